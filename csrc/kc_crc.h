@@ -1,0 +1,237 @@
+/* CRC-32C (Castagnoli, v2 batches) and CRC-32 (IEEE, v0/v1 messages).
+ *
+ * CRC-32C uses the SSE4.2 crc32 instruction (x86-64) or the ARMv8 CRC extension (aarch64)
+ * when the CPU has it, chosen once at run time; otherwise slicing-by-8 tables.  Long inputs
+ * run three independent instruction streams and merge them with precomputed "append N zero
+ * bytes" operators, which hides the instruction's 3-cycle latency.
+ * CRC-32 uses slicing-by-8 (messages of magic 0/1 are short; zlib-class speed suffices).
+ * Header-only: every extension that includes it gets its own static copy.
+ */
+#ifndef KC_CRC_H
+#define KC_CRC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(_MSC_VER) && (defined(_M_X64) || defined(_M_AMD64))
+#  include <intrin.h>
+#  include <nmmintrin.h>
+#  define KC_X86 1
+#  define KC_TARGET_SSE42
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#  include <nmmintrin.h>
+#  include <cpuid.h>
+#  define KC_X86 1
+#  define KC_TARGET_SSE42 __attribute__((target("sse4.2")))
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+#  define KC_ARM 1
+#  if defined(__linux__)
+#    include <sys/auxv.h>
+#    ifndef HWCAP_CRC32
+#      define HWCAP_CRC32 (1 << 7)
+#    endif
+#  endif
+#  define KC_TARGET_CRC __attribute__((target("+crc")))
+#endif
+
+#define KC_CRC32C_POLY 0x82F63B78u /* reflected Castagnoli */
+#define KC_CRC32_POLY 0xEDB88320u  /* reflected IEEE 802.3 */
+#define KC_LANE_LONG 8192
+#define KC_LANE_SHORT 256
+
+static uint32_t kc_crc32c_table[8][256];
+static uint32_t kc_crc32_table[8][256];
+static uint32_t kc_crc32c_long[4][256];  /* shift a CRC over KC_LANE_LONG zero bytes */
+static uint32_t kc_crc32c_short[4][256]; /* shift a CRC over KC_LANE_SHORT zero bytes */
+static int kc_crc_hw = -1;               /* -1: not initialised, 0: software, 1: hardware */
+
+static void kc_build_slicing_tables(uint32_t table[8][256], uint32_t poly) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t crc = n;
+        for (int k = 0; k < 8; k++) crc = crc & 1 ? (crc >> 1) ^ poly : crc >> 1;
+        table[0][n] = crc;
+    }
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t crc = table[0][n];
+        for (int k = 1; k < 8; k++) {
+            crc = table[0][crc & 0xff] ^ (crc >> 8);
+            table[k][n] = crc;
+        }
+    }
+}
+
+/* GF(2) 32x32 matrix helpers used to build the zero-append operators. */
+static uint32_t kc_gf2_times(const uint32_t *mat, uint32_t vec) {
+    uint32_t sum = 0;
+    while (vec) {
+        if (vec & 1) sum ^= *mat;
+        vec >>= 1;
+        mat++;
+    }
+    return sum;
+}
+
+static void kc_gf2_square(uint32_t *square, const uint32_t *mat) {
+    for (int n = 0; n < 32; n++) square[n] = kc_gf2_times(mat, mat[n]);
+}
+
+/* Operator that appends `len` zero bytes to a raw (uninverted) CRC-32C register. */
+static void kc_zeros_op(uint32_t *even, size_t len) {
+    uint32_t odd[32];
+    uint32_t row = 1;
+    odd[0] = KC_CRC32C_POLY; /* one zero bit */
+    for (int n = 1; n < 32; n++) {
+        odd[n] = row;
+        row <<= 1;
+    }
+    kc_gf2_square(even, odd); /* two zero bits */
+    kc_gf2_square(odd, even); /* four zero bits */
+    do {                      /* then square until len bytes are covered */
+        kc_gf2_square(even, odd);
+        len >>= 1;
+        if (len == 0) return;
+        kc_gf2_square(odd, even);
+        len >>= 1;
+    } while (len);
+    memcpy(even, odd, sizeof(odd));
+}
+
+static void kc_zeros_table(uint32_t zeros[4][256], size_t len) {
+    uint32_t op[32];
+    kc_zeros_op(op, len);
+    for (uint32_t n = 0; n < 256; n++) {
+        uint64_t v = kc_gf2_times(op, n);
+        zeros[0][n] = (uint32_t)v;
+        zeros[1][n] = kc_gf2_times(op, n << 8);
+        zeros[2][n] = kc_gf2_times(op, n << 16);
+        zeros[3][n] = kc_gf2_times(op, n << 24);
+    }
+}
+
+static inline uint32_t kc_shift(uint32_t zeros[4][256], uint32_t crc) {
+    return zeros[0][crc & 0xff] ^ zeros[1][(crc >> 8) & 0xff] ^ zeros[2][(crc >> 16) & 0xff] ^
+           zeros[3][crc >> 24];
+}
+
+static int kc_cpu_has_crc(void) {
+#if defined(KC_X86) && defined(_MSC_VER)
+    int info[4];
+    __cpuid(info, 1);
+    return (info[2] >> 20) & 1;
+#elif defined(KC_X86)
+    unsigned int eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
+    return (ecx >> 20) & 1; /* SSE4.2 */
+#elif defined(KC_ARM) && defined(__APPLE__)
+    return 1; /* every Apple arm64 CPU has the CRC extension */
+#elif defined(KC_ARM) && defined(__linux__)
+    return (getauxval(AT_HWCAP) & HWCAP_CRC32) != 0;
+#else
+    return 0;
+#endif
+}
+
+static void kc_crc_init(void) {
+    if (kc_crc_hw >= 0) return;
+    kc_build_slicing_tables(kc_crc32c_table, KC_CRC32C_POLY);
+    kc_build_slicing_tables(kc_crc32_table, KC_CRC32_POLY);
+    kc_zeros_table(kc_crc32c_long, KC_LANE_LONG);
+    kc_zeros_table(kc_crc32c_short, KC_LANE_SHORT);
+    kc_crc_hw = kc_cpu_has_crc();
+}
+
+/* Slicing-by-8 over a raw register (no pre/post inversion). */
+static uint32_t kc_slice8(uint32_t table[8][256], uint32_t crc, const unsigned char *p, size_t n) {
+    while (n && ((uintptr_t)p & 7)) {
+        crc = table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + 4, 4);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        lo = __builtin_bswap32(lo);
+        hi = __builtin_bswap32(hi);
+#endif
+        lo ^= crc;
+        crc = table[7][lo & 0xff] ^ table[6][(lo >> 8) & 0xff] ^ table[5][(lo >> 16) & 0xff] ^
+              table[4][lo >> 24] ^ table[3][hi & 0xff] ^ table[2][(hi >> 8) & 0xff] ^
+              table[1][(hi >> 16) & 0xff] ^ table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return crc;
+}
+
+#if defined(KC_X86) || defined(KC_ARM)
+#  if defined(KC_X86)
+#    define KC_CRC_TARGET KC_TARGET_SSE42
+#    define KC_CRC_U8(c, v) _mm_crc32_u8((c), (v))
+#    define KC_CRC_U64(c, v) ((uint32_t)_mm_crc32_u64((c), (v)))
+#  else
+#    define KC_CRC_TARGET KC_TARGET_CRC
+#    define KC_CRC_U8(c, v) __builtin_aarch64_crc32cb((c), (v))
+#    define KC_CRC_U64(c, v) __builtin_aarch64_crc32cx((c), (v))
+#  endif
+
+/* Three lanes of `lane` bytes each, merged with the matching zero-append operator. */
+#  define KC_LANES(lane, zeros)                                                 \
+    while (n >= 3 * (lane)) {                                                   \
+        uint64_t crc0 = crc, crc1 = 0, crc2 = 0;                                \
+        const unsigned char *end = p + (lane);                                  \
+        do {                                                                    \
+            uint64_t w0, w1, w2;                                                \
+            memcpy(&w0, p, 8);                                                  \
+            memcpy(&w1, p + (lane), 8);                                         \
+            memcpy(&w2, p + 2 * (lane), 8);                                     \
+            crc0 = KC_CRC_U64((uint32_t)crc0, w0);                              \
+            crc1 = KC_CRC_U64((uint32_t)crc1, w1);                              \
+            crc2 = KC_CRC_U64((uint32_t)crc2, w2);                              \
+            p += 8;                                                             \
+        } while (p < end);                                                      \
+        crc0 = kc_shift(zeros, (uint32_t)crc0) ^ crc1;                          \
+        crc0 = kc_shift(zeros, (uint32_t)crc0) ^ crc2;                          \
+        crc = (uint32_t)crc0;                                                   \
+        p += 2 * (lane);                                                        \
+        n -= 3 * (lane);                                                        \
+    }
+
+KC_CRC_TARGET static uint32_t kc_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n) {
+    while (n && ((uintptr_t)p & 7)) {
+        crc = KC_CRC_U8(crc, *p++);
+        n--;
+    }
+    KC_LANES(KC_LANE_LONG, kc_crc32c_long)
+    KC_LANES(KC_LANE_SHORT, kc_crc32c_short)
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        crc = KC_CRC_U64(crc, w);
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = KC_CRC_U8(crc, *p++);
+    return crc;
+}
+#endif
+
+/* CRC-32C of n bytes, continuing from `crc` (0 to start); safe without the GIL. */
+static inline uint32_t kc_crc32c(uint32_t crc, const unsigned char *p, size_t n) {
+    crc = ~crc;
+#if defined(KC_X86) || defined(KC_ARM)
+    if (kc_crc_hw == 1) return ~kc_crc32c_hw(crc, p, n);
+#endif
+    return ~kc_slice8(kc_crc32c_table, crc, p, n);
+}
+
+/* CRC-32 (zlib's crc32) of n bytes, continuing from `crc` (0 to start). */
+static inline uint32_t kc_crc32(uint32_t crc, const unsigned char *p, size_t n) {
+    return ~kc_slice8(kc_crc32_table, ~crc, p, n);
+}
+
+static inline int kc_crc32c_is_hardware(void) { return kc_crc_hw == 1; }
+
+#endif /* KC_CRC_H */

@@ -1,0 +1,54 @@
+"""Kafka's enumerations: compression codec ids and timestamp types."""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["Compression", "TimestampType", "ControlType", "compression_of"]
+
+
+class Compression(enum.IntEnum):
+    """Codec ids as stored in the low 3 bits of the attributes."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+class TimestampType(enum.IntEnum):
+    NO_TIMESTAMP_TYPE = -1
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class ControlType(enum.IntEnum):
+    """Control record types (key: int16 version, int16 type)."""
+
+    ABORT = 0
+    COMMIT = 1
+    LEADER_CHANGE = 2
+    SNAPSHOT_HEADER = 3
+    SNAPSHOT_FOOTER = 4
+    KRAFT_VERSION = 5
+    KRAFT_VOTERS = 6
+
+
+def compression_of(codec: Compression | int | str | None) -> Compression:
+    """Accept a Compression, its id, or a name such as "lz4" (None means no compression)."""
+    from kafkacodec.errors import UnsupportedCompressionError
+
+    if codec is None:
+        return Compression.NONE
+    if isinstance(codec, str):
+        try:
+            return Compression[codec.strip().upper()]
+        except KeyError:
+            names = ", ".join(c.name.lower() for c in Compression)
+            raise UnsupportedCompressionError(
+                f"unknown compression {codec!r}: use one of {names}") from None
+    try:
+        return Compression(int(codec))
+    except ValueError:
+        raise UnsupportedCompressionError(f"unknown compression type id {codec}") from None

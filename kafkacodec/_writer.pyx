@@ -1,0 +1,67 @@
+# cython: language_level=3
+"""Growable write buffer (see _writer.pxd for the inline writers)."""
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.buffer cimport PyBuffer_FillInfo
+from libc.stdlib cimport free, realloc
+
+cdef Py_ssize_t INITIAL_CAPACITY = 256
+
+
+cdef int writer_grow(Writer* w, Py_ssize_t extra) except -1:
+    cdef Py_ssize_t wanted = w.length + extra
+    cdef Py_ssize_t capacity = w.capacity if w.capacity > 0 else INITIAL_CAPACITY
+    cdef unsigned char* grown
+    if w.exports > 0:
+        raise BufferError("cannot grow a WriteBuffer while a memoryview of it is alive")
+    if extra < 0 or wanted < w.length:
+        raise OverflowError("write buffer size overflow")
+    while capacity < wanted:
+        capacity = capacity * 2
+    grown = <unsigned char*>realloc(w.buf, capacity)
+    if grown == NULL:
+        raise MemoryError(f"cannot grow write buffer to {capacity} bytes")
+    w.buf = grown
+    w.capacity = capacity
+    return 0
+
+
+cdef class WriteBuffer:
+    """A growable byte buffer; `memoryview(buffer)` exposes what was written."""
+
+    def __cinit__(self, Py_ssize_t capacity=0):
+        if capacity > 0:
+            writer_grow(&self.w, capacity)
+
+    def __dealloc__(self):
+        free(self.w.buf)
+        self.w.buf = NULL
+
+    def __len__(self):
+        return self.w.length
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, self.w.buf, self.w.length, 1, flags)
+        self.w.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* view):
+        self.w.exports -= 1
+
+    def write(self, data) -> int:
+        cdef const unsigned char[::1] view = data
+        put_bytes(&self.w, &view[0] if view.shape[0] else NULL, view.shape[0])
+        return view.shape[0]
+
+    def clear(self):
+        if self.w.exports > 0:
+            raise BufferError("cannot reset a WriteBuffer while a memoryview of it is alive")
+        self.w.length = 0
+
+    def getvalue(self) -> bytes:
+        return PyBytes_FromStringAndSize(<char*>self.w.buf, self.w.length)
+
+    cdef bytes take_bytes(self):
+        """Copy out what was written and start over (the buffer keeps its capacity)."""
+        cdef bytes out = PyBytes_FromStringAndSize(<char*>self.w.buf, self.w.length)
+        self.w.length = 0
+        return out

@@ -1,0 +1,75 @@
+"""Build the Cython core.
+
+Environment switches (all optional):
+  KAFKACODEC_DEBUG=1         -O0 -g, Cython bounds checks back on
+  KAFKACODEC_SANITIZE=...    e.g. "address,undefined": build with ASan/UBSan
+  KAFKACODEC_COVERAGE=1      Cython line tracing for coverage.py
+  KAFKACODEC_MODULES=a,b     build only these extension modules (dotted names or stems)
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).parent
+DEBUG = os.environ.get("KAFKACODEC_DEBUG") == "1"
+SANITIZE = os.environ.get("KAFKACODEC_SANITIZE", "")
+COVERAGE = os.environ.get("KAFKACODEC_COVERAGE") == "1"
+ONLY = {m.strip() for m in os.environ.get("KAFKACODEC_MODULES", "").split(",") if m.strip()}
+
+
+def extensions():
+    macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
+    if COVERAGE:
+        macros += [("CYTHON_TRACE_NOGIL", "1")]
+    for pyx in sorted(ROOT.glob("kafkacodec/**/*.pyx")):
+        rel = pyx.relative_to(ROOT).with_suffix("")
+        name = ".".join(rel.parts)
+        if ONLY and name not in ONLY and rel.name not in ONLY:
+            continue
+        yield Extension(name, [str(pyx.relative_to(ROOT))], include_dirs=["csrc", numpy.get_include()],
+                        define_macros=macros)
+
+
+class BuildExt(build_ext):
+    """Per-compiler flags: -O2 -Wall for gcc/clang, /O2 for MSVC, plus the debug switches."""
+
+    def build_extensions(self):
+        msvc = self.compiler.compiler_type == "msvc"
+        for ext in self.extensions:
+            if msvc:
+                ext.extra_compile_args += ["/O2" if not DEBUG else "/Od"]
+                continue
+            ext.extra_compile_args += ["-O0", "-g"] if DEBUG else ["-O2"]
+            ext.extra_compile_args += ["-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]
+            if SANITIZE:
+                flags = [f"-fsanitize={SANITIZE}", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
+                ext.extra_compile_args += flags
+                ext.extra_link_args += flags
+        self.parallel = self.parallel or os.cpu_count()
+        super().build_extensions()
+
+
+directives = {
+    "language_level": 3,
+    "boundscheck": DEBUG,
+    "wraparound": False,
+    "cdivision": True,
+    "initializedcheck": DEBUG,
+    "embedsignature": True,
+    "freethreading_compatible": False,
+}
+if COVERAGE:
+    directives["linetrace"] = True
+
+setup(
+    ext_modules=cythonize(list(extensions()), compiler_directives=directives,
+                          include_path=[str(ROOT)], nthreads=0 if sys.platform == "win32" else 2,
+                          annotate=os.environ.get("KAFKACODEC_ANNOTATE") == "1"),
+    cmdclass={"build_ext": BuildExt},
+)
