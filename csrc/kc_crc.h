@@ -18,13 +18,18 @@
 #  include <intrin.h>
 #  include <nmmintrin.h>
 #  define KC_X86 1
-#  define KC_TARGET_SSE42
+#  if defined(__clang__) /* clang-cl: intrinsics need the target attribute, as with clang */
+#    define KC_TARGET_SSE42 __attribute__((target("sse4.2")))
+#  else
+#    define KC_TARGET_SSE42
+#  endif
 #elif (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #  include <nmmintrin.h>
 #  include <cpuid.h>
 #  define KC_X86 1
 #  define KC_TARGET_SSE42 __attribute__((target("sse4.2")))
-#elif (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__) && \
+    (defined(__linux__) || defined(__APPLE__))
 #  define KC_ARM 1
 #  if defined(__linux__)
 #    include <sys/auxv.h>
@@ -32,7 +37,19 @@
 #      define HWCAP_CRC32 (1 << 7)
 #    endif
 #  endif
-#  define KC_TARGET_CRC __attribute__((target("+crc")))
+#  if defined(__clang__)
+#    define KC_TARGET_CRC __attribute__((target("crc")))
+#  else
+#    define KC_TARGET_CRC __attribute__((target("+crc")))
+#  endif
+#endif
+/* Any other compiler/CPU (MSVC on ARM64, 32-bit, big-endian, *BSD on aarch64...) uses the
+ * portable slicing-by-8 code below: same results, no special header. */
+
+#if defined(__GNUC__) || defined(__clang__)
+#  define KC_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#  define KC_UNLIKELY(x) (x)
 #endif
 
 #define KC_CRC32C_POLY 0x82F63B78u /* reflected Castagnoli */
@@ -173,8 +190,13 @@ static uint32_t kc_slice8(uint32_t table[8][256], uint32_t crc, const unsigned c
 #    define KC_CRC_U64(c, v) ((uint32_t)_mm_crc32_u64((c), (v)))
 #  else
 #    define KC_CRC_TARGET KC_TARGET_CRC
-#    define KC_CRC_U8(c, v) __builtin_aarch64_crc32cb((c), (v))
-#    define KC_CRC_U64(c, v) __builtin_aarch64_crc32cx((c), (v))
+#    if defined(__clang__)
+#      define KC_CRC_U8(c, v) __builtin_arm_crc32cb((c), (v))
+#      define KC_CRC_U64(c, v) __builtin_arm_crc32cd((c), (v))
+#    else
+#      define KC_CRC_U8(c, v) __builtin_aarch64_crc32cb((c), (v))
+#      define KC_CRC_U64(c, v) __builtin_aarch64_crc32cx((c), (v))
+#    endif
 #  endif
 
 /* Three lanes of `lane` bytes each, merged with the matching zero-append operator. */
@@ -218,8 +240,17 @@ KC_CRC_TARGET static uint32_t kc_crc32c_hw(uint32_t crc, const unsigned char *p,
 }
 #endif
 
+/* Every extension module that includes this header has its own copy of the tables, so they
+ * are filled when the module is loaded (a constructor, GCC/clang: single-threaded, before any
+ * call), and lazily on first use otherwise (MSVC; a module that forgot kc_crc_init()): a CRC
+ * can never be computed from empty tables. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((constructor)) static void kc_crc_ctor(void) { kc_crc_init(); }
+#endif
+
 /* CRC-32C of n bytes, continuing from `crc` (0 to start); safe without the GIL. */
 static inline uint32_t kc_crc32c(uint32_t crc, const unsigned char *p, size_t n) {
+    if (KC_UNLIKELY(kc_crc_hw < 0)) kc_crc_init();
     crc = ~crc;
 #if defined(KC_X86) || defined(KC_ARM)
     if (kc_crc_hw == 1) return ~kc_crc32c_hw(crc, p, n);
@@ -229,9 +260,13 @@ static inline uint32_t kc_crc32c(uint32_t crc, const unsigned char *p, size_t n)
 
 /* CRC-32 (zlib's crc32) of n bytes, continuing from `crc` (0 to start). */
 static inline uint32_t kc_crc32(uint32_t crc, const unsigned char *p, size_t n) {
+    if (KC_UNLIKELY(kc_crc_hw < 0)) kc_crc_init();
     return ~kc_slice8(kc_crc32_table, ~crc, p, n);
 }
 
-static inline int kc_crc32c_is_hardware(void) { return kc_crc_hw == 1; }
+static inline int kc_crc32c_is_hardware(void) {
+    if (KC_UNLIKELY(kc_crc_hw < 0)) kc_crc_init();
+    return kc_crc_hw == 1;
+}
 
 #endif /* KC_CRC_H */
