@@ -1,0 +1,108 @@
+"""The typed surface: every compiled module has a .pyi stub beside it, the stubs agree with the
+compiled modules (mypy's stubtest), and the stubs themselves type-check under mypy --strict.
+
+Runs against whichever kafkacodec this test process imported (the installed wheel in CI, the
+in-place build while developing), so a stub missing from the wheel fails here too."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kafkacodec
+
+mypy = pytest.importorskip("mypy", reason="mypy is in the [test] extra")
+
+PACKAGE_DIR = Path(kafkacodec.__file__).resolve().parent
+SEARCH_ROOT = PACKAGE_DIR.parent
+ALLOWLIST = Path(__file__).with_name("stubtest_allowlist.txt")
+# Optional extras: a module that cannot import because one of these is absent is left out of the
+# check (and named in the skip reason of test_optional_modules_import).
+OPTIONAL_DEPENDENCIES = {"pyspark", "pyarrow", "pandas", "tqdm", "atheris", "matplotlib"}
+
+
+def _extension_modules() -> list[Path]:
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    return sorted(p for p in PACKAGE_DIR.rglob("*") if p.name.endswith(suffixes))
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SEARCH_ROOT)
+    return ".".join(rel.parent.parts + (rel.name.split(".", 1)[0],))
+
+
+def _unimportable_modules() -> dict[str, str]:
+    """Modules that fail to import only because an optional dependency is missing."""
+    missing: dict[str, str] = {}
+
+    def onerror(name: str) -> None:
+        missing.setdefault(name, "import error while walking")
+
+    for info in pkgutil.walk_packages(kafkacodec.__path__, "kafkacodec.", onerror=onerror):
+        if info.name.endswith("__main__"):
+            continue
+        try:
+            importlib.import_module(info.name)
+        except ImportError as error:
+            root = (error.name or "").split(".")[0]
+            if root not in OPTIONAL_DEPENDENCIES:
+                raise
+            missing[info.name] = f"needs {root}"
+    return missing
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(SEARCH_ROOT))
+    env.pop("MYPYPATH", None)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_every_compiled_module_has_a_stub():
+    extensions = _extension_modules()
+    assert extensions, f"no compiled modules under {PACKAGE_DIR}"
+    missing = [_module_name(p) for p in extensions
+               if not p.with_name(p.name.split(".", 1)[0] + ".pyi").exists()]
+    assert not missing, f"compiled modules without a .pyi stub beside them: {missing}"
+    assert (PACKAGE_DIR / "py.typed").exists(), "py.typed marker missing (PEP 561)"
+
+
+def test_optional_modules_import():
+    missing = _unimportable_modules()
+    if missing:
+        pytest.skip("left out of stubtest (optional extra not installed): "
+                    + ", ".join(f"{m} ({why})" for m, why in sorted(missing.items())))
+
+
+def test_stubs_match_compiled_modules(tmp_path):
+    allowlist = tmp_path / "allowlist.txt"
+    extra = [rf"{name.replace('.', chr(92) + '.')}(\..*)?" for name in _unimportable_modules()]
+    allowlist.write_text(ALLOWLIST.read_text() + "\n" + "\n".join(extra) + "\n")
+    args = ["-m", "mypy.stubtest", "kafkacodec", "--allowlist", str(allowlist),
+            "--ignore-unused-allowlist", "--concise"]
+    help_text = _run(["-m", "mypy.stubtest", "--help"], tmp_path).stdout
+    if "--ignore-disjoint-bases" in help_text:
+        # mypy >= 1.18 wants @disjoint_base on stubs of C classes; a nicety for type checkers,
+        # not a drift between stub and module.
+        args.append("--ignore-disjoint-bases")
+    result = _run(args, tmp_path)
+    output = result.stdout + result.stderr
+    if "kafkacodec failed to import" in output:
+        pytest.skip(f"stubtest cannot import kafkacodec:\n{output[-2000:]}")
+    assert result.returncode == 0, f"stubs drifted from the compiled modules:\n{output[-6000:]}"
+
+
+def test_stubs_typecheck_strict(tmp_path):
+    stubs = sorted(str(p) for p in PACKAGE_DIR.rglob("*.pyi"))
+    assert stubs, "no .pyi stubs found"
+    result = _run(["-m", "mypy", "--strict", "--no-incremental", "--cache-dir", os.devnull,
+                   "--python-version", f"{sys.version_info[0]}.{sys.version_info[1]}",
+                   *stubs], tmp_path)
+    assert result.returncode == 0, f"mypy --strict on the stubs:\n{result.stdout}{result.stderr}"
