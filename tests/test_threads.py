@@ -1,0 +1,136 @@
+"""Several threads at once through the heavy loops (CRC, decompression, decode, build, convert):
+every thread gets exactly the single-threaded answer. These loops release the GIL, so this is
+where shared static state (tables, codec contexts, scratch buffers) would show up as wrong
+results. Tests for entry points not in this build skip and name them."""
+
+from __future__ import annotations
+
+import os
+import threading
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import kafkacodec
+from kafkacodec import _crc
+
+THREADS = 8
+ROUNDS = 40
+
+
+def run_in_threads(fn, args_list):
+    """Run fn(*args) for every args in args_list on THREADS threads released together."""
+    barrier = threading.Barrier(min(THREADS, len(args_list)))
+
+    def call(args):
+        try:
+            barrier.wait(timeout=30)
+        except threading.BrokenBarrierError:
+            pass
+        return fn(*args)
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        return list(pool.map(call, args_list))
+
+
+def need(name: str):
+    obj = getattr(kafkacodec, name, None)
+    if obj is None:
+        pytest.skip(f"kafkacodec.{name} is not in this build")
+    return obj
+
+
+def test_crc_from_many_threads():
+    import crc32c as reference
+
+    buffers = [os.urandom(size) for size in (1 << 20, 3 * 8192 + 5, 777, 64 * 1024 + 1)]
+    expected = [(reference.crc32c(b), zlib.crc32(b)) for b in buffers]
+
+    def work(i):
+        data = buffers[i % len(buffers)]
+        return [(_crc.crc32c(data), _crc.crc32(data)) for _ in range(ROUNDS)]
+
+    for i, results in enumerate(run_in_threads(work, [(i,) for i in range(THREADS * 2)])):
+        assert set(results) == {expected[i % len(buffers)]}
+
+
+def _log(compression: str, batches: int = 50) -> bytes:
+    Builder = need("MemoryRecordsBuilder")
+    out = []
+    for b in range(batches):
+        builder = Builder(magic=2, compression=compression, base_offset=b * 10)
+        for i in range(10):
+            builder.append(1_700_000_000_000 + i, b"k%d-%d" % (b, i), os.urandom(20) * 5,
+                           headers=(("n", b"%d" % i),))
+        out.append(bytes(builder.build()))
+    return b"".join(out)
+
+
+def _decode(log: bytes):
+    MemoryRecords = need("MemoryRecords")
+    return [(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
+            for r in MemoryRecords(log).records()]
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_decode_from_many_threads(compression):
+    logs = [_log(compression) for _ in range(3)]
+    expected = [_decode(log) for log in logs]
+    assert all(len(e) == 500 for e in expected)
+    results = run_in_threads(lambda i: [_decode(logs[i % 3]) for _ in range(4)],
+                             [(i,) for i in range(THREADS)])
+    for i, per_thread in enumerate(results):
+        for decoded in per_thread:
+            assert decoded == expected[i % 3]
+
+
+@pytest.mark.parametrize("compression", ["none", "lz4", "zstd", "gzip"])
+def test_build_from_many_threads(compression):
+    Builder = need("MemoryRecordsBuilder")
+    MemoryRecords = need("MemoryRecords")
+
+    def build(seed):
+        builder = Builder(magic=2, compression=compression, base_offset=seed)
+        for i in range(200):
+            builder.append(1_700_000_000_000 + i, b"%d" % seed, b"%d-%d" % (seed, i) * 30)
+        return bytes(builder.build())
+
+    outputs = run_in_threads(lambda s: [build(s) for _ in range(5)], [(s,) for s in range(THREADS)])
+    for seed, built in enumerate(outputs):
+        values = [[r.value for r in MemoryRecords(b).records()] for b in built]
+        assert all(v == [b"%d-%d" % (seed, i) * 30 for i in range(200)] for v in values)
+
+
+@pytest.mark.parametrize("to_magic", [0, 1])
+def test_down_convert_from_many_threads(to_magic):
+    down_convert = need("down_convert")
+    MemoryRecords = need("MemoryRecords")
+    log = _log("lz4", batches=20)
+
+    def convert():
+        out = down_convert(MemoryRecords(log), to_magic)
+        return bytes(getattr(out, "records", out))
+
+    expected = convert()
+    results = run_in_threads(lambda _: [convert() for _ in range(5)], [(i,) for i in range(THREADS)])
+    assert all(r == expected for per_thread in results for r in per_thread)
+
+
+def test_decompress_from_many_threads():
+    _compression = pytest.importorskip("kafkacodec._compression")
+
+    decompress = getattr(_compression, "decompress", None)
+    compress = getattr(_compression, "compress", None)
+    if decompress is None or compress is None:
+        pytest.skip("kafkacodec._compression.compress/decompress are not in this build")
+    payloads = [os.urandom(1000) * 50, b"a" * 300_000, os.urandom(100)]
+    blobs = {(codec, i): compress(codec, p) for codec in (1, 2, 3, 4)
+             for i, p in enumerate(payloads)}
+
+    def work(seed):
+        keys = sorted(blobs)
+        return all(bytes(decompress(codec, blobs[(codec, i)])) == payloads[i]
+                   for _ in range(5) for codec, i in keys[seed % 3:] + keys[:seed % 3])
+
+    assert all(run_in_threads(work, [(i,) for i in range(THREADS)]))
