@@ -1,0 +1,208 @@
+"""Benchmark report: a Markdown table and a PNG chart of kafkacodec against aiokafka,
+kafka-python and the machine's limits, from one pytest-benchmark run.
+
+  python bench/report.py                          run bench/ now, write docs/results.md + .png
+  python bench/report.py --json out/benchmark.json   render a saved run instead
+  python bench/report.py --compare OLD.json NEW.json [--threshold 1.5]   regressions table
+
+Conventions (bench/conftest.py `meta` fixture): benchmark.group is the workload,
+extra_info["impl"] one of kafkacodec / aiokafka / kafka-python / limit, extra_info["bytes"] and
+extra_info["items"] what one round processes. Benchmarks that set no impl are classified from
+their names. Throughput uses the median round time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+IMPLS = ["kafkacodec", "aiokafka", "kafka-python", "confluent-kafka", "limit"]
+COLORS = {"kafkacodec": "#1f77b4", "aiokafka": "#ff7f0e", "kafka-python": "#2ca02c",
+          "confluent-kafka": "#9467bd", "limit": "#7f7f7f"}
+
+
+def run_benchmarks(json_path: Path, extra: list[str]) -> None:
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "bench"), "-p", "no:cacheprovider", "-q",
+           "--benchmark-enable", "--benchmark-only", f"--benchmark-json={json_path}",
+           "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), *extra]
+    print("report: running", " ".join(cmd), file=sys.stderr)
+    subprocess.run(cmd, check=True, cwd=tempfile.gettempdir())
+
+
+def impl_of(bench: dict) -> str:
+    impl = (bench.get("extra_info") or {}).get("impl")
+    if impl:
+        return impl
+    name = bench["name"].lower().replace("_", "-")
+    for candidate in ("kafka-python", "aiokafka", "confluent-kafka", "kafkacodec"):
+        if candidate in name or candidate.replace("-", "") in name:
+            return candidate
+    if any(word in name for word in ("memcpy", "limit", "zlib", "crc32c-package")):
+        return "limit"
+    return "kafkacodec"
+
+
+def rows_of(data: dict) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for bench in data["benchmarks"]:
+        stats = bench["stats"]
+        extra = bench.get("extra_info") or {}
+        median = stats["median"]
+        row = {"name": bench["name"], "impl": impl_of(bench), "median_s": median,
+               "rounds": stats.get("rounds"),
+               "mb_s": extra["bytes"] / median / 1e6 if extra.get("bytes") else None,
+               "krec_s": extra["items"] / median / 1e3 if extra.get("items") else None}
+        groups[bench.get("group") or bench["name"]].append(row)
+    return groups
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return ""
+    return f"{value:,.{digits}f}"
+
+
+def human_time(seconds: float) -> str:
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.2f} {unit}"
+    return f"{seconds / 1e-9:.0f} ns"
+
+
+def markdown(data: dict, png_name: str | None, command: str) -> str:
+    info = data.get("machine_info", {})
+    facts = info.get("kafkacodec_facts", {})
+    versions = info.get("kafkacodec_versions", {})
+    lines = ["# Benchmark results", "",
+             f"Measured in one run on {data.get('datetime', '?')[:19]} UTC with:", "",
+             "```bash", command, "```", "",
+             "## Machine", "",
+             f"- CPU: {facts.get('cpu_model') or info.get('cpu', {}).get('brand_raw', '?')}, "
+             f"{facts.get('cpu_count', '?')} logical cores (benchmarks run on one)",
+             f"- Python {facts.get('python') or info.get('python_version', '?')} on "
+             f"{facts.get('platform') or info.get('system', '?')}",
+             f"- CRC-32C in hardware: {facts.get('crc32c_hardware', '?')}; "
+             f"big-buffer workloads: {facts.get('scale_mb', '?')} MB",
+             "- Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v), ""]
+    if png_name:
+        lines += [f"![throughput]({png_name})", ""]
+    lines += ["## Results", "",
+              "Median of the rounds; ratio = kafkacodec's throughput / this row's "
+              "(> 1: kafkacodec is faster; for a `limit` row, how close kafkacodec gets).", "",
+              "| workload | implementation | median | MB/s | k records/s | ratio |",
+              "|---|---|---:|---:|---:|---:|"]
+    for group, rows in sorted(rows_of(data).items()):
+        ours = next((r for r in rows if r["impl"] == "kafkacodec"), None)
+        for row in sorted(rows, key=lambda r: IMPLS.index(r["impl"]) if r["impl"] in IMPLS else 9):
+            ratio = ""
+            if ours is not None and row is not ours:
+                ratio = f"{row['median_s'] / ours['median_s']:.2f}x"
+            lines.append(f"| {group} | {row['impl']} | {human_time(row['median_s'])} | "
+                         f"{fmt(row['mb_s'])} | {fmt(row['krec_s'])} | {ratio} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def chart(data: dict, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = rows_of(data)
+    entries = []  # (group, impl, MB/s or k records/s, unit)
+    for group, rows in sorted(groups.items()):
+        for row in rows:
+            value, unit = (row["mb_s"], "MB/s") if row["mb_s"] else (row["krec_s"], "k rec/s")
+            if value:
+                entries.append((group, row["impl"], value, unit))
+    if not entries:
+        entries = [(g, r["impl"], 1 / r["median_s"], "ops/s") for g, rows in groups.items()
+                   for r in rows]
+    labels = sorted({e[0] for e in entries})
+    impls = [i for i in IMPLS if any(e[1] == i for e in entries)]
+    height = 0.8 / max(1, len(impls))
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(labels) * max(1, len(impls)) + 1.5))
+    for k, impl in enumerate(impls):
+        ys, xs = [], []
+        for y, label in enumerate(labels):
+            match = [e for e in entries if e[0] == label and e[1] == impl]
+            if match:
+                ys.append(y + k * height)
+                xs.append(match[0][2])
+        ax.barh(ys, xs, height=height, label=impl, color=COLORS.get(impl))
+    units = {label: next(e[3] for e in entries if e[0] == label) for label in labels}
+    ax.set_yticks([y + height * (len(impls) - 1) / 2 for y in range(len(labels))])
+    ax.set_yticklabels([f"{label} [{units[label]}]" for label in labels], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("throughput (log scale; MB/s, or thousand records/s where marked)")
+    ax.set_title("kafkacodec vs peers vs machine limits (one run, median)")
+    ax.grid(axis="x", which="both", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def compare(old_path: Path, new_path: Path, threshold: float) -> int:
+    """Per benchmark, new median / old median; lists regressions beyond `threshold`."""
+    old = {b["fullname"]: b["stats"]["median"] for b in json.loads(old_path.read_text())["benchmarks"]}
+    new = {b["fullname"]: b["stats"]["median"] for b in json.loads(new_path.read_text())["benchmarks"]}
+    lines = ["| benchmark | previous | now | now/previous |", "|---|---:|---:|---:|"]
+    regressions = 0
+    for name in sorted(new):
+        if name not in old:
+            continue
+        ratio = new[name] / old[name]
+        flag = " ⚠" if ratio > threshold else ""
+        regressions += ratio > threshold
+        lines.append(f"| {name} | {human_time(old[name])} | {human_time(new[name])} | "
+                     f"{ratio:.2f}{flag} |")
+    print("\n".join(lines))
+    print(f"\n{regressions} benchmark(s) slower than {threshold}x the previous run.")
+    return 1 if regressions else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, help="a saved pytest-benchmark JSON (else: run now)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
+    parser.add_argument("--png", type=Path, default=None, help="default: beside --out")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("OLD", "NEW"))
+    parser.add_argument("--threshold", type=float, default=1.5)
+    parser.add_argument("--fail-on-regression", action="store_true")
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments when running")
+    args = parser.parse_args(argv)
+    if args.compare:
+        status = compare(*args.compare, args.threshold)
+        return status if args.fail_on_regression else 0
+    command = "python bench/report.py" + (" " + " ".join(args.pytest_args) if args.pytest_args else "")
+    if args.json:
+        json_path = args.json
+    else:
+        json_path = args.out.with_suffix(".json")
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        run_benchmarks(json_path, args.pytest_args)
+    data = json.loads(json_path.read_text())
+    png = args.png or args.out.with_suffix(".png")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    chart(data, png)
+    rel_png = os.path.relpath(png, args.out.parent)
+    if os.environ.get("KC_BENCH_MB"):
+        command = f"KC_BENCH_MB={os.environ['KC_BENCH_MB']} {command}"
+    args.out.write_text(markdown(data, rel_png, command))
+    print(f"report: wrote {args.out} and {png}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
