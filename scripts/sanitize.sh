@@ -50,7 +50,7 @@ if ubsan=$("$CC" -print-file-name=libubsan.so) && [ -f "$ubsan" ] && [[ "$CC" !=
   preload="$preload:$ubsan"
 fi
 run() {
-  env LD_PRELOAD="$preload" PYTHONMALLOC=malloc PYTHONPATH="$OUT" \
+  env LD_PRELOAD="$preload" PYTHONMALLOC=malloc PYTHONPATH="$OUT" KAFKACODEC_SANITIZED=1 \
     ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:allocator_may_return_null=1:strict_string_checks=1:detect_stack_use_after_return=1" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" "$@"
 }
