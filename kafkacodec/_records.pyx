@@ -38,6 +38,7 @@ from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_header, read_contr
 from kafkacodec._legacy cimport LegacyMessage, read_legacy_message, next_inner_entry, \
     inner_base_offset
 from kafkacodec._crc cimport kc_crc_init
+cimport numpy as cnp
 
 import io as _io
 import mmap as _mmap
@@ -51,6 +52,7 @@ from kafkacodec.errors import (BufferReleasedError, CorruptRecordError, InvalidC
                                UnsupportedVersionError)
 
 kc_crc_init()
+cnp.import_array()
 
 cdef tuple _TIMESTAMP_TYPES = (TimestampType.NO_TIMESTAMP_TYPE, TimestampType.CREATE_TIME,
                                TimestampType.LOG_APPEND_TIME)
@@ -189,6 +191,7 @@ cdef const unsigned char* decompress_into(int codec, int magic, const unsigned c
 # --- records ---------------------------------------------------------------------------------
 @cython.final
 @cython.freelist(1024)
+@cython.no_gc          # holds only bytes/None and a tuple of (str, bytes): no cycles possible
 cdef class Record:
     """One record: offset, timestamp, timestamp_type, key, value, headers (and for v2 the
     producer sequence; for control records the decoded marker)."""
@@ -670,7 +673,7 @@ cdef class _RecordIterator:
         cdef Records records = self._records
         cdef _Buffer buf = records._buf
         cdef BatchHeader h
-        cdef Py_ssize_t size
+        cdef Py_ssize_t size = 0
         cdef const unsigned char* entry
         cdef int code
         if buf.released:
@@ -706,7 +709,7 @@ cdef class _BatchIterator:
 
     def __next__(self):
         cdef Records records = self._records
-        cdef Py_ssize_t size
+        cdef Py_ssize_t size = 0
         cdef const unsigned char* entry
         cdef Py_ssize_t position
         cdef int code
@@ -881,7 +884,7 @@ cdef class Records:
         cdef int code = FRAME_END
         cdef BatchHeader h
         cdef IndexEntry* row
-        cdef unsigned char[::1] raw
+        cdef cnp.ndarray result
         assert INDEX_DTYPE.itemsize == sizeof(IndexEntry)
         self._check()
         data = self._buf.data + self._start
@@ -899,8 +902,7 @@ cdef class Records:
             result = _np.zeros(n, dtype=INDEX_DTYPE)
             if n == 0:
                 return result
-            raw = result.view(_np.uint8)
-            row = <IndexEntry*>&raw[0]
+            row = <IndexEntry*>cnp.PyArray_DATA(result)
             pos = 0
             with nogil:                      # pass 2: fill the rows
                 for i in range(n):
