@@ -404,6 +404,12 @@ cdef object decode_batch(const BatchHeader* h, const unsigned char* entry, Py_ss
                 return None
             if h.records_count == 0:      # count 0: the records section is not examined
                 return None
+            if h.records_count < 0:       # checked before decompressing, as Kafka does
+                raise CorruptRecordError(f"invalid record count {h.records_count} (negative)",
+                                         position=h.position + V2_RECORDS_COUNT_OFFSET)
+            if h.compression > 4:
+                raise UnsupportedCompressionError(
+                    f"unknown compression type id {h.compression}", position=h.position + 22)
             data_position = h.position + V2_HEADER_SIZE
             data = decompress_into(h.compression, 2, entry + V2_HEADER_SIZE,
                                    h.size - V2_HEADER_SIZE, max_size, &size)
