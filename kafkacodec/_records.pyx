@@ -38,11 +38,13 @@ from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_header, read_contr
 from kafkacodec._legacy cimport LegacyMessage, read_legacy_message, next_inner_entry, \
     inner_base_offset
 from kafkacodec._crc cimport kc_crc_init
+from kafkacodec._compression cimport Decompressor, DEFAULT_MAX_DECOMPRESSED
 cimport numpy as cnp
 
 import io as _io
 import mmap as _mmap
 import os as _os
+import threading as _threading
 
 import numpy as _np
 
@@ -182,10 +184,21 @@ cdef inline int32_t sequence_of(int32_t base_sequence, int32_t delta) noexcept n
 
 
 # --- decompression ---------------------------------------------------------------------------
+# One reusable Decompressor per thread: its buffer is only read by the decode loop that runs
+# right after the call (records get bytes of their own), so nothing outlives the next call.
+_local = _threading.local()
+
+
 cdef const unsigned char* decompress_into(int codec, int magic, const unsigned char* data,
                                           Py_ssize_t size, Py_ssize_t max_size,
                                           Py_ssize_t* out_size) except NULL:
-    raise UnsupportedCompressionError(f"compression codec {codec} not available yet")
+    cdef Decompressor decompressor
+    try:
+        decompressor = _local.decompressor
+    except AttributeError:
+        decompressor = _local.decompressor = Decompressor()
+    decompressor.max_size = max_size
+    return decompressor.decompress_into(codec, magic, data, size, out_size)
 
 
 # --- records ---------------------------------------------------------------------------------
@@ -942,7 +955,7 @@ cdef class Records:
 
 cdef inline Py_ssize_t max_size_of(object max_decompressed_size) except -1:
     if max_decompressed_size is None:
-        return 256 * 1024 * 1024
+        return DEFAULT_MAX_DECOMPRESSED
     if max_decompressed_size < 0:
         raise ValueError("max_decompressed_size must be >= 0")
     return max_decompressed_size

@@ -162,10 +162,11 @@ def peer(data, memory_records):
     return out
 
 
-def decodes_like_peers(data):
+def decodes_like_peers(data, aiokafka=True):
     got = ours(data)
     assert got == peer(data, kp.MemoryRecords)
-    assert got == peer(data, AioMemoryRecords)
+    if aiokafka:           # aiokafka refuses magic-0 lz4 (its KAFKA-3160 guard)
+        assert got == peer(data, AioMemoryRecords)
     return got
 
 
@@ -249,7 +250,10 @@ def test_v2_matches_peers(build, shape, codec):
     assert [r[1] for r in got] == [ts for ts, *_ in records]
     assert [r[5] for r in got] == [list(h) for *_, h in records]
     (batch,) = MemoryRecords(data).batches()
-    assert batch.compression == codec and batch.record_count == len(records)
+    # kafka-python keeps a batch uncompressed when compressing does not make it smaller
+    assert batch.compression == kp.MemoryRecords(data).next_batch().compression_type
+    assert batch.compression == codec or build is kp_v2
+    assert batch.record_count == len(records)
     assert batch.last_offset == len(records) - 1
     assert batch.max_timestamp == max(ts for ts, *_ in records)
     assert batch.base_timestamp == records[0][0]
@@ -263,8 +267,11 @@ def test_v2_matches_peers(build, shape, codec):
 @pytest.mark.parametrize("build", [kp_legacy, aio_legacy], ids=["kafka-python", "aiokafka"])
 def test_legacy_matches_peers(build, shape, magic, codec):
     records = SHAPES[shape]
+    magic0_lz4 = magic == 0 and codec == 3
+    if magic0_lz4 and build is aio_legacy:
+        pytest.skip("aiokafka refuses to write magic-0 lz4")
     data = build(records, magic, codec, first_offset=0)
-    got = decodes_like_peers(data)
+    got = decodes_like_peers(data, aiokafka=not magic0_lz4)
     assert [(r[3], r[4]) for r in got] == [(k, v) for _, k, v, _ in records]
     assert [r[0] for r in got] == list(range(len(records)))
     if magic == 1:
