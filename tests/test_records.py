@@ -674,3 +674,67 @@ def test_truncations_and_byte_flips_raise_codec_errors_or_decode(data):
 def test_random_bytes_raise_codec_errors_or_decode(data):
     _exercise(data)
     _exercise(SPEC_V2[:17] + data)
+
+
+# --- more builders, compressed-data errors, limits, threads -----------------------------------
+
+@pytest.mark.parametrize("magic, codec", [(2, c) for c in V2_CODECS] + [(m, c) for m in (0, 1)
+                                                                         for c in LEGACY_CODECS])
+def test_kafka_python_memory_records_builder_logs(magic, codec):
+    parts = []
+    for first in (0, 40, 90):
+        builder = kp.MemoryRecordsBuilder(magic, codec, batch_size=1 << 20, offset=first)
+        for i in range(7):
+            builder.append(1_000 + i, b"k%d" % i, b"v%d" % i * 30, [("h", b"x")] if magic == 2 else [])
+        builder.close()
+        parts.append(bytes(builder.buffer()))
+    data = b"".join(parts)
+    got = decodes_like_peers(data, aiokafka=not (magic == 0 and codec == 3))
+    assert [r[0] for r in got] == [f + i for f in (0, 40, 90) for i in range(7)]
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_corrupt_compressed_data_names_the_batch(codec):
+    good = with_base_offset(aio_v2(SHAPES["plain"], codec), 500)
+    data = bytearray(good)
+    del data[len(good) - 6:]                         # cut the compressed stream short
+    struct.pack_into(">i", data, 8, len(data) - 12)  # and keep the batch framing consistent
+    with pytest.raises(KafkaCodecError) as info:
+        list(MemoryRecords(bytes(data)).records())
+    assert info.value.offset == 500
+    assert 61 <= info.value.position <= len(data)
+
+
+def test_decompression_cap_raises_record_too_large():
+    data = kp_v2([(1, None, b"z" * 100_000, [])], 1)
+    assert len(data) < 2_000
+    with pytest.raises(kafkacodec.RecordTooLargeError) as info:
+        list(MemoryRecords(data, max_decompressed_size=50_000).records())
+    assert info.value.offset == 0
+    assert len(list(MemoryRecords(data, max_decompressed_size=200_000).records())) == 1
+
+
+def test_decoding_from_several_threads_at_once():
+    import threading
+
+    logs = [b"".join(with_base_offset(aio_v2(SHAPES["plain"] * 20, codec), 1000 * codec)
+                     for _ in range(5)) for codec in V2_CODECS]
+    expected = [ours(log) for log in logs]
+    shared = [MemoryRecords(log) for log in logs]
+    failures = []
+
+    def work(k):
+        for _ in range(20):
+            i = k % len(logs)
+            got = [(r.offset, r.timestamp, int(r.timestamp_type), r.key, r.value, list(r.headers))
+                   for r in shared[i].records()]
+            if got != expected[i] or shared[i].validate() != 5:
+                failures.append(i)
+            k += 1
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
