@@ -2,6 +2,7 @@
 at memory speed by a typed Cython core."""
 
 from kafkacodec import _crc
+from kafkacodec._builder import MemoryRecordsBuilder
 from kafkacodec._types import Compression, ControlType, TimestampType
 from kafkacodec.errors import (
     BufferReleasedError,
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 __compiled__ = _crc.__file__.endswith((".so", ".pyd"))
 
 __all__ = [
+    "MemoryRecordsBuilder",
     "Compression",
     "ControlType",
     "TimestampType",
