@@ -393,9 +393,9 @@ cdef class MemoryRecordsBuilder:
             if not self.has_base_timestamp:
                 self.base_timestamp = timestamp
                 self.has_base_timestamp = True
-            if (v2_record_body_size(<int32_t>(offset - self.base_offset), timestamp - self.base_timestamp,
-                                    <int32_t>key.length, <int32_t>value.length,
-                                    self.scratch.length if hcount else 0, hcount) > INT32_MAX - 5):
+            # the body adds at most 26 bytes of varints to the key, value and headers
+            if (key.length + value.length + (self.scratch.length if hcount else 0)
+                    > <Py_ssize_t>INT32_MAX - 32):
                 raise RecordTooLargeError("record exceeds Kafka's 2 GiB limit", offset=offset)
             write_v2_record(&self.w, <int32_t>(offset - self.base_offset),
                             timestamp - self.base_timestamp,
@@ -510,6 +510,10 @@ cdef class MemoryRecordsBuilder:
                                 f"int64 buffer, not {type(timestamps).__name__}") from None
             if ts_view.shape[0] != n:
                 raise ValueError(f"{ts_view.shape[0]} timestamps for {n} values")
+        if n and self.last_offset + n - self.base_offset > INT32_MAX:
+            self._check_offset(self.base_offset + INT32_MAX + 1)     # raises
+        if <int64_t>self.count + n > INT32_MAX:
+            raise RecordTooLargeError("a batch cannot hold more than 2^31-1 records")
         try:
             for i in range(n):
                 if ts_list is not None:
@@ -519,7 +523,6 @@ cdef class MemoryRecordsBuilder:
                     ts = ts_view[i]
                     if ts < NO_TIMESTAMP:
                         raise ValueError(f"invalid negative timestamp {ts} at index {i}: use -1 for none")
-                self._check_offset(self.last_offset + 1)
                 if type(values) is list:
                     value_obj = <object>PyList_GET_ITEM(values, i)
                 else:
