@@ -33,6 +33,7 @@ from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, V2_HEADER_SIZE, V0_R
 from kafkacodec._v2 cimport write_v2_record, write_v2_batch_header, v2_record_body_size
 from kafkacodec._writer cimport varint_size, varlong_size, store_uvarint
 from kafkacodec._legacy cimport write_legacy_message, legacy_message_size
+from kafkacodec._compression cimport compress
 
 from kafkacodec._types import Compression, ControlType, TimestampType, compression_of
 from kafkacodec.errors import (RecordTooLargeError, UnsupportedCompressionError,
@@ -52,19 +53,6 @@ cdef enum:
 
 # Kafka estimates a compressed batch as uncompressed size x ratio (1.0 at first) x 1.05.
 cdef double COMPRESSION_RATE_ESTIMATION_FACTOR = 1.05
-
-
-# --- interim compression (replaced by kafkacodec._compression when it lands) -----------------
-cdef bytes compress(int codec, int magic, const unsigned char* data, Py_ssize_t size, int level):
-    from kafka import codec as kc
-    cdef bytes payload = PyBytes_FromStringAndSize(<const char*>data, size)
-    if codec == CODEC_GZIP:
-        return bytes(kc.gzip_encode(payload, compresslevel=6 if level == -1 else level))
-    if codec == 2:
-        return bytes(kc.snappy_encode(payload))
-    if codec == CODEC_LZ4:
-        return bytes(kc.lz4_encode_old_kafka(payload) if magic == 0 else kc.lz4_encode(payload))
-    return bytes(kc.zstd_encode(payload))
 
 
 # --- borrowed views of bytes-like arguments ---------------------------------------------------
