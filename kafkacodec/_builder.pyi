@@ -1,4 +1,5 @@
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -8,6 +9,9 @@ from kafkacodec._types import Compression, ControlType, TimestampType
 
 _BytesLike = Buffer
 _Header = tuple[str, Buffer | None]
+# A pyarrow Array (binary/string/large_* for keys and values, int64/timestamp[ms] for
+# timestamps); spelled Any so the stub needs no pyarrow type information.
+_ArrowArray = Any
 
 class MemoryRecordsBuilder:
     """Writes one batch at a time exactly as Kafka 3.8's MemoryRecordsBuilder; `build()` returns
@@ -86,9 +90,9 @@ class MemoryRecordsBuilder:
     ) -> None: ...
     def append_many(
         self,
-        timestamps: int | Sequence[int] | npt.NDArray[np.int64],
-        keys: Sequence[_BytesLike | None] | None,
-        values: Sequence[_BytesLike | None],
+        timestamps: int | Sequence[int] | npt.NDArray[np.int64] | _ArrowArray,
+        keys: Sequence[_BytesLike | None] | _ArrowArray | None,
+        values: Sequence[_BytesLike | None] | _ArrowArray,
         headers: Sequence[Iterable[_Header]] | None = None,
     ) -> None: ...
     def append_control_record(

@@ -13,6 +13,7 @@ horizon below magic 2) raises UnsupportedVersionError, zstd below magic 2 or an 
 raises UnsupportedCompressionError, and a key/value/record beyond 2 GiB RecordTooLargeError.
 """
 
+import sys
 import time
 
 from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
@@ -21,7 +22,8 @@ from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromS
 from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_Check
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, INT32_MAX
+from cpython.ref cimport PyObject
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uintptr_t, INT32_MAX
 from libc.stdlib cimport free
 from libc.string cimport memcpy
 
@@ -91,6 +93,112 @@ cdef inline void span_release(Span* s) noexcept:
     if s.release:
         PyBuffer_Release(&s.view)
         s.release = False
+
+
+# --- columns for append_many: a list/tuple of objects or an Arrow binary/string array ----------
+cdef enum:
+    COLUMN_NULL = 0          # None: every entry null
+    COLUMN_LIST = 1
+    COLUMN_TUPLE = 2
+    COLUMN_ARROW32 = 3       # binary / string: int32 offsets
+    COLUMN_ARROW64 = 4       # large_binary / large_string: int64 offsets
+
+cdef struct Column:
+    int kind
+    PyObject* items          # list/tuple (borrowed: the caller holds it for the call)
+    const uint8_t* validity  # Arrow validity bitmap, NULL when there are no nulls
+    const int32_t* offsets32
+    const int64_t* offsets64
+    const unsigned char* data
+    Py_ssize_t first         # the Arrow array's slice offset
+
+cdef unsigned char EMPTY_BYTE = 0
+
+
+cdef const unsigned char* buffer_address(object buf) except NULL:
+    cdef uintptr_t address = 0 if buf is None else buf.address
+    return &EMPTY_BYTE if address == 0 else <const unsigned char*>address
+
+
+cdef Py_ssize_t column_of(object obj, Column* c, str name) except -2:
+    """Set up c over obj; return its length (-1 for None)."""
+    c.items = <PyObject*>obj
+    c.validity = NULL
+    c.first = 0
+    if obj is None:
+        c.kind = COLUMN_NULL
+        return -1
+    if type(obj) is list:
+        c.kind = COLUMN_LIST
+        return len(obj)
+    if type(obj) is tuple:
+        c.kind = COLUMN_TUPLE
+        return len(obj)
+    pa = sys.modules.get("pyarrow")
+    if pa is not None and isinstance(obj, pa.Array):
+        t = obj.type
+        if pa.types.is_binary(t) or pa.types.is_string(t):
+            c.kind = COLUMN_ARROW32
+        elif pa.types.is_large_binary(t) or pa.types.is_large_string(t):
+            c.kind = COLUMN_ARROW64
+        else:
+            raise TypeError(f"{name} as an Arrow array must be binary or string, not {t}")
+        validity, offsets, data = obj.buffers()
+        if obj.null_count:
+            c.validity = <const uint8_t*>buffer_address(validity)
+        c.offsets32 = <const int32_t*>buffer_address(offsets)
+        c.offsets64 = <const int64_t*>buffer_address(offsets)
+        c.data = buffer_address(data)
+        c.first = obj.offset
+        return len(obj)
+    raise TypeError(f"{name} must be a list, a tuple or a pyarrow binary/string array"
+                    f"{' (or None)' if name == 'keys' else ''}, not {type(obj).__name__}")
+
+
+cdef inline int column_span(const Column* c, Py_ssize_t i, Span* s, const char* what) except -1:
+    cdef Py_ssize_t j
+    cdef int64_t start, end
+    if c.kind == COLUMN_LIST:
+        return span_of(<object>PyList_GET_ITEM(<object>c.items, i), s, what)
+    if c.kind == COLUMN_TUPLE:
+        return span_of(<object>PyTuple_GET_ITEM(<object>c.items, i), s, what)
+    s.release = False
+    j = c.first + i
+    if c.kind == COLUMN_NULL or (c.validity != NULL and not (c.validity[j >> 3] >> (j & 7)) & 1):
+        s.data = NULL
+        s.length = -1
+        return 0
+    if c.kind == COLUMN_ARROW32:
+        start = c.offsets32[j]
+        end = c.offsets32[j + 1]
+    else:
+        start = c.offsets64[j]
+        end = c.offsets64[j + 1]
+    if end - start > INT32_MAX:
+        raise RecordTooLargeError(f"{what.decode()} of {end - start} bytes exceeds Kafka's 2 GiB limit")
+    s.data = c.data + start
+    s.length = end - start
+    return 0
+
+
+cdef object arrow_int64_view(object obj):
+    """A contiguous int64 buffer of obj: numpy arrays and buffers as they are; a pyarrow int64
+    or timestamp[ms] array without nulls zero-copy."""
+    cdef const int64_t[::1] view
+    pa = sys.modules.get("pyarrow")
+    if pa is not None and isinstance(obj, pa.Array):
+        t = obj.type
+        if not (pa.types.is_int64(t) or (pa.types.is_timestamp(t) and t.unit == "ms")):
+            raise TypeError(f"timestamps as an Arrow array must be int64 or timestamp[ms], not {t}")
+        if obj.null_count:
+            raise ValueError("Arrow timestamps must not contain nulls (use -1 for no timestamp)")
+        obj = obj.view(pa.int64()).to_numpy(zero_copy_only=True)
+    try:
+        view = obj
+    except (TypeError, ValueError, BufferError):
+        raise TypeError("timestamps must be an int, a list/tuple of ints or a contiguous int64 "
+                        f"buffer, not {type(obj).__name__}") from None
+    return view
 
 
 cdef int32_t encode_headers(Writer* w, object headers) except -1:
@@ -452,16 +560,18 @@ cdef class MemoryRecordsBuilder:
     def append_many(self, timestamps, keys, values, headers=None):
         """Append len(values) records at consecutive offsets in one call.
 
-        timestamps: one int for all, or a sequence / int64 buffer (numpy array) of ints;
-        keys: None (all null) or a list/tuple of bytes-like-or-None; values: a list/tuple of
-        bytes-like-or-None; headers: None or a list/tuple of per-record header sequences.
-        All or nothing: on an error the batch is left as it was before the call."""
+        timestamps: one int for all, a list/tuple of ints, a contiguous int64 buffer (numpy
+        array) or a pyarrow int64 / timestamp[ms] array without nulls; keys: None (all null),
+        a list/tuple of bytes-like-or-None or a pyarrow binary/string array (nulls are null
+        keys); values: the same without the None form; headers: None or a list/tuple of
+        per-record header sequences.  All or nothing: on an error the batch is left as it was
+        before the call."""
         cdef Py_ssize_t n, i
         cdef Span k, v
+        cdef Column key_col, value_col
         cdef int64_t ts = 0
         cdef const int64_t[::1] ts_view = None
-        cdef object ts_list = None, key_obj, value_obj, header_obj = None
-        cdef bint keys_null = keys is None
+        cdef object ts_list = None, header_obj = None
         cdef bint no_headers = headers is None
         # saved state for the all-or-nothing rollback
         cdef Py_ssize_t saved_length = self.w.length
@@ -471,14 +581,11 @@ cdef class MemoryRecordsBuilder:
         cdef bint saved_has_base = self.has_base_timestamp
         if self.is_control_batch:
             raise ValueError("this builder writes a control batch: use append_control_record()")
-        if type(values) is not list and type(values) is not tuple:
-            raise TypeError(f"values must be a list or tuple, not {type(values).__name__}")
-        n = len(values)
-        if not keys_null:
-            if type(keys) is not list and type(keys) is not tuple:
-                raise TypeError(f"keys must be None, a list or a tuple, not {type(keys).__name__}")
-            if len(keys) != n:
-                raise ValueError(f"{len(keys)} keys for {n} values")
+        if values is None:
+            raise TypeError("values must be a list, a tuple or a pyarrow binary/string array, not None")
+        n = column_of(values, &value_col, "values")
+        if column_of(keys, &key_col, "keys") not in (n, -1):
+            raise ValueError(f"{len(keys)} keys for {n} values")
         if not no_headers:
             if type(headers) is not list and type(headers) is not tuple:
                 raise TypeError(f"headers must be None, a list or a tuple, not {type(headers).__name__}")
@@ -491,11 +598,7 @@ cdef class MemoryRecordsBuilder:
             if len(ts_list) != n:
                 raise ValueError(f"{len(ts_list)} timestamps for {n} values")
         else:
-            try:
-                ts_view = timestamps
-            except (TypeError, ValueError):
-                raise TypeError("timestamps must be an int, a list/tuple of ints or a contiguous "
-                                f"int64 buffer, not {type(timestamps).__name__}") from None
+            ts_view = arrow_int64_view(timestamps)
             if ts_view.shape[0] != n:
                 raise ValueError(f"{ts_view.shape[0]} timestamps for {n} values")
         if n and self.last_offset + n - self.base_offset > INT32_MAX:
@@ -511,21 +614,11 @@ cdef class MemoryRecordsBuilder:
                     ts = ts_view[i]
                     if ts < NO_TIMESTAMP:
                         raise ValueError(f"invalid negative timestamp {ts} at index {i}: use -1 for none")
-                if type(values) is list:
-                    value_obj = <object>PyList_GET_ITEM(values, i)
-                else:
-                    value_obj = <object>PyTuple_GET_ITEM(values, i)
-                if keys_null:
-                    key_obj = None
-                elif type(keys) is list:
-                    key_obj = <object>PyList_GET_ITEM(keys, i)
-                else:
-                    key_obj = <object>PyTuple_GET_ITEM(keys, i)
                 if not no_headers:
                     header_obj = headers[i]
-                span_of(key_obj, &k, b"key")
+                column_span(&key_col, i, &k, b"key")
                 try:
-                    span_of(value_obj, &v, b"value")
+                    column_span(&value_col, i, &v, b"value")
                     try:
                         self._write(self.last_offset + 1, ts, &k, &v, header_obj)
                     finally:

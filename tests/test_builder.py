@@ -581,3 +581,38 @@ def test_stub_types_check(tmp_path):
     sample.write_text(STUB_USE + "b.append('1', b'k', b'v')\nbad: str = b.build()\n")
     bad = api.run(["--strict", "--follow-imports=silent", "--no-incremental", str(sample)])
     assert bad[2] == 1 and bad[0].count("error:") == 2, bad[0]
+
+
+# --- Arrow columns --------------------------------------------------------------------------------
+@pytest.mark.parametrize("binary_type", ["binary", "string", "large_binary", "large_string"])
+def test_append_many_from_arrow_arrays(binary_type):
+    pa = pytest.importorskip("pyarrow")
+    raw_values = [b"v%d" % i if i % 4 else None for i in range(50)] + [b""]
+    raw_keys = [None if i % 3 == 0 else b"k%d" % i for i in range(51)]
+    make = (lambda xs: [None if x is None else x.decode() for x in xs]) if "string" in binary_type else list
+    arrow_type = getattr(pa, binary_type)()
+    # sliced arrays exercise the Arrow offset and validity bit position
+    values = pa.array([b"pad"] * 3 + make(raw_values), type=arrow_type).slice(3)
+    keys = pa.array([None] * 5 + make(raw_keys), type=arrow_type).slice(5)
+    timestamps = pa.array(range(1000, 1051), type=pa.timestamp("ms"))
+    arrow = MemoryRecordsBuilder(base_offset=3)
+    arrow.append_many(timestamps, keys, values)
+    plain = MemoryRecordsBuilder(base_offset=3)
+    plain.append_many(list(range(1000, 1051)), raw_keys, raw_values)
+    assert arrow.build() == plain.build()
+
+
+def test_append_many_rejects_unsuitable_arrow_arrays():
+    pa = pytest.importorskip("pyarrow")
+    builder = MemoryRecordsBuilder()
+    with pytest.raises(TypeError, match="binary or string"):
+        builder.append_many(1, None, pa.array([1, 2]))
+    with pytest.raises(ValueError, match="nulls"):
+        builder.append_many(pa.array([1, None]), None, [b"a", b"b"])
+    with pytest.raises(TypeError, match="int64 buffer"):
+        builder.append_many(np.array([1.0, 2.0]), None, [b"a", b"b"])
+    with pytest.raises(TypeError, match="timestamps"):
+        builder.append_many(pa.array([1.0, 2.0]), None, [b"a", b"b"])
+    with pytest.raises(TypeError, match="values must be"):
+        builder.append_many(1, None, {b"a"})
+    assert builder.record_count == 0
