@@ -37,10 +37,11 @@ def run_benchmarks(json_path: Path, extra: list[str]) -> None:
 
 
 def impl_of(bench: dict) -> str:
-    impl = (bench.get("extra_info") or {}).get("impl")
+    extra = bench.get("extra_info") or {}
+    impl = extra.get("impl") or extra.get("library")
     if impl:
-        return impl
-    name = bench["name"].lower().replace("_", "-")
+        return str(impl)
+    name = (bench["name"] + " " + str(bench.get("param") or "")).lower().replace("_", "-")
     for candidate in ("kafka-python", "aiokafka", "confluent-kafka", "kafkacodec"):
         if candidate in name or candidate.replace("-", "") in name:
             return candidate

@@ -159,7 +159,10 @@ def memory_records_index(data: bytes) -> None:
     index = getattr(records, "index", None) or getattr(records, "batch_index", None)
     if index is None:
         raise Missing("MemoryRecords.index / batch_index")
-    index() if callable(index) else index
+    table = index() if callable(index) else index
+    # The fast path must agree with the object walk on how many entries there are.
+    if len(table) != sum(1 for _ in records.batches()):
+        raise AssertionError(f"index has {len(table)} rows, batches() walks a different count")
 
 
 _FILE_DIR = tempfile.mkdtemp(prefix="kc-fuzz-")
@@ -319,10 +322,20 @@ def ring_feed(data: bytes) -> None:
 
 
 def decompress(data: bytes) -> None:
+    """Every codec container, both the one-shot function and the reusable Decompressor, under
+    a small cap (bombs must raise RecordTooLargeError, never exhaust memory)."""
     param, payload = split(data)
     codec = 1 + param % 4
-    fn = api("kafkacodec._compression.decompress", "kafkacodec.decompress")
-    fn(codec, payload)
+    magic = 2 if codec == 4 else (param >> 2) % 3
+    cap = 1 << 20
+    fn = api("kafkacodec._compression.decompress")
+    out = fn(codec, magic, payload, cap)
+    if len(out) > cap:
+        raise AssertionError(f"decompressed {len(out)} bytes past the {cap}-byte cap")
+    Decompressor = api("kafkacodec._compression.Decompressor")
+    view = Decompressor(cap).decompress(codec, magic, payload)
+    if bytes(view) != bytes(out):
+        raise AssertionError("Decompressor and decompress() disagree")
 
 
 def columnar_decode(data: bytes) -> None:

@@ -138,14 +138,27 @@ def ring_streams(fetches: list[bytes]) -> list[bytes]:
 
 
 def compressed(record_sets: list[bytes]) -> list[bytes]:
+    """Codec payloads; the leading byte is fuzz_targets.decompress's parameter:
+    codec = 1 + p % 4, magic = (p >> 2) % 3 (zstd: always 2)."""
     from kafka import codec
 
+    def param(codec_id: int, magic: int) -> bytes:
+        return bytes([(codec_id - 1) | (magic << 2)])
+
     out = []
-    for raw in record_sets[:12]:
-        out.append(b"\x00" + codec.gzip_encode(raw))
-        out.append(b"\x01" + codec.snappy_encode(raw, xerial_compatible=True))
-        out.append(b"\x02" + codec.lz4_encode(raw))
-        out.append(b"\x03" + codec.zstd_encode(raw))
+    for raw in record_sets[:12]:  # kafka-python's writers (magic 1/2 framing)
+        out.append(param(1, 2) + codec.gzip_encode(raw))
+        out.append(param(2, 2) + codec.snappy_encode(raw, xerial_compatible=True))
+        out.append(param(3, 2) + codec.lz4_encode(raw))
+        out.append(param(4, 2) + codec.zstd_encode(raw))
+    try:
+        from kafkacodec._compression import compress
+    except ImportError:
+        return out
+    for raw in record_sets[:6]:  # ours, every magic (magic 0 LZ4 has Kafka's header quirk)
+        for codec_id in (1, 2, 3, 4):
+            for magic in ((2,) if codec_id == 4 else (0, 1, 2)):
+                out.append(param(codec_id, magic) + bytes(compress(codec_id, magic, raw)))
     return out
 
 

@@ -24,7 +24,7 @@ class Decompressor:
     """Reusable decompression state and output buffer (one per thread)."""
 
     max_size: int
-    def __init__(self, max_size: int | None = None) -> None: ...
+    def __new__(cls, max_size: int | None = None) -> Decompressor: ...  # Cython __cinit__
     def decompress(self, codec: _Codec, magic: int, data: Buffer) -> memoryview:
         """A read-only view of the internal buffer; it never changes while alive (the next
         call reuses the buffer only once no view of it is left)."""

@@ -91,8 +91,13 @@ def test_stubs_match_compiled_modules(tmp_path):
     allowlist = tmp_path / "allowlist.txt"
     extra = [rf"{name.replace('.', chr(92) + '.')}(\..*)?" for name in _unimportable_modules()]
     allowlist.write_text(ALLOWLIST.read_text() + "\n" + "\n".join(extra) + "\n")
+    # stubtest needs mypy to analyse the whole package first and stops at any type error in a
+    # .py body; those are not stub drift (mypy -p kafkacodec in the typing CI job reports them),
+    # so errors are silenced for the analysis and the comparison still runs on everything.
+    config = tmp_path / "mypy.ini"
+    config.write_text("[mypy]\nignore_errors = True\n")
     args = ["-m", "mypy.stubtest", "kafkacodec", "--allowlist", str(allowlist),
-            "--ignore-unused-allowlist", "--concise"]
+            "--ignore-unused-allowlist", "--concise", "--mypy-config-file", str(config)]
     help_text = _run(["-m", "mypy.stubtest", "--help"], tmp_path).stdout
     if "--ignore-disjoint-bases" in help_text:
         # mypy >= 1.18 wants @disjoint_base on stubs of C classes; a nicety for type checkers,

@@ -119,18 +119,21 @@ def test_down_convert_from_many_threads(to_magic):
 
 def test_decompress_from_many_threads():
     _compression = pytest.importorskip("kafkacodec._compression")
-
-    decompress = getattr(_compression, "decompress", None)
-    compress = getattr(_compression, "compress", None)
-    if decompress is None or compress is None:
-        pytest.skip("kafkacodec._compression.compress/decompress are not in this build")
     payloads = [os.urandom(1000) * 50, b"a" * 300_000, os.urandom(100)]
-    blobs = {(codec, i): compress(codec, p) for codec in (1, 2, 3, 4)
-             for i, p in enumerate(payloads)}
+    keys = [(codec, magic, i) for codec in (1, 2, 3, 4) for magic in ((2,) if codec == 4 else (0, 1, 2))
+            for i in range(len(payloads))]
+    blobs = {(c, m, i): bytes(_compression.compress(c, m, payloads[i])) for c, m, i in keys}
 
     def work(seed):
-        keys = sorted(blobs)
-        return all(bytes(decompress(codec, blobs[(codec, i)])) == payloads[i]
-                   for _ in range(5) for codec, i in keys[seed % 3:] + keys[:seed % 3])
+        decompressor = _compression.Decompressor()  # the per-thread reusable form
+        order = keys[seed % len(keys):] + keys[:seed % len(keys)]
+        for _ in range(3):
+            for c, m, i in order:
+                if bytes(_compression.decompress(c, m, blobs[(c, m, i)])) != payloads[i]:
+                    return (c, m, i, "decompress")
+                with decompressor.decompress(c, m, blobs[(c, m, i)]) as view:
+                    if bytes(view) != payloads[i]:
+                        return (c, m, i, "Decompressor")
+        return None
 
-    assert all(run_in_threads(work, [(i,) for i in range(THREADS)]))
+    assert run_in_threads(work, [(i,) for i in range(THREADS)]) == [None] * THREADS
