@@ -43,6 +43,9 @@ import kafkacodec  # noqa: E402  (after the path constants, before the targets)
 from kafkacodec.errors import KafkaCodecError  # noqa: E402
 
 
+HANG_SECONDS = 10.0  # an input that takes longer than this is a finding (libFuzzer: -timeout)
+
+
 class Missing(Exception):
     """The entry point a target needs is not in this build (yet)."""
 
@@ -456,11 +459,15 @@ def run_builtin(name: str, seconds: float, seeds: list[bytes], seed: int = 0) ->
     runs = 0
     while time.monotonic() < deadline:
         data = mutate(rng.choice(pool), rng)
+        t0 = time.monotonic()
         try:
             check_one(name, data)
         except Exception:
             save_crash(name, data)
             raise
+        if time.monotonic() - t0 > HANG_SECONDS:
+            save_crash(name, data)
+            raise AssertionError(f"{name}: one input took {time.monotonic() - t0:.1f}s (hang)")
         runs += 1
     return runs
 
@@ -472,6 +479,12 @@ def save_crash(name: str, data: bytes) -> Path:
     path.write_bytes(data)
     print(f"[{name}] finding saved to {path}", file=sys.stderr)
     return path
+
+
+def regression_inputs(name: str) -> list[bytes]:
+    directory = REGRESSIONS / name
+    return [p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()] \
+        if directory.is_dir() else []
 
 
 def load_seeds(name: str) -> list[bytes]:
@@ -498,13 +511,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_campaign(args: argparse.Namespace) -> int:
-    """Every available target for an equal share of `seconds`; atheris when installed."""
+def pick_engine(requested: str) -> str:
+    """atheris only pays when the core is built with coverage instrumentation
+    (-fsanitize=fuzzer-no-link, scripts/sanitize.sh with clang sets KC_FUZZ_NATIVE=1): it sees no
+    coverage in compiled code otherwise, and its corpus collapses to one input. Without it the
+    built-in mutator over the seed corpus does more."""
+    if requested != "auto":
+        return requested
     try:
         import atheris  # noqa: F401
-        engine = "atheris"
     except ImportError:
-        engine = "builtin"
+        return "builtin"
+    return "atheris" if os.environ.get("KC_FUZZ_NATIVE") == "1" else "builtin"
+
+
+def cmd_campaign(args: argparse.Namespace) -> int:
+    """Every available target for an equal share of `seconds`."""
+    engine = pick_engine(args.engine)
+    print(f"fuzz: engine {engine}"
+          f"{' (coverage from the instrumented core)' if engine == 'atheris' else ''}")
     names = [n for n in TARGETS if not args.target or n in args.target]
     live = [n for n in names if availability(n) is None]
     for name in names:
@@ -540,7 +565,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
                 print(f"[{name}] FINDING (exit {proc.returncode}):\n{tail}")
         else:
             try:
-                runs = run_builtin(name, share, load_seeds(name))
+                runs = run_builtin(name, share, load_seeds(name) + regression_inputs(name))
                 ok = True
             except Exception:
                 traceback.print_exc()
@@ -602,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     campaign.add_argument("--target", action="append")
     campaign.add_argument("--timeout", type=int, default=10, help="seconds per input (hang)")
     campaign.add_argument("--rss-limit-mb", type=int, default=2048)
+    campaign.add_argument("--engine", choices=["auto", "atheris", "builtin"], default="auto")
     campaign.set_defaults(func=cmd_campaign)
     replay = sub.add_parser("replay")
     replay.add_argument("--target", action="append")

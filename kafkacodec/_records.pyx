@@ -449,8 +449,7 @@ cdef object decode_batch(const BatchHeader* h, const unsigned char* entry, Py_ss
     except KafkaCodecError as err:
         if not decompressed and data_position != h.position and err.position is not None:
             # raised by the decompressor: its positions are inside the compressed data
-            err = type(err)(err.reason, position=data_position + err.position,
-                            offset=h.base_offset)
+            err = err.moved(data_position + err.position, h.base_offset)
         return with_context(err, h, data_position, decompressed)
 
 
