@@ -7,9 +7,9 @@
 #   bash scripts/sanitize.sh --fuzz-only --fuzz-seconds 600   (what FUZZ_SANITIZE=1 fuzz.sh runs)
 #
 # How: KAFKACODEC_SANITIZE=address,undefined (read by setup.py) builds the extensions into
-# build/sanitize/ (the in-place build in kafkacodec/ is left alone). CPython itself is not
-# instrumented, so the ASan runtime must be loaded first: LD_PRELOAD=libasan (+ libubsan with
-# gcc), found with `$CC -print-file-name`. PYTHONMALLOC=malloc routes Python's allocations
+# build/sanitize-<cc>/ (the in-place build in kafkacodec/ is left alone). CPython itself is not
+# instrumented, so the ASan runtime must be loaded first: LD_PRELOAD=libasan + libubsan (gcc,
+# found with `gcc -print-file-name`) or atheris' asan_with_fuzzer.so (clang). PYTHONMALLOC=malloc routes Python's allocations
 # through ASan too, so an overrun into a bytes object is caught. Leak detection is off here
 # (CPython keeps memory until exit; tests/test_leaks.py covers leaks). Spark tests are skipped:
 # the JVM does not run with the ASan runtime preloaded. Linux only (macOS: DYLD_INSERT_LIBRARIES
@@ -32,23 +32,36 @@ while [ $# -gt 0 ]; do
 done
 
 if [ -x .venv/bin/python ]; then PY=$ROOT/.venv/bin/python; else PY=${PYTHON:-python3}; fi
-export CC=${CC:-gcc}
-OUT=$ROOT/build/sanitize
+# Toolchain: clang + atheris when both are here (the build is also coverage-instrumented with
+# -fsanitize=fuzzer-no-link, so the fuzz campaign is guided by coverage of the compiled core,
+# and the runtime preloaded is atheris' asan_with_fuzzer.so); else gcc (ASan+UBSan only, and the
+# campaign uses the built-in mutator). SANITIZE_CC=gcc|clang forces one.
+ATHERIS_DIR=$("$PY" -c "import atheris; print(atheris.path())" 2>/dev/null || true)
+if [ -z "${SANITIZE_CC:-}" ]; then
+  if command -v clang > /dev/null && [ -n "$ATHERIS_DIR" ]; then SANITIZE_CC=clang; else SANITIZE_CC=gcc; fi
+fi
+OUT=$ROOT/build/sanitize-$SANITIZE_CC
 mkdir -p "$OUT/kafkacodec"
-echo "sanitize: building the core with ASan+UBSan ($CC) into $OUT"
-KAFKACODEC_SANITIZE=address,undefined "$PY" setup.py -q build_ext --build-lib "$OUT" \
-  --build-temp "$ROOT/build/sanitize-tmp" > "$ROOT/build/sanitize-build.log" 2>&1 \
-  || { tail -40 "$ROOT/build/sanitize-build.log"; exit 1; }
+if [ "$SANITIZE_CC" = clang ]; then
+  FLAGS=address,undefined,fuzzer-no-link
+  export CC=clang LDSHARED="clang -shared"
+  preload=$ATHERIS_DIR/asan_with_fuzzer.so
+  [ -f "$preload" ] || preload=$(clang -print-file-name=libclang_rt.asan-$(uname -m).so)
+  export KC_FUZZ_NATIVE=1
+else
+  FLAGS=address,undefined
+  export CC=gcc
+  preload=$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)
+fi
+echo "sanitize: building the core with -fsanitize=$FLAGS ($CC) into $OUT"
+KAFKACODEC_SANITIZE=$FLAGS "$PY" setup.py -q build_ext --build-lib "$OUT" \
+  --build-temp "$OUT-tmp" > "$OUT-build.log" 2>&1 || { tail -40 "$OUT-build.log"; exit 1; }
 # The pure-Python parts, stubs and markers beside the instrumented extensions.
 (cd kafkacodec && find . \( -name '*.py' -o -name '*.pyi' -o -name 'py.typed' \) -print0 \
   | xargs -0 -I{} cp --parents {} "$OUT/kafkacodec/")
-
-runtime=$("$CC" -print-file-name=libasan.so)
-[ -f "$runtime" ] || { echo "sanitize: $CC has no libasan.so (apt-get install libasan8 / libclang-rt-dev)"; exit 1; }
-preload=$runtime
-if ubsan=$("$CC" -print-file-name=libubsan.so) && [ -f "$ubsan" ] && [[ "$CC" != *clang* ]]; then
-  preload="$preload:$ubsan"
-fi
+for lib in ${preload//:/ }; do
+  [ -f "$lib" ] || { echo "sanitize: sanitizer runtime $lib not found (gcc: libasan8/libubsan1; clang: libclang-rt-dev)"; exit 1; }
+done
 run() {
   env LD_PRELOAD="$preload" PYTHONMALLOC=malloc PYTHONPATH="$OUT" KAFKACODEC_SANITIZED=1 \
     ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:allocator_may_return_null=1:strict_string_checks=1:detect_stack_use_after_return=1" \
@@ -65,12 +78,7 @@ fi
 "$PY" -c "import kafka" 2>/dev/null && run "$PY" fuzz/make_corpus.py > /dev/null
 run "$PY" fuzz/fuzz_targets.py replay "${FUZZ_ARGS[@]}" || status=$?
 if [ "$FUZZ_SECONDS" != 0 ]; then
-  if "$PY" -c "import atheris" 2>/dev/null; then
-    run "$PY" fuzz/fuzz_targets.py campaign --seconds "$FUZZ_SECONDS" "${FUZZ_ARGS[@]}" || status=$?
-  else
-    echo "sanitize: atheris not installed; campaign with the built-in mutator"
-    run "$PY" fuzz/fuzz_targets.py campaign --seconds "$FUZZ_SECONDS" "${FUZZ_ARGS[@]}" || status=$?
-  fi
+  run "$PY" fuzz/fuzz_targets.py campaign --seconds "$FUZZ_SECONDS" "${FUZZ_ARGS[@]}" || status=$?
 fi
 echo "sanitize: exit $status"
 exit $status
