@@ -13,6 +13,7 @@ horizon below magic 2) raises UnsupportedVersionError, zstd below magic 2 or an 
 raises UnsupportedCompressionError, and a key/value/record beyond 2 GiB RecordTooLargeError.
 """
 
+import operator
 import sys
 import time
 
@@ -234,13 +235,26 @@ cdef int32_t encode_headers(Writer* w, object headers) except -1:
     return count
 
 
+cdef object as_int(object v, str name):
+    """v as a Python int: ints and integer-like objects (numpy integers), not bool or float."""
+    if type(v) is int:
+        return v
+    if isinstance(v, bool):
+        raise TypeError(f"{name} must be an int, not bool")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, not {type(v).__name__}") from None
+
+
 cdef int64_t check_timestamp(object timestamp) except? -2:
     cdef int64_t ts
     if type(timestamp) is not int:
-        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
-            raise TypeError(f"timestamp must be an int (milliseconds, -1 for none), "
-                            f"not {type(timestamp).__name__}")
-    ts = timestamp
+        timestamp = as_int(timestamp, "timestamp (milliseconds, -1 for none)")
+    try:
+        ts = timestamp
+    except OverflowError:
+        raise ValueError(f"timestamp {timestamp} does not fit in 64 bits") from None
     if ts < NO_TIMESTAMP:
         raise ValueError(f"invalid negative timestamp {ts}: use -1 for no timestamp")
     return ts
@@ -251,8 +265,7 @@ def _now_ms() -> int:
 
 
 cdef int64_t check_int(object v, str name, int64_t low, int64_t high) except? -1:
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    v = as_int(v, name)
     if v < low or v > high:
         raise ValueError(f"{name} {v} is out of range [{low}, {high}]")
     return v

@@ -396,6 +396,13 @@ def test_delete_horizon_bit_and_base_timestamp():
 
 
 # --- inputs ----------------------------------------------------------------------------------------
+def test_numpy_integers_are_ints():
+    builder = MemoryRecordsBuilder(base_offset=np.int64(4))
+    builder.append(np.int64(1000), None, b"a")
+    builder.append_with_offset(np.uint32(9), np.int32(5), None, b"b")
+    assert [r[:2] for r in peer_records(KpMemoryRecords, builder.build())] == [(4, 1000), (9, 5)]
+
+
 def test_any_bytes_like_key_and_value():
     buffers = [b"abc", bytearray(b"abc"), memoryview(b"xabcx")[1:4], np.frombuffer(b"abc", np.uint8)]
     for buf in buffers:
@@ -506,10 +513,14 @@ def test_invalid_appends():
     builder = MemoryRecordsBuilder()
     with pytest.raises(ValueError, match="invalid negative timestamp -2"):
         builder.append(-2, None, b"x")
-    with pytest.raises(TypeError, match="timestamp must be an int"):
+    with pytest.raises(TypeError, match="timestamp .* must be an int"):
         builder.append(1.5, None, b"x")
-    with pytest.raises(TypeError, match="timestamp must be an int"):
+    with pytest.raises(TypeError, match="timestamp .* must be an int"):
         builder.append(None, None, b"x")
+    with pytest.raises(TypeError, match="not bool"):
+        builder.append(True, None, b"x")
+    with pytest.raises(ValueError, match="64 bits"):
+        builder.append(2**63, None, b"x")
     with pytest.raises(TypeError, match="encode it first"):
         builder.append(1, "text", b"x")
     with pytest.raises(TypeError, match="value must be bytes-like"):
