@@ -648,12 +648,17 @@ cdef class MemoryRecordsBuilder:
             raise
 
     def append_control_record(self, timestamp, control_type, value):
-        """Append a control record (key: version 0 + `control_type`; value as given) at the
-        next offset.  Needs a builder made with is_control_batch=True (magic 2)."""
+        """Append a control record (key: version 0 + `control_type`, a ControlType; value as
+        given) at the next offset.  Needs a builder made with is_control_batch=True (magic 2)."""
         cdef Span k, v
         cdef unsigned char key[4]
         cdef int64_t ts = check_timestamp(timestamp)
-        cdef int type_id = check_int(control_type, "control_type", 0, 32767)
+        cdef int type_id
+        try:
+            type_id = ControlType(as_int(control_type, "control_type"))
+        except ValueError:
+            raise ValueError(f"unknown control_type {control_type!r}: Kafka writes only the "
+                             f"ControlType values") from None
         if not self.is_control_batch:
             raise ValueError("control records need a builder made with is_control_batch=True")
         self._check_offset(self.last_offset + 1)

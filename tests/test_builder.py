@@ -540,6 +540,10 @@ def test_invalid_appends():
                                    is_control_batch=True)
     with pytest.raises(ValueError, match="append_control_record"):
         control.append(1, None, b"x")
+    with pytest.raises(ValueError, match="unknown control_type 7"):
+        control.append_control_record(1, 7, b"")
+    control.append_control_record(1, ControlType.LEADER_CHANGE, b"\x00\x00")
+    assert control.record_count == 1
     not_tx = MemoryRecordsBuilder(producer_id=1, producer_epoch=0, is_control_batch=True)
     with pytest.raises(ValueError, match="is_transactional"):
         not_tx.append_end_txn_marker(1, True, 0)
