@@ -631,3 +631,91 @@ def test_append_many_rejects_unsuitable_arrow_arrays():
     with pytest.raises(TypeError, match="values must be"):
         builder.append_many(1, None, {b"a"})
     assert builder.record_count == 0
+
+
+# --- our reader reads what we build ------------------------------------------------------------
+def our_records(data):
+    return [(r.offset, r.timestamp, r.timestamp_type, r.key, r.value, list(r.headers))
+            for r in kafkacodec.MemoryRecords(data).records()]
+
+
+def expected_ours(records, magic, timestamp_type=TimestampType.CREATE_TIME, log_append_time=None,
+                  base_offset=0):
+    # Our reader reports magic 0 as (-1, NO_TIMESTAMP_TYPE), not None.
+    return [(o, -1 if magic == 0 else ts, -1 if magic == 0 else tt, k, v, h)
+            for o, ts, tt, k, v, h in expected(records, magic, timestamp_type, log_append_time, base_offset)]
+
+
+@pytest.mark.parametrize("magic,codec,shape", list(matrix()))
+def test_our_reader_decodes_what_we_build(magic, codec, shape):
+    records = shape_records(shape)
+    data = build(records, magic=magic, compression=codec, base_offset=1000)
+    reader = kafkacodec.MemoryRecords(data)
+    assert reader.validate() == (1 if magic == 2 or codec != "none" else len(records))
+    assert reader.partial_tail_bytes == 0
+    assert our_records(data) == expected_ours(records, magic, base_offset=1000)
+
+
+@pytest.mark.parametrize("magic,codec", [(2, "zstd"), (2, "none"), (1, "gzip"), (1, "none"), (0, "lz4")])
+def test_our_reader_sees_the_batch_fields(magic, codec):
+    kwargs = dict(producer_id=77, producer_epoch=4, base_sequence=10, partition_leader_epoch=6,
+                  is_transactional=True) if magic == 2 else {}
+    lat = dict(timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=123_456) if magic else {}
+    records = shape_records("negative_deltas")
+    data = build(records, magic=magic, compression=codec, base_offset=20, **kwargs, **lat)
+    batches = list(kafkacodec.MemoryRecords(data).batches())
+    assert all(b.is_valid() for b in batches)
+    assert batches[-1].last_offset == 23
+    if magic:
+        assert {b.timestamp_type for b in batches} == {TimestampType.LOG_APPEND_TIME}
+        assert {b.max_timestamp for b in batches} == {123_456}
+    if magic == 2:
+        [batch] = batches
+        assert (batch.base_offset, batch.last_offset_delta, batch.record_count) == (20, 3, 4)
+        assert batch.base_timestamp == 5_000
+        assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (77, 4, 10)
+        assert batch.is_transactional and not batch.is_control
+        assert batch.partition_leader_epoch == 6
+        assert [r.sequence for r in batch] == [10, 11, 12, 13]
+    assert our_records(data) == expected_ours(records, magic, TimestampType.LOG_APPEND_TIME if magic else 0,
+                                              123_456, 20)
+
+
+def test_our_reader_sees_markers_and_delete_horizon():
+    commit = MemoryRecordsBuilder.build_end_txn_marker(True, 7, 1, 5, base_offset=100, timestamp=1000)
+    abort = MemoryRecordsBuilder.build_end_txn_marker(False, 7, 1, 6, base_offset=101, timestamp=1001)
+    markers = [r for r in kafkacodec.MemoryRecords(commit + abort).records()]
+    assert [(r.offset, r.is_control, r.control_type, r.coordinator_epoch) for r in markers] == [
+        (100, True, ControlType.COMMIT, 5), (101, True, ControlType.ABORT, 6)]
+    data = build([(5_000, b"k", b"v", ())], delete_horizon_ms=3_000, compression="lz4")
+    [batch] = kafkacodec.MemoryRecords(data).batches()
+    assert batch.delete_horizon_ms == 3_000
+    assert [r.timestamp for r in batch] == [5_000]
+
+
+def test_our_reader_reads_the_sample_log():
+    from kafkacodec._sample import sample_log
+
+    data = sample_log(1, seed=2)
+    records = list(kafkacodec.MemoryRecords(data).records())
+    assert [r.offset for r in records] == list(range(len(records)))
+    assert [r.control_type for r in records if r.is_control] == [ControlType.COMMIT, ControlType.ABORT]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(magic=st.sampled_from(MAGICS), codec=st.sampled_from(CODECS), base_offset=st.integers(0, 2**40),
+       records=st.lists(st.tuples(timestamps, blobs, blobs, header_lists), min_size=1, max_size=20),
+       split=st.integers(1, 20))
+def test_round_trip_through_our_reader(magic, codec, base_offset, records, split):
+    if magic < 2:
+        if codec == "zstd":
+            codec = "gzip"
+        records = [(ts, k, v, ()) for ts, k, v, _ in records]
+    builder = MemoryRecordsBuilder(magic=magic, compression=codec, base_offset=base_offset)
+    log = b""
+    for i, (ts, key, value, headers) in enumerate(records):
+        builder.append(ts, key, value, headers)
+        if (i + 1) % split == 0:
+            log += builder.build()
+    log += builder.build()
+    assert our_records(log) == expected_ours(records, magic, base_offset=base_offset)
