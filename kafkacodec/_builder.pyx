@@ -24,17 +24,18 @@ from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_Check
 from cpython.ref cimport PyObject
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uintptr_t, INT32_MAX
+from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uintptr_t,
+                          INT32_MAX, INT64_MAX)
 from libc.stdlib cimport free
 from libc.string cimport memcpy
 
 from kafkacodec._crc cimport kc_crc_init
-from kafkacodec._writer cimport Writer, ensure, reserve, store_u16, store_u32
+from kafkacodec._writer cimport (Writer, ensure, reserve, store_u16, store_u32, store_uvarint,
+                                 varint_size)
 from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, V2_HEADER_SIZE, V0_RECORD_OVERHEAD,
                                  V1_RECORD_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG,
                                  CONTROL_FLAG, DELETE_HORIZON_FLAG, NO_TIMESTAMP)
 from kafkacodec._v2 cimport write_v2_record, write_v2_batch_header, v2_record_body_size
-from kafkacodec._writer cimport varint_size, varlong_size, store_uvarint
 from kafkacodec._legacy cimport write_legacy_message, legacy_message_size
 from kafkacodec._compression cimport compress
 
@@ -49,10 +50,7 @@ kc_crc_init()
 
 cdef enum:
     CODEC_NONE = 0
-    CODEC_GZIP = 1
-    CODEC_LZ4 = 3
-    CODEC_ZSTD = 4
-    KAFKA_DEFAULT_LEVEL = -1
+    KAFKA_DEFAULT_LEVEL = -1     # _compression's LEVEL_DEFAULT: Kafka's default for the codec
 
 # Kafka estimates a compressed batch as uncompressed size x ratio (1.0 at first) x 1.05.
 cdef double COMPRESSION_RATE_ESTIMATION_FACTOR = 1.05
@@ -217,6 +215,8 @@ cdef int32_t encode_headers(Writer* w, object headers) except -1:
         if not PyUnicode_Check(name):
             raise TypeError(f"a header key must be str, not {type(name).__name__}")
         key = PyUnicode_AsUTF8AndSize(name, &key_size)
+        if key_size > INT32_MAX:
+            raise RecordTooLargeError("header key exceeds Kafka's 2 GiB limit")
         span_of(val, &value, b"header value")
         try:
             ensure(w, 10 + key_size + 5 + (value.length if value.length > 0 else 0))
@@ -302,6 +302,7 @@ cdef class MemoryRecordsBuilder:
     cdef int64_t base_timestamp
     cdef bint has_base_timestamp
     cdef int64_t max_timestamp
+    cdef bint exhausted           # a batch ended at offset 2^63-1
 
     def __cinit__(self):
         self.w.buf = NULL
@@ -419,7 +420,7 @@ cdef class MemoryRecordsBuilder:
     @property
     def next_offset(self) -> int:
         """The offset `append()` will give the next record."""
-        return self.last_offset + 1
+        return <object>self.last_offset + 1
 
     @property
     def uncompressed_size_in_bytes(self) -> int:
@@ -476,6 +477,11 @@ cdef class MemoryRecordsBuilder:
         return self.max_batch_size >= self._estimated_size() + size
 
     # --- appending ------------------------------------------------------------------------
+    cdef inline int64_t _next(self) except? -1:
+        if self.last_offset == INT64_MAX or self.exhausted:
+            raise ValueError("offsets are exhausted: the last record has offset 2^63-1")
+        return self.last_offset + 1
+
     cdef int _check_offset(self, int64_t offset) except -1:
         if offset <= self.last_offset:
             if self.count:
@@ -540,7 +546,7 @@ cdef class MemoryRecordsBuilder:
         cdef int64_t ts = check_timestamp(timestamp)
         if self.is_control_batch:
             raise ValueError("this builder writes a control batch: use append_control_record()")
-        self._check_offset(self.last_offset + 1)
+        self._check_offset(self._next())
         span_of(key, &k, b"key")
         try:
             span_of(value, &v, b"value")
@@ -614,8 +620,11 @@ cdef class MemoryRecordsBuilder:
             ts_view = arrow_int64_view(timestamps)
             if ts_view.shape[0] != n:
                 raise ValueError(f"{ts_view.shape[0]} timestamps for {n} values")
+        if n and (self.exhausted or self.last_offset > INT64_MAX - n):
+            raise ValueError(f"{n} more records would pass offset 2^63-1")
         if n and self.last_offset + n - self.base_offset > INT32_MAX:
-            self._check_offset(self.base_offset + INT32_MAX + 1)     # raises
+            raise ValueError(f"{n} more records would end more than 2^31-1 past the batch base "
+                             f"offset {self.base_offset}: build() this batch first")
         if <int64_t>self.count + n > INT32_MAX:
             raise RecordTooLargeError("a batch cannot hold more than 2^31-1 records")
         try:
@@ -661,7 +670,7 @@ cdef class MemoryRecordsBuilder:
                              f"ControlType values") from None
         if not self.is_control_batch:
             raise ValueError("control records need a builder made with is_control_batch=True")
-        self._check_offset(self.last_offset + 1)
+        self._check_offset(self._next())
         store_u16(key, 0)
         store_u16(key + 2, <uint32_t>type_id)
         k.data = key
@@ -717,7 +726,10 @@ cdef class MemoryRecordsBuilder:
         span = <int32_t>(self.last_offset - self.base_offset) + 1
         if self.base_sequence >= 0:          # DefaultRecordBatch.incrementSequence: wraps to 0
             self.base_sequence = <int32_t>((<int64_t>self.base_sequence + span) % (<int64_t>INT32_MAX + 1))
-        self.base_offset = self.last_offset + 1
+        if self.last_offset == INT64_MAX:       # nothing can follow offset 2^63-1
+            self.exhausted = True
+        else:
+            self.base_offset = self.last_offset + 1
         self._start_batch()
         return out
 

@@ -386,6 +386,21 @@ def test_append_with_offset_must_increase():
     assert builder.record_count == 1
 
 
+def test_offsets_end_at_2_63_minus_1():
+    builder = MemoryRecordsBuilder(base_offset=2**63 - 2)
+    builder.append(1, None, b"a")
+    with pytest.raises(ValueError, match="would pass offset 2\\^63-1"):
+        builder.append_many(1, None, [b"b", b"c"])
+    builder.append(1, None, b"b")
+    assert builder.next_offset == 2**63
+    with pytest.raises(ValueError, match="exhausted"):
+        builder.append(1, None, b"c")
+    data = builder.build()
+    assert [r[0] for r in peer_records(KpMemoryRecords, data)] == [2**63 - 2, 2**63 - 1]
+    with pytest.raises(ValueError, match="exhausted"):
+        builder.append(1, None, b"c")
+
+
 def test_delete_horizon_bit_and_base_timestamp():
     data = build([(5_000, b"k", b"v", ()), (4_000, None, b"w", ())], delete_horizon_ms=3_000)
     assert data[22] & 0x40
