@@ -265,6 +265,21 @@ def test_decompressor_max_size_attribute_and_default():
         Decompressor(max_size=-1)
 
 
+@pytest.mark.parametrize("codec", CODECS)
+def test_lowering_the_cap_after_the_buffer_grew(codec):
+    data = sample(300_000)
+    out = compress(codec, magic_of(codec), data)
+    d = Decompressor()
+    assert bytes(d.decompress(codec, magic_of(codec), out)) == data
+    d.max_size = len(data) - 1
+    with pytest.raises(RecordTooLargeError):
+        d.decompress(codec, magic_of(codec), out)
+    # decompress() reuses a per-thread buffer the same way.
+    assert decompress(codec, magic_of(codec), out) == data
+    with pytest.raises(RecordTooLargeError):
+        decompress(codec, magic_of(codec), out, max_size=len(data) - 1)
+
+
 def test_decompressor_from_many_threads():
     datas = [sample(100_000 + i, i) for i in range(4)]
     frames = {codec: [compress(codec, 2, x) for x in datas] for codec in CODECS}
