@@ -1,4 +1,4 @@
-"""Decompressing one records section per codec: kafkacodec vs kafka-python vs aiokafka.
+"""(De)compressing one records section per codec: kafkacodec vs kafka-python vs aiokafka.
 
 Run (one core is enough; the numbers are ratios measured side by side in one process):
 
@@ -11,6 +11,8 @@ which kafka-python and aiokafka read too).  "ours-into" is the Decompressor writ
 reusable buffer (what the record readers use); "ours-bytes" returns a new bytes object;
 "memcpy" copies the decompressed size once, the machine's floor.  The ratio table printed at
 the end is peer median time / ours-into median time (higher = we are faster).
+Compression is measured too (ours at Kafka's default levels; kafka-python's and aiokafka's
+gzip use level 9 and aiokafka's lz4 uses LZ4 HC, so those rows compare different work).
 """
 
 import json
@@ -55,6 +57,12 @@ PEERS = {
                  "zstd": aio.zstd_decode},
 }
 IMPLS = ["ours-into", "ours-bytes", "kafka-python", "aiokafka", "memcpy"]
+ENCODERS = {
+    "kafka-python": {"gzip": kp.gzip_encode, "snappy": lambda d: kp.snappy_encode(d, True),
+                     "lz4": kp.lz4_encode, "zstd": kp.zstd_encode},
+    "aiokafka": {"gzip": aio.gzip_encode, "snappy": lambda d: aio.snappy_encode(d, True),
+                 "lz4": aio.lz4_encode, "zstd": aio.zstd_encode},
+}
 RESULTS = {}
 
 
@@ -102,6 +110,18 @@ def print_table(write):
             write(f"{codec:8}{name:>7}{ratio:>8.1f}x  {cells}   {size / ours / 1e6:>9.0f}"
                   f"  {times['kafka-python'] / ours:>13.2f}  {times['aiokafka'] / ours:>9.2f}")
     write("(times are medians in microseconds)")
+    write(f"{'compress':8}{'size':>7}  {'ours':>10}{'kafka-py':>10}{'aiokafka':>10}"
+          f"   MB/s ours  x kafka-python  x aiokafka")
+    for codec in CODECS:
+        for name, size in SIZES.items():
+            times = {impl: RESULTS.get(("compress-" + impl, codec, name))
+                     for impl in ("ours", "kafka-python", "aiokafka")}
+            if None in times.values():
+                continue
+            ours = times["ours"]
+            write(f"{codec:8}{name:>7}  " + "".join(f"{t * 1e6:>10.1f}" for t in times.values())
+                  + f"   {size / ours / 1e6:>9.0f}  {times['kafka-python'] / ours:>13.2f}"
+                  f"  {times['aiokafka'] / ours:>9.2f}")
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -115,3 +135,19 @@ def test_decompress(benchmark, codec, name, impl):
     benchmark(fn)
     if benchmark.stats is not None:
         RESULTS[impl, codec, name] = benchmark.stats.stats.median
+
+
+@pytest.mark.parametrize("impl", ["ours", "kafka-python", "aiokafka"])
+@pytest.mark.parametrize("name", list(SIZES))
+@pytest.mark.parametrize("codec", CODECS)
+def test_compress(benchmark, codec, name, impl):
+    data = DATA[name]
+    if impl == "ours":
+        fn = lambda: compress(codec, MAGIC, data)      # noqa: E731
+    else:
+        fn = lambda: ENCODERS[impl][codec](data)        # noqa: E731
+    assert decompress(codec, MAGIC, fn()) == data
+    benchmark.group = f"compress {codec} {name}"
+    benchmark(fn)
+    if benchmark.stats is not None:
+        RESULTS["compress-" + impl, codec, name] = benchmark.stats.stats.median
