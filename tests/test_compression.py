@@ -662,3 +662,28 @@ def test_xxhash32_long_input():
     data = os.urandom(1_000_003)
     assert xxhash32(data) == xxhash.xxh32_intdigest(data)
     assert xxhash32(memoryview(data)[3:]) == xxhash.xxh32_intdigest(data[3:])
+
+
+def test_stub_matches_the_compiled_module():
+    import ast
+    import inspect
+    from pathlib import Path
+
+    import kafkacodec._compression as module
+
+    tree = ast.parse(Path(module.__file__).with_name("_compression.pyi").read_text())
+    stub = {node.name: node for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    assert sorted(module.__all__) == sorted(ast.literal_eval(next(
+        node.value for node in tree.body if isinstance(node, ast.Assign)
+        and node.targets[0].id == "__all__")))
+    for name in module.__all__:
+        assert hasattr(module, name)
+    methods = {node.name: node for node in stub["Decompressor"].body
+               if isinstance(node, ast.FunctionDef)}
+    for runtime, node in ((module.decompress, stub["decompress"]),
+                          (module.compress, stub["compress"]),
+                          (module.xxhash32, stub["xxhash32"]),
+                          (module.Decompressor.decompress, methods["decompress"])):
+        params = list(inspect.signature(runtime).parameters)
+        assert params == [arg.arg for arg in node.args.args], runtime.__name__
