@@ -618,6 +618,7 @@ cdef bytes snappy(const unsigned char* data, Py_ssize_t size):
 
 cdef int unlz4(int magic, const unsigned char* data, Py_ssize_t size, Out* out) except -1:
     cdef Py_ssize_t pos, block_max, n, window
+    cdef bint capped
     cdef unsigned char flg, bd, code, expected
     cdef uint32_t word, stored, computed
     if size < 6:
@@ -689,14 +690,18 @@ cdef int unlz4(int magic, const unsigned char* data, Py_ssize_t size, Out* out) 
                 memcpy(out.p + out.length, data + pos, n)
             out.length += n
         else:
-            window = min(block_max, out.limit - out.length)
+            # An LZ4 block expands at most 255x (one length byte = 255 more match bytes).
+            window = min(block_max, n * 255)
+            capped = window > out.limit - out.length
+            if capped:
+                window = out.limit - out.length
             out_reserve(out, window)
             try:
                 written = _lz4_decompress_block_into(
                     view_of(data + pos, n, PyBUF_READ),
                     view_of(out.p + out.length, window, PyBUF_WRITE))
             except _CramjamError:
-                if window < block_max and lz4_block_fits(data + pos, n, block_max):
+                if capped and lz4_block_fits(data + pos, n, block_max):
                     return too_large(LZ4, out.limit)
                 return corrupt(LZ4, magic, f"invalid lz4 block of {n} bytes", pos)
             out.length += <Py_ssize_t>written
