@@ -709,6 +709,41 @@ cdef class MemoryRecordsBuilder:
                                       coordinator_epoch)
         return builder.build()
 
+    @staticmethod
+    def build_empty_batch(base_offset, last_offset, producer_id, producer_epoch, base_sequence,
+                          max_timestamp=-1, timestamp_type=TimestampType.CREATE_TIME,
+                          is_transactional=False, is_control_batch=False,
+                          partition_leader_epoch=-1) -> bytes:
+        """A v2 batch with no records (61 bytes), as the log cleaner keeps one to preserve a
+        producer's last sequence (Kafka's DefaultRecordBatch.writeEmptyHeader): RecordsCount 0,
+        LastOffsetDelta = last_offset - base_offset, BaseTimestamp -1, no compression."""
+        cdef BatchHeader h
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, V2_HEADER_SIZE)
+        h.base_offset = check_int(base_offset, "base_offset", 0, INT64_MAX)
+        delta = check_int(last_offset, "last_offset", h.base_offset, INT64_MAX) - h.base_offset
+        if delta > INT32_MAX:
+            raise ValueError(f"last_offset is more than 2^31-1 past base_offset {h.base_offset}")
+        h.last_offset_delta = <int32_t>delta
+        h.producer_id = check_int(producer_id, "producer_id", -1, INT64_MAX)
+        h.producer_epoch = <int16_t>check_int(producer_epoch, "producer_epoch", -1, 32767)
+        h.base_sequence = <int32_t>check_int(base_sequence, "base_sequence", -1, INT32_MAX)
+        h.partition_leader_epoch = <int32_t>check_int(partition_leader_epoch, "partition_leader_epoch",
+                                                      -1, INT32_MAX)
+        h.base_timestamp = NO_TIMESTAMP
+        h.max_timestamp = check_timestamp(max_timestamp)
+        try:
+            ts_type = TimestampType(timestamp_type)
+        except ValueError:
+            raise ValueError(f"unknown timestamp_type {timestamp_type!r}: use a TimestampType") from None
+        if ts_type == TimestampType.NO_TIMESTAMP_TYPE:
+            raise ValueError("a v2 batch needs a timestamp type (CREATE_TIME or LOG_APPEND_TIME)")
+        h.attributes = ((TIMESTAMP_TYPE_MASK if ts_type == TimestampType.LOG_APPEND_TIME else 0)
+                        | (TRANSACTIONAL_FLAG if is_transactional else 0)
+                        | (CONTROL_FLAG if is_control_batch else 0))
+        h.records_count = 0
+        write_v2_batch_header(<unsigned char*>PyBytes_AS_STRING(out), V2_HEADER_SIZE, &h)
+        return out
+
     # --- building -------------------------------------------------------------------------
     def build(self) -> bytes:
         """Close the batch and return its bytes (b"" when empty, as Kafka builds nothing);

@@ -708,6 +708,23 @@ def test_our_reader_sees_markers_and_delete_horizon():
     assert [r.timestamp for r in batch] == [5_000]
 
 
+def test_empty_batch_as_the_log_cleaner_keeps_it():
+    data = MemoryRecordsBuilder.build_empty_batch(
+        base_offset=40, last_offset=49, producer_id=8, producer_epoch=2, base_sequence=100,
+        max_timestamp=7_000, is_transactional=True, partition_leader_epoch=3)
+    assert data == h("""
+        0000000000000028 00000031 00000003 02""") + data[17:21] + h("""
+        0010 00000009 ffffffffffffffff 0000000000001b58 0000000000000008 0002 00000064 00000000""")
+    assert crc32c_pkg.crc32c(data[21:]) == struct.unpack_from(">I", data, 17)[0]
+    [batch] = kafkacodec.MemoryRecords(data).batches()
+    assert batch.is_valid() and batch.record_count == 0 and list(batch) == []
+    assert (batch.base_offset, batch.last_offset, batch.last_sequence) == (40, 49, 109)
+    [(kp_batch, kp_records)] = peer_batches(KpMemoryRecords, data)
+    assert kp_batch.crc_ok and kp_records == []
+    with pytest.raises(ValueError, match="out of range"):
+        MemoryRecordsBuilder.build_empty_batch(10, 9, -1, -1, -1)
+
+
 def test_our_reader_reads_the_sample_log():
     from kafkacodec._sample import sample_log
 
