@@ -751,3 +751,21 @@ def test_round_trip_through_our_reader(magic, codec, base_offset, records, split
             log += builder.build()
     log += builder.build()
     assert our_records(log) == expected_ours(records, magic, base_offset=base_offset)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(magic=st.sampled_from(MAGICS), records=st.lists(st.tuples(timestamps, blobs, blobs), max_size=30),
+       base_offset=st.integers(0, 2**40))
+def test_append_many_equals_appends(magic, records, base_offset):
+    pa = pytest.importorskip("pyarrow")
+    one = MemoryRecordsBuilder(magic=magic, base_offset=base_offset)
+    for ts, key, value in records:
+        one.append(ts, key, value)
+    expected_bytes = one.build()
+    timestamps_, keys, values = ([r[i] for r in records] for i in range(3))
+    for columns in ((timestamps_, keys, values),
+                    (np.array(timestamps_, dtype=np.int64), pa.array(keys, pa.binary()),
+                     pa.array(values, pa.large_binary()))):
+        many = MemoryRecordsBuilder(magic=magic, base_offset=base_offset)
+        many.append_many(*columns)
+        assert many.build() == expected_bytes
