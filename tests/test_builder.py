@@ -157,9 +157,11 @@ def test_spec_commit_marker_example():
 
 def test_abort_marker_is_read_as_abort_by_kafka_python():
     marker = MemoryRecordsBuilder.build_end_txn_marker(False, 9, 2, 11, base_offset=3, timestamp=77)
-    [(batch, _)] = peer_batches(KpMemoryRecords, marker)
-    assert batch.is_control_batch and batch.is_transactional
-    assert batch.producer_id == 9 and batch.producer_epoch == 2 and batch.base_sequence == -1
+    for reader in (KpMemoryRecords, AioMemoryRecords):
+        [(batch, records)] = peer_batches(reader, marker)
+        assert batch.crc_ok and batch.is_control_batch and batch.is_transactional
+        assert batch.producer_id == 9 and batch.producer_epoch == 2 and batch.base_sequence == -1
+        assert records == [(3, 77, 0, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x0b", [])]
     record = next(iter(KpMemoryRecords(marker).next_batch()))
     assert record.abort and not record.commit
     assert record.value == b"\x00\x00\x00\x00\x00\x0b"
@@ -234,11 +236,12 @@ def test_peers_decode_what_we_build(magic, codec, shape):
         assert len(kp_batches) == len(records)         # one standalone message per record
 
 
+@pytest.mark.parametrize("transactional", [False, True])
 @pytest.mark.parametrize("codec", CODECS)
-def test_v2_header_fields(codec):
+def test_v2_header_fields(codec, transactional):
     records = shape_records("negative_deltas")
     data = build(records, compression=codec, base_offset=42, partition_leader_epoch=9,
-                 producer_id=5, producer_epoch=3, base_sequence=100)
+                 producer_id=5, producer_epoch=3, base_sequence=100, is_transactional=transactional)
     for reader in (KpMemoryRecords, AioMemoryRecords):
         [(batch, _)] = peer_batches(reader, data)
         assert batch.base_offset == 42
@@ -246,7 +249,8 @@ def test_v2_header_fields(codec):
         assert batch.first_timestamp == 5_000          # the first record's, not the minimum
         assert batch.max_timestamp == 9_000
         assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (5, 3, 100)
-        assert not batch.is_transactional and not batch.is_control_batch
+        assert batch.is_transactional == transactional and not batch.is_control_batch
+        assert batch.crc_ok
     assert struct.unpack_from(">iiI", data, 8)[1] == 9            # leader epoch, not CRC-covered
     assert struct.unpack_from(">i", data, 57)[0] == 4              # RecordsCount
     assert crc32c_pkg.crc32c(data[21:]) == struct.unpack_from(">I", data, 17)[0]
