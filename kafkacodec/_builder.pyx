@@ -839,6 +839,10 @@ cdef int check_level(object codec, object level) except? -1:
                  Compression.ZSTD: (-131072, 22)}[codec]
     if codec == Compression.GZIP and level == -1:
         return KAFKA_DEFAULT_LEVEL
+    if codec == Compression.ZSTD and level == -1:
+        # -1 is the "Kafka default" marker of the compression module, not zstd's fast level -1
+        raise ValueError("zstd compression_level -1 is not supported: use None for Kafka's "
+                         "default (3), or another level")
     if not low <= level <= high:
         raise ValueError(f"{Compression(codec).name.lower()} compression_level {level} is out of "
                          f"range [{low}, {high}]")

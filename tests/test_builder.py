@@ -521,6 +521,8 @@ def test_compression_levels_change_bytes_not_records():
     (dict(compression="snappy", compression_level=3), ValueError, "no compression levels"),
     (dict(compression="gzip", compression_level=10), ValueError, "out of range"),
     (dict(compression="zstd", compression_level="3"), TypeError, "must be an int"),
+    (dict(compression="zstd", compression_level=-1), ValueError, "not supported"),
+    (dict(compression="lz4", compression_level=0), ValueError, "out of range"),
     (dict(base_offset="0"), TypeError, "must be an int"),
 ])
 def test_invalid_configuration(kwargs, error, match):
