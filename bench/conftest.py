@@ -1,10 +1,5 @@
 """Shared benchmark data and conventions for bench/ (pytest-benchmark).
 
-After a run, every implementation's time relative to kafkacodec's in the same group is printed
-(pytest_terminal_summary below): a benchmark whose parameter id contains "kafkacodec" is ours;
-the fastest of ours in a group is the reference; ratios use the best round (min): on a shared
-machine the other statistics mostly measure the neighbours.
-
 Conventions that bench/report.py reads (set them through the `meta` fixture; it also accepts
 extra_info["library"] or the parameter id as the implementation):
   benchmark.group              the workload, e.g. "decode v2 lz4 100k records"
@@ -145,24 +140,3 @@ def big_uncompressed_log() -> bytes:
 def big_buffer() -> bytes:
     """KC_BENCH_MB of random bytes (memcpy and checksum limits)."""
     return os.urandom(SCALE_MB * 1024 * 1024)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter, config):
-    session = getattr(config, "_benchmarksession", None)
-    if session is None or not session.benchmarks:
-        return
-    groups = {}
-    for bench in session.benchmarks:
-        if bench.stats is not None and bench.stats.rounds:
-            groups.setdefault(bench.group, []).append(bench)
-    terminalreporter.section("ratios: time / kafkacodec's best time (min of rounds)")
-    for group, benches in sorted(groups.items(), key=lambda item: str(item[0])):
-        ours = [b for b in benches if "kafkacodec" in str(b.param)]
-        if not ours:
-            continue
-        reference = min(b.stats.min for b in ours)
-        terminalreporter.write_line(f"{group}:")
-        for bench in sorted(benches, key=lambda b: b.stats.min):
-            terminalreporter.write_line(
-                f"    {bench.name:<58} {bench.stats.min * 1e3:9.2f} ms   x{bench.stats.min / reference:6.2f}")
