@@ -3,6 +3,7 @@ at memory speed by a typed Cython core."""
 
 from kafkacodec import _crc
 from kafkacodec._types import Compression, ControlType, TimestampType
+from kafkacodec.mirror import RawBatchesBuilder, RawBytesBatchRecord, shallow_records
 from kafkacodec.errors import (
     BufferReleasedError,
     CorruptRecordError,
@@ -31,4 +32,7 @@ __all__ = [
     "RecordTooLargeError",
     "BufferReleasedError",
     "MemoryPoolError",
+    "RawBatchesBuilder",
+    "RawBytesBatchRecord",
+    "shallow_records",
 ]
