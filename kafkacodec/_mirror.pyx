@@ -23,33 +23,7 @@ from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legac
 from kafkacodec.protocol._wire cimport (put_length, put_string, put_empty_tags, begin_request,
                                         end_frame, API_PRODUCE, PRODUCE_FLEXIBLE)
 
-# TEMPORARY stand-in for kafkacodec._compression (same C signatures) until it lands on main.
-cdef Py_ssize_t DEFAULT_MAX_DECOMPRESSED = 256 * 1024 * 1024
-cdef enum:
-    LEVEL_DEFAULT = -1
-
-cdef object decompress(int codec, int magic, const unsigned char* data, Py_ssize_t size,
-                       Py_ssize_t max_size):
-    import kafka.codec as kc
-    raw = (<char*>data)[:size]
-    if codec == 1:
-        return kc.gzip_decode(raw)
-    if codec == 2:
-        return kc.snappy_decode(raw)
-    if codec == 3:
-        return kc.lz4_decode_old_kafka(raw) if magic == 0 else kc.lz4_decode(raw)
-    return kc.zstd_decode(raw)
-
-cdef bytes compress(int codec, int magic, const unsigned char* data, Py_ssize_t size, int level):
-    import kafka.codec as kc
-    raw = (<char*>data)[:size]
-    if codec == 1:
-        return kc.gzip_encode(raw)
-    if codec == 2:
-        return kc.snappy_encode(raw)
-    if codec == 3:
-        return kc.lz4_encode_old_kafka(raw) if magic == 0 else kc.lz4_encode(raw)
-    return kc.zstd_encode(raw)
+from kafkacodec._compression cimport compress, decompress, DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT
 
 from kafkacodec._crc cimport kc_crc_init
 
