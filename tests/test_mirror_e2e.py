@@ -114,7 +114,7 @@ def test_mirror_between_two_mock_clusters(clusters, codec):
             for part in topic.partition_responses:
                 assert part.error_code == 0
                 # the target assigns the same offsets the source had
-                assert part.base_offset == positions[(TOPIC, part.index)]
+                assert part.base_offset == positions[(TOPIC, part.partition_index)]
         positions.update(next_offsets)
         requests += 1
     assert requests >= PER_PARTITION // 7

@@ -180,7 +180,7 @@ def test_produce_response_from_kafka_python(version):
     assert ours.correlation_id == 5 and ours.throttle_time_ms == 9
     (p,) = ours.responses[0].partition_responses
     assert ours.responses[0].name == "alpha"
-    assert (p.index, p.error_code, p.base_offset, p.log_append_time_ms) == (3, 87, 12345, -1)
+    assert (p.partition_index, p.error_code, p.base_offset, p.log_append_time_ms) == (3, 87, 12345, -1)
     assert p.log_start_offset == (7 if version >= 5 else -1)
     if version >= 8:
         assert p.record_errors == [(1, "bad"), (2, None)] and p.error_message == "oops"

@@ -60,7 +60,7 @@ class FetchResponse(NamedTuple):
 
 
 class ProducePartitionResponse(NamedTuple):
-    index: int
+    partition_index: int
     error_code: int
     base_offset: int
     log_append_time_ms: int
