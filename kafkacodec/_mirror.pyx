@@ -12,11 +12,11 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, INT32_MAX
 from libc.string cimport memcpy
 
 from kafkacodec._cursor cimport Cursor, cursor_init, raise_corrupt
-from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int32, put_bytes, put_uvarint,
+from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int32, put_bytes,
                                  store_u64)
 from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, V2_HEADER_SIZE,
                                  CONTROL_FLAG, TRANSACTIONAL_FLAG, DELETE_HORIZON_FLAG,
-                                 TIMESTAMP_LOG_APPEND, TIMESTAMP_CREATE)
+                                 TIMESTAMP_LOG_APPEND)
 from kafkacodec._v2 cimport V2Record, read_v2_record, write_v2_record, write_v2_batch_header
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
                                  next_inner_entry, inner_base_offset)
@@ -24,7 +24,6 @@ from kafkacodec.protocol._wire cimport (put_length, put_string, put_empty_tags, 
                                         end_frame, API_PRODUCE, PRODUCE_FLEXIBLE)
 
 from kafkacodec._compression cimport compress, decompress, DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT
-
 from kafkacodec._crc cimport kc_crc_init
 
 from kafkacodec._types import Compression
