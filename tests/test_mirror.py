@@ -6,8 +6,10 @@ import struct
 import uuid
 import zlib
 
+import crc32c
 import kafka.codec
 import pytest
+from hypothesis import given, settings, strategies as st
 from kafka.protocol.consumer.fetch import FetchResponse as KFetchResponse
 from kafka.protocol.producer.produce import ProduceRequest as KProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -274,3 +276,62 @@ def test_fetch_to_produce_refuses_legacy_batches_and_zstd_below_v7():
     raw = kp_fetch_response(12, [("a", [(0, 0, make_batch(2, 4, 0, 2))])])
     with pytest.raises(kafkacodec.UnsupportedCompressionError):
         fetch_to_produce(decode_fetch_response(raw, 12), api_version=6)
+
+
+# --- more trimming cases ---------------------------------------------------------------------------
+def with_log_append_time(batch, append_time):
+    """The broker's in-place LogAppendTime rewrite: attributes bit 3, MaxTimestamp, CRC-32C."""
+    data = bytearray(batch)
+    data[22] |= 0x08
+    data[35:43] = struct.pack(">q", append_time)
+    data[17:21] = struct.pack(">I", crc32c.crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+@pytest.mark.parametrize("codec", [0, 3, 4])
+def test_trim_log_append_time_batch_keeps_the_append_time(codec):
+    data = with_log_append_time(make_batch(2, codec, 40, 6), 5_000_000)
+    r = trim_batch(data, 42)
+    assert r.trimmed and r.timestamp == 5_000_000 and r.timestamp_type == 1
+    got = kp_records(bytes(r.value))
+    assert got == [x for x in kp_records(data) if x[0] >= 42]
+    assert {x[1] for x in got} == {5_000_000}
+
+
+def test_trim_a_compacted_batch_with_offset_gaps():
+    builder = DefaultRecordBatchBuilder(2, 3, False, -1, -1, -1, 1 << 20)
+    for delta, ts in ((0, 100), (2, 90), (5, 120)):
+        builder.append(delta, ts, b"k%d" % delta, b"v%d" % delta, [])
+    data = struct.pack(">q", 1000) + bytes(builder.build())[8:]
+    r = trim_batch(data, 1001)
+    assert (r.base_offset, r.offset, r.record_count) == (1002, 1005, 2)
+    assert [(x[0], x[1], x[2]) for x in kp_records(bytes(r.value))] == [(1002, 90, b"k2"), (1005, 120, b"k5")]
+    (kb,) = kp_batches(bytes(r.value))
+    assert kb.first_timestamp == 90 and kb.max_timestamp == 120 and kb.validate_crc()
+    r = trim_batch(data, 1003)
+    assert (r.base_offset, r.offset, r.record_count, r.timestamp) == (1005, 1005, 1, 120)
+
+
+def test_trim_errors_are_kafkacodec_errors():
+    data = bytearray(make_batch(2, 0, 0, 4))
+    data[57:61] = struct.pack(">i", 5)                      # RecordsCount says 5, 4 are there
+    with pytest.raises(CorruptRecordError):
+        trim_batch(bytes(data), 2)
+    data = bytearray(make_batch(2, 3, 0, 4))
+    data[70:80] = b"\xff" * 10                               # garbage inside the lz4 frame
+    with pytest.raises(kafkacodec.KafkaCodecError):
+        trim_batch(bytes(data), 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(ALL), st.integers(1, 25), st.data())
+def test_trimming_matches_kafka_python_for_any_cut(magic_codec, count, data):
+    magic, codec = magic_codec
+    base = data.draw(st.integers(0, 1 << 40))
+    first = make_batch(magic, codec, base, count)
+    second = make_batch(magic, codec, base + count, 3)
+    fetch_offset = base + data.draw(st.integers(0, count + 1))
+    out = list(shallow_records(first + second, fetch_offset))
+    assert kp_records(b"".join(bytes(r.value) for r in out)) == [
+        r for r in kp_records(first + second) if r[0] >= fetch_offset]
+    assert bytes(out[-1].value) == (second if magic == 2 or codec else second[-len(out[-1].value):])
