@@ -158,18 +158,24 @@ def test_what_the_mock_does_with_several_batches_per_partition(clusters):
     produce_source(source)
     target.client.metadata([TOPIC])
     batches = source.raw_batches(TOPIC, 0)
-    counts = [next(shallow_records(b)).record_count for b in batches]
-    assert counts == [7, 7, 7, 2]
-    # a 2-record batch first, so the target's offsets differ from the source's
-    filler = target.client.produce([(TOPIC, [(0, batches[3])])])
-    assert filler.responses[0].partition_responses[0].base_offset == 0
+    records = [next(shallow_records(b)) for b in batches]
+    assert sum(r.record_count for r in records) == PER_PARTITION and len(batches) >= 3
+    # a filler batch first, with a record count unlike the first batch's, so that the target's
+    # offsets differ from the source's and offset assignment is visible
+    filler = next(b for b, r in zip(batches, records) if r.record_count != records[0].record_count)
+    filled = next(shallow_records(filler)).record_count
+    answer = target.client.produce([(TOPIC, [(0, filler)])]).responses[0].partition_responses[0]
+    assert (answer.error_code, answer.base_offset) == (0, 0)
     response = target.client.produce([(TOPIC, [(0, [batches[1], batches[2]])])])
     (answer,) = response.responses[0].partition_responses
-    assert answer.error_code == 0 and answer.base_offset == 2
-    fetched = target.client.fetch([(TOPIC, [(0, 2)])])
+    assert answer.error_code == 0 and answer.base_offset == filled
+    fetched = target.client.fetch([(TOPIC, [(0, filled)])])
     part = fetched.responses[0].partitions[0]
-    assert part.high_watermark == 2 + 7                  # the second batch is not counted
+    # the log end moved by the first batch's count only
+    assert part.high_watermark == filled + records[1].record_count
     served = list(shallow_records(part.records))
-    assert [r.base_offset for r in served] == [2, 14]    # only the first batch got an offset
+    # only the first batch got an offset; the second kept the source's
+    assert [r.base_offset for r in served] == [filled, records[2].base_offset]
+    assert records[2].base_offset != filled + records[1].record_count
     assert bytes(served[1].value) == batches[2]
     assert bytes(served[0].value)[8:] == batches[1][8:]  # the rest is byte for byte
