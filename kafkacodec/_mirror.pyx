@@ -194,7 +194,7 @@ cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_of
     cdef Py_ssize_t section_size = h.size - V2_HEADER_SIZE
     cdef object plain = None, body
     cdef int32_t i, kept = 0, first_delta = 0
-    cdef int64_t first_timestamp = 0, timestamp, max_timestamp = -1, new_base_timestamp
+    cdef int64_t timestamp, max_timestamp = -1, new_base_timestamp = 0
     cdef bint horizon = (h.attributes & DELETE_HORIZON_FLAG) != 0
     cdef WriteBuffer records = WriteBuffer(section_size + 64)
     cdef BatchHeader out
@@ -205,38 +205,31 @@ cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_of
         section = <const unsigned char*>PyBytes_AS_STRING(plain)
         section_size = len(plain)
         position = 0                 # errors inside a decompressed stream name its byte
+    # One pass: the first kept record fixes the new base offset and base timestamp; every kept
+    # record is re-written with deltas relative to them.
     cursor_init(&cur, section, section_size, position)
-    # Pass 1: the first kept record fixes the new base offset and base timestamp.
     for i in range(h.records_count):
         if cur.pos >= cur.end:
             raise_corrupt(&cur, b"batch (fewer records than its RecordsCount)")
         read_v2_record(&cur, &rec)
-        timestamp = h.base_timestamp + rec.timestamp_delta
         if h.base_offset + rec.offset_delta < fetch_offset:
             continue
+        timestamp = h.base_timestamp + rec.timestamp_delta
         if kept == 0:
             first_delta = rec.offset_delta
-            first_timestamp = timestamp
+            new_base_timestamp = h.base_timestamp if horizon else timestamp
         if timestamp > max_timestamp:
             max_timestamp = timestamp
         kept += 1
+        write_v2_record(&records.w, rec.offset_delta - first_delta, timestamp - new_base_timestamp,
+                        rec.key, rec.key_length, rec.value, rec.value_length,
+                        rec.headers, rec.headers_size, rec.header_count)
     if cur.pos != cur.end:
         raise_corrupt(&cur, b"batch (bytes left after its last record)")
     if kept == 0:
         return None
-    if kept == h.records_count and first_delta == 0:
-        return True
-    new_base_timestamp = h.base_timestamp if horizon else first_timestamp
-    # Pass 2: re-write the kept records with deltas relative to the new base.
-    cursor_init(&cur, section, section_size, position)
-    for i in range(h.records_count):
-        read_v2_record(&cur, &rec)
-        if h.base_offset + rec.offset_delta < fetch_offset:
-            continue
-        write_v2_record(&records.w, rec.offset_delta - first_delta,
-                        h.base_timestamp + rec.timestamp_delta - new_base_timestamp,
-                        rec.key, rec.key_length, rec.value, rec.value_length,
-                        rec.headers, rec.headers_size, rec.header_count)
+    if kept == h.records_count:
+        return True                  # nothing before the fetch offset: keep the batch as is
     if h.compression != 0:
         body = compress(h.compression, 2, records.w.buf, records.w.length, LEVEL_DEFAULT)
     else:

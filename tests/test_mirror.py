@@ -334,4 +334,5 @@ def test_trimming_matches_kafka_python_for_any_cut(magic_codec, count, data):
     out = list(shallow_records(first + second, fetch_offset))
     assert kp_records(b"".join(bytes(r.value) for r in out)) == [
         r for r in kp_records(first + second) if r[0] >= fetch_offset]
-    assert bytes(out[-1].value) == (second if magic == 2 or codec else second[-len(out[-1].value):])
+    if fetch_offset <= base + count and (magic == 2 or codec):
+        assert bytes(out[-1].value) == second           # the batch after a trimmed one is intact
