@@ -165,6 +165,71 @@ def test_mirror(benchmark, codec, path):
     benchmark.pedantic(fn, args=(raw,), rounds=rounds, iterations=1, warmup_rounds=1 if rounds > 1 else 0)
 
 
+# --- framing only: decode a FetchResponse / encode a ProduceRequest of many partitions ----------
+FRAMING_PARTITIONS = 1000
+
+
+@lru_cache(maxsize=None)
+def many_partitions() -> tuple[bytes, list]:
+    T = KFetchResponse.FetchableTopicResponse
+    P = T.PartitionData
+    records = _batch(0, 8, 1)
+    partitions = [P(partition_index=p, error_code=0, high_watermark=100, last_stable_offset=100,
+                    log_start_offset=0, aborted_transactions=None, records=records)
+                  for p in range(FRAMING_PARTITIONS)]
+    msg = KFetchResponse[FETCH_VERSION](throttle_time_ms=0, error_code=0, session_id=0,
+                                        responses=[T(topic=TOPIC, partitions=partitions)])
+    msg.with_header(correlation_id=1)
+    produce = [(TOPIC, [(p, records) for p in range(FRAMING_PARTITIONS)])]
+    return bytes(msg.encode(header=True)), produce
+
+
+def decode_ours(raw):
+    return decode_fetch_response(raw, FETCH_VERSION)
+
+
+def decode_aiokafka(raw):
+    return AioFetchResponse.decode(io.BytesIO(raw[4:]))
+
+
+def decode_kafka_python(raw):
+    return KFetchResponse.decode(raw, version=FETCH_VERSION, header=True)
+
+
+def encode_ours(topics):
+    from kafkacodec.protocol import encode_produce_request
+    return encode_produce_request(topics, api_version=PRODUCE_VERSION, out=_out)
+
+
+def encode_aiokafka(topics):
+    return AioProduceRequest(transactional_id=None, required_acks=-1, timeout=30000, topics=topics).encode()
+
+
+def encode_kafka_python(topics):
+    PT = KProduceRequest.TopicProduceData
+    PP = PT.PartitionProduceData
+    data = [PT(name=t, partition_data=[PP(index=p, records=r) for p, r in parts]) for t, parts in topics]
+    return KProduceRequest[PRODUCE_VERSION](transactional_id=None, acks=-1, timeout_ms=30000,
+                                            topic_data=data).encode()
+
+
+FRAMING = {
+    "decode FetchResponse": {"kafkacodec": decode_ours, "aiokafka": decode_aiokafka,
+                             "kafka-python": decode_kafka_python},
+    "encode ProduceRequest": {"kafkacodec": encode_ours, "aiokafka": encode_aiokafka,
+                              "kafka-python": encode_kafka_python},
+}
+
+
+@pytest.mark.parametrize("who", ["kafkacodec", "aiokafka", "kafka-python"])
+@pytest.mark.parametrize("what", list(FRAMING))
+def test_framing(benchmark, what, who):
+    raw, produce = many_partitions()
+    arg = raw if what.startswith("decode") else produce
+    benchmark.extra_info.update(partitions=FRAMING_PARTITIONS)
+    benchmark(FRAMING[what][who], arg)
+
+
 # --- summary ------------------------------------------------------------------------------------------
 def measure(fn, raw: bytes, min_seconds: float) -> tuple[float, float, int]:
     """(wall seconds, CPU seconds, rounds) over at least min_seconds of wall time."""
@@ -216,6 +281,18 @@ def main() -> None:
             print(f"{codec:6} {name:18} {len(raw) / 2**20:6.1f} {len(raw) / batches / 1024:9.1f} "
                   f"{gb / wall:8.3f} {gb / cpu:9.3f} {rounds * batches / wall:11.0f} {cpu_per_gb:9.4f} "
                   f"{cpu_per_gb / shallow_cpu_per_gb:8.1f}")
+
+
+    raw, produce = many_partitions()
+    print(f"\nframing only, {FRAMING_PARTITIONS} partitions of {len(produce[0][1][0][1])} bytes")
+    for what, impls in FRAMING.items():
+        arg = raw if what.startswith("decode") else produce
+        base = None
+        for who, fn in impls.items():
+            wall, cpu, rounds = measure(fn, arg, 0.5)
+            per_call = cpu / rounds
+            base = base or per_call
+            print(f"{what:22} {who:13} {per_call * 1e6:10.1f} us/call  {per_call / base:6.1f}x")
 
 
 if __name__ == "__main__":

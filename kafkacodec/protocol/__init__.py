@@ -8,7 +8,7 @@ header version chosen from the api version.  Truncated or malformed input raises
 :class:`kafkacodec.CorruptRecordError` naming the byte position.
 """
 
-from kafkacodec.protocol._fetch import decode_fetch_response, encode_fetch_request
+from kafkacodec.protocol._fetch import FetchPartitionData, decode_fetch_response, encode_fetch_request
 from kafkacodec.protocol._metadata import (
     decode_api_versions_response,
     decode_metadata_response,
@@ -20,7 +20,6 @@ from kafkacodec.protocol._types import (
     AbortedTransaction,
     ApiVersionRange,
     ApiVersionsResponse,
-    FetchPartitionData,
     FetchResponse,
     FetchTopicResponse,
     MetadataBroker,

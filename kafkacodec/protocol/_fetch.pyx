@@ -20,11 +20,48 @@ from kafkacodec.protocol._wire cimport (read_string, read_array_length, read_byt
                                         end_frame, API_FETCH, FETCH_FLEXIBLE)
 
 from kafkacodec.errors import UnsupportedVersionError
-from kafkacodec.protocol._types import (AbortedTransaction, FetchPartitionData,
-                                        FetchTopicResponse, FetchResponse)
+from kafkacodec.protocol._types import AbortedTransaction, FetchTopicResponse, FetchResponse
 
 MIN_VERSION = 4
 MAX_VERSION = 16
+
+
+cdef class FetchPartitionData:
+    """One partition of a FetchResponse.
+
+    ``records`` is a zero-copy memoryview slice of the buffer the response was decoded from
+    (None when the broker sent null), made on first access; it may end with a partial batch.
+    ``records_position`` / ``records_size`` say where it lies in that buffer (-1 when null)."""
+
+    cdef readonly int32_t partition_index
+    cdef readonly int16_t error_code
+    cdef readonly int64_t high_watermark
+    cdef readonly int64_t last_stable_offset
+    cdef readonly int64_t log_start_offset
+    cdef readonly object aborted_transactions
+    cdef readonly int32_t preferred_read_replica
+    cdef readonly Py_ssize_t records_position
+    cdef readonly Py_ssize_t records_size
+    cdef object _buffer            # 1-d byte memoryview of the whole caller buffer
+    cdef object _records
+
+    @property
+    def records(self):
+        if self.records_position < 0:
+            return None
+        if self._records is None:
+            self._records = self._buffer[self.records_position:
+                                         self.records_position + self.records_size]
+        return self._records
+
+    def __repr__(self):
+        return (f"FetchPartitionData(partition_index={self.partition_index}, "
+                f"error_code={self.error_code}, high_watermark={self.high_watermark}, "
+                f"last_stable_offset={self.last_stable_offset}, "
+                f"log_start_offset={self.log_start_offset}, "
+                f"aborted_transactions={self.aborted_transactions!r}, "
+                f"preferred_read_replica={self.preferred_read_replica}, "
+                f"records_position={self.records_position}, records_size={self.records_size})")
 
 
 cdef int check_version(int version) except -1:
@@ -59,11 +96,12 @@ def decode_fetch_response(data, int api_version, Py_ssize_t offset=0, Py_ssize_t
     cdef object correlation_id = None
     cdef int32_t throttle_time_ms, session_id = 0
     cdef int16_t error_code = 0
-    cdef Py_ssize_t ntopics, nparts, naborted, nrecords, records_position, t, p, a
+    cdef Py_ssize_t ntopics, nparts, naborted, nrecords, t, p, a
     cdef int32_t partition_index, preferred_read_replica
     cdef int16_t partition_error
     cdef int64_t high_watermark, last_stable_offset, log_start_offset, producer_id, first_offset
-    cdef object topic, topic_id, aborted, records, view = None
+    cdef object topic, topic_id, aborted, view = None
+    cdef FetchPartitionData part
     cdef list responses, partitions
     check_version(api_version)
     if offset < 0 or offset > total:
@@ -120,20 +158,27 @@ def decode_fetch_response(data, int api_version, Py_ssize_t offset=0, Py_ssize_t
                 need(&cur, 4, b"fetch response preferred read replica")
                 preferred_read_replica = get_int32(&cur)
             nrecords = read_bytes_length(&cur, flexible, True, b"fetch response records")
+            part = FetchPartitionData.__new__(FetchPartitionData)
+            part.partition_index = partition_index
+            part.error_code = partition_error
+            part.high_watermark = high_watermark
+            part.last_stable_offset = last_stable_offset
+            part.log_start_offset = log_start_offset
+            part.aborted_transactions = aborted
+            part.preferred_read_replica = preferred_read_replica
             if nrecords < 0:
-                records = None
-                records_position = -1
+                part.records_position = -1
+                part.records_size = -1
             else:
                 take(&cur, nrecords, b"fetch response records")
-                records_position = cur.base + cur.pos - nrecords
+                part.records_position = cur.base + cur.pos - nrecords
+                part.records_size = nrecords
                 if view is None:
                     view = as_byte_view(data)
-                records = view[records_position:records_position + nrecords]
+                part._buffer = view
             if flexible:
                 skip_tagged_fields(&cur)
-            partitions.append(FetchPartitionData(
-                partition_index, partition_error, high_watermark, last_stable_offset,
-                log_start_offset, aborted, preferred_read_replica, records, records_position))
+            partitions.append(part)
         if flexible:
             skip_tagged_fields(&cur)
         responses.append(FetchTopicResponse(topic, topic_id, partitions))

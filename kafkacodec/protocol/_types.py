@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from kafkacodec.protocol._fetch import FetchPartitionData
 
 __all__ = [
     "AbortedTransaction",
-    "FetchPartitionData",
     "FetchTopicResponse",
     "FetchResponse",
     "ProducePartitionResponse",
@@ -25,22 +27,6 @@ __all__ = [
 class AbortedTransaction(NamedTuple):
     producer_id: int
     first_offset: int
-
-
-class FetchPartitionData(NamedTuple):
-    """One partition of a FetchResponse.  ``records`` is a zero-copy memoryview slice of the
-    buffer the response was decoded from (None when the broker sent null); it may end with a
-    partial batch.  ``records_position`` is where it starts in that buffer (-1 when null)."""
-
-    partition_index: int
-    error_code: int
-    high_watermark: int
-    last_stable_offset: int
-    log_start_offset: int
-    aborted_transactions: list[AbortedTransaction] | None
-    preferred_read_replica: int
-    records: memoryview | None
-    records_position: int
 
 
 class FetchTopicResponse(NamedTuple):
