@@ -11,6 +11,8 @@ import pytest
 ck = pytest.importorskip("confluent_kafka")
 
 from kafkacodec.mirror import fetch_to_produce, shallow_records  # noqa: E402
+from kafkacodec import CorruptRecordError  # noqa: E402
+from kafkacodec.protocol import decode_produce_response, encode_produce_request  # noqa: E402
 from kafkacodec.protocol.client import BlockingClient  # noqa: E402
 
 TOPIC = "mirrored"
@@ -84,13 +86,17 @@ def produce_source(cluster):
     assert cluster.producer.flush(10) == 0
 
 
-@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_mirror_between_two_mock_clusters(clusters, codec):
+# (codec, Fetch version, Produce version): every codec, old and flexible versions, topic ids
+# (ProduceResponse v5 is skipped: see test_the_mock_produce_response_v5_lacks_log_start_offset)
+CASES = [("none", 4, 3), ("gzip", 8, 6), ("snappy", 11, 8), ("lz4", 12, 10), ("zstd", 16, 9)]
+
+
+@pytest.mark.parametrize("codec,fetch_version,produce_version", CASES)
+def test_mirror_between_two_mock_clusters(clusters, codec, fetch_version, produce_version):
     source = clusters(**{"compression.type": codec})
     target = clusters()
     produce_source(source)
     target.client.metadata([TOPIC])                    # auto-creates the topic there
-    fetch_version = 16 if codec == "zstd" else 12      # 13+ names topics by id
     topic_names = {}
     if fetch_version >= 13:
         (meta,) = source.client.metadata([TOPIC]).topics
@@ -105,11 +111,11 @@ def test_mirror_between_two_mock_clusters(clusters, codec):
         fetched = source.client.fetch(topics, api_version=fetch_version)
         next_offsets = {}
         correlation_id = target.client.next_correlation_id()
-        frame = fetch_to_produce(fetched, api_version=9, correlation_id=correlation_id,
+        frame = fetch_to_produce(fetched, api_version=produce_version, correlation_id=correlation_id,
                                  fetch_offsets=positions, topic_names=topic_names,
                                  max_batches_per_partition=1, next_offsets=next_offsets)
         assert frame is not None
-        response = target.client.produce_frame(frame, 9, correlation_id)
+        response = target.client.produce_frame(frame, produce_version, correlation_id)
         for topic in response.responses:
             for part in topic.partition_responses:
                 assert part.error_code == 0
@@ -126,6 +132,37 @@ def test_mirror_between_two_mock_clusters(clusters, codec):
         source_batches = source.raw_batches(TOPIC, p)
         assert len(source_batches) >= PER_PARTITION // 7
         assert target.raw_batches(TOPIC, p) == source_batches     # byte for byte
+
+
+def test_api_versions_and_metadata_on_the_mock(clusters):
+    cluster = clusters()
+    versions = cluster.client.api_versions()
+    assert versions.error_code == 0
+    assert versions.max_version(1) >= 16 and versions.max_version(0) >= 9 and versions.max_version(3) >= 12
+    for version in (1, 4, 9, 12):
+        metadata = cluster.client.metadata([TOPIC], api_version=version)
+        (topic,) = metadata.topics
+        assert topic.name == TOPIC and len(topic.partitions) >= 2
+        leader = metadata.leader(TOPIC, 1)
+        assert f"{leader.host}:{leader.port}" == cluster.bootstrap
+
+
+def test_the_mock_produce_response_v5_lacks_log_start_offset(clusters):
+    """Kafka's ProduceResponse has LogStartOffset from version 5; librdkafka's mock writes it
+    from version 6 only, so its v5 answer is 8 bytes short per partition and we refuse it."""
+    cluster = clusters(**{"compression.type": "lz4"})
+    produce_source(cluster)
+    batch = cluster.raw_batches(TOPIC, 0)[0]
+    for version, ok in ((4, True), (5, False), (6, True)):
+        frame = encode_produce_request([(TOPIC, [(1, batch)])], api_version=version, correlation_id=version)
+        raw = cluster.client.request(frame)
+        if ok:
+            assert decode_produce_response(raw, version).responses[0].partition_responses[0].error_code == 0
+        else:
+            with pytest.raises(CorruptRecordError, match="truncated produce response"):
+                decode_produce_response(raw, version)
+            # what it sent is the v4 layout
+            assert decode_produce_response(raw, 4).responses[0].partition_responses[0].error_code == 0
 
 
 def test_mirror_starting_inside_a_batch(clusters):
