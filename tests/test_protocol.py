@@ -52,7 +52,10 @@ def kp_fetch_response(version, *, with_tags=False):
                         log_start_offset=10 + i, aborted_transactions=aborted, preferred_read_replica=i - 1,
                         records=records, **(tags if i == 0 else {})) for i, records, aborted in parts]
         responses.append(T(partitions=partitions, **ident))
-    msg = KFetchResponse[version](throttle_time_ms=17, error_code=0, session_id=123456, responses=responses)
+    top = {}
+    if with_tags and version >= 16:
+        top = dict(node_endpoints=[KFetchResponse.NodeEndpoint(node_id=2, host="broker-2", port=9093, rack=None)])
+    msg = KFetchResponse[version](throttle_time_ms=17, error_code=0, session_id=123456, responses=responses, **top)
     msg.with_header(correlation_id=4242)
     return msg, bytes(msg.encode(header=True))
 
