@@ -2,6 +2,8 @@
 at memory speed by a typed Cython core."""
 
 from kafkacodec import _crc
+from kafkacodec._builder import MemoryRecordsBuilder
+from kafkacodec._records import FileRecords, MemoryRecords, Record, RecordBatch, Records
 from kafkacodec._types import Compression, ControlType, TimestampType
 from kafkacodec.mirror import RawBatchesBuilder, RawBytesBatchRecord, shallow_records
 from kafkacodec.errors import (
@@ -21,6 +23,12 @@ __version__ = "0.1.0"
 __compiled__ = _crc.__file__.endswith((".so", ".pyd"))
 
 __all__ = [
+    "MemoryRecords",
+    "FileRecords",
+    "Records",
+    "RecordBatch",
+    "Record",
+    "MemoryRecordsBuilder",
     "Compression",
     "ControlType",
     "TimestampType",
