@@ -539,11 +539,11 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
                 total += plan.size + 16
         if partitions:
             topics.append((name, partitions))
-            total += 16 + 3 * len(name)
+            total += 16 + 4 * len(name)
     if not topics:
         return None
-    total += 3 * (len(client_id) if client_id is not None else 0) + 16
-    total += 3 * (len(transactional_id) if transactional_id is not None else 0)
+    total += 4 * (len(client_id) if client_id is not None else 0) + 16
+    total += 4 * (len(transactional_id) if transactional_id is not None else 0)
     if out is None:
         out = WriteBuffer(total)
     else:

@@ -85,10 +85,10 @@ def encode_produce_request(topic_data, *, int api_version=9, int32_t correlation
             n = records_size(records)
             partitions.append((index, records, n))
             estimate += 4 + 5 + 1 + (n if n > 0 else 0)
-        estimate += 2 + 5 + 1 + 3 * len(topic) + 5
+        estimate += 2 + 5 + 1 + 4 * len(topic) + 5
         topics.append((topic, partitions))
-    estimate += 3 * (len(client_id) if client_id is not None else 0)
-    estimate += 3 * (len(transactional_id) if transactional_id is not None else 0)
+    estimate += 4 * (len(client_id) if client_id is not None else 0)
+    estimate += 4 * (len(transactional_id) if transactional_id is not None else 0)
     if out is None:
         out = WriteBuffer(estimate)
     else:
