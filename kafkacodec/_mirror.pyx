@@ -454,8 +454,8 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
     cdef list topics = [], partitions
     cdef Writer* w
     cdef object trimmed, name
-    if api_version < 3 or api_version > 12:
-        raise UnsupportedVersionError(f"Produce version {api_version} is not supported (3-12)")
+    if api_version < 3 or api_version > 11:
+        raise UnsupportedVersionError(f"Produce version {api_version} is not supported (3-11)")
     # Plan: walk every partition's batch headers (nothing is copied yet).
     for topic in fetch_response.responses:
         name = topic.topic

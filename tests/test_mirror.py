@@ -240,7 +240,7 @@ def kp_fetch_response(version, topics):
 
 
 @pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
-@pytest.mark.parametrize("fetch_version,produce_version", [(10, 7), (12, 9), (16, 12)])
+@pytest.mark.parametrize("fetch_version,produce_version", [(10, 7), (12, 9), (16, 11)])
 def test_fetch_to_produce_forwards_every_batch_byte_for_byte(codec, fetch_version, produce_version):
     p0 = [make_batch(2, codec, base, 10) for base in (0, 10, 20)]
     p1 = [make_batch(2, codec, 7, 3)]

@@ -29,7 +29,7 @@ from kafkacodec.protocol import (
 )
 
 FETCH_VERSIONS = range(4, 17)
-PRODUCE_VERSIONS = range(3, 13)
+PRODUCE_VERSIONS = range(3, 12)
 METADATA_VERSIONS = range(0, 13)
 TOPIC_IDS = {"alpha": uuid.UUID(int=0xA1), "béta": uuid.UUID(int=0xB2)}
 
@@ -300,7 +300,7 @@ def test_malformed_lengths_and_versions():
     with pytest.raises(UnsupportedVersionError):
         decode_fetch_response(raw, 3)
     with pytest.raises(UnsupportedVersionError):
-        encode_produce_request([], api_version=13)
+        encode_produce_request([], api_version=12)
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""ProduceRequest (api key 0) encoding and ProduceResponse decoding, versions 3 to 12.
+"""ProduceRequest (api key 0) encoding and ProduceResponse decoding, versions 3 to 11 (Kafka 3.8).
 
 A partition's `records` may be one buffer or several (e.g. several raw batches taken from a
 fetch, KIP-712): they are copied once, back to back, into the outgoing WriteBuffer, which is
@@ -21,7 +21,7 @@ from kafkacodec.protocol._types import (ProducePartitionResponse, ProduceTopicRe
                                         ProduceResponse)
 
 MIN_VERSION = 3
-MAX_VERSION = 12
+MAX_VERSION = 11
 
 
 cdef int check_version(int version) except -1:
