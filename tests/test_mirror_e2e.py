@@ -104,6 +104,7 @@ def test_mirror_between_two_mock_clusters(clusters, codec, fetch_version, produc
     positions = {(TOPIC, p): 0 for p in PARTITIONS}
     requests = 0
     while any(offset < PER_PARTITION for offset in positions.values()):
+        assert requests < 4 * PER_PARTITION, f"no progress: {positions}"
         if fetch_version >= 13:
             topics = [(meta.topic_id, [(p, positions[(TOPIC, p)]) for p in PARTITIONS])]
         else:
