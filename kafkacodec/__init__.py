@@ -5,6 +5,7 @@ from kafkacodec import _crc
 from kafkacodec._builder import MemoryRecordsBuilder
 from kafkacodec._records import FileRecords, MemoryRecords, Record, RecordBatch, Records
 from kafkacodec._types import Compression, ControlType, TimestampType
+from kafkacodec.mirror import RawBatchesBuilder, RawBytesBatchRecord, shallow_records
 from kafkacodec.errors import (
     BufferReleasedError,
     CorruptRecordError,
@@ -39,4 +40,7 @@ __all__ = [
     "RecordTooLargeError",
     "BufferReleasedError",
     "MemoryPoolError",
+    "RawBatchesBuilder",
+    "RawBytesBatchRecord",
+    "shallow_records",
 ]
