@@ -228,50 +228,91 @@ def lazy_down_convert(data: bytes) -> None:
 
 
 def shallow_records(data: bytes) -> None:
+    """KIP-712 shallow iteration from a fetch offset (the first batch trimmed when the offset
+    falls inside it), and every batch re-appended through RawBatchesBuilder."""
     param, payload = split(data)
     shallow = api("kafkacodec.shallow_records")
-    records = api("kafkacodec.MemoryRecords")(payload)
-    for raw in shallow(records, param):
+    Builder = api("kafkacodec.RawBatchesBuilder")
+    builder = Builder(1 << 22)
+    for raw in shallow(payload, param * 3):
         value = raw.value
-        bytes(value[:8]) if value is not None else None
+        bytes(value[:8])
         for name in ("offset", "base_offset", "magic", "compression", "record_count",
-                     "timestamp"):
+                     "timestamp", "trimmed"):
             getattr(raw, name, None)
+        builder.append(raw)
+    out = builder.build()
+    if len(out) != builder.size_in_bytes:
+        raise AssertionError("RawBatchesBuilder.build() length differs from size_in_bytes")
+
+
+def trim_batch(data: bytes) -> None:
+    param, payload = split(data)
+    trim = api("kafkacodec.mirror.trim_batch", "kafkacodec._mirror.trim_batch")
+    raw = trim(payload, param)
+    if raw is not None:
+        bytes(raw.value[:8])
 
 
 def raw_batches_builder(data: bytes) -> None:
     Builder = api("kafkacodec.RawBatchesBuilder")
-    records = api("kafkacodec.MemoryRecords")(data)
     builder = Builder(1 << 20)
-    for batch in records.batches():
+    for batch in api("kafkacodec.MemoryRecords")(data).batches():
         builder.append(batch.raw)
-    builder.build() if hasattr(builder, "build") else bytes(builder)
+    builder.build()
+
+
+def _fetch(data: bytes) -> tuple[Any, int]:
+    param, payload = split(data)
+    decode = api("kafkacodec.protocol.decode_fetch_response")
+    version = 4 + param % 9
+    return decode(payload, version), version
 
 
 def fetch_response(data: bytes) -> None:
-    param, payload = split(data)
-    decode = api("kafkacodec.protocol.decode_fetch_response",
-                 "kafkacodec.protocol.FetchResponse.decode",
-                 "kafkacodec.protocol.fetch.decode_fetch_response")
-    response = decode(payload, 4 + param % 9)
-    for item in _walk(response):
-        touch_record(item)
+    """FetchResponse v4-v12 decode, then every partition's records decoded deeply."""
+    response, _ = _fetch(data)
+    MemoryRecords = api("kafkacodec.MemoryRecords")
+    for topic in response.responses:
+        for partition in topic.partitions:
+            partition.aborted_transactions
+            records = partition.records
+            records = records() if callable(records) else records
+            if records is not None:
+                for batch in MemoryRecords(records).batches():
+                    touch_batch(batch)
+                    for record in batch:
+                        touch_record(record)
 
 
-def produce_request(data: bytes) -> None:
+def produce_response(data: bytes) -> None:
     param, payload = split(data)
-    decode = api("kafkacodec.protocol.decode_produce_request",
-                 "kafkacodec.protocol.ProduceRequest.decode",
-                 "kafkacodec.protocol.produce.decode_produce_request")
-    request = decode(payload, 3 + param % 7)
-    for _ in _walk(request):
-        pass
+    decode = api("kafkacodec.protocol.decode_produce_response")
+    response = decode(payload, 3 + param % 7)
+    for topic in response.responses:
+        for partition in topic.partition_responses:
+            partition.record_errors
+
+
+def metadata_response(data: bytes) -> None:
+    param, payload = split(data)
+    decode = api("kafkacodec.protocol.decode_metadata_response")
+    decode(payload, param % 13)
+
+
+def api_versions_response(data: bytes) -> None:
+    param, payload = split(data)
+    decode = api("kafkacodec.protocol.decode_api_versions_response")
+    decode(payload, param % 4)
 
 
 def mirror_fetch_to_produce(data: bytes) -> None:
-    param, payload = split(data)
+    """FetchResponse -> ProduceRequest bytes without decompressing (kafkacodec.mirror)."""
     mirror = api("kafkacodec.mirror.fetch_to_produce")
-    mirror(payload, 4 + param % 9)
+    response, _ = _fetch(data)
+    out = mirror(response)
+    if out is not None:
+        bytes(memoryview(out)[:16])
 
 
 def _walk(obj: Any, depth: int = 0) -> Any:
@@ -380,9 +421,12 @@ TARGETS: dict[str, Target] = {
     "down_convert": Target(down_convert, "records+param"),
     "lazy_down_convert": Target(lazy_down_convert, "records+param"),
     "shallow_records": Target(shallow_records, "records+param"),
+    "trim_batch": Target(trim_batch, "records+param"),
     "raw_batches_builder": Target(raw_batches_builder, "records"),
     "fetch_response": Target(fetch_response, "fetch"),
-    "produce_request": Target(produce_request, "produce"),
+    "produce_response": Target(produce_response, "produce"),
+    "metadata_response": Target(metadata_response, "metadata"),
+    "api_versions_response": Target(api_versions_response, "api_versions"),
     "mirror_fetch_to_produce": Target(mirror_fetch_to_produce, "fetch"),
     "ring_feed": Target(ring_feed, "ring"),
     "decompress": Target(decompress, "compressed"),

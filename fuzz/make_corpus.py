@@ -1,6 +1,7 @@
 """Generate the fuzz seed corpora from real logs: record sets written by kafka-python (every
 magic x codec) and by kafkacodec's own builder when it is present, and the protocol frames that
-carry them (FetchResponse v4-v11 and ProduceRequest v3-v8 from kafka-python's protocol classes,
+carry them (FetchResponse v4-v11, ProduceResponse, MetadataResponse and ApiVersionsResponse from
+kafka-python's protocol classes,
 a ring-buffer stream of size-prefixed responses, codec payloads).
 
   python fuzz/make_corpus.py [OUT_DIR]        (default fuzz/corpus)
@@ -127,6 +128,57 @@ def produce_requests(record_sets: list[bytes]) -> list[bytes]:
     return out
 
 
+def _filled(schema, rng_: random.Random, depth: int = 0):
+    """A value for every field of a kafka-python (old-style) protocol Schema."""
+    values = []
+    for name, field in zip(schema.names, schema.fields):
+        kind = field.__name__ if isinstance(field, type) else type(field).__name__
+        if kind in ("Array", "CompactArray"):
+            inner = field.array_of
+            count = 0 if depth > 3 else rng_.randint(1, 3)
+            if hasattr(inner, "names"):
+                values.append([_filled(inner, rng_, depth + 1) for _ in range(count)])
+            else:
+                values.append([rng_.randint(0, 5) for _ in range(count)])
+        elif kind in ("String", "CompactString"):
+            values.append(rng_.choice(["topic-a", "b", "", "node-1.example"]))
+        elif kind in ("Bytes", "CompactBytes"):
+            values.append(b"")
+        elif kind == "Boolean":
+            values.append(bool(rng_.getrandbits(1)))
+        elif kind == "TaggedFields":
+            values.append({})
+        elif kind == "UUID":
+            import uuid
+            values.append(uuid.UUID(int=rng_.getrandbits(128)))
+        elif kind == "BitField":
+            values.append(set())
+        else:  # Int8/16/32/64, VarInts
+            values.append(rng_.randint(0, 100) if "error" not in name else 0)
+    return tuple(values)
+
+
+def response_frames(module: str, cls: str, first_version: int, param_of,
+                    header_tags: bool = True) -> list[bytes]:
+    """Response bodies prefixed with the correlation id (and the param byte)."""
+    import importlib
+
+    classes = getattr(importlib.import_module(module), cls)
+    out = []
+    for version in range(first_version, len(classes)):
+        for k in range(3):
+            try:
+                body = classes[version](*_filled(classes[version].SCHEMA, rng)).encode()
+            except Exception as error:  # a schema this filler does not know: skip that version
+                print(f"make_corpus: {cls} v{version}: {error!r}")
+                break
+            header = struct.pack(">i", 7 + k)
+            if header_tags and getattr(classes[version], "FLEXIBLE_VERSION", False):
+                header += b"\x00"  # empty tagged fields of response header v1
+            out.append(bytes([param_of(version)]) + header + body)
+    return out
+
+
 def ring_streams(fetches: list[bytes]) -> list[bytes]:
     out = []
     for k in range(0, len(fetches), 4):
@@ -181,7 +233,13 @@ def main(out: Path = DEFAULT_OUT) -> dict[str, int]:
         "records_param": write(out, "records_param", [bytes([p]) + s for s in record_sets
                                                  for p in (0, 1, 5)]),
         "fetch": write(out, "fetch", fetches),
-        "produce": write(out, "produce", produce_requests(record_sets)),
+        "produce": write(out, "produce", response_frames(
+            "kafka.protocol.old.produce", "ProduceResponse", 3, lambda v: v - 3)),
+        "metadata": write(out, "metadata", response_frames(
+            "kafka.protocol.old.metadata", "MetadataResponse", 0, lambda v: v)),
+        "api_versions": write(out, "api_versions", response_frames(
+            "kafka.protocol.old.api_versions", "ApiVersionsResponse", 0, lambda v: v,
+            header_tags=False)),  # ApiVersions answers with response header v0 always
         "ring": write(out, "ring", ring_streams(fetches)),
         "compressed": write(out, "compressed", compressed(record_sets)),
     }
