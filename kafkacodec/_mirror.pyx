@@ -93,6 +93,9 @@ cdef RawBytesBatchRecord make_record(const BatchHeader* h, object value, bint tr
     r.value = value
     r.offset = h.last_offset
     r.magic = h.magic
+    if h.compression > 4:  # ids 5-7 are not codecs: refuse instead of an enum ValueError
+        raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
+                                          position=h.position, offset=h.base_offset)
     r.compression = Compression(h.compression)
     r.timestamp = h.max_timestamp
     r.timestamp_type = h.timestamp_type
