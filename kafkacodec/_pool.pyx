@@ -20,6 +20,7 @@ later access to it raises ValueError ("released memoryview") instead of reading 
 
 import abc
 
+cimport cython
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.memoryview cimport PyMemoryView_FromObject
 from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree, PyMem_RawRealloc
@@ -101,6 +102,7 @@ cdef int64_t DEFAULT_WINDOW_MS = 30000   # ... of 30 s each
 cdef object _memoryview_release = memoryview.release
 
 
+@cython.no_gc_clear
 cdef class PoolBuffer:
     """The exporter behind a pool memoryview (reach it as `view.obj`)."""
 

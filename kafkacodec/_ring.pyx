@@ -1,0 +1,585 @@
+# cython: language_level=3
+"""ResponseRingBuffer: KAFKA-2045's single response buffer per connection.
+
+Layout: every Kafka response (int32 size prefix + `size` bytes) is stored contiguously in the
+ring behind a one-byte header: 1 = a complete response follows, 0 = skip to the front.  When
+the tail of the ring has too little contiguous room for a response whose size is now known,
+the writer writes 0 at its position and continues at the front once the reader has freed
+enough (the few prefix bytes already received move with it).  Unreleased responses are never
+overwritten: `writable()` is 0 until the reader releases.
+
+Network side: `feed(data)` copies from the caller's buffer straight into place; `recv_into(sock)`
+and `get_buffer()/buffer_updated()` (asyncio.BufferedProtocol) let the kernel write into the
+ring.  Reads are exact: the 4 prefix bytes, then the rest of that response, so the one-byte
+header of the next response never has to be squeezed in between bytes already received.
+
+Reading side: `next_response()` returns the oldest complete response; its `payload` is a
+read-only zero-copy RingView (starts with the correlation id).  `release()` frees the slot;
+a RingView or Response touched after release raises BufferReleasedError, and a raw buffer
+export (memoryview(view), numpy) keeps the bytes in place until it is dropped: the ring waits
+for it instead of overwriting.
+
+Single producer / single consumer, not thread-safe (one connection, one thread), like
+KAFKA-2045's design.
+"""
+
+cimport cython
+from cpython.buffer cimport PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.memoryview cimport PyMemoryView_FromObject
+from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree, PyMem_RawRealloc
+from cpython.ref cimport Py_REFCNT
+from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.string cimport memcpy, memmove, memcmp
+from libc.errno cimport errno, EINTR, EAGAIN
+
+from kafkacodec._cursor cimport load_u32
+
+from kafkacodec._pool import MemoryPool
+from kafkacodec.errors import (BufferReleasedError, CorruptRecordError, MemoryPoolError,
+                               RecordTooLargeError)
+
+
+cdef extern from "Python.h":
+    int PyErr_CheckSignals() except -1
+
+
+cdef extern from *:
+    """
+    #if defined(_WIN32)
+    static Py_ssize_t kc_recv(int fd, void* buf, Py_ssize_t n) { (void)fd; (void)buf; (void)n; return -2; }
+    #define KC_EWOULDBLOCK EAGAIN
+    #else
+    #include <sys/types.h>
+    #include <sys/socket.h>
+    #include <errno.h>
+    static Py_ssize_t kc_recv(int fd, void* buf, Py_ssize_t n) { return (Py_ssize_t)recv(fd, buf, (size_t)n, 0); }
+    #define KC_EWOULDBLOCK EWOULDBLOCK
+    #endif
+    """
+    Py_ssize_t kc_recv(int fd, void* buf, Py_ssize_t n) nogil
+    int KC_EWOULDBLOCK
+
+
+DEF HEADER = 1           # the one-byte slot header
+DEF PREFIX = 4           # the int32 size prefix of every response
+DEF OVERHEAD = 5
+
+
+@cython.no_gc_clear
+cdef class ResponseRingBuffer:
+    """ResponseRingBuffer(capacity, pool=None)
+
+    One ring of `capacity` bytes (taken from `pool` when given, released by close()).
+    A response needs size + 5 bytes of it (header + size prefix).
+    """
+
+    def __cinit__(self, Py_ssize_t capacity, pool=None):
+        self.buf = NULL
+        self.slots = NULL
+        self.has_pool_buffer = False
+        self.size = -1
+        self.free_responses = []
+        if capacity < OVERHEAD:
+            raise ValueError(f"ring capacity must be at least {OVERHEAD} bytes, got {capacity}")
+        self.capacity = capacity
+        if pool is MemoryPool.NONE:
+            pool = None                       # MemoryPool.NONE: plain heap memory
+        if pool is not None:
+            view = pool.try_allocate(capacity)
+            if view is None:
+                raise MemoryPoolError(
+                    f"the pool refused {capacity} bytes for the ring "
+                    f"(available {pool.available_memory} of {pool.size})")
+            self.pool = pool
+            self.pool_view = view
+            PyObject_GetBuffer(view, &self.pool_buffer, PyBUF_WRITABLE)
+            self.has_pool_buffer = True
+            self.buf = <unsigned char*>self.pool_buffer.buf
+        else:
+            self.buf = <unsigned char*>PyMem_RawMalloc(capacity)
+            self.owns_buf = True
+            if self.buf == NULL:
+                raise MemoryError(f"cannot allocate a {capacity}-byte ring")
+        self.slots_cap = 16
+        self.slots = <Slot*>PyMem_RawMalloc(self.slots_cap * sizeof(Slot))
+        if self.slots == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        # Views hold a reference to the ring, so nothing points into it any more.
+        if self.has_pool_buffer:
+            PyBuffer_Release(&self.pool_buffer)
+            self.has_pool_buffer = False
+            try:
+                self.pool.release(self.pool_view)
+            except Exception:
+                pass                          # the pool reclaims a dropped buffer itself
+        elif self.owns_buf:
+            PyMem_RawFree(self.buf)
+        self.buf = NULL
+        PyMem_RawFree(self.slots)
+        self.slots = NULL
+
+    # -- placement (writer) -------------------------------------------------------------------
+    cdef int try_place(self, Py_ssize_t need) noexcept:
+        """Reserve [h, h + need) for the response being received, skipping to the front when
+        the tail is too short.  1 = reserved, 0 = wait for the reader."""
+        cdef Py_ssize_t cap = self.capacity
+        cdef Py_ssize_t h = self.h
+        if h > self.r or (h == self.r and self.used == 0):      # writer ahead of the reader
+            if h + need <= cap:
+                return 1
+            if self.nslots == 0:
+                # Nothing unfreed anywhere (r == h): the response starts over at the front.
+                if h < cap:
+                    self.buf[h] = 0
+                if self.got:
+                    memmove(self.buf + HEADER, self.buf + h + HEADER, self.got)
+                self.skips += 1
+                self.h = 0
+                self.r = 0
+                self.used = 0
+                return 1
+            if need <= self.r:
+                if h < cap:
+                    self.buf[h] = 0                       # skip ahead to the front
+                self.used += cap - h
+                if self.got:
+                    memmove(self.buf + HEADER, self.buf + h + HEADER, self.got)
+                self.skips += 1
+                self.h = 0
+                return 1
+            return 0
+        return h + need <= self.r                            # writer behind the reader
+
+    cdef Py_ssize_t window(self, Py_ssize_t* start) except -1:
+        """Where the next network bytes go and how many are accepted now (0 = full)."""
+        if self.closed:
+            raise BufferReleasedError("ring buffer used after close()")
+        if self.error is not None:
+            raise self.error
+        if not self.placed:
+            if not self.try_place(OVERHEAD if self.size < 0 else OVERHEAD + self.size):
+                return 0
+            self.placed = True
+        start[0] = self.h + HEADER + self.got
+        if self.size < 0:
+            return PREFIX - self.got
+        return PREFIX + self.size - self.got
+
+    cdef int wrote(self, Py_ssize_t n) except -1:
+        """n bytes landed at the window's start."""
+        cdef int32_t size
+        self.got += n
+        if self.size < 0:
+            if self.got < PREFIX:
+                return 0
+            size = <int32_t>load_u32(self.buf + self.h + HEADER)
+            if size < 0:
+                self.error = CorruptRecordError(
+                    f"invalid response size {size}", position=self.responses)
+                raise self.error
+            if <Py_ssize_t>size + OVERHEAD > self.capacity:
+                self.error = RecordTooLargeError(
+                    f"response of {size} bytes (+{OVERHEAD} header and size bytes = "
+                    f"{size + OVERHEAD}) does not fit a ring of {self.capacity} bytes")
+                raise self.error
+            self.size = size
+            self.placed = self.try_place(OVERHEAD + size)
+        if self.placed and self.got == PREFIX + self.size:
+            self.commit()
+        return 0
+
+    cdef int commit(self) except -1:
+        cdef Slot* slot
+        cdef Slot* grown
+        cdef Py_ssize_t i, n
+        if self.nslots == self.slots_cap:
+            grown = <Slot*>PyMem_RawMalloc(2 * self.slots_cap * sizeof(Slot))
+            if grown == NULL:
+                raise MemoryError()
+            for i in range(self.nslots):
+                grown[i] = self.slots[(self.slots_head + i) % self.slots_cap]
+            PyMem_RawFree(self.slots)
+            self.slots = grown
+            self.slots_head = 0
+            self.slots_cap *= 2
+        slot = &self.slots[(self.slots_head + self.nslots) % self.slots_cap]
+        slot.pos = self.h
+        slot.size = self.size
+        slot.exports = 0
+        slot.released = 0
+        self.nslots += 1
+        self.buf[self.h] = 1                           # a complete response follows
+        n = OVERHEAD + self.size
+        self.used += n
+        self.h += n
+        self.got = 0
+        self.size = -1
+        self.placed = False
+        self.responses += 1
+        return 0
+
+    # -- the reader -----------------------------------------------------------------------------
+    cdef Slot* slot_of(self, int64_t seq) noexcept:
+        cdef int64_t i = seq - self.first_seq
+        if i < 0 or i >= self.nslots:
+            return NULL
+        return &self.slots[(self.slots_head + i) % self.slots_cap]
+
+    cdef int advance(self) except -1:
+        """Free released responses at the front of the queue (in order)."""
+        cdef Slot* slot
+        cdef Py_ssize_t n
+        while self.nslots > 0:
+            slot = &self.slots[self.slots_head]
+            if not slot.released or slot.exports > 0:
+                break
+            if self.r == self.capacity or self.buf[self.r] == 0:
+                self.used -= self.capacity - self.r          # header 0: skip to the front
+                self.r = 0
+            if self.r != slot.pos:
+                raise AssertionError(f"ring reader at {self.r}, response at {slot.pos}")
+            n = OVERHEAD + slot.size
+            self.r += n
+            self.used -= n
+            self.slots_head = (self.slots_head + 1) % self.slots_cap
+            self.nslots -= 1
+            self.nhanded -= 1
+            self.first_seq += 1
+        if self.nslots == 0:
+            self.r = self.h
+            self.used = 0
+        return 0
+
+    cdef int release_memory(self) except -1:
+        if self.has_pool_buffer:
+            PyBuffer_Release(&self.pool_buffer)
+            self.has_pool_buffer = False
+            self.pool.release(self.pool_view)
+            self.pool_view = None
+        return 0
+
+    # -- public API -----------------------------------------------------------------------------
+    def feed(self, data) -> int:
+        """Copy bytes of the response stream into the ring; returns how many were accepted
+        now (fewer than given when the ring is full, 0 when nothing fits)."""
+        cdef const unsigned char[::1] view = data
+        cdef Py_ssize_t total = 0, length = view.shape[0], n, start
+        while total < length:
+            n = self.window(&start)
+            if n == 0:
+                break
+            if n > length - total:
+                n = length - total
+            memcpy(self.buf + start, &view[total], n)
+            total += n
+            self.wrote(n)
+        if total == length and length == 0:
+            self.window(&start)               # still report a closed ring / stream error
+        return total
+
+    def writable(self) -> int:
+        """Bytes accepted right now (at least: the response in progress may continue after
+        them); 0 means full until responses are released."""
+        cdef Py_ssize_t start
+        return self.window(&start)
+
+    def recv_into(self, sock) -> int:
+        """One recv() from `sock` straight into the ring.  Returns the bytes received; 0 when
+        the peer closed the connection (then `eof` is True) or when the ring is full
+        (writable() == 0; nothing is read then)."""
+        cdef Py_ssize_t start, n, got
+        cdef int fd
+        n = self.window(&start)
+        if n == 0:
+            return 0
+        fd = sock.fileno()
+        while True:
+            with nogil:
+                got = kc_recv(fd, self.buf + start, n)
+            if got >= 0:
+                break
+            if got == -1 and errno == EINTR:
+                PyErr_CheckSignals()
+                continue
+            if got == -2 or errno == EAGAIN or errno == KC_EWOULDBLOCK:
+                # Non-blocking or timeout socket (or no POSIX recv): let the socket object
+                # apply its timeout rules.
+                got = sock.recv_into(window_view(self, start, n), n)
+                break
+            raise OSError(errno, "recv failed")
+        if got == 0:
+            self.eof = True
+            return 0
+        self.wrote(got)
+        return got
+
+    # asyncio.BufferedProtocol support
+    def get_buffer(self, Py_ssize_t sizehint=-1):
+        """A writable memoryview of the window for the transport to fill (BufferedProtocol).
+        Raises BufferError when the ring is full: pause reading until responses are released."""
+        cdef Py_ssize_t start, n
+        n = self.window(&start)
+        if n == 0:
+            raise BufferError("ring buffer full: pause reading until responses are released")
+        return window_view(self, start, n)
+
+    def buffer_updated(self, Py_ssize_t nbytes):
+        cdef Py_ssize_t start, n
+        n = self.window(&start)
+        if nbytes < 0 or nbytes > n:
+            raise ValueError(f"buffer_updated({nbytes}) outside the {n}-byte window")
+        self.wrote(nbytes)
+
+    def next_response(self):
+        """The oldest complete response not yet returned, or None."""
+        cdef Response resp
+        cdef Slot* slot
+        if self.closed:
+            raise BufferReleasedError("ring buffer used after close()")
+        if self.nhanded == self.nslots:
+            return None
+        slot = &self.slots[(self.slots_head + self.nhanded) % self.slots_cap]
+        if self.free_responses and Py_REFCNT(self.free_responses[len(self.free_responses) - 1]) == 2:
+            resp = self.free_responses.pop()
+        else:
+            resp = Response.__new__(Response)
+            resp.ring = self
+        resp.seq = self.first_seq + self.nhanded
+        resp.pos = slot.pos
+        resp.size = slot.size
+        self.nhanded += 1
+        return resp
+
+    cpdef release_response(self, Response resp):
+        cdef Slot* slot = self.slot_of(resp.seq)
+        if slot == NULL or slot.released:
+            return                              # already released: no-op
+        slot.released = 1
+        if slot.exports == 0:
+            self.advance()
+        if len(self.free_responses) < 4:
+            self.free_responses.append(resp)
+
+    @property
+    def pending(self) -> int:
+        """Complete responses not yet returned by next_response()."""
+        return self.nslots - self.nhanded
+
+    @property
+    def unreleased(self) -> int:
+        """Responses in the ring that are not freed yet (returned or not)."""
+        return self.nslots
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Ring bytes in use: complete responses, skipped tail, and the one in progress."""
+        return self.used + (HEADER + self.got if self.got or self.placed else 0)
+
+    def close(self):
+        """Give the memory back (to the pool when there is one).  Responses and views become
+        unusable (BufferReleasedError); raw buffer exports still alive make it refuse."""
+        if self.closed:
+            return
+        if self.exports > 0:
+            raise BufferReleasedError(
+                f"cannot close the ring while {self.exports} buffer export(s) of it are alive")
+        self.closed = True
+        self.release_memory()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"ResponseRingBuffer(capacity={self.capacity}, unreleased={self.nslots}, "
+                f"pending={self.nslots - self.nhanded}, skips={self.skips})")
+
+
+cdef class _Window:
+    """Writable exporter of the ring's current write window (socket reads, BufferedProtocol).
+    It keeps the ring alive and counts as an export, so close() cannot pull the memory away."""
+
+    cdef ResponseRingBuffer ring
+    cdef Py_ssize_t start
+    cdef Py_ssize_t length
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        if self.ring.closed:
+            raise BufferReleasedError("ring buffer used after close()")
+        PyBuffer_FillInfo(view, self, self.ring.buf + self.start, self.length, 0, flags)
+        self.ring.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* view):
+        self.ring.exports -= 1
+
+
+cdef object window_view(ResponseRingBuffer ring, Py_ssize_t start, Py_ssize_t n):
+    cdef _Window w = _Window.__new__(_Window)
+    w.ring = ring
+    w.start = start
+    w.length = n
+    return PyMemoryView_FromObject(w)
+
+
+cdef class Response:
+    """One complete response in the ring (a reusable handle; valid until release())."""
+
+    cdef const unsigned char* check(self) except NULL:
+        cdef Slot* slot = self.ring.slot_of(self.seq)
+        if slot == NULL or slot.released or self.ring.closed:
+            raise BufferReleasedError("response used after release()")
+        return self.ring.buf + self.pos + OVERHEAD
+
+    @property
+    def correlation_id(self) -> int:
+        cdef const unsigned char* p = self.check()
+        if self.size < 4:
+            raise CorruptRecordError(f"response of {self.size} bytes has no correlation id",
+                                     position=self.pos)
+        return <int32_t>load_u32(p)
+
+    @property
+    def payload(self) -> RingView:
+        """Zero-copy read-only view of the bytes after the size prefix (correlation id first)."""
+        self.check()
+        cdef RingView view = RingView.__new__(RingView)
+        view.ring = self.ring
+        view.seq = self.seq
+        view.start = self.pos + OVERHEAD
+        view.length = self.size
+        return view
+
+    @property
+    def size(self) -> int:
+        """The response's size prefix (bytes after it)."""
+        return self.size
+
+    @property
+    def offset(self) -> int:
+        """Position of the response's one-byte header in the ring (diagnostics)."""
+        return self.pos
+
+    @property
+    def released(self) -> bool:
+        cdef Slot* slot = self.ring.slot_of(self.seq)
+        return slot == NULL or slot.released != 0
+
+    def copy(self) -> bytes:
+        """The payload as a new bytes object (outlives release())."""
+        return PyBytes_FromStringAndSize(<const char*>self.check(), self.size)
+
+    def release(self):
+        """Free the slot (idempotent).  Bytes under a live raw export stay until it is dropped."""
+        self.ring.release_response(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.ring.release_response(self)
+
+    def __repr__(self):
+        if self.released:
+            return f"<Response released size={self.size}>"
+        return f"<Response correlation_id={self.correlation_id} size={self.size}>"
+
+
+cdef class RingView:
+    """A read-only, zero-copy view into a response in the ring.  Every access checks that the
+    response is still unreleased (BufferReleasedError otherwise)."""
+
+    cdef const unsigned char* check(self) except NULL:
+        cdef Slot* slot = self.ring.slot_of(self.seq)
+        if slot == NULL or slot.released or self.ring.closed:
+            raise BufferReleasedError("view of a ring response used after release()")
+        return self.ring.buf + self.start
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        cdef const unsigned char* p = self.check()
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("ring views are read-only")
+        PyBuffer_FillInfo(view, self, <void*>p, self.length, 1, flags)
+        self.ring.slot_of(self.seq).exports += 1
+        self.ring.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* view):
+        cdef Slot* slot = self.ring.slot_of(self.seq)
+        self.ring.exports -= 1
+        if slot != NULL:
+            slot.exports -= 1
+            if slot.released and slot.exports == 0:
+                try:
+                    self.ring.advance()
+                except Exception:
+                    pass
+
+    def __len__(self):
+        return self.length
+
+    @property
+    def nbytes(self) -> int:
+        return self.length
+
+    @property
+    def released(self) -> bool:
+        cdef Slot* slot = self.ring.slot_of(self.seq)
+        return slot == NULL or slot.released != 0 or self.ring.closed
+
+    def __getitem__(self, key):
+        cdef const unsigned char* p = self.check()
+        cdef Py_ssize_t i, start, stop, step
+        cdef RingView sub
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.length)
+            if step != 1:
+                return PyBytes_FromStringAndSize(<const char*>p, self.length)[key]
+            sub = RingView.__new__(RingView)
+            sub.ring = self.ring
+            sub.seq = self.seq
+            sub.start = self.start + start
+            sub.length = stop - start if stop > start else 0
+            return sub
+        i = key
+        if i < 0:
+            i += self.length
+        if i < 0 or i >= self.length:
+            raise IndexError("ring view index out of range")
+        return p[i]
+
+    def tobytes(self) -> bytes:
+        return PyBytes_FromStringAndSize(<const char*>self.check(), self.length)
+
+    copy = tobytes
+
+    def __bytes__(self):
+        return PyBytes_FromStringAndSize(<const char*>self.check(), self.length)
+
+    def hex(self) -> str:
+        return self.tobytes().hex()
+
+    def __eq__(self, other):
+        cdef const unsigned char* p = self.check()
+        cdef const unsigned char[::1] o
+        try:
+            o = other
+        except (TypeError, ValueError, BufferError):
+            return NotImplemented
+        if o.shape[0] != self.length:
+            return False
+        return self.length == 0 or memcmp(p, &o[0], self.length) == 0
+
+    def __ne__(self, other):
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    __hash__ = None
+
+    def __repr__(self):
+        if self.released:
+            return "<RingView released>"
+        return f"<RingView {self.length} bytes>"
