@@ -2,6 +2,8 @@
 at memory speed by a typed Cython core."""
 
 from kafkacodec import _crc
+from kafkacodec._pool import MemoryPool, SimpleMemoryPool
+from kafkacodec._ring import ResponseRingBuffer
 from kafkacodec._types import Compression, ControlType, TimestampType
 from kafkacodec.errors import (
     BufferReleasedError,
@@ -31,4 +33,7 @@ __all__ = [
     "RecordTooLargeError",
     "BufferReleasedError",
     "MemoryPoolError",
+    "MemoryPool",
+    "SimpleMemoryPool",
+    "ResponseRingBuffer",
 ]
