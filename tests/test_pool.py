@@ -330,3 +330,18 @@ def test_eight_threads_keep_the_accounting_exact():
     assert pool.available_memory == size and pool.outstanding == 0
     assert low_water[0] >= 1 - max_single           # Kafka's non-strict bound
     assert pool.largest_free_block == pool.arena_bytes
+
+
+def test_fragmentation_is_the_one_documented_difference():
+    pool = SimpleMemoryPool(100, 50, strict=True)
+    a, b, c = (pool.try_allocate(30) for _ in range(3))
+    pool.release(b)                       # free: 30 bytes in the middle + 10 at the end
+    assert pool.available_memory == 40
+    assert pool.try_allocate(35) is None  # Kafka would say yes (40 >= 35): not contiguous here
+    assert pool.fragmentation_refusals == 1 and pool.largest_free_block == 30
+    assert pool.available_memory == 40    # a refusal changes no accounting
+    d = pool.try_allocate(30)             # fits the hole exactly
+    assert d is not None
+    for buf in (a, c, d):
+        pool.release(buf)
+    assert pool.largest_free_block == 100
