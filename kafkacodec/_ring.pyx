@@ -29,15 +29,22 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.memoryview cimport PyMemoryView_FromObject
 from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree, PyMem_RawRealloc
 from cpython.ref cimport Py_REFCNT
-from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from libc.string cimport memcpy, memmove, memcmp
 from libc.errno cimport errno, EINTR, EAGAIN
 
-from kafkacodec._cursor cimport load_u32
+from kafkacodec._cursor cimport (Cursor, cursor_init, need, take, get_int16, get_int32, get_int64,
+                                 load_u32, read_uvarint, raise_corrupt)
+from kafkacodec._format cimport (BatchHeader, next_entry, crc_is_valid, compute_crc,
+                                 CONTROL_FLAG, V2_HEADER_SIZE)
+from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_header, record_timestamp
+from kafkacodec._legacy cimport LegacyMessage, read_legacy_message
+from kafkacodec._crc cimport kc_crc_init
 
 from kafkacodec._pool import MemoryPool
-from kafkacodec.errors import (BufferReleasedError, CorruptRecordError, MemoryPoolError,
-                               RecordTooLargeError)
+from kafkacodec.errors import (BufferReleasedError, CorruptRecordError, InvalidCrcError,
+                               MemoryPoolError, RecordTooLargeError, UnsupportedCompressionError,
+                               UnsupportedVersionError)
 
 
 cdef extern from "Python.h":
@@ -60,6 +67,8 @@ cdef extern from *:
     Py_ssize_t kc_recv(int fd, void* buf, Py_ssize_t n) nogil
     int KC_EWOULDBLOCK
 
+
+kc_crc_init()            # the header-only CRC dispatch is per module
 
 DEF HEADER = 1           # the one-byte slot header
 DEF PREFIX = 4           # the int32 size prefix of every response
@@ -469,6 +478,11 @@ cdef class Response:
         cdef Slot* slot = self.ring.slot_of(self.seq)
         return slot == NULL or slot.released != 0
 
+    def records(self, int api_version):
+        """Iterate the records of this FetchResponse (Fetch `api_version`, 4-16) through one
+        reusable FetchRecord flyweight."""
+        return fetch_records(self, api_version)
+
     def copy(self) -> bytes:
         """The payload as a new bytes object (outlives release())."""
         return PyBytes_FromStringAndSize(<const char*>self.check(), self.size)
@@ -583,3 +597,362 @@ cdef class RingView:
         if self.released:
             return "<RingView released>"
         return f"<RingView {self.length} bytes>"
+
+
+# -- FetchResponse records through a reusable flyweight ----------------------------------------
+# A resumable C-level walk over a FetchResponse body (versions 4 to 16; flexible from 12):
+# topics -> partitions -> record batches -> records, with one FetchRecord object refilled for
+# every record.  Nothing is copied and no Python object is made per record; `key`/`value`
+# copy only when asked.  Control batches are skipped (as Kafka's consumer does); a trailing
+# partial batch ends the partition.  Batch CRCs are checked (Kafka's check.crcs=true).
+
+DEF FETCH_FLEXIBLE = 12
+
+cdef inline Py_ssize_t read_length(Cursor* cur, bint flexible, const char* what) except -2:
+    """An array count / bytes length: int32 (-1 null) or compact uvarint (0 null)."""
+    cdef uint32_t raw
+    if flexible:
+        read_uvarint(cur, &raw, what)
+        return <Py_ssize_t>raw - 1
+    need(cur, 4, what)
+    return get_int32(cur)
+
+
+cdef inline int skip_tags(Cursor* cur) except -1:
+    cdef uint32_t count = 0, tag = 0, size = 0
+    cdef uint32_t i
+    read_uvarint(cur, &count, b"tagged fields count")
+    for i in range(count):
+        read_uvarint(cur, &tag, b"tagged field tag")
+        read_uvarint(cur, &size, b"tagged field size")
+        take(cur, size, b"tagged field")
+    return 0
+
+
+@cython.final
+cdef class FetchRecords:
+    """Iterator over every record of a FetchResponse held in the ring; yields the same
+    FetchRecord object each time, refilled (copy it with `record.copy()` to keep one)."""
+
+    cdef Response resp
+    cdef FetchRecord rec
+    cdef int version
+    cdef bint flexible
+    cdef Cursor top                 # the response body
+    cdef Py_ssize_t topics_left
+    cdef Py_ssize_t parts_left
+    cdef Cursor records             # the current partition's records
+    cdef bint in_partition
+    cdef Cursor inner               # the current batch's records (or one legacy message)
+    cdef int32_t batch_left         # records of the current batch still to yield
+    cdef BatchHeader batch
+
+    cdef int check(self) except -1:
+        self.resp.check()
+        return 0
+
+    def __iter__(self):
+        return self
+
+    cdef int next_partition(self) except -1:
+        cdef Cursor* cur = &self.top
+        cdef Py_ssize_t n, length
+        cdef FetchRecord rec = self.rec
+        need(cur, 4 + 2 + 8 + 8, b"fetch partition")
+        rec.partition = get_int32(cur)
+        rec.error_code = get_int16(cur)
+        rec.high_watermark = get_int64(cur)
+        rec.last_stable_offset = get_int64(cur)
+        if self.version >= 5:
+            need(cur, 8, b"fetch partition log start offset")
+            rec.log_start_offset = get_int64(cur)
+        n = read_length(cur, self.flexible, b"fetch aborted transactions")
+        while n > 0:                        # read_committed filtering is the caller's choice
+            take(cur, 16, b"fetch aborted transaction")
+            if self.flexible:
+                skip_tags(cur)
+            n -= 1
+        if self.version >= 11:
+            need(cur, 4, b"fetch preferred read replica")
+            get_int32(cur)
+        length = read_length(cur, self.flexible, b"fetch records length")
+        if length < 0:
+            length = 0                      # null records
+        need(cur, length, b"fetch records")
+        cursor_init(&self.records, cur.data + cur.pos, length, cur.base + cur.pos)
+        cur.pos += length
+        if self.flexible:
+            skip_tags(cur)
+        self.in_partition = True
+        return 0
+
+    cdef int next_topic(self) except -1:
+        cdef Cursor* cur = &self.top
+        cdef Py_ssize_t n
+        cdef const unsigned char* name
+        if self.version >= 13:
+            name = take(cur, 16, b"fetch topic id")
+            self.rec.topic = None
+            self.rec.topic_id = PyBytes_FromStringAndSize(<const char*>name, 16)
+        else:
+            if self.flexible:
+                n = read_length(cur, True, b"fetch topic name length")
+            else:
+                need(cur, 2, b"fetch topic name length")
+                n = get_int16(cur)
+            if n < 0:
+                raise_corrupt(cur, b"fetch topic name (null)")
+            name = take(cur, n, b"fetch topic name")
+            self.rec.topic = name[:n].decode("utf-8")
+        self.parts_left = read_length(cur, self.flexible, b"fetch partitions count")
+        if self.parts_left < 0:
+            self.parts_left = 0
+        return 0
+
+    cdef int end_topic(self) except -1:
+        if self.flexible:
+            skip_tags(&self.top)
+        return 0
+
+    cdef int next_batch(self) except -1:
+        """Frame the next entry of the partition; 1 = records to yield, 0 = partition done."""
+        cdef Cursor* cur = &self.records
+        cdef const unsigned char* entry
+        cdef uint32_t computed
+        cdef LegacyMessage msg
+        while True:
+            entry = cur.data + cur.pos
+            if not next_entry(cur, &self.batch):
+                return 0                    # end, or a trailing partial batch
+            if not crc_is_valid(entry, &self.batch):
+                computed = compute_crc(entry, &self.batch)
+                raise InvalidCrcError("record batch crc mismatch", stored=self.batch.crc,
+                                      computed=computed, position=self.batch.position,
+                                      offset=self.batch.base_offset)
+            if self.batch.magic >= 2:
+                if self.batch.attributes & CONTROL_FLAG:
+                    continue                # transaction markers are not user records
+                if self.batch.compression != 0:
+                    self.decompress(entry)
+                else:
+                    cursor_init(&self.inner, entry + V2_HEADER_SIZE,
+                                self.batch.size - V2_HEADER_SIZE,
+                                self.batch.position + V2_HEADER_SIZE)
+                if self.batch.records_count < 0:
+                    raise_corrupt(cur, b"record batch count (negative)")
+                self.batch_left = self.batch.records_count
+            else:
+                if self.batch.compression != 0:
+                    raise UnsupportedCompressionError(
+                        "compressed v0/v1 message sets in a fetch are not supported by the "
+                        "ring iterator yet", position=self.batch.position,
+                        offset=self.batch.base_offset)
+                cursor_init(&self.inner, entry, self.batch.size, self.batch.position)
+                self.batch_left = 1
+            self.rec.batch = self.batch
+            return 1
+
+    cdef int decompress(self, const unsigned char* entry) except -1:
+        raise UnsupportedCompressionError(
+            f"compression codec {self.batch.compression} needs kafkacodec._compression",
+            position=self.batch.position, offset=self.batch.base_offset)
+
+    cdef int next_record(self) except -1:
+        cdef FetchRecord rec = self.rec
+        cdef V2Record r
+        cdef LegacyMessage m
+        if self.batch.magic >= 2:
+            read_v2_record(&self.inner, &r)
+            rec.offset_ = self.batch.base_offset + r.offset_delta
+            rec.timestamp_ = record_timestamp(&self.batch, &r)
+            rec.key_ptr = r.key
+            rec.key_length_ = r.key_length
+            rec.value_ptr = r.value
+            rec.value_length_ = r.value_length
+            rec.headers_ptr = r.headers
+            rec.headers_size = r.headers_size
+            rec.header_count = r.header_count
+            self.batch_left -= 1
+            if self.batch_left == 0 and self.inner.pos != self.inner.end:
+                raise_corrupt(&self.inner,
+                              b"record batch (bytes left after its declared record count)")
+        else:
+            read_legacy_message(self.inner.data, self.batch.size, self.batch.position, &m)
+            rec.offset_ = m.offset
+            rec.timestamp_ = m.timestamp
+            rec.key_ptr = m.key
+            rec.key_length_ = m.key_length
+            rec.value_ptr = m.value
+            rec.value_length_ = m.value_length
+            rec.headers_ptr = NULL
+            rec.headers_size = 0
+            rec.header_count = 0
+            self.batch_left = 0
+        return 0
+
+    def __next__(self):
+        self.resp.check()
+        while True:
+            if self.batch_left > 0:
+                self.next_record()
+                return self.rec
+            if self.in_partition:
+                if self.next_batch():
+                    continue
+                self.in_partition = False
+            if self.parts_left > 0:
+                self.parts_left -= 1
+                self.next_partition()
+                continue
+            if self.parts_left == 0 and self.topics_left >= 0:
+                if self.topics_left < self.topics_total:
+                    self.end_topic()
+                if self.topics_left > 0:
+                    self.topics_left -= 1
+                    self.next_topic()
+                    continue
+                self.topics_left = -1
+                if self.flexible:
+                    skip_tags(&self.top)
+            raise StopIteration
+
+    cdef Py_ssize_t topics_total
+
+
+@cython.final
+cdef class FetchRecord:
+    """The flyweight: one object per iterator, refilled for every record.  Fields are valid
+    until the iterator moves on; touching it after the response's release raises
+    BufferReleasedError."""
+
+    cdef Response resp
+    cdef readonly object topic
+    cdef readonly object topic_id
+    cdef readonly int32_t partition
+    cdef readonly int16_t error_code
+    cdef readonly int64_t high_watermark
+    cdef readonly int64_t last_stable_offset
+    cdef readonly int64_t log_start_offset
+    cdef int64_t offset_
+    cdef int64_t timestamp_
+    cdef BatchHeader batch
+    cdef const unsigned char* key_ptr
+    cdef int32_t key_length_
+    cdef const unsigned char* value_ptr
+    cdef int32_t value_length_
+    cdef const unsigned char* headers_ptr
+    cdef Py_ssize_t headers_size
+    cdef int32_t header_count
+
+    @property
+    def offset(self) -> int:
+        self.resp.check()
+        return self.offset_
+
+    @property
+    def timestamp(self) -> int:
+        self.resp.check()
+        return self.timestamp_
+
+    @property
+    def timestamp_type(self) -> int:
+        return self.batch.timestamp_type
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.batch.partition_leader_epoch
+
+    @property
+    def base_offset(self) -> int:
+        """The batch's base offset."""
+        return self.batch.base_offset
+
+    @property
+    def magic(self) -> int:
+        return self.batch.magic
+
+    @property
+    def compression(self) -> int:
+        return self.batch.compression
+
+    @property
+    def key_length(self) -> int:
+        self.resp.check()
+        return self.key_length_
+
+    @property
+    def value_length(self) -> int:
+        self.resp.check()
+        return self.value_length_
+
+    @property
+    def key(self):
+        """The key as bytes (a copy) or None."""
+        self.resp.check()
+        if self.key_ptr == NULL:
+            return None
+        return PyBytes_FromStringAndSize(<const char*>self.key_ptr, self.key_length_)
+
+    @property
+    def value(self):
+        """The value as bytes (a copy) or None."""
+        self.resp.check()
+        if self.value_ptr == NULL:
+            return None
+        return PyBytes_FromStringAndSize(<const char*>self.value_ptr, self.value_length_)
+
+    @property
+    def headers(self) -> list:
+        """[(key str, value bytes or None)], parsed on request."""
+        cdef Cursor cur
+        cdef const unsigned char* k
+        cdef const unsigned char* v
+        cdef int32_t kl, vl, i
+        self.resp.check()
+        out = []
+        cursor_init(&cur, self.headers_ptr, self.headers_size, 0)
+        for i in range(self.header_count):
+            read_v2_header(&cur, &k, &kl, &v, &vl)
+            out.append((k[:kl].decode("utf-8"),
+                        None if v == NULL else PyBytes_FromStringAndSize(<const char*>v, vl)))
+        return out
+
+    def copy(self) -> tuple:
+        """(topic, partition, offset, timestamp, key, value, headers) as new Python objects."""
+        return (self.topic, self.partition, self.offset, self.timestamp, self.key, self.value,
+                self.headers)
+
+    def __repr__(self):
+        return (f"<FetchRecord {self.topic}-{self.partition}@{self.offset_} "
+                f"key={self.key_length_} value={self.value_length_} bytes>")
+
+
+cdef FetchRecords fetch_records(Response resp, int api_version):
+    cdef FetchRecords it
+    cdef const unsigned char* p = resp.check()
+    if api_version < 4 or api_version > 16:
+        raise UnsupportedVersionError(
+            f"Fetch version {api_version} is not supported by the ring iterator (4-16)")
+    it = FetchRecords.__new__(FetchRecords)
+    it.resp = resp
+    it.version = api_version
+    it.flexible = api_version >= FETCH_FLEXIBLE
+    it.rec = FetchRecord.__new__(FetchRecord)
+    it.rec.resp = resp
+    it.rec.log_start_offset = -1
+    cursor_init(&it.top, p, resp.size, 0)
+    need(&it.top, 4, b"correlation id")
+    get_int32(&it.top)
+    if it.flexible:
+        skip_tags(&it.top)                  # response header v1
+    need(&it.top, 4, b"fetch throttle time")
+    get_int32(&it.top)
+    if api_version >= 7:
+        need(&it.top, 6, b"fetch error code and session id")
+        get_int16(&it.top)
+        get_int32(&it.top)
+    it.topics_total = read_length(&it.top, it.flexible, b"fetch topics count")
+    if it.topics_total < 0:
+        it.topics_total = 0
+    it.topics_left = it.topics_total
+    return it
