@@ -1,0 +1,135 @@
+"""FetchResponse records through the ring's flyweight iterator, checked against kafka-python."""
+
+import os
+import random
+import socket
+import struct
+import threading
+
+import pytest
+
+from kafkacodec import BufferReleasedError, InvalidCrcError, ResponseRingBuffer
+
+sys_path_entry = os.path.dirname(__file__)   # --import-mode=importlib: helpers beside the tests
+if sys_path_entry not in __import__("sys").path:
+    __import__("sys").path.insert(0, sys_path_entry)
+from fetch_fixtures import build_fetch_response, build_records, reference_records
+
+VERSIONS = [4, 5, 7, 11, 12]
+
+
+def sample_topics(rng, magic=2):
+    def batch(n):
+        return build_records([(1_700_000_000_000 + i, None if i % 5 == 0 else b"k%d" % i,
+                               None if i % 7 == 3 else rng.randbytes(rng.randint(0, 300)),
+                               [("h", b"v"), ("n", None)] if i % 3 == 0 else [])
+                              for i in range(n)], magic=magic)
+    return [("orders", [(0, batch(5) + batch(3)), (1, None), (2, b"")]),
+            ("audit-log", [(7, batch(1)), (3, batch(20) + batch(2)[:-7])])]   # partial tail
+
+
+def iterate(resp, version):
+    return [(r.topic, r.partition, r.offset, r.timestamp, r.key, r.value, r.headers)
+            for r in resp.records(version)]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("magic", [1, 2])
+def test_records_match_kafka_python(version, magic):
+    rng = random.Random(version * 10 + magic)
+    frame = build_fetch_response(version, 42, sample_topics(rng, magic))
+    ring = ResponseRingBuffer(len(frame) + 5)
+    assert ring.feed(frame) == len(frame)
+    resp = ring.next_response()
+    assert resp.correlation_id == 42
+    expected = reference_records(frame, version)
+    if magic == 1:
+        expected = [e[:6] + ([],) for e in expected]
+    assert len(expected) == 5 + 3 + 1 + 20 + (1 if magic == 1 else 0)   # v1: one message survives the cut
+    assert iterate(resp, version) == expected
+
+
+def test_the_flyweight_is_one_object_and_dies_with_the_response():
+    frame = build_fetch_response(12, 1, [("t", [(0, build_records(
+        [(i, b"key", b"value-%d" % i, []) for i in range(100)]))])])
+    ring = ResponseRingBuffer(4096)
+    ring.feed(frame)
+    resp = ring.next_response()
+    records = resp.records(12)
+    seen = {id(rec) for rec in resp.records(12)}
+    assert len(seen) == 1
+    first = next(records)
+    kept = first.copy()
+    assert kept == ("t", 0, 0, 0, b"key", b"value-0", [])
+    second = next(records)
+    assert second is first and first.offset == 1 and first.value == b"value-1"
+    resp.release()
+    for touch in (lambda: first.offset, lambda: first.value, lambda: first.headers,
+                  lambda: next(records), lambda: resp.records(12)):
+        with pytest.raises(BufferReleasedError):
+            touch()
+    assert kept[5] == b"value-0"
+
+
+def test_a_corrupt_batch_names_both_checksums():
+    batch = bytearray(build_records([(0, b"k", b"v" * 50, [])]))
+    batch[-3] ^= 0xFF
+    frame = build_fetch_response(4, 1, [("t", [(0, bytes(batch))])])
+    ring = ResponseRingBuffer(1024)
+    ring.feed(frame)
+    with pytest.raises(InvalidCrcError) as info:
+        list(ring.next_response().records(4))
+    assert info.value.stored != info.value.computed and info.value.offset == 0
+
+
+def test_truncated_response_body_raises_corrupt_not_crash():
+    from kafkacodec import CorruptRecordError
+    frame = build_fetch_response(12, 1, [("t", [(0, build_records([(0, b"k", b"v", [])]))])])
+    body = frame[4:]
+    for cut in range(4, len(body), 7):
+        ring = ResponseRingBuffer(1024)
+        ring.feed(struct.pack(">i", cut) + body[:cut])
+        resp = ring.next_response()
+        try:
+            list(resp.records(12))
+        except CorruptRecordError:
+            pass
+
+
+def test_fetch_responses_over_loopback_tcp_with_wraps():
+    rng = random.Random(7)
+    frames, expected = [], []
+    for cid in range(120):
+        version = (4, 12)[cid % 2]
+        topics = [("t%d" % (cid % 3), [(p, build_records(
+            [(cid * 1000 + i, b"%d-%d" % (cid, i), rng.randbytes(rng.randint(0, 2000)), [])
+             for i in range(rng.randint(1, 12))])) for p in range(rng.randint(1, 3))])]
+        frame = build_fetch_response(version, cid, topics)
+        frames.append(frame)
+        expected.extend(reference_records(frame, version))
+    stream = b"".join(frames)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        conn, _ = listener.accept()
+        pos = 0
+        with conn:
+            while pos < len(stream):
+                n = rng.choice((1, 5, 64, 999, 4096, 30000))
+                conn.sendall(stream[pos:pos + n])
+                pos += n
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    ring = ResponseRingBuffer(max(len(f) for f in frames) + 5 + 1000)
+    got = []
+    with socket.create_connection(listener.getsockname()) as sock:
+        while ring.writable() == 0 or ring.recv_into(sock):
+            while (resp := ring.next_response()) is not None:
+                version = (4, 12)[resp.correlation_id % 2]
+                got.extend(iterate(resp, version))
+                resp.release()
+    thread.join()
+    listener.close()
+    assert got == expected
+    assert ring.skips >= 10 and len(stream) > 10 * ring.capacity
