@@ -2,6 +2,7 @@
 # contiguously behind a one-byte header (1 = complete response follows, 0 = skip to the front).
 
 from libc.stdint cimport int64_t
+from kafkacodec._compression cimport Decompressor
 
 cdef struct Slot:
     Py_ssize_t pos        # position of the one-byte header in the ring
@@ -39,6 +40,7 @@ cdef class ResponseRingBuffer:
     cdef readonly Py_ssize_t skips
     cdef readonly int64_t responses
     cdef list free_responses        # recycled Response objects
+    cdef Decompressor spare_decompressor   # reused across responses (one buffer, KAFKA-2045)
 
     cdef Py_ssize_t window(self, Py_ssize_t* start) except -1
     cdef int wrote(self, Py_ssize_t n) except -1
@@ -48,6 +50,7 @@ cdef class ResponseRingBuffer:
     cdef Slot* slot_of(self, int64_t seq) noexcept
     cdef int release_memory(self) except -1
     cpdef release_response(self, Response resp)
+    cdef Decompressor take_decompressor(self)
 
 
 cdef class Response:

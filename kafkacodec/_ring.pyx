@@ -34,11 +34,13 @@ from libc.string cimport memcpy, memmove, memcmp
 from libc.errno cimport errno, EINTR, EAGAIN
 
 from kafkacodec._cursor cimport (Cursor, cursor_init, need, take, get_int16, get_int32, get_int64,
-                                 load_u32, read_uvarint, raise_corrupt)
+                                 load_u32, load_u64, read_uvarint, raise_corrupt)
 from kafkacodec._format cimport (BatchHeader, next_entry, crc_is_valid, compute_crc,
-                                 CONTROL_FLAG, V2_HEADER_SIZE)
+                                 CONTROL_FLAG, V2_HEADER_SIZE, TIMESTAMP_LOG_APPEND)
 from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_header, record_timestamp
-from kafkacodec._legacy cimport LegacyMessage, read_legacy_message
+from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, next_inner_entry,
+                                 inner_base_offset)
+from kafkacodec._compression cimport Decompressor
 from kafkacodec._crc cimport kc_crc_init
 
 from kafkacodec._pool import MemoryPool
@@ -362,6 +364,13 @@ cdef class ResponseRingBuffer:
         self.nhanded += 1
         return resp
 
+    cdef Decompressor take_decompressor(self):
+        cdef Decompressor d = self.spare_decompressor
+        if d is None:
+            return Decompressor()
+        self.spare_decompressor = None
+        return d
+
     cpdef release_response(self, Response resp):
         cdef Slot* slot = self.slot_of(resp.seq)
         if slot == NULL or slot.released:
@@ -646,6 +655,9 @@ cdef class FetchRecords:
     cdef Cursor inner               # the current batch's records (or one legacy message)
     cdef int32_t batch_left         # records of the current batch still to yield
     cdef BatchHeader batch
+    cdef bint legacy_inner          # walking the decompressed inner set of a v0/v1 wrapper
+    cdef int64_t legacy_base        # added to inner offsets (v1 relative offsets)
+    cdef Decompressor decompressor  # borrowed from the ring while a compressed batch is read
 
     cdef int check(self) except -1:
         self.resp.check()
@@ -741,26 +753,57 @@ cdef class FetchRecords:
                 if self.batch.records_count < 0:
                     raise_corrupt(cur, b"record batch count (negative)")
                 self.batch_left = self.batch.records_count
+            elif self.batch.compression != 0:
+                self.decompress(entry)          # sets batch_left to the inner message count
+                if self.batch_left == 0:
+                    continue
             else:
-                if self.batch.compression != 0:
-                    raise UnsupportedCompressionError(
-                        "compressed v0/v1 message sets in a fetch are not supported by the "
-                        "ring iterator yet", position=self.batch.position,
-                        offset=self.batch.base_offset)
+                self.legacy_inner = False
                 cursor_init(&self.inner, entry, self.batch.size, self.batch.position)
                 self.batch_left = 1
             self.rec.batch = self.batch
             return 1
 
     cdef int decompress(self, const unsigned char* entry) except -1:
-        raise UnsupportedCompressionError(
-            f"compression codec {self.batch.compression} needs kafkacodec._compression",
-            position=self.batch.position, offset=self.batch.base_offset)
+        """Decompress the current batch (v2 records section, or a v0/v1 wrapper's value) into
+        the reusable buffer of the ring's Decompressor (KAFKA-2045's one extra buffer)."""
+        cdef const unsigned char* out
+        cdef Py_ssize_t out_size, size
+        cdef int64_t last = 0
+        cdef int32_t count = 0
+        cdef LegacyMessage wrapper
+        cdef Cursor scan
+        if self.decompressor is None:
+            self.decompressor = self.resp.ring.take_decompressor()
+        if self.batch.magic >= 2:
+            out = self.decompressor.decompress_into(
+                self.batch.compression, 2, entry + V2_HEADER_SIZE,
+                self.batch.size - V2_HEADER_SIZE, &out_size)
+            cursor_init(&self.inner, out, out_size, self.batch.position + V2_HEADER_SIZE)
+            return 0
+        read_legacy_message(entry, self.batch.size, self.batch.position, &wrapper)
+        if wrapper.value == NULL:
+            self.batch_left = 0
+            return 0
+        out = self.decompressor.decompress_into(
+            self.batch.compression, self.batch.magic, wrapper.value, wrapper.value_length,
+            &out_size)
+        cursor_init(&self.inner, out, out_size, self.batch.position)
+        scan = self.inner
+        while next_inner_entry(&scan, &size):
+            last = <int64_t>load_u64(scan.data + scan.pos)
+            scan.pos += size
+            count += 1
+        self.legacy_base = inner_base_offset(self.batch.magic, wrapper.offset, last, &scan)
+        self.legacy_inner = True
+        self.batch_left = count
+        return 0
 
     cdef int next_record(self) except -1:
         cdef FetchRecord rec = self.rec
         cdef V2Record r
         cdef LegacyMessage m
+        cdef Py_ssize_t size = 0
         if self.batch.magic >= 2:
             read_v2_record(&self.inner, &r)
             rec.offset_ = self.batch.base_offset + r.offset_delta
@@ -776,6 +819,24 @@ cdef class FetchRecords:
             if self.batch_left == 0 and self.inner.pos != self.inner.end:
                 raise_corrupt(&self.inner,
                               b"record batch (bytes left after its declared record count)")
+        elif self.legacy_inner:
+            next_inner_entry(&self.inner, &size)
+            read_legacy_message(self.inner.data + self.inner.pos, size,
+                                self.inner.base + self.inner.pos, &m)
+            self.inner.pos += size
+            rec.offset_ = m.offset + self.legacy_base
+            if self.batch.magic == 1 and self.batch.timestamp_type == TIMESTAMP_LOG_APPEND:
+                rec.timestamp_ = self.batch.max_timestamp     # the wrapper's time wins
+            else:
+                rec.timestamp_ = m.timestamp
+            rec.key_ptr = m.key
+            rec.key_length_ = m.key_length
+            rec.value_ptr = m.value
+            rec.value_length_ = m.value_length
+            rec.headers_ptr = NULL
+            rec.headers_size = 0
+            rec.header_count = 0
+            self.batch_left -= 1
         else:
             read_legacy_message(self.inner.data, self.batch.size, self.batch.position, &m)
             rec.offset_ = m.offset
@@ -814,6 +875,9 @@ cdef class FetchRecords:
                 self.topics_left = -1
                 if self.flexible:
                     skip_tags(&self.top)
+            if self.decompressor is not None:     # hand the buffer back for the next response
+                self.resp.ring.spare_decompressor = self.decompressor
+                self.decompressor = None
             raise StopIteration
 
     cdef Py_ssize_t topics_total
