@@ -1,0 +1,201 @@
+"""The KAFKA-2045 ring against the usual way of reading responses, in the same run.
+
+Usual path (what kafka-python / aiokafka do): every recv() returns a new bytes object, chunks
+are concatenated, each response is sliced out as new bytes, then decoded (kafka-python's
+FetchResponse + MemoryRecords, or aiokafka's FetchResponse + its C MemoryRecords).
+Ring path: feed() the same chunks into the ring, next_response(), iterate the flyweight,
+release().
+
+    /work/venv/bin/python -m pytest bench/bench_ring.py --benchmark-enable -q \
+        --benchmark-columns=mean,ops --benchmark-sort=name
+"""
+
+import os
+import struct
+import sys
+import tracemalloc
+
+import pytest
+
+from kafkacodec import ResponseRingBuffer
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from fetch_fixtures import build_fetch_response, build_records  # noqa: E402
+
+CHUNK = 64 * 1024          # bytes per simulated recv()
+STREAM_BYTES = 4 << 20     # per round
+
+
+def make_stream(response_size):
+    """Fetch v4 responses of about `response_size` bytes, one partition, one v2 batch each."""
+    value = b"v" * 90
+    per_batch = max(1, (response_size - 150) // 100)
+    frame = build_fetch_response(4, 0, [("bench", [(0, build_records(
+        [(1_700_000_000_000 + i, b"key%05d" % i, value, []) for i in range(per_batch)]))])])
+    count = max(1, STREAM_BYTES // len(frame))
+    stream = frame * count
+    return stream, len(frame), count, per_batch
+
+
+STREAMS = {"1KiB": make_stream(1024), "64KiB": make_stream(64 * 1024)}
+
+
+def chunks_of(stream):
+    view = memoryview(stream)
+    return [view[i:i + CHUNK] for i in range(0, len(stream), CHUNK)]
+
+
+# -- framing only: bytes/s ----------------------------------------------------------------------
+def ring_frames(chunks, ring):
+    n = 0
+    for chunk in chunks:
+        pos = 0
+        while pos < len(chunk):
+            pos += ring.feed(chunk[pos:] if pos else chunk)
+            while (resp := ring.next_response()) is not None:
+                resp.correlation_id
+                resp.release()
+                n += 1
+    return n
+
+
+def usual_frames(chunks):
+    """kafka-python style: recv -> new bytes, buffer += chunk, slice each response out."""
+    n = 0
+    buffer = b""
+    for chunk in chunks:
+        buffer += bytes(chunk)                     # recv() hands out a new bytes object
+        while len(buffer) >= 4:
+            size = struct.unpack_from(">i", buffer)[0]
+            if len(buffer) < 4 + size:
+                break
+            response = buffer[4:4 + size]          # the response as new bytes
+            buffer = buffer[4 + size:]
+            struct.unpack_from(">i", response)     # correlation id
+            n += 1
+    return n
+
+
+@pytest.mark.parametrize("size", list(STREAMS))
+def test_bytes_ring(benchmark, size):
+    stream, frame_len, count, _ = STREAMS[size]
+    chunks = chunks_of(stream)
+    ring = ResponseRingBuffer(4 * max(frame_len + 5, CHUNK))
+    benchmark.extra_info["bytes"] = len(stream)
+    assert benchmark(ring_frames, chunks, ring) == count
+
+
+@pytest.mark.parametrize("size", list(STREAMS))
+def test_bytes_usual(benchmark, size):
+    stream, _, count, _ = STREAMS[size]
+    chunks = chunks_of(stream)
+    benchmark.extra_info["bytes"] = len(stream)
+    assert benchmark(usual_frames, chunks) == count
+
+
+# -- records/s ------------------------------------------------------------------------------------
+def ring_records(chunks, ring):
+    n = 0
+    for chunk in chunks:
+        pos = 0
+        while pos < len(chunk):
+            pos += ring.feed(chunk[pos:] if pos else chunk)
+            while (resp := ring.next_response()) is not None:
+                for rec in resp.records(4):
+                    rec.offset
+                    rec.value_length
+                    n += 1
+                resp.release()
+    return n
+
+
+def usual_records(chunks, decode_response, memory_records):
+    n = 0
+    buffer = b""
+    for chunk in chunks:
+        buffer += bytes(chunk)
+        while len(buffer) >= 4:
+            size = struct.unpack_from(">i", buffer)[0]
+            if len(buffer) < 4 + size:
+                break
+            response = buffer[4:4 + size]
+            buffer = buffer[4 + size:]
+            for topic_partitions in decode_response(response):
+                records = memory_records(topic_partitions)
+                while (batch := records.next_batch()) is not None:
+                    for rec in batch:
+                        rec.offset
+                        len(rec.value)
+                        n += 1
+    return n
+
+
+def kafka_python_decoder():
+    from kafka.protocol.consumer import FetchResponse
+    from kafka.record.memory_records import MemoryRecords
+
+    def decode(response):
+        decoded = FetchResponse.decode(response, version=4, header=True)
+        return [p.records for t in decoded.responses for p in t.partitions if p.records]
+    return decode, MemoryRecords
+
+
+def aiokafka_decoder():
+    from aiokafka.protocol.fetch import FetchResponse_v4
+    from aiokafka.record.memory_records import MemoryRecords
+
+    def decode(response):
+        decoded = FetchResponse_v4.decode(response[4:])          # after the correlation id
+        return [p[-1] for _, parts in decoded.topics for p in parts if p[-1]]
+    return decode, MemoryRecords
+
+
+@pytest.mark.parametrize("size", list(STREAMS))
+def test_records_ring(benchmark, size):
+    stream, frame_len, count, per_batch = STREAMS[size]
+    chunks = chunks_of(stream)
+    ring = ResponseRingBuffer(4 * max(frame_len + 5, CHUNK))
+    benchmark.extra_info["records"] = count * per_batch
+    assert benchmark(ring_records, chunks, ring) == count * per_batch
+
+
+@pytest.mark.parametrize("peer", ["kafka-python", "aiokafka"])
+@pytest.mark.parametrize("size", list(STREAMS))
+def test_records_usual(benchmark, size, peer):
+    stream, _, count, per_batch = STREAMS[size]
+    chunks = chunks_of(stream)
+    decode, memory_records = (kafka_python_decoder if peer == "kafka-python" else aiokafka_decoder)()
+    benchmark.extra_info["records"] = count * per_batch
+    rounds = {"rounds": 1, "iterations": 1} if peer == "kafka-python" else {"rounds": 3, "iterations": 1}
+    assert benchmark.pedantic(usual_records, (chunks, decode, memory_records), **rounds) == count * per_batch
+
+
+# -- allocations per response (tracemalloc) -------------------------------------------------------
+def traced(fn, *args):
+    """(peak traced bytes, net traced blocks) while fn runs."""
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    tracemalloc.reset_peak()
+    start_current, _ = tracemalloc.get_traced_memory()
+    fn(*args)
+    _, peak = tracemalloc.get_traced_memory()
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    net_blocks = sum(s.count_diff for s in after.compare_to(before, "filename"))
+    return peak - start_current, net_blocks
+
+
+@pytest.mark.parametrize("size", list(STREAMS))
+def test_allocations_per_response(size, capsys):
+    stream, frame_len, count, _ = STREAMS[size]
+    chunks = chunks_of(stream)
+    ring = ResponseRingBuffer(4 * max(frame_len + 5, CHUNK))
+    ring_records(chunks, ring)                     # warm: recycled objects, decompressor
+    ring_peak, ring_net = traced(ring_records, chunks, ring)
+    decode, memory_records = aiokafka_decoder()
+    usual_peak, usual_net = traced(usual_records, chunks, decode, memory_records)
+    with capsys.disabled():
+        print(f"\n{size}: {count} responses; peak traced bytes per run: ring {ring_peak} "
+              f"({ring_peak / count:.1f}/response), usual {usual_peak} "
+              f"({usual_peak / count:.1f}/response); net blocks ring {ring_net}, usual {usual_net}")
+    assert ring_peak < usual_peak
