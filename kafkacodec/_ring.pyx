@@ -418,6 +418,7 @@ cdef class ResponseRingBuffer:
                 f"pending={self.nslots - self.nhanded}, skips={self.skips})")
 
 
+@cython.no_gc_clear
 cdef class _Window:
     """Writable exporter of the ring's current write window (socket reads, BufferedProtocol).
     It keeps the ring alive and counts as an export, so close() cannot pull the memory away."""
@@ -444,6 +445,7 @@ cdef object window_view(ResponseRingBuffer ring, Py_ssize_t start, Py_ssize_t n)
     return PyMemoryView_FromObject(w)
 
 
+@cython.no_gc_clear
 cdef class Response:
     """One complete response in the ring (a reusable handle; valid until release())."""
 
@@ -512,6 +514,7 @@ cdef class Response:
         return f"<Response correlation_id={self.correlation_id} size={self.size}>"
 
 
+@cython.no_gc_clear
 cdef class RingView:
     """A read-only, zero-copy view into a response in the ring.  Every access checks that the
     response is still unreleased (BufferReleasedError otherwise)."""
@@ -639,6 +642,7 @@ cdef inline int skip_tags(Cursor* cur) except -1:
 
 
 @cython.final
+@cython.no_gc_clear
 cdef class FetchRecords:
     """Iterator over every record of a FetchResponse held in the ring; yields the same
     FetchRecord object each time, refilled (copy it with `record.copy()` to keep one)."""
@@ -715,7 +719,11 @@ cdef class FetchRecords:
             if n < 0:
                 raise_corrupt(cur, b"fetch topic name (null)")
             name = take(cur, n, b"fetch topic name")
-            self.rec.topic = name[:n].decode("utf-8")
+            try:
+                self.rec.topic = name[:n].decode("utf-8")
+            except UnicodeDecodeError:
+                cur.pos -= n
+                raise_corrupt(cur, b"fetch topic name (not UTF-8)")
         self.parts_left = read_length(cur, self.flexible, b"fetch partitions count")
         if self.parts_left < 0:
             self.parts_left = 0
@@ -884,6 +892,7 @@ cdef class FetchRecords:
 
 
 @cython.final
+@cython.no_gc_clear
 cdef class FetchRecord:
     """The flyweight: one object per iterator, refilled for every record.  Fields are valid
     until the iterator moves on; touching it after the response's release raises
@@ -977,7 +986,12 @@ cdef class FetchRecord:
         cursor_init(&cur, self.headers_ptr, self.headers_size, 0)
         for i in range(self.header_count):
             read_v2_header(&cur, &k, &kl, &v, &vl)
-            out.append((k[:kl].decode("utf-8"),
+            try:
+                key = k[:kl].decode("utf-8")
+            except UnicodeDecodeError:
+                raise CorruptRecordError("record header key is not UTF-8",
+                                         offset=self.offset_) from None
+            out.append((key,
                         None if v == NULL else PyBytes_FromStringAndSize(<const char*>v, vl)))
         return out
 

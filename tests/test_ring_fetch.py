@@ -139,3 +139,50 @@ def test_fetch_responses_over_loopback_tcp_with_wraps():
     listener.close()
     assert got == expected
     assert ring.skips >= 10 and len(stream) > 10 * ring.capacity
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from kafkacodec import KafkaCodecError  # noqa: E402
+
+_SEED_FRAMES = {v: build_fetch_response(v, 5, sample_topics(random.Random(v), 2, c))
+                for v, c in ((4, 0), (12, 1), (11, 3), (12, 4))}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(version=st.sampled_from(sorted(_SEED_FRAMES)), data=st.data())
+def test_hostile_fetch_bytes_end_in_a_result_or_a_kafkacodec_error(version, data):
+    frame = bytearray(_SEED_FRAMES[version])
+    for _ in range(data.draw(st.integers(1, 8))):
+        i = data.draw(st.integers(4, len(frame) - 1))
+        frame[i] = data.draw(st.integers(0, 255))
+    ring = ResponseRingBuffer(len(frame) + 5)
+    ring.feed(frame)
+    resp = ring.next_response()
+    for v in (version, data.draw(st.sampled_from(VERSIONS + [13, 16]))):
+        try:
+            for rec in resp.records(v):
+                rec.key, rec.value, rec.headers
+        except KafkaCodecError:
+            pass
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=600), st.integers(5, 700))
+def test_random_stream_bytes_never_crash_the_ring(blob, capacity):
+    ring = ResponseRingBuffer(capacity)
+    try:
+        pos = 0
+        while pos < len(blob):
+            n = ring.feed(blob[pos:])
+            while (resp := ring.next_response()) is not None:
+                try:
+                    list(resp.records(12))
+                except KafkaCodecError:
+                    pass
+                resp.release()
+            if n == 0:
+                break
+            pos += n
+    except KafkaCodecError:
+        pass
