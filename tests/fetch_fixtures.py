@@ -1,5 +1,7 @@
 """FetchResponses built by kafka-python (an independent implementation) for the ring tests."""
 
+import uuid
+
 from kafka.protocol.consumer import FetchResponse
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
@@ -21,13 +23,22 @@ def build_fetch_response(version, correlation_id, topics):
     """topics: [(name, [(partition, records bytes or None)])] -> framed response bytes."""
     response = FetchResponse[version](
         throttle_time_ms=0, error_code=0, session_id=0,
-        responses=[TopicResponse(topic=name, partitions=[
+        responses=[TopicResponse(**topic_field(version, name), partitions=[
             PartitionData(partition_index=p, error_code=0, high_watermark=100,
                           last_stable_offset=100, log_start_offset=0,
                           aborted_transactions=None, preferred_read_replica=-1, records=r)
             for p, r in parts]) for name, parts in topics])
     response.with_header(correlation_id=correlation_id)
     return bytes(response.encode(header=True, framed=True))
+
+
+def topic_id(name):
+    return uuid.uuid5(uuid.NAMESPACE_URL, "kafka:" + name)
+
+
+def topic_field(version, name):
+    """Fetch v13+ names topics by id."""
+    return {"topic_id": topic_id(name)} if version >= 13 else {"topic": name}
 
 
 def reference_records(frame, version):
@@ -42,6 +53,7 @@ def reference_records(frame, version):
             records = MemoryRecords(bytes(part.records))
             while (batch := records.next_batch()) is not None:
                 for rec in batch:
-                    out.append((topic.topic, part.partition_index, rec.offset, rec.timestamp,
+                    out.append((topic.topic if version < 13 else topic.topic_id.bytes,
+                                part.partition_index, rec.offset, rec.timestamp,
                                 rec.key, rec.value, [(k, v) for k, v in rec.headers]))
     return out
