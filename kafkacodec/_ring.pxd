@@ -42,7 +42,13 @@ cdef class ResponseRingBuffer:
     cdef list free_responses        # recycled Response objects
     cdef Decompressor spare_decompressor   # reused across responses (one buffer, KAFKA-2045)
 
+    cdef Py_ssize_t* bounds         # scratch for landed(): (size, next start) pairs
+    cdef Py_ssize_t bounds_cap
+
     cdef Py_ssize_t window(self, Py_ssize_t* start) except -1
+    cdef Py_ssize_t limit(self) noexcept
+    cdef Py_ssize_t greedy_window(self, Py_ssize_t* start) except -1
+    cdef int landed(self, Py_ssize_t n) except -1
     cdef int wrote(self, Py_ssize_t n) except -1
     cdef int try_place(self, Py_ssize_t need) noexcept
     cdef int commit(self) except -1

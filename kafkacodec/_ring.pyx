@@ -88,6 +88,7 @@ cdef class ResponseRingBuffer:
     def __cinit__(self, Py_ssize_t capacity, pool=None):
         self.buf = NULL
         self.slots = NULL
+        self.bounds = NULL
         self.has_pool_buffer = False
         self.size = -1
         self.free_responses = []
@@ -114,7 +115,9 @@ cdef class ResponseRingBuffer:
                 raise MemoryError(f"cannot allocate a {capacity}-byte ring")
         self.slots_cap = 16
         self.slots = <Slot*>PyMem_RawMalloc(self.slots_cap * sizeof(Slot))
-        if self.slots == NULL:
+        self.bounds_cap = 64
+        self.bounds = <Py_ssize_t*>PyMem_RawMalloc(self.bounds_cap * 2 * sizeof(Py_ssize_t))
+        if self.slots == NULL or self.bounds == NULL:
             raise MemoryError()
 
     def __dealloc__(self):
@@ -131,6 +134,8 @@ cdef class ResponseRingBuffer:
         self.buf = NULL
         PyMem_RawFree(self.slots)
         self.slots = NULL
+        PyMem_RawFree(self.bounds)
+        self.bounds = NULL
 
     # -- placement (writer) -------------------------------------------------------------------
     cdef int try_place(self, Py_ssize_t need) noexcept:
@@ -178,6 +183,103 @@ cdef class ResponseRingBuffer:
         if self.size < 0:
             return PREFIX - self.got
         return PREFIX + self.size - self.got
+
+    cdef Py_ssize_t limit(self) noexcept:
+        """End of the free contiguous room after the writer's position."""
+        if self.h > self.r or (self.h == self.r and self.used == 0):
+            return self.capacity
+        return self.r
+
+    cdef Py_ssize_t greedy_window(self, Py_ssize_t* start) except -1:
+        """Like window(), but as far as the free contiguous room allows, keeping one byte per
+        response that may start inside it for that response's header (socket reads)."""
+        cdef Py_ssize_t n = self.window(start), greedy
+        if n == 0:
+            return 0
+        greedy = (self.limit() - start[0] - 1) * 4 // 5
+        return greedy if greedy > n else n
+
+    cdef int landed(self, Py_ssize_t n) except -1:
+        """n stream bytes landed at the window's start, possibly spanning several responses:
+        make room for each later response's header byte (one pass, back to front), commit
+        the complete ones and place the last, partial one."""
+        cdef Py_ssize_t s = self.h + HEADER + self.got
+        cdef Py_ssize_t end = s + n, pos = s, frame_start = self.h + HEADER
+        cdef Py_ssize_t got = self.got, size = self.size, nb = 0, j, seg_end, t
+        cdef Py_ssize_t* grown
+        cdef int32_t parsed
+        cdef object error = None
+        if n <= 0:
+            return 0
+        if self.size >= 0 and n <= PREFIX + self.size - self.got:
+            return self.wrote(n)                # within the current response: nothing to move
+        # Pass 1: find where each response starts in the raw bytes (bounds[0] = the current).
+        while True:
+            if size < 0:
+                t = PREFIX - got
+                if t > end - pos:
+                    t = end - pos
+                got += t
+                pos += t
+                if got < PREFIX:
+                    break
+                parsed = <int32_t>load_u32(self.buf + frame_start)
+                if parsed < 0:
+                    error = CorruptRecordError(f"invalid response size {parsed}",
+                                               position=self.responses + nb)
+                elif <Py_ssize_t>parsed + OVERHEAD > self.capacity:
+                    error = RecordTooLargeError(
+                        f"response of {parsed} bytes (+{OVERHEAD} header and size bytes = "
+                        f"{parsed + OVERHEAD}) does not fit a ring of {self.capacity} bytes")
+                if error is not None:
+                    break
+                size = parsed
+            t = PREFIX + size - got
+            if t > end - pos:
+                t = end - pos
+            got += t
+            pos += t
+            if got < PREFIX + size or pos == end:
+                break
+            # a complete response; the next one starts at pos
+            if nb + 1 >= self.bounds_cap:
+                grown = <Py_ssize_t*>PyMem_RawRealloc(self.bounds,
+                                                      2 * self.bounds_cap * 2 * sizeof(Py_ssize_t))
+                if grown == NULL:
+                    raise MemoryError()
+                self.bounds = grown
+                self.bounds_cap *= 2
+            self.bounds[2 * nb] = size            # size of the response that just completed
+            self.bounds[2 * nb + 1] = pos         # raw start of the next one
+            nb += 1
+            frame_start = pos
+            got = 0
+            size = -1
+        # Pass 2: move each later response right by its index (back to front: no overlap).
+        for j in range(nb, 0, -1):
+            seg_end = self.bounds[2 * j + 1] if j < nb else end
+            memmove(self.buf + self.bounds[2 * j - 1] + j, self.buf + self.bounds[2 * j - 1],
+                    seg_end - self.bounds[2 * j - 1])
+        # Pass 3: commit the complete ones.
+        for j in range(nb):
+            self.size = self.bounds[2 * j]
+            self.got = PREFIX + self.size
+            self.placed = True
+            self.commit()                         # h moves to the next header position
+        # The last one: complete (exactly at the end), or partial.
+        self.got = got
+        self.size = size
+        if error is not None:
+            self.error = error
+            raise error
+        if size >= 0 and got == PREFIX + size:
+            self.placed = True
+            self.commit()
+        elif size >= 0:
+            self.placed = self.try_place(OVERHEAD + size)
+        else:
+            self.placed = self.try_place(OVERHEAD)
+        return 0
 
     cdef int wrote(self, Py_ssize_t n) except -1:
         """n bytes landed at the window's start."""
@@ -303,7 +405,7 @@ cdef class ResponseRingBuffer:
         (writable() == 0; nothing is read then)."""
         cdef Py_ssize_t start, n, got
         cdef int fd
-        n = self.window(&start)
+        n = self.greedy_window(&start)
         if n == 0:
             return 0
         fd = sock.fileno()
@@ -324,7 +426,7 @@ cdef class ResponseRingBuffer:
         if got == 0:
             self.eof = True
             return 0
-        self.wrote(got)
+        self.landed(got)
         return got
 
     # asyncio.BufferedProtocol support
@@ -332,17 +434,17 @@ cdef class ResponseRingBuffer:
         """A writable memoryview of the window for the transport to fill (BufferedProtocol).
         Raises BufferError when the ring is full: pause reading until responses are released."""
         cdef Py_ssize_t start, n
-        n = self.window(&start)
+        n = self.greedy_window(&start)
         if n == 0:
             raise BufferError("ring buffer full: pause reading until responses are released")
         return window_view(self, start, n)
 
     def buffer_updated(self, Py_ssize_t nbytes):
         cdef Py_ssize_t start, n
-        n = self.window(&start)
+        n = self.greedy_window(&start)
         if nbytes < 0 or nbytes > n:
             raise ValueError(f"buffer_updated({nbytes}) outside the {n}-byte window")
-        self.wrote(nbytes)
+        self.landed(nbytes)
 
     def next_response(self):
         """The oldest complete response not yet returned, or None."""

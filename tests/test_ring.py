@@ -175,9 +175,26 @@ def test_responses_may_be_released_out_of_order():
 
 
 # -- properties ------------------------------------------------------------------------------
-@settings(max_examples=300, deadline=None)
+def put_feed(ring, data):
+    return ring.feed(data)
+
+
+def put_buffered(ring, data):
+    """The BufferedProtocol path: greedy windows, several responses per write."""
+    if not data or ring.writable() == 0:
+        return 0
+    window = ring.get_buffer(-1)
+    n = min(len(window), len(data))
+    window[:n] = data[:n]
+    del window
+    ring.buffer_updated(n)
+    return n
+
+
+@pytest.mark.parametrize("put", [put_feed, put_buffered])
+@settings(max_examples=200, deadline=None)
 @given(data=st.data())
-def test_property_complete_in_order_no_overwrite_skip_exactly_when_needed(data):
+def test_property_complete_in_order_no_overwrite_skip_exactly_when_needed(put, data):
     sizes = data.draw(st.lists(st.integers(0, 300), min_size=1, max_size=40))
     capacity = data.draw(st.integers(max(sizes) + 4 + 5, max(sizes) + 4 + 5 + 600))
     frames = [frame(i, bytes([(i * 31 + j) & 0xFF for j in range(n)])) for i, n in enumerate(sizes)]
@@ -190,7 +207,7 @@ def test_property_complete_in_order_no_overwrite_skip_exactly_when_needed(data):
     pos = 0
     while len(seen) < len(frames):
         chunk = data.draw(st.integers(1, 700))
-        accepted = ring.feed(stream[pos:pos + chunk])
+        accepted = put(ring, stream[pos:pos + chunk])
         pos += accepted
         while (resp := ring.next_response()) is not None:
             i = len(seen)
@@ -311,3 +328,28 @@ def test_asyncio_buffered_protocol_reads_straight_into_the_ring():
     out, skips = asyncio.run(main())
     thread.join()
     assert out == list(range(300)) and skips > 10
+
+
+def test_memory_stays_flat_over_thousands_of_responses():
+    import tracemalloc
+    frames = b"".join(frame(i, bytes(100 + i % 50)) for i in range(200))
+    ring = ResponseRingBuffer(4096)
+
+    def run(rounds):
+        for _ in range(rounds):
+            pos = 0
+            while pos < len(frames):
+                pos += ring.feed(frames[pos:])
+                while (resp := ring.next_response()) is not None:
+                    resp.correlation_id
+                    resp.release()
+
+    run(2)
+    tracemalloc.start()
+    run(1)
+    one = tracemalloc.get_traced_memory()[1]
+    tracemalloc.reset_peak()
+    run(20)                                  # 4000 responses
+    twenty = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert twenty <= one + 512               # the peak does not grow with the responses
