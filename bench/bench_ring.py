@@ -59,20 +59,31 @@ def ring_frames(chunks, ring):
     return n
 
 
+def split_responses(buffer, on_response):
+    """Slice every complete response out of `buffer` (a bytearray) as new bytes; drop the
+    consumed prefix once (asyncio StreamReader / kafka-python do no worse)."""
+    pos, total = 0, len(buffer)
+    while total - pos >= 4:
+        size = struct.unpack_from(">i", buffer, pos)[0]
+        if total - pos < 4 + size:
+            break
+        on_response(bytes(buffer[pos + 4:pos + 4 + size]))   # the response as new bytes
+        pos += 4 + size
+    del buffer[:pos]
+
+
 def usual_frames(chunks):
-    """kafka-python style: recv -> new bytes, buffer += chunk, slice each response out."""
+    """The usual way: recv -> new bytes, buffer += chunk, slice each response out."""
     n = 0
-    buffer = b""
+    out = []
+    buffer = bytearray()
     for chunk in chunks:
         buffer += bytes(chunk)                     # recv() hands out a new bytes object
-        while len(buffer) >= 4:
-            size = struct.unpack_from(">i", buffer)[0]
-            if len(buffer) < 4 + size:
-                break
-            response = buffer[4:4 + size]          # the response as new bytes
-            buffer = buffer[4 + size:]
+        out.clear()
+        split_responses(buffer, out.append)
+        for response in out:
             struct.unpack_from(">i", response)     # correlation id
-            n += 1
+        n += len(out)
     return n
 
 
@@ -111,15 +122,13 @@ def ring_records(chunks, ring):
 
 def usual_records(chunks, decode_response, memory_records):
     n = 0
-    buffer = b""
+    buffer = bytearray()
+    responses = []
     for chunk in chunks:
         buffer += bytes(chunk)
-        while len(buffer) >= 4:
-            size = struct.unpack_from(">i", buffer)[0]
-            if len(buffer) < 4 + size:
-                break
-            response = buffer[4:4 + size]
-            buffer = buffer[4 + size:]
+        responses.clear()
+        split_responses(buffer, responses.append)
+        for response in responses:
             for topic_partitions in decode_response(response):
                 records = memory_records(topic_partitions)
                 while (batch := records.next_batch()) is not None:
@@ -199,3 +208,65 @@ def test_allocations_per_response(size, capsys):
               f"({ring_peak / count:.1f}/response), usual {usual_peak} "
               f"({usual_peak / count:.1f}/response); net blocks ring {ring_net}, usual {usual_net}")
     assert ring_peak < usual_peak
+
+
+# -- through a real socket (socketpair, a sender thread) ---------------------------------------
+import socket  # noqa: E402
+import threading  # noqa: E402
+
+
+def over_socket(stream, receive):
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    sender = threading.Thread(target=lambda: (a.sendall(stream), a.shutdown(socket.SHUT_WR)))
+    sender.start()
+    try:
+        return receive(b)
+    finally:
+        sender.join()
+        a.close()
+        b.close()
+
+
+def ring_receive(ring):
+    def receive(sock):
+        n = 0
+        while ring.recv_into(sock) or not ring.eof:
+            while (resp := ring.next_response()) is not None:
+                resp.correlation_id
+                resp.release()
+                n += 1
+        return n
+    return receive
+
+
+def usual_receive(sock):
+    n = 0
+    out = []
+    buffer = bytearray()
+    while chunk := sock.recv(CHUNK):
+        buffer += chunk
+        out.clear()
+        split_responses(buffer, out.append)
+        for response in out:
+            struct.unpack_from(">i", response)
+        n += len(out)
+    return n
+
+
+@pytest.mark.parametrize("size", list(STREAMS))
+def test_socket_ring(benchmark, size):
+    stream, frame_len, count, _ = STREAMS[size]
+    benchmark.extra_info["bytes"] = len(stream)
+    result = benchmark.pedantic(
+        lambda: over_socket(stream, ring_receive(ResponseRingBuffer(4 * max(frame_len + 5, CHUNK)))),
+        rounds=5, iterations=1)
+    assert result == count
+
+
+@pytest.mark.parametrize("size", list(STREAMS))
+def test_socket_usual(benchmark, size):
+    stream, _, count, _ = STREAMS[size]
+    benchmark.extra_info["bytes"] = len(stream)
+    assert benchmark.pedantic(lambda: over_socket(stream, usual_receive), rounds=5, iterations=1) == count
