@@ -8,10 +8,11 @@ the writer writes 0 at its position and continues at the front once the reader h
 enough (the few prefix bytes already received move with it).  Unreleased responses are never
 overwritten: `writable()` is 0 until the reader releases.
 
-Network side: `feed(data)` copies from the caller's buffer straight into place; `recv_into(sock)`
-and `get_buffer()/buffer_updated()` (asyncio.BufferedProtocol) let the kernel write into the
-ring.  Reads are exact: the 4 prefix bytes, then the rest of that response, so the one-byte
-header of the next response never has to be squeezed in between bytes already received.
+Network side: `feed(data)` copies from the caller's buffer straight into place, one response
+at a time.  `recv_into(sock)` and `get_buffer()/buffer_updated()` (asyncio.BufferedProtocol)
+let the kernel write as much as the free contiguous room allows (keeping one byte in five
+spare), so one read may hold many responses; one back-to-front pass then moves each later
+response right by its index to open its header byte (each byte moves at most once).
 
 Reading side: `next_response()` returns the oldest complete response; its `payload` is a
 read-only zero-copy RingView (starts with the correlation id).  `release()` frees the slot;
