@@ -17,9 +17,11 @@ def pairs(allocate, release, n):
         release(allocate(n))
 
 
-@pytest.mark.parametrize("n", [100, 16384])
 @pytest.mark.parametrize("strict", [False, True])
-def test_pair_simple_pool(benchmark, n, strict):
+@pytest.mark.parametrize("n", [100, 16384])
+@pytest.mark.parametrize("impl", ["kafkacodec"])
+def test_pair_simple_pool(benchmark, n, strict, impl):
+    benchmark.group = f"pair {n}"
     pool = SimpleMemoryPool(1 << 24, 1 << 20, strict)
     benchmark.extra_info["pairs"] = PAIRS
     benchmark(pairs, pool.try_allocate, pool.release, n)
@@ -28,11 +30,14 @@ def test_pair_simple_pool(benchmark, n, strict):
 
 @pytest.mark.parametrize("n", [100, 16384])
 def test_pair_memory_pool_none(benchmark, n):
+    benchmark.group = f"pair {n}"
     benchmark.extra_info["pairs"] = PAIRS
     benchmark(pairs, MemoryPool.NONE.try_allocate, MemoryPool.NONE.release, n)
 
 
-def test_pair_loop_overhead(benchmark):
+@pytest.mark.parametrize("n", [100, 16384])
+def test_pair_loop_overhead(benchmark, n):
     """The Python loop + two calls with nothing behind them: subtract it to get the pair."""
+    benchmark.group = f"pair {n}"
     benchmark.extra_info["pairs"] = PAIRS
     benchmark(pairs, lambda n: n, lambda b: None, 100)

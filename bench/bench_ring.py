@@ -87,8 +87,10 @@ def usual_frames(chunks):
     return n
 
 
+@pytest.mark.parametrize("impl", ["kafkacodec-ring"])
 @pytest.mark.parametrize("size", list(STREAMS))
-def test_bytes_ring(benchmark, size):
+def test_bytes_ring(benchmark, size, impl):
+    benchmark.group = f"bytes {size}"
     stream, frame_len, count, _ = STREAMS[size]
     chunks = chunks_of(stream)
     ring = ResponseRingBuffer(4 * max(frame_len + 5, CHUNK))
@@ -96,8 +98,10 @@ def test_bytes_ring(benchmark, size):
     assert benchmark(ring_frames, chunks, ring) == count
 
 
+@pytest.mark.parametrize("impl", ["usual"])
 @pytest.mark.parametrize("size", list(STREAMS))
-def test_bytes_usual(benchmark, size):
+def test_bytes_usual(benchmark, size, impl):
+    benchmark.group = f"bytes {size}"
     stream, _, count, _ = STREAMS[size]
     chunks = chunks_of(stream)
     benchmark.extra_info["bytes"] = len(stream)
@@ -159,8 +163,10 @@ def aiokafka_decoder():
     return decode, MemoryRecords
 
 
+@pytest.mark.parametrize("impl", ["kafkacodec-ring"])
 @pytest.mark.parametrize("size", list(STREAMS))
-def test_records_ring(benchmark, size):
+def test_records_ring(benchmark, size, impl):
+    benchmark.group = f"records {size}"
     stream, frame_len, count, per_batch = STREAMS[size]
     chunks = chunks_of(stream)
     ring = ResponseRingBuffer(4 * max(frame_len + 5, CHUNK))
@@ -171,6 +177,7 @@ def test_records_ring(benchmark, size):
 @pytest.mark.parametrize("peer", ["kafka-python", "aiokafka"])
 @pytest.mark.parametrize("size", list(STREAMS))
 def test_records_usual(benchmark, size, peer):
+    benchmark.group = f"records {size}"
     stream, _, count, per_batch = STREAMS[size]
     chunks = chunks_of(stream)
     decode, memory_records = (kafka_python_decoder if peer == "kafka-python" else aiokafka_decoder)()
@@ -255,8 +262,10 @@ def usual_receive(sock):
     return n
 
 
+@pytest.mark.parametrize("impl", ["kafkacodec-ring"])
 @pytest.mark.parametrize("size", list(STREAMS))
-def test_socket_ring(benchmark, size):
+def test_socket_ring(benchmark, size, impl):
+    benchmark.group = f"socket {size}"
     stream, frame_len, count, _ = STREAMS[size]
     benchmark.extra_info["bytes"] = len(stream)
     result = benchmark.pedantic(
@@ -265,8 +274,10 @@ def test_socket_ring(benchmark, size):
     assert result == count
 
 
+@pytest.mark.parametrize("impl", ["usual"])
 @pytest.mark.parametrize("size", list(STREAMS))
-def test_socket_usual(benchmark, size):
+def test_socket_usual(benchmark, size, impl):
+    benchmark.group = f"socket {size}"
     stream, _, count, _ = STREAMS[size]
     benchmark.extra_info["bytes"] = len(stream)
     assert benchmark.pedantic(lambda: over_socket(stream, usual_receive), rounds=5, iterations=1) == count
