@@ -298,7 +298,7 @@ def test_eight_threads_keep_the_accounting_exact():
         allocate, release = pool.try_allocate, pool.release
         tag = bytes([seed])
         try:
-            for i in range(125_000):
+            for i in range(250_000):
                 if len(mine) < 4:
                     buf = allocate(sizes[i & 63])
                     if buf is not None:
