@@ -41,7 +41,7 @@ from kafkacodec._format cimport (BatchHeader, next_entry, crc_is_valid, compute_
 from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_header, record_timestamp
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, next_inner_entry,
                                  inner_base_offset)
-from kafkacodec._compression cimport Decompressor
+from kafkacodec._compression cimport Decompressor, _Chunk
 from kafkacodec._crc cimport kc_crc_init
 
 from kafkacodec._pool import MemoryPool
@@ -858,6 +858,7 @@ cdef class FetchRecords:
                 if self.batch.compression != 0:
                     self.decompress(entry)
                 else:
+                    self.rec.chunk = None
                     cursor_init(&self.inner, entry + V2_HEADER_SIZE,
                                 self.batch.size - V2_HEADER_SIZE,
                                 self.batch.position + V2_HEADER_SIZE)
@@ -870,6 +871,7 @@ cdef class FetchRecords:
                     continue
             else:
                 self.legacy_inner = False
+                self.rec.chunk = None
                 cursor_init(&self.inner, entry, self.batch.size, self.batch.position)
                 self.batch_left = 1
             self.rec.batch = self.batch
@@ -891,6 +893,7 @@ cdef class FetchRecords:
                 self.batch.compression, 2, entry + V2_HEADER_SIZE,
                 self.batch.size - V2_HEADER_SIZE, &out_size)
             cursor_init(&self.inner, out, out_size, self.batch.position + V2_HEADER_SIZE)
+            self.rec.chunk = self.decompressor._chunk
             return 0
         read_legacy_message(entry, self.batch.size, self.batch.position, &wrapper)
         if wrapper.value == NULL:
@@ -900,6 +903,7 @@ cdef class FetchRecords:
             self.batch.compression, self.batch.magic, wrapper.value, wrapper.value_length,
             &out_size)
         cursor_init(&self.inner, out, out_size, self.batch.position)
+        self.rec.chunk = self.decompressor._chunk
         scan = self.inner
         while next_inner_entry(&scan, &size):
             last = <int64_t>load_u64(scan.data + scan.pos)
@@ -1019,6 +1023,35 @@ cdef class FetchRecord:
     cdef const unsigned char* headers_ptr
     cdef Py_ssize_t headers_size
     cdef int32_t header_count
+    cdef _Chunk chunk               # decompressed data of the current batch (None: in the ring)
+
+    cdef object view_of(self, const unsigned char* p, Py_ssize_t n):
+        cdef RingView view
+        cdef ResponseRingBuffer ring = self.resp.ring
+        self.resp.check()
+        if p == NULL:
+            return None
+        if self.chunk is not None:
+            # The Decompressor never reuses a buffer while a view of it is alive.
+            return memoryview(self.chunk)[p - self.chunk.buf:p - self.chunk.buf + n]
+        view = RingView.__new__(RingView)
+        view.ring = ring
+        view.seq = self.resp.seq
+        view.start = p - ring.buf
+        view.length = n
+        return view
+
+    @property
+    def key_view(self):
+        """Zero-copy view of the key (None when null): a RingView into the response (raises
+        after release), or a read-only memoryview of the decompressed batch, which stays
+        valid on its own."""
+        return self.view_of(self.key_ptr, self.key_length_)
+
+    @property
+    def value_view(self):
+        """Zero-copy view of the value (None when null); see key_view."""
+        return self.view_of(self.value_ptr, self.value_length_)
 
     @property
     def offset(self) -> int:

@@ -186,3 +186,31 @@ def test_random_stream_bytes_never_crash_the_ring(blob, capacity):
             pos += n
     except KafkaCodecError:
         pass
+
+
+@pytest.mark.parametrize("codec", list(CODECS))
+def test_zero_copy_key_and_value_views(codec):
+    records = [(i, b"key-%d" % i, b"value-%d" % i * 3, []) for i in range(30)] + [(99, None, None, [])]
+    batches = build_records(records, compression=CODECS[codec]) + build_records(records[:2])
+    frame = build_fetch_response(12, 3, [("t", [(0, batches)])])
+    ring = ResponseRingBuffer(8192)
+    ring.feed(frame)
+    resp = ring.next_response()
+    kept = []
+    for rec in resp.records(12):
+        key, value = rec.key_view, rec.value_view
+        assert (key, value) == (rec.key, rec.value) or (key is None and value is None)
+        kept.append((key, value, rec.key, rec.value))
+    assert len(kept) == 33
+    # views of a compressed batch keep their own buffer; views into the ring die with it
+    resp.release()
+    for key, value, key_copy, value_copy in kept[:31]:
+        if key is None:
+            continue
+        if codec == "none":
+            with pytest.raises(BufferReleasedError):
+                bytes(value)
+        else:
+            assert bytes(key) == key_copy and bytes(value) == value_copy
+    with pytest.raises(BufferReleasedError):
+        bytes(kept[31][1])                   # the second batch is uncompressed: in the ring
