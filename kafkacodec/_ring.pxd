@@ -69,6 +69,7 @@ cdef class Response:
 
 cdef class RingView:
     cdef ResponseRingBuffer ring
+    cdef Response resp              # keeps the response (and so its slot) from auto-release
     cdef int64_t seq
     cdef Py_ssize_t start
     cdef Py_ssize_t length

@@ -572,6 +572,7 @@ cdef class Response:
         self.check()
         cdef RingView view = RingView.__new__(RingView)
         view.ring = self.ring
+        view.resp = self
         view.seq = self.seq
         view.start = self.pos + OVERHEAD
         view.length = self.size
@@ -604,6 +605,21 @@ cdef class Response:
     def release(self):
         """Free the slot (idempotent).  Bytes under a live raw export stay until it is dropped."""
         self.ring.release_response(self)
+
+    def __dealloc__(self):
+        # Dropped without release() (no view or flyweight refers to it either): free the slot,
+        # so a forgotten response cannot wedge the ring.
+        cdef Slot* slot
+        if self.ring is None:
+            return
+        slot = self.ring.slot_of(self.seq)
+        if slot != NULL and not slot.released:
+            slot.released = 1
+            if slot.exports == 0:
+                try:
+                    self.ring.advance()
+                except Exception:
+                    pass
 
     def __enter__(self):
         return self
@@ -669,6 +685,7 @@ cdef class RingView:
                 return PyBytes_FromStringAndSize(<const char*>p, self.length)[key]
             sub = RingView.__new__(RingView)
             sub.ring = self.ring
+            sub.resp = self.resp
             sub.seq = self.seq
             sub.start = self.start + start
             sub.length = stop - start if stop > start else 0
@@ -1036,6 +1053,7 @@ cdef class FetchRecord:
             return memoryview(self.chunk)[p - self.chunk.buf:p - self.chunk.buf + n]
         view = RingView.__new__(RingView)
         view.ring = ring
+        view.resp = self.resp
         view.seq = self.resp.seq
         view.start = p - ring.buf
         view.length = n

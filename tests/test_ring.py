@@ -385,3 +385,15 @@ def test_stub_types_check(tmp_path):
     sample.write_text(STUB_USE + "n: str = ring.feed(b'x')\npool.try_allocate('5')\n")
     bad = api.run(["--strict", "--follow-imports=silent", "--no-incremental", str(sample)])
     assert bad[2] == 1 and bad[0].count("error:") == 2, bad[0]
+
+
+def test_a_dropped_response_frees_its_slot_unless_a_view_keeps_it():
+    ring = ResponseRingBuffer(64)
+    ring.feed(frame(1, b"a" * 20) + frame(2, b"b" * 20))
+    ring.next_response()                         # dropped at once, never released
+    assert ring.unreleased == 1
+    payload = ring.next_response().payload       # the response lives on through its view
+    gc.collect()
+    assert ring.unreleased == 1 and payload[4:] == b"b" * 20
+    del payload
+    assert ring.unreleased == 0 and ring.buffered_bytes == 0
