@@ -5,7 +5,13 @@ order).  Every case must end in a result or a KafkaCodecError; run it under the 
 
     python scripts/fuzz_ring.py [seed] [seconds]
 """
-sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "tests"))
+import os
+import random
+import struct
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from kafkacodec import ResponseRingBuffer, KafkaCodecError
 from fetch_fixtures import build_fetch_response, build_records
 rng = random.Random(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
