@@ -397,3 +397,18 @@ def test_a_dropped_response_frees_its_slot_unless_a_view_keeps_it():
     assert ring.unreleased == 1 and payload[4:] == b"b" * 20
     del payload
     assert ring.unreleased == 0 and ring.buffered_bytes == 0
+
+
+def test_a_bad_size_inside_a_greedy_read_keeps_the_responses_before_it():
+    ring = ResponseRingBuffer(256)
+    stream = frame(1, b"one") + frame(2, b"two") + struct.pack(">i", -5) + b"junk"
+    with pytest.raises(CorruptRecordError, match="invalid response size -5"):
+        put_buffered(ring, stream)
+    assert [ring.next_response().correlation_id for _ in range(2)] == [1, 2]
+    assert ring.next_response() is None
+    with pytest.raises(CorruptRecordError):
+        ring.get_buffer(-1)                      # the stream stays broken
+    too_big = ResponseRingBuffer(64)
+    with pytest.raises(RecordTooLargeError, match="ring of 64 bytes"):
+        put_buffered(too_big, frame(1, b"x") + frame(2, b"y" * 100))
+    assert too_big.next_response().correlation_id == 1
