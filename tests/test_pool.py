@@ -284,7 +284,7 @@ def test_depletion_metrics():
 
 
 def test_eight_threads_keep_the_accounting_exact():
-    """8 threads, 1.6 million allocation attempts and as many releases; buffers are handed between threads (the
+    """8 threads, 1.2 million allocation attempts (over half a million succeed); buffers are handed between threads (the
     network thread allocates, a consumer releases), tagged to catch any overlap."""
     import collections
 
@@ -293,6 +293,7 @@ def test_eight_threads_keep_the_accounting_exact():
     errors = []
     low_water = [size]
     refusals = [0] * 8
+    releases = [0] * 8
     handoff = collections.deque()
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-5)
@@ -302,7 +303,7 @@ def test_eight_threads_keep_the_accounting_exact():
         sizes = [rng.randint(1, max_single) for _ in range(64)]
         allocate, release = pool.try_allocate, pool.release
         try:
-            for i in range(200_000):
+            for i in range(150_000):
                 buf = allocate(sizes[i & 63])
                 if buf is None:
                     refusals[seed] += 1
@@ -311,14 +312,15 @@ def test_eight_threads_keep_the_accounting_exact():
                     buf[0:1] = tag[:1]
                     buf[-1:] = tag[1:]
                     handoff.append((tag, buf))
-                while len(handoff) > 12:
+                if len(handoff) > 12 or buf is None:    # release one, maybe another's
                     try:
                         tag, buf = handoff.popleft()
                     except IndexError:
-                        break
+                        continue
                     if buf[0:1] != tag[:1] or buf[-1:] != tag[1:]:
                         errors.append(f"block of thread {tag[0]} overwritten")
                     release(buf)
+                    releases[seed] += 1
                 available = pool.available_memory
                 if available < low_water[0]:
                     low_water[0] = available
@@ -337,7 +339,8 @@ def test_eight_threads_keep_the_accounting_exact():
         pool.release(handoff.popleft()[1])
     assert errors == []
     assert pool.available_memory == size and pool.outstanding == 0 and pool.leaked == 0
-    assert sum(refusals) > 0 and low_water[0] < 0   # the pool ran dry and went negative
+    assert sum(releases) > 500_000                  # many attempts succeed ...
+    assert sum(refusals) > 0 and low_water[0] < 0   # ... but the pool runs dry and goes negative
     assert low_water[0] >= 1 - max_single           # ... but never past Kafka's non-strict bound
     assert pool.largest_free_block == pool.arena_bytes
 
