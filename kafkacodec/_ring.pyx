@@ -37,8 +37,10 @@ from libc.errno cimport errno, EINTR, EAGAIN
 from kafkacodec._cursor cimport (Cursor, cursor_init, need, take, get_int16, get_int32, get_int64,
                                  load_u32, load_u64, read_uvarint, raise_corrupt)
 from kafkacodec._format cimport (BatchHeader, next_entry, crc_is_valid, compute_crc,
-                                 CONTROL_FLAG, V2_HEADER_SIZE, TIMESTAMP_LOG_APPEND)
-from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_header, record_timestamp
+                                 CONTROL_FLAG, TRANSACTIONAL_FLAG, V2_HEADER_SIZE,
+                                 TIMESTAMP_LOG_APPEND)
+from kafkacodec._v2 cimport (V2Record, read_v2_record, read_v2_header, record_timestamp,
+                             read_control_type)
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, next_inner_entry,
                                  inner_base_offset)
 from kafkacodec._compression cimport Decompressor, _Chunk
@@ -593,10 +595,11 @@ cdef class Response:
         cdef Slot* slot = self.ring.slot_of(self.seq)
         return slot == NULL or slot.released != 0
 
-    def records(self, int api_version):
+    def records(self, int api_version, int isolation_level=0):
         """Iterate the records of this FetchResponse (Fetch `api_version`, 4-16) through one
-        reusable FetchRecord flyweight."""
-        return fetch_records(self, api_version)
+        reusable FetchRecord flyweight.  isolation_level 1 (read_committed) drops the data of
+        the aborted transactions the response lists, as Kafka's consumer does."""
+        return fetch_records(self, api_version, isolation_level)
 
     def copy(self) -> bytes:
         """The payload as a new bytes object (outlives release())."""
@@ -739,6 +742,15 @@ cdef class RingView:
 # partial batch ends the partition.  Batch CRCs are checked (Kafka's check.crcs=true).
 
 DEF FETCH_FLEXIBLE = 12
+DEF CONTROL_ABORT = 0
+
+cdef extern from "stdlib.h":
+    void qsort(void* base, size_t n, size_t size, int (*cmp)(const void*, const void*) noexcept nogil) nogil
+
+
+cdef int compare_first_offset(const void* a, const void* b) noexcept nogil:
+    cdef int64_t x = (<const int64_t*>a)[1], y = (<const int64_t*>b)[1]
+    return (x > y) - (x < y)
 
 cdef inline Py_ssize_t read_length(Cursor* cur, bint flexible, const char* what) except -2:
     """An array count / bytes length: int32 (-1 null) or compact uvarint (0 null)."""
@@ -782,6 +794,18 @@ cdef class FetchRecords:
     cdef bint legacy_inner          # walking the decompressed inner set of a v0/v1 wrapper
     cdef int64_t legacy_base        # added to inner offsets (v1 relative offsets)
     cdef Decompressor decompressor  # borrowed from the ring while a compressed batch is read
+    cdef bint read_committed
+    cdef int64_t* aborted           # (producer_id, first_offset) pairs, sorted by first_offset
+    cdef Py_ssize_t naborted
+    cdef Py_ssize_t aborted_cap
+    cdef Py_ssize_t next_aborted    # the first not yet consumed
+    cdef int64_t* aborted_pids      # producers whose open transaction was aborted
+    cdef Py_ssize_t npids
+    cdef Py_ssize_t pids_cap
+
+    def __dealloc__(self):
+        PyMem_RawFree(self.aborted)
+        PyMem_RawFree(self.aborted_pids)
 
     cdef int check(self) except -1:
         self.resp.check()
@@ -790,8 +814,86 @@ cdef class FetchRecords:
     def __iter__(self):
         return self
 
+    cdef int add_aborted(self, int64_t producer_id, int64_t first_offset) except -1:
+        cdef int64_t* grown
+        if self.naborted == self.aborted_cap:
+            grown = <int64_t*>PyMem_RawRealloc(self.aborted,
+                                              (2 * self.aborted_cap + 8) * 2 * sizeof(int64_t))
+            if grown == NULL:
+                raise MemoryError()
+            self.aborted = grown
+            self.aborted_cap = 2 * self.aborted_cap + 8
+        self.aborted[2 * self.naborted] = producer_id
+        self.aborted[2 * self.naborted + 1] = first_offset
+        self.naborted += 1
+        return 0
+
+    cdef Py_ssize_t find_pid(self, int64_t producer_id) noexcept:
+        cdef Py_ssize_t i
+        for i in range(self.npids):
+            if self.aborted_pids[i] == producer_id:
+                return i
+        return -1
+
+    cdef int batch_is_skipped(self, const unsigned char* entry) except -1:
+        """Kafka's read_committed rule (CompletedFetch): 1 when the batch's records must not
+        be returned: an aborted transaction's data, or a control batch."""
+        cdef int64_t pid = self.batch.producer_id
+        cdef Py_ssize_t i
+        cdef int64_t* grown
+        cdef bint control = self.batch.attributes & CONTROL_FLAG
+        if self.read_committed and pid >= 0:
+            # aborted transactions that began at or before this batch's last offset
+            while (self.next_aborted < self.naborted
+                   and self.aborted[2 * self.next_aborted + 1] <= self.batch.last_offset):
+                if self.find_pid(self.aborted[2 * self.next_aborted]) < 0:
+                    if self.npids == self.pids_cap:
+                        grown = <int64_t*>PyMem_RawRealloc(
+                            self.aborted_pids, (2 * self.pids_cap + 8) * sizeof(int64_t))
+                        if grown == NULL:
+                            raise MemoryError()
+                        self.aborted_pids = grown
+                        self.pids_cap = 2 * self.pids_cap + 8
+                    self.aborted_pids[self.npids] = self.aborted[2 * self.next_aborted]
+                    self.npids += 1
+                self.next_aborted += 1
+            if control:
+                if self.first_control_type(entry) == CONTROL_ABORT:
+                    i = self.find_pid(pid)
+                    if i >= 0:                  # the aborted transaction ends here
+                        self.npids -= 1
+                        self.aborted_pids[i] = self.aborted_pids[self.npids]
+                return 1
+            if self.batch.attributes & TRANSACTIONAL_FLAG and self.find_pid(pid) >= 0:
+                return 1
+        return 1 if control else 0
+
+    cdef int first_control_type(self, const unsigned char* entry) except -2:
+        """The control type of a control batch's first record (-1 when it has none)."""
+        cdef Cursor c
+        cdef V2Record r
+        cdef const unsigned char* data
+        cdef Py_ssize_t size
+        if self.batch.records_count <= 0:
+            return -1
+        if self.batch.compression != 0:
+            if self.decompressor is None:
+                self.decompressor = self.resp.ring.take_decompressor()
+            data = self.decompressor.decompress_into(
+                self.batch.compression, 2, entry + V2_HEADER_SIZE,
+                self.batch.size - V2_HEADER_SIZE, &size)
+            cursor_init(&c, data, size, self.batch.position + V2_HEADER_SIZE)
+        else:
+            cursor_init(&c, entry + V2_HEADER_SIZE, self.batch.size - V2_HEADER_SIZE,
+                        self.batch.position + V2_HEADER_SIZE)
+        if c.end == 0:
+            return -1
+        read_v2_record(&c, &r)
+        return read_control_type(&r, self.batch.position)
+
     cdef int next_partition(self) except -1:
         cdef Cursor* cur = &self.top
+        cdef const unsigned char* entry
         cdef Py_ssize_t n, length
         cdef FetchRecord rec = self.rec
         need(cur, 4 + 2 + 8 + 8, b"fetch partition")
@@ -803,11 +905,18 @@ cdef class FetchRecords:
             need(cur, 8, b"fetch partition log start offset")
             rec.log_start_offset = get_int64(cur)
         n = read_length(cur, self.flexible, b"fetch aborted transactions")
-        while n > 0:                        # read_committed filtering is the caller's choice
-            take(cur, 16, b"fetch aborted transaction")
+        self.naborted = 0
+        self.next_aborted = 0
+        self.npids = 0
+        while n > 0:
+            entry = take(cur, 16, b"fetch aborted transaction")
+            if self.read_committed:
+                self.add_aborted(<int64_t>load_u64(entry), <int64_t>load_u64(entry + 8))
             if self.flexible:
                 skip_tags(cur)
             n -= 1
+        if self.naborted > 1:
+            qsort(self.aborted, self.naborted, 2 * sizeof(int64_t), compare_first_offset)
         if self.version >= 11:
             need(cur, 4, b"fetch preferred read replica")
             get_int32(cur)
@@ -870,8 +979,8 @@ cdef class FetchRecords:
                                       computed=computed, position=self.batch.position,
                                       offset=self.batch.base_offset)
             if self.batch.magic >= 2:
-                if self.batch.attributes & CONTROL_FLAG:
-                    continue                # transaction markers are not user records
+                if self.batch_is_skipped(entry):
+                    continue                # markers, and aborted data under read_committed
                 if self.batch.compression != 0:
                     self.decompress(entry)
                 else:
@@ -1159,15 +1268,19 @@ cdef class FetchRecord:
                 f"key={self.key_length_} value={self.value_length_} bytes>")
 
 
-cdef FetchRecords fetch_records(Response resp, int api_version):
+cdef FetchRecords fetch_records(Response resp, int api_version, int isolation_level):
     cdef FetchRecords it
     cdef const unsigned char* p = resp.check()
     if api_version < 4 or api_version > 16:
         raise UnsupportedVersionError(
             f"Fetch version {api_version} is not supported by the ring iterator (4-16)")
+    if isolation_level not in (0, 1):
+        raise ValueError(f"isolation_level must be 0 (read_uncommitted) or 1 (read_committed), "
+                         f"got {isolation_level}")
     it = FetchRecords.__new__(FetchRecords)
     it.resp = resp
     it.version = api_version
+    it.read_committed = isolation_level == 1
     it.flexible = api_version >= FETCH_FLEXIBLE
     it.rec = FetchRecord.__new__(FetchRecord)
     it.rec.resp = resp

@@ -19,14 +19,19 @@ def build_records(records, *, magic=2, compression=0):
     return bytes(builder.buffer())
 
 
-def build_fetch_response(version, correlation_id, topics):
-    """topics: [(name, [(partition, records bytes or None)])] -> framed response bytes."""
+def build_fetch_response(version, correlation_id, topics, aborted=None):
+    """topics: [(name, [(partition, records bytes or None)])] -> framed response bytes.
+    aborted: [(producer_id, first_offset)] listed for every partition (None: null)."""
+    aborted_list = None if aborted is None else [
+        PartitionData.AbortedTransaction(producer_id=pid, first_offset=first)
+        for pid, first in aborted]
     response = FetchResponse[version](
         throttle_time_ms=0, error_code=0, session_id=0,
         responses=[TopicResponse(**topic_field(version, name), partitions=[
             PartitionData(partition_index=p, error_code=0, high_watermark=100,
                           last_stable_offset=100, log_start_offset=0,
-                          aborted_transactions=None, preferred_read_replica=-1, records=r)
+                          aborted_transactions=aborted_list, preferred_read_replica=-1,
+                          records=r)
             for p, r in parts]) for name, parts in topics])
     response.with_header(correlation_id=correlation_id)
     return bytes(response.encode(header=True, framed=True))

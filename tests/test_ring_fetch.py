@@ -214,3 +214,42 @@ def test_zero_copy_key_and_value_views(codec):
             assert bytes(key) == key_copy and bytes(value) == value_copy
     with pytest.raises(BufferReleasedError):
         bytes(kept[31][1])                   # the second batch is uncompressed: in the ring
+
+
+def transactional_log(compression):
+    from kafkacodec import MemoryRecordsBuilder
+
+    def batch(base, pid, n, transactional=True):
+        b = MemoryRecordsBuilder(compression=compression, base_offset=base,
+                                 producer_id=pid if transactional else -1,
+                                 producer_epoch=0 if transactional else -1,
+                                 base_sequence=0 if transactional else -1,
+                                 is_transactional=transactional)
+        for i in range(n):
+            b.append(1000 + base + i, None, b"%d" % (base + i))
+        return b.build()
+
+    marker = MemoryRecordsBuilder.build_end_txn_marker
+    return (batch(0, 7, 3)                       # pid 7: aborted below
+            + batch(3, -1, 2, transactional=False)
+            + batch(5, 8, 2)                     # pid 8: committed
+            + marker(False, 7, 0, 0, base_offset=7)
+            + marker(True, 8, 0, 0, base_offset=8)
+            + batch(9, 7, 2)                     # pid 7 again: a new transaction
+            + batch(11, 9, 1))                   # pid 9: aborted, marker not fetched yet
+
+
+@pytest.mark.parametrize("version", [4, 12])
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_read_committed_drops_aborted_transactions_as_kafka(version, compression):
+    frame = build_fetch_response(version, 1, [("t", [(0, transactional_log(compression))])],
+                                 aborted=[(9, 11), (7, 0)])   # any order: sorted like Kafka
+    ring = ResponseRingBuffer(4096)
+    ring.feed(frame)
+    resp = ring.next_response()
+    uncommitted = [rec.offset for rec in resp.records(version)]
+    committed = [rec.offset for rec in resp.records(version, isolation_level=1)]
+    assert uncommitted == [0, 1, 2, 3, 4, 5, 6, 9, 10, 11]    # markers never show
+    assert committed == [3, 4, 5, 6, 9, 10]
+    with pytest.raises(ValueError):
+        resp.records(version, isolation_level=2)
