@@ -45,6 +45,8 @@ from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, next_inner_
                                  inner_base_offset)
 from kafkacodec._compression cimport Decompressor, _Chunk
 from kafkacodec._crc cimport kc_crc_init
+from kafkacodec.protocol._wire cimport (read_array_length, read_bytes_length, read_string,
+                                        skip_tagged_fields, read_response_header, FETCH_FLEXIBLE)
 
 from kafkacodec._pool import MemoryPool
 from kafkacodec.errors import (BufferReleasedError, CorruptRecordError, InvalidCrcError,
@@ -735,13 +737,13 @@ cdef class RingView:
 
 
 # -- FetchResponse records through a reusable flyweight ----------------------------------------
-# A resumable C-level walk over a FetchResponse body (versions 4 to 16; flexible from 12):
+# A resumable C-level walk over a FetchResponse body (versions 4 to 16; flexible from 12), on
+# the protocol package's wire primitives (kafkacodec/protocol/_wire.pxd):
 # topics -> partitions -> record batches -> records, with one FetchRecord object refilled for
 # every record.  Nothing is copied and no Python object is made per record; `key`/`value`
 # copy only when asked.  Control batches are skipped (as Kafka's consumer does); a trailing
 # partial batch ends the partition.  Batch CRCs are checked (Kafka's check.crcs=true).
 
-DEF FETCH_FLEXIBLE = 12
 DEF CONTROL_ABORT = 0
 
 cdef extern from "stdlib.h":
@@ -751,27 +753,6 @@ cdef extern from "stdlib.h":
 cdef int compare_first_offset(const void* a, const void* b) noexcept nogil:
     cdef int64_t x = (<const int64_t*>a)[1], y = (<const int64_t*>b)[1]
     return (x > y) - (x < y)
-
-cdef inline Py_ssize_t read_length(Cursor* cur, bint flexible, const char* what) except -2:
-    """An array count / bytes length: int32 (-1 null) or compact uvarint (0 null)."""
-    cdef uint32_t raw
-    if flexible:
-        read_uvarint(cur, &raw, what)
-        return <Py_ssize_t>raw - 1
-    need(cur, 4, what)
-    return get_int32(cur)
-
-
-cdef inline int skip_tags(Cursor* cur) except -1:
-    cdef uint32_t count = 0, tag = 0, size = 0
-    cdef uint32_t i
-    read_uvarint(cur, &count, b"tagged fields count")
-    for i in range(count):
-        read_uvarint(cur, &tag, b"tagged field tag")
-        read_uvarint(cur, &size, b"tagged field size")
-        take(cur, size, b"tagged field")
-    return 0
-
 
 @cython.final
 @cython.no_gc_clear
@@ -904,7 +885,7 @@ cdef class FetchRecords:
         if self.version >= 5:
             need(cur, 8, b"fetch partition log start offset")
             rec.log_start_offset = get_int64(cur)
-        n = read_length(cur, self.flexible, b"fetch aborted transactions")
+        n = read_array_length(cur, self.flexible, True, 16, b"fetch aborted transactions")
         self.naborted = 0
         self.next_aborted = 0
         self.npids = 0
@@ -913,21 +894,21 @@ cdef class FetchRecords:
             if self.read_committed:
                 self.add_aborted(<int64_t>load_u64(entry), <int64_t>load_u64(entry + 8))
             if self.flexible:
-                skip_tags(cur)
+                skip_tagged_fields(cur)
             n -= 1
         if self.naborted > 1:
             qsort(self.aborted, self.naborted, 2 * sizeof(int64_t), compare_first_offset)
         if self.version >= 11:
             need(cur, 4, b"fetch preferred read replica")
             get_int32(cur)
-        length = read_length(cur, self.flexible, b"fetch records length")
+        length = read_bytes_length(cur, self.flexible, True, b"fetch records")
         if length < 0:
             length = 0                      # null records
         need(cur, length, b"fetch records")
         cursor_init(&self.records, cur.data + cur.pos, length, cur.base + cur.pos)
         cur.pos += length
         if self.flexible:
-            skip_tags(cur)
+            skip_tagged_fields(cur)
         self.in_partition = True
         return 0
 
@@ -940,27 +921,15 @@ cdef class FetchRecords:
             self.rec.topic = None
             self.rec.topic_id = PyBytes_FromStringAndSize(<const char*>name, 16)
         else:
-            if self.flexible:
-                n = read_length(cur, True, b"fetch topic name length")
-            else:
-                need(cur, 2, b"fetch topic name length")
-                n = get_int16(cur)
-            if n < 0:
-                raise_corrupt(cur, b"fetch topic name (null)")
-            name = take(cur, n, b"fetch topic name")
-            try:
-                self.rec.topic = name[:n].decode("utf-8")
-            except UnicodeDecodeError:
-                cur.pos -= n
-                raise_corrupt(cur, b"fetch topic name (not UTF-8)")
-        self.parts_left = read_length(cur, self.flexible, b"fetch partitions count")
+            self.rec.topic = read_string(cur, self.flexible, False, b"fetch topic name")
+        self.parts_left = read_array_length(cur, self.flexible, False, 8, b"fetch partitions")
         if self.parts_left < 0:
             self.parts_left = 0
         return 0
 
     cdef int end_topic(self) except -1:
         if self.flexible:
-            skip_tags(&self.top)
+            skip_tagged_fields(&self.top)
         return 0
 
     cdef int next_batch(self) except -1:
@@ -1115,7 +1084,7 @@ cdef class FetchRecords:
                     continue
                 self.topics_left = -1
                 if self.flexible:
-                    skip_tags(&self.top)
+                    skip_tagged_fields(&self.top)
             if self.decompressor is not None:     # hand the buffer back for the next response
                 self.resp.ring.spare_decompressor = self.decompressor
                 self.decompressor = None
@@ -1286,17 +1255,14 @@ cdef FetchRecords fetch_records(Response resp, int api_version, int isolation_le
     it.rec.resp = resp
     it.rec.log_start_offset = -1
     cursor_init(&it.top, p, resp.size, 0)
-    need(&it.top, 4, b"correlation id")
-    get_int32(&it.top)
-    if it.flexible:
-        skip_tags(&it.top)                  # response header v1
+    read_response_header(&it.top, it.flexible)     # v1 (flexible) adds a tagged section
     need(&it.top, 4, b"fetch throttle time")
     get_int32(&it.top)
     if api_version >= 7:
         need(&it.top, 6, b"fetch error code and session id")
         get_int16(&it.top)
         get_int32(&it.top)
-    it.topics_total = read_length(&it.top, it.flexible, b"fetch topics count")
+    it.topics_total = read_array_length(&it.top, it.flexible, False, 2, b"fetch topics")
     if it.topics_total < 0:
         it.topics_total = 0
     it.topics_left = it.topics_total

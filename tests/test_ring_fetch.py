@@ -253,3 +253,29 @@ def test_read_committed_drops_aborted_transactions_as_kafka(version, compression
     assert committed == [3, 4, 5, 6, 9, 10]
     with pytest.raises(ValueError):
         resp.records(version, isolation_level=2)
+
+
+@pytest.mark.parametrize("version", [4, 12, 16])
+def test_partition_fields_agree_with_the_protocol_decoder(version):
+    from kafkacodec.protocol import decode_fetch_response
+
+    frame = build_fetch_response(version, 8, sample_topics(random.Random(3)))
+    ring = ResponseRingBuffer(len(frame) + 5)
+    ring.feed(frame)
+    resp = ring.next_response()
+    decoded = decode_fetch_response(resp.payload, version)
+    expected = {}
+    for topic in decoded.responses:
+        for part in topic.partitions:
+            name = topic.topic if version < 13 else topic.topic_id.bytes
+            expected[(name, part.partition_index)] = (
+                part.error_code, part.high_watermark, part.last_stable_offset,
+                part.log_start_offset if version >= 5 else -1)
+    del decoded                                   # it held raw exports of the payload
+    seen = set()
+    for rec in resp.records(version):
+        key = (rec.topic if version < 13 else rec.topic_id, rec.partition)
+        assert (rec.error_code, rec.high_watermark, rec.last_stable_offset,
+                rec.log_start_offset) == expected[key]
+        seen.add(key)
+    assert seen == {k for k in expected if k[1] in (0, 3, 7)}    # partitions with records
