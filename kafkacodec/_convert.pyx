@@ -1,0 +1,297 @@
+# cython: language_level=3
+"""Down-conversion of record sets to an older magic (Kafka 3.8 RecordsUtil.downConvert).
+
+The loop runs on the format primitives: entries are framed with `next_entry`, v2 records
+parsed in place with `read_v2_record` and re-emitted with `write_legacy_message` straight
+into the output buffer.  No Python object is created per record; a compressed source batch
+costs one decompression and one compression.  See docs/down-conversion.md and
+spec downconvert.md §2 for the rules implemented here.
+"""
+
+from libc.stdint cimport int8_t, int32_t, int64_t, INT64_MIN
+from cpython.time cimport monotonic_ns
+
+from kafkacodec._cursor cimport Cursor, cursor_init
+from kafkacodec._writer cimport Writer, WriteBuffer, writer_grow, put_bytes
+from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, SIZE_OFFSET,
+                                 V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
+                                 CONTROL_FLAG, TIMESTAMP_TYPE_MASK, TIMESTAMP_LOG_APPEND,
+                                 NO_TIMESTAMP)
+from kafkacodec._v2 cimport V2Record, read_v2_record, record_timestamp
+from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
+                                 next_inner_entry, inner_base_offset)
+from kafkacodec._crc cimport kc_crc_init
+
+from kafkacodec.errors import CorruptRecordError, UnsupportedCompressionError, UnsupportedVersionError
+
+kc_crc_init()                        # kc_crc.h is header-only: this module's own tables
+
+cdef enum:
+    CODEC_NONE = 0
+    CODEC_ZSTD = 4
+
+__all__ = ["DownConverter", "RecordConversionStats", "ConvertedRecords", "down_convert",
+           "records_buffer"]
+
+
+class RecordConversionStats:
+    """Kafka's RecordValidationStats of a conversion (additive across chunks).
+
+    temporary_memory_bytes: size of every kept or converted source batch plus the uncompressed
+    bytes each rebuilt batch wrote; records_converted: records written by rebuilt batches (kept
+    batches count 0); conversion_time_ns: wall time of the conversion.
+    """
+
+    __slots__ = ("temporary_memory_bytes", "records_converted", "conversion_time_ns")
+
+    def __init__(self, temporary_memory_bytes=0, records_converted=0, conversion_time_ns=0):
+        self.temporary_memory_bytes = temporary_memory_bytes
+        self.records_converted = records_converted
+        self.conversion_time_ns = conversion_time_ns
+
+    def add(self, other):
+        """Add another chunk's stats into these (Kafka's RecordValidationStats.add)."""
+        self.temporary_memory_bytes += other.temporary_memory_bytes
+        self.records_converted += other.records_converted
+        self.conversion_time_ns += other.conversion_time_ns
+
+    def __eq__(self, other):
+        if not isinstance(other, RecordConversionStats):
+            return NotImplemented
+        return (self.temporary_memory_bytes == other.temporary_memory_bytes
+                and self.records_converted == other.records_converted
+                and self.conversion_time_ns == other.conversion_time_ns)
+
+    def __repr__(self):
+        return (f"RecordConversionStats(temporary_memory_bytes={self.temporary_memory_bytes}, "
+                f"records_converted={self.records_converted}, "
+                f"conversion_time_ns={self.conversion_time_ns})")
+
+
+class ConvertedRecords:
+    """The result of a conversion: `records` (the converted record set) and `stats`."""
+
+    __slots__ = ("records", "stats")
+
+    def __init__(self, records, stats):
+        self.records = records
+        self.stats = stats
+
+    def __iter__(self):                      # records, stats = down_convert(...)
+        yield self.records
+        yield self.stats
+
+    def __repr__(self):
+        return f"ConvertedRecords(<{len(self.records)} bytes>, {self.stats!r})"
+
+
+def records_buffer(records):
+    """The contiguous bytes of a record set: MemoryRecords-like objects expose `.buffer`,
+    anything else must support the buffer protocol (bytes, bytearray, memoryview, mmap)."""
+    buffer = getattr(records, "buffer", None)
+    view = memoryview(records if buffer is None else buffer)
+    if not view.contiguous:
+        raise TypeError("records must be a contiguous buffer")
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    return view
+
+
+cdef inline int check_magic(int to_magic) except -1:
+    if to_magic < 0 or to_magic > 2:
+        raise UnsupportedVersionError(f"cannot down-convert to magic {to_magic}: use 0, 1 or 2")
+    return 0
+
+
+cdef class DownConverter:
+    """Converts the complete entries of record sets to `to_magic`, appending to one output.
+
+    `convert()` may be called several times (one call per lazy chunk); `take()` hands the
+    output over as a WriteBuffer together with the stats gathered since the last take()."""
+
+    cdef readonly int to_magic
+    cdef readonly int64_t first_offset
+    cdef WriteBuffer out
+    cdef WriteBuffer inner               # scratch: the inner message set of a wrapper
+    cdef int64_t temporary_memory_bytes
+    cdef int64_t records_converted
+
+    def __cinit__(self, int to_magic, int64_t first_offset=0):
+        check_magic(to_magic)
+        self.to_magic = to_magic
+        self.first_offset = first_offset
+        self.out = WriteBuffer()
+        self.inner = WriteBuffer()
+
+    def convert(self, data, Py_ssize_t max_bytes=-1, Py_ssize_t max_batches=-1,
+                Py_ssize_t position=0):
+        """Convert the complete entries at the start of `data` (a contiguous buffer).
+
+        Takes at least one entry, then more while the entries taken so far plus the next stay
+        within `max_bytes` (-1: no limit) and fewer than `max_batches` (-1: no limit) were taken.
+        `position` is where `data` starts in the caller's record set (for error messages).
+        Returns the number of input bytes consumed: 0 when `data` holds no complete entry.
+        On error the output is left as it was before the call."""
+        cdef const unsigned char[::1] view = records_buffer(data)
+        cdef Py_ssize_t n = view.shape[0]
+        cdef Py_ssize_t mark = self.out.w.length
+        cdef int64_t temp = self.temporary_memory_bytes, converted = self.records_converted
+        try:
+            return self.convert_entries(&view[0] if n else NULL, n, position, max_bytes, max_batches)
+        except BaseException:
+            self.out.w.length = mark
+            self.temporary_memory_bytes = temp
+            self.records_converted = converted
+            raise
+
+    def take(self):
+        """(output WriteBuffer, temporary_memory_bytes, records_converted) since the last take."""
+        cdef WriteBuffer done = self.out
+        result = (done, self.temporary_memory_bytes, self.records_converted)
+        self.out = WriteBuffer()
+        self.temporary_memory_bytes = 0
+        self.records_converted = 0
+        return result
+
+    @property
+    def output_size(self):
+        return self.out.w.length
+
+    def reserve(self, Py_ssize_t capacity):
+        """Pre-size the output buffer (an estimate; it grows as needed)."""
+        if capacity > self.out.w.capacity - self.out.w.length:
+            writer_grow(&self.out.w, capacity)
+
+    # --- the loop -------------------------------------------------------------------------
+    cdef Py_ssize_t convert_entries(self, const unsigned char* data, Py_ssize_t size,
+                                    Py_ssize_t position, Py_ssize_t max_bytes,
+                                    Py_ssize_t max_batches) except -1:
+        cdef Cursor cur
+        cdef BatchHeader h
+        cdef const unsigned char* entry
+        cdef Py_ssize_t taken = 0
+        cdef Py_ssize_t batches = 0
+        cursor_init(&cur, data, size, position)
+        while max_batches < 0 or batches < max_batches:
+            if batches > 0 and max_bytes >= 0 and not self.next_fits(&cur, max_bytes - taken):
+                break
+            if not next_entry(&cur, &h):
+                break
+            entry = data + cur.pos - h.size
+            taken += h.size
+            batches += 1
+            self.convert_entry(entry, &h)
+        return taken
+
+    cdef bint next_fits(self, const Cursor* cur, Py_ssize_t room) noexcept:
+        # Kafka's chunk rule: the next batch joins while sizeSoFar + its size <= the limit.
+        cdef Py_ssize_t left = cur.end - cur.pos
+        cdef const unsigned char* p = cur.data + cur.pos
+        if left < LOG_OVERHEAD:
+            return True                  # next_entry ends the walk
+        return LOG_OVERHEAD + <Py_ssize_t>(<int32_t>((p[8] << 24) | (p[9] << 16) | (p[10] << 8) | p[11])) <= room
+
+    cdef int convert_entry(self, const unsigned char* entry, BatchHeader* h) except -1:
+        cdef int to_magic = self.to_magic
+        if to_magic < 2:
+            if h.magic >= 2 and h.attributes & CONTROL_FLAG:
+                return 0                 # transaction markers have no v0/v1 form: dropped
+            if h.compression == CODEC_ZSTD:
+                raise UnsupportedCompressionError(
+                    f"cannot down-convert a zstd batch to magic {to_magic} (zstd needs magic 2)",
+                    position=h.position, offset=h.base_offset)
+        if h.magic <= to_magic:          # already old enough: copied byte for byte
+            put_bytes(&self.out.w, entry, h.size)
+            self.temporary_memory_bytes += h.size
+            return 0
+        if h.compression == CODEC_NONE:
+            if h.magic >= 2:
+                return self.convert_v2_plain(entry, h)
+            return self.convert_v1_plain(entry, h)
+        return self.convert_compressed(entry, h)
+
+    cdef int convert_v2_plain(self, const unsigned char* entry, const BatchHeader* h) except -1:
+        """Uncompressed v2 batch -> one standalone v0/v1 message per record at or above
+        first_offset (offset = the record's offset, its timestamp or the LogAppendTime)."""
+        cdef Cursor cur
+        cdef V2Record rec
+        cdef Writer* w = &self.out.w
+        cdef int8_t to_magic = <int8_t>self.to_magic
+        cdef int8_t attributes = 0
+        cdef int64_t offset, timestamp, last = INT64_MIN
+        cdef int64_t first_offset = self.first_offset
+        cdef int32_t i, kept = 0
+        cdef Py_ssize_t start = w.length
+        if h.records_count < 0:
+            raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
+                                     position=h.position + 57, offset=h.base_offset)
+        if to_magic == 1 and h.timestamp_type == TIMESTAMP_LOG_APPEND:
+            attributes = TIMESTAMP_TYPE_MASK
+        cursor_init(&cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE)
+        for i in range(h.records_count):
+            read_v2_record(&cur, &rec)
+            offset = h.base_offset + rec.offset_delta
+            if offset < first_offset:
+                continue
+            timestamp = record_timestamp(h, &rec)
+            check_record(offset, timestamp, last, h)
+            last = offset
+            write_legacy_message(w, to_magic, offset, timestamp, attributes,
+                                 rec.key, rec.key_length, rec.value, rec.value_length)
+            kept += 1
+        if cur.pos != cur.end:
+            raise CorruptRecordError(
+                f"v2 batch has {cur.end - cur.pos} bytes left after its {h.records_count} records",
+                position=cur.base + cur.pos, offset=h.base_offset)
+        if kept:
+            self.temporary_memory_bytes += h.size + (w.length - start)
+            self.records_converted += kept
+        return 0
+
+    cdef int convert_v1_plain(self, const unsigned char* entry, const BatchHeader* h) except -1:
+        """Uncompressed v1 message -> v0 message (the timestamp is dropped)."""
+        cdef LegacyMessage m
+        cdef Writer* w = &self.out.w
+        cdef Py_ssize_t start = w.length
+        read_legacy_message(entry, h.size, h.position, &m)
+        if m.offset < self.first_offset:
+            return 0
+        check_record(m.offset, m.timestamp, INT64_MIN, h)
+        write_legacy_message(w, 0, m.offset, NO_TIMESTAMP, 0, m.key, m.key_length, m.value, m.value_length)
+        self.temporary_memory_bytes += h.size + (w.length - start)
+        self.records_converted += 1
+        return 0
+
+    cdef int convert_compressed(self, const unsigned char* entry, const BatchHeader* h) except -1:
+        raise UnsupportedCompressionError(
+            f"down-conversion of compressed batches (codec {h.compression}) is not built yet",
+            position=h.position, offset=h.base_offset)
+
+
+cdef inline int check_record(int64_t offset, int64_t timestamp, int64_t last,
+                             const BatchHeader* h) except -1:
+    # MemoryRecordsBuilder.appendWithOffset: offsets strictly increase, timestamps >= -1.
+    if timestamp < NO_TIMESTAMP:
+        raise CorruptRecordError(f"invalid record timestamp {timestamp} at offset {offset}",
+                                 position=h.position, offset=h.base_offset)
+    if offset <= last:
+        raise CorruptRecordError(f"record offset {offset} does not follow {last}",
+                                 position=h.position, offset=h.base_offset)
+    return 0
+
+
+def down_convert(records, int to_magic, int64_t first_offset=0):
+    """Convert a record set to `to_magic` exactly as Kafka's RecordsUtil.downConvert does.
+
+    Batches at or below `to_magic` are copied byte for byte; newer ones are rebuilt with the
+    same codec; control batches vanish; records below `first_offset` are dropped from
+    uncompressed source batches only; a zstd batch raises UnsupportedCompressionError for a
+    v0/v1 target.  A trailing partial entry is ignored.  Returns ConvertedRecords."""
+    cdef int64_t started = monotonic_ns()
+    cdef DownConverter converter = DownConverter(to_magic, first_offset)
+    view = records_buffer(records)
+    converter.reserve(view.nbytes + (view.nbytes >> 3) + 64)
+    converter.convert(view)
+    output, temp, converted = converter.take()
+    stats = RecordConversionStats(temp, converted, monotonic_ns() - started)
+    return ConvertedRecords(output, stats)
