@@ -2,7 +2,9 @@
 at memory speed by a typed Cython core."""
 
 from kafkacodec import _crc
+from kafkacodec._convert import ConvertedRecords, RecordConversionStats, down_convert
 from kafkacodec._types import Compression, ControlType, TimestampType
+from kafkacodec.lazy import LazyDownConvertRecords
 from kafkacodec.errors import (
     BufferReleasedError,
     CorruptRecordError,
@@ -31,4 +33,8 @@ __all__ = [
     "RecordTooLargeError",
     "BufferReleasedError",
     "MemoryPoolError",
+    "down_convert",
+    "ConvertedRecords",
+    "RecordConversionStats",
+    "LazyDownConvertRecords",
 ]

@@ -30,7 +30,7 @@ cdef enum:
     CODEC_NONE = 0
     CODEC_ZSTD = 4
 
-__all__ = ["DownConverter", "RecordConversionStats", "ConvertedRecords", "down_convert",
+__all__ = ["DownConverter", "RecordConversionStats", "ConvertedRecords", "down_convert", "first_entry_above",
            "records_buffer"]
 
 
@@ -295,3 +295,19 @@ def down_convert(records, int to_magic, int64_t first_offset=0):
     output, temp, converted = converter.take()
     stats = RecordConversionStats(temp, converted, monotonic_ns() - started)
     return ConvertedRecords(output, stats)
+
+
+def first_entry_above(data, int to_magic, Py_ssize_t position=0):
+    """Walk the complete entries of `data` up to the first one newer than `to_magic`.
+
+    Returns (bytes walked before it, True), or (bytes of complete entries, False) when none is
+    newer.  `position` is where `data` starts in the record set (for error messages)."""
+    cdef const unsigned char[::1] view = records_buffer(data)
+    cdef Cursor cur
+    cdef BatchHeader h
+    cursor_init(&cur, &view[0] if view.shape[0] else NULL, view.shape[0], position)
+    while True:
+        if not next_entry(&cur, &h):
+            return cur.pos, False
+        if h.magic > to_magic:
+            return cur.pos - h.size, True
