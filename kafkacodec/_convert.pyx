@@ -8,10 +8,10 @@ costs one decompression and one compression.  See docs/down-conversion.md and
 spec downconvert.md §2 for the rules implemented here.
 """
 
-from libc.stdint cimport int8_t, int32_t, int64_t, INT64_MIN
+from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t, INT64_MIN
 from cpython.time cimport monotonic_ns
 
-from kafkacodec._cursor cimport Cursor, cursor_init
+from kafkacodec._cursor cimport Cursor, cursor_init, load_u32
 from kafkacodec._writer cimport Writer, WriteBuffer, writer_grow, put_bytes
 from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, SIZE_OFFSET,
                                  V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
@@ -21,8 +21,10 @@ from kafkacodec._v2 cimport V2Record, read_v2_record, record_timestamp
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
                                  next_inner_entry, inner_base_offset)
 from kafkacodec._crc cimport kc_crc_init
+from kafkacodec._compression cimport Decompressor, compress, LEVEL_DEFAULT
 
-from kafkacodec.errors import CorruptRecordError, UnsupportedCompressionError, UnsupportedVersionError
+from kafkacodec.errors import (CorruptRecordError, KafkaCodecError, UnsupportedCompressionError,
+                               UnsupportedVersionError)
 
 kc_crc_init()                        # kc_crc.h is header-only: this module's own tables
 
@@ -113,6 +115,7 @@ cdef class DownConverter:
     cdef readonly int64_t first_offset
     cdef WriteBuffer out
     cdef WriteBuffer inner               # scratch: the inner message set of a wrapper
+    cdef Decompressor decompressor       # reused output buffer for compressed batches
     cdef int64_t temporary_memory_bytes
     cdef int64_t records_converted
 
@@ -263,9 +266,125 @@ cdef class DownConverter:
         return 0
 
     cdef int convert_compressed(self, const unsigned char* entry, const BatchHeader* h) except -1:
-        raise UnsupportedCompressionError(
-            f"down-conversion of compressed batches (codec {h.compression}) is not built yet",
-            position=h.position, offset=h.base_offset)
+        """Compressed batch -> one wrapper with the same codec (default level) holding every
+        record (no first_offset filter); wrapper offset = the last record's offset."""
+        cdef const unsigned char* plain
+        cdef Py_ssize_t plain_size, inner_start
+        cdef LegacyMessage m
+        if self.decompressor is None:
+            self.decompressor = Decompressor()
+        if h.magic >= 2:
+            plain = self.decompress(h.compression, h.magic, entry + V2_HEADER_SIZE,
+                                    h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE, h,
+                                    &plain_size)
+            return self.wrap_v2_records(plain, plain_size, h)
+        read_legacy_message(entry, h.size, h.position, &m)
+        if m.value == NULL:
+            raise CorruptRecordError("invalid compressed wrapper (null value)",
+                                     position=h.position, offset=h.base_offset)
+        plain = self.decompress(h.compression, h.magic, m.value, m.value_length,
+                                h.position + (m.value - entry), h, &plain_size)
+        return self.wrap_v1_messages(plain, plain_size, &m, h)
+
+    cdef const unsigned char* decompress(self, int codec, int magic, const unsigned char* data,
+                                         Py_ssize_t size, Py_ssize_t position,
+                                         const BatchHeader* h, Py_ssize_t* out_size) except NULL:
+        try:
+            return self.decompressor.decompress_into(codec, magic, data, size, out_size)
+        except KafkaCodecError as error:
+            # name the byte in the caller's record set and the batch
+            where = None if error.position is None else position + error.position
+            KafkaCodecError.__init__(error, error.reason, position=where, offset=h.base_offset)
+            raise
+
+    cdef int wrap_v2_records(self, const unsigned char* plain, Py_ssize_t plain_size,
+                             const BatchHeader* h) except -1:
+        cdef Cursor cur
+        cdef V2Record rec
+        cdef Writer* inner = &self.inner.w
+        cdef int8_t to_magic = <int8_t>self.to_magic
+        cdef bint log_append = h.timestamp_type == TIMESTAMP_LOG_APPEND
+        cdef int8_t attributes = TIMESTAMP_TYPE_MASK if to_magic == 1 and log_append else 0
+        cdef int64_t offset, timestamp, base = 0, last = INT64_MIN, max_timestamp = NO_TIMESTAMP
+        cdef int32_t i
+        if h.records_count < 0:
+            raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
+                                     position=h.position + 57, offset=h.base_offset)
+        inner.length = 0
+        cursor_init(&cur, plain, plain_size, h.position)
+        for i in range(h.records_count):
+            read_v2_record(&cur, &rec)
+            offset = h.base_offset + rec.offset_delta
+            timestamp = record_timestamp(h, &rec)
+            check_record(offset, timestamp, last, h)
+            if i == 0:
+                base = offset            # v1 inner offsets are relative to the first record
+            write_legacy_message(inner, to_magic, offset - base if to_magic == 1 else offset,
+                                 timestamp, attributes, rec.key, rec.key_length,
+                                 rec.value, rec.value_length)
+            if timestamp > max_timestamp:
+                max_timestamp = timestamp
+            last = offset
+        if cur.pos != cur.end:
+            raise CorruptRecordError(
+                f"compressed v2 batch has {cur.end - cur.pos} bytes left after its "
+                f"{h.records_count} records", position=h.position, offset=h.base_offset)
+        if h.records_count == 0:
+            return 0
+        return self.write_wrapper(h, last, h.max_timestamp if log_append else max_timestamp,
+                                  h.records_count)
+
+    cdef int wrap_v1_messages(self, const unsigned char* plain, Py_ssize_t plain_size,
+                              const LegacyMessage* wrapper, const BatchHeader* h) except -1:
+        """v1 wrapper -> v0 wrapper: absolute inner offsets, timestamps dropped."""
+        cdef Cursor cur
+        cdef LegacyMessage m
+        cdef Py_ssize_t size
+        cdef int64_t last_inner = 0, base, offset, timestamp, last = INT64_MIN
+        cdef int32_t count = 0
+        cdef Writer* inner = &self.inner.w
+        cursor_init(&cur, plain, plain_size, h.position)
+        while next_inner_entry(&cur, &size):            # the last inner offset sets the base
+            last_inner = <int64_t>((<uint64_t>load_u32(cur.data + cur.pos) << 32)
+                                   | load_u32(cur.data + cur.pos + 4))
+            cur.pos += size
+            count += 1
+        if count == 0:
+            raise CorruptRecordError("invalid compressed wrapper (no inner message)",
+                                     position=h.position, offset=h.base_offset)
+        base = inner_base_offset(1, wrapper.offset, last_inner, &cur)
+        inner.length = 0
+        cursor_init(&cur, plain, plain_size, h.position)
+        while next_inner_entry(&cur, &size):
+            read_legacy_message(cur.data + cur.pos, size, h.position, &m)
+            cur.pos += size
+            if m.attributes & 0x07:
+                raise CorruptRecordError("invalid inner message (compressed inside a wrapper)",
+                                         position=h.position, offset=h.base_offset)
+            offset = base + m.offset
+            timestamp = wrapper.timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND else m.timestamp
+            check_record(offset, timestamp, last, h)
+            write_legacy_message(inner, 0, offset, NO_TIMESTAMP, 0, m.key, m.key_length,
+                                 m.value, m.value_length)
+            last = offset
+        return self.write_wrapper(h, last, NO_TIMESTAMP, count)
+
+    cdef int write_wrapper(self, const BatchHeader* h, int64_t last_offset, int64_t timestamp,
+                           int32_t records) except -1:
+        """Compress the inner set and append the wrapper message (key null)."""
+        cdef Writer* inner = &self.inner.w
+        cdef int8_t to_magic = <int8_t>self.to_magic
+        cdef int8_t attributes = h.compression
+        cdef bytes value = compress(h.compression, to_magic, inner.buf, inner.length, LEVEL_DEFAULT)
+        if to_magic == 1 and h.timestamp_type == TIMESTAMP_LOG_APPEND:
+            attributes |= TIMESTAMP_TYPE_MASK
+        write_legacy_message(&self.out.w, to_magic, last_offset, timestamp, attributes, NULL, -1,
+                             <const unsigned char*><char*>value, <int32_t>len(value))
+        # MemoryRecordsBuilder.uncompressedBytesWritten: inner messages + the wrapper header
+        self.temporary_memory_bytes += (h.size + inner.length + LOG_OVERHEAD
+                                        + (V1_RECORD_OVERHEAD if to_magic == 1 else V0_RECORD_OVERHEAD))
+        self.records_converted += records
+        return 0
 
 
 cdef inline int check_record(int64_t offset, int64_t timestamp, int64_t last,

@@ -100,10 +100,12 @@ def decode_aiokafka(data):
     return out
 
 
-def decoded(data):
-    """Records of a v0/v1 set as both peers see them (they must agree)."""
+def decoded(data, aiokafka=True):
+    """Records of a v0/v1 set as both peers see them (they must agree).  aiokafka cannot read
+    magic-0 LZ4 (pass aiokafka=False there)."""
     kp = decode_kafka_python(data)
-    assert [r[1:] for r in kp] == decode_aiokafka(data)
+    if aiokafka:
+        assert [r[1:] for r in kp] == decode_aiokafka(data)
     return kp
 
 
@@ -253,6 +255,93 @@ def test_accepts_any_buffer_and_objects_exposing_buffer():
 
     for records in (bytearray(batch), memoryview(batch), Holder()):
         assert bytes(down_convert(records, 1).records) == want
+
+
+# --- §2, compressed sources ------------------------------------------------------------------
+def inner_messages(wrapper_entry):
+    """(offset, attributes, timestamp) of the inner messages of one legacy wrapper entry,
+    decompressed with kafka-python's codecs."""
+    from kafka import codec as kc
+
+    magic, codec = wrapper_entry[16], wrapper_entry[17] & 7
+    value_at = 12 + (22 if magic == 1 else 14)
+    value = wrapper_entry[value_at:]
+    plain = {GZIP: kc.gzip_decode, SNAPPY: kc.snappy_decode,
+             LZ4: kc.lz4_decode_old_kafka if magic == 0 else kc.lz4_decode}[codec](value)
+    out, pos = [], 0
+    while pos < len(plain):
+        offset, size = struct.unpack_from(">qi", plain, pos)
+        attributes = plain[pos + 17]
+        ts = struct.unpack_from(">q", plain, pos + 18)[0] if plain[pos + 16] == 1 else None
+        out.append((offset, attributes, ts))
+        pos += 12 + size
+    return out
+
+
+COMPRESSIBLE = [(0, 1000, b"k0", b"value " * 30, [("h", b"x")]), (2, 1005, None, b"value " * 30),
+                (5, 990, b"k5", None)]
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("codec", [GZIP, SNAPPY, LZ4])
+def test_compressed_batch_becomes_one_wrapper_with_every_record(codec, magic):
+    batch = bytearray(v2_batch(COMPRESSIBLE, base_offset=100, codec=codec))
+    struct.pack_into(">i", batch, 23, 9)           # compaction: LastOffsetDelta past the last record
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    result = down_convert(bytes(batch), magic, first_offset=103)   # no filter for compressed
+    out = bytes(result.records)
+    assert decoded(out, aiokafka=not (magic == 0 and codec == LZ4)) == expect(magic, [
+        (100, 1000, CREATE, b"k0", b"value " * 30), (102, 1005, CREATE, None, b"value " * 30),
+        (105, 990, CREATE, b"k5", None)])
+    assert struct.unpack_from(">q", out)[0] == 105                 # the last kept record
+    assert out[16] == magic and out[17] == codec                   # same codec, CreateTime
+    inner = inner_messages(out)
+    if magic == 1:
+        assert struct.unpack_from(">q", out, 18)[0] == 1005        # max record timestamp
+        assert inner == [(0, 0, 1000), (2, 0, 1005), (5, 0, 990)]  # relative, gaps kept
+    else:
+        assert inner == [(100, 0, None), (102, 0, None), (105, 0, None)]   # absolute
+    inner_size = sum(12 + (22 if magic else 14) + len(k or b"") + len(v or b"")
+                     for _, _, k, v, *_ in COMPRESSIBLE)
+    assert result.stats.temporary_memory_bytes == len(batch) + inner_size + 12 + (22 if magic else 14)
+    assert result.stats.records_converted == 3
+
+
+def test_lz4_wrapper_header_checksum_follows_the_target_magic():
+    batch = v2_batch(COMPRESSIBLE, codec=LZ4)
+    v1, v0 = bytes(down_convert(batch, 1).records), bytes(down_convert(batch, 0).records)
+    assert v1[34:41] == bytes.fromhex("04224d18604082")            # correct HC
+    assert v0[26:33] == bytes.fromhex("04224d1860401a")            # Kafka's magic-0 HC
+
+
+@pytest.mark.parametrize("codec", [GZIP, LZ4])
+def test_compressed_log_append_time_goes_into_wrapper_and_inner_messages(codec):
+    batch = v2_batch(COMPRESSIBLE, base_offset=7, codec=codec, log_append_time=4242)
+    out = bytes(down_convert(batch, 1).records)
+    assert out[17] == codec | 0x08 and struct.unpack_from(">q", out, 18)[0] == 4242
+    assert inner_messages(out) == [(0, 8, 4242), (2, 8, 4242), (5, 8, 4242)]
+    assert [r[2:4] for r in decoded(out)] == [(4242, APPEND)] * 3
+
+
+@pytest.mark.parametrize("codec", [GZIP, SNAPPY, LZ4])
+def test_compressed_v1_wrapper_converts_to_v0(codec):
+    v1 = legacy(1, [(0, 5, b"a", b"b" * 50), (1, 6, None, b"c" * 50)], codec=codec)
+    v1 = struct.pack(">q", 41) + v1[8:]            # wrapper offset 41: absolute 40, 41
+    result = down_convert(v1, 0)
+    out = bytes(result.records)
+    assert out[16] == 0 and out[17] == codec and struct.unpack_from(">q", out)[0] == 41
+    assert inner_messages(out) == [(40, 0, None), (41, 0, None)]
+    assert [r[1] for r in decoded(out, aiokafka=codec != LZ4)] == [40, 41]
+    assert bytes(down_convert(v1, 1).records) == v1                # kept byte for byte
+
+
+def test_corrupt_compressed_data_names_the_batch():
+    batch = bytearray(v2_batch(COMPRESSIBLE, base_offset=70, codec=GZIP))
+    batch[61 + 12] ^= 0xFF                         # inside the deflate stream
+    good = v2_batch(SAMPLE[:1])
+    with pytest.raises(kafkacodec.CorruptRecordError) as error:
+        down_convert(good + bytes(batch), 1)
+    assert error.value.offset == 70
 
 
 # --- §3: lazy chunks -------------------------------------------------------------------------
