@@ -390,6 +390,26 @@ def test_chunks_respect_the_read_limit_and_add_up_to_the_eager_result(chunk_size
     assert list(lazy)[0] is chunks[0]                    # iteration starts over, C is cached
 
 
+@pytest.mark.parametrize("magic", [0, 1])
+def test_lazy_over_mixed_codecs_and_magics_matches_eager(magic):
+    data = (v2_batch(COMPRESSIBLE, base_offset=0, codec=GZIP) + COMMIT_MARKER
+            + legacy(0, [(6, -1, b"old", b"v0 message")]) + many_batches(3, base=7)
+            + v2_batch(COMPRESSIBLE, base_offset=16, codec=LZ4, log_append_time=99)
+            + v2_batch(COMPRESSIBLE, base_offset=22, codec=SNAPPY))
+    eager = down_convert(data, magic)
+    for chunk_size in (0, 300, 10**6):
+        lazy = LazyDownConvertRecords(data, magic, chunk_size=chunk_size)
+        chunks = list(lazy)
+        assert b"".join(bytes(c.records) for c in chunks) == bytes(eager.records)
+        assert sum(c.stats.records_converted for c in chunks) == eager.stats.records_converted
+        assert (sum(c.stats.temporary_memory_bytes for c in chunks)
+                == eager.stats.temporary_memory_bytes)
+        out = write_all(lazy)
+        assert lazy.stats.records_converted == eager.stats.records_converted
+    offsets = [r[1] for r in decoded(out, aiokafka=magic == 1)]
+    assert offsets == [0, 2, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 21, 22, 24, 27]
+
+
 def test_iteration_resumes_after_the_committed_chunk_without_sending_twice():
     # Kafka 3.8 skips one source batch after its cached first chunk: when early batches
     # convert to nothing, C's batch is converted and sent a second time.  We resume exactly.
