@@ -246,6 +246,16 @@ def test_negative_timestamp_is_rejected_like_kafkas_builder():
     assert decoded(down_convert(v2_batch([(0, -1, None, b"x")]), 1).records) == [(1, 0, None, None, None, b"x")]
 
 
+@pytest.mark.parametrize("size", [0, 63, 64, 8191, 8192, 70000])
+def test_key_and_value_lengths_across_varint_widths(size):
+    # zig-zag varint widths change at 64 (1 -> 2 bytes) and 8192 (2 -> 3 bytes)
+    rows = [(0, 1, b"k" * size, b"v" * size), (200, 10**12, None, b"x" * (size // 2))]
+    batch = v2_batch(rows, base_offset=10**10)
+    assert decoded(down_convert(batch, 1).records) == expect(1, [
+        (10**10, 1, CREATE, b"k" * size, b"v" * size),
+        (10**10 + 200, 10**12, CREATE, None, b"x" * (size // 2))])
+
+
 def test_accepts_any_buffer_and_objects_exposing_buffer():
     batch = v2_batch(SAMPLE, base_offset=1)
     want = bytes(down_convert(batch, 1).records)
