@@ -147,11 +147,13 @@ cdef class DownConverter:
             self.records_converted = converted
             raise
 
-    def take(self):
-        """(output WriteBuffer, temporary_memory_bytes, records_converted) since the last take."""
+    def take(self, bint again=True):
+        """(output WriteBuffer, temporary_memory_bytes, records_converted) since the last take.
+        `again`: more output follows (the next buffer is allocated at this one's size)."""
         cdef WriteBuffer done = self.out
         result = (done, self.temporary_memory_bytes, self.records_converted)
-        self.out = WriteBuffer()
+        # A chunk's output is likely the size of the last one: allocate it once, no growth copies.
+        self.out = WriteBuffer(done.w.length + (done.w.length >> 3) + 256 if again else 0)
         self.temporary_memory_bytes = 0
         self.records_converted = 0
         return result
@@ -411,7 +413,7 @@ def down_convert(records, int to_magic, int64_t first_offset=0):
     view = records_buffer(records)
     converter.reserve(view.nbytes + (view.nbytes >> 3) + 64)
     converter.convert(view)
-    output, temp, converted = converter.take()
+    output, temp, converted = converter.take(False)
     stats = RecordConversionStats(temp, converted, monotonic_ns() - started)
     return ConvertedRecords(output, stats)
 
