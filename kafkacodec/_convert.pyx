@@ -32,8 +32,8 @@ cdef enum:
     CODEC_NONE = 0
     CODEC_ZSTD = 4
 
-__all__ = ["DownConverter", "RecordConversionStats", "ConvertedRecords", "down_convert", "first_entry_above",
-           "records_buffer"]
+__all__ = ["DownConverter", "RecordConversionStats", "ConvertedRecords", "down_convert",
+           "first_entry_above", "records_buffer", "release_file_pages"]
 
 
 class RecordConversionStats:
@@ -432,3 +432,33 @@ def first_entry_above(data, int to_magic, Py_ssize_t position=0):
             return cur.pos, False
         if h.magic > to_magic:
             return cur.pos - h.size, True
+
+
+cdef extern from *:
+    """
+    #if defined(__unix__) || defined(__APPLE__)
+    #include <sys/mman.h>
+    #include <unistd.h>
+    static int kc_release_pages(const unsigned char *p, Py_ssize_t n) {
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t start = ((uintptr_t)p + page - 1) & ~(page - 1);
+        uintptr_t end = ((uintptr_t)p + (uintptr_t)n) & ~(page - 1);
+        if (end <= start) return 0;
+        return madvise((void *)start, end - start, MADV_DONTNEED);
+    }
+    #else
+    static int kc_release_pages(const unsigned char *p, Py_ssize_t n) { return 0; }
+    #endif
+    """
+    int kc_release_pages(const unsigned char* p, Py_ssize_t n) nogil
+
+
+def release_file_pages(data):
+    """Drop the whole pages inside `data` from this process's resident set (madvise
+    MADV_DONTNEED); they are read again from the page cache if touched later.
+
+    Only for read-only shared mappings of a file (FileRecords): on anonymous or private memory
+    this would discard the contents.  A no-op where madvise is unavailable."""
+    cdef const unsigned char[::1] view = records_buffer(data)
+    if view.shape[0]:
+        kc_release_pages(&view[0], view.shape[0])

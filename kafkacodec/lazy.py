@@ -24,6 +24,7 @@ from kafkacodec._convert import (
     RecordConversionStats,
     first_entry_above,
     records_buffer,
+    release_file_pages,
 )
 from kafkacodec.errors import UnsupportedCompressionError, UnsupportedVersionError
 
@@ -53,11 +54,18 @@ def overflow_stub(remaining: int) -> bytes:
 
 
 class _BufferSource:
-    """A record set in memory or mapped: windows are zero-copy slices."""
+    """A record set in memory or mapped: windows are zero-copy slices.  For a FileRecords
+    mapping (`file_backed`), the pages of converted chunks are handed back to the page cache,
+    so the resident set stays about one chunk however large the slice."""
 
-    def __init__(self, view: memoryview):
+    def __init__(self, view: memoryview, file_backed: bool = False):
         self.view = view
         self.size = view.nbytes
+        self.file_backed = file_backed
+
+    def done(self, position: int, size: int) -> None:
+        if self.file_backed:
+            release_file_pages(self.view[position : position + size])
 
     def window(self, position: int, size: int) -> memoryview:
         return self.view[position : position + size]
@@ -92,13 +100,22 @@ class _FileSource:
     def whole(self, position: int) -> None:
         return None
 
+    def done(self, position: int, size: int) -> None:
+        pass
+
 
 def _open_source(records: Any) -> _BufferSource | _FileSource:
     if hasattr(records, "fileno") and hasattr(records, "readinto"):
         start = records.tell()
         end = os.fstat(records.fileno()).st_size
         return _FileSource(records, start, end)
-    return _BufferSource(records_buffer(records))
+    return _BufferSource(records_buffer(records), file_backed=_is_file_records(records))
+
+
+def _is_file_records(records: Any) -> bool:
+    # A read-only shared mapping of a file: its pages may be dropped after use.
+    kind = type(records)
+    return kind.__name__ == "FileRecords" and kind.__module__.startswith("kafkacodec")
 
 
 class _Chunks:
@@ -125,6 +142,7 @@ class _Chunks:
             entry = 12 + struct.unpack_from(">i", data, 8)[0]
             data = source.window(position, entry)
             consumed = self.converter.convert(data, -1, 1, position)
+        source.done(position, consumed)
         output, temp, converted = self.converter.take()
         return consumed, output, temp, converted
 
