@@ -2,9 +2,10 @@
 at memory speed by a typed Cython core."""
 
 from kafkacodec import _crc
+from kafkacodec._builder import MemoryRecordsBuilder
 from kafkacodec._convert import ConvertedRecords, RecordConversionStats, down_convert
+from kafkacodec._records import FileRecords, MemoryRecords, Record, RecordBatch, Records
 from kafkacodec._types import Compression, ControlType, TimestampType
-from kafkacodec.lazy import LazyDownConvertRecords
 from kafkacodec.errors import (
     BufferReleasedError,
     CorruptRecordError,
@@ -15,6 +16,7 @@ from kafkacodec.errors import (
     UnsupportedCompressionError,
     UnsupportedVersionError,
 )
+from kafkacodec.lazy import LazyDownConvertRecords
 
 __version__ = "0.1.0"
 
@@ -22,6 +24,12 @@ __version__ = "0.1.0"
 __compiled__ = _crc.__file__.endswith((".so", ".pyd"))
 
 __all__ = [
+    "MemoryRecords",
+    "FileRecords",
+    "Records",
+    "RecordBatch",
+    "Record",
+    "MemoryRecordsBuilder",
     "Compression",
     "ControlType",
     "TimestampType",

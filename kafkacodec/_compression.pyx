@@ -329,7 +329,9 @@ cdef class Decompressor:
         chunk.length = 0
         out.p = chunk.buf
         out.length = 0
-        out.capacity = chunk.capacity
+        # A reused chunk may be larger than the cap (an earlier call with a higher max_size):
+        # never let the codecs see more room than the cap allows.
+        out.capacity = chunk.capacity if chunk.capacity <= self.max_size else self.max_size
         out.limit = self.max_size
         out.owner = <PyObject*>chunk
         self._busy = True

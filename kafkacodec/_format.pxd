@@ -1,7 +1,7 @@
 # Layout constants shared by every magic, the parsed form of an entry header, and the shallow
 # walk over a record set (spec record-formats.md §1, §5, §9).
 
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from kafkacodec._cursor cimport (Cursor, need, get_int8, get_int16, get_int32, get_int64,
                                  get_uint32, load_u32, load_u16, raise_corrupt)
 from kafkacodec._crc cimport kc_crc32c, kc_crc32
@@ -128,7 +128,8 @@ cdef inline void parse_entry_header(const unsigned char* p, Py_ssize_t size, Py_
         h.producer_epoch = get_int16(&c)
         h.base_sequence = get_int32(&c)
         h.records_count = get_int32(&c)
-        h.last_offset = h.base_offset + h.last_offset_delta
+        # Java long arithmetic: wraps on hostile values (signed overflow is undefined in C)
+        h.last_offset = <int64_t>(<uint64_t>h.base_offset + <uint64_t><int64_t>h.last_offset_delta)
         h.compression = h.attributes & COMPRESSION_MASK
         h.timestamp_type = TIMESTAMP_LOG_APPEND if h.attributes & TIMESTAMP_TYPE_MASK else TIMESTAMP_CREATE
     else:

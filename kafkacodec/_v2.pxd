@@ -94,7 +94,7 @@ cdef inline int64_t record_timestamp(const BatchHeader* h, const V2Record* rec) 
     # LogAppendTime: every record carries the batch MaxTimestamp (deltas are ignored).
     if h.timestamp_type == TIMESTAMP_LOG_APPEND:
         return h.max_timestamp
-    return h.base_timestamp + rec.timestamp_delta
+    return <int64_t>(<uint64_t>h.base_timestamp + <uint64_t>rec.timestamp_delta)  # Java wrap, no UB
 
 cdef inline Py_ssize_t v2_record_body_size(int32_t offset_delta, int64_t timestamp_delta,
                                            int32_t key_length, int32_t value_length,
