@@ -23,6 +23,7 @@ from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legac
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._compression cimport Decompressor, compress, LEVEL_DEFAULT
 
+from kafkacodec._records import MemoryRecords
 from kafkacodec.errors import (CorruptRecordError, KafkaCodecError, UnsupportedCompressionError,
                                UnsupportedVersionError)
 
@@ -71,7 +72,8 @@ class RecordConversionStats:
 
 
 class ConvertedRecords:
-    """The result of a conversion: `records` (the converted record set) and `stats`."""
+    """The result of a conversion: `records` (the converted record set, a MemoryRecords) and
+    `stats` (RecordConversionStats)."""
 
     __slots__ = ("records", "stats")
 
@@ -84,7 +86,7 @@ class ConvertedRecords:
         yield self.stats
 
     def __repr__(self):
-        return f"ConvertedRecords(<{len(self.records)} bytes>, {self.stats!r})"
+        return f"ConvertedRecords(<{memoryview(self.records).nbytes} bytes>, {self.stats!r})"
 
 
 def records_buffer(records):
@@ -415,7 +417,7 @@ def down_convert(records, int to_magic, int64_t first_offset=0):
     converter.convert(view)
     output, temp, converted = converter.take(False)
     stats = RecordConversionStats(temp, converted, monotonic_ns() - started)
-    return ConvertedRecords(output, stats)
+    return ConvertedRecords(MemoryRecords(output), stats)
 
 
 def first_entry_above(data, int to_magic, Py_ssize_t position=0):

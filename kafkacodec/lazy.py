@@ -26,6 +26,7 @@ from kafkacodec._convert import (
     records_buffer,
     release_file_pages,
 )
+from kafkacodec._records import FileRecords, MemoryRecords
 from kafkacodec.errors import UnsupportedCompressionError, UnsupportedVersionError
 
 __all__ = ["LazyDownConvertRecords", "overflow_stub", "MAX_READ_SIZE", "MIN_OVERFLOW_MESSAGE_LENGTH"]
@@ -109,13 +110,8 @@ def _open_source(records: Any) -> _BufferSource | _FileSource:
         start = records.tell()
         end = os.fstat(records.fileno()).st_size
         return _FileSource(records, start, end)
-    return _BufferSource(records_buffer(records), file_backed=_is_file_records(records))
-
-
-def _is_file_records(records: Any) -> bool:
-    # A read-only shared mapping of a file: its pages may be dropped after use.
-    kind = type(records)
-    return kind.__name__ == "FileRecords" and kind.__module__.startswith("kafkacodec")
+    # A FileRecords slice is a read-only shared mapping of a file: its pages may be dropped.
+    return _BufferSource(records_buffer(records), file_backed=isinstance(records, FileRecords))
 
 
 class _Chunks:
@@ -150,9 +146,11 @@ class _Chunks:
 class LazyDownConvertRecords:
     """Records converted to `to_magic` lazily, in chunks of at most `chunk_size` input bytes.
 
-    `records`: any contiguous buffer (bytes, memoryview, a mapped file) or an object with
-    `.buffer` (MemoryRecords), or a binary file opened for reading (read from its current
-    position to its end, one chunk at a time).  `enabled=False` is Kafka's
+    `records`: a MemoryRecords or FileRecords (slice), any contiguous buffer (bytes,
+    memoryview, mmap), or a binary file opened for reading (read from its current position to
+    its end, one chunk at a time).  A FileRecords slice is read where the current chunk lies
+    and its pages are handed back after each chunk.  Chunks are ConvertedRecords whose
+    `records` is a MemoryRecords.  `enabled=False` is Kafka's
     `message.downconversion.enable=false`: UnsupportedVersionError if any complete batch is
     newer than `to_magic`, else the data passes through untouched.
     """
@@ -192,11 +190,11 @@ class LazyDownConvertRecords:
             position += consumed
             if len(output):
                 stats = RecordConversionStats(temp, converted, monotonic_ns() - started)
-                self._first = ConvertedRecords(output, stats)
+                self._first = ConvertedRecords(MemoryRecords(output), stats)
                 break
         self._first_end = position
         if self._first is not None:
-            self.size_in_bytes = max(self._source.size, len(self._first.records))
+            self.size_in_bytes = max(self._source.size, self._first.records.size_in_bytes)
         else:
             self.size_in_bytes = MIN_OVERFLOW_MESSAGE_LENGTH if saw_batch else 0
 
@@ -229,7 +227,7 @@ class LazyDownConvertRecords:
             step = max(self.chunk_size, 1)
             for position in range(0, self._source.size, step):
                 piece = bytes(self._source.window(position, step))
-                yield ConvertedRecords(piece, RecordConversionStats())
+                yield ConvertedRecords(MemoryRecords(piece), RecordConversionStats())
             return
         if self._first is None:
             return
@@ -243,8 +241,8 @@ class LazyDownConvertRecords:
                 return
             position += consumed
             if len(output):
-                yield ConvertedRecords(output, RecordConversionStats(temp, converted,
-                                                                     monotonic_ns() - started))
+                yield ConvertedRecords(MemoryRecords(output), RecordConversionStats(
+                    temp, converted, monotonic_ns() - started))
 
     # --- the send ----------------------------------------------------------------------------
     def write_to(self, dest: Any) -> int:

@@ -7,6 +7,7 @@ kafka-python and aiokafka, both with CRC checks."""
 from __future__ import annotations
 
 import io
+import os
 import socket
 import struct
 import threading
@@ -130,7 +131,7 @@ def test_v2_uncompressed_to_legacy_keeps_offsets_keys_values_timestamps(magic):
         (100, 1000, CREATE, b"k0", b"v0"), (101, 1003, CREATE, None, b"v1"),
         (103, 999, CREATE, b"k3", None), (104, 1001, CREATE, None, None)])
     assert result.stats.records_converted == 4
-    assert result.stats.temporary_memory_bytes == len(batch) + len(result.records)
+    assert result.stats.temporary_memory_bytes == len(batch) + result.records.size_in_bytes
     assert result.stats.conversion_time_ns > 0
 
 
@@ -168,7 +169,7 @@ def test_first_offset_drops_earlier_records_of_uncompressed_batches(magic):
     assert [r[1] for r in decoded(result.records)] == [23, 24]
     assert result.stats.records_converted == 2
     # the dropped batch adds nothing to the stats, the kept one its size and its output
-    assert result.stats.temporary_memory_bytes == len(second) + len(result.records)
+    assert result.stats.temporary_memory_bytes == len(second) + result.records.size_in_bytes
 
 
 def test_control_batches_vanish_below_v2_and_stay_for_v2():
@@ -218,7 +219,7 @@ def test_empty_batch_and_trailing_partial_entry_produce_nothing():
     partial = v2_batch(SAMPLE, base_offset=50)[:-3]
     result = down_convert(empty + partial, 1)
     assert [r[1] for r in decoded(result.records)] == [0]
-    assert down_convert(b"", 1).records.getvalue() == b""
+    assert bytes(down_convert(b"", 1).records) == b""
 
 
 def test_invalid_records_raise_with_their_position():
@@ -256,15 +257,35 @@ def test_key_and_value_lengths_across_varint_widths(size):
         (10**10 + 200, 10**12, CREATE, None, b"x" * (size // 2))])
 
 
-def test_accepts_any_buffer_and_objects_exposing_buffer():
+def test_accepts_any_buffer_memory_and_file_records(tmp_path):
     batch = v2_batch(SAMPLE, base_offset=1)
     want = bytes(down_convert(batch, 1).records)
+    path = tmp_path / "log"
+    path.write_bytes(b"\0" * 100 + batch + b"\0" * 7)
 
     class Holder:
         buffer = memoryview(batch)
 
-    for records in (bytearray(batch), memoryview(batch), Holder()):
-        assert bytes(down_convert(records, 1).records) == want
+    with kafkacodec.FileRecords.open(path) as file_records:
+        sliced = file_records.slice(100, len(batch))
+        for records in (bytearray(batch), memoryview(batch), Holder(),
+                        kafkacodec.MemoryRecords(batch), sliced):
+            assert bytes(down_convert(records, 1).records) == want
+            assert b"".join(bytes(c.records) for c in LazyDownConvertRecords(records, 1)) == want
+        del sliced
+
+
+def test_results_are_memory_records_our_reader_agrees_with_the_peers():
+    data = (v2_batch(COMPRESSIBLE, base_offset=0, codec=GZIP) + v2_batch(SAMPLE, base_offset=10)
+            + v2_batch(SAMPLE[:2], base_offset=20, log_append_time=77))
+    for magic in (0, 1):
+        records = down_convert(data, magic).records
+        assert isinstance(records, kafkacodec.MemoryRecords)
+        ours = [(magic, r.offset, *normalized(r.timestamp, r.timestamp_type), r.key, r.value)
+                for r in records.records()]
+        assert ours == decoded(records)
+        chunk = next(iter(LazyDownConvertRecords(data, magic)))
+        assert isinstance(chunk.records, kafkacodec.MemoryRecords)
 
 
 # --- §2, compressed sources ------------------------------------------------------------------
@@ -395,7 +416,7 @@ def test_chunks_respect_the_read_limit_and_add_up_to_the_eager_result(chunk_size
     # each chunk after the committed first one covers <= chunk_size input (or one batch)
     for chunk in chunks[1:-1]:
         batches = max(1, chunk_size // batch_size)
-        assert chunk.stats.temporary_memory_bytes - len(chunk.records) == batches * batch_size
+        assert chunk.stats.temporary_memory_bytes - chunk.records.size_in_bytes == batches * batch_size
     assert sum(c.stats.records_converted for c in chunks) == 100
     assert list(lazy)[0] is chunks[0]                    # iteration starts over, C is cached
 
@@ -487,7 +508,7 @@ def shrinking_batch(remaining):
     """A v2 batch whose v1 form is `remaining` bytes shorter (its big header is dropped)."""
     for size in range(remaining - 200, remaining):
         batch = v2_batch([(0, 1, None, b"v", [("h", b"x" * size)])])
-        if len(batch) - len(down_convert(batch, 1).records) == remaining:
+        if len(batch) - down_convert(batch, 1).records.size_in_bytes == remaining:
             return batch
     raise AssertionError(remaining)
 
@@ -548,6 +569,36 @@ def test_file_input_is_read_chunk_by_chunk(tmp_path):
         assert len(lazy._source.buffer) <= 4096
     memory = write_all(LazyDownConvertRecords(data, 1, chunk_size=4096))
     assert out == memory and len(out) == len(data)
+
+
+def rss_file_bytes():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssFile:"):
+                return int(line.split()[1]) * 1024
+    raise KeyError("RssFile")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_file_records_input_stays_about_a_chunk_resident(tmp_path):
+    # Scaled-down memory bound (the 1 GB run is bench/downconvert_memory.py): converting a
+    # 48 MiB mapped slice must not leave the slice's pages in the resident set.
+    batch = many_batches(1, per_batch=16, value=b"x" * 1000)
+    path = tmp_path / "big.log"
+    with open(path, "wb") as file:
+        for i in range((48 << 20) // len(batch)):
+            file.write(struct.pack(">q", i * 16) + batch[8:])
+    with kafkacodec.FileRecords.open(path) as records, open(os.devnull, "wb") as sink:
+        before = rss_file_bytes()
+        lazy = LazyDownConvertRecords(records.slice(0, 1 << 40), 1)
+        while not lazy.completed:
+            lazy.write_to(sink)
+        grown = rss_file_bytes() - before
+        eager = down_convert(records, 1)        # the eager path maps it all in
+        assert rss_file_bytes() - before > 40 << 20
+    assert lazy.bytes_written == lazy.size_in_bytes == os.path.getsize(path)
+    assert grown < 8 << 20, grown
+    del eager
 
 
 def test_write_to_plain_writers_and_files(tmp_path):
