@@ -207,6 +207,10 @@ cdef class DownConverter:
                 raise UnsupportedCompressionError(
                     f"cannot down-convert a zstd batch to magic {to_magic} (zstd needs magic 2)",
                     position=h.position, offset=h.base_offset)
+            if h.compression > CODEC_ZSTD:     # Kafka's codec lookup fails for every batch
+                raise UnsupportedCompressionError(
+                    f"unknown compression type id {h.compression}",
+                    position=h.position, offset=h.base_offset)
         if h.magic <= to_magic:          # already old enough: copied byte for byte
             put_bytes(&self.out.w, entry, h.size)
             self.temporary_memory_bytes += h.size
@@ -443,7 +447,7 @@ cdef extern from *:
     #include <unistd.h>
     static int kc_release_pages(const unsigned char *p, Py_ssize_t n) {
         uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-        uintptr_t start = ((uintptr_t)p + page - 1) & ~(page - 1);
+        uintptr_t start = (uintptr_t)p & ~(page - 1);
         uintptr_t end = ((uintptr_t)p + (uintptr_t)n) & ~(page - 1);
         if (end <= start) return 0;
         return madvise((void *)start, end - start, MADV_DONTNEED);
@@ -456,8 +460,10 @@ cdef extern from *:
 
 
 def release_file_pages(data):
-    """Drop the whole pages inside `data` from this process's resident set (madvise
-    MADV_DONTNEED); they are read again from the page cache if touched later.
+    """Drop the pages of `data` from this process's resident set (madvise MADV_DONTNEED), from
+    the page holding its first byte up to the last page that ends inside it; they are read
+    again from the page cache if touched later.  Consecutive calls on adjacent ranges thus
+    release every page once the range after it is done.
 
     Only for read-only shared mappings of a file (FileRecords): on anonymous or private memory
     this would discard the contents.  A no-op where madvise is unavailable."""

@@ -12,6 +12,7 @@ import socket
 import struct
 import threading
 import time
+import zlib
 
 import crc32c
 import pytest
@@ -208,6 +209,16 @@ def test_zstd_batch_fails_the_whole_conversion_below_v2():
         down_convert(good + zstd, 1)
     assert error.value.offset == 7 and error.value.position == len(good)
     assert bytes(down_convert(good + zstd, 2).records) == good + zstd
+
+
+def test_unknown_codec_fails_below_v2_even_for_kept_batches():
+    message = bytearray(legacy(1, [(3, 5, b"k", b"v")]))
+    message[17] = 5                               # codec id 5 does not exist
+    struct.pack_into(">I", message, 12, zlib.crc32(bytes(message[16:])))
+    with pytest.raises(UnsupportedCompressionError, match="id 5") as error:
+        down_convert(bytes(message), 1)
+    assert error.value.offset == 3
+    assert bytes(down_convert(bytes(message), 2).records) == message
 
 
 def test_empty_batch_and_trailing_partial_entry_produce_nothing():
