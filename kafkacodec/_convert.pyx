@@ -111,7 +111,8 @@ cdef class DownConverter:
     """Converts the complete entries of record sets to `to_magic`, appending to one output.
 
     `convert()` may be called several times (one call per lazy chunk); `take()` hands the
-    output over as a WriteBuffer together with the stats gathered since the last take()."""
+    output over as a WriteBuffer together with the stats gathered since the last take().
+    Not for concurrent use: one converter per thread."""
 
     cdef readonly int to_magic
     cdef readonly int64_t first_offset
@@ -192,11 +193,9 @@ cdef class DownConverter:
 
     cdef bint next_fits(self, const Cursor* cur, Py_ssize_t room) noexcept:
         # Kafka's chunk rule: the next batch joins while sizeSoFar + its size <= the limit.
-        cdef Py_ssize_t left = cur.end - cur.pos
-        cdef const unsigned char* p = cur.data + cur.pos
-        if left < LOG_OVERHEAD:
+        if cur.end - cur.pos < LOG_OVERHEAD:
             return True                  # next_entry ends the walk
-        return LOG_OVERHEAD + <Py_ssize_t>(<int32_t>((p[8] << 24) | (p[9] << 16) | (p[10] << 8) | p[11])) <= room
+        return LOG_OVERHEAD + <Py_ssize_t><int32_t>load_u32(cur.data + cur.pos + SIZE_OFFSET) <= room
 
     cdef int convert_entry(self, const unsigned char* entry, BatchHeader* h) except -1:
         cdef int to_magic = self.to_magic
@@ -277,7 +276,7 @@ cdef class DownConverter:
         """Compressed batch -> one wrapper with the same codec (default level) holding every
         record (no first_offset filter); wrapper offset = the last record's offset."""
         cdef const unsigned char* plain
-        cdef Py_ssize_t plain_size, inner_start
+        cdef Py_ssize_t plain_size
         cdef LegacyMessage m
         if self.decompressor is None:
             self.decompressor = Decompressor()
