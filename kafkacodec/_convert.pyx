@@ -92,8 +92,13 @@ class ConvertedRecords:
 def records_buffer(records):
     """The contiguous bytes of a record set: MemoryRecords-like objects expose `.buffer`,
     anything else must support the buffer protocol (bytes, bytearray, memoryview, mmap)."""
-    buffer = getattr(records, "buffer", None)
-    view = memoryview(records if buffer is None else buffer)
+    if type(records) is memoryview:
+        view = <object>records
+    elif type(records) is bytes or type(records) is bytearray:
+        view = memoryview(records)
+    else:
+        buffer = getattr(records, "buffer", None)
+        view = memoryview(records if buffer is None else buffer)
     if not view.contiguous:
         raise TypeError("records must be a contiguous buffer")
     if view.ndim != 1 or view.itemsize != 1:
@@ -140,15 +145,7 @@ cdef class DownConverter:
         On error the output is left as it was before the call."""
         cdef const unsigned char[::1] view = records_buffer(data)
         cdef Py_ssize_t n = view.shape[0]
-        cdef Py_ssize_t mark = self.out.w.length
-        cdef int64_t temp = self.temporary_memory_bytes, converted = self.records_converted
-        try:
-            return self.convert_entries(&view[0] if n else NULL, n, position, max_bytes, max_batches)
-        except BaseException:
-            self.out.w.length = mark
-            self.temporary_memory_bytes = temp
-            self.records_converted = converted
-            raise
+        return self.convert_range(&view[0] if n else NULL, n, position, max_bytes, max_batches)
 
     def take(self, bint again=True):
         """(output WriteBuffer, temporary_memory_bytes, records_converted) since the last take.
@@ -171,6 +168,20 @@ cdef class DownConverter:
             writer_grow(&self.out.w, capacity)
 
     # --- the loop -------------------------------------------------------------------------
+    cdef Py_ssize_t convert_range(self, const unsigned char* data, Py_ssize_t size,
+                                  Py_ssize_t position, Py_ssize_t max_bytes,
+                                  Py_ssize_t max_batches) except -1:
+        """convert() on a pointer: on error the output and stats are rolled back."""
+        cdef Py_ssize_t mark = self.out.w.length
+        cdef int64_t temp = self.temporary_memory_bytes, converted = self.records_converted
+        try:
+            return self.convert_entries(data, size, position, max_bytes, max_batches)
+        except BaseException:
+            self.out.w.length = mark
+            self.temporary_memory_bytes = temp
+            self.records_converted = converted
+            raise
+
     cdef Py_ssize_t convert_entries(self, const unsigned char* data, Py_ssize_t size,
                                     Py_ssize_t position, Py_ssize_t max_bytes,
                                     Py_ssize_t max_batches) except -1:
@@ -394,6 +405,62 @@ cdef class DownConverter:
         return 0
 
 
+cdef extern from *:
+    """
+    #if defined(__unix__) || defined(__APPLE__)
+    #include <sys/mman.h>
+    #include <unistd.h>
+    static int kc_release_pages(const unsigned char *p, Py_ssize_t n) {
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t start = (uintptr_t)p & ~(page - 1);
+        uintptr_t end = ((uintptr_t)p + (uintptr_t)n) & ~(page - 1);
+        if (end <= start) return 0;
+        return madvise((void *)start, end - start, MADV_DONTNEED);
+    }
+    #else
+    static int kc_release_pages(const unsigned char *p, Py_ssize_t n) { return 0; }
+    #endif
+    """
+    int kc_release_pages(const unsigned char* p, Py_ssize_t n) nogil
+
+
+cdef class ChunkReader:
+    """Walks an in-memory (or mapped) record set chunk by chunk for the lazy path: each
+    step() converts one chunk at the current position and moves past it."""
+
+    cdef const unsigned char[::1] view
+    cdef DownConverter converter
+    cdef public Py_ssize_t position
+    cdef readonly bint file_backed
+
+    def __cinit__(self, data, DownConverter converter, bint file_backed=False):
+        self.view = records_buffer(data)
+        self.converter = converter
+        self.position = 0
+        self.file_backed = file_backed
+
+    def step(self, Py_ssize_t max_bytes):
+        """Convert the chunk at `position` (at least one whole entry, then more within
+        `max_bytes`; 0: exactly one).  Returns None when no complete entry is left, else
+        (output WriteBuffer, temporary_memory_bytes, records_converted, conversion_time_ns);
+        the output may be empty.  For a file mapping (`file_backed`) the chunk's pages are
+        handed back afterwards (see release_file_pages)."""
+        cdef int64_t started = monotonic_ns()
+        cdef Py_ssize_t start = self.position
+        cdef Py_ssize_t left = self.view.shape[0] - start
+        cdef Py_ssize_t consumed
+        if left <= 0:
+            return None
+        consumed = self.converter.convert_range(&self.view[start], left, start, max_bytes, -1)
+        if consumed == 0:
+            return None
+        if self.file_backed:
+            kc_release_pages(&self.view[start], consumed)
+        self.position = start + consumed
+        output, temp, converted = self.converter.take()
+        return output, temp, converted, monotonic_ns() - started
+
+
 cdef inline int check_record(int64_t offset, int64_t timestamp, int64_t last,
                              const BatchHeader* h) except -1:
     # MemoryRecordsBuilder.appendWithOffset: offsets strictly increase, timestamps >= -1.
@@ -437,25 +504,6 @@ def first_entry_above(data, int to_magic, Py_ssize_t position=0):
             return cur.pos, False
         if h.magic > to_magic:
             return cur.pos - h.size, True
-
-
-cdef extern from *:
-    """
-    #if defined(__unix__) || defined(__APPLE__)
-    #include <sys/mman.h>
-    #include <unistd.h>
-    static int kc_release_pages(const unsigned char *p, Py_ssize_t n) {
-        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-        uintptr_t start = (uintptr_t)p & ~(page - 1);
-        uintptr_t end = ((uintptr_t)p + (uintptr_t)n) & ~(page - 1);
-        if (end <= start) return 0;
-        return madvise((void *)start, end - start, MADV_DONTNEED);
-    }
-    #else
-    static int kc_release_pages(const unsigned char *p, Py_ssize_t n) { return 0; }
-    #endif
-    """
-    int kc_release_pages(const unsigned char* p, Py_ssize_t n) nogil
 
 
 def release_file_pages(data):

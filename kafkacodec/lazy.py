@@ -20,11 +20,11 @@ from typing import Any
 
 from kafkacodec._convert import (
     ConvertedRecords,
+    ChunkReader,
     DownConverter,
     RecordConversionStats,
     first_entry_above,
     records_buffer,
-    release_file_pages,
 )
 from kafkacodec._records import FileRecords, MemoryRecords
 from kafkacodec.errors import UnsupportedCompressionError, UnsupportedVersionError
@@ -64,10 +64,6 @@ class _BufferSource:
         self.size = view.nbytes
         self.file_backed = file_backed
 
-    def done(self, position: int, size: int) -> None:
-        if self.file_backed:
-            release_file_pages(self.view[position : position + size])
-
     def window(self, position: int, size: int) -> memoryview:
         return self.view[position : position + size]
 
@@ -92,17 +88,18 @@ class _FileSource:
         view = memoryview(self.buffer)[:size]
         done = 0
         while done < size:
-            n = os.preadv(self.fd, [view[done:]], self.start + position + done)
-            if n <= 0:
+            if hasattr(os, "preadv"):
+                n = os.preadv(self.fd, [view[done:]], self.start + position + done)
+            else:                                   # Windows: no positional read into a buffer
+                self.file.seek(self.start + position + done)
+                n = self.file.readinto(view[done:])
+            if not n:
                 break
             done += n
         return view[:done]
 
     def whole(self, position: int) -> None:
         return None
-
-    def done(self, position: int, size: int) -> None:
-        pass
 
 
 def _open_source(records: Any) -> _BufferSource | _FileSource:
@@ -120,27 +117,35 @@ class _Chunks:
     def __init__(self, source: _BufferSource | _FileSource, to_magic: int, first_offset: int):
         self.source = source
         self.converter = DownConverter(to_magic, first_offset)
+        self.reader = None
+        if isinstance(source, _BufferSource):
+            self.reader = ChunkReader(source.view, self.converter, source.file_backed)
 
-    def step(self, position: int, max_bytes: int) -> tuple[int, Any, int, int]:
+    def step(self, position: int, max_bytes: int) -> tuple[int, Any, int, int, int]:
         """Convert one chunk at `position`: at least one whole entry, then more while the total
-        stays within `max_bytes`.  Returns (bytes consumed, output, temp bytes, records); 0
-        bytes consumed when no complete entry is left."""
+        stays within `max_bytes`.  Returns (bytes consumed, output, temp bytes, records, ns);
+        0 bytes consumed when no complete entry is left."""
+        if self.reader is not None:
+            self.reader.position = position
+            done = self.reader.step(max_bytes)
+            if done is None:
+                return 0, None, 0, 0, 0
+            return (self.reader.position - position, *done)
+        started = monotonic_ns()
         source = self.source
         left = source.size - position
         if left < 12:
-            return 0, None, 0, 0
-        data = source.whole(position)
-        if data is None:                                 # file: read only what may be taken
-            data = source.window(position, max(max_bytes, _RECORD_BATCH_OVERHEAD))
+            return 0, None, 0, 0, 0
+        # a file: read only what may be taken
+        data = source.window(position, max(max_bytes, _RECORD_BATCH_OVERHEAD))
         consumed = self.converter.convert(data, max_bytes, -1, position)
         if consumed == 0 and data.nbytes < left and data.nbytes >= 12:
             # The first entry is larger than the window: read it whole, if it is complete.
             entry = 12 + struct.unpack_from(">i", data, 8)[0]
             data = source.window(position, entry)
             consumed = self.converter.convert(data, -1, 1, position)
-        source.done(position, consumed)
         output, temp, converted = self.converter.take()
-        return consumed, output, temp, converted
+        return consumed, output, temp, converted, monotonic_ns() - started
 
 
 class LazyDownConvertRecords:
@@ -182,14 +187,13 @@ class LazyDownConvertRecords:
         position = 0
         saw_batch = False
         while True:
-            started = monotonic_ns()
-            consumed, output, temp, converted = self._chunks.step(position, 0)
+            consumed, output, temp, converted, elapsed = self._chunks.step(position, 0)
             if consumed == 0:
                 break
             saw_batch = True
             position += consumed
             if len(output):
-                stats = RecordConversionStats(temp, converted, monotonic_ns() - started)
+                stats = RecordConversionStats(temp, converted, elapsed)
                 self._first = ConvertedRecords(MemoryRecords(output), stats)
                 break
         self._first_end = position
@@ -235,14 +239,13 @@ class LazyDownConvertRecords:
         chunks = _Chunks(self._source, self.to_magic, self.first_offset)
         position = self._first_end
         while True:
-            started = monotonic_ns()
-            consumed, output, temp, converted = chunks.step(position, self.chunk_size)
+            consumed, output, temp, converted, elapsed = chunks.step(position, self.chunk_size)
             if consumed == 0:
                 return
             position += consumed
             if len(output):
-                yield ConvertedRecords(MemoryRecords(output), RecordConversionStats(
-                    temp, converted, monotonic_ns() - started))
+                yield ConvertedRecords(MemoryRecords(output),
+                                       RecordConversionStats(temp, converted, elapsed))
 
     # --- the send ----------------------------------------------------------------------------
     def write_to(self, dest: Any) -> int:
