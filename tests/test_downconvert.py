@@ -665,6 +665,38 @@ def test_non_blocking_socket_with_a_slow_reader_gets_exactly_the_committed_bytes
     assert len(decoded(bytes(received))) == 1200
 
 
+def test_blocking_socket_gets_everything_in_one_call():
+    data = many_batches(200, value=b"x" * 500)
+    lazy = LazyDownConvertRecords(data, 0, chunk_size=8192)
+    writer, reader = socket.socketpair()
+    received = bytearray()
+    thread = threading.Thread(target=lambda: [received.extend(p) for p in iter(lambda: reader.recv(65536), b"")])
+    thread.start()
+    assert lazy.write_to(writer) == lazy.size_in_bytes and lazy.completed
+    writer.close()
+    thread.join()
+    reader.close()
+    assert bytes(received) == write_all(LazyDownConvertRecords(data, 0, chunk_size=8192))
+
+
+@pytest.mark.skipif(not hasattr(os, "set_blocking"), reason="needs non-blocking pipes")
+def test_non_blocking_pipe_file_object_resumes_after_would_block():
+    data = many_batches(300, value=b"x" * 500)
+    lazy = LazyDownConvertRecords(data, 1)
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    received = bytearray()
+    with open(write_fd, "wb", buffering=0) as pipe:      # FileIO.write returns None when full
+        first = lazy.write_to(pipe)
+        assert 0 < first < lazy.size_in_bytes and not lazy.completed
+        received += os.read(read_fd, 1 << 20)
+        while not lazy.completed:
+            lazy.write_to(pipe)
+            received += os.read(read_fd, 1 << 20)
+    os.close(read_fd)
+    assert bytes(received) == write_all(LazyDownConvertRecords(data, 1))
+
+
 def test_public_names():
     for name in ("down_convert", "LazyDownConvertRecords", "ConvertedRecords", "RecordConversionStats"):
         assert name in kafkacodec.__all__ and hasattr(kafkacodec, name)
