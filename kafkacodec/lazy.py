@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import os
 import socket
+import ssl
 import struct
 from collections.abc import Iterator
 from time import monotonic_ns
@@ -331,7 +332,7 @@ def _write_some(dest: Any, data: memoryview) -> int:
     if isinstance(dest, socket.socket):
         try:
             return dest.send(data)
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             return 0
     try:
         n = dest.write(data)
