@@ -700,3 +700,51 @@ def test_non_blocking_pipe_file_object_resumes_after_would_block():
 def test_public_names():
     for name in ("down_convert", "LazyDownConvertRecords", "ConvertedRecords", "RecordConversionStats"):
         assert name in kafkacodec.__all__ and hasattr(kafkacodec, name)
+
+
+# --- property: random logs against a model of Kafka's rules ----------------------------------
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_maybe_bytes = st.one_of(st.none(), st.binary(max_size=40))
+
+
+@st.composite
+def random_batch(draw, base):
+    count = draw(st.integers(1, 6))
+    deltas = sorted(draw(st.sets(st.integers(0, 30), min_size=count, max_size=count)))
+    rows = [(d, draw(st.integers(-1, 2**41)), draw(_maybe_bytes),
+             draw(st.sampled_from([b"payload " * 8, b"", None, b"x"])),
+             draw(st.lists(st.tuples(st.sampled_from(["a", "bb"]), _maybe_bytes), max_size=2)))
+            for d in deltas]
+    codec = draw(st.sampled_from([NONE, NONE, GZIP, SNAPPY, LZ4]))
+    append_time = draw(st.one_of(st.none(), st.integers(0, 2**41)))
+    return base, rows, codec, append_time
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), st.integers(0, 2), st.sampled_from([0, 1]), st.integers(0, 120))
+def test_random_logs_follow_kafkas_rules(data, batches, magic, first_offset):
+    log, expected, base = b"", [], 0
+    for _ in range(batches + 1):
+        base_offset, rows, codec, append_time = data.draw(random_batch(base))
+        if codec != NONE and not any(r[3] == b"payload " * 8 for r in rows):
+            codec = NONE                             # kafka-python would store it uncompressed
+        log += v2_batch(rows, base_offset=base_offset, codec=codec, log_append_time=append_time)
+        if data.draw(st.booleans()):
+            log += COMMIT_MARKER                     # markers vanish
+        for delta, ts, key, value, _ in rows:
+            offset = base_offset + delta
+            if codec == NONE and offset < first_offset:
+                continue                             # filtered only when uncompressed
+            if append_time is not None:
+                expected.append((offset, append_time, APPEND, key, value))
+            else:
+                expected.append((offset, ts, CREATE, key, value))
+        base = base_offset + 40
+    result = down_convert(log, magic, first_offset=first_offset)
+    got = decoded(result.records, aiokafka=magic == 1)
+    want = expect(magic, [(o, *normalized(t, tt), k, v) for o, t, tt, k, v in expected])
+    assert got == want
+    assert result.stats.records_converted == len(expected)
+    lazy = LazyDownConvertRecords(log, magic, first_offset=first_offset, chunk_size=200)
+    assert b"".join(bytes(c.records) for c in lazy) == bytes(result.records)
