@@ -17,6 +17,7 @@ import zlib
 import crc32c
 import pytest
 from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
+from hypothesis import HealthCheck, given, settings, strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
@@ -703,8 +704,6 @@ def test_public_names():
 
 
 # --- property: random logs against a model of Kafka's rules ----------------------------------
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
-
 _maybe_bytes = st.one_of(st.none(), st.binary(max_size=40))
 
 
