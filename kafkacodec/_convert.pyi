@@ -5,6 +5,8 @@ from typing import Any
 
 from typing_extensions import Buffer
 
+from kafkacodec._records import MemoryRecords
+
 class RecordConversionStats:
     temporary_memory_bytes: int
     records_converted: int
@@ -14,9 +16,9 @@ class RecordConversionStats:
     def add(self, other: RecordConversionStats) -> None: ...
 
 class ConvertedRecords:
-    records: Any
+    records: MemoryRecords
     stats: RecordConversionStats
-    def __init__(self, records: Any, stats: RecordConversionStats) -> None: ...
+    def __init__(self, records: MemoryRecords, stats: RecordConversionStats) -> None: ...
     def __iter__(self) -> Iterator[Any]: ...
 
 class DownConverter:
