@@ -135,6 +135,8 @@ def test_v2_uncompressed_to_legacy_keeps_offsets_keys_values_timestamps(magic):
     assert result.stats.records_converted == 4
     assert result.stats.temporary_memory_bytes == len(batch) + result.records.size_in_bytes
     assert result.stats.conversion_time_ns > 0
+    records, stats = result                        # unpacks like Kafka's (records, stats) pair
+    assert records is result.records and stats is result.stats
 
 
 def test_uncompressed_output_is_byte_exact():
