@@ -6,6 +6,7 @@ from kafkacodec._builder import MemoryRecordsBuilder
 from kafkacodec._convert import ConvertedRecords, RecordConversionStats, down_convert
 from kafkacodec._records import FileRecords, MemoryRecords, Record, RecordBatch, Records
 from kafkacodec._types import Compression, ControlType, TimestampType
+from kafkacodec.mirror import RawBatchesBuilder, RawBytesBatchRecord, shallow_records
 from kafkacodec.errors import (
     BufferReleasedError,
     CorruptRecordError,
@@ -41,6 +42,9 @@ __all__ = [
     "RecordTooLargeError",
     "BufferReleasedError",
     "MemoryPoolError",
+    "RawBatchesBuilder",
+    "RawBytesBatchRecord",
+    "shallow_records",
     "down_convert",
     "ConvertedRecords",
     "RecordConversionStats",
