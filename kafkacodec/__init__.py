@@ -3,6 +3,7 @@ at memory speed by a typed Cython core."""
 
 from kafkacodec import _crc
 from kafkacodec._builder import MemoryRecordsBuilder
+from kafkacodec._convert import ConvertedRecords, RecordConversionStats, down_convert
 from kafkacodec._pool import MemoryPool, SimpleMemoryPool
 from kafkacodec._records import FileRecords, MemoryRecords, Record, RecordBatch, Records
 from kafkacodec._ring import ResponseRingBuffer
@@ -18,6 +19,7 @@ from kafkacodec.errors import (
     UnsupportedCompressionError,
     UnsupportedVersionError,
 )
+from kafkacodec.lazy import LazyDownConvertRecords
 
 __version__ = "0.1.0"
 
@@ -48,4 +50,8 @@ __all__ = [
     "MemoryPool",
     "SimpleMemoryPool",
     "ResponseRingBuffer",
+    "down_convert",
+    "ConvertedRecords",
+    "RecordConversionStats",
+    "LazyDownConvertRecords",
 ]
