@@ -898,7 +898,7 @@ cdef class Records:
         max_timestamp, records_count, crc, attributes, magic, compression, timestamp_type,
         crc_valid.  Legacy compressed wrappers have base_offset and records_count -1 (unknown
         without decompressing).  With check_crc=False, crc_valid is False everywhere."""
-        cdef Py_ssize_t n = 0, i, pos = 0, size = 0
+        cdef Py_ssize_t n = 0, i, pos = 0, size = 0, filled = 0
         cdef const unsigned char* data
         cdef int code = FRAME_END
         cdef BatchHeader h
@@ -923,9 +923,14 @@ cdef class Records:
                 return result
             row = <IndexEntry*>cnp.PyArray_DATA(result)
             pos = 0
+            filled = 0
             with nogil:                      # pass 2: fill the rows
                 for i in range(n):
-                    frame_entry(data + pos, self._size - pos, self._file_rules, &size)
+                    # re-checked: a writable buffer may be changed by another thread meanwhile
+                    if frame_entry(data + pos, self._size - pos, self._file_rules,
+                                   &size) != FRAME_OK:
+                        break
+                    filled += 1
                     parse_entry_header(data + pos, size, self._start + pos, &h)
                     row.position = h.position
                     row.size_in_bytes = size
@@ -945,7 +950,7 @@ cdef class Records:
                     row.crc_valid = check_crc and compute_crc(data + pos, &h) == h.crc
                     pos += size
                     row += 1
-            return result
+            return result if filled == n else result[:filled]
         finally:
             self._buf.leave()
 

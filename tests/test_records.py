@@ -708,6 +708,8 @@ def test_corrupt_compressed_data_names_the_batch(codec):
 def test_decompression_cap_raises_record_too_large():
     data = kp_v2([(1, None, b"z" * 100_000, [])], 1)
     assert len(data) < 2_000
+    # a bigger batch decoded first (same thread, same reusable decompressor) must not lift the cap
+    assert len(list(MemoryRecords(kp_v2([(1, None, b"y" * 300_000, [])], 1)).records())) == 1
     with pytest.raises(kafkacodec.RecordTooLargeError) as info:
         list(MemoryRecords(data, max_decompressed_size=50_000).records())
     assert info.value.offset == 0
