@@ -385,10 +385,23 @@ cdef int decode_legacy_inner(const BatchHeader* h, const LegacyMessage* wrapper,
     return 0
 
 
+cdef object rebuilt(object err, str reason, object position, object offset):
+    """A copy of a KafkaCodecError (any subclass, extra fields such as InvalidCrcError's
+    checksums kept) with another reason, position and offset."""
+    cls = type(err)
+    new = cls.__new__(cls)
+    KafkaCodecError.__init__(new, reason, position=position, offset=offset)
+    for name, value in vars(err).items():
+        if name not in ("reason", "position", "offset"):
+            setattr(new, name, value)
+    new.__cause__ = err
+    return new
+
+
 cdef object with_context(object err, const BatchHeader* h, Py_ssize_t data_position,
                          bint decompressed):
     """The same error, naming the batch and (for decompressed data) where it was found."""
-    if isinstance(err, InvalidCrcError) or (err.offset is not None and not decompressed):
+    if err.offset is not None and not decompressed:
         return err
     reason = err.reason
     position = err.position
@@ -396,9 +409,7 @@ cdef object with_context(object err, const BatchHeader* h, Py_ssize_t data_posit
         if position is not None:
             reason = f"{reason} at byte {position} of the decompressed data"
         position = data_position
-    new = type(err)(reason, position=position, offset=h.base_offset)
-    new.__cause__ = err
-    return new
+    return rebuilt(err, reason, position, h.base_offset)
 
 
 cdef object decode_batch(const BatchHeader* h, const unsigned char* entry, Py_ssize_t max_size,
@@ -449,8 +460,7 @@ cdef object decode_batch(const BatchHeader* h, const unsigned char* entry, Py_ss
     except KafkaCodecError as err:
         if not decompressed and data_position != h.position and err.position is not None:
             # raised by the decompressor: its positions are inside the compressed data
-            err = type(err)(err.reason, position=data_position + err.position,
-                            offset=h.base_offset)
+            err = rebuilt(err, err.reason, data_position + err.position, h.base_offset)
         return with_context(err, h, data_position, decompressed)
 
 

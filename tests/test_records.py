@@ -629,8 +629,12 @@ def test_records_and_batches_have_the_documented_types():
 # --- hostile input (hypothesis) --------------------------------------------------------------
 
 def _fuzz_log():
-    return sample_log() + gzip_wrapper(1, 30, inner_set(1, [0, 1])) + SPEC_COMMIT + \
-        kp_v2(SHAPES["plain"][:3], 1)
+    # every magic and codec, control markers, headers: flips land in each kind of data
+    return b"".join([sample_log(), gzip_wrapper(1, 30, inner_set(1, [0, 1])), SPEC_COMMIT,
+                     kp_v2(SHAPES["plain"][:3], 1)]
+                    + [aio_v2(SHAPES["headers"] * 3, codec) for codec in (2, 3, 4)]
+                    + [kp_legacy(SHAPES["plain"][:4], magic, codec)
+                       for magic in (0, 1) for codec in (2, 3)])
 
 
 FUZZ_LOG = None
@@ -740,3 +744,23 @@ def test_decoding_from_several_threads_at_once():
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_checksum_error_inside_compressed_data_keeps_both_checksums():
+    import xxhash
+
+    section = v2_record(0, 0, None, b"hello")
+    descriptor = bytes([0x70, 0x40])                  # independent blocks + block checksums
+    hc = (xxhash.xxh32(descriptor).intdigest() >> 8) & 0xFF
+    good = xxhash.xxh32(section).intdigest()
+    frame = (b"\x04\x22\x4d\x18" + descriptor + bytes([hc])
+             + struct.pack("<I", 0x80000000 | len(section)) + section
+             + struct.pack("<I", good ^ 1) + b"\x00\x00\x00\x00")
+    data = v2_batch(frame, count=1, attributes=3, base_offset=12)
+    with pytest.raises(InvalidCrcError) as info:
+        list(MemoryRecords(data).records())
+    assert info.value.offset == 12 and {info.value.stored, info.value.computed} == {good, good ^ 1}
+    assert 61 <= info.value.position < len(data)
+    fixed = frame[:-8] + struct.pack("<I", good) + b"\x00\x00\x00\x00"
+    (record,) = MemoryRecords(v2_batch(fixed, count=1, attributes=3)).records()
+    assert record.value == b"hello"
