@@ -2,6 +2,7 @@
 at memory speed by a typed Cython core."""
 
 from kafkacodec import _crc
+from kafkacodec._builder import MemoryRecordsBuilder
 from kafkacodec._records import FileRecords, MemoryRecords, Record, RecordBatch, Records
 from kafkacodec._types import Compression, ControlType, TimestampType
 from kafkacodec.errors import (
@@ -26,6 +27,7 @@ __all__ = [
     "Records",
     "RecordBatch",
     "Record",
+    "MemoryRecordsBuilder",
     "Compression",
     "ControlType",
     "TimestampType",
