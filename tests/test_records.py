@@ -844,3 +844,35 @@ def test_stub_type_checks_with_mypy(tmp_path):
     sample.write_text(STUB_USE + "bad: bytes = batch.record_count\nMemoryRecords(1)\n")
     bad = api.run(["--strict", "--follow-imports=silent", "--no-incremental", str(sample)])
     assert bad[2] == 1 and bad[0].count("error:") == 2, bad[0]
+
+
+def test_decoding_many_batches_keeps_memory_flat():
+    import tracemalloc
+
+    log = b"".join([SPEC_V2, SPEC_COMMIT, aio_v2(SHAPES["headers"], 3), kp_legacy(SHAPES["plain"][:2], 1, 1),
+                    v2_batch(v2_record(0, 0, None, b"x"), count=3)]) * 200     # ends in errors
+
+    def read_all():
+        records = MemoryRecords(log)
+        for batch in records.batches():
+            batch.is_valid()
+            bytes(batch.raw)
+            try:
+                for record in batch:
+                    record.value, record.headers, record.control_type
+            except CorruptRecordError:
+                pass
+        records.index()
+        records.validate()
+
+    read_all()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(20):                        # 20,000 batches
+            read_all()
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, grown
