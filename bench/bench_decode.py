@@ -107,7 +107,7 @@ DECODERS = {
 }
 
 
-def _run(benchmark, group, library, fn, *args, rounds=9):
+def _run(benchmark, group, library, fn, *args, rounds=15):
     benchmark.group = group
     benchmark.extra_info["library"] = library
     result = benchmark.pedantic(fn, args=args, rounds=rounds if library != "kafka-python" else 3,
@@ -222,7 +222,7 @@ SHALLOW = {
 @pytest.mark.parametrize("library", list(SHALLOW))
 def test_shallow_crc(benchmark, shallow_log, library):
     group = f"shallow+CRC {len(shallow_log) >> 20} MB of 16 KB v2"
-    _run(benchmark, group, library, SHALLOW[library], shallow_log, rounds=3)
+    _run(benchmark, group, library, SHALLOW[library], shallow_log, rounds=5)
     if group in RESULTS:
         best = RESULTS[group][library][0]
         benchmark.extra_info["GB/s"] = round(len(shallow_log) / best / 1e9, 2)
