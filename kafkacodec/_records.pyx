@@ -23,6 +23,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF
+from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
@@ -214,9 +215,10 @@ cdef class Record:
     cdef int8_t _timestamp_type
     cdef int16_t _control_type        # -1: not a control record
     cdef int64_t _coordinator_epoch   # -1: not an ABORT/COMMIT marker
-    cdef readonly object key
-    cdef readonly object value
-    cdef readonly tuple headers
+    # key, value and headers are exposed as member descriptors (see expose_slots below)
+    cdef object key
+    cdef object value
+    cdef tuple headers
 
     @property
     def timestamp_type(self):
@@ -245,6 +247,64 @@ cdef class Record:
         extra = f", control_type={self.control_type!r}" if self._control_type != -1 else ""
         return (f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
                 f"value={self.value!r}, headers={self.headers!r}{extra})")
+
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        const char* name
+        int type
+        Py_ssize_t offset
+        int flags
+        const char* doc
+    enum:
+        T_OBJECT_EX
+        READONLY
+
+cdef extern from "Python.h":
+    ctypedef struct _TypeWithDict "PyTypeObject":
+        PyObject* tp_dict
+    object PyDescr_NewMember(type cls, PyMemberDef* member)
+    void PyType_Modified(type cls)
+    const char* PyUnicode_AsUTF8(object text) except NULL
+
+cdef PyMemberDef _RECORD_MEMBERS[3]
+
+
+cdef int expose_slots(type cls, object sample, tuple names, tuple markers,
+                      PyMemberDef* members) except -1:
+    """Expose object fields of a cdef class as read-only member descriptors (T_OBJECT_EX):
+    CPython 3.11+ specialises attribute loads of those (LOAD_ATTR_SLOT), not of the getset
+    descriptors Cython generates.  Each field's offset is found by locating its marker object
+    in `sample` (no dependence on Cython's generated struct names)."""
+    cdef PyObject** words = <PyObject**><void*>sample
+    cdef Py_ssize_t i, k, count = cls.__basicsize__ // sizeof(PyObject*)
+    cdef dict type_dict = <dict>(<_TypeWithDict*>cls).tp_dict
+    for k in range(len(names)):
+        for i in range(count):
+            if words[i] == <PyObject*>markers[k]:
+                break
+        else:
+            raise RuntimeError(f"field {names[k]!r} not found in {cls.__name__}")
+        members[k].name = PyUnicode_AsUTF8(names[k])   # interned literals: live forever
+        members[k].type = T_OBJECT_EX
+        members[k].offset = i * sizeof(PyObject*)
+        members[k].flags = READONLY
+        members[k].doc = NULL
+        type_dict[names[k]] = PyDescr_NewMember(cls, &members[k])
+    PyType_Modified(cls)
+    return 0
+
+
+cdef int expose_record_fields() except -1:
+    cdef Record sample = Record.__new__(Record)
+    sample.key = object()
+    sample.value = object()
+    sample.headers = ((),)
+    return expose_slots(Record, sample, ("key", "value", "headers"),
+                        (sample.key, sample.value, sample.headers), _RECORD_MEMBERS)
+
+
+expose_record_fields()
 
 
 cdef inline object bytes_or_none(const unsigned char* p, int32_t length):
