@@ -380,9 +380,10 @@ def test_v2_negative_record_count_is_invalid():
     assert (info.value.position, info.value.offset) == (57, 9)
 
 
-def test_v2_records_still_remaining_after_count_raises_after_yielding():
-    section = v2_record(0, 0, None, b"a") + v2_record(1, 0, None, b"b")
-    it = MemoryRecords(v2_batch(section, count=1, base_offset=3)).records()
+def test_v2_records_still_remaining_after_count_raises_in_place_of_the_last_record():
+    # Kafka's iterator raises while reading the last declared record and never returns it
+    section = v2_record(0, 0, None, b"a") + v2_record(1, 0, None, b"b") + v2_record(2, 0, None, b"c")
+    it = MemoryRecords(v2_batch(section, count=2, base_offset=3)).records()
     assert next(it).value == b"a"
     with pytest.raises(CorruptRecordError, match="records still remaining") as info:
         next(it)
