@@ -877,3 +877,14 @@ def test_decoding_many_batches_keeps_memory_flat():
     finally:
         tracemalloc.stop()
     assert grown < 64 * 1024, grown
+
+
+def test_records_pickle_with_every_field():
+    import pickle
+
+    fields = ("offset", "timestamp", "timestamp_type", "sequence", "key", "value", "headers",
+              "is_control", "control_type", "coordinator_epoch")
+    data = SPEC_COMMIT + kp_v2(SHAPES["headers"], producer=(1, 1, 5))
+    for record in MemoryRecords(data).records():
+        copy = pickle.loads(pickle.dumps(record))
+        assert [getattr(copy, f) for f in fields] == [getattr(record, f) for f in fields]
