@@ -32,8 +32,7 @@ from kafkacodec._format cimport (
     BatchHeader, parse_entry_header, compute_crc, LOG_OVERHEAD, SIZE_OFFSET, MAGIC_OFFSET,
     HEADER_SIZE_UP_TO_MAGIC, V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
     V2_RECORDS_COUNT_OFFSET, COMPRESSION_MASK, TRANSACTIONAL_FLAG, CONTROL_FLAG,
-    DELETE_HORIZON_FLAG, TIMESTAMP_LOG_APPEND, TIMESTAMP_NONE, TIMESTAMP_CREATE, NO_SEQUENCE,
-    TIMESTAMP_TYPE_MASK)
+    DELETE_HORIZON_FLAG, TIMESTAMP_LOG_APPEND, TIMESTAMP_NONE, NO_SEQUENCE)
 from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_header, read_control_type, \
     read_end_txn_coordinator_epoch
 from kafkacodec._legacy cimport LegacyMessage, read_legacy_message, next_inner_entry, \
@@ -971,7 +970,7 @@ cdef class Records:
         max_timestamp, records_count, crc, attributes, magic, compression, timestamp_type,
         crc_valid.  Legacy compressed wrappers have base_offset and records_count -1 (unknown
         without decompressing).  With check_crc=False, crc_valid is False everywhere."""
-        cdef Py_ssize_t n = 0, i, pos = 0, size = 0, filled = 0
+        cdef Py_ssize_t n = 0, pos = 0, size = 0, filled = 0
         cdef const unsigned char* data
         cdef int code = FRAME_END
         cdef BatchHeader h
@@ -998,7 +997,7 @@ cdef class Records:
             pos = 0
             filled = 0
             with nogil:                      # pass 2: fill the rows
-                for i in range(n):
+                for _ in range(n):
                     # re-checked: a writable buffer may be changed by another thread meanwhile
                     if frame_entry(data + pos, self._size - pos, self._file_rules,
                                    &size) != FRAME_OK:
