@@ -17,6 +17,8 @@ cdef struct Cursor:
 # Out-of-line raisers (in _cursor.pyx): they keep the inline fast paths small.
 cdef int raise_short(const Cursor* cur, Py_ssize_t wanted, const char* what) except -1
 cdef int raise_corrupt(const Cursor* cur, const char* what) except -1
+# The 3..5-byte case of read_varint (out of line, so the inline part stays small).
+cdef int read_varint_long(Cursor* cur, int32_t* out, const char* what) except -1
 
 cdef inline void cursor_init(Cursor* cur, const unsigned char* data, Py_ssize_t size,
                              Py_ssize_t base) noexcept nogil:
@@ -94,26 +96,30 @@ cdef inline int read_uvarint64(Cursor* cur, uint64_t* out, int max_bytes,
         shift += 7
 
 cdef inline int read_varint(Cursor* cur, int32_t* out, const char* what) except -1:
-    # Zig-zag signed varint (v2 records): (n << 1) ^ (n >> 31), at most 5 bytes.
-    cdef uint64_t raw
-    cdef unsigned char first
-    if cur.pos < cur.end:
-        first = cur.data[cur.pos]
-        if not (first & 0x80):          # one-byte fast path: most lengths and deltas
-            cur.pos += 1
-            out[0] = <int32_t>((first >> 1) ^ -(<int32_t>(first & 1)))
-            return 0
-    read_uvarint64(cur, &raw, 5, what)
-    if raw > 0xFFFFFFFFULL:
-        cur.pos -= 5
-        return raise_corrupt(cur, what)
-    out[0] = <int32_t>((<uint32_t>raw >> 1) ^ -(<uint32_t>(raw & 1)))
+    # Zig-zag signed varint (v2 records): (n << 1) ^ (n >> 31), at most 5 bytes.  One- and
+    # two-byte values (most lengths and deltas) are decoded here; longer ones out of line.
+    cdef const unsigned char* p = cur.data + cur.pos
+    cdef Py_ssize_t left = cur.end - cur.pos
+    cdef uint32_t raw
+    if left >= 1 and not (p[0] & 0x80):
+        cur.pos += 1
+        raw = p[0]
+    elif left >= 2 and not (p[1] & 0x80):
+        cur.pos += 2
+        raw = (p[0] & 0x7F) | (<uint32_t>p[1] << 7)
+    else:
+        return read_varint_long(cur, out, what)
+    out[0] = <int32_t>((raw >> 1) ^ -(raw & 1))
     return 0
 
 cdef inline int read_varlong(Cursor* cur, int64_t* out, const char* what) except -1:
     # Zig-zag signed varlong (v2 timestamp deltas), at most 10 bytes.
     cdef uint64_t raw
-    read_uvarint64(cur, &raw, 10, what)
+    if cur.pos < cur.end and not (cur.data[cur.pos] & 0x80):
+        raw = cur.data[cur.pos]
+        cur.pos += 1
+    else:
+        read_uvarint64(cur, &raw, 10, what)
     out[0] = <int64_t>((raw >> 1) ^ -(raw & 1))
     return 0
 

@@ -12,3 +12,13 @@ cdef int raise_short(const Cursor* cur, Py_ssize_t wanted, const char* what) exc
 
 cdef int raise_corrupt(const Cursor* cur, const char* what) except -1:
     raise CorruptRecordError(f"invalid {what.decode()}", position=cur.base + cur.pos)
+
+
+cdef int read_varint_long(Cursor* cur, int32_t* out, const char* what) except -1:
+    cdef uint64_t raw
+    read_uvarint64(cur, &raw, 5, what)
+    if raw > 0xFFFFFFFFULL:
+        cur.pos -= 5
+        return raise_corrupt(cur, what)
+    out[0] = <int32_t>((<uint32_t>raw >> 1) ^ -(<uint32_t>(raw & 1)))
+    return 0

@@ -32,15 +32,6 @@ class KafkaCodecError(Exception):
         self.position = position
         self.offset = offset
 
-    def moved(self, position: int | None, offset: int | None = None) -> KafkaCodecError:
-        """The same error (same class, same extra fields such as a CRC error's checksums) at
-        another position/offset: for re-raising an inner decoder's error in the caller's terms."""
-        copy = type(self).__new__(type(self))
-        copy.__dict__.update(self.__dict__)
-        KafkaCodecError.__init__(copy, self.reason, position=position,
-                                 offset=self.offset if offset is None else offset)
-        return copy
-
 
 class CorruptRecordError(KafkaCodecError, ValueError):
     """The bytes do not form a valid batch/record (bad length, truncated field, bad varint...)."""

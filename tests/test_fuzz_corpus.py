@@ -90,13 +90,3 @@ def test_target_on_corpus_and_mutations(name, corpus, monkeypatch):
             raise AssertionError(f"{name}: {type(error).__name__}: {error} "
                                  f"on input {data[:64].hex()}... ({len(data)} bytes)") from error
 
-
-def test_error_moved_keeps_class_and_checksums():
-    """Regression (fuzz finding, records_deep): re-raising an inner CRC error at the caller's
-    position rebuilt it with type(err)(reason, ...) and died with a TypeError instead."""
-    inner = kafkacodec.InvalidCrcError("lz4 block", stored=1, computed=2, position=5)
-    outer = inner.moved(105, offset=42)
-    assert type(outer) is kafkacodec.InvalidCrcError
-    assert (outer.stored, outer.computed, outer.position, outer.offset) == (1, 2, 105, 42)
-    assert "byte 105" in str(outer) and "offset 42" in str(outer) and "0x00000002" in str(outer)
-    assert inner.position == 5

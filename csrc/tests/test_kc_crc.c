@@ -49,16 +49,25 @@ int main(void) {
     CHECK(kc_crc32c(0, NULL, 0) == 0 && kc_crc32(0, NULL, 0) == 0, "empty input");
     hardware = kc_crc32c_is_hardware();
 
-    static const size_t sizes[] = {1, 7, 8, 9, 63, 255, 256, 767, 768, 769, 24575, 24576, 24577};
+    static const size_t sizes[] = {1, 7, 8, 9, 15, 16, 63, 64, 65, 127, 128, 129, 255, 256,
+                                   767, 768, 769, 24575, 24576, 24577};
     for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
         for (size_t align = 0; align < 8; align++) {
             size_t n = sizes[s];
             uint32_t want_c = ref_crc(KC_CRC32C_POLY, buf + align, n);
             uint32_t want_z = ref_crc(KC_CRC32_POLY, buf + align, n);
             uint32_t got_default = kc_crc32c(0, buf + align, n);
-            kc_crc_hw = 0; /* force the portable path */
+            kc_crc_hw = 0; /* force the portable paths */
             uint32_t got_soft = kc_crc32c(0, buf + align, n);
             kc_crc_hw = hardware;
+#if defined(KC_X86)
+            {
+                int clmul = kc_crc32_clmul;
+                kc_crc32_clmul = 0;
+                CHECK(kc_crc32(0, buf + align, n) == want_z, "crc32 portable n=%zu align=%zu", n, align);
+                kc_crc32_clmul = clmul;
+            }
+#endif
             CHECK(got_default == want_c, "crc32c n=%zu align=%zu: %08x != %08x", n, align,
                   (unsigned)got_default, (unsigned)want_c);
             CHECK(got_soft == want_c, "crc32c soft n=%zu align=%zu", n, align);
@@ -75,7 +84,8 @@ int main(void) {
     CHECK(kc_crc32c(0, buf, big) == ref_crc(KC_CRC32C_POLY, buf, big), "crc32c long input");
     free(buf);
     if (failures) {
-        fprintf(stderr, "kc_crc: %d of %d checks failed (hardware=%d)\n", failures, checks, hardware);
+        fprintf(stderr, "kc_crc: %d of %d checks failed (hardware=%d)\n", failures, checks,
+                hardware);
         return 1;
     }
     printf("kc_crc: %d checks passed (hardware=%d)\n", checks, hardware);
