@@ -38,7 +38,8 @@ def pytest_benchmark_update_machine_info(config, machine_info):
             versions[dist] = None
     machine_info["kafkacodec_versions"] = versions
     facts = {"python": sys.version.split()[0], "platform": platform.platform(),
-             "cpu_count": os.cpu_count(), "scale_mb": SCALE_MB}
+             "cpu_count": os.cpu_count(), "scale_mb": SCALE_MB,
+             "env": {k: os.environ.get(k) for k in ("KC_BENCH_MB", "KAFKACODEC_BENCH_SHALLOW_MB")}}
     try:
         with open("/proc/cpuinfo") as f:
             facts["cpu_model"] = next((line.split(":", 1)[1].strip() for line in f

@@ -95,6 +95,9 @@ def human_time(seconds: float) -> str:
 def markdown(data: dict, png_name: str | None, command: str) -> str:
     info = data.get("machine_info", {})
     facts = info.get("kafkacodec_facts", {})
+    env = " ".join(f"{k}={v}" for k, v in (facts.get("env") or {}).items() if v)
+    if env and not command.startswith(env):
+        command = f"{env} {command}"
     versions = info.get("kafkacodec_versions", {})
     lines = ["# Benchmark results", "",
              f"Measured in one run on {data.get('datetime', '?')[:19]} UTC with:", "",
@@ -132,48 +135,47 @@ def markdown(data: dict, png_name: str | None, command: str) -> str:
 
 
 def chart(data: dict, png: Path) -> None:
+    """One row per workload, one bar per other implementation: its median time / kafkacodec's
+    fastest (log scale). Right of 1x: kafkacodec is that many times faster; a `limit` bar left
+    of 1x: how far kafkacodec is from the machine's limit."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = rows_of(data)
-    entries = []  # (group, impl, MB/s or k records/s, unit)
-    for group, rows in sorted(groups.items()):
-        best: dict[str, dict] = {}  # the fastest variant of each implementation
-        for row in rows:
-            if row["impl"] not in best or row["median_s"] < best[row["impl"]]["median_s"]:
-                best[row["impl"]] = row
-        for impl, row in best.items():
-            if row["mb_s"]:
-                entries.append((group, impl, row["mb_s"], "MB/s"))
-            elif row["krec_s"]:
-                entries.append((group, impl, row["krec_s"], "k rec/s"))
-            else:
-                entries.append((group, impl, 1 / row["median_s"], "runs/s"))
-    labels = sorted({e[0] for e in entries})
-    impls = [i for i in IMPLS if any(e[1] == i for e in entries)]
+    rows = []  # (group, impl, ratio)
+    for group, entries in sorted(rows_of(data).items()):
+        ours = min((r for r in entries if r["impl"] == "kafkacodec"),
+                   key=lambda r: r["median_s"], default=None)
+        if ours is None:
+            continue
+        best: dict[str, float] = {}
+        for r in entries:
+            if r["impl"] != "kafkacodec":
+                best[r["impl"]] = min(best.get(r["impl"], float("inf")), r["median_s"])
+        for impl, seconds in best.items():
+            rows.append((group, impl, seconds / ours["median_s"]))
+    groups = sorted({g for g, _, _ in rows})
+    impls = [i for i in IMPLS if any(r[1] == i for r in rows)]
+    if not rows:
+        return
     height = 0.8 / max(1, len(impls))
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(labels) * max(1, len(impls)) + 1.5))
+    fig, ax = plt.subplots(figsize=(10, 0.22 * len(groups) * max(1, len(impls)) + 1.6))
     for k, impl in enumerate(impls):
-        ys, xs = [], []
-        for y, label in enumerate(labels):
-            match = [e for e in entries if e[0] == label and e[1] == impl]
-            if match:
-                ys.append(y + k * height)
-                xs.append(match[0][2])
+        ys = [groups.index(g) + k * height for g, i, _ in rows if i == impl]
+        xs = [ratio for _, i, ratio in rows if i == impl]
         ax.barh(ys, xs, height=height, label=impl, color=COLORS.get(impl))
-    units = {label: next(e[3] for e in entries if e[0] == label) for label in labels}
-    ax.set_yticks([y + height * (len(impls) - 1) / 2 for y in range(len(labels))])
-    ax.set_yticklabels([f"{label} [{units[label]}]" for label in labels], fontsize=8)
+    ax.set_yticks([y + height * (len(impls) - 1) / 2 for y in range(len(groups))])
+    ax.set_yticklabels(groups, fontsize=7)
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlabel("throughput, log scale (unit per row; fastest variant of each implementation)")
-    ax.set_title("kafkacodec vs peers vs machine limits (one run, median)")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("time / kafkacodec's time (log scale; > 1: kafkacodec is faster)")
+    ax.set_title("kafkacodec vs aiokafka, kafka-python and the machine's limits (one run, medians)")
     ax.grid(axis="x", which="both", alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    fig.savefig(png, dpi=100)
     plt.close(fig)
 
 
@@ -217,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         return status if args.fail_on_regression else 0
     command = "python bench/report.py" + (" " + " ".join(args.pytest_args) if args.pytest_args else "")
     if args.json:
+        command += f"   # rendered from {args.json}"
+    if args.json:
         json_path = args.json
     else:
         json_path = ROOT / "build" / "bench" / "benchmark.json"
@@ -229,8 +233,6 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     chart(data, png)
     rel_png = os.path.relpath(png, args.out.parent)
-    if os.environ.get("KC_BENCH_MB"):
-        command = f"KC_BENCH_MB={os.environ['KC_BENCH_MB']} {command}"
     args.out.write_text(markdown(data, rel_png, command))
     print(f"report: wrote {args.out} and {png}", file=sys.stderr)
     return 0
