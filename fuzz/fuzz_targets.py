@@ -413,6 +413,19 @@ def columnar_decode(data: bytes) -> None:
             break
 
 
+def crc(data: bytes) -> None:
+    """The checksum helpers against the reference implementations (zlib, the chained form)."""
+    import zlib
+
+    from kafkacodec import _crc
+
+    cut = data[0] % (len(data) + 1) if data else 0
+    if _crc.crc32(data) != zlib.crc32(data):
+        raise AssertionError("crc32 differs from zlib.crc32")
+    if _crc.crc32c(data[cut:], _crc.crc32c(data[:cut])) != _crc.crc32c(data):
+        raise AssertionError("chained crc32c differs from one-shot crc32c")
+
+
 @dataclass(frozen=True)
 class Target:
     fn: Callable[[bytes], None]

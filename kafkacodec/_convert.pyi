@@ -7,6 +7,9 @@ from typing_extensions import Buffer
 
 from kafkacodec._records import MemoryRecords
 
+__all__ = ["DownConverter", "RecordConversionStats", "ConvertedRecords", "down_convert",
+           "first_entry_above", "records_buffer", "release_file_pages"]
+
 class RecordConversionStats:
     temporary_memory_bytes: int
     records_converted: int

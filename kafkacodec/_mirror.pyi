@@ -8,7 +8,6 @@ from kafkacodec.protocol._types import FetchResponse
 import uuid
 from collections.abc import Iterator, Mapping
 
-__all__ = ["RawBytesBatchRecord", "RawBatchesBuilder", "fetch_to_produce", "shallow_records", "trim_batch"]
 
 class RawBytesBatchRecord:
     """One whole batch (v2) or wrapper message (v0/v1) as a record."""

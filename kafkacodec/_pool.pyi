@@ -5,9 +5,8 @@ from typing import ClassVar, TypedDict
 
 from typing_extensions import Buffer
 
-__all__ = ["MemoryPool", "SimpleMemoryPool", "PoolBuffer"]
 
-PoolMetrics = TypedDict("PoolMetrics", {
+_PoolMetrics = TypedDict("_PoolMetrics", {
     "memory-pool-free": int,                      # bytes (MemoryPoolAvailable), may be < 0
     "memory-pool-used": int,                      # bytes (MemoryPoolUsed)
     "memory-pool-avg-depleted-percent": float,    # ratio 0..1 (MemoryPoolAvgDepletedPercent)
@@ -73,4 +72,4 @@ class SimpleMemoryPool:
     def priority_bytes_in_use(self) -> int: ...
     @property
     def largest_free_block(self) -> int: ...
-    def metrics(self) -> PoolMetrics: ...
+    def metrics(self) -> _PoolMetrics: ...

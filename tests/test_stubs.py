@@ -90,6 +90,11 @@ def test_optional_modules_import():
 def test_stubs_match_compiled_modules(tmp_path):
     allowlist = tmp_path / "allowlist.txt"
     extra = [rf"{name.replace('.', chr(92) + '.')}(\..*)?" for name in _unimportable_modules()]
+    # A Cython class's __init__/__cinit__ signature cannot be introspected (the runtime shows
+    # object.__init__ or a (*args, **kwargs) slot wrapper), so stubtest cannot check it: the
+    # constructors of compiled modules are left out, and only theirs.
+    extra += [rf"{_module_name(p).replace('.', chr(92) + '.')}\.\w+\.__init__"
+              for p in _extension_modules()]
     allowlist.write_text(ALLOWLIST.read_text() + "\n" + "\n".join(extra) + "\n")
     # stubtest needs mypy to analyse the whole package first and stops at any type error in a
     # .py body; those are not stub drift (mypy -p kafkacodec in the typing CI job reports them),
