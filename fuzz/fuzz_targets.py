@@ -468,12 +468,33 @@ TARGETS: dict[str, Target] = {
 }
 
 
+# Open findings, reported but not failing a run until fixed: target -> (message regex, note).
+# Each has a reproducer in fuzz/known/<target>/; when fixed, delete the entry here and move the
+# reproducer to fuzz/regressions/<target>/.
+KNOWN_FINDINGS: dict[str, list[tuple[str, str]]] = {
+    "down_convert": [
+        (r"invalid v1 wrapper offset \(below its last inner offset\)",
+         "v2 batch with a negative base offset converts to a v1 wrapper our reader rejects"),
+    ],
+}
+KNOWN_HITS: dict[str, int] = {}
+
+
 def check_one(name: str, data: bytes) -> None:
-    """Run one input; KafkaCodecError is a valid outcome, anything else propagates."""
+    """Run one input; KafkaCodecError is a valid outcome, anything else propagates (except a
+    documented open finding, which is counted in KNOWN_HITS)."""
+    import re
+
     try:
         TARGETS[name].fn(data)
     except KafkaCodecError:
         pass
+    except AssertionError as error:
+        for pattern, _ in KNOWN_FINDINGS.get(name, []):
+            if re.search(pattern, str(error)):
+                KNOWN_HITS[name] = KNOWN_HITS.get(name, 0) + 1
+                return
+        raise
 
 
 def availability(name: str) -> str | None:
@@ -649,8 +670,9 @@ def cmd_campaign(args: argparse.Namespace) -> int:
                 traceback.print_exc()
                 runs, ok = 0, False
         total_runs += runs
+        known = f", {KNOWN_HITS[name]} hits of known open findings" if KNOWN_HITS.get(name) else ""
         print(f"[{name}] {engine}: {runs} executions in {time.monotonic() - t0:.1f}s "
-              f"{'ok' if ok else 'FAILED'}")
+              f"{'ok' if ok else 'FAILED'}{known}")
         if not ok:
             failed.append(name)
     print(f"fuzz: {len(live)} targets, {total_runs} executions, "
