@@ -42,3 +42,16 @@ class ArrowDecoder:
 def scan_entries(
     data: Buffer, start: int = 0, end: int = -1, *, source: str = "<buffer>", base: int = 0, strict: bool = True
 ) -> dict[str, Any]: ...
+
+def encode_v2(
+    key: pa.Array,
+    value: pa.Array,
+    timestamp_ms: np.ndarray,
+    headers: pa.Array | None = None,
+    *,
+    codec: int = 0,
+    batch_bytes: int = 16384,
+    max_records: int = 1 << 20,
+    base_offset: int = 0,
+    compress: Any = None,
+) -> tuple[bytes, int]: ...

@@ -926,3 +926,145 @@ def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<bu
     result["stop"] = base + stop
     result["error"] = error
     return result
+
+
+# --------------------------------------------------------------------------------------------
+# Columnar encode: Arrow columns of one topic-partition -> v2 record batches.
+# TODO(merge): write records through _v2.pxd's record writer once it is on main.
+
+cdef struct BinCol:             # a binary/string Arrow array: offsets, data, validity
+    const int32_t* offsets
+    const unsigned char* data
+    const unsigned char* valid
+    Py_ssize_t offset
+
+cdef object bincol_of(BinCol* c, arr):
+    """Fill c from a pyarrow binary/string array; returns the objects keeping it alive."""
+    bufs = arr.buffers()
+    c.offset = arr.offset
+    c.valid = NULL if bufs[0] is None or arr.null_count == 0 else <const unsigned char*><size_t>bufs[0].address
+    c.offsets = <const int32_t*><size_t>bufs[1].address
+    c.data = <const unsigned char*><size_t>bufs[2].address if bufs[2] is not None and bufs[2].size else NULL
+    return bufs
+
+cdef inline int32_t bincol_len(const BinCol* c, Py_ssize_t i) noexcept nogil:
+    cdef Py_ssize_t j = c.offset + i
+    if c.valid != NULL and not (c.valid[j >> 3] >> (j & 7)) & 1:
+        return -1
+    return c.offsets[j + 1] - c.offsets[j]
+
+cdef inline const unsigned char* bincol_ptr(const BinCol* c, Py_ssize_t i) noexcept nogil:
+    return c.data + c.offsets[c.offset + i]
+
+
+from kafkacodec._writer cimport (Writer, WriteBuffer, put_bytes, put_int8, put_int16, put_int32,
+                                 put_int64, put_varint, put_varlong, reserve, store_u32,
+                                 varint_size, varlong_size)
+
+
+def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t batch_bytes=16384,
+              Py_ssize_t max_records=1 << 20, int64_t base_offset=0, compress=None):
+    """Encode rows into v2 batches: `key`, `value` pyarrow binary arrays, `timestamp_ms` an int64
+    numpy array, `headers` a pyarrow list<struct<key:string,value:binary>> array or None.
+    A batch closes before the record that would take its records section past `batch_bytes`
+    (every batch holds at least one record).  Offsets are dense from base_offset.  `compress`
+    (codec, bytes) -> bytes compresses a records section.  Returns (bytes, number of batches)."""
+    cdef Py_ssize_t n = len(value), i, j, batch_start, h, h0, h1
+    cdef BinCol k, v, hk, hv
+    cdef const int64_t[::1] ts = timestamp_ms
+    cdef const int32_t[::1] hoff
+    cdef const uint8_t[::1] hvalid
+    cdef int32_t klen, vlen, hklen, hvlen, body
+    cdef int64_t first_ts, max_ts
+    cdef Writer* w
+    cdef WriteBuffer out = WriteBuffer(), records = WriteBuffer()
+    cdef Py_ssize_t batches = 0
+    if len(key) != n or ts.shape[0] != n or (headers is not None and len(headers) != n):
+        raise ValueError("key, value, timestamp_ms and headers must have the same length")
+    if not 0 <= codec <= 4:
+        raise UnsupportedCompressionError(f"unknown compression type id {codec}")
+    keep = [bincol_of(&k, key), bincol_of(&v, value)]
+    has_headers = headers is not None and headers.null_count < n
+    if has_headers:
+        hoff = np.asarray(headers.offsets, dtype=np.int32)
+        entries = headers.values
+        keep += [bincol_of(&hk, entries.field(0)), bincol_of(&hv, entries.field(1)), entries]
+        hvalid = np.ascontiguousarray(headers.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8)
+    i = 0
+    while i < n:
+        batch_start = i
+        w = &records.w
+        w.length = 0
+        first_ts = ts[i]
+        max_ts = -1
+        while i < n and i - batch_start < max_records:
+            klen = bincol_len(&k, i)
+            vlen = bincol_len(&v, i)
+            h0 = h1 = 0
+            if has_headers and hvalid[i]:
+                h0 = hoff[i]
+                h1 = hoff[i + 1]
+            body = (1 + varlong_size(ts[i] - first_ts) + varint_size(<int32_t>(i - batch_start))
+                    + varint_size(klen) + (klen if klen > 0 else 0)
+                    + varint_size(vlen) + (vlen if vlen > 0 else 0) + varint_size(<int32_t>(h1 - h0)))
+            for h in range(h0, h1):
+                hklen = bincol_len(&hk, h)
+                hvlen = bincol_len(&hv, h)
+                if hklen < 0:
+                    raise ValueError(f"row {i}: a header key is null (Kafka header keys are strings)")
+                body += varint_size(hklen) + hklen + varint_size(hvlen) + (hvlen if hvlen > 0 else 0)
+            if i > batch_start and w.length + varint_size(body) + body > batch_bytes:
+                break
+            put_varint(w, body)
+            put_int8(w, 0)
+            put_varlong(w, ts[i] - first_ts)
+            put_varint(w, <int32_t>(i - batch_start))
+            put_varint(w, klen)
+            if klen > 0:
+                put_bytes(w, bincol_ptr(&k, i), klen)
+            put_varint(w, vlen)
+            if vlen > 0:
+                put_bytes(w, bincol_ptr(&v, i), vlen)
+            put_varint(w, <int32_t>(h1 - h0))
+            for h in range(h0, h1):
+                hklen = bincol_len(&hk, h)
+                hvlen = bincol_len(&hv, h)
+                put_varint(w, hklen)
+                put_bytes(w, bincol_ptr(&hk, h), hklen)
+                put_varint(w, hvlen)
+                if hvlen > 0:
+                    put_bytes(w, bincol_ptr(&hv, h), hvlen)
+            if ts[i] > max_ts:
+                max_ts = ts[i]
+            i += 1
+        section = memoryview(records)
+        if codec:
+            section = compress(codec, section)
+        _batch_header(&out.w, base_offset + batch_start, <int32_t>(i - 1 - batch_start), first_ts,
+                      max_ts, codec, <int32_t>(i - batch_start), section)
+        del section
+        batches += 1
+    return out.getvalue(), batches
+
+
+cdef int _batch_header(Writer* w, int64_t base_offset, int32_t last_delta, int64_t first_ts,
+                       int64_t max_ts, int codec, int32_t count, section) except -1:
+    cdef const unsigned char[::1] body = section
+    cdef Py_ssize_t start = w.length
+    cdef Py_ssize_t size = V2_HEADER + body.shape[0]
+    put_int64(w, base_offset)
+    put_int32(w, <int32_t>(size - LOG_OVERHEAD))
+    put_int32(w, -1)                  # partition leader epoch
+    put_int8(w, 2)
+    reserve(w, 4)                     # crc
+    put_int16(w, codec)               # CreateTime, not transactional
+    put_int32(w, last_delta)
+    put_int64(w, first_ts)
+    put_int64(w, max_ts)
+    put_int64(w, -1)                  # producer id
+    put_int16(w, -1)                  # producer epoch
+    put_int32(w, -1)                  # base sequence
+    put_int32(w, count)
+    put_bytes(w, &body[0] if body.shape[0] else NULL, body.shape[0])
+    store_u32(w.buf + start + 17, kc_crc32c(0, w.buf + start + 21, size - 21))
+    return 0
