@@ -16,6 +16,7 @@ class ArrowDecoder:
     partition: int
     source: str
     trailing_bytes: int
+    failed_entry: int
     def __init__(
         self,
         topic: str = "",

@@ -642,6 +642,7 @@ cdef class ArrowDecoder:
     cdef object _aborted_arr
     cdef object _view
     cdef readonly Py_ssize_t trailing_bytes
+    cdef readonly Py_ssize_t failed_entry
 
     def __init__(self, str topic="", int partition=0, *, bint validate_crc=True,
                  bint include_headers=True, bint keep_control=False, start_offset=None,
@@ -728,6 +729,7 @@ cdef class ArrowDecoder:
         self.s.end = end
         self.s.base = base
         self.s.err = OK
+        self.failed_entry = -1
         if (varcol_start(&self.s.key) < 0 or varcol_start(&self.s.value) < 0
                 or varcol_start(&self.s.hkey) < 0 or varcol_start(&self.s.hvalue) < 0
                 or put_i32(&self.s.hdr_offsets, 0) < 0):
@@ -760,8 +762,10 @@ cdef class ArrowDecoder:
                     vstart = value - &view[0]
                     plain = _decompress_fallback(codec, magic, view[vstart:vstart + value_len])
             except CorruptRecordError:
+                self.failed_entry = self.s.pos
                 raise
             except Exception as exc:
+                self.failed_entry = self.s.pos
                 raise CorruptRecordError(
                     f"{self.source}: cannot decompress the {('none', 'gzip', 'snappy', 'lz4', 'zstd')[codec]} "
                     f"records of a magic {magic} entry ({exc})", position=base + self.s.pos,
@@ -811,6 +815,7 @@ cdef class ArrowDecoder:
 
     def _raise(self):
         cdef State* s = &self.s
+        self.failed_entry = s.pos
         where = f"{self.source}: "
         if s.err == E_NOMEM:
             raise MemoryError("out of memory while decoding records")
