@@ -302,6 +302,9 @@ def cmd_spark_convert(args) -> int:
         raise CliError("usage: kafkacodec spark convert IN OUT (or --sample DIR OUT)", EXIT_USAGE)
     if not Path(src).exists():
         raise CliError(f"{src}: no such file or directory", EXIT_INPUT)
+    from pyspark.sql import SparkSession
+
+    owned = SparkSession.getActiveSession() is None
     spark = make_session(args.master)
     try:
         with Progress(None, "spark", enabled=False if args.no_progress else None) as bar, \
@@ -309,7 +312,8 @@ def cmd_spark_convert(args) -> int:
             s = convert(spark, src, args.output, compression=args.compression, mode=args.mode,
                         validate_crc=not args.no_crc)
     finally:
-        spark.stop()
+        if owned:
+            spark.stop()
     if args.json:
         _emit_json(s.to_dict())
     else:
