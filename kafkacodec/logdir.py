@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError
 
-__all__ = ["discover", "plan", "read_split", "write_partition", "option_bool", "Segment", "Split", "MODES"]
+__all__ = ["discover", "plan", "read_split", "write_partition", "Options", "Segment", "Split", "MODES"]
 
 SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 PARTITION_RE = re.compile(r"^(.+)-(\d+)$")
@@ -25,16 +25,35 @@ MODES = ("FAILFAST", "DROPMALFORMED", "PERMISSIVE")
 EARLIEST, LATEST = -2, -1
 
 
-def option_bool(options, name, default):
-    value = options.get(name)
-    if value is None:
-        return default
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise ValueError(f"option {name}={value!r}: use true or false")
+class Options:
+    """Spark-style options: case-insensitive names, string (or plain) values."""
+
+    def __init__(self, options=None):
+        if isinstance(options, Options):
+            options = options._values
+        self._values = {str(k).lower(): v for k, v in (options or {}).items()}
+
+    def get(self, name: str, default=None):
+        value = self._values.get(name.lower())
+        return default if value is None else value
+
+    def bool(self, name: str, default: bool) -> bool:
+        value = self.get(name)
+        if value is None:
+            return default
+        text = str(value).strip().lower()
+        if text in ("true", "1", "yes"):
+            return True
+        if text in ("false", "0", "no"):
+            return False
+        raise ValueError(f"option {name}={value!r}: use true or false")
+
+    def int(self, name: str, default: int) -> int:
+        value = self.get(name)
+        try:
+            return default if value is None else int(value)
+        except ValueError:
+            raise ValueError(f"option {name}={value!r}: use a whole number") from None
 
 
 @dataclass(frozen=True)
@@ -115,13 +134,13 @@ def plan(path, options=None) -> tuple[list[Split], list[tuple[str, int, str]]]:
     [(file, position, reason)].  Runs on the driver; reads only entry headers."""
     from kafkacodec._arrow import scan_entries
 
-    options = options or {}
+    options = Options(options)
     topics = {t.strip() for t in str(options.get("topics", "")).split(",") if t.strip()}
     starting = _offset_spec(options.get("startingOffsets"), EARLIEST)
     ending = _offset_spec(options.get("endingOffsets"), LATEST)
-    keep_aborted = option_bool(options, "keepAborted", False)
+    keep_aborted = options.bool("keepAborted", False)
     mode = str(options.get("mode", "FAILFAST")).upper()
-    split_bytes = int(options.get("maxPartitionBytes", 128 << 20))
+    split_bytes = options.int("maxPartitionBytes", 128 << 20)
     segments = [s for s in discover(path) if not topics or s.topic in topics]
     if topics and not segments:
         raise FileNotFoundError(f"{path}: no segment of topics {sorted(topics)} found")

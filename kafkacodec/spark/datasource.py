@@ -28,7 +28,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from kafkacodec.logdir import MODES, Split, option_bool, plan, read_split, write_partition
+from kafkacodec.logdir import MODES, Options, Split, plan, read_split, write_partition
 
 __all__ = ["KafkaLogDataSource", "register", "BASE_DDL", "HEADERS_DDL", "BATCH_DDL"]
 
@@ -51,19 +51,20 @@ class KafkaLogDataSource(DataSource):
         return "kafkalog"
 
     def schema(self) -> str:
+        options = Options(self.options)
         parts = [BASE_DDL]
-        if option_bool(self.options, "includeHeaders", True):
+        if options.bool("includeHeaders", True):
             parts.append(HEADERS_DDL)
         parts.append(BATCH_DDL)
-        if str(self.options.get("mode", "FAILFAST")).upper() == "PERMISSIVE":
-            parts.append(f"{self.options.get('columnNameOfCorruptRecord', '_corrupt_record')} string")
+        if str(options.get("mode", "FAILFAST")).upper() == "PERMISSIVE":
+            parts.append(f"{options.get('columnNameOfCorruptRecord', '_corrupt_record')} string")
         return ", ".join(parts)
 
     def reader(self, schema) -> "KafkaLogReader":
-        return KafkaLogReader(dict(self.options))
+        return KafkaLogReader(Options(self.options))
 
     def writer(self, schema, overwrite: bool) -> "KafkaLogWriter":
-        return KafkaLogWriter(dict(self.options), overwrite)
+        return KafkaLogWriter(Options(self.options), overwrite)
 
 
 def _path_option(options) -> str:
@@ -80,10 +81,10 @@ class KafkaLogReader(DataSourceReader):
         self.mode = str(options.get("mode", "FAILFAST")).upper()
         if self.mode not in MODES:
             raise ValueError(f"option mode={self.mode!r}: use one of {', '.join(MODES)}")
-        self.validate_crc = option_bool(options, "validateCrc", True)
-        self.include_headers = option_bool(options, "includeHeaders", True)
-        self.keep_control = option_bool(options, "keepControl", False)
-        self.max_rows = int(options.get("maxRowsPerBatch", 65536))
+        self.validate_crc = options.bool("validateCrc", True)
+        self.include_headers = options.bool("includeHeaders", True)
+        self.keep_control = options.bool("keepControl", False)
+        self.max_rows = options.int("maxRowsPerBatch", 65536)
         self.corrupt_column = options.get("columnNameOfCorruptRecord", "_corrupt_record")
 
     def partitions(self):
@@ -122,11 +123,11 @@ class KafkaLogWriter(DataSourceArrowWriter):
         self.path = _path_option(options)
         self.overwrite = overwrite
         self.topic = options.get("topic")
-        self.partition = int(options.get("partition", 0))
+        self.partition = options.int("partition", 0)
         self.codec = int(compression_of(options.get("compression", "none")))
-        self.batch_bytes = int(options.get("batchSize", 16384))
-        self.segment_bytes = int(options.get("segmentBytes", 1 << 30))
-        self.base_offset = int(options.get("baseOffset", 0))
+        self.batch_bytes = options.int("batchSize", 16384)
+        self.segment_bytes = options.int("segmentBytes", 1 << 30)
+        self.base_offset = options.int("baseOffset", 0)
         self.job = uuid.uuid4().hex[:12]
 
     @property
