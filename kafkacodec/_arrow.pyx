@@ -619,6 +619,14 @@ cdef int run(State* s, int16_t* codec, int8_t* magic_out) noexcept nogil:
         s.pos += LOG_OVERHEAD + size
 
 
+cdef object byte_view(data):
+    """Any contiguous buffer as unsigned bytes (pyarrow buffers export signed chars)."""
+    if isinstance(data, (bytes, bytearray)):
+        return data
+    mv = memoryview(data)
+    return mv if mv.format == "B" else mv.cast("B")
+
+
 def _decompress_fallback(int codec, int magic, data):
     # TODO(merge): replace by kafkacodec._compression.Decompressor.decompress_into once on main.
     from kafkacodec.spark._codecs import decompress
@@ -640,7 +648,6 @@ cdef class ArrowDecoder:
     cdef readonly int partition
     cdef readonly str source
     cdef object _aborted_arr
-    cdef object _view
     cdef readonly Py_ssize_t trailing_bytes
     cdef readonly Py_ssize_t failed_entry
 
@@ -704,7 +711,7 @@ cdef class ArrowDecoder:
         """Decode entries of data[start:end] until the batch is full; return
         (RecordBatch, next position).  Next position == end (or the start of a partial trailing
         entry, see `trailing_bytes`) when done.  `base` is the file position of data[0]."""
-        cdef const unsigned char[::1] view = data
+        cdef const unsigned char[::1] view = byte_view(data)
         cdef int status
         cdef int16_t codec = 0
         cdef int8_t magic = 0
@@ -903,7 +910,7 @@ def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<bu
     """Shallow scan of data[start:end]: a dict of int64 numpy arrays (SCAN_FIELDS, one row per
     complete entry) plus "stop" (position after the last complete entry) and "error" (None, or
     what was wrong at "stop" when strict is False; strict raises CorruptRecordError)."""
-    cdef const unsigned char[::1] view = data
+    cdef const unsigned char[::1] view = byte_view(data)
     cdef Py_ssize_t n, stop = 0
     cdef int64_t[:, ::1] empty = np.empty((0, len(SCAN_FIELDS)), dtype=np.int64)
     cdef int64_t[:, ::1] table

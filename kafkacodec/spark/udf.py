@@ -106,5 +106,8 @@ def validate_batches(column: str) -> Callable[[Iterator], Iterator]:
 
 def validate(df, column: str):
     """`df` with `error` (null when every entry of the cell is valid) and `records` columns."""
-    schema = df.schema.add("error", "string").add("records", "long")
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    schema = StructType(list(df.schema.fields) + [StructField("error", StringType()),
+                                                  StructField("records", LongType())])
     return df.mapInArrow(validate_batches(column), schema)
