@@ -20,6 +20,8 @@ ROOT = Path(__file__).parent
 DEBUG = os.environ.get("KAFKACODEC_DEBUG") == "1"
 SANITIZE = os.environ.get("KAFKACODEC_SANITIZE", "")
 COVERAGE = os.environ.get("KAFKACODEC_COVERAGE") == "1"
+# C libraries a module links (zlib: gzip straight into our buffers with the GIL released).
+LIBRARIES = {"kafkacodec._compression": ["zlib" if sys.platform == "win32" else "z"]}
 ONLY = {m.strip() for m in os.environ.get("KAFKACODEC_MODULES", "").split(",") if m.strip()}
 
 
@@ -33,7 +35,7 @@ def extensions():
         if ONLY and name not in ONLY and rel.name not in ONLY:
             continue
         yield Extension(name, [str(pyx.relative_to(ROOT))], include_dirs=["csrc", numpy.get_include()],
-                        define_macros=macros)
+                        define_macros=macros, libraries=LIBRARIES.get(name, []))
 
 
 class BuildExt(build_ext):

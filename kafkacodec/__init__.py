@@ -2,6 +2,8 @@
 at memory speed by a typed Cython core."""
 
 from kafkacodec import _crc
+from kafkacodec._builder import MemoryRecordsBuilder
+from kafkacodec._records import FileRecords, MemoryRecords, Record, RecordBatch, Records
 from kafkacodec._types import Compression, ControlType, TimestampType
 from kafkacodec.errors import (
     BufferReleasedError,
@@ -20,6 +22,12 @@ __version__ = "0.1.0"
 __compiled__ = _crc.__file__.endswith((".so", ".pyd"))
 
 __all__ = [
+    "MemoryRecords",
+    "FileRecords",
+    "Records",
+    "RecordBatch",
+    "Record",
+    "MemoryRecordsBuilder",
     "Compression",
     "ControlType",
     "TimestampType",

@@ -1,0 +1,780 @@
+# cython: language_level=3
+"""MemoryRecordsBuilder: write record batches (magic 2) and message sets (magic 0/1) exactly as
+Kafka 3.8's MemoryRecordsBuilder does (spec record-formats.md; docs/building.md for the API).
+
+Records are encoded straight into one C write buffer (`_writer.pxd`) by the `_v2.pxd` /
+`_legacy.pxd` primitives; `build()` fills the batch header (or the compressed wrapper) and
+returns the bytes, then the builder continues with the next batch.
+
+Errors: a wrong Python type raises TypeError; a value out of range for its argument (negative
+timestamp other than -1, offsets that do not increase, bad producer state) raises ValueError;
+what a magic cannot carry (headers, transactions, producer ids, control batches or a delete
+horizon below magic 2) raises UnsupportedVersionError, zstd below magic 2 or an unknown codec
+raises UnsupportedCompressionError, and a key/value/record beyond 2 GiB RecordTooLargeError.
+"""
+
+import sys
+import time
+
+from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize,
+                            PyBytes_GET_SIZE)
+from cpython.list cimport PyList_GET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM
+from cpython.unicode cimport PyUnicode_Check
+from cpython.ref cimport PyObject
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uintptr_t, INT32_MAX
+from libc.stdlib cimport free
+from libc.string cimport memcpy
+
+from kafkacodec._crc cimport kc_crc_init
+from kafkacodec._writer cimport Writer, ensure, reserve, store_u16, store_u32
+from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, V2_HEADER_SIZE, V0_RECORD_OVERHEAD,
+                                 V1_RECORD_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG,
+                                 CONTROL_FLAG, DELETE_HORIZON_FLAG, NO_TIMESTAMP)
+from kafkacodec._v2 cimport write_v2_record, write_v2_batch_header, v2_record_body_size
+from kafkacodec._writer cimport varint_size, varlong_size, store_uvarint
+from kafkacodec._legacy cimport write_legacy_message, legacy_message_size
+from kafkacodec._compression cimport compress
+
+from kafkacodec._types import Compression, ControlType, TimestampType, compression_of
+from kafkacodec.errors import (RecordTooLargeError, UnsupportedCompressionError,
+                               UnsupportedVersionError)
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+
+kc_crc_init()
+
+cdef enum:
+    CODEC_NONE = 0
+    CODEC_GZIP = 1
+    CODEC_LZ4 = 3
+    CODEC_ZSTD = 4
+    KAFKA_DEFAULT_LEVEL = -1
+
+# Kafka estimates a compressed batch as uncompressed size x ratio (1.0 at first) x 1.05.
+cdef double COMPRESSION_RATE_ESTIMATION_FACTOR = 1.05
+
+
+# --- borrowed views of bytes-like arguments ---------------------------------------------------
+cdef struct Span:
+    const unsigned char* data    # NULL for None
+    Py_ssize_t length            # -1 for None
+    bint release                 # view holds a buffer to release
+    Py_buffer view
+
+
+cdef int span_of(object obj, Span* s, const char* what) except -1:
+    """Borrow the bytes of None / bytes / any contiguous buffer (not str)."""
+    s.release = False
+    if obj is None:
+        s.data = NULL
+        s.length = -1
+        return 0
+    if PyBytes_CheckExact(obj):
+        s.data = <const unsigned char*>PyBytes_AS_STRING(obj)
+        s.length = PyBytes_GET_SIZE(obj)
+    else:
+        if PyUnicode_Check(obj) or not PyObject_CheckBuffer(obj):
+            raise TypeError(f"{what.decode()} must be bytes-like or None, not "
+                            f"{type(obj).__name__}" + (" (encode it first)" if PyUnicode_Check(obj) else ""))
+        PyObject_GetBuffer(obj, &s.view, PyBUF_SIMPLE)
+        s.release = True
+        s.data = <const unsigned char*>s.view.buf
+        s.length = s.view.len
+    if s.length > INT32_MAX:
+        span_release(s)
+        raise RecordTooLargeError(f"{what.decode()} of {s.length} bytes exceeds Kafka's 2 GiB limit")
+    return 0
+
+
+cdef inline void span_release(Span* s) noexcept:
+    if s.release:
+        PyBuffer_Release(&s.view)
+        s.release = False
+
+
+# --- columns for append_many: a list/tuple of objects or an Arrow binary/string array ----------
+cdef enum:
+    COLUMN_NULL = 0          # None: every entry null
+    COLUMN_LIST = 1
+    COLUMN_TUPLE = 2
+    COLUMN_ARROW32 = 3       # binary / string: int32 offsets
+    COLUMN_ARROW64 = 4       # large_binary / large_string: int64 offsets
+
+cdef struct Column:
+    int kind
+    PyObject* items          # list/tuple (borrowed: the caller holds it for the call)
+    const uint8_t* validity  # Arrow validity bitmap, NULL when there are no nulls
+    const int32_t* offsets32
+    const int64_t* offsets64
+    const unsigned char* data
+    Py_ssize_t first         # the Arrow array's slice offset
+
+cdef unsigned char EMPTY_BYTE = 0
+
+
+cdef const unsigned char* buffer_address(object buf) except NULL:
+    cdef uintptr_t address = 0 if buf is None else buf.address
+    return &EMPTY_BYTE if address == 0 else <const unsigned char*>address
+
+
+cdef Py_ssize_t column_of(object obj, Column* c, str name) except -2:
+    """Set up c over obj; return its length (-1 for None)."""
+    c.items = <PyObject*>obj
+    c.validity = NULL
+    c.first = 0
+    if obj is None:
+        c.kind = COLUMN_NULL
+        return -1
+    if type(obj) is list:
+        c.kind = COLUMN_LIST
+        return len(obj)
+    if type(obj) is tuple:
+        c.kind = COLUMN_TUPLE
+        return len(obj)
+    pa = sys.modules.get("pyarrow")
+    if pa is not None and isinstance(obj, pa.Array):
+        t = obj.type
+        if pa.types.is_binary(t) or pa.types.is_string(t):
+            c.kind = COLUMN_ARROW32
+        elif pa.types.is_large_binary(t) or pa.types.is_large_string(t):
+            c.kind = COLUMN_ARROW64
+        else:
+            raise TypeError(f"{name} as an Arrow array must be binary or string, not {t}")
+        validity, offsets, data = obj.buffers()
+        if obj.null_count:
+            c.validity = <const uint8_t*>buffer_address(validity)
+        c.offsets32 = <const int32_t*>buffer_address(offsets)
+        c.offsets64 = <const int64_t*>buffer_address(offsets)
+        c.data = buffer_address(data)
+        c.first = obj.offset
+        return len(obj)
+    raise TypeError(f"{name} must be a list, a tuple or a pyarrow binary/string array"
+                    f"{' (or None)' if name == 'keys' else ''}, not {type(obj).__name__}")
+
+
+cdef inline int column_span(const Column* c, Py_ssize_t i, Span* s, const char* what) except -1:
+    cdef Py_ssize_t j
+    cdef int64_t start, end
+    if c.kind == COLUMN_LIST:
+        return span_of(<object>PyList_GET_ITEM(<object>c.items, i), s, what)
+    if c.kind == COLUMN_TUPLE:
+        return span_of(<object>PyTuple_GET_ITEM(<object>c.items, i), s, what)
+    s.release = False
+    j = c.first + i
+    if c.kind == COLUMN_NULL or (c.validity != NULL and not (c.validity[j >> 3] >> (j & 7)) & 1):
+        s.data = NULL
+        s.length = -1
+        return 0
+    if c.kind == COLUMN_ARROW32:
+        start = c.offsets32[j]
+        end = c.offsets32[j + 1]
+    else:
+        start = c.offsets64[j]
+        end = c.offsets64[j + 1]
+    if end - start > INT32_MAX:
+        raise RecordTooLargeError(f"{what.decode()} of {end - start} bytes exceeds Kafka's 2 GiB limit")
+    s.data = c.data + start
+    s.length = end - start
+    return 0
+
+
+cdef object arrow_int64_view(object obj):
+    """A contiguous int64 buffer of obj: numpy arrays and buffers as they are; a pyarrow int64
+    or timestamp[ms] array without nulls zero-copy."""
+    cdef const int64_t[::1] view
+    pa = sys.modules.get("pyarrow")
+    if pa is not None and isinstance(obj, pa.Array):
+        t = obj.type
+        if not (pa.types.is_int64(t) or (pa.types.is_timestamp(t) and t.unit == "ms")):
+            raise TypeError(f"timestamps as an Arrow array must be int64 or timestamp[ms], not {t}")
+        if obj.null_count:
+            raise ValueError("Arrow timestamps must not contain nulls (use -1 for no timestamp)")
+        obj = obj.view(pa.int64()).to_numpy(zero_copy_only=True)
+    try:
+        view = obj
+    except (TypeError, ValueError, BufferError):
+        raise TypeError("timestamps must be an int, a list/tuple of ints or a contiguous int64 "
+                        f"buffer, not {type(obj).__name__}") from None
+    return view
+
+
+cdef int32_t encode_headers(Writer* w, object headers) except -1:
+    """Encode a v2 header section (after HeaderCount) into w; return the header count."""
+    cdef Py_ssize_t key_size
+    cdef const char* key
+    cdef Span value
+    cdef int32_t count = 0
+    cdef unsigned char* p
+    for item in headers:
+        try:
+            name, val = item
+        except (TypeError, ValueError):
+            raise TypeError(f"a header must be a (str, bytes-or-None) pair, not {item!r}") from None
+        if not PyUnicode_Check(name):
+            raise TypeError(f"a header key must be str, not {type(name).__name__}")
+        key = PyUnicode_AsUTF8AndSize(name, &key_size)
+        span_of(val, &value, b"header value")
+        try:
+            ensure(w, 10 + key_size + 5 + (value.length if value.length > 0 else 0))
+            p = w.buf + w.length
+            p = store_uvarint(p, <uint32_t>key_size << 1)
+            memcpy(p, key, key_size)
+            p += key_size
+            p = store_uvarint(p, (<uint32_t>value.length << 1) ^ <uint32_t>(<int32_t>value.length >> 31))
+            if value.length > 0:
+                memcpy(p, value.data, value.length)
+                p += value.length
+            w.length = p - w.buf
+        finally:
+            span_release(&value)
+        count += 1
+    return count
+
+
+cdef int64_t check_timestamp(object timestamp) except? -2:
+    cdef int64_t ts
+    if type(timestamp) is not int:
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
+            raise TypeError(f"timestamp must be an int (milliseconds, -1 for none), "
+                            f"not {type(timestamp).__name__}")
+    ts = timestamp
+    if ts < NO_TIMESTAMP:
+        raise ValueError(f"invalid negative timestamp {ts}: use -1 for no timestamp")
+    return ts
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+cdef int64_t check_int(object v, str name, int64_t low, int64_t high) except? -1:
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    if v < low or v > high:
+        raise ValueError(f"{name} {v} is out of range [{low}, {high}]")
+    return v
+
+
+cdef class MemoryRecordsBuilder:
+    """Write one batch at a time; `build()` returns it and starts the next one.
+
+    The next batch starts at the offset after the last one written (and, for an idempotent
+    producer, the base sequence after its last sequence), so the outputs of several builds
+    concatenated form a dense multi-batch log.
+    """
+
+    cdef Writer w                 # v2: 61-byte header slot + records; legacy: messages
+    cdef Writer scratch           # encoded headers of one record; the legacy wrapper
+    cdef readonly int magic
+    cdef int codec
+    cdef int level
+    cdef int timestamp_type_id
+    cdef readonly int64_t base_offset
+    cdef readonly int64_t producer_id
+    cdef readonly int producer_epoch
+    cdef readonly int32_t base_sequence
+    cdef readonly bint is_transactional
+    cdef readonly bint is_control_batch
+    cdef readonly int32_t partition_leader_epoch
+    cdef int64_t log_append_time_ms
+    cdef int64_t delete_horizon
+    cdef bint has_delete_horizon
+    cdef readonly Py_ssize_t max_batch_size
+    # per-batch state
+    cdef int32_t count
+    cdef int64_t last_offset
+    cdef int64_t base_timestamp
+    cdef bint has_base_timestamp
+    cdef int64_t max_timestamp
+
+    def __cinit__(self):
+        self.w.buf = NULL
+        self.scratch.buf = NULL
+
+    def __dealloc__(self):
+        free(self.w.buf)
+        free(self.scratch.buf)
+
+    def __init__(self, magic=2, compression="none", timestamp_type=TimestampType.CREATE_TIME,
+                 base_offset=0, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                 is_transactional=False, log_append_time=None, partition_leader_epoch=-1,
+                 compression_level=None, *, is_control_batch=False, delete_horizon_ms=None,
+                 max_batch_size=None):
+        cdef object codec
+        if magic not in (0, 1, 2) or isinstance(magic, bool):
+            raise UnsupportedVersionError(f"magic {magic!r} is not a Kafka record format (use 0, 1 or 2)")
+        self.magic = magic
+        codec = compression_of(compression)
+        if codec == Compression.ZSTD and magic < 2:
+            raise UnsupportedCompressionError(
+                f"zstd needs magic 2 (Kafka rejects zstd for magic {magic}): use magic=2 or another codec")
+        self.codec = codec
+        self.level = KAFKA_DEFAULT_LEVEL
+        if compression_level is not None:
+            self.level = check_level(codec, compression_level)
+        try:
+            ts_type = TimestampType(timestamp_type)
+        except ValueError:
+            raise ValueError(f"unknown timestamp_type {timestamp_type!r}: use a TimestampType") from None
+        if ts_type == TimestampType.NO_TIMESTAMP_TYPE and magic > 0:
+            raise ValueError(f"magic {magic} needs a timestamp type (CREATE_TIME or LOG_APPEND_TIME)")
+        if ts_type == TimestampType.LOG_APPEND_TIME and magic == 0:
+            raise UnsupportedVersionError("magic 0 has no timestamps: LOG_APPEND_TIME needs magic 1 or 2")
+        self.timestamp_type_id = ts_type
+        if log_append_time is not None:
+            if ts_type != TimestampType.LOG_APPEND_TIME:
+                raise ValueError("log_append_time is only used with timestamp_type=LOG_APPEND_TIME")
+            self.log_append_time_ms = check_int(log_append_time, "log_append_time", 0, 2**63 - 1)
+        elif ts_type == TimestampType.LOG_APPEND_TIME:
+            self.log_append_time_ms = _now_ms()      # as the broker stamps it
+        else:
+            self.log_append_time_ms = NO_TIMESTAMP
+        self.base_offset = check_int(base_offset, "base_offset", 0, 2**63 - 1)
+        self.producer_id = check_int(producer_id, "producer_id", -1, 2**63 - 1)
+        self.producer_epoch = <int>check_int(producer_epoch, "producer_epoch", -1, 32767)
+        self.base_sequence = <int32_t>check_int(base_sequence, "base_sequence", -1, INT32_MAX)
+        self.partition_leader_epoch = <int32_t>check_int(
+            partition_leader_epoch, "partition_leader_epoch", -1, INT32_MAX)
+        self.is_transactional = bool(is_transactional)
+        self.is_control_batch = bool(is_control_batch)
+        self.has_delete_horizon = delete_horizon_ms is not None
+        if self.has_delete_horizon:
+            self.delete_horizon = check_int(delete_horizon_ms, "delete_horizon_ms", 0, 2**63 - 1)
+        if magic < 2:
+            for name, used in (("a producer id", self.producer_id != -1),
+                               ("producer epoch", self.producer_epoch != -1),
+                               ("base sequence", self.base_sequence != -1),
+                               ("transactional batches", self.is_transactional),
+                               ("control batches", self.is_control_batch),
+                               ("a delete horizon", self.has_delete_horizon),
+                               ("a partition leader epoch", self.partition_leader_epoch != -1)):
+                if used:
+                    raise UnsupportedVersionError(f"magic {magic} cannot carry {name}: use magic=2")
+        if self.is_transactional and self.producer_id == -1:
+            raise ValueError("transactional batches need a producer_id (and producer_epoch)")
+        if self.producer_id != -1:
+            if self.producer_epoch == -1:
+                raise ValueError(f"producer_id {self.producer_id} needs a producer_epoch >= 0")
+            if self.base_sequence < 0 and not self.is_control_batch:
+                raise ValueError(f"producer_id {self.producer_id} needs a base_sequence >= 0")
+        if max_batch_size is None:
+            self.max_batch_size = -1
+        else:
+            self.max_batch_size = check_int(max_batch_size, "max_batch_size", 1, INT32_MAX)
+        self._start_batch()
+
+    cdef int _start_batch(self) except -1:
+        self.w.length = 0
+        if self.magic == 2:
+            reserve(&self.w, V2_HEADER_SIZE)
+        self.count = 0
+        self.last_offset = self.base_offset - 1
+        self.max_timestamp = NO_TIMESTAMP
+        self.has_base_timestamp = self.has_delete_horizon
+        self.base_timestamp = self.delete_horizon if self.has_delete_horizon else NO_TIMESTAMP
+        return 0
+
+    # --- state --------------------------------------------------------------------------
+    @property
+    def compression(self):
+        return Compression(self.codec)
+
+    @property
+    def compression_level(self):
+        return None if self.level == KAFKA_DEFAULT_LEVEL else self.level
+
+    @property
+    def timestamp_type(self):
+        return TimestampType(self.timestamp_type_id)
+
+    @property
+    def log_append_time(self):
+        return None if self.timestamp_type_id != 1 else self.log_append_time_ms
+
+    @property
+    def delete_horizon_ms(self):
+        return self.delete_horizon if self.has_delete_horizon else None
+
+    @property
+    def record_count(self) -> int:
+        """Records in the batch being built."""
+        return self.count
+
+    @property
+    def next_offset(self) -> int:
+        """The offset `append()` will give the next record."""
+        return self.last_offset + 1
+
+    @property
+    def uncompressed_size_in_bytes(self) -> int:
+        """Bytes of the batch so far before compression (v2: header included)."""
+        return self.w.length
+
+    @property
+    def estimated_size_in_bytes(self) -> int:
+        """Size of the batch if built now: exact uncompressed, Kafka's estimate compressed."""
+        return self._estimated_size()
+
+    cdef Py_ssize_t _estimated_size(self):
+        cdef Py_ssize_t header = 0, records = self.w.length
+        if self.magic == 2:
+            header = V2_HEADER_SIZE
+            records -= V2_HEADER_SIZE
+        elif self.codec != CODEC_NONE:
+            header = LOG_OVERHEAD + (V1_RECORD_OVERHEAD if self.magic == 1 else V0_RECORD_OVERHEAD)
+        if self.codec == CODEC_NONE:
+            return header + records
+        return header + <Py_ssize_t>(records * COMPRESSION_RATE_ESTIMATION_FACTOR)
+
+    @property
+    def is_full(self) -> bool:
+        """True when max_batch_size is set, the batch has a record and its estimate reached it."""
+        return self.max_batch_size > 0 and self.count > 0 and self._estimated_size() >= self.max_batch_size
+
+    def has_room_for(self, timestamp, key, value, headers=()) -> bool:
+        """Kafka's hasRoomFor: would this record keep the batch within max_batch_size?
+        (An empty batch always has room; compression of the new record is not counted.)"""
+        cdef Span k, v
+        cdef Py_ssize_t size
+        cdef int32_t hcount
+        cdef int64_t ts = check_timestamp(timestamp)
+        if self.max_batch_size < 0:
+            return True
+        if self.is_full:
+            return False
+        if self.count == 0:
+            return True
+        span_of(key, &k, b"key")
+        span_of(value, &v, b"value")
+        span_release(&k)
+        span_release(&v)
+        if self.magic < 2:
+            size = legacy_message_size(self.magic, <int32_t>k.length, <int32_t>v.length)
+        else:
+            self.scratch.length = 0
+            hcount = encode_headers(&self.scratch, headers)
+            size = v2_record_body_size(<int32_t>(self.last_offset + 1 - self.base_offset),
+                                       ts - self.base_timestamp, <int32_t>k.length,
+                                       <int32_t>v.length, self.scratch.length, hcount)
+            size += varint_size(<int32_t>size)
+        return self.max_batch_size >= self._estimated_size() + size
+
+    # --- appending ------------------------------------------------------------------------
+    cdef int _check_offset(self, int64_t offset) except -1:
+        if offset <= self.last_offset:
+            if self.count:
+                raise ValueError(f"offset {offset} does not follow the previous offset "
+                                 f"{self.last_offset} (offsets must increase)")
+            raise ValueError(f"offset {offset} is below the batch base offset {self.base_offset}")
+        if offset - self.base_offset > INT32_MAX:
+            raise ValueError(f"offset {offset} is more than 2^31-1 past the batch base offset "
+                             f"{self.base_offset}: build() this batch first")
+        if self.count == INT32_MAX:
+            raise RecordTooLargeError("a batch cannot hold more than 2^31-1 records")
+        return 0
+
+    cdef int _write(self, int64_t offset, int64_t timestamp, const Span* key, const Span* value,
+                    object headers) except -1:
+        """Append one record (offset and timestamp already checked)."""
+        cdef int32_t hcount = 0
+        cdef int8_t attributes
+        cdef int64_t inner_offset
+        if self.magic == 2:
+            if headers:
+                self.scratch.length = 0
+                hcount = encode_headers(&self.scratch, headers)
+            if not self.has_base_timestamp:
+                self.base_timestamp = timestamp
+                self.has_base_timestamp = True
+            # the body adds at most 26 bytes of varints to the key, value and headers
+            if (key.length + value.length + (self.scratch.length if hcount else 0)
+                    > <Py_ssize_t>INT32_MAX - 32):
+                raise RecordTooLargeError("record exceeds Kafka's 2 GiB limit", offset=offset)
+            write_v2_record(&self.w, <int32_t>(offset - self.base_offset),
+                            timestamp - self.base_timestamp,
+                            key.data, <int32_t>key.length, value.data, <int32_t>value.length,
+                            self.scratch.buf, self.scratch.length if hcount else 0, hcount)
+        else:
+            if headers:
+                raise UnsupportedVersionError(
+                    f"magic {self.magic} cannot carry record headers: use magic=2")
+            if legacy_message_size(self.magic, <int32_t>key.length, <int32_t>value.length) > INT32_MAX:
+                raise RecordTooLargeError("message exceeds Kafka's 2 GiB limit", offset=offset)
+            attributes = 0
+            if self.timestamp_type_id == 1:
+                timestamp = self.log_append_time_ms
+                if self.magic == 1:
+                    attributes = TIMESTAMP_TYPE_MASK
+            # v1 inner messages of a compressed wrapper carry offsets relative to the base
+            inner_offset = offset - self.base_offset if (self.magic == 1 and self.codec) else offset
+            write_legacy_message(&self.w, <int8_t>self.magic, inner_offset, timestamp, attributes,
+                                 key.data, <int32_t>key.length, value.data, <int32_t>value.length)
+        self.count += 1
+        self.last_offset = offset
+        if self.magic > 0 and timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+        return 0
+
+    def append(self, timestamp, key, value, headers=()):
+        """Append a record at the next offset (base_offset for the first).
+
+        timestamp: ms since the epoch, -1 for none; key, value: bytes-like or None (null is
+        not empty); headers: (str, bytes-or-None) pairs (magic 2 only)."""
+        cdef Span k, v
+        cdef int64_t ts = check_timestamp(timestamp)
+        if self.is_control_batch:
+            raise ValueError("this builder writes a control batch: use append_control_record()")
+        self._check_offset(self.last_offset + 1)
+        span_of(key, &k, b"key")
+        try:
+            span_of(value, &v, b"value")
+            try:
+                self._write(self.last_offset + 1, ts, &k, &v, headers)
+            finally:
+                span_release(&v)
+        finally:
+            span_release(&k)
+
+    def append_with_offset(self, offset, timestamp, key, value, headers=()):
+        """Append a record at `offset`, which must be above the previous one (gaps allowed,
+        as after compaction) and at or above base_offset."""
+        cdef Span k, v
+        cdef int64_t off = check_int(offset, "offset", 0, 2**63 - 1)
+        cdef int64_t ts = check_timestamp(timestamp)
+        if self.is_control_batch:
+            raise ValueError("this builder writes a control batch: use append_control_record()")
+        self._check_offset(off)
+        span_of(key, &k, b"key")
+        try:
+            span_of(value, &v, b"value")
+            try:
+                self._write(off, ts, &k, &v, headers)
+            finally:
+                span_release(&v)
+        finally:
+            span_release(&k)
+
+    def append_many(self, timestamps, keys, values, headers=None):
+        """Append len(values) records at consecutive offsets in one call.
+
+        timestamps: one int for all, a list/tuple of ints, a contiguous int64 buffer (numpy
+        array) or a pyarrow int64 / timestamp[ms] array without nulls; keys: None (all null),
+        a list/tuple of bytes-like-or-None or a pyarrow binary/string array (nulls are null
+        keys); values: the same without the None form; headers: None or a list/tuple of
+        per-record header sequences.  All or nothing: on an error the batch is left as it was
+        before the call."""
+        cdef Py_ssize_t n, i
+        cdef Span k, v
+        cdef Column key_col, value_col
+        cdef int64_t ts = 0
+        cdef const int64_t[::1] ts_view = None
+        cdef object ts_list = None, header_obj = None
+        cdef bint no_headers = headers is None
+        # saved state for the all-or-nothing rollback
+        cdef Py_ssize_t saved_length = self.w.length
+        cdef int32_t saved_count = self.count
+        cdef int64_t saved_last = self.last_offset, saved_max = self.max_timestamp
+        cdef int64_t saved_base_ts = self.base_timestamp
+        cdef bint saved_has_base = self.has_base_timestamp
+        if self.is_control_batch:
+            raise ValueError("this builder writes a control batch: use append_control_record()")
+        if values is None:
+            raise TypeError("values must be a list, a tuple or a pyarrow binary/string array, not None")
+        n = column_of(values, &value_col, "values")
+        if column_of(keys, &key_col, "keys") not in (n, -1):
+            raise ValueError(f"{len(keys)} keys for {n} values")
+        if not no_headers:
+            if type(headers) is not list and type(headers) is not tuple:
+                raise TypeError(f"headers must be None, a list or a tuple, not {type(headers).__name__}")
+            if len(headers) != n:
+                raise ValueError(f"{len(headers)} header sequences for {n} values")
+        if isinstance(timestamps, int):
+            ts = check_timestamp(timestamps)
+        elif type(timestamps) is list or type(timestamps) is tuple:
+            ts_list = timestamps
+            if len(ts_list) != n:
+                raise ValueError(f"{len(ts_list)} timestamps for {n} values")
+        else:
+            ts_view = arrow_int64_view(timestamps)
+            if ts_view.shape[0] != n:
+                raise ValueError(f"{ts_view.shape[0]} timestamps for {n} values")
+        if n and self.last_offset + n - self.base_offset > INT32_MAX:
+            self._check_offset(self.base_offset + INT32_MAX + 1)     # raises
+        if <int64_t>self.count + n > INT32_MAX:
+            raise RecordTooLargeError("a batch cannot hold more than 2^31-1 records")
+        try:
+            for i in range(n):
+                if ts_list is not None:
+                    ts = check_timestamp(<object>PyList_GET_ITEM(ts_list, i) if type(ts_list) is list
+                                         else <object>PyTuple_GET_ITEM(ts_list, i))
+                elif ts_view is not None:
+                    ts = ts_view[i]
+                    if ts < NO_TIMESTAMP:
+                        raise ValueError(f"invalid negative timestamp {ts} at index {i}: use -1 for none")
+                if not no_headers:
+                    header_obj = headers[i]
+                column_span(&key_col, i, &k, b"key")
+                try:
+                    column_span(&value_col, i, &v, b"value")
+                    try:
+                        self._write(self.last_offset + 1, ts, &k, &v, header_obj)
+                    finally:
+                        span_release(&v)
+                finally:
+                    span_release(&k)
+        except BaseException:
+            self.w.length = saved_length
+            self.count = saved_count
+            self.last_offset = saved_last
+            self.max_timestamp = saved_max
+            self.base_timestamp = saved_base_ts
+            self.has_base_timestamp = saved_has_base
+            raise
+
+    def append_control_record(self, timestamp, control_type, value):
+        """Append a control record (key: version 0 + `control_type`; value as given) at the
+        next offset.  Needs a builder made with is_control_batch=True (magic 2)."""
+        cdef Span k, v
+        cdef unsigned char key[4]
+        cdef int64_t ts = check_timestamp(timestamp)
+        cdef int type_id = check_int(control_type, "control_type", 0, 32767)
+        if not self.is_control_batch:
+            raise ValueError("control records need a builder made with is_control_batch=True")
+        self._check_offset(self.last_offset + 1)
+        store_u16(key, 0)
+        store_u16(key + 2, <uint32_t>type_id)
+        k.data = key
+        k.length = 4
+        k.release = False
+        span_of(value, &v, b"value")
+        try:
+            self._write(self.last_offset + 1, ts, &k, &v, None)
+        finally:
+            span_release(&v)
+
+    def append_end_txn_marker(self, timestamp, commit, coordinator_epoch):
+        """Append a COMMIT (commit=True) or ABORT marker: value = version 0 + coordinator epoch.
+        Needs is_control_batch=True, is_transactional=True and a producer_id (Kafka's rule)."""
+        cdef unsigned char value[6]
+        cdef int32_t epoch = <int32_t>check_int(coordinator_epoch, "coordinator_epoch", -1, INT32_MAX)
+        if self.producer_id == -1:
+            raise ValueError("an end transaction marker needs a producer_id")
+        if not self.is_transactional:
+            raise ValueError("an end transaction marker needs is_transactional=True")
+        store_u16(value, 0)
+        store_u32(value + 2, <uint32_t>epoch)
+        self.append_control_record(timestamp, ControlType.COMMIT if commit else ControlType.ABORT,
+                                   PyBytes_FromStringAndSize(<const char*>value, 6))
+
+    @classmethod
+    def build_end_txn_marker(cls, bint commit, producer_id, producer_epoch, coordinator_epoch,
+                             base_offset=0, timestamp=None, partition_leader_epoch=-1) -> bytes:
+        """One end-transaction marker batch (78 bytes) as the broker writes it (Kafka's
+        MemoryRecords.withEndTransactionMarker): transactional control batch, no sequence.
+        timestamp defaults to now."""
+        builder = cls(2, "none", TimestampType.CREATE_TIME, base_offset, producer_id,
+                      producer_epoch, -1, True, None, partition_leader_epoch,
+                      is_control_batch=True)
+        builder.append_end_txn_marker(_now_ms() if timestamp is None else timestamp, commit,
+                                      coordinator_epoch)
+        return builder.build()
+
+    # --- building -------------------------------------------------------------------------
+    def build(self) -> bytes:
+        """Close the batch and return its bytes (b"" when empty, as Kafka builds nothing);
+        the builder then continues with the next batch."""
+        cdef bytes out
+        cdef int32_t span
+        if self.count == 0:
+            return b""
+        if self.magic == 2:
+            out = self._build_v2()
+        elif self.codec == CODEC_NONE:
+            out = PyBytes_FromStringAndSize(<const char*>self.w.buf, self.w.length)
+        else:
+            out = self._build_legacy_wrapper()
+        span = <int32_t>(self.last_offset - self.base_offset) + 1
+        if self.base_sequence >= 0:          # DefaultRecordBatch.incrementSequence: wraps to 0
+            self.base_sequence = <int32_t>((<int64_t>self.base_sequence + span) % (<int64_t>INT32_MAX + 1))
+        self.base_offset = self.last_offset + 1
+        self._start_batch()
+        return out
+
+    cdef bytes _build_v2(self):
+        cdef BatchHeader h
+        cdef bytes out, compressed
+        cdef unsigned char* p
+        h.base_offset = self.base_offset
+        h.partition_leader_epoch = self.partition_leader_epoch
+        h.attributes = self.codec
+        if self.timestamp_type_id == 1:
+            h.attributes |= TIMESTAMP_TYPE_MASK
+        if self.is_transactional:
+            h.attributes |= TRANSACTIONAL_FLAG
+        if self.is_control_batch:
+            h.attributes |= CONTROL_FLAG
+        if self.has_delete_horizon:
+            h.attributes |= DELETE_HORIZON_FLAG
+        h.last_offset_delta = <int32_t>(self.last_offset - self.base_offset)
+        h.base_timestamp = self.base_timestamp
+        h.max_timestamp = self.log_append_time_ms if self.timestamp_type_id == 1 else self.max_timestamp
+        h.producer_id = self.producer_id
+        h.producer_epoch = <int16_t>self.producer_epoch
+        h.base_sequence = self.base_sequence
+        h.records_count = self.count
+        if self.codec == CODEC_NONE:
+            write_v2_batch_header(self.w.buf, self.w.length, &h)
+            return PyBytes_FromStringAndSize(<const char*>self.w.buf, self.w.length)
+        compressed = compress(self.codec, 2, self.w.buf + V2_HEADER_SIZE,
+                              self.w.length - V2_HEADER_SIZE, self.level)
+        if PyBytes_GET_SIZE(compressed) > INT32_MAX - V2_HEADER_SIZE:
+            raise RecordTooLargeError("compressed batch exceeds Kafka's 2 GiB limit",
+                                      offset=self.base_offset)
+        out = PyBytes_FromStringAndSize(NULL, V2_HEADER_SIZE + PyBytes_GET_SIZE(compressed))
+        p = <unsigned char*>PyBytes_AS_STRING(out)
+        memcpy(p + V2_HEADER_SIZE, PyBytes_AS_STRING(compressed), PyBytes_GET_SIZE(compressed))
+        write_v2_batch_header(p, PyBytes_GET_SIZE(out), &h)
+        return out
+
+    cdef bytes _build_legacy_wrapper(self):
+        # Kafka's writeLegacyCompressedWrapperHeader: wrapper offset = last (absolute) offset,
+        # null key, v1 timestamp = the append time or the max inner timestamp.
+        cdef bytes compressed = compress(self.codec, self.magic, self.w.buf, self.w.length, self.level)
+        cdef int8_t attributes = <int8_t>self.codec
+        cdef int64_t timestamp = self.max_timestamp
+        if self.magic == 1 and self.timestamp_type_id == 1:
+            attributes |= TIMESTAMP_TYPE_MASK
+            timestamp = self.log_append_time_ms
+        if PyBytes_GET_SIZE(compressed) > INT32_MAX - LOG_OVERHEAD - V1_RECORD_OVERHEAD:
+            raise RecordTooLargeError("compressed message set exceeds Kafka's 2 GiB limit",
+                                      offset=self.last_offset)
+        self.scratch.length = 0
+        write_legacy_message(&self.scratch, <int8_t>self.magic, self.last_offset, timestamp,
+                             attributes, NULL, -1, <const unsigned char*>PyBytes_AS_STRING(compressed),
+                             <int32_t>PyBytes_GET_SIZE(compressed))
+        return PyBytes_FromStringAndSize(<const char*>self.scratch.buf, self.scratch.length)
+
+    def __repr__(self):
+        return (f"MemoryRecordsBuilder(magic={self.magic}, compression={self.compression.name.lower()!r}, "
+                f"base_offset={self.base_offset}, record_count={self.count})")
+
+
+cdef int check_level(object codec, object level) except? -1:
+    if not isinstance(level, int) or isinstance(level, bool):
+        raise TypeError(f"compression_level must be an int or None, not {type(level).__name__}")
+    if codec == Compression.NONE:
+        raise ValueError("compression_level needs a codec (compression is 'none')")
+    if codec == Compression.SNAPPY:
+        raise ValueError("snappy has no compression levels (use compression_level=None)")
+    # Kafka 3.8 (KIP-390) level ranges; -1 keeps the codec default for gzip.
+    low, high = {Compression.GZIP: (1, 9), Compression.LZ4: (1, 17),
+                 Compression.ZSTD: (-131072, 22)}[codec]
+    if codec == Compression.GZIP and level == -1:
+        return KAFKA_DEFAULT_LEVEL
+    if not low <= level <= high:
+        raise ValueError(f"{Compression(codec).name.lower()} compression_level {level} is out of "
+                         f"range [{low}, {high}]")
+    return level

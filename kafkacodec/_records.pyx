@@ -1,0 +1,1045 @@
+# cython: language_level=3
+"""Reading record sets (issue 2): MemoryRecords, FileRecords, RecordBatch and Record.
+
+Shape of the module
+- `_Buffer` holds the caller's buffer (one buffer-protocol export, or an mmap) and counts our
+  own users of it: memoryviews we handed out and loops running without the GIL.  Closing a
+  FileRecords marks it released at once (every batch and record set then raises
+  BufferReleasedError) and unmaps when the last user is gone, so no pointer ever dangles.
+- `Records` (base of MemoryRecords and FileRecords) walks entries with `frame_entry()`, a
+  GIL-free framing step that follows either the in-memory rules (spec §9.1) or the file rules
+  (§9.2); errors are raised afterwards by `raise_frame_error()`.
+- `RecordBatch` is a parsed 61-byte (or legacy) header plus the batch's place in the buffer.
+- Decoding a batch is eager: one tight loop turns every record of the batch into a `Record`
+  (key/value are new bytes) and appends it to a list; a decode error is kept and raised after
+  the records before it were yielded, as Kafka's lazy iterators do.  Because nothing refers
+  into the decompressed bytes once the loop is done, one reusable Decompressor per thread
+  serves every batch: no copy before or after decompressing.
+"""
+
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.list cimport PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.ref cimport Py_INCREF
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+
+from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, load_u64
+from kafkacodec._format cimport (
+    BatchHeader, parse_entry_header, compute_crc, LOG_OVERHEAD, SIZE_OFFSET, MAGIC_OFFSET,
+    HEADER_SIZE_UP_TO_MAGIC, V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
+    V2_RECORDS_COUNT_OFFSET, COMPRESSION_MASK, TRANSACTIONAL_FLAG, CONTROL_FLAG,
+    DELETE_HORIZON_FLAG, TIMESTAMP_LOG_APPEND, TIMESTAMP_NONE, TIMESTAMP_CREATE, NO_SEQUENCE,
+    TIMESTAMP_TYPE_MASK)
+from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_header, read_control_type, \
+    read_end_txn_coordinator_epoch
+from kafkacodec._legacy cimport LegacyMessage, read_legacy_message, next_inner_entry, \
+    inner_base_offset
+from kafkacodec._crc cimport kc_crc_init
+from kafkacodec._compression cimport Decompressor, DEFAULT_MAX_DECOMPRESSED
+cimport numpy as cnp
+
+import io as _io
+import mmap as _mmap
+import os as _os
+import threading as _threading
+
+import numpy as _np
+
+from kafkacodec._types import Compression, ControlType, TimestampType
+from kafkacodec.errors import (BufferReleasedError, CorruptRecordError, InvalidCrcError,
+                               KafkaCodecError, UnsupportedCompressionError,
+                               UnsupportedVersionError)
+
+kc_crc_init()
+cnp.import_array()
+
+cdef tuple _TIMESTAMP_TYPES = (TimestampType.NO_TIMESTAMP_TYPE, TimestampType.CREATE_TIME,
+                               TimestampType.LOG_APPEND_TIME)
+cdef tuple _COMPRESSIONS = tuple(Compression)
+cdef tuple _CONTROL_TYPES = tuple(ControlType)
+cdef tuple _NO_HEADERS = ()
+
+
+# --- the caller's buffer --------------------------------------------------------------------
+@cython.final
+cdef class _Buffer:
+    """One export of the caller's buffer (or an mmap we own) and the count of our users."""
+    cdef Py_buffer view
+    cdef bint has_view
+    cdef const unsigned char* data
+    cdef Py_ssize_t size
+    cdef Py_ssize_t users          # live memoryviews we exported + loops running without the GIL
+    cdef bint released             # closed: refuse access from now on
+    cdef object mapping            # FileRecords: the mmap to close once nobody uses it
+
+    cdef int attach(self, object obj) except -1:
+        PyObject_GetBuffer(obj, &self.view, PyBUF_SIMPLE)
+        self.has_view = True
+        self.data = <const unsigned char*>self.view.buf
+        self.size = self.view.len
+        return 0
+
+    cdef inline int enter(self) except -1:
+        if self.released:
+            raise BufferReleasedError("the records' file was closed")
+        self.users += 1
+        return 0
+
+    cdef inline void leave(self) noexcept:
+        self.users -= 1
+        if self.released and self.users == 0:
+            self.free()
+
+    cdef void close(self) noexcept:
+        self.released = True
+        if self.users == 0:
+            self.free()
+
+    cdef void free(self) noexcept:
+        if self.has_view:
+            self.has_view = False
+            PyBuffer_Release(&self.view)
+        self.data = NULL
+        if self.mapping is not None:
+            mapping, self.mapping = self.mapping, None
+            try:
+                mapping.close()
+            except BaseException:      # already closed: nothing left to free
+                pass
+
+    def __dealloc__(self):
+        if self.has_view:
+            PyBuffer_Release(&self.view)
+
+
+# --- framing (spec §9.1 in memory, §9.2 files) -------------------------------------------
+cdef enum:
+    FRAME_END = 0                  # no complete entry left (partial tail or end)
+    FRAME_OK = 1
+    FRAME_BAD_SIZE = -1
+    FRAME_BAD_MAGIC = -2
+    FRAME_SHORT_V2 = -3
+    FRAME_SHORT_V1 = -4
+    FILE_MIN_LEFT = 18             # FileLogInputStream stops at position >= end - 17
+
+
+cdef inline int frame_entry(const unsigned char* p, Py_ssize_t left, bint file_rules,
+                            Py_ssize_t* entry_size) noexcept nogil:
+    """Frame the entry at p with `left` bytes left; never reads past them."""
+    cdef int32_t size
+    cdef int8_t magic
+    if left < (FILE_MIN_LEFT if file_rules else LOG_OVERHEAD):
+        return FRAME_END
+    size = <int32_t>load_u32(p + SIZE_OFFSET)
+    if size < V0_RECORD_OVERHEAD:
+        return FRAME_BAD_SIZE
+    if left < HEADER_SIZE_UP_TO_MAGIC:
+        return FRAME_END
+    magic = <int8_t>p[MAGIC_OFFSET]
+    if not file_rules and (magic < 0 or magic > 2):   # the file reader has no range check
+        return FRAME_BAD_MAGIC
+    if left - LOG_OVERHEAD < size:
+        return FRAME_END
+    if magic >= 2 and size < V2_HEADER_SIZE - LOG_OVERHEAD:
+        return FRAME_SHORT_V2
+    if magic == 1 and size < V1_RECORD_OVERHEAD:
+        return FRAME_SHORT_V1
+    entry_size[0] = LOG_OVERHEAD + <Py_ssize_t>size
+    return FRAME_OK
+
+
+cdef int raise_frame_error(int code, const unsigned char* p, Py_ssize_t position) except -1:
+    cdef int64_t offset = <int64_t>load_u64(p)
+    cdef int32_t size = <int32_t>load_u32(p + SIZE_OFFSET)
+    if code == FRAME_BAD_SIZE:
+        raise CorruptRecordError(f"invalid entry size {size} (the minimum message is 14 bytes)",
+                                 position=position + SIZE_OFFSET, offset=offset)
+    if code == FRAME_BAD_MAGIC:
+        raise CorruptRecordError(f"invalid magic byte {<int8_t>p[MAGIC_OFFSET]} (not 0, 1 or 2)",
+                                 position=position + MAGIC_OFFSET, offset=offset)
+    if code == FRAME_SHORT_V2:
+        raise CorruptRecordError(f"v2 batch of {LOG_OVERHEAD + size} bytes is shorter than its "
+                                 f"61-byte header", position=position + SIZE_OFFSET, offset=offset)
+    raise CorruptRecordError(f"v1 message of {LOG_OVERHEAD + size} bytes is shorter than its "
+                             f"34-byte minimum", position=position + SIZE_OFFSET, offset=offset)
+
+
+cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:
+    # Java long arithmetic (hostile deltas wrap instead of being undefined behaviour).
+    return <int64_t>(<uint64_t>a + <uint64_t>b)
+
+
+cdef inline int32_t sequence_of(int32_t base_sequence, int32_t delta) noexcept nogil:
+    # DefaultRecordBatch.incrementSequence: wraps from 2^31-1 to 0 (Java int arithmetic).
+    cdef int32_t limit
+    if base_sequence < 0:
+        return NO_SEQUENCE
+    limit = <int32_t>(<uint32_t>0x7FFFFFFF - <uint32_t>delta)
+    if base_sequence > limit:
+        return <int32_t>(<uint32_t>delta - (<uint32_t>0x7FFFFFFF - <uint32_t>base_sequence) - 1)
+    return <int32_t>(<uint32_t>base_sequence + <uint32_t>delta)
+
+
+# --- decompression ---------------------------------------------------------------------------
+# One reusable Decompressor per thread: its buffer is only read by the decode loop that runs
+# right after the call (records get bytes of their own), so nothing outlives the next call.
+_local = _threading.local()
+
+
+cdef const unsigned char* decompress_into(int codec, int magic, const unsigned char* data,
+                                          Py_ssize_t size, Py_ssize_t max_size,
+                                          Py_ssize_t* out_size) except NULL:
+    cdef Decompressor decompressor
+    try:
+        decompressor = _local.decompressor
+    except AttributeError:
+        decompressor = _local.decompressor = Decompressor()
+    decompressor.max_size = max_size
+    return decompressor.decompress_into(codec, magic, data, size, out_size)
+
+
+# --- records ---------------------------------------------------------------------------------
+@cython.final
+@cython.freelist(1024)
+@cython.no_gc          # holds only bytes/None and a tuple of (str, bytes): no cycles possible
+cdef class Record:
+    """One record: offset, timestamp, timestamp_type, key, value, headers (and for v2 the
+    producer sequence; for control records the decoded marker)."""
+    cdef readonly int64_t offset
+    cdef readonly int64_t timestamp
+    cdef readonly int32_t sequence
+    cdef int8_t _timestamp_type
+    cdef int16_t _control_type        # -1: not a control record
+    cdef int64_t _coordinator_epoch   # -1: not an ABORT/COMMIT marker
+    cdef readonly object key
+    cdef readonly object value
+    cdef readonly tuple headers
+
+    @property
+    def timestamp_type(self):
+        return _TIMESTAMP_TYPES[self._timestamp_type + 1]
+
+    @property
+    def is_control(self):
+        return self._control_type != -1
+
+    @property
+    def control_type(self):
+        """ControlType for a control record (an int for types this version does not know),
+        None for a data record."""
+        if self._control_type == -1:
+            return None
+        if 0 <= self._control_type < len(_CONTROL_TYPES):
+            return _CONTROL_TYPES[self._control_type]
+        return <int>self._control_type
+
+    @property
+    def coordinator_epoch(self):
+        """The coordinator epoch of an ABORT/COMMIT marker, else None."""
+        return None if self._coordinator_epoch == -1 else self._coordinator_epoch
+
+    def __repr__(self):
+        extra = f", control_type={self.control_type!r}" if self._control_type != -1 else ""
+        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
+                f"value={self.value!r}, headers={self.headers!r}{extra})")
+
+
+cdef inline object bytes_or_none(const unsigned char* p, int32_t length):
+    if p == NULL:
+        return None
+    return PyBytes_FromStringAndSize(<const char*>p, length)
+
+
+cdef tuple decode_headers(const V2Record* rec, Py_ssize_t base):
+    cdef Cursor c
+    cdef const unsigned char* key
+    cdef const unsigned char* value
+    cdef int32_t key_length, value_length, i
+    cdef tuple headers = PyTuple_New(rec.header_count)
+    cdef tuple pair
+    cursor_init(&c, rec.headers, rec.headers_size, base)
+    for i in range(rec.header_count):
+        read_v2_header(&c, &key, &key_length, &value, &value_length)
+        # Java decodes keys with new String(bytes, UTF_8): malformed input becomes U+FFFD.
+        pair = (PyUnicode_DecodeUTF8(<const char*>key, key_length, "replace"),
+                bytes_or_none(value, value_length))
+        Py_INCREF(pair)
+        PyTuple_SET_ITEM(headers, i, pair)
+    return headers
+
+
+cdef int decode_control(Record r, const V2Record* rec, Py_ssize_t position) except -1:
+    cdef int control_type = read_control_type(rec, position)
+    r._control_type = <int16_t>control_type
+    if control_type == 0 or control_type == 1:       # ABORT / COMMIT: end-transaction marker
+        r._coordinator_epoch = read_end_txn_coordinator_epoch(rec, position)
+    return 0
+
+
+cdef int decode_v2(const BatchHeader* h, const unsigned char* data, Py_ssize_t size,
+                   Py_ssize_t base, list out) except -1:
+    """Every record of a v2 batch's (decompressed) records section, in one loop (spec §6.1)."""
+    cdef Cursor cur
+    cdef V2Record rec
+    cdef Record r
+    cdef int32_t i, count = h.records_count
+    cdef bint log_append = h.timestamp_type == TIMESTAMP_LOG_APPEND
+    cdef bint control = (h.attributes & CONTROL_FLAG) != 0
+    cdef Py_ssize_t record_start
+    cursor_init(&cur, data, size, base)
+    if count < 0:
+        raise CorruptRecordError(f"invalid record count {count} (negative)",
+                                 position=h.position + V2_RECORDS_COUNT_OFFSET)
+    for i in range(count):
+        if cur.pos >= cur.end:
+            raise CorruptRecordError(f"premature end of records: the batch declares {count} "
+                                     f"records but holds {i}", position=base + cur.pos)
+        record_start = base + cur.pos
+        read_v2_record(&cur, &rec)
+        r = Record.__new__(Record)
+        r.offset = wrap_add(h.base_offset, rec.offset_delta)
+        r.timestamp = h.max_timestamp if log_append else wrap_add(h.base_timestamp,
+                                                                 rec.timestamp_delta)
+        r._timestamp_type = h.timestamp_type
+        r.sequence = sequence_of(h.base_sequence, rec.offset_delta)
+        r._control_type = -1
+        r._coordinator_epoch = -1
+        r.key = None if rec.key == NULL else PyBytes_FromStringAndSize(<const char*>rec.key,
+                                                                       rec.key_length)
+        r.value = None if rec.value == NULL else PyBytes_FromStringAndSize(
+            <const char*>rec.value, rec.value_length)
+        r.headers = _NO_HEADERS if rec.header_count == 0 else decode_headers(&rec, base)
+        if control:
+            decode_control(r, &rec, record_start)
+        out.append(r)
+    if count > 0 and cur.pos != cur.end:
+        raise CorruptRecordError(f"records still remaining: {cur.end - cur.pos} bytes after the "
+                                 f"{count} records the batch declares", position=base + cur.pos)
+    return 0
+
+
+cdef Record legacy_record(const LegacyMessage* m, int64_t offset, int8_t timestamp_type,
+                          int64_t timestamp):
+    cdef Record r = Record.__new__(Record)
+    r.offset = offset
+    r.timestamp = timestamp
+    r._timestamp_type = timestamp_type
+    r.sequence = NO_SEQUENCE
+    r._control_type = -1
+    r._coordinator_epoch = -1
+    r.key = bytes_or_none(m.key, m.key_length)
+    r.value = bytes_or_none(m.value, m.value_length)
+    r.headers = _NO_HEADERS
+    return r
+
+
+cdef int check_legacy_codec(const BatchHeader* h) except -1:
+    if h.compression == 4:
+        raise UnsupportedCompressionError(f"zstd compression is not allowed for magic {h.magic}",
+                                          position=h.position + MAGIC_OFFSET + 1)
+    if h.compression > 4:
+        raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
+                                          position=h.position + MAGIC_OFFSET + 1)
+    return 0
+
+
+cdef int decode_legacy_inner(const BatchHeader* h, const LegacyMessage* wrapper,
+                             const unsigned char* inner, Py_ssize_t size, list out) except -1:
+    """The inner messages of a decompressed v0/v1 wrapper value (spec §4)."""
+    cdef Cursor cur
+    cdef Py_ssize_t entry_size
+    cdef int64_t last = -1, base, timestamp
+    cdef Py_ssize_t count = 0
+    cdef LegacyMessage m
+    cdef int8_t timestamp_type
+    cursor_init(&cur, inner, size, 0)
+    while next_inner_entry(&cur, &entry_size):          # framing pass: the last inner offset
+        last = <int64_t>load_u64(inner + cur.pos)
+        cur.pos += entry_size
+        count += 1
+    if count == 0:
+        raise CorruptRecordError("compressed message set holds no inner messages", position=0)
+    base = inner_base_offset(h.magic, wrapper.offset, last, &cur)
+    cur.pos = 0
+    while next_inner_entry(&cur, &entry_size):
+        read_legacy_message(inner + cur.pos, entry_size, cur.pos, &m)
+        if m.magic != 0 and m.magic != 1:
+            raise CorruptRecordError(f"inner message with magic {m.magic}",
+                                     position=cur.pos + MAGIC_OFFSET)
+        if m.attributes & COMPRESSION_MASK:
+            raise CorruptRecordError("compressed inner message inside a compressed wrapper",
+                                     position=cur.pos + MAGIC_OFFSET + 1)
+        # LegacyRecord rules: magic 0 has no timestamp; otherwise the wrapper's type wins and
+        # a LogAppendTime wrapper's timestamp replaces the inner one.
+        if m.magic == 0:
+            timestamp_type = TIMESTAMP_NONE
+            timestamp = -1
+        else:
+            timestamp_type = h.timestamp_type
+            timestamp = h.max_timestamp if timestamp_type == TIMESTAMP_LOG_APPEND else m.timestamp
+        out.append(legacy_record(&m, wrap_add(base, m.offset), timestamp_type, timestamp))
+        cur.pos += entry_size
+    return 0
+
+
+cdef object with_context(object err, const BatchHeader* h, Py_ssize_t data_position,
+                         bint decompressed):
+    """The same error, naming the batch and (for decompressed data) where it was found."""
+    if isinstance(err, InvalidCrcError) or (err.offset is not None and not decompressed):
+        return err
+    reason = err.reason
+    position = err.position
+    if decompressed:
+        if position is not None:
+            reason = f"{reason} at byte {position} of the decompressed data"
+        position = data_position
+    new = type(err)(reason, position=position, offset=h.base_offset)
+    new.__cause__ = err
+    return new
+
+
+cdef object decode_batch(const BatchHeader* h, const unsigned char* entry, Py_ssize_t max_size,
+                         list out):
+    """Append the batch's records to `out`; return the error that stopped decoding, or None."""
+    cdef Py_ssize_t size = 0
+    cdef const unsigned char* data
+    cdef LegacyMessage wrapper
+    cdef Py_ssize_t data_position = h.position
+    cdef bint decompressed = False
+    try:
+        if h.magic == 2:
+            if h.compression == 0:
+                decode_v2(h, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE,
+                          h.position + V2_HEADER_SIZE, out)
+                return None
+            if h.records_count == 0:      # count 0: the records section is not examined
+                return None
+            if h.records_count < 0:       # checked before decompressing, as Kafka does
+                raise CorruptRecordError(f"invalid record count {h.records_count} (negative)",
+                                         position=h.position + V2_RECORDS_COUNT_OFFSET)
+            if h.compression > 4:
+                raise UnsupportedCompressionError(
+                    f"unknown compression type id {h.compression}", position=h.position + 22)
+            data_position = h.position + V2_HEADER_SIZE
+            data = decompress_into(h.compression, 2, entry + V2_HEADER_SIZE,
+                                   h.size - V2_HEADER_SIZE, max_size, &size)
+            decompressed = True
+            decode_v2(h, data, size, 0, out)
+            return None
+        if h.magic != 0 and h.magic != 1:
+            raise UnsupportedVersionError(f"unknown magic {h.magic}",
+                                          position=h.position + MAGIC_OFFSET)
+        read_legacy_message(entry, h.size, h.position, &wrapper)
+        if h.compression == 0:
+            out.append(legacy_record(&wrapper, h.base_offset, h.timestamp_type, h.max_timestamp))
+            return None
+        check_legacy_codec(h)
+        if wrapper.value == NULL:
+            raise CorruptRecordError("compressed wrapper message with a null value",
+                                     position=h.position)
+        data_position = h.position + (wrapper.value - entry)
+        data = decompress_into(h.compression, h.magic, wrapper.value, wrapper.value_length,
+                               max_size, &size)
+        decompressed = True
+        decode_legacy_inner(h, &wrapper, data, size, out)
+        return None
+    except KafkaCodecError as err:
+        if not decompressed and data_position != h.position and err.position is not None:
+            # raised by the decompressor: its positions are inside the compressed data
+            err = type(err)(err.reason, position=data_position + err.position,
+                            offset=h.base_offset)
+        return with_context(err, h, data_position, decompressed)
+
+
+# --- batches ---------------------------------------------------------------------------------
+@cython.final
+cdef class RecordBatch:
+    """One entry of a record set (a v2 batch, or a v0/v1 message / compressed wrapper), read
+    without decoding its records.  Iterating it yields its records."""
+    cdef BatchHeader h
+    cdef _Buffer _buf
+    cdef Py_ssize_t _max_decompressed
+    cdef object _base_offset            # legacy compressed wrappers: found by decompressing
+
+    def __init__(self):
+        raise TypeError("RecordBatch objects come from MemoryRecords/FileRecords.batches()")
+
+    cdef inline const unsigned char* _entry(self) except NULL:
+        if self._buf.released:
+            raise BufferReleasedError("the records' file was closed",
+                                      position=self.h.position, offset=self.h.base_offset)
+        return self._buf.data + self.h.position
+
+    @property
+    def magic(self):
+        return self.h.magic
+
+    @property
+    def base_offset(self):
+        """v2 BaseOffset; legacy: the first record's offset (decompresses a wrapper once)."""
+        if self.h.magic >= 2 or self.h.compression == 0:
+            return self.h.base_offset
+        if self._base_offset is None:
+            records = self._decode()
+            self._base_offset = records[0].offset
+        return self._base_offset
+
+    @property
+    def last_offset(self):
+        return self.h.last_offset
+
+    @property
+    def next_offset(self):
+        return self.h.last_offset + 1
+
+    @property
+    def last_offset_delta(self):
+        return self.h.last_offset_delta
+
+    @property
+    def record_count(self):
+        """v2 RecordsCount; 1 for an uncompressed legacy message; None for a legacy compressed
+        wrapper (Kafka's countOrNull: unknown without decompressing)."""
+        if self.h.magic >= 2 or self.h.compression == 0:
+            return self.h.records_count
+        return None
+
+    @property
+    def compression(self):
+        if self.h.compression > 4:
+            raise UnsupportedCompressionError(f"unknown compression type id {self.h.compression}",
+                                              position=self.h.position, offset=self.h.base_offset)
+        return _COMPRESSIONS[self.h.compression]
+
+    @property
+    def timestamp_type(self):
+        return _TIMESTAMP_TYPES[self.h.timestamp_type + 1]
+
+    @property
+    def base_timestamp(self):
+        return self.h.base_timestamp
+
+    @property
+    def max_timestamp(self):
+        return self.h.max_timestamp
+
+    @property
+    def delete_horizon_ms(self):
+        """The log cleaner's delete horizon (BaseTimestamp when attribute bit 6 is set)."""
+        if self.h.magic >= 2 and self.h.attributes & DELETE_HORIZON_FLAG:
+            return self.h.base_timestamp
+        return None
+
+    @property
+    def crc(self):
+        return self.h.crc
+
+    @property
+    def attributes(self):
+        return self.h.attributes
+
+    @property
+    def producer_id(self):
+        return self.h.producer_id
+
+    @property
+    def producer_epoch(self):
+        return self.h.producer_epoch
+
+    @property
+    def base_sequence(self):
+        return self.h.base_sequence
+
+    @property
+    def last_sequence(self):
+        if self.h.base_sequence < 0:
+            return NO_SEQUENCE
+        return sequence_of(self.h.base_sequence, self.h.last_offset_delta)
+
+    @property
+    def is_transactional(self):
+        return self.h.magic >= 2 and (self.h.attributes & TRANSACTIONAL_FLAG) != 0
+
+    @property
+    def is_control(self):
+        return self.h.magic >= 2 and (self.h.attributes & CONTROL_FLAG) != 0
+
+    @property
+    def partition_leader_epoch(self):
+        return self.h.partition_leader_epoch
+
+    @property
+    def size_in_bytes(self):
+        return self.h.size
+
+    @property
+    def position(self):
+        """Byte position of the batch in the buffer (in the file for FileRecords)."""
+        return self.h.position
+
+    @property
+    def raw(self):
+        """The batch's bytes: a memoryview into the caller's buffer (no copy)."""
+        return memoryview(self)
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        cdef const unsigned char* entry = self._entry()
+        PyBuffer_FillInfo(view, self, <void*>entry, self.h.size, 1, flags)
+        self._buf.users += 1
+
+    def __releasebuffer__(self, Py_buffer* view):
+        self._buf.leave()
+
+    cdef uint32_t _computed_crc(self) except? 0xFFFFFFFF:
+        cdef const unsigned char* entry = self._entry()
+        cdef uint32_t crc
+        self._buf.enter()
+        with nogil:
+            crc = compute_crc(entry, &self.h)
+        self._buf.leave()
+        return crc
+
+    def is_valid(self):
+        """True when the stored checksum matches (CRC-32C over [21, end) for v2, CRC-32 over
+        [16, end) for v0/v1) and the batch is at least its minimum size."""
+        if self.h.magic >= 2 and self.h.size < V2_HEADER_SIZE:
+            return False
+        return self._computed_crc() == self.h.crc
+
+    def ensure_valid(self):
+        """Raise InvalidCrcError (with both checksums) unless is_valid()."""
+        cdef uint32_t computed
+        if self.h.magic >= 2 and self.h.size < V2_HEADER_SIZE:
+            raise CorruptRecordError(f"v2 batch of {self.h.size} bytes is shorter than its header",
+                                     position=self.h.position, offset=self.h.base_offset)
+        computed = self._computed_crc()
+        if computed != self.h.crc:
+            kind = "CRC-32C" if self.h.magic >= 2 else "CRC-32"
+            raise InvalidCrcError(f"{kind} mismatch in magic {self.h.magic} batch",
+                                  stored=self.h.crc, computed=computed,
+                                  position=self.h.position, offset=self.h.base_offset)
+
+    cdef list _decode(self):
+        cdef list out = []
+        cdef const unsigned char* entry = self._entry()
+        self._buf.enter()
+        try:
+            error = decode_batch(&self.h, entry, self._max_decompressed, out)
+        finally:
+            self._buf.leave()
+        if error is not None:
+            raise error
+        return out
+
+    def __iter__(self):
+        cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
+        cdef const unsigned char* entry = self._entry()
+        it._items = []
+        self._buf.enter()
+        try:
+            it._error = decode_batch(&self.h, entry, self._max_decompressed, it._items)
+        finally:
+            self._buf.leave()
+        return it
+
+    def __repr__(self):
+        return (f"RecordBatch(magic={self.h.magic}, base_offset={self.h.base_offset}, "
+                f"last_offset={self.h.last_offset}, size_in_bytes={self.h.size}, "
+                f"position={self.h.position})")
+
+
+cdef RecordBatch make_batch(_Buffer buf, const unsigned char* entry, Py_ssize_t size,
+                            Py_ssize_t position, Py_ssize_t max_decompressed):
+    cdef RecordBatch batch = RecordBatch.__new__(RecordBatch)
+    parse_entry_header(entry, size, position, &batch.h)
+    batch._buf = buf
+    batch._max_decompressed = max_decompressed
+    return batch
+
+
+# --- iterators -------------------------------------------------------------------------------
+@cython.final
+cdef class _RecordIterator:
+    """Records of one batch, or of every batch of a record set (then `_records` is set)."""
+    cdef list _items
+    cdef Py_ssize_t _index
+    cdef object _error
+    cdef Records _records
+    cdef Py_ssize_t _pos               # next entry, relative to the record set
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef object item
+        while True:
+            if self._index < PyList_GET_SIZE(self._items):
+                item = self._items[self._index]
+                self._index += 1
+                return item
+            if self._error is not None:
+                error, self._error = self._error, None
+                self._records = None
+                raise error
+            if self._records is None or not self._fill():
+                raise StopIteration
+
+    cdef bint _fill(self) except -1:
+        """Decode the next batch of the record set; False at the end."""
+        cdef Records records = self._records
+        cdef _Buffer buf = records._buf
+        cdef BatchHeader h
+        cdef Py_ssize_t size = 0
+        cdef const unsigned char* entry
+        cdef int code
+        if buf.released:
+            raise BufferReleasedError("the records' file was closed",
+                                      position=records._start + self._pos)
+        entry = buf.data + records._start + self._pos
+        code = frame_entry(entry, records._size - self._pos, records._file_rules, &size)
+        if code == FRAME_END:
+            self._records = None
+            return False
+        if code < 0:
+            self._records = None
+            raise_frame_error(code, entry, records._start + self._pos)
+        parse_entry_header(entry, size, records._start + self._pos, &h)
+        self._pos += size
+        self._items = []
+        self._index = 0
+        buf.enter()
+        try:
+            self._error = decode_batch(&h, entry, records._max_decompressed, self._items)
+        finally:
+            buf.leave()
+        return True
+
+
+@cython.final
+cdef class _BatchIterator:
+    cdef Records _records
+    cdef Py_ssize_t _pos
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef Records records = self._records
+        cdef Py_ssize_t size = 0
+        cdef const unsigned char* entry
+        cdef Py_ssize_t position
+        cdef int code
+        if records is None:
+            raise StopIteration
+        if records._buf.released:
+            raise BufferReleasedError("the records' file was closed",
+                                      position=records._start + self._pos)
+        position = records._start + self._pos
+        entry = records._buf.data + position
+        code = frame_entry(entry, records._size - self._pos, records._file_rules, &size)
+        if code == FRAME_END:
+            self._records = None
+            raise StopIteration
+        if code < 0:
+            self._records = None
+            raise_frame_error(code, entry, position)
+        self._pos += size
+        return make_batch(records._buf, entry, size, position, records._max_decompressed)
+
+
+# --- record sets -----------------------------------------------------------------------------
+cdef packed struct IndexEntry:
+    int64_t position
+    int64_t size_in_bytes
+    int64_t base_offset
+    int64_t last_offset
+    int64_t max_timestamp
+    int32_t records_count
+    uint32_t crc
+    int16_t attributes
+    int8_t magic
+    int8_t compression
+    int8_t timestamp_type
+    uint8_t crc_valid
+    uint8_t _pad0
+    uint8_t _pad1
+
+INDEX_DTYPE = _np.dtype([
+    ("position", "i8"), ("size_in_bytes", "i8"), ("base_offset", "i8"), ("last_offset", "i8"),
+    ("max_timestamp", "i8"), ("records_count", "i4"), ("crc", "u4"), ("attributes", "i2"),
+    ("magic", "i1"), ("compression", "i1"), ("timestamp_type", "i1"), ("crc_valid", "?"),
+    ("_pad", "V2")])
+
+
+cdef class Records:
+    """A record set: a sequence of entries (v2 batches, v0/v1 messages) in one buffer.
+    Use MemoryRecords(buffer) or FileRecords.open(path)."""
+    cdef _Buffer _buf
+    cdef Py_ssize_t _start             # where the set starts in the buffer (its file position)
+    cdef Py_ssize_t _size
+    cdef bint _file_rules
+    cdef Py_ssize_t _max_decompressed
+    cdef Py_ssize_t _valid_bytes       # -1 until walked
+
+    def __init__(self):
+        raise TypeError("use MemoryRecords(buffer) or FileRecords.open(path)")
+
+    cdef int _check(self) except -1:
+        if self._buf.released:
+            raise BufferReleasedError("the records' file was closed", position=self._start)
+        return 0
+
+    @property
+    def size_in_bytes(self):
+        return self._size
+
+    @property
+    def buffer(self):
+        """The whole record set as a memoryview (no copy)."""
+        return memoryview(self)
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        self._check()
+        PyBuffer_FillInfo(view, self, <void*>(self._buf.data + self._start), self._size, 1, flags)
+        self._buf.users += 1
+
+    def __releasebuffer__(self, Py_buffer* view):
+        self._buf.leave()
+
+    def batches(self):
+        """Iterate the entries shallowly (no decompression, no CRC check); a trailing partial
+        entry ends the iteration silently (see partial_tail_bytes)."""
+        cdef _BatchIterator it = _BatchIterator.__new__(_BatchIterator)
+        self._check()
+        it._records = self
+        return it
+
+    def records(self):
+        """Iterate every record of every entry (decompressing as needed)."""
+        cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
+        self._check()
+        it._items = []
+        it._records = self
+        return it
+
+    cdef Py_ssize_t _walk(self) except -1:
+        """Bytes taken by complete entries (raises on a framing error)."""
+        cdef const unsigned char* data
+        cdef Py_ssize_t pos = 0, size = 0
+        cdef int code = FRAME_END
+        if self._valid_bytes >= 0:
+            return self._valid_bytes
+        self._check()
+        data = self._buf.data + self._start
+        self._buf.enter()
+        with nogil:
+            while True:
+                code = frame_entry(data + pos, self._size - pos, self._file_rules, &size)
+                if code != FRAME_OK:
+                    break
+                pos += size
+        self._buf.leave()
+        if code < 0:
+            raise_frame_error(code, data + pos, self._start + pos)
+        self._valid_bytes = pos
+        return pos
+
+    @property
+    def valid_bytes(self):
+        """Bytes taken by complete entries (Kafka's validBytes)."""
+        return self._walk()
+
+    @property
+    def partial_tail_bytes(self):
+        """Bytes after the last complete entry (a truncated trailing batch, as fetch responses
+        end with): iteration ignores them."""
+        return self._size - self._walk()
+
+    def validate(self):
+        """Check every entry's framing and checksum without creating Python objects; raise
+        InvalidCrcError (both checksums, position, base offset) at the first bad one.
+        Returns the number of entries checked."""
+        cdef const unsigned char* data
+        cdef Py_ssize_t pos = 0, size = 0, count = 0
+        cdef int code = FRAME_END
+        cdef BatchHeader h
+        cdef uint32_t computed = 0
+        cdef bint bad = False
+        self._check()
+        data = self._buf.data + self._start
+        self._buf.enter()
+        with nogil:
+            while True:
+                code = frame_entry(data + pos, self._size - pos, self._file_rules, &size)
+                if code != FRAME_OK:
+                    break
+                parse_entry_header(data + pos, size, self._start + pos, &h)
+                computed = compute_crc(data + pos, &h)
+                if computed != h.crc:
+                    bad = True
+                    break
+                pos += size
+                count += 1
+        self._buf.leave()
+        if bad:
+            kind = "CRC-32C" if h.magic >= 2 else "CRC-32"
+            raise InvalidCrcError(f"{kind} mismatch in magic {h.magic} batch", stored=h.crc,
+                                  computed=computed, position=h.position, offset=h.base_offset)
+        if code < 0:
+            raise_frame_error(code, data + pos, self._start + pos)
+        return count
+
+    def index(self, bint check_crc=True):
+        """One row per complete entry, computed without the GIL and without Python objects:
+        a numpy structured array with fields position, size_in_bytes, base_offset, last_offset,
+        max_timestamp, records_count, crc, attributes, magic, compression, timestamp_type,
+        crc_valid.  Legacy compressed wrappers have base_offset and records_count -1 (unknown
+        without decompressing).  With check_crc=False, crc_valid is False everywhere."""
+        cdef Py_ssize_t n = 0, i, pos = 0, size = 0
+        cdef const unsigned char* data
+        cdef int code = FRAME_END
+        cdef BatchHeader h
+        cdef IndexEntry* row
+        cdef cnp.ndarray result
+        assert INDEX_DTYPE.itemsize == sizeof(IndexEntry)
+        self._check()
+        data = self._buf.data + self._start
+        self._buf.enter()
+        try:
+            with nogil:                      # pass 1: count the entries
+                while True:
+                    code = frame_entry(data + pos, self._size - pos, self._file_rules, &size)
+                    if code != FRAME_OK:
+                        break
+                    pos += size
+                    n += 1
+            if code < 0:
+                raise_frame_error(code, data + pos, self._start + pos)
+            result = _np.zeros(n, dtype=INDEX_DTYPE)
+            if n == 0:
+                return result
+            row = <IndexEntry*>cnp.PyArray_DATA(result)
+            pos = 0
+            with nogil:                      # pass 2: fill the rows
+                for i in range(n):
+                    frame_entry(data + pos, self._size - pos, self._file_rules, &size)
+                    parse_entry_header(data + pos, size, self._start + pos, &h)
+                    row.position = h.position
+                    row.size_in_bytes = size
+                    row.last_offset = h.last_offset
+                    row.max_timestamp = h.max_timestamp
+                    if h.magic < 2 and h.compression != 0:
+                        row.base_offset = -1
+                        row.records_count = -1
+                    else:
+                        row.base_offset = h.base_offset
+                        row.records_count = h.records_count
+                    row.crc = h.crc
+                    row.attributes = h.attributes
+                    row.magic = h.magic
+                    row.compression = h.compression
+                    row.timestamp_type = h.timestamp_type
+                    row.crc_valid = check_crc and compute_crc(data + pos, &h) == h.crc
+                    pos += size
+                    row += 1
+            return result
+        finally:
+            self._buf.leave()
+
+    def __repr__(self):
+        return f"{type(self).__name__}(size_in_bytes={self._size})"
+
+
+cdef inline Py_ssize_t max_size_of(object max_decompressed_size) except -1:
+    if max_decompressed_size is None:
+        return DEFAULT_MAX_DECOMPRESSED
+    if max_decompressed_size < 0:
+        raise ValueError("max_decompressed_size must be >= 0")
+    return max_decompressed_size
+
+
+cdef class MemoryRecords(Records):
+    """Records in any buffer-protocol object (bytes, bytearray, memoryview, mmap, numpy...),
+    read in place: the object is held (one buffer export) for the records' lifetime."""
+
+    def __init__(self, buffer, *, max_decompressed_size=None):
+        self._buf = _Buffer.__new__(_Buffer)
+        self._buf.attach(buffer)
+        self._start = 0
+        self._size = self._buf.size
+        self._file_rules = False
+        self._max_decompressed = max_size_of(max_decompressed_size)
+        self._valid_bytes = -1
+
+
+cdef class FileRecords(Records):
+    """A log segment, memory-mapped read-only and walked with Kafka's file reader rules
+    (FileLogInputStream, spec §9.2).  close() (or leaving the `with` block) releases the
+    mapping: every batch and record set from it then raises BufferReleasedError, while a
+    memoryview still held (batch.raw, .buffer) keeps the mapping alive until it is released."""
+    cdef readonly object path
+
+    @staticmethod
+    def open(path, *, max_decompressed_size=None):
+        cdef FileRecords records = FileRecords.__new__(FileRecords)
+        cdef _Buffer buf = _Buffer.__new__(_Buffer)
+        with _io.open(path, "rb") as f:
+            size = _os.fstat(f.fileno()).st_size
+            if size > 0:
+                buf.mapping = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
+                buf.attach(buf.mapping)
+        records._buf = buf
+        records._start = 0
+        records._size = buf.size
+        records._file_rules = True
+        records._max_decompressed = max_size_of(max_decompressed_size)
+        records._valid_bytes = -1
+        records.path = _os.fspath(path)
+        return records
+
+    def slice(self, Py_ssize_t position, Py_ssize_t size):
+        """The records from `position` (relative to this set) for up to `size` bytes (clamped
+        to the end, as Kafka's FileRecords.slice); shares the mapping."""
+        cdef FileRecords records
+        cdef Py_ssize_t end
+        self._check()
+        if position < 0:
+            raise ValueError(f"invalid position {position}")
+        if position > self._size:
+            raise ValueError(f"slice position {position} is past the end ({self._size} bytes)")
+        if size < 0:
+            raise ValueError(f"invalid size {size}")
+        end = position + size
+        if end > self._size or end < 0:
+            end = self._size
+        records = FileRecords.__new__(FileRecords)
+        records._buf = self._buf
+        records._start = self._start + position
+        records._size = end - position
+        records._file_rules = True
+        records._max_decompressed = self._max_decompressed
+        records._valid_bytes = -1
+        records.path = self.path
+        return records
+
+    @property
+    def closed(self):
+        return self._buf.released
+
+    def close(self):
+        """Release the mapping (shared with slices).  Safe to call twice."""
+        self._buf.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+        return False
+
+    def __repr__(self):
+        state = "closed" if self._buf.released else f"size_in_bytes={self._size}"
+        return f"FileRecords({self.path!r}, {state})"

@@ -1,0 +1,618 @@
+"""MemoryRecordsBuilder: the bytes Kafka would write, checked against the spec's worked examples,
+byte-for-byte against kafka-python's and aiokafka's builders where the format is deterministic,
+and decoded by both peers' readers (independent oracles) for every magic x codec x shape."""
+
+import struct
+import zlib
+
+import crc32c as crc32c_pkg
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import kafkacodec
+from kafkacodec import (Compression, ControlType, MemoryRecordsBuilder, RecordTooLargeError,
+                        TimestampType, UnsupportedCompressionError, UnsupportedVersionError)
+
+from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioV2Builder
+from aiokafka.record.legacy_records import LegacyRecordBatchBuilder as AioLegacyBuilder
+from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
+from kafka.record.default_records import DefaultRecordBatchBuilder as KpV2Builder
+from kafka.record.legacy_records import LegacyRecordBatchBuilder as KpLegacyBuilder
+from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+MAGICS = [0, 1, 2]
+
+
+def h(text: str) -> bytes:
+    return bytes.fromhex("".join(text.split()))
+
+
+# --- peers as readers ---------------------------------------------------------------------------
+def peer_batches(reader, data):
+    """[(batch, [records])]; batch.crc_ok is the peer's CRC check, made before iterating
+    (kafka-python swaps a legacy wrapper's buffer for the decompressed set while iterating)."""
+    data = bytes(data)
+    records = reader(data)
+    out = []
+    position = 0
+    while True:
+        batch = records.next_batch()
+        if batch is None:
+            return out
+        crc_ok = batch.validate_crc()
+        magic = data[position + 16]
+        position += 12 + struct.unpack_from(">i", data, position + 8)[0]
+        out.append((BatchView(batch, crc_ok), [(r.offset, *normal_timestamp(magic, r), r.key,
+                                                r.value, [tuple(x) for x in r.headers]) for r in batch]))
+
+
+def normal_timestamp(magic, record):
+    # A v1 message with timestamp -1: kafka-python says (-1, CreateTime), aiokafka (None, None).
+    if magic == 1 and record.timestamp in (None, -1):
+        return -1, 0
+    return record.timestamp, record.timestamp_type
+
+
+class BatchView:
+    def __init__(self, batch, crc_ok):
+        self._batch = batch
+        self.crc_ok = crc_ok
+
+    def __getattr__(self, name):
+        return getattr(self._batch, name)
+
+
+def peer_records(reader, data):
+    return [r for _, records in peer_batches(reader, data) for r in records]
+
+
+def readers_for(magic, codec):
+    # aiokafka refuses magic-0 LZ4 (the KAFKA-3160 framing) outright: kafka-python reads it.
+    if magic == 0 and codec == "lz4":
+        return [KpMemoryRecords]
+    return [KpMemoryRecords, AioMemoryRecords]
+
+
+def expected(records, magic, timestamp_type=TimestampType.CREATE_TIME, log_append_time=None,
+             base_offset=0):
+    """What a reader must see for records appended at consecutive offsets."""
+    out = []
+    for i, (ts, key, value, headers) in enumerate(records):
+        if magic == 0:
+            ts_seen, type_seen = None, None
+        elif timestamp_type == TimestampType.LOG_APPEND_TIME:
+            ts_seen, type_seen = log_append_time, 1
+        else:
+            ts_seen, type_seen = ts, 0
+        out.append((base_offset + i, ts_seen, type_seen, key, value, list(headers)))
+    return out
+
+
+# --- record shapes ----------------------------------------------------------------------------
+def shape_records(shape):
+    if shape == "simple":
+        return [(1_700_000_000_000 + i, b"key-%d" % i, b"value-%d" % i, ()) for i in range(5)]
+    if shape == "null_and_empty":
+        return [(1000, None, None, ()), (1001, b"", b"", ()), (1002, None, b"", ()), (1003, b"", None, ())]
+    if shape == "large":
+        return [(5, b"k" * 300, bytes(range(256)) * 1200, ()), (6, None, b"x" * 70_000, ())]
+    if shape == "headers":
+        return [(10, b"k", b"v", [("trace", b"abc"), ("null", None), ("empty", b""), ("ü-ñ", b"\xff")]),
+                (11, None, None, [("a", b"1")]), (12, b"k2", b"v2", ())]
+    if shape == "negative_deltas":
+        return [(5_000, b"a", b"1", ()), (1_000, b"b", b"2", ()), (9_000, b"c", b"3", ()), (0, b"d", b"4", ())]
+    if shape == "no_timestamps":
+        return [(-1, b"a", b"1", ()), (-1, None, b"2", ())]
+    raise AssertionError(shape)
+
+
+SHAPES = ["simple", "null_and_empty", "large", "headers", "negative_deltas", "no_timestamps"]
+
+
+def build(records, **kwargs):
+    builder = MemoryRecordsBuilder(**kwargs)
+    for ts, key, value, headers in records:
+        builder.append(ts, key, value, headers)
+    return builder.build()
+
+
+# --- the spec's worked examples -----------------------------------------------------------------
+def test_spec_v2_example():
+    builder = MemoryRecordsBuilder()
+    builder.append(1000, None, b"hi")
+    assert builder.build() == h("""
+        0000000000000000 0000003a ffffffff 02 233dad44 0000 00000000
+        00000000000003e8 00000000000003e8 ffffffffffffffff ffff ffffffff 00000001
+        10 00 00 00 01 04 6869 00""")
+
+
+def test_spec_v0_and_v1_examples():
+    v0 = MemoryRecordsBuilder(magic=0)
+    v0.append(-1, None, b"hi")
+    assert v0.build() == h("0000000000000000 00000010 fd6ebddb 00 00 ffffffff 00000002 6869")
+    v1 = MemoryRecordsBuilder(magic=1, base_offset=5)
+    v1.append(1000, None, b"hi")
+    assert v1.build() == h("0000000000000005 00000018 06614b6d 01 00 00000000000003e8 ffffffff 00000002 6869")
+
+
+def test_spec_commit_marker_example():
+    expected_bytes = h("""
+        0000000000000064 00000042 00000003 02 8f76ed9a 0030 00000000
+        00000000000003e8 00000000000003e8 0000000000000007 0001 ffffffff 00000001
+        20 00 00 00 08 00000001 0c 000000000005 00""")
+    marker = MemoryRecordsBuilder.build_end_txn_marker(
+        True, producer_id=7, producer_epoch=1, coordinator_epoch=5, base_offset=100,
+        timestamp=1000, partition_leader_epoch=3)
+    assert marker == expected_bytes
+    assert len(marker) == 78
+    # the same through the generic control-record path
+    builder = MemoryRecordsBuilder(base_offset=100, producer_id=7, producer_epoch=1,
+                                   is_transactional=True, partition_leader_epoch=3,
+                                   is_control_batch=True)
+    builder.append_control_record(1000, ControlType.COMMIT, b"\x00\x00\x00\x00\x00\x05")
+    assert builder.build() == expected_bytes
+
+
+def test_abort_marker_is_read_as_abort_by_kafka_python():
+    marker = MemoryRecordsBuilder.build_end_txn_marker(False, 9, 2, 11, base_offset=3, timestamp=77)
+    [(batch, _)] = peer_batches(KpMemoryRecords, marker)
+    assert batch.is_control_batch and batch.is_transactional
+    assert batch.producer_id == 9 and batch.producer_epoch == 2 and batch.base_sequence == -1
+    record = next(iter(KpMemoryRecords(marker).next_batch()))
+    assert record.abort and not record.commit
+    assert record.value == b"\x00\x00\x00\x00\x00\x0b"
+
+
+# --- byte-for-byte equality with the peers' builders ----------------------------------------------
+def peer_v2_bytes(builder_cls, records, **state):
+    builder = builder_cls(magic=2, compression_type=0, is_transactional=state.get("tx", False),
+                          producer_id=state.get("pid", -1), producer_epoch=state.get("epoch", -1),
+                          base_sequence=state.get("seq", -1), batch_size=1 << 30)
+    for offset, (ts, key, value, headers) in enumerate(records):
+        builder.append(offset, ts, key, value, list(headers))
+    return bytes(builder.build())
+
+
+# PartitionLeaderEpoch (set by the broker, not CRC-covered): kafka-python writes 0, aiokafka -1.
+PEER_V2 = [(KpV2Builder, 0), (AioV2Builder, -1)]
+
+
+@pytest.mark.parametrize("peer,epoch", PEER_V2, ids=["kafka-python", "aiokafka"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_v2_uncompressed_equals_peer_builders(peer, epoch, shape):
+    records = shape_records(shape)
+    ours = build(records, partition_leader_epoch=epoch)
+    assert ours == peer_v2_bytes(peer, records)
+
+
+@pytest.mark.parametrize("peer,epoch", PEER_V2, ids=["kafka-python", "aiokafka"])
+def test_v2_idempotent_transactional_equals_peer_builders(peer, epoch):
+    records = shape_records("simple")
+    ours = build(records, partition_leader_epoch=epoch, producer_id=123456789012, producer_epoch=7,
+                 base_sequence=2_147_483_646, is_transactional=True)
+    assert ours == peer_v2_bytes(peer, records, tx=True, pid=123456789012, epoch=7, seq=2_147_483_646)
+
+
+@pytest.mark.parametrize("peer", [KpLegacyBuilder, AioLegacyBuilder], ids=["kafka-python", "aiokafka"])
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("shape", ["simple", "null_and_empty", "large", "no_timestamps"])
+def test_legacy_uncompressed_equals_peer_builders(peer, magic, shape):
+    records = shape_records(shape)
+    theirs = peer(magic, 0, 1 << 30)
+    for offset, (ts, key, value, _) in enumerate(records):
+        theirs.append(offset, ts, key, value)
+    assert build(records, magic=magic) == bytes(theirs.build())
+
+
+# --- peers decode everything we build ------------------------------------------------------------
+def matrix():
+    for magic in MAGICS:
+        for codec in CODECS:
+            if magic < 2 and codec == "zstd":
+                continue
+            for shape in SHAPES:
+                if magic < 2 and shape == "headers":
+                    continue
+                yield magic, codec, shape
+
+
+@pytest.mark.parametrize("magic,codec,shape", list(matrix()))
+def test_peers_decode_what_we_build(magic, codec, shape):
+    records = shape_records(shape)
+    data = build(records, magic=magic, compression=codec, base_offset=1000)
+    for reader in readers_for(magic, codec):
+        batches = peer_batches(reader, data)
+        assert [r for _, rs in batches for r in rs] == expected(records, magic, base_offset=1000)
+        assert all(batch.crc_ok for batch, _ in batches)
+    kp_batches = peer_batches(KpMemoryRecords, data)
+    assert {batch.compression_type for batch, _ in kp_batches} == {Compression[codec.upper()]}
+    if magic == 2 or codec != "none":
+        assert len(kp_batches) == 1
+    else:
+        assert len(kp_batches) == len(records)         # one standalone message per record
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_v2_header_fields(codec):
+    records = shape_records("negative_deltas")
+    data = build(records, compression=codec, base_offset=42, partition_leader_epoch=9,
+                 producer_id=5, producer_epoch=3, base_sequence=100)
+    for reader in (KpMemoryRecords, AioMemoryRecords):
+        [(batch, _)] = peer_batches(reader, data)
+        assert batch.base_offset == 42
+        assert batch.last_offset_delta == 3
+        assert batch.first_timestamp == 5_000          # the first record's, not the minimum
+        assert batch.max_timestamp == 9_000
+        assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (5, 3, 100)
+        assert not batch.is_transactional and not batch.is_control_batch
+    assert struct.unpack_from(">iiI", data, 8)[1] == 9            # leader epoch, not CRC-covered
+    assert struct.unpack_from(">i", data, 57)[0] == 4              # RecordsCount
+    assert crc32c_pkg.crc32c(data[21:]) == struct.unpack_from(">I", data, 17)[0]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_v2_log_append_time(codec):
+    records = shape_records("negative_deltas")
+    data = build(records, compression=codec, timestamp_type=TimestampType.LOG_APPEND_TIME,
+                 log_append_time=1_234_567)
+    assert data[22] & 0x08
+    for reader in (KpMemoryRecords, AioMemoryRecords):
+        [(batch, got)] = peer_batches(reader, data)
+        assert batch.max_timestamp == 1_234_567
+        assert batch.first_timestamp == 5_000          # deltas stay as produced
+        assert got == expected(records, 2, TimestampType.LOG_APPEND_TIME, 1_234_567)
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
+def test_v1_log_append_time(codec):
+    records = shape_records("negative_deltas")
+    data = build(records, magic=1, compression=codec, timestamp_type=TimestampType.LOG_APPEND_TIME,
+                 log_append_time=777, base_offset=3)
+    for reader in readers_for(1, codec):
+        assert peer_records(reader, data) == expected(records, 1, TimestampType.LOG_APPEND_TIME, 777, 3)
+    if codec != "none":
+        # Kafka writes the append time into every inner message too (spec §4.2).
+        inner = decompress_wrapper(data)
+        assert all(struct.unpack_from(">q", inner, pos + 18)[0] == 777 and inner[pos + 17] == 0x08
+                   for pos in entry_positions(inner))
+
+
+def entry_positions(data):
+    pos = 0
+    while pos < len(data):
+        yield pos
+        pos += 12 + struct.unpack_from(">i", data, pos + 8)[0]
+
+
+def decompress_wrapper(data):
+    from kafka import codec as kc
+    magic, attributes = data[16], data[17]
+    key_at = 22 if magic == 0 else 30
+    assert struct.unpack_from(">i", data, key_at - 4)[0] == -1          # null wrapper key
+    size = struct.unpack_from(">i", data, key_at)[0]
+    value = data[key_at + 4:key_at + 4 + size]
+    codec = attributes & 7
+    if codec == 1:
+        return kc.gzip_decode(value)
+    if codec == 2:
+        return kc.snappy_decode(value)
+    return kc.lz4_decode_old_kafka(value) if magic == 0 else kc.lz4_decode(value)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4"])
+def test_legacy_wrapper_layout(magic, codec):
+    records = shape_records("negative_deltas")
+    data = build(records, magic=magic, compression=codec, base_offset=100)
+    offset, size = struct.unpack_from(">qi", data)
+    assert len(data) == 12 + size                              # exactly one wrapper message
+    assert offset == 103                                       # the last absolute offset
+    assert zlib.crc32(data[16:]) == struct.unpack_from(">I", data, 12)[0]
+    assert data[17] == Compression[codec.upper()]
+    if magic == 1:
+        assert struct.unpack_from(">q", data, 18)[0] == 9_000  # max inner timestamp
+    inner = decompress_wrapper(data)
+    inner_offsets = [struct.unpack_from(">q", inner, p)[0] for p in entry_positions(inner)]
+    # v1: relative to the base offset; v0: absolute.
+    assert inner_offsets == ([0, 1, 2, 3] if magic == 1 else [100, 101, 102, 103])
+    assert all(inner[p + 17] & 7 == 0 and inner[p + 16] == magic for p in entry_positions(inner))
+
+
+def test_lz4_magic0_uses_the_broken_header_checksum():
+    for magic, checksum in ((0, 0x1A), (1, 0x82)):
+        data = build([(1, None, b"hi", ())], magic=magic, compression="lz4")
+        key_at = 22 if magic == 0 else 30
+        frame = data[key_at + 4:]
+        assert frame[:7] == bytes([0x04, 0x22, 0x4D, 0x18, 0x60, 0x40, checksum])
+
+
+# --- offsets, multi-batch, sequences --------------------------------------------------------------
+@pytest.mark.parametrize("magic,codec", [(2, "none"), (2, "zstd"), (1, "none"), (1, "gzip"), (0, "snappy")])
+def test_multi_batch_log_is_dense(magic, codec):
+    builder = MemoryRecordsBuilder(magic=magic, compression=codec, base_offset=50)
+    log = b""
+    for batch in range(4):
+        for i in range(batch + 1):
+            builder.append(1000 * batch + i, b"%d" % batch, b"%d" % i)
+        log += builder.build()
+    assert builder.build() == b""                              # an empty batch builds nothing
+    assert builder.next_offset == 60
+    for reader in (KpMemoryRecords, AioMemoryRecords):
+        got = peer_records(reader, log)
+        assert [r[0] for r in got] == list(range(50, 60))
+        assert [r[4] for r in got] == [b"%d" % i for b in range(4) for i in range(b + 1)]
+
+
+def test_sequences_continue_across_builds_and_wrap():
+    builder = MemoryRecordsBuilder(producer_id=1, producer_epoch=0, base_sequence=2_147_483_645)
+    builder.append_many(1, None, [b"a", b"b"])
+    first = builder.build()
+    builder.append_many(1, None, [b"c", b"d", b"e"])
+    second = builder.build()
+    assert struct.unpack_from(">i", first, 53)[0] == 2_147_483_645
+    # records of the second batch: 2^31-1, 0, 1 (Kafka's incrementSequence wraps to 0)
+    assert struct.unpack_from(">i", second, 53)[0] == 2_147_483_647
+    assert builder.base_sequence == 2
+    assert struct.unpack_from(">q", second)[0] == 2
+
+
+@pytest.mark.parametrize("magic,codec", [(2, "none"), (2, "lz4"), (1, "none"), (1, "gzip"), (0, "none"), (0, "gzip")])
+def test_append_with_offset_gaps(magic, codec):
+    builder = MemoryRecordsBuilder(magic=magic, compression=codec, base_offset=10)
+    for offset in (10, 13, 20):
+        builder.append_with_offset(offset, 100 + offset, None, b"%d" % offset)
+    data = builder.build()
+    for reader in readers_for(magic, codec):
+        assert [r[0] for r in peer_records(reader, data)] == [10, 13, 20]
+    if magic == 2:
+        assert struct.unpack_from(">i", data, 23)[0] == 10    # LastOffsetDelta
+        assert struct.unpack_from(">i", data, 57)[0] == 3     # RecordsCount
+    assert builder.next_offset == 21
+    builder.append(5, None, b"next")
+    assert peer_records(KpMemoryRecords, builder.build())[0][0] == 21
+
+
+def test_append_with_offset_must_increase():
+    builder = MemoryRecordsBuilder(base_offset=10)
+    with pytest.raises(ValueError, match="below the batch base offset"):
+        builder.append_with_offset(9, 1, None, b"x")
+    builder.append_with_offset(12, 1, None, b"x")
+    with pytest.raises(ValueError, match="must increase"):
+        builder.append_with_offset(12, 1, None, b"x")
+    with pytest.raises(ValueError, match="2\\^31-1"):
+        builder.append_with_offset(10 + 2**31, 1, None, b"x")
+    assert builder.record_count == 1
+
+
+def test_delete_horizon_bit_and_base_timestamp():
+    data = build([(5_000, b"k", b"v", ()), (4_000, None, b"w", ())], delete_horizon_ms=3_000)
+    assert data[22] & 0x40
+    assert struct.unpack_from(">qq", data, 27) == (3_000, 5_000)   # base = horizon, max
+    [(batch, got)] = peer_batches(KpMemoryRecords, data)
+    # deltas are relative to the horizon, so the records keep their timestamps
+    assert [r[1] for r in got] == [5_000, 4_000]
+
+
+# --- inputs ----------------------------------------------------------------------------------------
+def test_any_bytes_like_key_and_value():
+    buffers = [b"abc", bytearray(b"abc"), memoryview(b"xabcx")[1:4], np.frombuffer(b"abc", np.uint8)]
+    for buf in buffers:
+        data = build([(1, buf, buf, [("h", buf)])])
+        assert peer_records(KpMemoryRecords, data) == [(0, 1, 0, b"abc", b"abc", [("h", b"abc")])]
+
+
+def test_append_many_matches_append():
+    values = [b"v%d" % i if i % 7 else None for i in range(300)]
+    keys = [b"k%d" % i if i % 5 else None for i in range(300)]
+    timestamps = [1000 + (i * 37) % 101 for i in range(300)]
+    headers = [[("i", b"%d" % i)] if i % 3 == 0 else () for i in range(300)]
+    one = MemoryRecordsBuilder(compression="none", base_offset=7)
+    for ts, k, v, hd in zip(timestamps, keys, values, headers):
+        one.append(ts, k, v, hd)
+    expected_bytes = one.build()
+    for ts_arg in (timestamps, tuple(timestamps), np.array(timestamps, dtype=np.int64)):
+        many = MemoryRecordsBuilder(base_offset=7)
+        many.append_many(ts_arg, keys, values, headers)
+        assert many.build() == expected_bytes
+    same_ts = MemoryRecordsBuilder()
+    same_ts.append_many(5, None, tuple(values))
+    assert [r[1] for r in peer_records(AioMemoryRecords, same_ts.build())] == [5] * 300
+
+
+def test_append_many_is_all_or_nothing():
+    builder = MemoryRecordsBuilder()
+    builder.append(1, b"k", b"v")
+    size = builder.uncompressed_size_in_bytes
+    with pytest.raises(TypeError, match="value must be bytes-like"):
+        builder.append_many([1, 2, 3], None, [b"a", b"b", "c"])
+    with pytest.raises(ValueError, match="negative timestamp"):
+        builder.append_many(np.array([1, -2], dtype=np.int64), None, [b"a", b"b"])
+    with pytest.raises(ValueError, match="2 keys for 3 values"):
+        builder.append_many(1, [b"a", b"b"], [b"a", b"b", b"c"])
+    assert builder.record_count == 1 and builder.uncompressed_size_in_bytes == size
+    builder.append(2, None, b"w")
+    assert [r[4] for r in peer_records(KpMemoryRecords, builder.build())] == [b"v", b"w"]
+
+
+def test_state_and_batch_size_limit():
+    builder = MemoryRecordsBuilder(max_batch_size=200)
+    assert builder.record_count == 0 and builder.estimated_size_in_bytes == 61
+    assert builder.has_room_for(1, None, b"x" * 1000)             # an empty batch takes one record
+    builder.append(1, None, b"x" * 100)
+    assert builder.estimated_size_in_bytes == len(build([(1, None, b"x" * 100, ())]))
+    assert not builder.is_full
+    assert builder.has_room_for(2, None, b"y" * 20)
+    assert not builder.has_room_for(2, None, b"y" * 100)
+    builder.append(2, None, b"y" * 100)
+    assert builder.is_full and builder.record_count == 2
+    assert len(builder.build()) > 200
+    assert builder.record_count == 0 and not builder.is_full
+    gz = MemoryRecordsBuilder(compression="gzip")
+    gz.append(1, None, b"z" * 1000)
+    assert gz.estimated_size_in_bytes == 61 + int((gz.uncompressed_size_in_bytes - 61) * 1.05)
+
+
+def test_properties_report_the_configuration():
+    builder = MemoryRecordsBuilder(magic=1, compression=3, timestamp_type=1, log_append_time=9,
+                                   compression_level=12)
+    assert builder.magic == 1 and builder.compression is Compression.LZ4
+    assert builder.timestamp_type is TimestampType.LOG_APPEND_TIME and builder.log_append_time == 9
+    assert builder.compression_level == 12
+    assert "lz4" in repr(builder)
+    assert kafkacodec.MemoryRecordsBuilder is MemoryRecordsBuilder
+
+
+def test_compression_levels_change_bytes_not_records():
+    records = [(1, None, bytes(range(256)) * 40, ())]
+    fast = build(records, compression="gzip", compression_level=1)
+    best = build(records, compression="gzip", compression_level=9)
+    assert peer_records(KpMemoryRecords, fast) == peer_records(KpMemoryRecords, best)
+
+
+# --- errors ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(magic=3), UnsupportedVersionError, "magic 3"),
+    (dict(magic=1, compression="zstd"), UnsupportedCompressionError, "zstd needs magic 2"),
+    (dict(magic=0, compression="zstd"), UnsupportedCompressionError, "zstd needs magic 2"),
+    (dict(compression="brotli"), UnsupportedCompressionError, "unknown compression"),
+    (dict(compression=7), UnsupportedCompressionError, "unknown compression"),
+    (dict(magic=1, producer_id=5, producer_epoch=0, base_sequence=0), UnsupportedVersionError, "producer id"),
+    (dict(magic=0, is_transactional=True), UnsupportedVersionError, "transactional"),
+    (dict(magic=1, is_control_batch=True), UnsupportedVersionError, "control"),
+    (dict(magic=1, delete_horizon_ms=5), UnsupportedVersionError, "delete horizon"),
+    (dict(magic=0, timestamp_type=TimestampType.LOG_APPEND_TIME), UnsupportedVersionError, "no timestamps"),
+    (dict(magic=2, timestamp_type=TimestampType.NO_TIMESTAMP_TYPE), ValueError, "needs a timestamp type"),
+    (dict(timestamp_type=5), ValueError, "unknown timestamp_type"),
+    (dict(is_transactional=True), ValueError, "need a producer_id"),
+    (dict(producer_id=3), ValueError, "producer_epoch"),
+    (dict(producer_id=3, producer_epoch=1), ValueError, "base_sequence"),
+    (dict(producer_epoch=40_000), ValueError, "out of range"),
+    (dict(base_offset=-1), ValueError, "out of range"),
+    (dict(log_append_time=5), ValueError, "only used with"),
+    (dict(compression="none", compression_level=3), ValueError, "needs a codec"),
+    (dict(compression="snappy", compression_level=3), ValueError, "no compression levels"),
+    (dict(compression="gzip", compression_level=10), ValueError, "out of range"),
+    (dict(compression="zstd", compression_level="3"), TypeError, "must be an int"),
+    (dict(base_offset="0"), TypeError, "must be an int"),
+])
+def test_invalid_configuration(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        MemoryRecordsBuilder(**kwargs)
+
+
+def test_invalid_appends():
+    builder = MemoryRecordsBuilder()
+    with pytest.raises(ValueError, match="invalid negative timestamp -2"):
+        builder.append(-2, None, b"x")
+    with pytest.raises(TypeError, match="timestamp must be an int"):
+        builder.append(1.5, None, b"x")
+    with pytest.raises(TypeError, match="timestamp must be an int"):
+        builder.append(None, None, b"x")
+    with pytest.raises(TypeError, match="encode it first"):
+        builder.append(1, "text", b"x")
+    with pytest.raises(TypeError, match="value must be bytes-like"):
+        builder.append(1, None, 12)
+    with pytest.raises(TypeError, match="header key must be str"):
+        builder.append(1, None, b"x", [(b"k", b"v")])
+    with pytest.raises(TypeError, match="header must be a"):
+        builder.append(1, None, b"x", [("k",)])
+    with pytest.raises(ValueError, match="control"):
+        builder.append_control_record(1, ControlType.COMMIT, b"")
+    assert builder.record_count == 0
+    legacy = MemoryRecordsBuilder(magic=1)
+    with pytest.raises(UnsupportedVersionError, match="headers"):
+        legacy.append(1, None, b"x", [("k", b"v")])
+    assert legacy.record_count == 0
+    control = MemoryRecordsBuilder(producer_id=1, producer_epoch=0, is_transactional=True,
+                                   is_control_batch=True)
+    with pytest.raises(ValueError, match="append_control_record"):
+        control.append(1, None, b"x")
+    not_tx = MemoryRecordsBuilder(producer_id=1, producer_epoch=0, is_control_batch=True)
+    with pytest.raises(ValueError, match="is_transactional"):
+        not_tx.append_end_txn_marker(1, True, 0)
+
+
+def test_errors_are_kafkacodec_errors():
+    for error in (UnsupportedVersionError, UnsupportedCompressionError, RecordTooLargeError):
+        assert issubclass(error, kafkacodec.KafkaCodecError)
+
+
+# --- property: build with ours, read with kafka-python --------------------------------------------
+timestamps = st.one_of(st.just(-1), st.integers(0, 2**53))
+blobs = st.one_of(st.none(), st.binary(max_size=300))
+header_lists = st.lists(st.tuples(st.text(max_size=10), st.one_of(st.none(), st.binary(max_size=20))),
+                        max_size=3)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(magic=st.sampled_from(MAGICS), codec=st.sampled_from(CODECS), base_offset=st.integers(0, 2**40),
+       records=st.lists(st.tuples(timestamps, blobs, blobs, header_lists), min_size=1, max_size=20))
+def test_round_trip_through_kafka_python(magic, codec, base_offset, records):
+    if magic < 2:
+        if codec == "zstd":
+            codec = "gzip"
+        records = [(ts, k, v, ()) for ts, k, v, _ in records]
+    data = build(records, magic=magic, compression=codec, base_offset=base_offset)
+    assert peer_records(KpMemoryRecords, data) == expected(records, magic, base_offset=base_offset)
+
+
+# --- the stub -----------------------------------------------------------------------------------
+STUB_USE = '''
+import numpy as np
+from kafkacodec import MemoryRecordsBuilder, TimestampType
+b = MemoryRecordsBuilder(magic=2, compression="lz4", timestamp_type=TimestampType.CREATE_TIME)
+b.append(1, b"k", bytearray(b"v"), [("h", None)])
+b.append_many(np.zeros(2, dtype=np.int64), None, [b"a", memoryview(b"b")])
+data: bytes = b.build()
+n: int = b.record_count + b.next_offset
+marker: bytes = MemoryRecordsBuilder.build_end_txn_marker(True, 1, 0, 0)
+'''
+
+
+def test_stub_types_check(tmp_path):
+    from mypy import api
+
+    sample = tmp_path / "use_builder.py"
+    sample.write_text(STUB_USE)
+    good = api.run(["--strict", "--follow-imports=silent", "--no-incremental", str(sample)])
+    assert good[2] == 0, good[0]
+    sample.write_text(STUB_USE + "b.append('1', b'k', b'v')\nbad: str = b.build()\n")
+    bad = api.run(["--strict", "--follow-imports=silent", "--no-incremental", str(sample)])
+    assert bad[2] == 1 and bad[0].count("error:") == 2, bad[0]
+
+
+# --- Arrow columns --------------------------------------------------------------------------------
+@pytest.mark.parametrize("binary_type", ["binary", "string", "large_binary", "large_string"])
+def test_append_many_from_arrow_arrays(binary_type):
+    pa = pytest.importorskip("pyarrow")
+    raw_values = [b"v%d" % i if i % 4 else None for i in range(50)] + [b""]
+    raw_keys = [None if i % 3 == 0 else b"k%d" % i for i in range(51)]
+    make = (lambda xs: [None if x is None else x.decode() for x in xs]) if "string" in binary_type else list
+    arrow_type = getattr(pa, binary_type)()
+    # sliced arrays exercise the Arrow offset and validity bit position
+    values = pa.array([b"pad"] * 3 + make(raw_values), type=arrow_type).slice(3)
+    keys = pa.array([None] * 5 + make(raw_keys), type=arrow_type).slice(5)
+    timestamps = pa.array(range(1000, 1051), type=pa.timestamp("ms"))
+    arrow = MemoryRecordsBuilder(base_offset=3)
+    arrow.append_many(timestamps, keys, values)
+    plain = MemoryRecordsBuilder(base_offset=3)
+    plain.append_many(list(range(1000, 1051)), raw_keys, raw_values)
+    assert arrow.build() == plain.build()
+
+
+def test_append_many_rejects_unsuitable_arrow_arrays():
+    pa = pytest.importorskip("pyarrow")
+    builder = MemoryRecordsBuilder()
+    with pytest.raises(TypeError, match="binary or string"):
+        builder.append_many(1, None, pa.array([1, 2]))
+    with pytest.raises(ValueError, match="nulls"):
+        builder.append_many(pa.array([1, None]), None, [b"a", b"b"])
+    with pytest.raises(TypeError, match="int64 buffer"):
+        builder.append_many(np.array([1.0, 2.0]), None, [b"a", b"b"])
+    with pytest.raises(TypeError, match="timestamps"):
+        builder.append_many(pa.array([1.0, 2.0]), None, [b"a", b"b"])
+    with pytest.raises(TypeError, match="values must be"):
+        builder.append_many(1, None, {b"a"})
+    assert builder.record_count == 0

@@ -1,0 +1,649 @@
+"""Kafka's codec containers (spec: compression.md), cross-checked with kafka-python and aiokafka."""
+
+import gzip as gzip_module
+import os
+import random
+import struct
+import threading
+import zlib
+
+import aiokafka.codec as aio
+import cramjam
+import kafka.codec as kp
+import lz4.block
+import lz4.frame
+import numpy as np
+import pytest
+import xxhash
+import zstandard
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from kafkacodec import (
+    Compression,
+    CorruptRecordError,
+    InvalidCrcError,
+    KafkaCodecError,
+    RecordTooLargeError,
+    UnsupportedCompressionError,
+    UnsupportedVersionError,
+)
+from kafkacodec._compression import (
+    DEFAULT_MAX_DECOMPRESSED,
+    Decompressor,
+    compress,
+    decompress,
+    xxhash32,
+)
+
+CODEC_MAGICS = [(codec, magic) for codec in ("gzip", "snappy", "lz4", "zstd")
+                for magic in (0, 1, 2) if codec != "zstd" or magic == 2]
+CODECS = ["gzip", "snappy", "lz4", "zstd"]
+
+
+def sample(size, seed=0, redundancy=0.7):
+    """Deterministic data that compresses somewhat (random runs mixed with repeats)."""
+    rng = random.Random(seed)
+    out = bytearray()
+    while len(out) < size:
+        if out and rng.random() < redundancy:
+            start = rng.randrange(len(out))
+            out += out[start:start + rng.randrange(4, 300)]
+        else:
+            out += rng.randbytes(rng.randrange(1, 200))
+    return bytes(out[:size])
+
+
+def magic_of(codec):
+    return 2 if codec == "zstd" else 1
+
+
+# --- byte-exact containers from the spec -------------------------------------------------
+
+@pytest.mark.parametrize("magic", [0, 1, 2])
+def test_snappy_hi_is_byte_exact(magic):
+    expected = bytes.fromhex("82534E4150505900 00000001 00000001 00000004 020468 69")
+    assert compress("snappy", magic, b"hi") == expected
+    assert decompress("snappy", magic, expected) == b"hi"
+
+
+@pytest.mark.parametrize("magic, hc", [(0, "1A"), (1, "82"), (2, "82")])
+def test_lz4_hi_is_byte_exact_with_magic_0_header_checksum(magic, hc):
+    expected = bytes.fromhex(f"04224D18 60 40 {hc} 02000080 6869 00000000")
+    assert compress("lz4", magic, b"hi") == expected
+    assert decompress("lz4", magic, expected) == b"hi"
+
+
+def test_lz4_magic_0_hc_hashes_the_magic_bytes():
+    header = bytes.fromhex("04224D186040")
+    assert (xxhash.xxh32_intdigest(header[4:]) >> 8) & 0xFF == 0x82
+    assert (xxhash.xxh32_intdigest(header) >> 8) & 0xFF == 0x1A
+
+
+@pytest.mark.parametrize("magic", [0, 1, 2])
+def test_gzip_writes_one_member_with_java_header(magic):
+    data = sample(100_000)
+    out = compress("gzip", magic, data)
+    assert out[:10] == bytes.fromhex("1f8b0800 00000000 00ff")
+    crc, isize = struct.unpack("<II", out[-8:])
+    assert crc == zlib.crc32(data) and isize == len(data)
+    # Exactly one member: raw deflate of the body ends where the trailer starts.
+    inflater = zlib.decompressobj(-15)
+    assert inflater.decompress(out[10:-8]) == data and inflater.eof and not inflater.unused_data
+    assert gzip_module.decompress(out) == data
+
+
+def test_gzip_levels():
+    data = sample(200_000, redundancy=0.9)
+    assert compress("gzip", 1, data, level=6) == compress("gzip", 1, data)
+    fast, best = compress("gzip", 1, data, level=1), compress("gzip", 1, data, level=9)
+    assert fast != best and len(best) <= len(fast)
+    for level in (1, 5, 9):
+        assert decompress("gzip", 1, compress("gzip", 1, data, level=level)) == data
+    for bad in (0, 10, -2):
+        with pytest.raises(ValueError, match="gzip level"):
+            compress("gzip", 1, data, level=bad)
+
+
+def test_zstd_frame_has_no_content_size_nor_checksum():
+    out = compress("zstd", 2, sample(10_000))
+    assert out[:4] == bytes.fromhex("28b52ffd")
+    fhd = out[4]
+    assert fhd >> 6 == 0 and not fhd & 0x20, "no Frame_Content_Size, not single segment"
+    assert not fhd & 0x04, "no content checksum"
+    assert not fhd & 0x03, "no dictionary id"
+    params = zstandard.get_frame_parameters(out)
+    assert params.content_size == zstandard.CONTENTSIZE_UNKNOWN and not params.has_checksum
+
+
+def test_zstd_levels():
+    data = sample(300_000, redundancy=0.95)
+    assert compress("zstd", 2, data, level=3) == compress("zstd", 2, data)
+    assert compress("zstd", 2, data, level=19) != compress("zstd", 2, data, level=1)
+    for level in (-5, 1, 19, 22):
+        assert decompress("zstd", 2, compress("zstd", 2, data, level=level)) == data
+    with pytest.raises(ValueError, match="zstd level"):
+        compress("zstd", 2, data, level=23)
+
+
+def test_lz4_levels_use_the_fast_compressor_by_default_and_hc_otherwise():
+    data = sample(300_000, redundancy=0.8)
+    assert compress("lz4", 2, data) == compress("lz4", 2, data, level=9)
+    fast = lz4.block.compress(data[:65536], store_size=False)
+    high = lz4.block.compress(data[:65536], mode="high_compression", compression=12,
+                              store_size=False)
+    assert fast != high
+    assert compress("lz4", 2, data)[11:11 + len(fast)] == fast
+    assert compress("lz4", 2, data, level=12)[11:11 + len(high)] == high
+    for level in (1, 12, 17):
+        assert decompress("lz4", 2, compress("lz4", 2, data, level=level)) == data
+    for bad in (0, 18):
+        with pytest.raises(ValueError, match="lz4 level"):
+            compress("lz4", 2, data, level=bad)
+
+
+def lz4_blocks(frame):
+    """(raw?, size) of each block of one of our frames (no optional fields)."""
+    pos, blocks = 7, []
+    while True:
+        (word,) = struct.unpack_from("<I", frame, pos)
+        if word == 0:
+            assert pos + 4 == len(frame)
+            return blocks
+        blocks.append((bool(word >> 31), word & 0x7FFFFFFF))
+        pos += 4 + (word & 0x7FFFFFFF)
+
+
+def test_lz4_blocks_are_64k_independent_and_raw_when_not_smaller():
+    incompressible = os.urandom(65536)
+    data = b"a" * 65536 + incompressible + b"b" * 1000
+    frame = compress("lz4", 2, data)
+    assert frame[4:7] == bytes.fromhex("604082")
+    blocks = lz4_blocks(frame)
+    assert [raw for raw, _ in blocks] == [False, True, False]
+    assert blocks[1][1] == 65536
+    assert frame.find(incompressible) > 0
+    # Each compressed block decodes on its own (independent blocks).
+    assert lz4.block.decompress(frame[11:11 + blocks[0][1]], uncompressed_size=65536) == b"a" * 65536
+
+
+def test_snappy_blocks_hold_32k_of_input():
+    data = sample(100_000)
+    out = compress("snappy", 1, data)
+    pos, sizes = 16, []
+    while pos < len(out):
+        (n,) = struct.unpack_from(">i", out, pos)
+        block = out[pos + 4:pos + 4 + n]
+        sizes.append(cramjam.snappy.decompress_raw_len(block))
+        pos += 4 + n
+    assert pos == len(out)
+    assert sizes == [32768, 32768, 32768, 100_000 - 3 * 32768]
+
+
+@pytest.mark.parametrize("codec, magic", CODEC_MAGICS)
+def test_empty_input_round_trips(codec, magic):
+    out = compress(codec, magic, b"")
+    assert decompress(codec, magic, out) == b""
+    assert bytes(Decompressor().decompress(codec, magic, out)) == b""
+    if codec == "snappy":
+        assert out == bytes.fromhex("82534E4150505900 00000001 00000001")
+    if codec == "lz4":
+        assert len(out) == 11
+
+
+# --- round trips -------------------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(CODEC_MAGICS),
+       st.one_of(st.integers(0, 2000), st.integers(30_000, 70_000), st.integers(130_000, 270_000)),
+       st.integers(0, 2**32), st.floats(0, 1))
+def test_round_trip_every_codec_and_magic(codec_magic, size, seed, redundancy):
+    codec, magic = codec_magic
+    data = sample(size, seed, redundancy)
+    out = compress(codec, magic, data)
+    assert decompress(codec, magic, out) == data
+    assert bytes(Decompressor().decompress(codec, magic, out)) == data
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(CODEC_MAGICS), st.binary(max_size=3000))
+def test_round_trip_random_bytes(codec_magic, data):
+    codec, magic = codec_magic
+    assert decompress(codec, magic, compress(codec, magic, data)) == data
+
+
+def test_codec_given_as_enum_id_or_name():
+    data = sample(5000)
+    out = compress(Compression.LZ4, 2, data)
+    assert compress(3, 2, data) == compress("lz4", 2, data) == compress(" LZ4 ", 2, data) == out
+    assert decompress(Compression.LZ4, 2, out) == decompress(3, 2, out) == data
+
+
+@pytest.mark.parametrize("wrap", [bytes, bytearray, memoryview,
+                                  lambda b: np.frombuffer(b, dtype=np.uint8),
+                                  lambda b: memoryview(b"xx" + b + b"yy")[2:-2]])
+@pytest.mark.parametrize("codec", CODECS)
+def test_any_contiguous_buffer_in(codec, wrap):
+    data = sample(70_000)
+    out = compress(codec, 2, wrap(data))
+    assert decompress(codec, 2, wrap(out)) == data
+    assert bytes(Decompressor().decompress(codec, 2, wrap(out))) == data
+
+
+# --- the Decompressor's buffer ------------------------------------------------------------
+
+def test_decompressor_reuses_its_buffer_once_views_are_gone():
+    d = Decompressor()
+    first, second = sample(50_000, 1), sample(40_000, 2)
+    view = d.decompress("lz4", 2, compress("lz4", 2, first))
+    assert view.readonly and bytes(view) == first
+    exporter = view.obj
+    view.release()
+    view = d.decompress("zstd", 2, compress("zstd", 2, second))
+    assert view.obj is exporter and bytes(view) == second
+
+
+def test_decompressor_view_never_changes_while_alive():
+    d = Decompressor()
+    first, second = sample(50_000, 1), sample(300_000, 2)
+    kept = d.decompress("gzip", 1, compress("gzip", 1, first))
+    again = d.decompress("snappy", 1, compress("snappy", 1, second))
+    assert again.obj is not kept.obj
+    assert bytes(kept) == first and bytes(again) == second
+    del kept
+    assert bytes(d.decompress("gzip", 1, compress("gzip", 1, first))) == first
+
+
+def test_decompressor_max_size_attribute_and_default():
+    assert DEFAULT_MAX_DECOMPRESSED == 256 * 1024 * 1024
+    assert Decompressor().max_size == DEFAULT_MAX_DECOMPRESSED
+    d = Decompressor(max_size=1000)
+    assert d.max_size == 1000
+    d.max_size = 10
+    with pytest.raises(RecordTooLargeError):
+        d.decompress("lz4", 2, compress("lz4", 2, b"x" * 11))
+    with pytest.raises(ValueError):
+        Decompressor(max_size=-1)
+
+
+def test_decompressor_from_many_threads():
+    datas = [sample(100_000 + i, i) for i in range(4)]
+    frames = {codec: [compress(codec, 2, x) for x in datas] for codec in CODECS}
+    errors = []
+
+    def work(i):
+        d = Decompressor()
+        try:
+            for _ in range(30):
+                for codec in CODECS:
+                    assert bytes(d.decompress(codec, 2, frames[codec][i])) == datas[i]
+                    assert decompress(codec, 2, frames[codec][i]) == datas[i]
+        except Exception as exc:    # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_one_decompressor_shared_by_threads_raises_or_works():
+    data = sample(2_000_000, redundancy=0.95)
+    frame = compress("gzip", 1, data)
+    d = Decompressor()
+    outcomes = []
+
+    def work():
+        for _ in range(5):
+            try:
+                outcomes.append(bytes(d.decompress("gzip", 1, frame)) == data)
+            except KafkaCodecError as exc:
+                assert "one per thread" in str(exc)
+                outcomes.append("busy")
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert True in outcomes and False not in outcomes
+
+
+# --- cross-checks with kafka-python and aiokafka ------------------------------------------
+
+PEER_ENCODERS = {
+    ("gzip", "kafka-python"): kp.gzip_encode,
+    ("gzip", "aiokafka"): aio.gzip_encode,
+    ("snappy", "kafka-python"): lambda d: kp.snappy_encode(d, xerial_compatible=True),
+    ("snappy", "aiokafka"): lambda d: aio.snappy_encode(d, xerial_compatible=True),
+    ("snappy", "kafka-python 1 KiB blocks"): lambda d: kp.snappy_encode(
+        d, xerial_compatible=True, xerial_blocksize=1024),
+    ("snappy", "raw block"): lambda d: kp.snappy_encode(d, xerial_compatible=False),
+    ("lz4", "kafka-python"): kp.lz4_encode,
+    ("lz4", "aiokafka"): aio.lz4_encode,
+    ("zstd", "kafka-python"): kp.zstd_encode,
+    ("zstd", "aiokafka"): aio.zstd_encode,
+}
+PEER_DECODERS = {
+    ("gzip", "kafka-python"): kp.gzip_decode,
+    ("gzip", "aiokafka"): aio.gzip_decode,
+    ("snappy", "kafka-python"): kp.snappy_decode,
+    ("snappy", "aiokafka"): aio.snappy_decode,
+    ("lz4", "kafka-python"): kp.lz4_decode,
+    ("lz4", "aiokafka"): aio.lz4_decode,
+    ("zstd", "kafka-python"): kp.zstd_decode,
+    ("zstd", "aiokafka"): aio.zstd_decode,
+}
+SIZES = [0, 1, 100, 32768, 32769, 65536, 65537, 300_000]
+
+
+@pytest.mark.parametrize("codec, peer", sorted(PEER_ENCODERS))
+@pytest.mark.parametrize("size", SIZES)
+def test_we_read_what_peers_write(codec, peer, size):
+    data = sample(size, size)
+    if size == 0 and peer == "raw block":
+        pytest.skip("an empty raw snappy block is the empty input, which snappy-java rejects")
+    encoded = PEER_ENCODERS[codec, peer](data)
+    for magic in ((2,) if codec == "zstd" else (1, 2)):
+        assert decompress(codec, magic, encoded) == data
+        assert bytes(Decompressor().decompress(codec, magic, encoded)) == data
+
+
+@pytest.mark.parametrize("codec, peer", sorted(PEER_DECODERS))
+@pytest.mark.parametrize("size", SIZES)
+def test_peers_read_what_we_write(codec, peer, size):
+    data = sample(size, size)
+    if size == 0 and codec == "snappy":
+        pytest.skip("peers read a header-only xerial stream (Kafka's empty snappy) as raw")
+    for magic in ((2,) if codec == "zstd" else (1, 2)):
+        assert PEER_DECODERS[codec, peer](compress(codec, magic, data)) == data
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_lz4_magic_0_against_kafka_python_old_kafka_framing(size):
+    data = sample(size, size)
+    old = kp.lz4_encode_old_kafka(data)
+    assert old[6] == 0x1A or size, "kafka-python writes the broken HC too"
+    assert decompress("lz4", 0, old) == data
+    assert kp.lz4_decode_old_kafka(compress("lz4", 0, data)) == data
+    # Magic 0 frames carry the broken HC, which a magic 1/2 reader rejects.
+    with pytest.raises(CorruptRecordError, match="header checksum"):
+        decompress("lz4", 1, compress("lz4", 0, data))
+
+
+def test_lz4_frame_options_kafka_accepts():
+    data = sample(300_000)
+    for options in (dict(block_size=lz4.frame.BLOCKSIZE_MAX4MB),
+                    dict(block_size=lz4.frame.BLOCKSIZE_MAX1MB, block_checksum=True),
+                    dict(content_checksum=True, store_size=True),
+                    dict(store_size=False, compression_level=12)):
+        frame = lz4.frame.compress(data, block_linked=False, **options)
+        for magic in (0, 1, 2):
+            assert decompress("lz4", magic, frame) == data
+
+
+# --- errors -------------------------------------------------------------------------------
+
+def test_codec_and_magic_checks():
+    with pytest.raises(UnsupportedCompressionError, match="zstd.*magic 2"):
+        compress("zstd", 1, b"x")
+    frame = compress("zstd", 2, b"x")
+    for magic in (0, 1):
+        with pytest.raises(UnsupportedCompressionError, match="magic"):
+            decompress("zstd", magic, frame)
+        with pytest.raises(UnsupportedCompressionError):
+            Decompressor().decompress(4, magic, frame)
+    for codec_id in (5, 6, 7):
+        with pytest.raises(UnsupportedCompressionError, match=f"unknown compression type id {codec_id}"):
+            decompress(codec_id, 2, frame)
+        with pytest.raises(UnsupportedCompressionError, match=f"unknown compression type id {codec_id}"):
+            compress(codec_id, 2, b"x")
+    with pytest.raises(UnsupportedCompressionError, match="unknown compression"):
+        compress("brotli", 2, b"x")
+    for none in (0, "none", None):
+        with pytest.raises(ValueError, match="not a container"):
+            decompress(none, 2, b"x")
+        with pytest.raises(ValueError, match="not a container"):
+            compress(none, 2, b"x")
+    with pytest.raises(UnsupportedVersionError, match="magic 3"):
+        decompress("lz4", 3, compress("lz4", 2, b"x"))
+
+
+def truncation_points(size):
+    return sorted({0, 1, 2, 3, 5, 9, 10, 15, 16, 17, 20, size // 2, size - 5, size - 4,
+                   size - 2, size - 1} & set(range(size)))
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
+def test_every_truncation_is_an_error(codec):
+    data = sample(150_000)
+    out = compress(codec, magic_of(codec), data)
+    for cut in truncation_points(len(out)):
+        with pytest.raises(CorruptRecordError, match=f"{codec} data.*(truncated|ended|empty)"):
+            decompress(codec, magic_of(codec), out[:cut])
+        with pytest.raises(CorruptRecordError):
+            Decompressor().decompress(codec, magic_of(codec), out[:cut])
+
+
+def test_truncated_snappy():
+    data = sample(100_000)
+    out = compress("snappy", 1, data)
+    (first,) = struct.unpack_from(">i", out, 16)
+    for cut in (21, 16 + 4 + first // 2, len(out) - 1):
+        with pytest.raises(CorruptRecordError, match="snappy data.*truncated block") as info:
+            decompress("snappy", 1, out[:cut])
+        assert info.value.position is not None
+    with pytest.raises(CorruptRecordError, match="empty"):
+        decompress("snappy", 1, b"")
+    # A cut at a block boundary leaves valid (shorter) data, plus up to 3 ignored bytes.
+    boundary = 16 + 4 + first
+    for extra in range(4):
+        assert decompress("snappy", 1, out[:boundary + extra]) == data[:32768]
+    # The 16-byte header missing: the input is read as one raw snappy block, which fails.
+    with pytest.raises(CorruptRecordError, match=r"snappy data \(magic 1\)"):
+        decompress("snappy", 1, out[:12])
+    with pytest.raises(CorruptRecordError, match="invalid snappy block"):
+        decompress("snappy", 1, b"\x05abc")
+
+
+def test_snappy_reader_details():
+    data = sample(70_000)
+    one = compress("snappy", 2, data)
+    assert decompress("snappy", 2, one + one) == data + data        # concatenated streams
+    assert decompress("snappy", 2, one + b"\x00\x00\x07") == data   # <= 3 trailing bytes
+    with pytest.raises(CorruptRecordError, match="negative block length"):
+        decompress("snappy", 2, one + b"\xff\xff\xff\xff")
+    with pytest.raises(CorruptRecordError, match="truncated block"):
+        decompress("snappy", 2, one + b"\x00\x00\x00\x09")
+    raw = bytes(cramjam.snappy.compress_raw(data))
+    assert decompress("snappy", 2, raw) == data                     # no header: one raw block
+    # A block whose varint promises more than the block can hold is refused before any
+    # allocation (and is not reported as the cap).
+    liar = one[:16] + struct.pack(">i", 6) + b"\xff\xff\xff\x0f\x00\x00"
+    with pytest.raises(CorruptRecordError, match="more than it can hold"):
+        decompress("snappy", 2, liar)
+
+
+def test_lz4_linked_blocks_from_lz4_frame_defaults_rejected():
+    frame = lz4.frame.compress(sample(200_000))
+    assert not frame[4] & 0x20
+    for magic in (0, 1, 2):
+        with pytest.raises(CorruptRecordError, match="dependent .*blocks") as info:
+            decompress("lz4", magic, frame)
+        assert info.value.position == 4
+
+
+def lz4_header(flg, bd=0x40, magic0=False):
+    body = bytes([flg, bd])
+    hc = (xxhash.xxh32_intdigest((b"\x04\x22\x4d\x18" if magic0 else b"") + body) >> 8) & 0xFF
+    return b"\x04\x22\x4d\x18" + body + bytes([hc])
+
+
+def test_lz4_header_fields_kafka_rejects():
+    tail = struct.pack("<I", 0x80000002) + b"hi" + b"\0\0\0\0"
+    assert decompress("lz4", 2, lz4_header(0x60) + tail) == b"hi"
+    for flg, bd, match in ((0x61, 0x40, "dictionary id"), (0x62, 0x40, "reserved"),
+                           (0xA0, 0x40, "version"), (0x60, 0x30, "BD"), (0x60, 0x41, "BD"),
+                           (0x60, 0xC0, "BD")):
+        with pytest.raises(CorruptRecordError, match=match):
+            decompress("lz4", 2, lz4_header(flg, bd) + tail)
+    with pytest.raises(CorruptRecordError, match="invalid frame magic"):
+        decompress("lz4", 2, b"\x04\x22\x4d\x19" + lz4_header(0x60)[4:] + tail)
+    # A block larger than the frame's max block size.
+    big = lz4_header(0x60) + struct.pack("<I", 0x80000000 | 65537) + b"x" * 65537 + b"\0" * 4
+    with pytest.raises(CorruptRecordError, match="exceeds the frame's max block size"):
+        decompress("lz4", 2, big)
+
+
+def test_lz4_bad_hc_rejected_for_magic_1_2_accepted_for_magic_0():
+    frame = bytearray(compress("lz4", 2, sample(1000)))
+    frame[6] ^= 0x55
+    assert decompress("lz4", 0, frame) == sample(1000)
+    for magic in (1, 2):
+        with pytest.raises(CorruptRecordError, match="frame descriptor corrupted") as info:
+            decompress("lz4", magic, frame)
+        assert info.value.position == 6
+
+
+def test_lz4_block_checksum_verified():
+    data = sample(200_000)
+    frame = lz4.frame.compress(data, block_linked=False, block_checksum=True)
+    assert decompress("lz4", 2, frame) == data
+    # The first block's checksum sits right after it.
+    (word,) = struct.unpack_from("<I", frame, 7 + 8)     # lz4.frame stores the content size
+    checksum_at = 7 + 8 + 4 + (word & 0x7FFFFFFF)
+    bad = bytearray(frame)
+    bad[checksum_at] ^= 1
+    with pytest.raises(InvalidCrcError, match="block checksum") as info:
+        decompress("lz4", 2, bad)
+    assert info.value.position == checksum_at
+    assert info.value.stored == struct.unpack_from("<I", bad, checksum_at)[0]
+    assert info.value.computed == struct.unpack_from("<I", frame, checksum_at)[0]
+
+
+def test_lz4_content_checksum_consumed_not_verified():
+    data = sample(1000)
+    frame = bytearray(lz4.frame.compress(data, block_linked=False, content_checksum=True))
+    frame[-1] ^= 0xFF
+    assert decompress("lz4", 2, frame) == data
+    with pytest.raises(CorruptRecordError, match="content checksum"):
+        decompress("lz4", 2, frame[:-2])
+
+
+def test_lz4_reads_only_the_first_frame():
+    one = compress("lz4", 2, b"first")
+    assert decompress("lz4", 2, one + compress("lz4", 2, b"second")) == b"first"
+
+
+def test_gzip_reader_details():
+    data = sample(50_000)
+    one = compress("gzip", 1, data)
+    assert decompress("gzip", 1, one + kp.gzip_encode(b"more")) == data + b"more"
+    assert decompress("gzip", 1, one + b"junk after the member") == data
+    with pytest.raises(CorruptRecordError, match="gzip data"):
+        decompress("gzip", 1, zlib.compress(data))              # zlib framing is not gzip
+    bad = bytearray(one)
+    bad[-5] ^= 1                                                # trailer CRC
+    with pytest.raises(CorruptRecordError, match="incorrect data check"):
+        decompress("gzip", 1, bad)
+    with pytest.raises(CorruptRecordError, match="truncated") as info:
+        decompress("gzip", 1, one + one[:30])                   # second member cut short
+    assert info.value.position == len(one) + 30
+
+
+def test_zstd_reader_details():
+    data = sample(70_000)
+    one = compress("zstd", 2, data)
+    skippable = struct.pack("<II", 0x184D2A5E, 3) + b"abc"
+    with_size = zstandard.ZstdCompressor(write_content_size=True, write_checksum=True).compress(data)
+    empty = compress("zstd", 2, b"")
+    assert decompress("zstd", 2, skippable + one + empty + with_size + skippable) == data + data
+    with pytest.raises(CorruptRecordError, match="invalid frame magic") as info:
+        decompress("zstd", 2, one + b"\0\0\0\0\0")
+    assert info.value.position == len(one)
+    with pytest.raises(CorruptRecordError, match="empty"):
+        decompress("zstd", 2, b"")
+    bad = bytearray(with_size)
+    bad[-1] ^= 1                                                 # content checksum
+    with pytest.raises(CorruptRecordError, match="zstd"):
+        decompress("zstd", 2, bad)
+
+
+# --- decompression bombs ------------------------------------------------------------------
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_cap_is_exact_for_every_codec(codec):
+    data = b"\0" * 1_000_000 + sample(5000)
+    out = compress(codec, magic_of(codec), data)
+    assert decompress(codec, magic_of(codec), out, max_size=len(data)) == data
+    assert bytes(Decompressor(max_size=len(data)).decompress(codec, magic_of(codec), out)) == data
+    for cap in (0, 1000, 65536, len(data) - 1):
+        with pytest.raises(RecordTooLargeError, match=f"cap of {cap} bytes.*max_size"):
+            decompress(codec, magic_of(codec), out, max_size=cap)
+        with pytest.raises(RecordTooLargeError):
+            Decompressor(max_size=cap).decompress(codec, magic_of(codec), out)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_bomb_stops_at_the_cap(codec):
+    import tracemalloc
+
+    bomb = compress(codec, magic_of(codec), bytes(50_000_000))
+    assert len(bomb) < 2_500_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(RecordTooLargeError):
+            decompress(codec, magic_of(codec), bomb, max_size=5_000_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 6_000_000
+
+
+# --- hostile input ------------------------------------------------------------------------
+
+VALID = {codec: compress(codec, magic_of(codec), sample(100_000, redundancy=0.9))
+         for codec in CODECS}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(CODECS), st.data())
+def test_random_byte_flips_raise_only_kafkacodec_errors(codec, draw):
+    data = bytearray(VALID[codec])
+    for _ in range(draw.draw(st.integers(1, 4))):
+        pos = draw.draw(st.integers(0, min(len(data) - 1, draw.draw(st.sampled_from([40, 10**6])))))
+        data[pos] ^= draw.draw(st.integers(1, 255))
+    for magic in (0, 1, 2) if codec != "zstd" else (2,):
+        try:
+            decompress(codec, magic, data, max_size=1_000_000)
+        except KafkaCodecError:
+            pass
+        try:
+            Decompressor(max_size=1_000_000).decompress(codec, magic, data)
+        except KafkaCodecError:
+            pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(CODECS), st.binary(max_size=200))
+def test_garbage_raises_only_kafkacodec_errors(codec, data):
+    for prefix in (b"", bytes.fromhex("82534E4150505900000000010000000100000010"),
+                   lz4_header(0x60), lz4_header(0x70, 0x70), bytes.fromhex("28b52ffd00")):
+        try:
+            decompress(codec, magic_of(codec), prefix + data, max_size=100_000)
+        except KafkaCodecError:
+            pass
+
+
+# --- xxHash32 -----------------------------------------------------------------------------
+
+@given(st.binary(max_size=300), st.integers(0, 2**32 - 1))
+def test_xxhash32_matches_the_xxhash_package(data, seed):
+    assert xxhash32(data, seed) == xxhash.xxh32_intdigest(data, seed)
+
+
+def test_xxhash32_long_input():
+    data = os.urandom(1_000_003)
+    assert xxhash32(data) == xxhash.xxh32_intdigest(data)
+    assert xxhash32(memoryview(data)[3:]) == xxhash.xxh32_intdigest(data[3:])

@@ -1,0 +1,172 @@
+"""FileRecords: a memory-mapped log segment, walked with Kafka's file reader rules (spec §9.2),
+slices, and what closing does to batches and views."""
+
+import gc
+import struct
+import sys
+import threading
+
+import pytest
+
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+from kafkacodec import (BufferReleasedError, CorruptRecordError, FileRecords, MemoryRecords,
+                        Records, UnsupportedVersionError)
+
+
+def v2(n, base_offset, codec=0):
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=0,
+                                  producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                  batch_size=1 << 30)
+    for i in range(n):
+        b.append(i, timestamp=1_000 + i, key=b"k%d" % i, value=b"v%d" % (base_offset + i),
+                 headers=[])
+    return struct.pack(">q", base_offset) + bytes(b.build())[8:]
+
+
+def v1(offset):
+    b = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 30)
+    b.append(offset, timestamp=5, key=None, value=b"legacy")
+    return bytes(b.build())
+
+
+SEGMENT = v2(3, 0) + v1(3) + v2(5, 4) + v2(2, 9)
+
+
+def summary(records):
+    return [(r.offset, r.timestamp, r.key, r.value) for r in records.records()]
+
+
+@pytest.fixture
+def segment(tmp_path):
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(SEGMENT)
+    return path
+
+
+def test_reads_like_memory_records(segment):
+    with FileRecords.open(segment) as records:
+        assert isinstance(records, Records) and records.path == str(segment)
+        assert summary(records) == summary(MemoryRecords(SEGMENT))
+        assert [r.offset for r in records.records()] == list(range(11))
+        assert records.size_in_bytes == len(SEGMENT) and bytes(records) == SEGMENT
+        batches = list(records.batches())
+        assert [b.position for b in batches] == [b.position for b in MemoryRecords(SEGMENT).batches()]
+        assert records.validate() == 4 and all(b.is_valid() for b in batches)
+        assert records.index()["base_offset"].tolist() == [0, 3, 4, 9]
+    assert records.closed
+
+
+def test_slice_positions_are_file_positions_and_size_is_clamped(segment):
+    sizes = [b.size_in_bytes for b in MemoryRecords(SEGMENT).batches()]
+    with FileRecords.open(segment) as records:
+        tail = records.slice(sizes[0], 10**9)          # clamped to the end, as Kafka does
+        assert tail.size_in_bytes == len(SEGMENT) - sizes[0]
+        assert [b.position for b in tail.batches()][0] == sizes[0]
+        assert [r.offset for r in tail.records()] == list(range(3, 11))
+        middle = tail.slice(sizes[1], sizes[2] + 20)    # relative to the slice; ends mid-batch
+        assert [b.base_offset for b in middle.batches()] == [4]
+        assert middle.partial_tail_bytes == 20
+        assert middle.index()["position"].tolist() == [sizes[0] + sizes[1]]
+        assert records.slice(len(SEGMENT), 5).size_in_bytes == 0
+        for position, size in [(-1, 1), (len(SEGMENT) + 1, 1), (0, -1)]:
+            with pytest.raises(ValueError):
+                records.slice(position, size)
+
+
+def test_file_rules_stop_below_18_bytes_and_skip_the_magic_range_check(tmp_path):
+    path = tmp_path / "odd.log"
+    tail17 = SEGMENT[-17:]
+    path.write_bytes(v2(1, 0) + tail17)
+    with FileRecords.open(path) as records:
+        assert len(list(records.batches())) == 1 and records.partial_tail_bytes == 17
+    # magic 5: the in-memory reader rejects it, the file reader reads it as a v2 batch
+    odd = bytearray(v2(2, 7))
+    odd[16] = 5
+    path.write_bytes(bytes(odd))
+    with pytest.raises(CorruptRecordError, match="magic byte 5"):
+        list(MemoryRecords(bytes(odd)).batches())
+    with FileRecords.open(path) as records:
+        (batch,) = records.batches()
+        assert batch.magic == 5 and batch.base_offset == 7 and batch.record_count == 2
+        with pytest.raises(UnsupportedVersionError, match="magic 5"):   # its records cannot be read
+            list(batch)
+
+
+def test_corrupt_size_raises_with_the_file_position(tmp_path):
+    path = tmp_path / "bad.log"
+    first = v2(2, 0)
+    path.write_bytes(first + struct.pack(">qi", 99, 3) + bytes(10))
+    with FileRecords.open(path) as records:
+        with pytest.raises(CorruptRecordError, match="entry size 3") as info:
+            list(records.batches())
+        assert (info.value.position, info.value.offset) == (len(first) + 8, 99)
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.log"
+    path.write_bytes(b"")
+    with FileRecords.open(path) as records:
+        assert list(records.batches()) == [] and records.size_in_bytes == 0
+        assert records.partial_tail_bytes == 0 and len(records.index()) == 0
+
+
+def _mapped(path):
+    if not sys.platform.startswith("linux"):
+        return None
+    with open("/proc/self/maps") as maps:
+        return any(str(path) in line for line in maps)
+
+
+def test_close_makes_batches_and_iterators_raise(segment):
+    records = FileRecords.open(segment)
+    batch = next(records.batches())
+    tail = records.slice(10, 100)
+    it = records.records()
+    first, _, _ = next(it), next(it), next(it)    # the first batch, decoded before the close
+    records.close()
+    assert records.closed and tail.closed
+    assert batch.base_offset == 0 and first.value == b"v0"   # parsed fields stay readable
+    for use in (lambda: batch.raw, lambda: list(batch), batch.is_valid, lambda: next(it),
+                records.batches, records.records, records.validate, records.index,
+                lambda: records.buffer, lambda: tail.slice(0, 1)):
+        with pytest.raises(BufferReleasedError):
+            use()
+    records.close()                                          # twice is fine
+    gc.collect()
+    assert _mapped(segment) in (False, None)
+
+
+def test_views_alive_at_close_keep_the_mapping_until_released(segment):
+    records = FileRecords.open(segment)
+    raw = next(records.batches()).raw
+    whole = records.buffer
+    records.close()
+    assert bytes(raw) == SEGMENT[:len(raw)] and bytes(whole) == SEGMENT   # no dangling pointer
+    assert _mapped(segment) in (True, None)
+    del raw
+    assert _mapped(segment) in (True, None)
+    del whole
+    gc.collect()
+    assert _mapped(segment) in (False, None)
+
+
+def test_close_during_a_validation_loop_in_another_thread_is_safe(tmp_path):
+    path = tmp_path / "big.log"
+    path.write_bytes(v2(500, 0) * 400)
+    for _ in range(5):
+        records = FileRecords.open(path)
+        results = []
+
+        def walk():
+            try:
+                results.append(records.validate())
+            except BufferReleasedError:
+                results.append("released")
+
+        thread = threading.Thread(target=walk)
+        thread.start()
+        records.close()
+        thread.join()
+        assert results in ([400], ["released"])
