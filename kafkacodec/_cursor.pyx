@@ -4,11 +4,13 @@
 from kafkacodec.errors import CorruptRecordError
 
 
-cdef int raise_short(const Cursor* cur, Py_ssize_t wanted, const char* what) except -1:
-    raise CorruptRecordError(
-        f"truncated {what.decode()}: needs {wanted} bytes, {cur.end - cur.pos} left",
-        position=cur.base + cur.pos)
+cdef int raise_short(const Cursor* cur, Py_ssize_t wanted, const char* what) except -1 nogil:
+    with gil:
+        raise CorruptRecordError(
+            f"truncated {what.decode()}: needs {wanted} bytes, {cur.end - cur.pos} left",
+            position=cur.base + cur.pos)
 
 
-cdef int raise_corrupt(const Cursor* cur, const char* what) except -1:
-    raise CorruptRecordError(f"invalid {what.decode()}", position=cur.base + cur.pos)
+cdef int raise_corrupt(const Cursor* cur, const char* what) except -1 nogil:
+    with gil:
+        raise CorruptRecordError(f"invalid {what.decode()}", position=cur.base + cur.pos)

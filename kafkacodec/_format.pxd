@@ -66,7 +66,7 @@ cdef struct BatchHeader:
     int32_t base_sequence
     int32_t records_count        # v2 RecordsCount; uncompressed legacy 1; compressed legacy -1
 
-cdef inline int next_entry(Cursor* cur, BatchHeader* h) except -1:
+cdef inline int next_entry(Cursor* cur, BatchHeader* h) except -1 nogil:
     """Frame the next entry (ByteBufferLogInputStream rules, spec §9.1) and parse its header.
 
     Returns 1 and advances past the entry, or 0 at the end (fewer than 12 bytes left, or a
