@@ -54,5 +54,5 @@ def encode_v2(
     batch_bytes: int = 16384,
     max_records: int = 1 << 20,
     base_offset: int = 0,
-    compress: Any = None,
+    level: int = -1,
 ) -> tuple[bytes, int]: ...

@@ -16,35 +16,32 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, u
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 from cpython.buffer cimport PyBuffer_FillInfo
+from cpython.object cimport PyObject
 
-from kafkacodec._crc cimport kc_crc32, kc_crc32c, kc_crc_init
-from kafkacodec._cursor cimport load_u16, load_u32, load_u64
+from kafkacodec._compression cimport Decompressor, LEVEL_DEFAULT, compress
+from kafkacodec._crc cimport kc_crc32c, kc_crc_init
+from kafkacodec._cursor cimport Cursor, cursor_init, load_u16, load_u32, load_u64, raise_corrupt, remaining
+from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, V2_HEADER_SIZE, CONTROL_FLAG,
+                                 TRANSACTIONAL_FLAG, TIMESTAMP_LOG_APPEND, compute_crc, next_entry)
+from kafkacodec._legacy cimport (LegacyMessage, inner_base_offset, next_inner_entry,
+                                 read_legacy_message)
+from kafkacodec._v2 cimport (V2Record, read_control_type, read_v2_header, read_v2_record,
+                             record_timestamp, v2_record_body_size, write_v2_batch_header,
+                             write_v2_record)
+from kafkacodec._writer cimport Writer, WriteBuffer, ensure, put_bytes, put_varint, reserve
 
 import numpy as np
 import pyarrow as pa
 
-from kafkacodec.errors import CorruptRecordError, InvalidCrcError, UnsupportedCompressionError
+from kafkacodec.errors import (CorruptRecordError, InvalidCrcError, KafkaCodecError,
+                               UnsupportedCompressionError)
 
 kc_crc_init()
 
-DEF LOG_OVERHEAD = 12
-DEF V2_HEADER = 61
-
-
-# Error codes set by the nogil loop, raised once the GIL is back.
-cdef enum:
-    OK = 0
-    E_CORRUPT = 1
-    E_CRC = 2
-    E_NOMEM = 3
-    E_CODEC = 4
-
-# What the nogil loop stopped for.
+# What the decode loop stopped for.
 cdef enum:
     S_END = 0            # reached the end of the range (or a partial trailing entry)
     S_FULL = 1           # the output batch is full; resume at state.pos
-    S_DECOMPRESS = 2     # the entry at state.pos is compressed: decompress it with the GIL
-    S_ERROR = 3
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -204,51 +201,11 @@ cdef inline int put_u8(Buf* b, uint8_t v) noexcept nogil:
 
 
 # --------------------------------------------------------------------------------------------
-# nogil varint readers over (pointer, position, end).  TODO(merge): use the shared nogil
-# record primitives of _v2.pxd once they exist; _cursor.pxd's readers raise, so need the GIL.
-
-cdef inline int rd_varint(const unsigned char* p, Py_ssize_t* pos, Py_ssize_t end,
-                          int32_t* out) noexcept nogil:
-    cdef uint32_t raw = 0
-    cdef unsigned char byte
-    cdef int shift = 0
-    while True:
-        if pos[0] >= end or shift > 28:
-            return -1
-        byte = p[pos[0]]
-        pos[0] += 1
-        if shift == 28 and byte > 0x0F:
-            return -1
-        raw |= <uint32_t>(byte & 0x7F) << shift
-        if not (byte & 0x80):
-            out[0] = <int32_t>((raw >> 1) ^ -(raw & 1))
-            return 0
-        shift += 7
-
-cdef inline int rd_varlong(const unsigned char* p, Py_ssize_t* pos, Py_ssize_t end,
-                           int64_t* out) noexcept nogil:
-    cdef uint64_t raw = 0
-    cdef unsigned char byte
-    cdef int shift = 0
-    while True:
-        if pos[0] >= end or shift > 63:
-            return -1
-        byte = p[pos[0]]
-        pos[0] += 1
-        raw |= <uint64_t>(byte & 0x7F) << shift
-        if not (byte & 0x80):
-            out[0] = <int64_t>((raw >> 1) ^ -(raw & 1))
-            return 0
-        shift += 7
-
-
-# --------------------------------------------------------------------------------------------
-# The decoder state.
+# The decoder state and loop.  Everything below runs without the GIL; the shared primitives
+# (_format.next_entry, _v2.read_v2_record, _legacy.read_legacy_message) raise by taking the
+# GIL themselves, and decompression takes it for the codec call.
 
 cdef struct Batch:              # what a record needs from its batch / wrapper
-    int64_t base_offset
-    int64_t base_timestamp
-    int64_t max_timestamp
     int64_t producer_id
     int32_t ts_type             # -1 none, 0 create, 1 log-append
     int8_t magic
@@ -258,9 +215,12 @@ cdef struct Batch:              # what a record needs from its batch / wrapper
 
 cdef struct State:
     const unsigned char* data
-    Py_ssize_t pos              # next entry to read
+    Py_ssize_t pos              # next entry to read (its start, also while it is decoded)
     Py_ssize_t end
     Py_ssize_t base             # file position of data[0]
+    PyObject* decompressor      # a Decompressor, owned by the ArrowDecoder
+    int decompressing           # the failing entry was compressed (for error messages)
+    int64_t entry_offset        # base offset of the entry being decoded
     # options
     int validate_crc
     int include_headers
@@ -290,333 +250,224 @@ cdef struct State:
     # statistics
     Py_ssize_t batches
     Py_ssize_t crc_checked
-    # error
-    int err
-    Py_ssize_t err_pos
-    int64_t err_offset
-    const char* err_what
-    uint32_t err_stored
-    uint32_t err_computed
 
-cdef inline int fail(State* s, int code, Py_ssize_t pos, int64_t offset,
-                     const char* what) noexcept nogil:
-    s.err = code
-    s.err_pos = pos
-    s.err_offset = offset
-    s.err_what = what
-    return -1
 
-cdef inline int emit_fixed(State* s, const Batch* b, int64_t offset, int64_t ts) noexcept nogil:
-    if put_i64(&s.offset, offset) < 0 or put_i32(&s.ts_type, b.ts_type) < 0:
-        return -1
-    # Spark's timestamp is microseconds; Kafka's -1 "no timestamp" stays -1 ms as Spark's
-    # Kafka source gives it.
-    if put_i64(&s.timestamp, ts * 1000) < 0 or put_u8(&s.magic, <uint8_t>b.magic) < 0:
-        return -1
-    if put_i64(&s.producer_id, b.producer_id) < 0:
-        return -1
-    if put_u8(&s.transactional, b.transactional) < 0 or put_u8(&s.control, b.control) < 0:
-        return -1
+cdef int no_memory() except -1 nogil:
+    with gil:
+        raise MemoryError("out of memory while building Arrow columns")
+
+
+cdef int crc_failed(State* s, const BatchHeader* h, uint32_t computed) except -1 nogil:
+    with gil:
+        raise InvalidCrcError(f"corrupt magic {h.magic} entry (CRC mismatch)", stored=h.crc,
+                              computed=computed, position=h.position, offset=h.base_offset)
+
+
+cdef int check_crc(State* s, const unsigned char* entry, const BatchHeader* h) except -1 nogil:
+    cdef uint32_t computed
+    if s.validate_crc:
+        s.crc_checked += 1
+        computed = compute_crc(entry, h)
+        if computed != h.crc:
+            crc_failed(s, h, computed)
+    return 0
+
+
+cdef const unsigned char* decompress_value(State* s, int codec, int magic, const unsigned char* data,
+                                           Py_ssize_t size, Py_ssize_t* out_size) except NULL nogil:
+    s.decompressing = 1
+    with gil:
+        return (<Decompressor>s.decompressor).decompress_into(codec, magic, data, size, out_size)
+
+
+cdef inline int emit_fixed(State* s, const Batch* b, int64_t offset, int64_t ts) except -1 nogil:
+    if (put_i64(&s.offset, offset) < 0 or put_i32(&s.ts_type, b.ts_type) < 0
+            # Spark's timestamp is microseconds; Kafka's -1 "no timestamp" stays -1 ms, as
+            # Spark's Kafka source gives it.
+            or put_i64(&s.timestamp, ts * 1000) < 0 or put_u8(&s.magic, <uint8_t>b.magic) < 0
+            or put_i64(&s.producer_id, b.producer_id) < 0
+            or put_u8(&s.transactional, b.transactional) < 0 or put_u8(&s.control, b.control) < 0):
+        return no_memory()
     s.rows += 1
     return 0
 
-cdef inline int emit_no_headers(State* s) noexcept nogil:
-    if not s.include_headers:
-        return 0
+
+cdef inline int emit_headers_entry(State* s, int32_t count) except -1 nogil:
+    """Close the headers list of the row just emitted (null when it has none, as Spark)."""
+    cdef Py_ssize_t row = s.rows - 1
     if buf_ensure(&s.hdr_valid, 1) < 0 or put_i32(&s.hdr_offsets, <int32_t>s.hkey.n) < 0:
-        return -1
-    s.hdr_nulls += 1
-    s.hdr_valid.len = (s.rows + 7) >> 3          # rows already counts this record
+        return no_memory()
+    if count > 0:
+        s.hdr_valid.ptr[row >> 3] |= <unsigned char>(1 << (row & 7))
+    else:
+        s.hdr_nulls += 1
+    s.hdr_valid.len = (s.rows + 7) >> 3
     return 0
 
 
-cdef int decode_v2_records(State* s, const Batch* b, const unsigned char* p, Py_ssize_t n,
-                           int32_t count, Py_ssize_t err_base) noexcept nogil:
-    """Records of one v2 batch: `p[0:n]` is the (decompressed) records section.  err_base is
-    the file position of p[0], or the batch position when p is decompressed data."""
-    cdef Py_ssize_t pos = 0, body_end, rec_start
-    cdef int32_t i, length, offset_delta, key_len, value_len, n_headers, h, hk_len, hv_len
-    cdef int64_t ts_delta, offset, ts
-    cdef const unsigned char* key
-    cdef const unsigned char* value
-    cdef int emit
-    cdef int32_t row_hdr
-    for i in range(count):
-        rec_start = pos
-        if rd_varint(p, &pos, n, &length) < 0 or length < 0 or length > n - pos:
-            return fail(s, E_CORRUPT, err_base + rec_start, b.base_offset,
-                        "record length (premature end of the batch)")
-        body_end = pos + length
-        pos += 1                                               # attributes (unused)
-        if (pos > body_end or rd_varlong(p, &pos, body_end, &ts_delta) < 0
-                or rd_varint(p, &pos, body_end, &offset_delta) < 0
-                or rd_varint(p, &pos, body_end, &key_len) < 0):
-            return fail(s, E_CORRUPT, err_base + rec_start, b.base_offset, "record header")
-        if key_len > body_end - pos:
-            return fail(s, E_CORRUPT, err_base + rec_start, b.base_offset, "record key length")
-        key = p + pos
-        if key_len > 0:
-            pos += key_len
-        if rd_varint(p, &pos, body_end, &value_len) < 0 or value_len > body_end - pos:
-            return fail(s, E_CORRUPT, err_base + rec_start, b.base_offset, "record value length")
-        value = p + pos
-        if value_len > 0:
-            pos += value_len
-        if (rd_varint(p, &pos, body_end, &n_headers) < 0 or n_headers < 0
-                or n_headers > body_end - pos):
-            return fail(s, E_CORRUPT, err_base + rec_start, b.base_offset, "header count")
-        offset = b.base_offset + offset_delta
-        emit = not b.skip and s.start_offset <= offset < s.end_offset
-        if emit:
-            if varcol_append(&s.key, key, key_len) < 0 or varcol_append(&s.value, value, value_len) < 0:
-                return fail(s, E_NOMEM, 0, 0, "")
-            ts = b.max_timestamp if b.ts_type == 1 else b.base_timestamp + ts_delta
-            if emit_fixed(s, b, offset, ts) < 0:
-                return fail(s, E_NOMEM, 0, 0, "")
-        for h in range(n_headers):
-            if rd_varint(p, &pos, body_end, &hk_len) < 0 or hk_len < 0 or hk_len > body_end - pos:
-                return fail(s, E_CORRUPT, err_base + rec_start, b.base_offset, "header key length")
-            key = p + pos
-            pos += hk_len
-            if rd_varint(p, &pos, body_end, &hv_len) < 0 or hv_len > body_end - pos:
-                return fail(s, E_CORRUPT, err_base + rec_start, b.base_offset, "header value length")
-            value = p + pos
-            if hv_len > 0:
-                pos += hv_len
-            if emit and s.include_headers:
-                if varcol_append(&s.hkey, key, hk_len) < 0 or varcol_append(&s.hvalue, value, hv_len) < 0:
-                    return fail(s, E_NOMEM, 0, 0, "")
-        if pos != body_end:
-            return fail(s, E_CORRUPT, err_base + rec_start, b.base_offset,
-                        "record (its length does not match its fields)")
-        if emit and s.include_headers:
-            # list entry: null when the record has no header (as Spark's Kafka source)
-            if buf_ensure(&s.hdr_valid, 1) < 0 or put_i32(&s.hdr_offsets, <int32_t>s.hkey.n) < 0:
-                return fail(s, E_NOMEM, 0, 0, "")
-            row_hdr = <int32_t>(s.rows - 1)
-            if n_headers > 0:
-                s.hdr_valid.ptr[row_hdr >> 3] |= <unsigned char>(1 << (row_hdr & 7))
-            else:
-                s.hdr_nulls += 1
-            s.hdr_valid.len = (s.rows + 7) >> 3
-    if pos != n:
-        return fail(s, E_CORRUPT, err_base + pos, b.base_offset,
-                    "batch (bytes remain after its last record)")
+cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
+                           Cursor* cur) except -1 nogil:
+    cdef V2Record rec
+    cdef int32_t i, j, hk_len, hv_len
+    cdef int64_t offset
+    cdef Cursor hc
+    cdef const unsigned char* hk
+    cdef const unsigned char* hv
+    for i in range(h.records_count):
+        read_v2_record(cur, &rec)
+        offset = h.base_offset + rec.offset_delta
+        if b.skip or not (s.start_offset <= offset < s.end_offset):
+            continue
+        if varcol_append(&s.key, rec.key, rec.key_length) < 0 or varcol_append(&s.value, rec.value, rec.value_length) < 0:
+            return no_memory()
+        emit_fixed(s, b, offset, record_timestamp(h, &rec))
+        if s.include_headers:
+            cursor_init(&hc, rec.headers, rec.headers_size, 0)
+            for j in range(rec.header_count):
+                read_v2_header(&hc, &hk, &hk_len, &hv, &hv_len)
+                if varcol_append(&s.hkey, hk, hk_len) < 0 or varcol_append(&s.hvalue, hv, hv_len) < 0:
+                    return no_memory()
+            emit_headers_entry(s, rec.header_count)
+    if remaining(cur) != 0:
+        # Kafka: "records still remaining" after RecordsCount records
+        raise_corrupt(cur, b"batch (bytes remain after its last record)")
     return 0
 
 
-cdef int check_aborted(State* s, Batch* b) noexcept nogil:
+cdef int is_aborted(State* s, const BatchHeader* h) noexcept nogil:
     cdef Py_ssize_t i
-    b.skip = 0
-    if not b.transactional or b.control:
+    if not (h.attributes & TRANSACTIONAL_FLAG) or (h.attributes & CONTROL_FLAG):
         return 0
     for i in range(s.n_aborted):
-        if (s.aborted[3 * i] == b.producer_id and s.aborted[3 * i + 1] <= b.base_offset
-                and b.base_offset <= s.aborted[3 * i + 2]):
-            b.skip = 1
-            return 0
+        if (s.aborted[3 * i] == h.producer_id and s.aborted[3 * i + 1] <= h.base_offset
+                and h.base_offset <= s.aborted[3 * i + 2]):
+            return 1
     return 0
 
 
-cdef int v2_header(State* s, const unsigned char* e, Py_ssize_t size, int check_crc, Batch* b,
-                   int16_t* attributes, int32_t* count) noexcept nogil:
-    """Parse and check the 61-byte header of the v2 batch at e (size = whole entry)."""
-    cdef uint32_t stored, computed
-    cdef Py_ssize_t pos = s.pos
-    b.base_offset = <int64_t>load_u64(e)
-    if size < V2_HEADER:
-        return fail(s, E_CORRUPT, s.base + pos, b.base_offset, "v2 batch (shorter than its 61-byte header)")
-    stored = load_u32(e + 17)
-    if check_crc:
-        computed = kc_crc32c(0, e + 21, size - 21)
-        s.crc_checked += 1
-        if computed != stored:
-            s.err_stored = stored
-            s.err_computed = computed
-            return fail(s, E_CRC, s.base + pos, b.base_offset, "v2 batch")
-    attributes[0] = <int16_t>load_u16(e + 21)
+cdef int decode_v2(State* s, const unsigned char* entry, const BatchHeader* h) except -1 nogil:
+    cdef Batch b
+    cdef Cursor cur
+    cdef const unsigned char* plain
+    cdef Py_ssize_t plain_size
+    check_crc(s, entry, h)
+    if h.records_count < 0:
+        cursor_init(&cur, entry, h.size, h.position)
+        cur.pos = 57
+        raise_corrupt(&cur, b"v2 record count (negative)")
+    if h.compression > 4:
+        with gil:
+            raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
+                                              position=h.position + 21, offset=h.base_offset)
+    if (h.records_count == 0 or h.last_offset < s.start_offset or h.base_offset >= s.end_offset
+            or ((h.attributes & CONTROL_FLAG) and not s.keep_control)):
+        return 0
     b.magic = 2
-    b.ts_type = (attributes[0] >> 3) & 1
-    b.transactional = (attributes[0] >> 4) & 1
-    b.control = (attributes[0] >> 5) & 1
-    b.base_timestamp = <int64_t>load_u64(e + 27)
-    b.max_timestamp = <int64_t>load_u64(e + 35)
-    b.producer_id = <int64_t>load_u64(e + 43)
-    count[0] = <int32_t>load_u32(e + 57)
-    if count[0] < 0:
-        return fail(s, E_CORRUPT, s.base + pos + 57, b.base_offset, "v2 record count (negative)")
-    if (attributes[0] & 7) > 4:
-        return fail(s, E_CODEC, s.base + pos + 21, b.base_offset, "compression type id")
-    return check_aborted(s, b)
-
-
-cdef int legacy_message(State* s, const unsigned char* e, Py_ssize_t size, Py_ssize_t err_pos,
-                        int check_crc, Batch* b, int8_t* attributes, const unsigned char** value,
-                        int32_t* value_len, const unsigned char** key, int32_t* key_len,
-                        int64_t* timestamp) noexcept nogil:
-    """Parse one v0/v1 entry e[0:size] (with its 12-byte overhead)."""
-    cdef int8_t magic = <int8_t>e[16]
-    cdef Py_ssize_t pos, need = 26 if magic == 0 else 34
-    cdef uint32_t stored, computed
-    cdef int64_t offset = <int64_t>load_u64(e)
-    if size < need:
-        return fail(s, E_CORRUPT, err_pos, offset, "legacy message (too short)")
-    stored = load_u32(e + 12)
-    if check_crc:
-        computed = kc_crc32(0, e + 16, size - 16)
-        s.crc_checked += 1
-        if computed != stored:
-            s.err_stored = stored
-            s.err_computed = computed
-            return fail(s, E_CRC, err_pos, offset, "legacy message")
-    attributes[0] = <int8_t>e[17]
-    pos = 18
-    if magic == 1:
-        timestamp[0] = <int64_t>load_u64(e + 18)
-        pos = 26
+    b.producer_id = h.producer_id
+    b.ts_type = h.timestamp_type
+    b.transactional = (h.attributes & TRANSACTIONAL_FLAG) != 0
+    b.control = (h.attributes & CONTROL_FLAG) != 0
+    b.skip = is_aborted(s, h)
+    if h.compression:
+        plain = decompress_value(s, h.compression, 2, entry + V2_HEADER_SIZE,
+                                 h.size - V2_HEADER_SIZE, &plain_size)
+        cursor_init(&cur, plain, plain_size, 0)
     else:
-        timestamp[0] = -1
-    key_len[0] = <int32_t>load_u32(e + pos)
-    pos += 4
-    if key_len[0] > size - pos - 4:
-        return fail(s, E_CORRUPT, err_pos, offset, "legacy message key length")
-    key[0] = e + pos
-    if key_len[0] > 0:
-        pos += key_len[0]
-    value_len[0] = <int32_t>load_u32(e + pos)
-    pos += 4
-    value[0] = e + pos
-    if value_len[0] > size - pos or (value_len[0] < 0 and pos != size) or (value_len[0] >= 0 and pos + value_len[0] != size):
-        return fail(s, E_CORRUPT, err_pos, offset, "legacy message value length")
-    return 0
+        cursor_init(&cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE)
+    return decode_v2_records(s, h, &b, &cur)
 
 
 cdef int emit_legacy(State* s, const Batch* b, int64_t offset, int64_t timestamp,
-                     const unsigned char* key, int32_t key_len,
-                     const unsigned char* value, int32_t value_len) noexcept nogil:
+                     const LegacyMessage* m) except -1 nogil:
     if not (s.start_offset <= offset < s.end_offset):
         return 0
-    if varcol_append(&s.key, key, key_len) < 0 or varcol_append(&s.value, value, value_len) < 0:
-        return fail(s, E_NOMEM, 0, 0, "")
-    if emit_fixed(s, b, offset, timestamp) < 0 or emit_no_headers(s) < 0:
-        return fail(s, E_NOMEM, 0, 0, "")
+    if varcol_append(&s.key, m.key, m.key_length) < 0 or varcol_append(&s.value, m.value, m.value_length) < 0:
+        return no_memory()
+    emit_fixed(s, b, offset, timestamp)
+    if s.include_headers:
+        emit_headers_entry(s, 0)
     return 0
 
 
-cdef int decode_legacy_inner(State* s, const Batch* wrapper, const unsigned char* p,
-                             Py_ssize_t n) noexcept nogil:
-    """Inner messages of a decompressed v0/v1 wrapper (record-formats.md §4, §9.3)."""
-    cdef Py_ssize_t pos = 0, last_pos = -1
-    cdef int32_t size, key_len, value_len
-    cdef int64_t last_rel = 0, base = 0, timestamp
-    cdef int8_t attributes
-    cdef const unsigned char* key
-    cdef const unsigned char* value
-    cdef Batch inner = wrapper[0]
-    cdef Py_ssize_t err_pos = s.base + s.pos
-    # First pass: find the last complete inner entry (v1 offsets are relative to it).
-    while n - pos >= LOG_OVERHEAD:
-        size = <int32_t>load_u32(p + pos + 8)
-        if size < 14:
-            return fail(s, E_CORRUPT, err_pos, wrapper.base_offset, "inner legacy message size")
-        if n - pos - LOG_OVERHEAD < size:
-            break
-        last_pos = pos
-        pos += LOG_OVERHEAD + size
-    if last_pos < 0:
-        return fail(s, E_CORRUPT, err_pos, wrapper.base_offset, "compressed wrapper (no inner message)")
-    if wrapper.magic == 1 and wrapper.base_offset != 0:
-        last_rel = <int64_t>load_u64(p + last_pos)
-        if wrapper.base_offset < last_rel:
-            return fail(s, E_CORRUPT, err_pos, wrapper.base_offset, "wrapper offset (below its last inner offset)")
-        base = wrapper.base_offset - last_rel
-    pos = 0
-    while pos <= last_pos:
-        size = <int32_t>load_u32(p + pos + 8)
-        if legacy_message(s, p + pos, LOG_OVERHEAD + size, err_pos, s.validate_crc, &inner, &attributes,
-                          &value, &value_len, &key, &key_len, &timestamp) < 0:
-            return -1
-        if attributes & 7:
-            return fail(s, E_CORRUPT, err_pos, wrapper.base_offset, "inner message (compressed inside a compressed wrapper)")
-        if wrapper.magic == 1 and wrapper.ts_type == 1:
-            timestamp = wrapper.max_timestamp
-        elif p[pos + 16] == 0:
-            timestamp = -1
-        if emit_legacy(s, &inner, base + <int64_t>load_u64(p + pos), timestamp,
-                       key, key_len, value, value_len) < 0:
-            return -1
-        pos += LOG_OVERHEAD + size
-    return 0
-
-
-cdef int run(State* s, int16_t* codec, int8_t* magic_out) noexcept nogil:
-    """Walk entries from s.pos; decode uncompressed ones; stop at a compressed one (S_DECOMPRESS),
-    when the output is full (S_FULL), at the end (S_END) or on an error (S_ERROR)."""
-    cdef const unsigned char* e
-    cdef int32_t size, count, key_len, value_len
-    cdef int8_t magic, attributes8
-    cdef int16_t attributes
-    cdef int64_t timestamp
+cdef int decode_legacy(State* s, const unsigned char* entry, const BatchHeader* h) except -1 nogil:
+    """A v0/v1 entry: one message, or a compressed wrapper around an inner message set
+    (record-formats.md §4): inner v1 offsets are relative to the last, the wrapper's
+    LogAppendTime overrides inner timestamps."""
+    cdef LegacyMessage m, inner
+    cdef BatchHeader ih
     cdef Batch b
-    cdef const unsigned char* key
-    cdef const unsigned char* value
-    memset(&b, 0, sizeof(Batch))
+    cdef Cursor cur
+    cdef const unsigned char* plain
+    cdef Py_ssize_t plain_size, size, last_pos = -1
+    cdef int64_t base
+    check_crc(s, entry, h)
+    read_legacy_message(entry, h.size, h.position, &m)
+    b.magic = h.magic
+    b.producer_id = -1
+    b.ts_type = h.timestamp_type
+    b.transactional = 0
+    b.control = 0
+    b.skip = 0
+    if not h.compression:
+        return emit_legacy(s, &b, h.base_offset, m.timestamp, &m)
+    if h.compression > 3:
+        with gil:
+            raise UnsupportedCompressionError(
+                f"compression type id {h.compression} is not allowed for magic {h.magic}",
+                position=h.position + 17, offset=h.base_offset)
+    if h.base_offset < s.start_offset:          # the wrapper offset is its last inner offset
+        return 0
+    if m.value == NULL:
+        cursor_init(&cur, entry, h.size, h.position)
+        raise_corrupt(&cur, b"compressed wrapper (null value)")
+    plain = decompress_value(s, h.compression, h.magic, m.value, m.value_length, &plain_size)
+    cursor_init(&cur, plain, plain_size, 0)
+    while next_inner_entry(&cur, &size):
+        last_pos = cur.pos
+        cur.pos += size
+    if last_pos < 0:
+        raise_corrupt(&cur, b"compressed wrapper (no inner message)")
+    base = inner_base_offset(h.magic, h.base_offset, <int64_t>load_u64(plain + last_pos), &cur)
+    cur.pos = 0
+    while next_inner_entry(&cur, &size):
+        read_legacy_message(plain + cur.pos, size, cur.pos, &inner)
+        if s.validate_crc:
+            ih.magic = inner.magic
+            ih.size = size
+            ih.crc = inner.crc
+            ih.position = h.position
+            ih.base_offset = h.base_offset
+            check_crc(s, plain + cur.pos, &ih)
+        if inner.attributes & 7:
+            raise_corrupt(&cur, b"inner message (compressed inside a compressed wrapper)")
+        emit_legacy(s, &b, base + inner.offset,
+                    h.max_timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND else inner.timestamp,
+                    &inner)
+        cur.pos += size
+    return 0
+
+
+cdef int run(State* s) except -1 nogil:
+    """Decode entries from s.pos until the end (S_END) or a full output batch (S_FULL)."""
+    cdef Cursor cur
+    cdef BatchHeader h
+    cdef const unsigned char* entry
+    cursor_init(&cur, s.data, s.end, s.base)
     while True:
         if s.rows >= s.max_rows or s.value.data.len + s.key.data.len >= s.max_bytes:
             return S_FULL
-        # file reader rules (record-formats.md §9.2): fewer than 17 bytes or a partial entry: stop
-        if s.end - s.pos < 17:
+        cur.pos = s.pos
+        s.decompressing = 0
+        s.entry_offset = <int64_t>load_u64(s.data + s.pos) if s.end - s.pos >= 8 else -1
+        if not next_entry(&cur, &h):
             return S_END
-        e = s.data + s.pos
-        size = <int32_t>load_u32(e + 8)
-        if size < 14:
-            fail(s, E_CORRUPT, s.base + s.pos, <int64_t>load_u64(e), "entry size (below 14)")
-            return S_ERROR
-        if s.end - s.pos - LOG_OVERHEAD < size:
-            return S_END
-        magic = <int8_t>e[16]
-        if magic < 0 or magic > 2:
-            fail(s, E_CORRUPT, s.base + s.pos + 16, <int64_t>load_u64(e), "magic byte")
-            return S_ERROR
+        entry = s.data + s.pos
         s.batches += 1
-        if magic == 2:
-            if v2_header(s, e, LOG_OVERHEAD + size, s.validate_crc, &b, &attributes, &count) < 0:
-                return S_ERROR
-            if b.base_offset + <int32_t>load_u32(e + 23) < s.start_offset or b.base_offset >= s.end_offset:
-                pass                                   # whole batch outside the offset range
-            elif b.control and not s.keep_control:
-                pass
-            elif count > 0 and (attributes & 7):
-                codec[0] = attributes & 7
-                magic_out[0] = 2
-                return S_DECOMPRESS
-            elif count > 0:
-                if decode_v2_records(s, &b, e + V2_HEADER, LOG_OVERHEAD + size - V2_HEADER, count,
-                                     s.base + s.pos + V2_HEADER) < 0:
-                    return S_ERROR
+        if h.magic == 2:
+            decode_v2(s, entry, &h)
         else:
-            b.magic = magic
-            b.producer_id = -1
-            b.transactional = 0
-            b.control = 0
-            b.skip = 0
-            b.base_offset = <int64_t>load_u64(e)
-            if legacy_message(s, e, LOG_OVERHEAD + size, s.base + s.pos, s.validate_crc, &b, &attributes8,
-                              &value, &value_len, &key, &key_len, &timestamp) < 0:
-                return S_ERROR
-            b.ts_type = -1 if magic == 0 else (attributes8 >> 3) & 1
-            b.max_timestamp = timestamp
-            if attributes8 & 7:
-                if (attributes8 & 7) > 3:
-                    fail(s, E_CODEC, s.base + s.pos + 17, b.base_offset, "compression type id for magic 0/1")
-                    return S_ERROR
-                if b.base_offset >= s.start_offset:     # wrapper offset = last inner offset
-                    codec[0] = attributes8 & 7
-                    magic_out[0] = magic
-                    return S_DECOMPRESS
-            elif emit_legacy(s, &b, b.base_offset, timestamp, key, key_len, value, value_len) < 0:
-                return S_ERROR
-        s.pos += LOG_OVERHEAD + size
+            decode_legacy(s, entry, &h)
+        s.pos = cur.pos
 
 
 cdef object byte_view(data):
@@ -625,12 +476,6 @@ cdef object byte_view(data):
         return data
     mv = memoryview(data)
     return mv if mv.format == "B" else mv.cast("B")
-
-
-def _decompress_fallback(int codec, int magic, data):
-    # TODO(merge): replace by kafkacodec._compression.Decompressor.decompress_into once on main.
-    from kafkacodec.spark._codecs import decompress
-    return decompress(codec, magic, data)
 
 
 cdef class ArrowDecoder:
@@ -646,6 +491,7 @@ cdef class ArrowDecoder:
     cdef State s
     cdef readonly str topic
     cdef readonly int partition
+    cdef Decompressor _decompressor
     cdef readonly str source
     cdef object _aborted_arr
     cdef readonly Py_ssize_t trailing_bytes
@@ -657,6 +503,8 @@ cdef class ArrowDecoder:
                  Py_ssize_t max_bytes=64 << 20, str source="<buffer>"):
         self.topic = topic
         self.partition = partition
+        self._decompressor = Decompressor()
+        self.s.decompressor = <PyObject*>self._decompressor
         self.source = source
         self.s.validate_crc = validate_crc
         self.s.include_headers = include_headers
@@ -713,19 +561,6 @@ cdef class ArrowDecoder:
         entry, see `trailing_bytes`) when done.  `base` is the file position of data[0]."""
         cdef const unsigned char[::1] view = byte_view(data)
         cdef int status
-        cdef int16_t codec = 0
-        cdef int8_t magic = 0
-        cdef Batch b
-        cdef int16_t attributes
-        cdef int32_t count
-        cdef int8_t attributes8
-        cdef const unsigned char* key
-        cdef const unsigned char* value
-        cdef int32_t key_len, value_len
-        cdef int64_t timestamp
-        cdef const unsigned char[::1] plain
-        cdef const unsigned char* e
-        cdef int32_t size
         if end < 0 or end > view.shape[0]:
             end = view.shape[0]
         if start < 0 or start > end:
@@ -735,60 +570,35 @@ cdef class ArrowDecoder:
         self.s.pos = start
         self.s.end = end
         self.s.base = base
-        self.s.err = OK
         self.failed_entry = -1
         if (varcol_start(&self.s.key) < 0 or varcol_start(&self.s.value) < 0
                 or varcol_start(&self.s.hkey) < 0 or varcol_start(&self.s.hvalue) < 0
                 or put_i32(&self.s.hdr_offsets, 0) < 0):
             raise MemoryError()
-        while True:
+        try:
             with nogil:
-                status = run(&self.s, &codec, &magic)
-            if status == S_ERROR:
-                self._raise()
-            if status != S_DECOMPRESS:
-                break
-            e = self.s.data + self.s.pos
-            size = <int32_t>load_u32(e + 8)
-            memset(&b, 0, sizeof(Batch))
-            try:
-                if magic == 2:
-                    v2_header(&self.s, e, LOG_OVERHEAD + size, 0, &b, &attributes, &count)
-                    plain = _decompress_fallback(codec, 2, view[self.s.pos + V2_HEADER:self.s.pos + LOG_OVERHEAD + size])
-                else:
-                    b.magic = magic
-                    b.producer_id = -1
-                    b.base_offset = <int64_t>load_u64(e)
-                    legacy_message(&self.s, e, LOG_OVERHEAD + size, 0, 0, &b, &attributes8,
-                                   &value, &value_len, &key, &key_len, &timestamp)
-                    b.ts_type = -1 if magic == 0 else (attributes8 >> 3) & 1
-                    b.max_timestamp = timestamp
-                    if value_len < 0:
-                        raise CorruptRecordError(f"{self.source}: compressed wrapper has a null value",
-                                                 position=base + self.s.pos, offset=b.base_offset)
-                    vstart = value - &view[0]
-                    plain = _decompress_fallback(codec, magic, view[vstart:vstart + value_len])
-            except CorruptRecordError:
-                self.failed_entry = self.s.pos
-                raise
-            except Exception as exc:
-                self.failed_entry = self.s.pos
-                raise CorruptRecordError(
-                    f"{self.source}: cannot decompress the {('none', 'gzip', 'snappy', 'lz4', 'zstd')[codec]} "
-                    f"records of a magic {magic} entry ({exc})", position=base + self.s.pos,
-                    offset=<int64_t>load_u64(e)) from None
-            with nogil:
-                if magic == 2:
-                    status = decode_v2_records(&self.s, &b, &plain[0] if plain.shape[0] else NULL,
-                                               plain.shape[0], count, self.s.base + self.s.pos)
-                else:
-                    status = decode_legacy_inner(&self.s, &b, &plain[0] if plain.shape[0] else NULL,
-                                                 plain.shape[0])
-            if status < 0:
-                self._raise()
-            self.s.pos += LOG_OVERHEAD + size
+                status = run(&self.s)
+        except KafkaCodecError as exc:
+            self.failed_entry = self.s.pos
+            raise self._located(exc) from None
         self.trailing_bytes = self.s.end - self.s.pos if status == S_END else 0
         return self._finish(), self.s.pos
+
+    def _located(self, exc):
+        """The error with the file name, the entry position and its offset."""
+        entry = self.s.base + self.s.pos
+        where = f"{self.source}: "
+        if self.s.decompressing:
+            where += f"in the decompressed data of the entry at byte {entry}: "
+            position = entry
+        else:
+            position = exc.position if exc.position is not None else entry
+        offset = exc.offset if exc.offset is not None else (
+            self.s.entry_offset if self.s.entry_offset >= 0 else None)
+        if isinstance(exc, InvalidCrcError):
+            return InvalidCrcError(where + exc.reason.split(": stored crc")[0], stored=exc.stored,
+                                   computed=exc.computed, position=position, offset=offset)
+        return type(exc)(where + exc.reason, position=position, offset=offset)
 
     def _finish(self):
         cdef Py_ssize_t n = self.s.rows
@@ -820,22 +630,6 @@ cdef class ArrowDecoder:
         self._reset()
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
-    def _raise(self):
-        cdef State* s = &self.s
-        self.failed_entry = s.pos
-        where = f"{self.source}: "
-        if s.err == E_NOMEM:
-            raise MemoryError("out of memory while decoding records")
-        if s.err == E_CRC:
-            raise InvalidCrcError(where + f"corrupt {s.err_what.decode()} (CRC mismatch)",
-                                  stored=s.err_stored, computed=s.err_computed,
-                                  position=s.err_pos, offset=s.err_offset)
-        if s.err == E_CODEC:
-            raise UnsupportedCompressionError(where + f"unknown {s.err_what.decode()}",
-                                              position=s.err_pos, offset=s.err_offset)
-        raise CorruptRecordError(where + f"invalid {s.err_what.decode()}",
-                                 position=s.err_pos, offset=s.err_offset)
-
 
 # --------------------------------------------------------------------------------------------
 # Shallow scan: one row per complete entry, no record decode.
@@ -844,97 +638,80 @@ SCAN_FIELDS = ("position", "size", "base_offset", "last_offset", "magic", "attri
                "producer_id", "count", "max_timestamp", "control_type")
 
 
-cdef int16_t control_type_of(const unsigned char* e, Py_ssize_t size) noexcept nogil:
+cdef int control_type_of(const unsigned char* entry, const BatchHeader* h) except -2 nogil:
     """Control type of an uncompressed v2 control batch (its first record's key), else -1."""
-    cdef Py_ssize_t pos = V2_HEADER
-    cdef int32_t length, key_len, offset_delta
-    cdef int64_t ts_delta
-    if size < V2_HEADER or <int32_t>load_u32(e + 57) < 1 or (load_u16(e + 21) & 7):
+    cdef Cursor cur
+    cdef V2Record rec
+    if h.records_count < 1 or h.compression:
         return -1
-    if rd_varint(e, &pos, size, &length) < 0:
-        return -1
-    pos += 1
-    if (rd_varlong(e, &pos, size, &ts_delta) < 0 or rd_varint(e, &pos, size, &offset_delta) < 0
-            or rd_varint(e, &pos, size, &key_len) < 0 or key_len < 4 or key_len > size - pos):
-        return -1
-    if <int16_t>load_u16(e + pos) < 0:
-        return -1
-    return <int16_t>load_u16(e + pos + 2)
+    cursor_init(&cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE)
+    read_v2_record(&cur, &rec)
+    return read_control_type(&rec, h.position)
 
 
-cdef Py_ssize_t walk(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t* stop,
-                     int64_t[:, ::1] out) noexcept nogil:
-    """Count (out is empty) or fill the entry table.  Returns the number of entries, or -1 on a
-    corrupt entry header (stop = its position)."""
+cdef Py_ssize_t walk(const unsigned char* data, Py_ssize_t start, Py_ssize_t end, Py_ssize_t base,
+                     Py_ssize_t* stop, int64_t[:, ::1] out) except -1 nogil:
+    """Count the entries (out has no rows) or fill the entry table; stop = where the walk
+    ended (the entry that raised, or the partial tail)."""
     cdef Py_ssize_t n = 0
-    cdef const unsigned char* e
-    cdef int32_t size
-    cdef int8_t magic
+    cdef Cursor cur
+    cdef BatchHeader h
     cdef int fill = out.shape[0] > 0
-    while end - pos >= 17:
-        e = data + pos
-        size = <int32_t>load_u32(e + 8)
-        magic = <int8_t>e[16]
-        if size < 14 or magic < 0 or magic > 2 or (magic == 2 and size < V2_HEADER - LOG_OVERHEAD):
-            stop[0] = pos
-            return -1
-        if end - pos - LOG_OVERHEAD < size:
-            break
+    cursor_init(&cur, data, end, base)
+    cur.pos = start
+    while True:
+        stop[0] = cur.pos
+        if not next_entry(&cur, &h):
+            return n
         if fill:
-            out[n, 0] = pos
-            out[n, 1] = LOG_OVERHEAD + size
-            out[n, 2] = <int64_t>load_u64(e)
-            out[n, 4] = magic
-            if magic == 2:
-                out[n, 3] = out[n, 2] + <int32_t>load_u32(e + 23)
-                out[n, 5] = <int16_t>load_u16(e + 21)
-                out[n, 6] = <int64_t>load_u64(e + 43)
-                out[n, 7] = <int32_t>load_u32(e + 57)
-                out[n, 8] = <int64_t>load_u64(e + 35)
-                out[n, 9] = control_type_of(e, LOG_OVERHEAD + size) if (e[22] & 0x20) else -1
-            else:
-                out[n, 3] = out[n, 2]
-                out[n, 5] = e[17]
-                out[n, 6] = -1
-                out[n, 7] = -1 if (e[17] & 7) else 1
-                out[n, 8] = <int64_t>load_u64(e + 18) if magic == 1 else -1
-                out[n, 9] = -1
+            out[n, 0] = h.position
+            out[n, 1] = h.size
+            out[n, 2] = h.base_offset
+            out[n, 3] = h.last_offset
+            out[n, 4] = h.magic
+            out[n, 5] = h.attributes
+            out[n, 6] = h.producer_id
+            out[n, 7] = h.records_count
+            out[n, 8] = h.max_timestamp
+            out[n, 9] = control_type_of(data + cur.pos - h.size, &h) if (
+                h.magic == 2 and h.attributes & CONTROL_FLAG) else -1
         n += 1
-        pos += LOG_OVERHEAD + size
-    stop[0] = pos
-    return n
 
 
 def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<buffer>",
                  Py_ssize_t base=0, bint strict=True):
-    """Shallow scan of data[start:end]: a dict of int64 numpy arrays (SCAN_FIELDS, one row per
-    complete entry) plus "stop" (position after the last complete entry) and "error" (None, or
-    what was wrong at "stop" when strict is False; strict raises CorruptRecordError)."""
+    """Shallow scan of data[start:end] (entry headers, _format.next_entry): a dict of int64
+    numpy arrays (SCAN_FIELDS, one row per complete entry; legacy base_offset is the entry
+    offset), plus "stop" (position after the last complete entry, or of the corrupt one) and
+    "error" (None, or what was wrong at "stop" when strict is False; strict raises)."""
     cdef const unsigned char[::1] view = byte_view(data)
-    cdef Py_ssize_t n, stop = 0
+    cdef Py_ssize_t n = 0, stop = 0, limit
     cdef int64_t[:, ::1] empty = np.empty((0, len(SCAN_FIELDS)), dtype=np.int64)
     cdef int64_t[:, ::1] table
     cdef const unsigned char* p
     if end < 0 or end > view.shape[0]:
         end = view.shape[0]
     p = &view[0] if view.shape[0] else NULL
-    with nogil:
-        n = walk(p, start, end, &stop, empty)
     error = None
     limit = end
-    if n < 0:
-        error = f"{source}: invalid entry header (size below 14, unknown magic or short v2 batch)"
+    try:
+        with nogil:
+            n = walk(p, start, end, base, &stop, empty)
+    except KafkaCodecError as exc:
+        error = f"{source}: {exc}"
         if strict:
-            raise CorruptRecordError(error, position=base + stop, offset=<int64_t>load_u64(p + stop))
+            raise type(exc)(f"{source}: {exc.reason}", position=exc.position,
+                            offset=exc.offset) from None
         limit = stop
-    with nogil:
-        n = walk(p, start, limit, &stop, empty)
+        with nogil:
+            n = walk(p, start, limit, base, &stop, empty)
+        stop = limit
     arr = np.zeros((n, len(SCAN_FIELDS)), dtype=np.int64)
     table = arr
     if n:
         with nogil:
-            walk(p, start, limit, &stop, table)
-    result = {name: arr[:, i] + (base if name == "position" else 0) for i, name in enumerate(SCAN_FIELDS)}
+            walk(p, start, limit, base, &limit, table)
+    result = {name: arr[:, i] for i, name in enumerate(SCAN_FIELDS)}
     result["stop"] = base + stop
     result["error"] = error
     return result
@@ -942,7 +719,6 @@ def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<bu
 
 # --------------------------------------------------------------------------------------------
 # Columnar encode: Arrow columns of one topic-partition -> v2 record batches.
-# TODO(merge): write records through _v2.pxd's record writer once it is on main.
 
 cdef struct BinCol:             # a binary/string Arrow array: offsets, data, validity
     const int32_t* offsets
@@ -969,28 +745,28 @@ cdef inline const unsigned char* bincol_ptr(const BinCol* c, Py_ssize_t i) noexc
     return c.data + c.offsets[c.offset + i]
 
 
-from kafkacodec._writer cimport (Writer, WriteBuffer, put_bytes, put_int8, put_int16, put_int32,
-                                 put_int64, put_varint, put_varlong, reserve, store_u32,
-                                 varint_size, varlong_size)
-
-
 def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t batch_bytes=16384,
-              Py_ssize_t max_records=1 << 20, int64_t base_offset=0, compress=None):
+              Py_ssize_t max_records=1 << 20, int64_t base_offset=0, int level=LEVEL_DEFAULT):
     """Encode rows into v2 batches: `key`, `value` pyarrow binary arrays, `timestamp_ms` an int64
     numpy array, `headers` a pyarrow list<struct<key:string,value:binary>> array or None.
     A batch closes before the record that would take its records section past `batch_bytes`
-    (every batch holds at least one record).  Offsets are dense from base_offset.  `compress`
-    (codec, bytes) -> bytes compresses a records section.  Returns (bytes, number of batches)."""
-    cdef Py_ssize_t n = len(value), i, j, batch_start, h, h0, h1
+    (every batch holds at least one record).  Offsets are dense from base_offset; CreateTime,
+    no producer.  Returns (bytes, number of batches)."""
+    cdef Py_ssize_t n = len(value), i, batch_start, h, h0, h1, size
     cdef BinCol k, v, hk, hv
     cdef const int64_t[::1] ts = timestamp_ms
     cdef const int32_t[::1] hoff
     cdef const uint8_t[::1] hvalid
-    cdef int32_t klen, vlen, hklen, hvlen, body
+    cdef int32_t klen, vlen, hklen, hvlen
     cdef int64_t first_ts, max_ts
     cdef Writer* w
-    cdef WriteBuffer out = WriteBuffer(), records = WriteBuffer()
-    cdef Py_ssize_t batches = 0
+    cdef Writer* hw
+    cdef WriteBuffer out = WriteBuffer(), records = WriteBuffer(), hdrs = WriteBuffer()
+    cdef Py_ssize_t batches = 0, start
+    cdef BatchHeader bh
+    cdef bytes packed
+    cdef const unsigned char* section
+    cdef Py_ssize_t section_size
     if len(key) != n or ts.shape[0] != n or (headers is not None and len(headers) != n):
         raise ValueError("key, value, timestamp_ms and headers must have the same length")
     if not 0 <= codec <= 4:
@@ -1002,10 +778,17 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
         entries = headers.values
         keep += [bincol_of(&hk, entries.field(0)), bincol_of(&hv, entries.field(1)), entries]
         hvalid = np.ascontiguousarray(headers.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8)
+    w = &records.w
+    hw = &hdrs.w
+    memset(&bh, 0, sizeof(BatchHeader))
+    bh.partition_leader_epoch = -1
+    bh.producer_id = -1
+    bh.producer_epoch = -1
+    bh.base_sequence = -1
+    bh.attributes = codec
     i = 0
     while i < n:
         batch_start = i
-        w = &records.w
         w.length = 0
         first_ts = ts[i]
         max_ts = -1
@@ -1016,67 +799,41 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
             if has_headers and hvalid[i]:
                 h0 = hoff[i]
                 h1 = hoff[i + 1]
-            body = (1 + varlong_size(ts[i] - first_ts) + varint_size(<int32_t>(i - batch_start))
-                    + varint_size(klen) + (klen if klen > 0 else 0)
-                    + varint_size(vlen) + (vlen if vlen > 0 else 0) + varint_size(<int32_t>(h1 - h0)))
+            hw.length = 0
             for h in range(h0, h1):
                 hklen = bincol_len(&hk, h)
                 hvlen = bincol_len(&hv, h)
                 if hklen < 0:
                     raise ValueError(f"row {i}: a header key is null (Kafka header keys are strings)")
-                body += varint_size(hklen) + hklen + varint_size(hvlen) + (hvlen if hvlen > 0 else 0)
-            if i > batch_start and w.length + varint_size(body) + body > batch_bytes:
-                break
-            put_varint(w, body)
-            put_int8(w, 0)
-            put_varlong(w, ts[i] - first_ts)
-            put_varint(w, <int32_t>(i - batch_start))
-            put_varint(w, klen)
-            if klen > 0:
-                put_bytes(w, bincol_ptr(&k, i), klen)
-            put_varint(w, vlen)
-            if vlen > 0:
-                put_bytes(w, bincol_ptr(&v, i), vlen)
-            put_varint(w, <int32_t>(h1 - h0))
-            for h in range(h0, h1):
-                hklen = bincol_len(&hk, h)
-                hvlen = bincol_len(&hv, h)
-                put_varint(w, hklen)
-                put_bytes(w, bincol_ptr(&hk, h), hklen)
-                put_varint(w, hvlen)
+                put_varint(hw, hklen)
+                put_bytes(hw, bincol_ptr(&hk, h), hklen)
+                put_varint(hw, hvlen)
                 if hvlen > 0:
-                    put_bytes(w, bincol_ptr(&hv, h), hvlen)
+                    put_bytes(hw, bincol_ptr(&hv, h), hvlen)
+            size = v2_record_body_size(<int32_t>(i - batch_start), ts[i] - first_ts, klen, vlen,
+                                       hw.length, <int32_t>(h1 - h0))
+            if i > batch_start and w.length + size + 5 > batch_bytes:
+                break
+            write_v2_record(w, <int32_t>(i - batch_start), ts[i] - first_ts,
+                            bincol_ptr(&k, i), klen, bincol_ptr(&v, i), vlen,
+                            hw.buf, hw.length, <int32_t>(h1 - h0))
             if ts[i] > max_ts:
                 max_ts = ts[i]
             i += 1
-        section = memoryview(records)
         if codec:
-            section = compress(codec, section)
-        _batch_header(&out.w, base_offset + batch_start, <int32_t>(i - 1 - batch_start), first_ts,
-                      max_ts, codec, <int32_t>(i - batch_start), section)
-        del section
+            packed = compress(codec, 2, w.buf, w.length, level)
+            section = packed
+            section_size = len(packed)
+        else:
+            section = w.buf
+            section_size = w.length
+        start = reserve(&out.w, V2_HEADER_SIZE)
+        put_bytes(&out.w, section, section_size)
+        bh.base_offset = base_offset + batch_start
+        bh.last_offset_delta = <int32_t>(i - 1 - batch_start)
+        bh.base_timestamp = first_ts
+        bh.max_timestamp = max_ts
+        bh.records_count = <int32_t>(i - batch_start)
+        write_v2_batch_header(out.w.buf + start, V2_HEADER_SIZE + section_size, &bh)
         batches += 1
     return out.getvalue(), batches
-
-
-cdef int _batch_header(Writer* w, int64_t base_offset, int32_t last_delta, int64_t first_ts,
-                       int64_t max_ts, int codec, int32_t count, section) except -1:
-    cdef const unsigned char[::1] body = section
-    cdef Py_ssize_t start = w.length
-    cdef Py_ssize_t size = V2_HEADER + body.shape[0]
-    put_int64(w, base_offset)
-    put_int32(w, <int32_t>(size - LOG_OVERHEAD))
-    put_int32(w, -1)                  # partition leader epoch
-    put_int8(w, 2)
-    reserve(w, 4)                     # crc
-    put_int16(w, codec)               # CreateTime, not transactional
-    put_int32(w, last_delta)
-    put_int64(w, first_ts)
-    put_int64(w, max_ts)
-    put_int64(w, -1)                  # producer id
-    put_int16(w, -1)                  # producer epoch
-    put_int32(w, -1)                  # base sequence
-    put_int32(w, count)
-    put_bytes(w, &body[0] if body.shape[0] else NULL, body.shape[0])
-    store_u32(w.buf + start + 17, kc_crc32c(0, w.buf + start + 21, size - 21))
-    return 0

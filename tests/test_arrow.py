@@ -16,7 +16,6 @@ from kafkacodec._arrow import SCHEMA, ArrowDecoder, encode_v2, scan_entries  # n
 from kafkacodec.errors import CorruptRecordError, InvalidCrcError  # noqa: E402
 from kafkacodec.logdir import discover, plan  # noqa: E402
 from kafkacodec.sample import generate  # noqa: E402
-from kafkacodec.spark._codecs import compress  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +150,7 @@ def test_bad_entry_size_and_partial_tail(log_dir):
     bad[pos + 8:pos + 12] = struct.pack(">i", 3)
     with pytest.raises(CorruptRecordError, match="entry size") as info:
         ArrowDecoder(source="x.log").decode(bad)
-    assert info.value.position == pos
+    assert info.value.position == pos + 8          # the size field of that entry
     result = scan_entries(bad, strict=False, source="x.log")
     assert result["stop"] == pos and "x.log" in result["error"] and len(result["position"]) == 1
     with pytest.raises(CorruptRecordError):
@@ -173,7 +172,7 @@ def test_encode_v2_read_by_kafka_python(codec):
                         for i in range(n)], type=SCHEMA.field("headers").type)
     ts = np.arange(n, dtype=np.int64) * 3 + 1_700_000_000_000
     data, batches = encode_v2(key.slice(1), value.slice(1), ts[1:], headers.slice(1), codec=codec,
-                              batch_bytes=4096, base_offset=100, compress=compress)
+                              batch_bytes=4096, base_offset=100)
     assert batches > 1
     rows = kafka_python_rows(data, "t", 0)
     assert [r["offset"] for r in rows] == list(range(100, 100 + n - 1))

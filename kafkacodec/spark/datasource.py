@@ -141,7 +141,6 @@ class KafkaLogWriter(DataSourceArrowWriter):
         from pyspark import TaskContext
 
         from kafkacodec._arrow import encode_v2
-        from kafkacodec.spark._codecs import compress
 
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx else 0
@@ -180,7 +179,7 @@ class KafkaLogWriter(DataSourceArrowWriter):
                                         take(headers) if headers is not None else None,
                                         codec=self.codec, batch_bytes=self.batch_bytes,
                                         base_offset=staged.get((topic, partition), (0, 0, 0))[1],
-                                        compress=compress)
+                                        )
                     tp = (topic, partition)
                     if tp not in files:
                         files[tp] = open(folder / f"{topic}-{partition}.batches", "wb")
