@@ -258,18 +258,30 @@ def cmd_convert(args) -> int:
 
 # ---------------------------------------------------------------------------------- generate
 
-def cmd_generate(args) -> int:
-    from kafkacodec.sample import generate
+def generate(directory, topics=("orders", "clicks"), *, partitions=2, seed=0, records_per_batch=20,
+             batches_per_segment=8):
+    """The sample log (kafkacodec._sample: magics 0, 1, 2, every codec, headers, an idempotent
+    producer, committed and aborted transactions) for each topic; returns describe()'s counts."""
+    from kafkacodec._sample import write_sample_log
+    from kafkacodec.logdir import describe
 
-    s = generate(args.dir, batches=args.batches, seed=args.seed, segment_bytes=args.segment_bytes)
-    result = {"directory": s.directory, "records": s.records, "control_records": s.control_records,
-              "aborted_records": s.aborted_records, "bytes": s.bytes, "files": s.files,
-              "per_topic": dict(s.per_topic)}
+    for i, topic in enumerate(topics):
+        write_sample_log(directory, topic=topic, partitions=partitions, seed=seed + i,
+                         records_per_batch=records_per_batch, batches_per_segment=batches_per_segment)
+    return {"directory": str(directory), **describe(directory)}
+
+
+def cmd_generate(args) -> int:
+    topics = [t.strip() for t in args.topics.split(",") if t.strip()]
+    result = generate(args.dir, topics, partitions=args.partitions, seed=args.seed,
+                      records_per_batch=args.records_per_batch,
+                      batches_per_segment=args.batches_per_segment)
     if args.json:
         _emit_json(result)
     else:
-        print(f"wrote {len(s.files)} segment(s), {s.records} records ({s.aborted_records} in aborted "
-              f"transactions) and {s.control_records} transaction markers, {s.bytes} bytes, to {s.directory}")
+        print(f"wrote {result['segments']} segment(s), {result['records']} records "
+              f"({result['aborted_records']} in aborted transactions) and {result['control_records']} "
+              f"transaction markers, {result['bytes']} bytes, to {result['directory']}")
     return EXIT_OK
 
 
@@ -290,12 +302,10 @@ def cmd_spark_convert(args) -> int:
             args.output, args.input = args.input, None
         if args.input is not None:
             raise CliError("give either --sample DIR or an input, not both", EXIT_USAGE)
-        from kafkacodec.sample import generate
-
-        sample = generate(src, batches=args.sample_batches)
+        sample = generate(src, records_per_batch=args.sample_records_per_batch)
         if not args.json:
-            print(f"generated the sample log in {src}: {sample.records} records in "
-                  f"{len(sample.files)} segments ({sample.bytes} bytes)")
+            print(f"generated the sample log in {src}: {sample['records']} records in "
+                  f"{sample['segments']} segments ({sample['bytes']} bytes)")
     else:
         src = args.input
     if src is None or args.output is None:
@@ -377,9 +387,11 @@ def build_parser() -> argparse.ArgumentParser:
                                         "headers, transactions)", formatter_class=fmt,
                        epilog="example:\n  kafkacodec generate /tmp/sample-log")
     g.add_argument("dir", metavar="DIR")
-    g.add_argument("--batches", type=int, default=60, help="v2 batches per events partition (default 60)")
-    g.add_argument("--seed", type=int, default=1)
-    g.add_argument("--segment-bytes", type=int, default=64 * 1024, help="roll segments at this size")
+    g.add_argument("--topics", default="orders,clicks", help="comma-separated topic names (default orders,clicks)")
+    g.add_argument("--partitions", type=int, default=2, help="partitions per topic (default 2)")
+    g.add_argument("--records-per-batch", type=int, default=20, help="at most this many records per batch")
+    g.add_argument("--batches-per-segment", type=int, default=8, help="roll a segment after this many batches")
+    g.add_argument("--seed", type=int, default=0)
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=cmd_generate)
 
@@ -398,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("input", metavar="IN", nargs="?")
     sc.add_argument("output", metavar="OUT", nargs="?")
     sc.add_argument("--sample", metavar="DIR", help="first generate the sample log in DIR and convert it")
-    sc.add_argument("--sample-batches", type=int, default=60, help=argparse.SUPPRESS)
+    sc.add_argument("--sample-records-per-batch", type=int, default=20, help=argparse.SUPPRESS)
     sc.add_argument("--master", help="Spark master URL (default: local[*])")
     sc.add_argument("--compression", default="none", choices=CODEC_NAMES,
                     help="codec of the written batches (Parquet -> segments)")

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError
 
-__all__ = ["discover", "plan", "read_split", "write_partition", "Options", "Segment", "Split", "MODES"]
+__all__ = ["discover", "plan", "read_split", "write_partition", "describe", "Options", "Segment",
+           "Split", "MODES"]
 
 SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 PARTITION_RE = re.compile(r"^(.+)-(\d+)$")
@@ -348,3 +349,35 @@ def write_partition(directory: Path, staged_files, *, base_offset=0, segment_byt
         if current:
             current.close()
     return next_offset
+
+
+def describe(path) -> dict:
+    """Counts for a log directory: segments, bytes, data records per topic (aborted ones
+    included), records in aborted transactions, control records."""
+    from kafkacodec._arrow import ArrowDecoder
+
+    splits, corrupt = plan(path, {"mode": "DROPMALFORMED"})
+    result = {"segments": len({s.path for s in splits}), "bytes": 0, "records": 0,
+              "aborted_records": 0, "control_records": 0, "per_topic": {}, "corrupt": len(corrupt)}
+    seen = set()
+    for s in splits:
+        if s.path not in seen:
+            seen.add(s.path)
+            result["bytes"] += os.path.getsize(s.path)
+        data = _mapped(s.path)
+        try:
+            with memoryview(data) as view:
+                every = ArrowDecoder(s.topic, s.partition, keep_control=True, include_headers=False,
+                                     max_rows=1 << 30).decode(view, s.start, s.end)[0]
+                kept = ArrowDecoder(s.topic, s.partition, aborted=s.aborted, include_headers=False,
+                                    max_rows=1 << 30).decode(view, s.start, s.end)[0]
+        finally:
+            if isinstance(data, mmap.mmap):
+                data.close()
+        control = sum(every.column("isControl").to_pylist())
+        data_records = every.num_rows - control
+        result["control_records"] += control
+        result["aborted_records"] += data_records - kept.num_rows
+        result["records"] += data_records
+        result["per_topic"][s.topic] = result["per_topic"].get(s.topic, 0) + data_records
+    return result

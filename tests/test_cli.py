@@ -12,7 +12,7 @@ from kafkacodec.cli import EXIT_DATA, EXIT_INPUT, EXIT_OK, EXIT_USAGE, main
 @pytest.fixture(scope="module")
 def log_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("clilog")
-    assert main(["generate", str(root), "--batches", "12", "--json"]) == EXIT_OK
+    assert main(["generate", str(root), "--batches-per-segment", "6", "--json"]) == EXIT_OK
     return root
 
 
@@ -23,11 +23,11 @@ def run(capsys, *argv):
 
 
 def test_generate_json_summary(tmp_path, capsys):
-    code, out, _ = run(capsys, "generate", tmp_path / "g", "--batches", "6", "--json")
+    code, out, _ = run(capsys, "generate", tmp_path / "g", "--topics", "a,b", "--partitions", "3", "--json")
     result = json.loads(out)
-    assert code == EXIT_OK and result["records"] > 0
-    assert set(result["per_topic"]) == {"events", "legacy"}
-    assert all(p.endswith(".log") for p in result["files"])
+    assert code == EXIT_OK and result["records"] > 0 and result["aborted_records"] > 0
+    assert set(result["per_topic"]) == {"a", "b"} and result["control_records"] == 2 * 2 * 3
+    assert len(list((tmp_path / "g").glob("*-*/*.log"))) == result["segments"]
 
 
 def test_verify_clean_log(log_dir, capsys):
@@ -38,7 +38,7 @@ def test_verify_clean_log(log_dir, capsys):
 
 
 def test_verify_reports_crc_failure_with_file_and_position(log_dir, tmp_path, capsys):
-    src = next((log_dir / "events-0").glob("*.log"))
+    src = sorted((log_dir / "orders-0").glob("*.log"))[-1]
     bad_dir = tmp_path / "events-0"
     bad_dir.mkdir()
     data = bytearray(src.read_bytes())
@@ -53,6 +53,7 @@ def test_verify_reports_crc_failure_with_file_and_position(log_dir, tmp_path, ca
     assert problem["position"] == pos and problem["file"].endswith(src.name)
     assert "CRC" in problem["error"]
     # the rest of the segment was still read
+    assert scan["magic"][1] == 2
     assert result["records"] == int(scan["count"].sum() - scan["count"][1])   # only that batch lost
     code, out, _ = run(capsys, "verify", tmp_path, "--no-progress")
     assert code == EXIT_DATA and "1 problem" in out and f"at byte {pos}" in out
@@ -64,37 +65,42 @@ def test_verify_missing_dir(tmp_path, capsys):
 
 
 def test_dump_batches_and_records(log_dir, capsys):
-    seg = sorted((log_dir / "events-0").glob("*.log"))[0]
+    from kafkacodec._arrow import ArrowDecoder
+
+    seg = next(p for p in sorted((log_dir / "orders-0").glob("*.log"))
+               if 0 in scan_entries(p.read_bytes())["control_type"])      # holds an ABORT marker
     data = seg.read_bytes()
     scan = scan_entries(data)
     code, out, _ = run(capsys, "dump", seg)
     lines = out.splitlines()
     assert code == EXIT_OK
-    assert lines[0] == f"Dumping {seg}" and lines[1] == "Log starting offset: 0"
+    assert lines[0] == f"Dumping {seg}" and lines[1] == f"Log starting offset: {int(seg.stem)}"
     assert len(lines) == 2 + len(scan["position"])
     first = lines[2]
-    assert first.startswith("baseOffset: 0 lastOffset: ")
-    assert f"size: {scan['size'][0]} magic: 2" in first and first.endswith("isvalid: true")
+    assert first.startswith(f"baseOffset: {scan['base_offset'][0]} lastOffset: {scan['last_offset'][0]} ")
+    assert f"size: {scan['size'][0]} magic: {scan['magic'][0]}" in first and first.endswith("isvalid: true")
     code, out, _ = run(capsys, "dump", "--deep", seg)
     records = [line for line in out.splitlines() if line.startswith("| ")]
-    assert len(records) == sum(int(c) for c in scan["count"])
-    assert any("endTxnMarker: ABORT coordinatorEpoch: 7" in r for r in records)
-    assert any("endTxnMarker: COMMIT" in r for r in records)
+    assert len(records) == ArrowDecoder(keep_control=True).decode(data)[0].num_rows
+    assert any("endTxnMarker: ABORT coordinatorEpoch: 2" in r for r in records)
 
 
 def test_dump_json_and_legacy(log_dir, capsys):
-    seg = sorted((log_dir / "legacy-0").glob("*.log"))[0]
-    code, out, _ = run(capsys, "dump", "--json", "--print-data", seg)
-    batches = [json.loads(line) for line in out.splitlines()]
-    assert code == EXIT_OK and {b["magic"] for b in batches} == {0, 1, 2}
-    wrapper = next(b for b in batches if b["magic"] == 1 and b["compresscodec"] == "gzip")
-    assert wrapper["timestampType"] == "LogAppendTime"
+    batches = []
+    for seg in sorted((log_dir / "orders-0").glob("*.log")):
+        code, out, _ = run(capsys, "dump", "--json", "--print-data", seg)
+        assert code == EXIT_OK
+        batches += [json.loads(line) for line in out.splitlines()]
+    assert {b["magic"] for b in batches} == {0, 1, 2}
+    wrapper = next(b for b in batches if b["magic"] == 1 and b["compresscodec"] == "gzip"
+                   and b["timestampType"] == "LogAppendTime")
     assert all(r["LogAppendTime"] == wrapper["timestamp"] for r in wrapper["records"])
     assert wrapper["records"][-1]["offset"] == wrapper["offset"]     # wrapper offset = last inner
+    assert any(r.get("endTxnMarker") == "COMMIT" for b in batches for r in b.get("records", []))
 
 
 def test_dump_reports_trailing_bytes_and_missing_file(log_dir, tmp_path, capsys):
-    seg = sorted((log_dir / "events-1").glob("*.log"))[0]
+    seg = sorted((log_dir / "clicks-1").glob("*.log"))[0]
     cut = tmp_path / seg.name
     cut.write_bytes(seg.read_bytes()[:-10])
     code, out, _ = run(capsys, "dump", cut)

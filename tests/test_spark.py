@@ -16,7 +16,7 @@ from kafka_oracle import kafka_python_rows  # noqa: E402
 
 from kafkacodec._arrow import ArrowDecoder, scan_entries  # noqa: E402
 from kafkacodec.logdir import discover  # noqa: E402
-from kafkacodec.sample import generate  # noqa: E402
+from kafkacodec.cli import generate  # noqa: E402
 
 pytestmark = pytest.mark.spark
 ROOT = str(Path(__file__).resolve().parents[1])
@@ -46,7 +46,7 @@ def spark():
 @pytest.fixture(scope="session")
 def log_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("sparklog")
-    return root, generate(root, batches=24, segment_bytes=16 * 1024)
+    return root, generate(root, batches_per_segment=6)
 
 
 def expected_rows(root, *, keep_control=False, aborted=True):
@@ -97,27 +97,28 @@ def normalize(rows):
 def test_read_matches_kafka_python(spark, log_dir):
     root, summary = log_dir
     df = spark.read.format("kafkalog").option("maxPartitionBytes", 8000).load(str(root))
-    assert df.rdd.getNumPartitions() > len(summary.files)         # large segments were split
+    assert df.rdd.getNumPartitions() > summary["segments"]         # large segments were split
     rows = normalize(collect(df))
     expected = normalize(expected_rows(root))
-    assert len(rows) == summary.records - summary.aborted_records
+    assert len(rows) == summary["records"] - summary["aborted_records"]
     assert rows == expected
 
 
 def test_options(spark, log_dir):
     root, summary = log_dir
     read = spark.read.format("kafkalog")
-    assert read.option("topics", "legacy").load(str(root)).count() == summary.per_topic["legacy"]
-    with_all = (read.option("topics", "events").option("keepControl", "true").option("keepAborted", "true")
+    assert read.option("topics", "clicks").option("keepAborted", "true").load(str(root)).count() == \
+        summary["per_topic"]["clicks"]
+    with_all = (read.option("topics", "orders").option("keepControl", "true").option("keepAborted", "true")
                 .option("includeHeaders", "false").load(str(root)))
     assert "headers" not in with_all.columns
-    assert with_all.count() == summary.per_topic["events"] + summary.control_records
-    assert with_all.where("isControl").count() == summary.control_records
+    assert with_all.count() == summary["per_topic"]["orders"] + summary["control_records"] // 2
+    assert with_all.where("isControl").count() == summary["control_records"] // 2
     ranged = (spark.read.format("kafkalog")
-              .option("startingOffsets", json.dumps({"events": {"0": 10}}))
-              .option("endingOffsets", json.dumps({"events": {"0": 50}}))
+              .option("startingOffsets", json.dumps({"orders": {"0": 10}}))
+              .option("endingOffsets", json.dumps({"orders": {"0": 50}}))
               .option("keepAborted", "true").option("keepControl", "true")
-              .load(str(root / "events-0")))
+              .load(str(root / "orders-0")))
     offsets = [r.offset for r in ranged.orderBy("offset").collect()]
     assert offsets == list(range(10, 50))
 
@@ -131,14 +132,15 @@ def test_missing_dir_and_corrupt_segment(spark, log_dir, tmp_path):
     assert "no such file or directory" in str(info.value)
 
     root, _ = log_dir
-    src = sorted((root / "events-1").glob("*.log"))[0]
+    src = sorted((root / "orders-1").glob("*.log"))[-1]
     data = bytearray(src.read_bytes())
     scan = scan_entries(data)
     pos = int(scan["position"][2])
     data[pos + 75] ^= 0x01
-    (tmp_path / "events-1").mkdir()
-    (tmp_path / "events-1" / src.name).write_bytes(data)
+    (tmp_path / "orders-1").mkdir()
+    (tmp_path / "orders-1" / src.name).write_bytes(data)
     good = ArrowDecoder(keep_control=False).decode(src.read_bytes())[0].num_rows
+    assert scan["magic"][2] == 2 and not scan["attributes"][2] & 0x20
     lost = int(scan["count"][2])
     read = spark.read.format("kafkalog").option("keepAborted", "true")
     with pytest.raises((PySparkException, Py4JJavaError)) as info:
@@ -167,7 +169,7 @@ def test_write_read_back_with_kafka_python(spark, log_dir, tmp_path):
     seen = set()
     for tp in sorted(p for p in out.iterdir()):
         files = sorted(tp.glob("*.log"))
-        assert len(files) > 1 or tp.name.startswith("legacy")
+        assert len(files) > 1
         next_offset = 1000
         for f in files:
             assert int(f.stem) == next_offset                 # named by their base offset
@@ -181,14 +183,14 @@ def test_write_read_back_with_kafka_python(spark, log_dir, tmp_path):
                     seen.add((tp.name.rsplit("-", 1)[0], int(tp.name.rsplit("-", 1)[1]), rec.value))
     assert seen == expected
     back = spark.read.format("kafkalog").load(str(out))
-    assert back.count() == summary.records - summary.aborted_records
+    assert back.count() == summary["records"] - summary["aborted_records"]
 
 
 def test_decode_and_validate_raw_batches(spark, log_dir):
     from kafkacodec.spark import decode, validate
 
     root, _ = log_dir
-    seg = [s for s in discover(root) if s.topic == "legacy"][0]
+    seg = discover(root)[0]
     data = open(seg.path, "rb").read()
     scan = scan_entries(data)
     cells = [(seg.topic, seg.partition, data[p:p + s]) for p, s in zip(scan["position"], scan["size"])]
@@ -209,9 +211,8 @@ def test_cli_spark_convert_round_trip(spark, log_dir, tmp_path, capsys):
     pq = tmp_path / "pq"
     assert main(["spark", "convert", "--json", "--no-progress", str(root), str(pq)]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["records"] == summary.records - summary.aborted_records
-    assert result["per_topic"] == {"events": summary.per_topic["events"] - summary.aborted_records,
-                                   "legacy": summary.per_topic["legacy"]}
+    assert result["records"] == summary["records"] - summary["aborted_records"]
+    assert sum(result["per_topic"].values()) == result["records"] and set(result["per_topic"]) == {"orders", "clicks"}
     assert result["crc_failures"] == 0 and result["output_bytes"] > 0
     parquet = spark.read.parquet(str(pq))
     assert "_corrupt_record" not in parquet.columns
