@@ -79,7 +79,6 @@ cdef int buf_grow(Buf* b, Py_ssize_t need) noexcept nogil:
     p = <unsigned char*>realloc(b.ptr, cap)
     if p == NULL:
         return -1
-    memset(p + b.cap, 0, cap - b.cap)      # validity bitmaps rely on zeroed growth
     b.ptr = p
     b.cap = cap
     return 0
@@ -138,6 +137,8 @@ cdef inline int varcol_append(VarCol* c, const unsigned char* p, int32_t size) n
     # size < 0: null
     if buf_ensure(&c.offsets, 4) < 0 or buf_ensure(&c.valid, 1) < 0:
         return -1
+    if (c.n & 7) == 0:
+        c.valid.ptr[c.n >> 3] = 0              # a fresh bitmap byte (growth is not zeroed)
     if size > 0:
         if buf_ensure(&c.data, size) < 0:
             return -1
@@ -297,6 +298,8 @@ cdef inline int emit_headers_entry(State* s, int32_t count) except -1 nogil:
     cdef Py_ssize_t row = s.rows - 1
     if buf_ensure(&s.hdr_valid, 1) < 0 or put_i32(&s.hdr_offsets, <int32_t>s.hkey.n) < 0:
         return no_memory()
+    if (row & 7) == 0:
+        s.hdr_valid.ptr[row >> 3] = 0
     if count > 0:
         s.hdr_valid.ptr[row >> 3] |= <unsigned char>(1 << (row & 7))
     else:
@@ -573,7 +576,7 @@ cdef class ArrowDecoder:
         self.failed_entry = -1
         if (varcol_start(&self.s.key) < 0 or varcol_start(&self.s.value) < 0
                 or varcol_start(&self.s.hkey) < 0 or varcol_start(&self.s.hvalue) < 0
-                or put_i32(&self.s.hdr_offsets, 0) < 0):
+                or put_i32(&self.s.hdr_offsets, 0) < 0 or self._presize(end - start) < 0):
             raise MemoryError()
         try:
             with nogil:
@@ -583,6 +586,19 @@ cdef class ArrowDecoder:
             raise self._located(exc) from None
         self.trailing_bytes = self.s.end - self.s.pos if status == S_END else 0
         return self._finish(), self.s.pos
+
+    cdef int _presize(self, Py_ssize_t size) noexcept:
+        """Allocate once for what this range can hold (untouched capacity costs no memory):
+        record values cannot outgrow the input unless it is compressed, when buffers grow."""
+        cdef State* s = &self.s
+        cdef Py_ssize_t rows = min(s.max_rows, size // 7 + 1)
+        cdef Py_ssize_t data = min(size, s.max_bytes) + 16
+        if (buf_grow(&s.value.data, data) < 0 or buf_grow(&s.key.data, data // 4) < 0
+                or buf_grow(&s.value.offsets, 4 * rows + 8) < 0 or buf_grow(&s.key.offsets, 4 * rows + 8) < 0
+                or buf_grow(&s.offset, 8 * rows) < 0 or buf_grow(&s.timestamp, 8 * rows) < 0
+                or buf_grow(&s.producer_id, 8 * rows) < 0 or buf_grow(&s.ts_type, 4 * rows) < 0):
+            return -1
+        return 0
 
     def _located(self, exc):
         """The error with the file name, the entry position and its offset."""
