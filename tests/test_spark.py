@@ -96,7 +96,7 @@ def normalize(rows):
 
 def test_read_matches_kafka_python(spark, log_dir):
     root, summary = log_dir
-    df = spark.read.format("kafkalog").option("maxPartitionBytes", 8000).load(str(root))
+    df = spark.read.format("kafkalog").option("maxPartitionBytes", 1500).load(str(root))
     assert df.rdd.getNumPartitions() > summary["segments"]         # large segments were split
     rows = normalize(collect(df))
     expected = normalize(expected_rows(root))
