@@ -122,7 +122,6 @@ def main(records: int = 2_000_000) -> None:
                 (F.col("r.timestamp") / 1000).cast("timestamp").alias("timestamp"),
                 "r.timestampType", "r.headers")))
 
-        schema = pa.schema([f for f in ArrowDecoder().schema])
         template = ArrowDecoder("bench", 0, max_rows=1 << 30).decode(
             (tmp / "log" / "bench-0" / f"{0:020d}.log").read_bytes())[0].slice(0, 65536)
 
@@ -134,7 +133,7 @@ def main(records: int = 2_000_000) -> None:
             def schema(self):
                 return kafka_schema()
 
-            def reader(self, s):
+            def reader(self, schema):
                 return CeilingReader()
 
         class CeilingReader(DataSourceReader):
@@ -151,7 +150,6 @@ def main(records: int = 2_000_000) -> None:
                         lambda: noop(spark.read.format("kc_ceiling").load()))
         print(f"kafkalog source: x{source / peer:.1f} the kafka-python UDF, "
               f"{source / ceiling:.0%} of the no-decode ceiling; mapInArrow x{arrow / peer:.1f}")
-        del schema
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -4,16 +4,18 @@
 One `ArrowDecoder` walks a byte range of a segment (or a fetched record set) entry by entry and
 appends every record to C column buffers: key/value binary (offsets, data, validity), headers
 list<struct<key:string,value:binary>>, offset, timestamp, timestampType and the batch columns
-(magic, producerId, isTransactional, isControl).  No Python object is made per record and the
-record loop runs without the GIL; only decompression goes back to Python for now.
-The finished buffers are handed to pyarrow without a copy (`_Memory` owns them).
+(magic, producerId, isTransactional, isControl).  Parsing goes through the shared primitives
+(_format.next_entry, _v2.read_v2_record, _legacy.read_legacy_message) and decompression
+through _compression.Decompressor.decompress_into; no Python object is made per record and the
+loop runs without the GIL (it takes it only to call the codec or to raise).  The finished
+buffers are handed to pyarrow without a copy (`_Memory` owns them).
 
 `scan_entries()` is the shallow walk (12-byte overhead + batch header, no record decode) that the
 Spark planner uses to split segments at batch boundaries and to find aborted transactions.
 """
 
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, memset
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.object cimport PyObject
@@ -28,7 +30,7 @@ from kafkacodec._legacy cimport (LegacyMessage, inner_base_offset, next_inner_en
 from kafkacodec._v2 cimport (V2Record, read_control_type, read_v2_header, read_v2_record,
                              record_timestamp, v2_record_body_size, write_v2_batch_header,
                              write_v2_record)
-from kafkacodec._writer cimport Writer, WriteBuffer, ensure, put_bytes, put_varint, reserve
+from kafkacodec._writer cimport Writer, WriteBuffer, put_bytes, put_varint, reserve
 
 import numpy as np
 import pyarrow as pa
