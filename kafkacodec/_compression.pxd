@@ -23,13 +23,13 @@ cdef Py_ssize_t DEFAULT_MAX_DECOMPRESSED
 cdef enum:
     LEVEL_DEFAULT = -1
 
-# Where a decompressor writes: a buffer it may grow (never beyond `limit`).
+# Where a decompressor writes: a _Chunk's buffer, grown as needed (never beyond `limit`).
 cdef struct Out:
     unsigned char* p         # start of the output
     Py_ssize_t length        # bytes written
     Py_ssize_t capacity      # bytes allocated
     Py_ssize_t limit         # the cap (max_size): never allocate or write more
-    PyObject* owner          # the bytes object being grown, or the _Chunk
+    PyObject* owner          # the _Chunk that owns p
 
 
 cdef class _Chunk:

@@ -265,6 +265,21 @@ def test_decompressor_max_size_attribute_and_default():
         Decompressor(max_size=-1)
 
 
+@pytest.mark.parametrize("codec", CODECS)
+def test_lowering_the_cap_after_the_buffer_grew(codec):
+    data = sample(300_000)
+    out = compress(codec, magic_of(codec), data)
+    d = Decompressor()
+    assert bytes(d.decompress(codec, magic_of(codec), out)) == data
+    d.max_size = len(data) - 1
+    with pytest.raises(RecordTooLargeError):
+        d.decompress(codec, magic_of(codec), out)
+    # decompress() reuses a per-thread buffer the same way.
+    assert decompress(codec, magic_of(codec), out) == data
+    with pytest.raises(RecordTooLargeError):
+        decompress(codec, magic_of(codec), out, max_size=len(data) - 1)
+
+
 def test_decompressor_from_many_threads():
     datas = [sample(100_000 + i, i) for i in range(4)]
     frames = {codec: [compress(codec, 2, x) for x in datas] for codec in CODECS}
@@ -647,3 +662,146 @@ def test_xxhash32_long_input():
     data = os.urandom(1_000_003)
     assert xxhash32(data) == xxhash.xxh32_intdigest(data)
     assert xxhash32(memoryview(data)[3:]) == xxhash.xxh32_intdigest(data[3:])
+
+
+def test_stub_matches_the_compiled_module():
+    import ast
+    import inspect
+    from pathlib import Path
+
+    import kafkacodec._compression as module
+
+    tree = ast.parse(Path(module.__file__).with_name("_compression.pyi").read_text())
+    stub = {node.name: node for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    assert sorted(module.__all__) == sorted(ast.literal_eval(next(
+        node.value for node in tree.body if isinstance(node, ast.Assign)
+        and node.targets[0].id == "__all__")))
+    for name in module.__all__:
+        assert hasattr(module, name)
+    methods = {node.name: node for node in stub["Decompressor"].body
+               if isinstance(node, ast.FunctionDef)}
+    for runtime, node in ((module.decompress, stub["decompress"]),
+                          (module.compress, stub["compress"]),
+                          (module.xxhash32, stub["xxhash32"]),
+                          (module.Decompressor.decompress, methods["decompress"])):
+        params = list(inspect.signature(runtime).parameters)
+        assert params == [arg.arg for arg in node.args.args], runtime.__name__
+
+
+# --- the JVM as oracle: JDK gzip, snappy-java, zstd-jni, lz4-java (tests/java/CodecOracle) --
+
+def _jvm_classpath():
+    import glob
+    import shutil
+
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
+    found = [glob.glob(os.path.join(jars, pattern))
+             for pattern in ("lz4-java-*.jar", "snappy-java-*.jar", "zstd-jni-*.jar")]
+    if not all(found) or not shutil.which("java") or not shutil.which("javac"):
+        return None
+    return os.pathsep.join(sorted(paths)[-1] for paths in found)
+
+
+@pytest.fixture(scope="module")
+def jvm(tmp_path_factory):
+    """run([(op, codec_id, payload), ...]) -> [(ok, bytes), ...] in one JVM (see CodecOracle)."""
+    import subprocess
+    from pathlib import Path
+
+    classpath = _jvm_classpath()
+    if classpath is None:
+        pytest.skip("needs java, javac and pyspark's lz4-java/snappy-java/zstd-jni jars")
+    classes = tmp_path_factory.mktemp("oracle")
+    source = Path(__file__).with_name("java") / "CodecOracle.java"
+    subprocess.run(["javac", "-d", str(classes), "-cp", classpath, str(source)], check=True)
+
+    def run(requests):
+        payload = b"".join(op.encode() + bytes([codec]) + struct.pack(">i", len(data)) + data
+                           for op, codec, data in requests)
+        out = subprocess.run(["java", "-cp", os.pathsep.join([classpath, str(classes)]),
+                              "CodecOracle"], input=payload, capture_output=True, check=True).stdout
+        results, pos = [], 0
+        while pos < len(out):
+            status, n = struct.unpack_from(">ii", out, pos)
+            results.append((status == 0, out[pos + 8:pos + 8 + n]))
+            pos += 8 + n
+        assert len(results) == len(requests)
+        return results
+
+    return run
+
+
+JVM_SIZES = [0, 1, 100, 16384, 32768, 32769, 70_000, 300_000]
+
+
+def test_gzip_is_byte_exact_with_the_jdk(jvm):
+    """Kafka's GzipCompression: GZIPOutputStream (8 KiB) behind a 16 KiB buffered stream."""
+    datas = [sample(n, n) for n in JVM_SIZES] + [sample(200_000, 1, 0.95), os.urandom(50_000)]
+    for data, (ok, java) in zip(datas, jvm([("e", 1, data) for data in datas])):
+        assert ok and compress("gzip", 1, data) == java
+        assert java[9] == 0xFF, "JDK 17 writes OS = 255 (unknown)"
+
+
+@pytest.mark.parametrize("codec", [1, 2, 4])
+def test_we_read_what_the_jvm_writes(jvm, codec):
+    datas = [sample(n, n) for n in JVM_SIZES]
+    for data, (ok, java) in zip(datas, jvm([("e", codec, data) for data in datas])):
+        assert ok
+        assert decompress(codec, 2, java) == data
+        assert bytes(Decompressor().decompress(codec, 2, java)) == data
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_the_jvm_reads_what_we_write(jvm, codec):
+    datas = [sample(n, n) for n in JVM_SIZES]
+    magics = (2,) if codec == 4 else (1, 2)
+    requests = [("d", codec, compress(codec, magic, data)) for data in datas for magic in magics]
+    expected = [data for data in datas for _ in magics]
+    for data, (ok, java) in zip(expected, jvm(requests)):
+        assert ok, java
+        assert java == data
+
+
+def test_lz4_magic_0_frame_fails_a_standard_reader(jvm):
+    """The KAFKA-3160 header checksum: lz4-java's frame reader rejects it, as Kafka's magic 1/2
+    reader does; Kafka reads it only for magic 0."""
+    data = sample(1000)
+    (ok, message), (ok2, java) = jvm([("d", 3, compress("lz4", 0, data)),
+                                       ("d", 3, compress("lz4", 2, data))])
+    assert not ok and b"descriptor" in message
+    assert ok2 and java == data
+
+
+def test_snappy_blocks_as_snappy_java_cuts_them(jvm):
+    datas = [sample(n, n) for n in JVM_SIZES]
+    for data, (ok, java) in zip(datas, jvm([("e", 2, data) for data in datas])):
+        ours = compress("snappy", 2, data)
+        assert ok and java[:16] == ours[:16]
+        assert snappy_block_lengths(java) == snappy_block_lengths(ours)
+        if len(data) <= 100:
+            assert java == ours
+
+
+def snappy_block_lengths(stream):
+    pos, lengths = 16, []
+    while pos < len(stream):
+        (n,) = struct.unpack_from(">i", stream, pos)
+        lengths.append(cramjam.snappy.decompress_raw_len(stream[pos + 4:pos + 4 + n]))
+        pos += 4 + n
+    return lengths
+
+
+def test_zstd_frames_as_zstd_jni_writes_them(jvm):
+    """Kafka's zstd frames carry no content size and no checksum; ours neither."""
+    datas = [sample(n, n) for n in JVM_SIZES if n]
+    for data, (ok, java) in zip(datas, jvm([("e", 4, data) for data in datas])):
+        assert ok
+        for frame in (java, compress("zstd", 2, data)):
+            params = zstandard.get_frame_parameters(frame)
+            assert params.content_size == zstandard.CONTENTSIZE_UNKNOWN
+            assert not params.has_checksum and params.dict_id == 0
