@@ -122,8 +122,10 @@ def main(records: int = 2_000_000) -> None:
                 (F.col("r.timestamp") / 1000).cast("timestamp").alias("timestamp"),
                 "r.timestampType", "r.headers")))
 
-        template = ArrowDecoder("bench", 0, max_rows=1 << 30).decode(
-            (tmp / "log" / "bench-0" / f"{0:020d}.log").read_bytes())[0].slice(0, 65536)
+        raw.unpersist()
+        small.unpersist()
+        template = ArrowDecoder("bench", 0, max_rows=65536).decode(        # its own buffers
+            (tmp / "log" / "bench-0" / f"{0:020d}.log").read_bytes())[0]
 
         class Ceiling(DataSource):
             @classmethod
