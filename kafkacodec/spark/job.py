@@ -47,7 +47,7 @@ class ConvertSummary:
     source: str
     output: str
     records: int = 0
-    value_bytes: int = 0                 # key + value + header bytes of the records
+    value_bytes: int = 0                 # key + value bytes of the records
     input_bytes: int = 0
     output_bytes: int = 0
     per_topic: dict = field(default_factory=dict)
@@ -160,8 +160,8 @@ def convert(spark, src, dst, *, compression: str = "none", mode: str = "PERMISSI
             records.add(rb.num_rows)
             nbytes = 0
             for name in ("key", "value"):
-                if name in names:
-                    nbytes += rb.column(name).nbytes
+                if name in names and rb.num_rows:
+                    nbytes += pc.sum(pc.binary_length(rb.column(name))).as_py() or 0
             payload.add(nbytes)
             if rb.num_rows:
                 topics = pc.value_counts(rb.column("topic")).to_pylist()
