@@ -3,7 +3,7 @@ aiokafka's compiled records, kafka-python, and kafkacodec's own MemoryRecords ob
 Every decoder touches the same fields per record (offset, timestamp, key, value, headers).
 
     /work/venv/bin/python -m pytest bench/bench_arrow.py --benchmark-enable -p no:cacheprovider
-    /work/venv/bin/python bench/bench_arrow.py          # quick table of records/s
+    PYTHONPATH=. /work/venv/bin/python bench/bench_arrow.py   # quick table (CPU time, best of 5)
 
 Workload (issue 6 target): uncompressed v2, 100-byte values, 1000 records per batch; the
 codec variants show where decompression takes over.
@@ -106,10 +106,11 @@ def main():
 
 
 def _timed(fn, data):
-    t = time.perf_counter()
+    # CPU time of this process: on a shared machine wall time mostly measures the neighbours.
+    t = time.process_time()
     n = fn(data)
     assert n == RECORDS
-    return time.perf_counter() - t
+    return time.process_time() - t
 
 
 if __name__ == "__main__":
