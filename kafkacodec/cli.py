@@ -50,34 +50,22 @@ def _read_file(path) -> bytes:
 
 # ---------------------------------------------------------------------------------- dump
 
-def _batch_info(view, pos: int, size: int) -> dict:
-    """The fields kafka-dump-log prints for one entry.
-    TODO(merge): read them from kafkacodec.MemoryRecords batch objects once on main."""
-    from kafkacodec import _crc
-
-    magic = view[pos + 16]
-    if magic == 2:
-        (base, _, leader_epoch, _, crc, attributes, last_delta, base_ts, max_ts, pid, epoch,
-         base_seq, count) = struct.unpack_from(">qiibIhiqqqhii", view, pos)
-        valid = _crc.crc32c(view[pos + 21:pos + size]) == crc
-        last_seq = -1 if base_seq < 0 else (base_seq + last_delta) & 0x7FFFFFFF
-        return {
-            "baseOffset": base, "lastOffset": base + last_delta, "count": count,
-            "baseSequence": base_seq, "lastSequence": last_seq, "producerId": pid,
-            "producerEpoch": epoch, "partitionLeaderEpoch": leader_epoch,
-            "isTransactional": bool(attributes & 0x10), "isControl": bool(attributes & 0x20),
-            "deleteHorizonMs": base_ts if attributes & 0x40 else None, "position": pos,
-            "timestampType": TS_NAMES[(attributes >> 3) & 1], "timestamp": max_ts, "size": size,
-            "magic": 2, "compresscodec": CODEC_NAMES[attributes & 7] if attributes & 7 < 5 else f"unknown({attributes & 7})",
-            "crc": crc, "isvalid": valid,
-        }
-    offset, _, crc, _, attributes = struct.unpack_from(">qiIbb", view, pos)
-    ts = struct.unpack_from(">q", view, pos + 18)[0] if magic == 1 else -1
-    ts_type = TS_NAMES[(attributes >> 3) & 1] if magic == 1 else TS_NAMES[-1]
+def _batch_info(batch) -> dict:
+    """The fields kafka-dump-log prints for one entry (a kafkacodec RecordBatch)."""
+    common = {
+        "position": batch.position, "timestampType": TS_NAMES[int(batch.timestamp_type)],
+        "timestamp": batch.max_timestamp, "size": batch.size_in_bytes, "magic": batch.magic,
+        "compresscodec": batch.compression.name.lower(), "crc": batch.crc, "isvalid": batch.is_valid(),
+    }
+    if batch.magic < 2:
+        return {"offset": batch.last_offset, **common}
     return {
-        "offset": offset, "position": pos, "timestampType": ts_type, "timestamp": ts, "size": size,
-        "magic": magic, "compresscodec": CODEC_NAMES[attributes & 7] if attributes & 7 < 5 else f"unknown({attributes & 7})",
-        "crc": crc, "isvalid": _crc.crc32(view[pos + 16:pos + size]) == crc,
+        "baseOffset": batch.base_offset, "lastOffset": batch.last_offset, "count": batch.record_count,
+        "baseSequence": batch.base_sequence, "lastSequence": batch.last_sequence,
+        "producerId": batch.producer_id, "producerEpoch": batch.producer_epoch,
+        "partitionLeaderEpoch": batch.partition_leader_epoch,
+        "isTransactional": batch.is_transactional, "isControl": batch.is_control,
+        "deleteHorizonMs": batch.delete_horizon_ms, **common,
     }
 
 
@@ -139,6 +127,7 @@ def _record_line(fields: dict) -> str:
 
 
 def cmd_dump(args) -> int:
+    from kafkacodec import MemoryRecords
     from kafkacodec._arrow import scan_entries
     from kafkacodec.logdir import SEGMENT_RE
 
@@ -154,8 +143,9 @@ def cmd_dump(args) -> int:
             print(f"Dumping {path}")
             print(f"Log starting offset: {int(m.group(1)) if m else 0}")
         last = None
-        for pos, size in zip(scan["position"].tolist(), scan["size"].tolist()):
-            b = _batch_info(view, pos, size)
+        for batch in MemoryRecords(view[:int(scan["stop"])]).batches():
+            b = _batch_info(batch)
+            pos, size = batch.position, batch.size_in_bytes
             if not b["isvalid"]:
                 status = EXIT_DATA
             records = []
