@@ -107,10 +107,10 @@ def discover(path) -> list[Segment]:
 
 def _offset_spec(value, default):
     """A number for every partition, or Spark's JSON {"topic": {"0": 23}} (-2 earliest, -1 latest)."""
-    if value is None or str(value).strip() in ("", "earliest", "latest"):
-        return lambda t, p: default if value is None or str(value).strip() == "" else (
-            EARLIEST if str(value).strip() == "earliest" else LATEST)
-    text = str(value).strip()
+    text = "" if value is None else str(value).strip()
+    if text in ("", "earliest", "latest"):
+        fixed = {"": default, "earliest": EARLIEST, "latest": LATEST}[text]
+        return lambda t, p: fixed
     if re.fullmatch(r"-?\d+", text):
         number = int(text)
         return lambda t, p: number
@@ -162,8 +162,8 @@ def plan(path, options=None) -> tuple[list[Split], list[tuple[str, int, str]]]:
             next_base = segs[i + 1].base_offset if i + 1 < len(segs) else None
             wanted = not ((start_offset is not None and next_base is not None and next_base <= start_offset)
                           or (end_offset is not None and seg.base_offset >= end_offset))
-            if not (wanted or not keep_aborted):
-                continue
+            if not wanted and keep_aborted:
+                continue                  # (without keepAborted its markers still count)
             need_scan = not keep_aborted or seg.size > split_bytes
             if not need_scan:
                 chosen.append(Split(seg.path, topic, partition, 0, seg.size, start_offset, end_offset))
@@ -171,6 +171,10 @@ def plan(path, options=None) -> tuple[list[Split], list[tuple[str, int, str]]]:
             data = _mapped(seg.path)
             try:
                 scan = scan_entries(data, source=seg.path, strict=(mode == "FAILFAST"))
+            except KafkaCodecError as exc:
+                exc.args = (f"{exc}. To skip corrupt data read with option mode=DROPMALFORMED "
+                            "(or PERMISSIVE); `kafkacodec verify DIR` lists every problem",)
+                raise
             finally:
                 if isinstance(data, mmap.mmap):
                     data.close()
@@ -203,7 +207,7 @@ def _collect_aborted(scan, open_txn, aborted):
 
 
 def _cut(seg, scan, split_bytes, start_offset, end_offset):
-    positions, sizes = scan["position"], scan["size"]
+    positions = scan["position"]
     stop = int(scan["stop"])
     tail_error = scan["error"]
     if len(positions) == 0:
