@@ -179,3 +179,33 @@ def test_encode_v2_read_by_kafka_python(codec):
     assert [r["value"] for r in rows] == value.slice(1).to_pylist()
     assert [r["headers"] for r in rows] == headers.slice(1).to_pylist()
     assert ArrowDecoder("t", 0).decode(data)[0].to_pylist() == rows
+
+
+def test_read_split_modes_on_broken_framing(log_dir, tmp_path):
+    from kafkacodec.logdir import Split, read_split
+
+    root, _ = log_dir
+    seg, data = max(segments(root), key=lambda s: len(scan_entries(s[1])["position"]))
+    scan = scan_entries(data)
+    pos = int(scan["position"][3])
+    bad = bytearray(data)
+    bad[pos + 8:pos + 12] = struct.pack(">i", 5)          # entry size below 14: framing lost
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(bad)
+    split = Split(str(path), "t", 0, 0, len(bad))
+    good = ArrowDecoder(keep_control=True).decode(data, 0, pos)[0].num_rows
+
+    with pytest.raises(CorruptRecordError) as info:
+        list(read_split(split, keep_control=True))
+    assert str(path) in str(info.value) and "mode=DROPMALFORMED" in str(info.value)
+
+    seen = []
+    rows = sum(rb.num_rows for rb in read_split(split, keep_control=True, mode="DROPMALFORMED",
+                                                on_error=seen.append))
+    assert rows == good and len(seen) == 1 and seen[0].position == pos + 8
+
+    batches = list(read_split(split, keep_control=True, mode="PERMISSIVE", on_error=lambda e: None))
+    table = pa.Table.from_batches(batches)
+    marked = [m for m in table.column("_corrupt_record").to_pylist() if m is not None]
+    assert len(marked) == 1 and "entry size" in marked[0]
+    assert table.num_rows == good + 1
