@@ -43,8 +43,13 @@ def build_log(codec: int, records: int = RECORDS) -> bytes:
 
 
 def arrow(data):
-    rb, _ = ArrowDecoder("t", 0, max_rows=1 << 30).decode(data)
-    return rb.num_rows
+    """Default batch bounds (65536 rows / 16 MiB), as the Spark reader uses it."""
+    dec = ArrowDecoder("t", 0)
+    pos, n = 0, 0
+    while pos < len(data):
+        rb, pos = dec.decode(data, pos)
+        n += rb.num_rows
+    return n
 
 
 def ours_per_record(data):

@@ -29,7 +29,7 @@ class ArrowDecoder:
         end_offset: int | None = None,
         aborted: Iterable[tuple[int, int, int]] | None = None,
         max_rows: int = 65536,
-        max_bytes: int = 64 << 20,
+        max_bytes: int = 16 << 20,
         source: str = "<buffer>",
     ) -> None: ...
     @property

@@ -74,10 +74,12 @@ cdef struct Buf:
     Py_ssize_t cap
 
 cdef int buf_grow(Buf* b, Py_ssize_t need) noexcept nogil:
-    cdef Py_ssize_t cap = b.cap if b.cap > 0 else 4096
+    # Double when growing; the first allocation is exact (presized buffers stay below glibc's
+    # mmap threshold, so freed blocks are reused without fresh page faults).
+    cdef Py_ssize_t cap = b.cap * 2 if b.cap > 0 else 4096
     cdef unsigned char* p
-    while cap < need:
-        cap *= 2
+    if cap < need:
+        cap = need
     p = <unsigned char*>realloc(b.ptr, cap)
     if p == NULL:
         return -1
@@ -488,7 +490,7 @@ cdef class ArrowDecoder:
 
     ArrowDecoder(topic="", partition=0, *, validate_crc=True, include_headers=True,
                  keep_control=False, start_offset=None, end_offset=None, aborted=None,
-                 max_rows=65536, max_bytes=64 MiB, source="<buffer>")
+                 max_rows=65536, max_bytes=16 MiB, source="<buffer>")
 
     `aborted`: (producer id, first offset, last offset) of aborted transactions; their data
     batches are validated but not emitted.  `end_offset` is exclusive.
@@ -505,7 +507,7 @@ cdef class ArrowDecoder:
     def __init__(self, str topic="", int partition=0, *, bint validate_crc=True,
                  bint include_headers=True, bint keep_control=False, start_offset=None,
                  end_offset=None, aborted=None, Py_ssize_t max_rows=65536,
-                 Py_ssize_t max_bytes=64 << 20, str source="<buffer>"):
+                 Py_ssize_t max_bytes=16 << 20, str source="<buffer>"):
         self.topic = topic
         self.partition = partition
         self._decompressor = Decompressor()
