@@ -95,29 +95,47 @@ cdef inline int read_uvarint64(Cursor* cur, uint64_t* out, int max_bytes,
             return raise_corrupt(cur, what)
         shift += 7
 
+# Out-of-line general varint readers (in _cursor.pyx); the inline ones below take the one- and
+# two-byte encodings (lengths below 8192, small deltas) themselves, which keeps them small
+# enough for the compiler to inline into record loops.
+cdef int read_varint_slow(Cursor* cur, int32_t* out, const char* what) except -1 nogil
+cdef int read_varlong_slow(Cursor* cur, int64_t* out, const char* what) except -1 nogil
+
 cdef inline int read_varint(Cursor* cur, int32_t* out, const char* what) except -1 nogil:
     # Zig-zag signed varint (v2 records): (n << 1) ^ (n >> 31), at most 5 bytes.
-    cdef uint64_t raw
-    cdef unsigned char first
-    if cur.pos < cur.end:
-        first = cur.data[cur.pos]
-        if not (first & 0x80):          # one-byte fast path: most lengths and deltas
+    cdef const unsigned char* p
+    cdef uint32_t raw
+    if cur.end - cur.pos >= 2:
+        p = cur.data + cur.pos
+        if not (p[0] & 0x80):
+            raw = p[0]
             cur.pos += 1
-            out[0] = <int32_t>((first >> 1) ^ -(<int32_t>(first & 1)))
+            out[0] = <int32_t>((raw >> 1) ^ -(raw & 1))
             return 0
-    read_uvarint64(cur, &raw, 5, what)
-    if raw > 0xFFFFFFFFULL:
-        cur.pos -= 5
-        return raise_corrupt(cur, what)
-    out[0] = <int32_t>((<uint32_t>raw >> 1) ^ -(<uint32_t>(raw & 1)))
-    return 0
+        if not (p[1] & 0x80):
+            raw = (p[0] & 0x7F) | (<uint32_t>p[1] << 7)
+            cur.pos += 2
+            out[0] = <int32_t>((raw >> 1) ^ -(raw & 1))
+            return 0
+    return read_varint_slow(cur, out, what)
 
 cdef inline int read_varlong(Cursor* cur, int64_t* out, const char* what) except -1 nogil:
     # Zig-zag signed varlong (v2 timestamp deltas), at most 10 bytes.
+    cdef const unsigned char* p
     cdef uint64_t raw
-    read_uvarint64(cur, &raw, 10, what)
-    out[0] = <int64_t>((raw >> 1) ^ -(raw & 1))
-    return 0
+    if cur.end - cur.pos >= 2:
+        p = cur.data + cur.pos
+        if not (p[0] & 0x80):
+            raw = p[0]
+            cur.pos += 1
+            out[0] = <int64_t>((raw >> 1) ^ -(raw & 1))
+            return 0
+        if not (p[1] & 0x80):
+            raw = (p[0] & 0x7F) | (<uint64_t>p[1] << 7)
+            cur.pos += 2
+            out[0] = <int64_t>((raw >> 1) ^ -(raw & 1))
+            return 0
+    return read_varlong_slow(cur, out, what)
 
 cdef inline int read_uvarint(Cursor* cur, uint32_t* out, const char* what) except -1 nogil:
     # Unsigned varint of the flexible protocol versions (compact lengths), at most 5 bytes.
