@@ -3,8 +3,8 @@
 from typing import Any, Iterable
 
 import numpy as np
-import pyarrow as pa
-from collections.abc import Buffer
+import pyarrow as pa  # type: ignore[import-untyped]
+from typing_extensions import Buffer
 
 SCHEMA: pa.Schema
 SCHEMA_NO_HEADERS: pa.Schema
