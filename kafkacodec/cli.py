@@ -235,15 +235,10 @@ def cmd_verify(args) -> int:
 # ---------------------------------------------------------------------------------- convert
 
 def cmd_convert(args) -> int:
-    import kafkacodec
-
-    lazy = getattr(kafkacodec, "LazyDownConvertRecords", None)
-    if lazy is None:
-        # TODO(merge): stream IN through kafkacodec.LazyDownConvertRecords(records, to_magic)
-        # chunk by chunk into OUT (bounded memory) once down-conversion is on main.
-        raise CliError("down-conversion is not part of this build yet (kafkacodec.LazyDownConvertRecords "
-                       "is missing); update kafkacodec", EXIT_UNAVAILABLE)
-    raise CliError("convert: not wired to LazyDownConvertRecords yet", EXIT_UNAVAILABLE)
+    # TODO(merge): stream IN through kafkacodec.LazyDownConvertRecords(records, to_magic) chunk
+    # by chunk into OUT (bounded memory) once down-conversion (issue: down-conversion) is on main.
+    raise CliError("down-conversion is not part of this build yet (kafkacodec.LazyDownConvertRecords "
+                   "is missing); use a kafkacodec release that has it", EXIT_UNAVAILABLE)
 
 
 # ---------------------------------------------------------------------------------- generate
