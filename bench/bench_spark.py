@@ -78,6 +78,7 @@ def main(records: int = 2_000_000) -> None:
 
     spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", "3g")          # the raw-batch DataFrame is built here
              .config("spark.executorEnv.PYTHONPATH", ROOT).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
