@@ -4,7 +4,9 @@
  * when the CPU has it, chosen once at run time; otherwise slicing-by-8 tables.  Long inputs
  * run three independent instruction streams and merge them with precomputed "append N zero
  * bytes" operators, which hides the instruction's 3-cycle latency.
- * CRC-32 uses slicing-by-8 (messages of magic 0/1 are short; zlib-class speed suffices).
+ * CRC-32 folds 64 bytes at a time with carry-less multiplication (PCLMULQDQ, x86-64) when the
+ * CPU has it and the input is at least 64 bytes (down-conversion writes v0/v1 messages at
+ * memory speed), otherwise slicing-by-8.
  * Header-only: every extension that includes it gets its own static copy.
  */
 #ifndef KC_CRC_H
@@ -17,13 +19,24 @@
 #if defined(_MSC_VER) && (defined(_M_X64) || defined(_M_AMD64))
 #  include <intrin.h>
 #  include <nmmintrin.h>
+#  include <wmmintrin.h>
+#  include <smmintrin.h>
 #  define KC_X86 1
 #  define KC_TARGET_SSE42
+#  define KC_TARGET_PCLMUL
 #elif (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #  include <nmmintrin.h>
+#  include <wmmintrin.h>
+#  include <smmintrin.h>
 #  include <cpuid.h>
 #  define KC_X86 1
 #  define KC_TARGET_SSE42 __attribute__((target("sse4.2")))
+#  define KC_TARGET_PCLMUL __attribute__((target("pclmul,sse4.1")))
+#  if (defined(__GNUC__) && __GNUC__ >= 9) || (defined(__clang__) && __clang_major__ >= 8)
+#    include <immintrin.h>
+#    define KC_VPCLMUL 1
+#    define KC_TARGET_VPCLMUL __attribute__((target("vpclmulqdq,avx2,pclmul,sse4.1")))
+#  endif
 #elif (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
 #  define KC_ARM 1
 #  if defined(__linux__)
@@ -45,6 +58,7 @@ static uint32_t kc_crc32_table[8][256];
 static uint32_t kc_crc32c_long[4][256];  /* shift a CRC over KC_LANE_LONG zero bytes */
 static uint32_t kc_crc32c_short[4][256]; /* shift a CRC over KC_LANE_SHORT zero bytes */
 static int kc_crc_hw = -1;               /* -1: not initialised, 0: software, 1: hardware */
+static int kc_crc32_clmul = 0;           /* 1: PCLMULQDQ, 2: also VPCLMULQDQ on 256-bit lanes */
 
 static void kc_build_slicing_tables(uint32_t table[8][256], uint32_t poly) {
     for (uint32_t n = 0; n < 256; n++) {
@@ -132,6 +146,33 @@ static int kc_cpu_has_crc(void) {
 #endif
 }
 
+static int kc_cpu_has_clmul(void) {
+#if defined(KC_X86) && defined(_MSC_VER)
+    int info[4];
+    __cpuid(info, 1);
+    return ((info[2] >> 1) & 1) && ((info[2] >> 19) & 1);
+#elif defined(KC_X86)
+    unsigned int eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
+    if (!(((ecx >> 1) & 1) && ((ecx >> 19) & 1))) return 0; /* PCLMULQDQ and SSE4.1 */
+#  if defined(KC_VPCLMUL)
+    {
+        /* VPCLMULQDQ (leaf 7 ECX bit 10) with AVX2 (leaf 7 EBX bit 5), YMM state enabled by the
+         * OS (OSXSAVE, XCR0 bits 1 and 2). */
+        unsigned int a7, b7, c7, d7, xcr0_lo, xcr0_hi;
+        if (((ecx >> 27) & 1) && __get_cpuid_count(7, 0, &a7, &b7, &c7, &d7) &&
+            ((b7 >> 5) & 1) && ((c7 >> 10) & 1)) {
+            __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+            if ((xcr0_lo & 6) == 6) return 2;
+        }
+    }
+#  endif
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 static void kc_crc_init(void) {
     if (kc_crc_hw >= 0) return;
     kc_build_slicing_tables(kc_crc32c_table, KC_CRC32C_POLY);
@@ -139,6 +180,7 @@ static void kc_crc_init(void) {
     kc_zeros_table(kc_crc32c_long, KC_LANE_LONG);
     kc_zeros_table(kc_crc32c_short, KC_LANE_SHORT);
     kc_crc_hw = kc_cpu_has_crc();
+    kc_crc32_clmul = kc_cpu_has_clmul();
 }
 
 /* Slicing-by-8 over a raw register (no pre/post inversion). */
@@ -227,9 +269,142 @@ static inline uint32_t kc_crc32c(uint32_t crc, const unsigned char *p, size_t n)
     return ~kc_slice8(kc_crc32c_table, crc, p, n);
 }
 
+#if defined(KC_X86)
+/* CRC-32 (reflected 0xEDB88320) of n >= 64 bytes (a multiple of 16) over a raw register:
+ * four 128-bit lanes folded by 512 bits, reduced to one lane, then 128 -> 64 -> 32 bits and a
+ * Barrett reduction (Gopal et al., "Fast CRC Computation for Generic Polynomials Using
+ * PCLMULQDQ", Intel 2009).  Constants are x^k mod P, bit-reflected:
+ * k1 = x^(4*128+32), k2 = x^(4*128-32), k3 = x^(128+32), k4 = x^(128-32), k5 = x^64,
+ * P' = P with x^32, mu = floor(x^64 / P). */
+KC_TARGET_PCLMUL static uint32_t kc_crc32_fold(uint32_t crc, const unsigned char *p, size_t n) {
+    const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
+    const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+    const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124LL);
+    const __m128i poly = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);
+    const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
+    __m128i x0 = _mm_loadu_si128((const __m128i *)p);
+    __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 16));
+    __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 32));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 48));
+    __m128i t;
+    x0 = _mm_xor_si128(x0, _mm_cvtsi32_si128((int)crc));
+    p += 64;
+    n -= 64;
+#define KC_FOLD(x, k, next)                                                         \
+    t = _mm_clmulepi64_si128((x), (k), 0x00);                                       \
+    (x) = _mm_clmulepi64_si128((x), (k), 0x11);                                     \
+    (x) = _mm_xor_si128(_mm_xor_si128((x), t), (next));
+    while (n >= 64) {
+        KC_FOLD(x0, k1k2, _mm_loadu_si128((const __m128i *)p))
+        KC_FOLD(x1, k1k2, _mm_loadu_si128((const __m128i *)(p + 16)))
+        KC_FOLD(x2, k1k2, _mm_loadu_si128((const __m128i *)(p + 32)))
+        KC_FOLD(x3, k1k2, _mm_loadu_si128((const __m128i *)(p + 48)))
+        p += 64;
+        n -= 64;
+    }
+    KC_FOLD(x0, k3k4, x1)
+    KC_FOLD(x0, k3k4, x2)
+    KC_FOLD(x0, k3k4, x3)
+    while (n >= 16) {
+        KC_FOLD(x0, k3k4, _mm_loadu_si128((const __m128i *)p))
+        p += 16;
+        n -= 16;
+    }
+#undef KC_FOLD
+    /* 128 -> 64 bits */
+    t = _mm_srli_si128(x0, 8);
+    x0 = _mm_xor_si128(_mm_clmulepi64_si128(x0, k3k4, 0x10), t);
+    /* 64 -> 32 bits */
+    t = _mm_srli_si128(x0, 4);
+    x0 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x0, mask32), k5, 0x00), t);
+    /* Barrett reduction */
+    t = x0;
+    x0 = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(x0, mask32), poly, 0x10), mask32);
+    x0 = _mm_xor_si128(_mm_clmulepi64_si128(x0, poly, 0x00), t);
+    return (uint32_t)_mm_extract_epi32(x0, 1);
+}
+#endif
+
+#if defined(KC_VPCLMUL)
+/* The same on 256-bit lanes (two 128-bit lanes per register, VPCLMULQDQ): n >= 128 bytes, a
+ * multiple of 16.  Four registers fold by 1024 bits (k = x^(1024+32), x^(1024-32)), then fold
+ * into each other by 256 bits (x^(256+32), x^(256-32)), the last register's two lanes by 128
+ * bits, and the 128-bit tail and reduction are those of kc_crc32_fold. */
+KC_TARGET_VPCLMUL static uint32_t kc_crc32_fold256(uint32_t crc, const unsigned char *p, size_t n) {
+    const __m256i k1024 = _mm256_set_epi64x(0x14a7fe880LL, 0x1e88ef372LL, 0x14a7fe880LL, 0x1e88ef372LL);
+    const __m256i k256 = _mm256_set_epi64x(0x15a546366LL, 0x0f1da05aaLL, 0x15a546366LL, 0x0f1da05aaLL);
+    const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+    const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124LL);
+    const __m128i poly = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);
+    const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
+    __m256i y0 = _mm256_loadu_si256((const __m256i *)p);
+    __m256i y1 = _mm256_loadu_si256((const __m256i *)(p + 32));
+    __m256i y2 = _mm256_loadu_si256((const __m256i *)(p + 64));
+    __m256i y3 = _mm256_loadu_si256((const __m256i *)(p + 96));
+    __m256i u;
+    __m128i x0, t;
+    y0 = _mm256_xor_si256(y0, _mm256_castsi128_si256(_mm_cvtsi32_si128((int)crc)));
+    p += 128;
+    n -= 128;
+#define KC_FOLD256(y, k, next)                                                      \
+    u = _mm256_clmulepi64_epi128((y), (k), 0x00);                                   \
+    (y) = _mm256_clmulepi64_epi128((y), (k), 0x11);                                 \
+    (y) = _mm256_xor_si256(_mm256_xor_si256((y), u), (next));
+    while (n >= 128) {
+        KC_FOLD256(y0, k1024, _mm256_loadu_si256((const __m256i *)p))
+        KC_FOLD256(y1, k1024, _mm256_loadu_si256((const __m256i *)(p + 32)))
+        KC_FOLD256(y2, k1024, _mm256_loadu_si256((const __m256i *)(p + 64)))
+        KC_FOLD256(y3, k1024, _mm256_loadu_si256((const __m256i *)(p + 96)))
+        p += 128;
+        n -= 128;
+    }
+    KC_FOLD256(y0, k256, y1)
+    KC_FOLD256(y0, k256, y2)
+    KC_FOLD256(y0, k256, y3)
+#undef KC_FOLD256
+    /* the register's low lane folds onto its high lane (128 bits further) */
+    x0 = _mm256_castsi256_si128(y0);
+    t = _mm_clmulepi64_si128(x0, k3k4, 0x00);
+    x0 = _mm_clmulepi64_si128(x0, k3k4, 0x11);
+    x0 = _mm_xor_si128(_mm_xor_si128(x0, t), _mm256_extracti128_si256(y0, 1));
+    while (n >= 16) {
+        t = _mm_clmulepi64_si128(x0, k3k4, 0x00);
+        x0 = _mm_clmulepi64_si128(x0, k3k4, 0x11);
+        x0 = _mm_xor_si128(_mm_xor_si128(x0, t), _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+    t = _mm_srli_si128(x0, 8);
+    x0 = _mm_xor_si128(_mm_clmulepi64_si128(x0, k3k4, 0x10), t);
+    t = _mm_srli_si128(x0, 4);
+    x0 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x0, mask32), k5, 0x00), t);
+    t = x0;
+    x0 = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(x0, mask32), poly, 0x10), mask32);
+    x0 = _mm_xor_si128(_mm_clmulepi64_si128(x0, poly, 0x00), t);
+    return (uint32_t)_mm_extract_epi32(x0, 1);
+}
+#endif
+
 /* CRC-32 (zlib's crc32) of n bytes, continuing from `crc` (0 to start). */
 static inline uint32_t kc_crc32(uint32_t crc, const unsigned char *p, size_t n) {
-    return ~kc_slice8(kc_crc32_table, ~crc, p, n);
+    crc = ~crc;
+#if defined(KC_VPCLMUL)
+    if (n >= 128 && kc_crc32_clmul == 2) {
+        size_t head = n & ~(size_t)15;
+        crc = kc_crc32_fold256(crc, p, head);
+        p += head;
+        n -= head;
+    }
+#endif
+#if defined(KC_X86)
+    if (n >= 64 && kc_crc32_clmul) {
+        size_t head = n & ~(size_t)15;
+        crc = kc_crc32_fold(crc, p, head);
+        p += head;
+        n -= head;
+    }
+#endif
+    return ~kc_slice8(kc_crc32_table, crc, p, n);
 }
 
 static inline int kc_crc32c_is_hardware(void) { return kc_crc_hw == 1; }

@@ -3,8 +3,12 @@ at memory speed by a typed Cython core."""
 
 from kafkacodec import _crc
 from kafkacodec._builder import MemoryRecordsBuilder
+from kafkacodec._convert import ConvertedRecords, RecordConversionStats, down_convert
+from kafkacodec._pool import MemoryPool, SimpleMemoryPool
 from kafkacodec._records import FileRecords, MemoryRecords, Record, RecordBatch, Records
+from kafkacodec._ring import ResponseRingBuffer
 from kafkacodec._types import Compression, ControlType, TimestampType
+from kafkacodec.mirror import RawBatchesBuilder, RawBytesBatchRecord, shallow_records
 from kafkacodec.errors import (
     BufferReleasedError,
     CorruptRecordError,
@@ -15,6 +19,7 @@ from kafkacodec.errors import (
     UnsupportedCompressionError,
     UnsupportedVersionError,
 )
+from kafkacodec.lazy import LazyDownConvertRecords
 
 __version__ = "0.1.0"
 
@@ -39,4 +44,14 @@ __all__ = [
     "RecordTooLargeError",
     "BufferReleasedError",
     "MemoryPoolError",
+    "RawBatchesBuilder",
+    "RawBytesBatchRecord",
+    "shallow_records",
+    "MemoryPool",
+    "SimpleMemoryPool",
+    "ResponseRingBuffer",
+    "down_convert",
+    "ConvertedRecords",
+    "RecordConversionStats",
+    "LazyDownConvertRecords",
 ]

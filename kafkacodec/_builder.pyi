@@ -110,6 +110,19 @@ class MemoryRecordsBuilder:
         timestamp: int | None = None,
         partition_leader_epoch: int = -1,
     ) -> bytes: ...
+    @staticmethod
+    def build_empty_batch(
+        base_offset: int,
+        last_offset: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        max_timestamp: int = -1,
+        timestamp_type: TimestampType | int = ...,
+        is_transactional: bool = False,
+        is_control_batch: bool = False,
+        partition_leader_epoch: int = -1,
+    ) -> bytes: ...
     def has_room_for(
         self,
         timestamp: int,

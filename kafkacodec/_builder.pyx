@@ -13,6 +13,7 @@ horizon below magic 2) raises UnsupportedVersionError, zstd below magic 2 or an 
 raises UnsupportedCompressionError, and a key/value/record beyond 2 GiB RecordTooLargeError.
 """
 
+import operator
 import sys
 import time
 
@@ -23,17 +24,18 @@ from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_Check
 from cpython.ref cimport PyObject
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uintptr_t, INT32_MAX
+from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uintptr_t,
+                          INT32_MAX, INT64_MAX)
 from libc.stdlib cimport free
 from libc.string cimport memcpy
 
 from kafkacodec._crc cimport kc_crc_init
-from kafkacodec._writer cimport Writer, ensure, reserve, store_u16, store_u32
+from kafkacodec._writer cimport (Writer, ensure, reserve, store_u16, store_u32, store_uvarint,
+                                 varint_size)
 from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, V2_HEADER_SIZE, V0_RECORD_OVERHEAD,
                                  V1_RECORD_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG,
                                  CONTROL_FLAG, DELETE_HORIZON_FLAG, NO_TIMESTAMP)
 from kafkacodec._v2 cimport write_v2_record, write_v2_batch_header, v2_record_body_size
-from kafkacodec._writer cimport varint_size, varlong_size, store_uvarint
 from kafkacodec._legacy cimport write_legacy_message, legacy_message_size
 from kafkacodec._compression cimport compress
 
@@ -48,10 +50,7 @@ kc_crc_init()
 
 cdef enum:
     CODEC_NONE = 0
-    CODEC_GZIP = 1
-    CODEC_LZ4 = 3
-    CODEC_ZSTD = 4
-    KAFKA_DEFAULT_LEVEL = -1
+    KAFKA_DEFAULT_LEVEL = -1     # _compression's LEVEL_DEFAULT: Kafka's default for the codec
 
 # Kafka estimates a compressed batch as uncompressed size x ratio (1.0 at first) x 1.05.
 cdef double COMPRESSION_RATE_ESTIMATION_FACTOR = 1.05
@@ -216,6 +215,8 @@ cdef int32_t encode_headers(Writer* w, object headers) except -1:
         if not PyUnicode_Check(name):
             raise TypeError(f"a header key must be str, not {type(name).__name__}")
         key = PyUnicode_AsUTF8AndSize(name, &key_size)
+        if key_size > INT32_MAX:
+            raise RecordTooLargeError("header key exceeds Kafka's 2 GiB limit")
         span_of(val, &value, b"header value")
         try:
             ensure(w, 10 + key_size + 5 + (value.length if value.length > 0 else 0))
@@ -234,13 +235,26 @@ cdef int32_t encode_headers(Writer* w, object headers) except -1:
     return count
 
 
+cdef object as_int(object v, str name):
+    """v as a Python int: ints and integer-like objects (numpy integers), not bool or float."""
+    if type(v) is int:
+        return v
+    if isinstance(v, bool):
+        raise TypeError(f"{name} must be an int, not bool")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, not {type(v).__name__}") from None
+
+
 cdef int64_t check_timestamp(object timestamp) except? -2:
     cdef int64_t ts
     if type(timestamp) is not int:
-        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
-            raise TypeError(f"timestamp must be an int (milliseconds, -1 for none), "
-                            f"not {type(timestamp).__name__}")
-    ts = timestamp
+        timestamp = as_int(timestamp, "timestamp (milliseconds, -1 for none)")
+    try:
+        ts = timestamp
+    except OverflowError:
+        raise ValueError(f"timestamp {timestamp} does not fit in 64 bits") from None
     if ts < NO_TIMESTAMP:
         raise ValueError(f"invalid negative timestamp {ts}: use -1 for no timestamp")
     return ts
@@ -251,8 +265,7 @@ def _now_ms() -> int:
 
 
 cdef int64_t check_int(object v, str name, int64_t low, int64_t high) except? -1:
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    v = as_int(v, name)
     if v < low or v > high:
         raise ValueError(f"{name} {v} is out of range [{low}, {high}]")
     return v
@@ -289,6 +302,7 @@ cdef class MemoryRecordsBuilder:
     cdef int64_t base_timestamp
     cdef bint has_base_timestamp
     cdef int64_t max_timestamp
+    cdef bint exhausted           # a batch ended at offset 2^63-1
 
     def __cinit__(self):
         self.w.buf = NULL
@@ -406,7 +420,7 @@ cdef class MemoryRecordsBuilder:
     @property
     def next_offset(self) -> int:
         """The offset `append()` will give the next record."""
-        return self.last_offset + 1
+        return <object>self.last_offset + 1
 
     @property
     def uncompressed_size_in_bytes(self) -> int:
@@ -463,6 +477,11 @@ cdef class MemoryRecordsBuilder:
         return self.max_batch_size >= self._estimated_size() + size
 
     # --- appending ------------------------------------------------------------------------
+    cdef inline int64_t _next(self) except? -1:
+        if self.last_offset == INT64_MAX or self.exhausted:
+            raise ValueError("offsets are exhausted: the last record has offset 2^63-1")
+        return self.last_offset + 1
+
     cdef int _check_offset(self, int64_t offset) except -1:
         if offset <= self.last_offset:
             if self.count:
@@ -527,7 +546,7 @@ cdef class MemoryRecordsBuilder:
         cdef int64_t ts = check_timestamp(timestamp)
         if self.is_control_batch:
             raise ValueError("this builder writes a control batch: use append_control_record()")
-        self._check_offset(self.last_offset + 1)
+        self._check_offset(self._next())
         span_of(key, &k, b"key")
         try:
             span_of(value, &v, b"value")
@@ -601,8 +620,11 @@ cdef class MemoryRecordsBuilder:
             ts_view = arrow_int64_view(timestamps)
             if ts_view.shape[0] != n:
                 raise ValueError(f"{ts_view.shape[0]} timestamps for {n} values")
+        if n and (self.exhausted or self.last_offset > INT64_MAX - n):
+            raise ValueError(f"{n} more records would pass offset 2^63-1")
         if n and self.last_offset + n - self.base_offset > INT32_MAX:
-            self._check_offset(self.base_offset + INT32_MAX + 1)     # raises
+            raise ValueError(f"{n} more records would end more than 2^31-1 past the batch base "
+                             f"offset {self.base_offset}: build() this batch first")
         if <int64_t>self.count + n > INT32_MAX:
             raise RecordTooLargeError("a batch cannot hold more than 2^31-1 records")
         try:
@@ -635,15 +657,20 @@ cdef class MemoryRecordsBuilder:
             raise
 
     def append_control_record(self, timestamp, control_type, value):
-        """Append a control record (key: version 0 + `control_type`; value as given) at the
-        next offset.  Needs a builder made with is_control_batch=True (magic 2)."""
+        """Append a control record (key: version 0 + `control_type`, a ControlType; value as
+        given) at the next offset.  Needs a builder made with is_control_batch=True (magic 2)."""
         cdef Span k, v
         cdef unsigned char key[4]
         cdef int64_t ts = check_timestamp(timestamp)
-        cdef int type_id = check_int(control_type, "control_type", 0, 32767)
+        cdef int type_id
+        try:
+            type_id = ControlType(as_int(control_type, "control_type"))
+        except ValueError:
+            raise ValueError(f"unknown control_type {control_type!r}: Kafka writes only the "
+                             f"ControlType values") from None
         if not self.is_control_batch:
             raise ValueError("control records need a builder made with is_control_batch=True")
-        self._check_offset(self.last_offset + 1)
+        self._check_offset(self._next())
         store_u16(key, 0)
         store_u16(key + 2, <uint32_t>type_id)
         k.data = key
@@ -682,6 +709,41 @@ cdef class MemoryRecordsBuilder:
                                       coordinator_epoch)
         return builder.build()
 
+    @staticmethod
+    def build_empty_batch(base_offset, last_offset, producer_id, producer_epoch, base_sequence,
+                          max_timestamp=-1, timestamp_type=TimestampType.CREATE_TIME,
+                          is_transactional=False, is_control_batch=False,
+                          partition_leader_epoch=-1) -> bytes:
+        """A v2 batch with no records (61 bytes), as the log cleaner keeps one to preserve a
+        producer's last sequence (Kafka's DefaultRecordBatch.writeEmptyHeader): RecordsCount 0,
+        LastOffsetDelta = last_offset - base_offset, BaseTimestamp -1, no compression."""
+        cdef BatchHeader h
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, V2_HEADER_SIZE)
+        h.base_offset = check_int(base_offset, "base_offset", 0, INT64_MAX)
+        delta = check_int(last_offset, "last_offset", h.base_offset, INT64_MAX) - h.base_offset
+        if delta > INT32_MAX:
+            raise ValueError(f"last_offset is more than 2^31-1 past base_offset {h.base_offset}")
+        h.last_offset_delta = <int32_t>delta
+        h.producer_id = check_int(producer_id, "producer_id", -1, INT64_MAX)
+        h.producer_epoch = <int16_t>check_int(producer_epoch, "producer_epoch", -1, 32767)
+        h.base_sequence = <int32_t>check_int(base_sequence, "base_sequence", -1, INT32_MAX)
+        h.partition_leader_epoch = <int32_t>check_int(partition_leader_epoch, "partition_leader_epoch",
+                                                      -1, INT32_MAX)
+        h.base_timestamp = NO_TIMESTAMP
+        h.max_timestamp = check_timestamp(max_timestamp)
+        try:
+            ts_type = TimestampType(timestamp_type)
+        except ValueError:
+            raise ValueError(f"unknown timestamp_type {timestamp_type!r}: use a TimestampType") from None
+        if ts_type == TimestampType.NO_TIMESTAMP_TYPE:
+            raise ValueError("a v2 batch needs a timestamp type (CREATE_TIME or LOG_APPEND_TIME)")
+        h.attributes = ((TIMESTAMP_TYPE_MASK if ts_type == TimestampType.LOG_APPEND_TIME else 0)
+                        | (TRANSACTIONAL_FLAG if is_transactional else 0)
+                        | (CONTROL_FLAG if is_control_batch else 0))
+        h.records_count = 0
+        write_v2_batch_header(<unsigned char*>PyBytes_AS_STRING(out), V2_HEADER_SIZE, &h)
+        return out
+
     # --- building -------------------------------------------------------------------------
     def build(self) -> bytes:
         """Close the batch and return its bytes (b"" when empty, as Kafka builds nothing);
@@ -699,7 +761,10 @@ cdef class MemoryRecordsBuilder:
         span = <int32_t>(self.last_offset - self.base_offset) + 1
         if self.base_sequence >= 0:          # DefaultRecordBatch.incrementSequence: wraps to 0
             self.base_sequence = <int32_t>((<int64_t>self.base_sequence + span) % (<int64_t>INT32_MAX + 1))
-        self.base_offset = self.last_offset + 1
+        if self.last_offset == INT64_MAX:       # nothing can follow offset 2^63-1
+            self.exhausted = True
+        else:
+            self.base_offset = self.last_offset + 1
         self._start_batch()
         return out
 
@@ -774,6 +839,10 @@ cdef int check_level(object codec, object level) except? -1:
                  Compression.ZSTD: (-131072, 22)}[codec]
     if codec == Compression.GZIP and level == -1:
         return KAFKA_DEFAULT_LEVEL
+    if codec == Compression.ZSTD and level == -1:
+        # -1 is the "Kafka default" marker of the compression module, not zstd's fast level -1
+        raise ValueError("zstd compression_level -1 is not supported: use None for Kafka's "
+                         "default (3), or another level")
     if not low <= level <= high:
         raise ValueError(f"{Compression(codec).name.lower()} compression_level {level} is out of "
                          f"range [{low}, {high}]")

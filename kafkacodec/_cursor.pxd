@@ -19,6 +19,8 @@ cdef struct Cursor:
 # GIL: a hot loop calls them inside `with nogil` and the exception still propagates.
 cdef int raise_short(const Cursor* cur, Py_ssize_t wanted, const char* what) except -1 nogil
 cdef int raise_corrupt(const Cursor* cur, const char* what) except -1 nogil
+# The 3..5-byte case of read_varint (out of line, so the inline part stays small).
+cdef int read_varint_long(Cursor* cur, int32_t* out, const char* what) except -1 nogil
 
 cdef inline void cursor_init(Cursor* cur, const unsigned char* data, Py_ssize_t size,
                              Py_ssize_t base) noexcept nogil:
@@ -95,47 +97,33 @@ cdef inline int read_uvarint64(Cursor* cur, uint64_t* out, int max_bytes,
             return raise_corrupt(cur, what)
         shift += 7
 
-# Out-of-line general varint readers (in _cursor.pyx); the inline ones below take the one- and
-# two-byte encodings (lengths below 8192, small deltas) themselves, which keeps them small
-# enough for the compiler to inline into record loops.
-cdef int read_varint_slow(Cursor* cur, int32_t* out, const char* what) except -1 nogil
-cdef int read_varlong_slow(Cursor* cur, int64_t* out, const char* what) except -1 nogil
-
 cdef inline int read_varint(Cursor* cur, int32_t* out, const char* what) except -1 nogil:
-    # Zig-zag signed varint (v2 records): (n << 1) ^ (n >> 31), at most 5 bytes.
-    cdef const unsigned char* p
+    # Zig-zag signed varint (v2 records): (n << 1) ^ (n >> 31), at most 5 bytes.  One- and
+    # two-byte values (most lengths and deltas) are decoded here; longer ones out of line.
+    cdef const unsigned char* p = cur.data + cur.pos
+    cdef Py_ssize_t left = cur.end - cur.pos
     cdef uint32_t raw
-    if cur.end - cur.pos >= 2:
-        p = cur.data + cur.pos
-        if not (p[0] & 0x80):
-            raw = p[0]
-            cur.pos += 1
-            out[0] = <int32_t>((raw >> 1) ^ -(raw & 1))
-            return 0
-        if not (p[1] & 0x80):
-            raw = (p[0] & 0x7F) | (<uint32_t>p[1] << 7)
-            cur.pos += 2
-            out[0] = <int32_t>((raw >> 1) ^ -(raw & 1))
-            return 0
-    return read_varint_slow(cur, out, what)
+    if left >= 1 and not (p[0] & 0x80):
+        cur.pos += 1
+        raw = p[0]
+    elif left >= 2 and not (p[1] & 0x80):
+        cur.pos += 2
+        raw = (p[0] & 0x7F) | (<uint32_t>p[1] << 7)
+    else:
+        return read_varint_long(cur, out, what)
+    out[0] = <int32_t>((raw >> 1) ^ -(raw & 1))
+    return 0
 
 cdef inline int read_varlong(Cursor* cur, int64_t* out, const char* what) except -1 nogil:
     # Zig-zag signed varlong (v2 timestamp deltas), at most 10 bytes.
-    cdef const unsigned char* p
     cdef uint64_t raw
-    if cur.end - cur.pos >= 2:
-        p = cur.data + cur.pos
-        if not (p[0] & 0x80):
-            raw = p[0]
-            cur.pos += 1
-            out[0] = <int64_t>((raw >> 1) ^ -(raw & 1))
-            return 0
-        if not (p[1] & 0x80):
-            raw = (p[0] & 0x7F) | (<uint64_t>p[1] << 7)
-            cur.pos += 2
-            out[0] = <int64_t>((raw >> 1) ^ -(raw & 1))
-            return 0
-    return read_varlong_slow(cur, out, what)
+    if cur.pos < cur.end and not (cur.data[cur.pos] & 0x80):
+        raw = cur.data[cur.pos]
+        cur.pos += 1
+    else:
+        read_uvarint64(cur, &raw, 10, what)
+    out[0] = <int64_t>((raw >> 1) ^ -(raw & 1))
+    return 0
 
 cdef inline int read_uvarint(Cursor* cur, uint32_t* out, const char* what) except -1 nogil:
     # Unsigned varint of the flexible protocol versions (compact lengths), at most 5 bytes.

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Out-of-line parts of the read cursor (see _cursor.pxd): error raisers, general varints."""
+"""Out-of-line error paths of the read cursor (see _cursor.pxd)."""
 
 from kafkacodec.errors import CorruptRecordError
 
@@ -16,18 +16,11 @@ cdef int raise_corrupt(const Cursor* cur, const char* what) except -1 nogil:
         raise CorruptRecordError(f"invalid {what.decode()}", position=cur.base + cur.pos)
 
 
-cdef int read_varint_slow(Cursor* cur, int32_t* out, const char* what) except -1 nogil:
+cdef int read_varint_long(Cursor* cur, int32_t* out, const char* what) except -1 nogil:
     cdef uint64_t raw
     read_uvarint64(cur, &raw, 5, what)
     if raw > 0xFFFFFFFFULL:
         cur.pos -= 5
         return raise_corrupt(cur, what)
     out[0] = <int32_t>((<uint32_t>raw >> 1) ^ -(<uint32_t>(raw & 1)))
-    return 0
-
-
-cdef int read_varlong_slow(Cursor* cur, int64_t* out, const char* what) except -1 nogil:
-    cdef uint64_t raw
-    read_uvarint64(cur, &raw, 10, what)
-    out[0] = <int64_t>((raw >> 1) ^ -(raw & 1))
     return 0

@@ -23,6 +23,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF
+from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
@@ -31,8 +32,7 @@ from kafkacodec._format cimport (
     BatchHeader, parse_entry_header, compute_crc, LOG_OVERHEAD, SIZE_OFFSET, MAGIC_OFFSET,
     HEADER_SIZE_UP_TO_MAGIC, V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
     V2_RECORDS_COUNT_OFFSET, COMPRESSION_MASK, TRANSACTIONAL_FLAG, CONTROL_FLAG,
-    DELETE_HORIZON_FLAG, TIMESTAMP_LOG_APPEND, TIMESTAMP_NONE, TIMESTAMP_CREATE, NO_SEQUENCE,
-    TIMESTAMP_TYPE_MASK)
+    DELETE_HORIZON_FLAG, TIMESTAMP_LOG_APPEND, TIMESTAMP_NONE, NO_SEQUENCE)
 from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_header, read_control_type, \
     read_end_txn_coordinator_epoch
 from kafkacodec._legacy cimport LegacyMessage, read_legacy_message, next_inner_entry, \
@@ -214,9 +214,10 @@ cdef class Record:
     cdef int8_t _timestamp_type
     cdef int16_t _control_type        # -1: not a control record
     cdef int64_t _coordinator_epoch   # -1: not an ABORT/COMMIT marker
-    cdef readonly object key
-    cdef readonly object value
-    cdef readonly tuple headers
+    # key, value and headers are exposed as member descriptors (see expose_slots below)
+    cdef object key
+    cdef object value
+    cdef tuple headers
 
     @property
     def timestamp_type(self):
@@ -245,6 +246,64 @@ cdef class Record:
         extra = f", control_type={self.control_type!r}" if self._control_type != -1 else ""
         return (f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
                 f"value={self.value!r}, headers={self.headers!r}{extra})")
+
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        const char* name
+        int type
+        Py_ssize_t offset
+        int flags
+        const char* doc
+    enum:
+        T_OBJECT_EX
+        READONLY
+
+cdef extern from "Python.h":
+    ctypedef struct _TypeWithDict "PyTypeObject":
+        PyObject* tp_dict
+    object PyDescr_NewMember(type cls, PyMemberDef* member)
+    void PyType_Modified(type cls)
+    const char* PyUnicode_AsUTF8(object text) except NULL
+
+cdef PyMemberDef _RECORD_MEMBERS[3]
+
+
+cdef int expose_slots(type cls, object sample, tuple names, tuple markers,
+                      PyMemberDef* members) except -1:
+    """Expose object fields of a cdef class as read-only member descriptors (T_OBJECT_EX):
+    CPython 3.11+ specialises attribute loads of those (LOAD_ATTR_SLOT), not of the getset
+    descriptors Cython generates.  Each field's offset is found by locating its marker object
+    in `sample` (no dependence on Cython's generated struct names)."""
+    cdef PyObject** words = <PyObject**><void*>sample
+    cdef Py_ssize_t i, k, count = cls.__basicsize__ // sizeof(PyObject*)
+    cdef dict type_dict = <dict>(<_TypeWithDict*>cls).tp_dict
+    for k in range(len(names)):
+        for i in range(count):
+            if words[i] == <PyObject*>markers[k]:
+                break
+        else:
+            raise RuntimeError(f"field {names[k]!r} not found in {cls.__name__}")
+        members[k].name = PyUnicode_AsUTF8(names[k])   # interned literals: live forever
+        members[k].type = T_OBJECT_EX
+        members[k].offset = i * sizeof(PyObject*)
+        members[k].flags = READONLY
+        members[k].doc = NULL
+        type_dict[names[k]] = PyDescr_NewMember(cls, &members[k])
+    PyType_Modified(cls)
+    return 0
+
+
+cdef int expose_record_fields() except -1:
+    cdef Record sample = Record.__new__(Record)
+    sample.key = object()
+    sample.value = object()
+    sample.headers = ((),)
+    return expose_slots(Record, sample, ("key", "value", "headers"),
+                        (sample.key, sample.value, sample.headers), _RECORD_MEMBERS)
+
+
+expose_record_fields()
 
 
 cdef inline object bytes_or_none(const unsigned char* p, int32_t length):
@@ -316,6 +375,9 @@ cdef int decode_v2(const BatchHeader* h, const unsigned char* data, Py_ssize_t s
             decode_control(r, &rec, record_start)
         out.append(r)
     if count > 0 and cur.pos != cur.end:
+        # Kafka's RecordIterator checks this while reading the last record, which it then
+        # never returns: drop it, so the same records come out before the error.
+        del out[PyList_GET_SIZE(out) - 1]
         raise CorruptRecordError(f"records still remaining: {cur.end - cur.pos} bytes after the "
                                  f"{count} records the batch declares", position=base + cur.pos)
     return 0
@@ -385,10 +447,23 @@ cdef int decode_legacy_inner(const BatchHeader* h, const LegacyMessage* wrapper,
     return 0
 
 
+cdef object rebuilt(object err, str reason, object position, object offset):
+    """A copy of a KafkaCodecError (any subclass, extra fields such as InvalidCrcError's
+    checksums kept) with another reason, position and offset."""
+    cls = type(err)
+    new = cls.__new__(cls)
+    KafkaCodecError.__init__(new, reason, position=position, offset=offset)
+    for name, value in vars(err).items():
+        if name not in ("reason", "position", "offset"):
+            setattr(new, name, value)
+    new.__cause__ = err
+    return new
+
+
 cdef object with_context(object err, const BatchHeader* h, Py_ssize_t data_position,
                          bint decompressed):
     """The same error, naming the batch and (for decompressed data) where it was found."""
-    if isinstance(err, InvalidCrcError) or (err.offset is not None and not decompressed):
+    if err.offset is not None and not decompressed:
         return err
     reason = err.reason
     position = err.position
@@ -396,9 +471,7 @@ cdef object with_context(object err, const BatchHeader* h, Py_ssize_t data_posit
         if position is not None:
             reason = f"{reason} at byte {position} of the decompressed data"
         position = data_position
-    new = type(err)(reason, position=position, offset=h.base_offset)
-    new.__cause__ = err
-    return new
+    return rebuilt(err, reason, position, h.base_offset)
 
 
 cdef object decode_batch(const BatchHeader* h, const unsigned char* entry, Py_ssize_t max_size,
@@ -449,8 +522,7 @@ cdef object decode_batch(const BatchHeader* h, const unsigned char* entry, Py_ss
     except KafkaCodecError as err:
         if not decompressed and data_position != h.position and err.position is not None:
             # raised by the decompressor: its positions are inside the compressed data
-            err = type(err)(err.reason, position=data_position + err.position,
-                            offset=h.base_offset)
+            err = rebuilt(err, err.reason, data_position + err.position, h.base_offset)
         return with_context(err, h, data_position, decompressed)
 
 
@@ -898,7 +970,7 @@ cdef class Records:
         max_timestamp, records_count, crc, attributes, magic, compression, timestamp_type,
         crc_valid.  Legacy compressed wrappers have base_offset and records_count -1 (unknown
         without decompressing).  With check_crc=False, crc_valid is False everywhere."""
-        cdef Py_ssize_t n = 0, i, pos = 0, size = 0
+        cdef Py_ssize_t n = 0, pos = 0, size = 0, filled = 0
         cdef const unsigned char* data
         cdef int code = FRAME_END
         cdef BatchHeader h
@@ -923,9 +995,14 @@ cdef class Records:
                 return result
             row = <IndexEntry*>cnp.PyArray_DATA(result)
             pos = 0
+            filled = 0
             with nogil:                      # pass 2: fill the rows
-                for i in range(n):
-                    frame_entry(data + pos, self._size - pos, self._file_rules, &size)
+                for _ in range(n):
+                    # re-checked: a writable buffer may be changed by another thread meanwhile
+                    if frame_entry(data + pos, self._size - pos, self._file_rules,
+                                   &size) != FRAME_OK:
+                        break
+                    filled += 1
                     parse_entry_header(data + pos, size, self._start + pos, &h)
                     row.position = h.position
                     row.size_in_bytes = size
@@ -945,7 +1022,7 @@ cdef class Records:
                     row.crc_valid = check_crc and compute_crc(data + pos, &h) == h.crc
                     pos += size
                     row += 1
-            return result
+            return result if filled == n else result[:filled]
         finally:
             self._buf.leave()
 

@@ -157,9 +157,11 @@ def test_spec_commit_marker_example():
 
 def test_abort_marker_is_read_as_abort_by_kafka_python():
     marker = MemoryRecordsBuilder.build_end_txn_marker(False, 9, 2, 11, base_offset=3, timestamp=77)
-    [(batch, _)] = peer_batches(KpMemoryRecords, marker)
-    assert batch.is_control_batch and batch.is_transactional
-    assert batch.producer_id == 9 and batch.producer_epoch == 2 and batch.base_sequence == -1
+    for reader in (KpMemoryRecords, AioMemoryRecords):
+        [(batch, records)] = peer_batches(reader, marker)
+        assert batch.crc_ok and batch.is_control_batch and batch.is_transactional
+        assert batch.producer_id == 9 and batch.producer_epoch == 2 and batch.base_sequence == -1
+        assert records == [(3, 77, 0, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x0b", [])]
     record = next(iter(KpMemoryRecords(marker).next_batch()))
     assert record.abort and not record.commit
     assert record.value == b"\x00\x00\x00\x00\x00\x0b"
@@ -234,11 +236,12 @@ def test_peers_decode_what_we_build(magic, codec, shape):
         assert len(kp_batches) == len(records)         # one standalone message per record
 
 
+@pytest.mark.parametrize("transactional", [False, True])
 @pytest.mark.parametrize("codec", CODECS)
-def test_v2_header_fields(codec):
+def test_v2_header_fields(codec, transactional):
     records = shape_records("negative_deltas")
     data = build(records, compression=codec, base_offset=42, partition_leader_epoch=9,
-                 producer_id=5, producer_epoch=3, base_sequence=100)
+                 producer_id=5, producer_epoch=3, base_sequence=100, is_transactional=transactional)
     for reader in (KpMemoryRecords, AioMemoryRecords):
         [(batch, _)] = peer_batches(reader, data)
         assert batch.base_offset == 42
@@ -246,7 +249,8 @@ def test_v2_header_fields(codec):
         assert batch.first_timestamp == 5_000          # the first record's, not the minimum
         assert batch.max_timestamp == 9_000
         assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (5, 3, 100)
-        assert not batch.is_transactional and not batch.is_control_batch
+        assert batch.is_transactional == transactional and not batch.is_control_batch
+        assert batch.crc_ok
     assert struct.unpack_from(">iiI", data, 8)[1] == 9            # leader epoch, not CRC-covered
     assert struct.unpack_from(">i", data, 57)[0] == 4              # RecordsCount
     assert crc32c_pkg.crc32c(data[21:]) == struct.unpack_from(">I", data, 17)[0]
@@ -386,6 +390,21 @@ def test_append_with_offset_must_increase():
     assert builder.record_count == 1
 
 
+def test_offsets_end_at_2_63_minus_1():
+    builder = MemoryRecordsBuilder(base_offset=2**63 - 2)
+    builder.append(1, None, b"a")
+    with pytest.raises(ValueError, match="would pass offset 2\\^63-1"):
+        builder.append_many(1, None, [b"b", b"c"])
+    builder.append(1, None, b"b")
+    assert builder.next_offset == 2**63
+    with pytest.raises(ValueError, match="exhausted"):
+        builder.append(1, None, b"c")
+    data = builder.build()
+    assert [r[0] for r in peer_records(KpMemoryRecords, data)] == [2**63 - 2, 2**63 - 1]
+    with pytest.raises(ValueError, match="exhausted"):
+        builder.append(1, None, b"c")
+
+
 def test_delete_horizon_bit_and_base_timestamp():
     data = build([(5_000, b"k", b"v", ()), (4_000, None, b"w", ())], delete_horizon_ms=3_000)
     assert data[22] & 0x40
@@ -396,6 +415,13 @@ def test_delete_horizon_bit_and_base_timestamp():
 
 
 # --- inputs ----------------------------------------------------------------------------------------
+def test_numpy_integers_are_ints():
+    builder = MemoryRecordsBuilder(base_offset=np.int64(4))
+    builder.append(np.int64(1000), None, b"a")
+    builder.append_with_offset(np.uint32(9), np.int32(5), None, b"b")
+    assert [r[:2] for r in peer_records(KpMemoryRecords, builder.build())] == [(4, 1000), (9, 5)]
+
+
 def test_any_bytes_like_key_and_value():
     buffers = [b"abc", bytearray(b"abc"), memoryview(b"xabcx")[1:4], np.frombuffer(b"abc", np.uint8)]
     for buf in buffers:
@@ -495,6 +521,8 @@ def test_compression_levels_change_bytes_not_records():
     (dict(compression="snappy", compression_level=3), ValueError, "no compression levels"),
     (dict(compression="gzip", compression_level=10), ValueError, "out of range"),
     (dict(compression="zstd", compression_level="3"), TypeError, "must be an int"),
+    (dict(compression="zstd", compression_level=-1), ValueError, "not supported"),
+    (dict(compression="lz4", compression_level=0), ValueError, "out of range"),
     (dict(base_offset="0"), TypeError, "must be an int"),
 ])
 def test_invalid_configuration(kwargs, error, match):
@@ -506,10 +534,14 @@ def test_invalid_appends():
     builder = MemoryRecordsBuilder()
     with pytest.raises(ValueError, match="invalid negative timestamp -2"):
         builder.append(-2, None, b"x")
-    with pytest.raises(TypeError, match="timestamp must be an int"):
+    with pytest.raises(TypeError, match="timestamp .* must be an int"):
         builder.append(1.5, None, b"x")
-    with pytest.raises(TypeError, match="timestamp must be an int"):
+    with pytest.raises(TypeError, match="timestamp .* must be an int"):
         builder.append(None, None, b"x")
+    with pytest.raises(TypeError, match="not bool"):
+        builder.append(True, None, b"x")
+    with pytest.raises(ValueError, match="64 bits"):
+        builder.append(2**63, None, b"x")
     with pytest.raises(TypeError, match="encode it first"):
         builder.append(1, "text", b"x")
     with pytest.raises(TypeError, match="value must be bytes-like"):
@@ -529,6 +561,10 @@ def test_invalid_appends():
                                    is_control_batch=True)
     with pytest.raises(ValueError, match="append_control_record"):
         control.append(1, None, b"x")
+    with pytest.raises(ValueError, match="unknown control_type 7"):
+        control.append_control_record(1, 7, b"")
+    control.append_control_record(1, ControlType.LEADER_CHANGE, b"\x00\x00")
+    assert control.record_count == 1
     not_tx = MemoryRecordsBuilder(producer_id=1, producer_epoch=0, is_control_batch=True)
     with pytest.raises(ValueError, match="is_transactional"):
         not_tx.append_end_txn_marker(1, True, 0)
@@ -616,3 +652,126 @@ def test_append_many_rejects_unsuitable_arrow_arrays():
     with pytest.raises(TypeError, match="values must be"):
         builder.append_many(1, None, {b"a"})
     assert builder.record_count == 0
+
+
+# --- our reader reads what we build ------------------------------------------------------------
+def our_records(data):
+    return [(r.offset, r.timestamp, r.timestamp_type, r.key, r.value, list(r.headers))
+            for r in kafkacodec.MemoryRecords(data).records()]
+
+
+def expected_ours(records, magic, timestamp_type=TimestampType.CREATE_TIME, log_append_time=None,
+                  base_offset=0):
+    # Our reader reports magic 0 as (-1, NO_TIMESTAMP_TYPE), not None.
+    return [(o, -1 if magic == 0 else ts, -1 if magic == 0 else tt, k, v, h)
+            for o, ts, tt, k, v, h in expected(records, magic, timestamp_type, log_append_time, base_offset)]
+
+
+@pytest.mark.parametrize("magic,codec,shape", list(matrix()))
+def test_our_reader_decodes_what_we_build(magic, codec, shape):
+    records = shape_records(shape)
+    data = build(records, magic=magic, compression=codec, base_offset=1000)
+    reader = kafkacodec.MemoryRecords(data)
+    assert reader.validate() == (1 if magic == 2 or codec != "none" else len(records))
+    assert reader.partial_tail_bytes == 0
+    assert our_records(data) == expected_ours(records, magic, base_offset=1000)
+
+
+@pytest.mark.parametrize("magic,codec", [(2, "zstd"), (2, "none"), (1, "gzip"), (1, "none"), (0, "lz4")])
+def test_our_reader_sees_the_batch_fields(magic, codec):
+    kwargs = dict(producer_id=77, producer_epoch=4, base_sequence=10, partition_leader_epoch=6,
+                  is_transactional=True) if magic == 2 else {}
+    lat = dict(timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=123_456) if magic else {}
+    records = shape_records("negative_deltas")
+    data = build(records, magic=magic, compression=codec, base_offset=20, **kwargs, **lat)
+    batches = list(kafkacodec.MemoryRecords(data).batches())
+    assert all(b.is_valid() for b in batches)
+    assert batches[-1].last_offset == 23
+    if magic:
+        assert {b.timestamp_type for b in batches} == {TimestampType.LOG_APPEND_TIME}
+        assert {b.max_timestamp for b in batches} == {123_456}
+    if magic == 2:
+        [batch] = batches
+        assert (batch.base_offset, batch.last_offset_delta, batch.record_count) == (20, 3, 4)
+        assert batch.base_timestamp == 5_000
+        assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (77, 4, 10)
+        assert batch.is_transactional and not batch.is_control
+        assert batch.partition_leader_epoch == 6
+        assert [r.sequence for r in batch] == [10, 11, 12, 13]
+    assert our_records(data) == expected_ours(records, magic, TimestampType.LOG_APPEND_TIME if magic else 0,
+                                              123_456, 20)
+
+
+def test_our_reader_sees_markers_and_delete_horizon():
+    commit = MemoryRecordsBuilder.build_end_txn_marker(True, 7, 1, 5, base_offset=100, timestamp=1000)
+    abort = MemoryRecordsBuilder.build_end_txn_marker(False, 7, 1, 6, base_offset=101, timestamp=1001)
+    markers = [r for r in kafkacodec.MemoryRecords(commit + abort).records()]
+    assert [(r.offset, r.is_control, r.control_type, r.coordinator_epoch) for r in markers] == [
+        (100, True, ControlType.COMMIT, 5), (101, True, ControlType.ABORT, 6)]
+    data = build([(5_000, b"k", b"v", ())], delete_horizon_ms=3_000, compression="lz4")
+    [batch] = kafkacodec.MemoryRecords(data).batches()
+    assert batch.delete_horizon_ms == 3_000
+    assert [r.timestamp for r in batch] == [5_000]
+
+
+def test_empty_batch_as_the_log_cleaner_keeps_it():
+    data = MemoryRecordsBuilder.build_empty_batch(
+        base_offset=40, last_offset=49, producer_id=8, producer_epoch=2, base_sequence=100,
+        max_timestamp=7_000, is_transactional=True, partition_leader_epoch=3)
+    assert data == h("""
+        0000000000000028 00000031 00000003 02""") + data[17:21] + h("""
+        0010 00000009 ffffffffffffffff 0000000000001b58 0000000000000008 0002 00000064 00000000""")
+    assert crc32c_pkg.crc32c(data[21:]) == struct.unpack_from(">I", data, 17)[0]
+    [batch] = kafkacodec.MemoryRecords(data).batches()
+    assert batch.is_valid() and batch.record_count == 0 and list(batch) == []
+    assert (batch.base_offset, batch.last_offset, batch.last_sequence) == (40, 49, 109)
+    [(kp_batch, kp_records)] = peer_batches(KpMemoryRecords, data)
+    assert kp_batch.crc_ok and kp_records == []
+    with pytest.raises(ValueError, match="out of range"):
+        MemoryRecordsBuilder.build_empty_batch(10, 9, -1, -1, -1)
+
+
+def test_our_reader_reads_the_sample_log():
+    from kafkacodec._sample import sample_log
+
+    data = sample_log(1, seed=2)
+    records = list(kafkacodec.MemoryRecords(data).records())
+    assert [r.offset for r in records] == list(range(len(records)))
+    assert [r.control_type for r in records if r.is_control] == [ControlType.COMMIT, ControlType.ABORT]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(magic=st.sampled_from(MAGICS), codec=st.sampled_from(CODECS), base_offset=st.integers(0, 2**40),
+       records=st.lists(st.tuples(timestamps, blobs, blobs, header_lists), min_size=1, max_size=20),
+       split=st.integers(1, 20))
+def test_round_trip_through_our_reader(magic, codec, base_offset, records, split):
+    if magic < 2:
+        if codec == "zstd":
+            codec = "gzip"
+        records = [(ts, k, v, ()) for ts, k, v, _ in records]
+    builder = MemoryRecordsBuilder(magic=magic, compression=codec, base_offset=base_offset)
+    log = b""
+    for i, (ts, key, value, headers) in enumerate(records):
+        builder.append(ts, key, value, headers)
+        if (i + 1) % split == 0:
+            log += builder.build()
+    log += builder.build()
+    assert our_records(log) == expected_ours(records, magic, base_offset=base_offset)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(magic=st.sampled_from(MAGICS), records=st.lists(st.tuples(timestamps, blobs, blobs), max_size=30),
+       base_offset=st.integers(0, 2**40))
+def test_append_many_equals_appends(magic, records, base_offset):
+    pa = pytest.importorskip("pyarrow")
+    one = MemoryRecordsBuilder(magic=magic, base_offset=base_offset)
+    for ts, key, value in records:
+        one.append(ts, key, value)
+    expected_bytes = one.build()
+    timestamps_, keys, values = ([r[i] for r in records] for i in range(3))
+    for columns in ((timestamps_, keys, values),
+                    (np.array(timestamps_, dtype=np.int64), pa.array(keys, pa.binary()),
+                     pa.array(values, pa.large_binary()))):
+        many = MemoryRecordsBuilder(magic=magic, base_offset=base_offset)
+        many.append_many(*columns)
+        assert many.build() == expected_bytes

@@ -170,3 +170,20 @@ def test_close_during_a_validation_loop_in_another_thread_is_safe(tmp_path):
         records.close()
         thread.join()
         assert results in ([400], ["released"])
+
+
+def test_sample_segments_read_like_memory_records(tmp_path):
+    from kafkacodec._sample import write_sample_log
+
+    paths = write_sample_log(tmp_path, partitions=1, batches_per_segment=7)
+    assert len(paths) > 1
+    offsets = []
+    for path in paths:
+        data = path.read_bytes()
+        with FileRecords.open(path) as segment:
+            assert summary(segment) == summary(MemoryRecords(data))
+            assert segment.validate() == len(segment.index()) and segment.partial_tail_bytes == 0
+            first = next(segment.batches())
+            assert int(path.stem) == first.base_offset     # segments are named by base offset
+            offsets += [r.offset for r in segment.records()]
+    assert offsets == sorted(offsets)

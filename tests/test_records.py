@@ -380,9 +380,10 @@ def test_v2_negative_record_count_is_invalid():
     assert (info.value.position, info.value.offset) == (57, 9)
 
 
-def test_v2_records_still_remaining_after_count_raises_after_yielding():
-    section = v2_record(0, 0, None, b"a") + v2_record(1, 0, None, b"b")
-    it = MemoryRecords(v2_batch(section, count=1, base_offset=3)).records()
+def test_v2_records_still_remaining_after_count_raises_in_place_of_the_last_record():
+    # Kafka's iterator raises while reading the last declared record and never returns it
+    section = v2_record(0, 0, None, b"a") + v2_record(1, 0, None, b"b") + v2_record(2, 0, None, b"c")
+    it = MemoryRecords(v2_batch(section, count=2, base_offset=3)).records()
     assert next(it).value == b"a"
     with pytest.raises(CorruptRecordError, match="records still remaining") as info:
         next(it)
@@ -629,8 +630,12 @@ def test_records_and_batches_have_the_documented_types():
 # --- hostile input (hypothesis) --------------------------------------------------------------
 
 def _fuzz_log():
-    return sample_log() + gzip_wrapper(1, 30, inner_set(1, [0, 1])) + SPEC_COMMIT + \
-        kp_v2(SHAPES["plain"][:3], 1)
+    # every magic and codec, control markers, headers: flips land in each kind of data
+    return b"".join([sample_log(), gzip_wrapper(1, 30, inner_set(1, [0, 1])), SPEC_COMMIT,
+                     kp_v2(SHAPES["plain"][:3], 1)]
+                    + [aio_v2(SHAPES["headers"] * 3, codec) for codec in (2, 3, 4)]
+                    + [kp_legacy(SHAPES["plain"][:4], magic, codec)
+                       for magic in (0, 1) for codec in (2, 3)])
 
 
 FUZZ_LOG = None
@@ -708,6 +713,8 @@ def test_corrupt_compressed_data_names_the_batch(codec):
 def test_decompression_cap_raises_record_too_large():
     data = kp_v2([(1, None, b"z" * 100_000, [])], 1)
     assert len(data) < 2_000
+    # a bigger batch decoded first (same thread, same reusable decompressor) must not lift the cap
+    assert len(list(MemoryRecords(kp_v2([(1, None, b"y" * 300_000, [])], 1)).records())) == 1
     with pytest.raises(kafkacodec.RecordTooLargeError) as info:
         list(MemoryRecords(data, max_decompressed_size=50_000).records())
     assert info.value.offset == 0
@@ -738,3 +745,146 @@ def test_decoding_from_several_threads_at_once():
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_checksum_error_inside_compressed_data_keeps_both_checksums():
+    import xxhash
+
+    section = v2_record(0, 0, None, b"hello")
+    descriptor = bytes([0x70, 0x40])                  # independent blocks + block checksums
+    hc = (xxhash.xxh32(descriptor).intdigest() >> 8) & 0xFF
+    good = xxhash.xxh32(section).intdigest()
+    frame = (b"\x04\x22\x4d\x18" + descriptor + bytes([hc])
+             + struct.pack("<I", 0x80000000 | len(section)) + section
+             + struct.pack("<I", good ^ 1) + b"\x00\x00\x00\x00")
+    data = v2_batch(frame, count=1, attributes=3, base_offset=12)
+    with pytest.raises(InvalidCrcError) as info:
+        list(MemoryRecords(data).records())
+    assert info.value.offset == 12 and {info.value.stored, info.value.computed} == {good, good ^ 1}
+    assert 61 <= info.value.position < len(data)
+    fixed = frame[:-8] + struct.pack("<I", good) + b"\x00\x00\x00\x00"
+    (record,) = MemoryRecords(v2_batch(fixed, count=1, attributes=3)).records()
+    assert record.value == b"hello"
+
+
+# --- kafkacodec's own builder and sample log (the peers remain the oracle) -------------------
+
+@pytest.mark.parametrize("magic, codec", [(2, c) for c in V2_CODECS] + [(m, c) for m in (0, 1)
+                                                                         for c in LEGACY_CODECS])
+def test_our_builder_round_trips(magic, codec):
+    records = SHAPES["plain"] + SHAPES["null_and_empty"] + SHAPES["negative_ts_delta"]
+    builder = kafkacodec.MemoryRecordsBuilder(magic=magic, compression=codec, base_offset=500)
+    for ts, key, value, _ in records:
+        builder.append(ts, key, value, [("h", None)] if magic == 2 else ())
+    data = builder.build()
+    got = decodes_like_peers(data, aiokafka=not (magic == 0 and codec == 3))
+    assert [r[0] for r in got] == list(range(500, 500 + len(records)))
+    assert [(r[3], r[4]) for r in got] == [(k, v) for _, k, v, _ in records]
+    assert MemoryRecords(data).validate() >= 1
+
+
+def test_our_builder_log_append_time_delete_horizon_and_markers():
+    builder = kafkacodec.MemoryRecordsBuilder(compression="lz4", base_offset=7,
+                                              timestamp_type=TimestampType.LOG_APPEND_TIME,
+                                              log_append_time=123_456, delete_horizon_ms=999)
+    builder.append(1, b"k", b"v")
+    builder.append(2, None, b"w")
+    marker = kafkacodec.MemoryRecordsBuilder.build_end_txn_marker(
+        False, producer_id=3, producer_epoch=4, coordinator_epoch=77, base_offset=9,
+        timestamp=5)
+    batch, control = MemoryRecords(builder.build() + marker).batches()
+    assert batch.delete_horizon_ms == 999 and batch.timestamp_type is TimestampType.LOG_APPEND_TIME
+    assert [(r.offset, r.timestamp) for r in batch] == [(7, 123_456), (8, 123_456)]
+    assert control.is_control and control.is_transactional and control.size_in_bytes == 78
+    (record,) = control
+    assert (record.control_type, record.coordinator_epoch, record.offset) == \
+        (ControlType.ABORT, 77, 9)
+
+
+def test_sample_log_reads_like_kafka_python():
+    from kafkacodec._sample import sample_log
+
+    data = sample_log(0, seed=3)
+    got = ours(data)
+    assert [r[0] for r in got] == sorted(r[0] for r in got)
+    records = MemoryRecords(data)
+    assert records.validate() == len(records.index()) and records.partial_tail_bytes == 0
+    # kafka-python reads control batches as records too; compare everything else
+    expected = peer(data, kp.MemoryRecords)
+    assert [r for r in got if r[0] in {e[0] for e in expected}] == expected
+
+
+STUB_USE = '''
+from kafkacodec import Compression, ControlType, FileRecords, MemoryRecords, TimestampType
+
+records = MemoryRecords(b"", max_decompressed_size=1 << 20)
+for batch in records.batches():
+    codec: Compression = batch.compression
+    kind: TimestampType = batch.timestamp_type
+    raw: memoryview = batch.raw
+    count: int | None = batch.record_count
+    horizon: int | None = batch.delete_horizon_ms
+    for r in batch:
+        value: bytes | None = r.value
+        headers: tuple[tuple[str, bytes | None], ...] = r.headers
+        marker: ControlType | int | None = r.control_type
+n: int = records.validate()
+rows = records.index(check_crc=False)
+with FileRecords.open("x.log") as segment:
+    part: FileRecords = segment.slice(0, 10)
+'''
+
+
+def test_stub_type_checks_with_mypy(tmp_path):
+    from mypy import api
+
+    sample = tmp_path / "use_records.py"
+    sample.write_text(STUB_USE)
+    good = api.run(["--strict", "--follow-imports=silent", "--no-incremental", str(sample)])
+    assert good[2] == 0, good[0]
+    sample.write_text(STUB_USE + "bad: bytes = batch.record_count\nMemoryRecords(1)\n")
+    bad = api.run(["--strict", "--follow-imports=silent", "--no-incremental", str(sample)])
+    assert bad[2] == 1 and bad[0].count("error:") == 2, bad[0]
+
+
+def test_decoding_many_batches_keeps_memory_flat():
+    import tracemalloc
+
+    log = b"".join([SPEC_V2, SPEC_COMMIT, aio_v2(SHAPES["headers"], 3), kp_legacy(SHAPES["plain"][:2], 1, 1),
+                    v2_batch(v2_record(0, 0, None, b"x"), count=3)]) * 200     # ends in errors
+
+    def read_all():
+        records = MemoryRecords(log)
+        for batch in records.batches():
+            batch.is_valid()
+            bytes(batch.raw)
+            try:
+                for record in batch:
+                    record.value, record.headers, record.control_type
+            except CorruptRecordError:
+                pass
+        records.index()
+        records.validate()
+
+    read_all()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(20):                        # 20,000 batches
+            read_all()
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, grown
+
+
+def test_records_pickle_with_every_field():
+    import pickle
+
+    fields = ("offset", "timestamp", "timestamp_type", "sequence", "key", "value", "headers",
+              "is_control", "control_type", "coordinator_epoch")
+    data = SPEC_COMMIT + kp_v2(SHAPES["headers"], producer=(1, 1, 5))
+    for record in MemoryRecords(data).records():
+        copy = pickle.loads(pickle.dumps(record))
+        assert [getattr(copy, f) for f in fields] == [getattr(record, f) for f in fields]

@@ -1,0 +1,299 @@
+"""FetchResponse -> ProduceRequest mirroring: the shallow path (kafkacodec.mirror, no
+decompression, one copy) against the deep path a user would otherwise write with aiokafka or
+kafka-python (decode every record, rebuild the batches, recompress), in the same run.
+
+    # summary table (GB/s, batches/s, CPU seconds per GB, CPU ratio deep/shallow):
+    python bench/bench_mirror.py
+    # pytest-benchmark:
+    python -m pytest bench/bench_mirror.py -o python_files='bench_*.py' --benchmark-enable -q
+
+The fetch response holds PARTITIONS x BATCHES v2 batches of ~16 KiB (compressed size on the
+wire) of JSON-like records; it is decoded from bytes in every round (zero-copy) and turned into
+a ProduceRequest in a reused output buffer.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import platform
+import random
+import time
+from functools import lru_cache
+
+import pytest
+
+from aiokafka.protocol.fetch import FetchResponse_v10 as AioFetchResponse
+from aiokafka.protocol.produce import ProduceRequest_v7 as AioProduceRequest
+from aiokafka.record._crecords import DefaultRecordBatchBuilder as AioBuilder
+from aiokafka.record._crecords import MemoryRecords as AioMemoryRecords
+from kafka.protocol.consumer.fetch import FetchResponse as KFetchResponse
+from kafka.protocol.producer.produce import ProduceRequest as KProduceRequest
+from kafka.record.memory_records import MemoryRecords as KMemoryRecords
+from kafka.record.default_records import DefaultRecordBatchBuilder as KBuilder
+
+import kafkacodec
+from kafkacodec._writer import WriteBuffer
+from kafkacodec.mirror import fetch_to_produce
+from kafkacodec.protocol import decode_fetch_response
+
+CODECS = {"lz4": 3, "zstd": 4, "gzip": 1}
+TARGET_BATCH = 16 * 1024
+PARTITIONS = 8
+BATCHES = 128            # per partition: 8 x 128 x 16 KiB = 16 MiB per fetch response
+FETCH_VERSION = 10       # aiokafka's newest FetchResponse; zstd needs >= 10
+PRODUCE_VERSION = 7      # aiokafka's newest ProduceRequest; zstd needs >= 7
+TOPIC = "mirror-bench"
+
+
+def _value(rng: random.Random, i: int) -> bytes:
+    words = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
+    return (f'{{"id": {rng.randrange(1 << 40)}, "seq": {i}, "user": "{rng.getrandbits(64):016x}", '
+            f'"event": "{rng.choice(words)}", "tags": ["{rng.choice(words)}", "{rng.choice(words)}"], '
+            f'"amount": {rng.random() * 1000:.3f}}}').encode()
+
+
+def _batch(codec: int, count: int, seed: int) -> bytes:
+    rng = random.Random(seed)
+    builder = AioBuilder(2, codec, 0, -1, -1, -1, 1 << 30)
+    for i in range(count):
+        builder.append(i, 1_700_000_000_000 + i, b"key-%d" % (i % 97), _value(rng, i),
+                       [("h", b"1")] if i % 10 == 0 else [])
+    return bytes(builder.build())
+
+
+@lru_cache(maxsize=None)
+def records_per_batch(codec: int) -> int:
+    trial = 200
+    size = len(_batch(codec, trial, 0))
+    return max(1, int(trial * TARGET_BATCH / size))
+
+
+@lru_cache(maxsize=None)
+def fetch_response(codec: int) -> tuple[bytes, int]:
+    """A v10 FetchResponse (as bytes, starting at the correlation id) and its batch count."""
+    count = records_per_batch(codec)
+    T = KFetchResponse.FetchableTopicResponse
+    P = T.PartitionData
+    partitions = []
+    offset = 0
+    for p in range(PARTITIONS):
+        batches = []
+        for b in range(BATCHES):
+            raw = _batch(codec, count, seed=p * 1000 + b % 8)
+            batches.append(offset.to_bytes(8, "big") + raw[8:])   # broker-assigned offsets
+            offset += count
+        partitions.append(P(partition_index=p, error_code=0, high_watermark=offset, last_stable_offset=offset,
+                            log_start_offset=0, aborted_transactions=None, records=b"".join(batches)))
+    msg = KFetchResponse[FETCH_VERSION](throttle_time_ms=0, error_code=0, session_id=0,
+                                        responses=[T(topic=TOPIC, partitions=partitions)])
+    msg.with_header(correlation_id=1)
+    return bytes(msg.encode(header=True)), PARTITIONS * BATCHES
+
+
+# --- the three paths -------------------------------------------------------------------------------
+_out = WriteBuffer(64 << 20)
+
+
+def shallow(raw: bytes) -> int:
+    response = decode_fetch_response(raw, FETCH_VERSION)
+    frame = fetch_to_produce(response, api_version=PRODUCE_VERSION, correlation_id=2, out=_out)
+    return len(frame)
+
+
+def deep_aiokafka(raw: bytes) -> int:
+    """aiokafka: decode the response, every record of every batch, rebuild + recompress."""
+    response = AioFetchResponse.decode(io.BytesIO(raw[4:]))
+    topics = []
+    for topic, partitions in response.topics:
+        out_partitions = []
+        for partition, _err, _hw, _lso, _lso2, _aborted, records in partitions:
+            rebuilt = []
+            memory = AioMemoryRecords(records)
+            while memory.has_next():
+                batch = memory.next_batch()
+                builder = AioBuilder(2, batch.compression_type, 0, -1, -1, -1, 1 << 30)
+                base = batch.base_offset
+                for record in batch:
+                    builder.append(record.offset - base, record.timestamp, record.key, record.value,
+                                   record.headers)
+                rebuilt.append(bytes(builder.build()))
+            out_partitions.append((partition, b"".join(rebuilt)))
+        topics.append((topic, out_partitions))
+    request = AioProduceRequest(transactional_id=None, required_acks=-1, timeout=30000, topics=topics)
+    return len(request.encode())
+
+
+def deep_kafka_python(raw: bytes) -> int:
+    """kafka-python: the same with its protocol classes and record builders."""
+    response = KFetchResponse.decode(raw, version=FETCH_VERSION, header=True)
+    PT = KProduceRequest.TopicProduceData
+    PP = PT.PartitionProduceData
+    topic_data = []
+    for topic in response.responses:
+        partition_data = []
+        for part in topic.partitions:
+            rebuilt = []
+            memory = KMemoryRecords(part.records)
+            while memory.has_next():
+                batch = memory.next_batch()
+                builder = KBuilder(2, batch.compression_type, False, -1, -1, -1, 1 << 30)
+                base = batch.base_offset
+                for record in batch:
+                    builder.append(record.offset - base, record.timestamp, record.key, record.value,
+                                   list(record.headers))
+                rebuilt.append(bytes(builder.build()))
+            partition_data.append(PP(index=part.partition_index, records=b"".join(rebuilt)))
+        topic_data.append(PT(name=topic.topic, partition_data=partition_data))
+    request = KProduceRequest[PRODUCE_VERSION](transactional_id=None, acks=-1, timeout_ms=30000,
+                                               topic_data=topic_data)
+    return len(request.encode(header=False))
+
+
+PATHS = {"shallow": shallow, "deep-aiokafka": deep_aiokafka, "deep-kafka-python": deep_kafka_python}
+
+
+# --- pytest-benchmark ----------------------------------------------------------------------------
+@pytest.mark.parametrize("codec", list(CODECS))
+@pytest.mark.parametrize("path", list(PATHS))
+def test_mirror(benchmark, codec, path):
+    raw, batches = fetch_response(CODECS[codec])
+    fn = PATHS[path]
+    assert fn(raw) > 0.99 * len(raw) if path == "shallow" else fn(raw) > 0
+    rounds = 30 if path == "shallow" else 1
+    benchmark.extra_info.update(bytes=len(raw), batches=batches)
+    benchmark.pedantic(fn, args=(raw,), rounds=rounds, iterations=1, warmup_rounds=1 if rounds > 1 else 0)
+
+
+# --- framing only: decode a FetchResponse / encode a ProduceRequest of many partitions ----------
+FRAMING_PARTITIONS = 1000
+
+
+@lru_cache(maxsize=None)
+def many_partitions() -> tuple[bytes, list]:
+    T = KFetchResponse.FetchableTopicResponse
+    P = T.PartitionData
+    records = _batch(0, 8, 1)
+    partitions = [P(partition_index=p, error_code=0, high_watermark=100, last_stable_offset=100,
+                    log_start_offset=0, aborted_transactions=None, records=records)
+                  for p in range(FRAMING_PARTITIONS)]
+    msg = KFetchResponse[FETCH_VERSION](throttle_time_ms=0, error_code=0, session_id=0,
+                                        responses=[T(topic=TOPIC, partitions=partitions)])
+    msg.with_header(correlation_id=1)
+    produce = [(TOPIC, [(p, records) for p in range(FRAMING_PARTITIONS)])]
+    return bytes(msg.encode(header=True)), produce
+
+
+def decode_ours(raw):
+    return decode_fetch_response(raw, FETCH_VERSION)
+
+
+def decode_aiokafka(raw):
+    return AioFetchResponse.decode(io.BytesIO(raw[4:]))
+
+
+def decode_kafka_python(raw):
+    return KFetchResponse.decode(raw, version=FETCH_VERSION, header=True)
+
+
+def encode_ours(topics):
+    from kafkacodec.protocol import encode_produce_request
+    return encode_produce_request(topics, api_version=PRODUCE_VERSION, out=_out)
+
+
+def encode_aiokafka(topics):
+    return AioProduceRequest(transactional_id=None, required_acks=-1, timeout=30000, topics=topics).encode()
+
+
+def encode_kafka_python(topics):
+    PT = KProduceRequest.TopicProduceData
+    PP = PT.PartitionProduceData
+    data = [PT(name=t, partition_data=[PP(index=p, records=r) for p, r in parts]) for t, parts in topics]
+    return KProduceRequest[PRODUCE_VERSION](transactional_id=None, acks=-1, timeout_ms=30000,
+                                            topic_data=data).encode()
+
+
+FRAMING = {
+    "decode FetchResponse": {"kafkacodec": decode_ours, "aiokafka": decode_aiokafka,
+                             "kafka-python": decode_kafka_python},
+    "encode ProduceRequest": {"kafkacodec": encode_ours, "aiokafka": encode_aiokafka,
+                              "kafka-python": encode_kafka_python},
+}
+
+
+@pytest.mark.parametrize("who", ["kafkacodec", "aiokafka", "kafka-python"])
+@pytest.mark.parametrize("what", list(FRAMING))
+def test_framing(benchmark, what, who):
+    raw, produce = many_partitions()
+    arg = raw if what.startswith("decode") else produce
+    benchmark.extra_info.update(partitions=FRAMING_PARTITIONS)
+    benchmark(FRAMING[what][who], arg)
+
+
+# --- summary ------------------------------------------------------------------------------------------
+def measure(fn, raw: bytes, min_seconds: float) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds, rounds) over at least min_seconds of wall time."""
+    fn(raw)                                           # warm up
+    rounds = 0
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    while True:
+        fn(raw)
+        rounds += 1
+        wall = time.perf_counter() - wall0
+        if wall >= min_seconds:
+            return wall, time.process_time() - cpu0, rounds
+
+
+def memcpy_baseline(raw: bytes) -> tuple[float, float]:
+    """The machine's limit for one copy: (wall GB/s, GB per CPU second) of memcpy."""
+    buf = bytearray(len(raw))
+    view = memoryview(buf)
+    view[:] = raw
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    for _ in range(50):
+        view[:] = raw
+    gb = 50 * len(raw) / 1e9
+    return gb / (time.perf_counter() - wall0), gb / (time.process_time() - cpu0)
+
+
+def main() -> None:
+    print(f"kafkacodec {kafkacodec.__version__} | {platform.python_implementation()} "
+          f"{platform.python_version()} | {platform.machine()} | {os.cpu_count()} CPUs")
+    import aiokafka
+    import kafka
+    print(f"aiokafka {aiokafka.__version__} | kafka-python {kafka.__version__}")
+    print(f"fetch v{FETCH_VERSION} -> produce v{PRODUCE_VERSION}; {PARTITIONS} partitions x {BATCHES} batches")
+    print("GB/s = wall clock; GB/CPU-s = bytes per CPU second (one core, robust to a busy machine);")
+    print("CPU x = CPU time per GB relative to the shallow path")
+    print(f"{'codec':6} {'path':18} {'MiB':>6} {'batch KiB':>9} {'GB/s':>8} {'GB/CPU-s':>9} "
+          f"{'batches/s':>11} {'CPU s/GB':>9} {'CPU x':>8}")
+    for codec, codec_id in CODECS.items():
+        raw, batches = fetch_response(codec_id)
+        wall_rate, cpu_rate = memcpy_baseline(raw)
+        print(f"{codec:6} {'memcpy (limit)':18} {len(raw) / 2**20:6.1f} {'':9} {wall_rate:8.2f} {cpu_rate:9.2f}")
+        shallow_cpu_per_gb = None
+        for name, fn in PATHS.items():
+            wall, cpu, rounds = measure(fn, raw, 1.0 if name == "shallow" else 0.5)
+            gb = rounds * len(raw) / 1e9
+            cpu_per_gb = cpu / gb
+            if name == "shallow":
+                shallow_cpu_per_gb = cpu_per_gb
+            print(f"{codec:6} {name:18} {len(raw) / 2**20:6.1f} {len(raw) / batches / 1024:9.1f} "
+                  f"{gb / wall:8.3f} {gb / cpu:9.3f} {rounds * batches / wall:11.0f} {cpu_per_gb:9.4f} "
+                  f"{cpu_per_gb / shallow_cpu_per_gb:8.1f}")
+
+
+    raw, produce = many_partitions()
+    print(f"\nframing only, {FRAMING_PARTITIONS} partitions of {len(produce[0][1][0][1])} bytes")
+    for what, impls in FRAMING.items():
+        arg = raw if what.startswith("decode") else produce
+        base = None
+        for who, fn in impls.items():
+            wall, cpu, rounds = measure(fn, arg, 0.5)
+            per_call = cpu / rounds
+            base = base or per_call
+            print(f"{what:22} {who:13} {per_call * 1e6:10.1f} us/call  {per_call / base:6.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,519 @@
+# cython: language_level=3
+"""Down-conversion of record sets to an older magic (Kafka 3.8 RecordsUtil.downConvert).
+
+The loop runs on the format primitives: entries are framed with `next_entry`, v2 records
+parsed in place with `read_v2_record` and re-emitted with `write_legacy_message` straight
+into the output buffer.  No Python object is created per record; a compressed source batch
+costs one decompression and one compression.  See docs/down-conversion.md and
+spec downconvert.md §2 for the rules implemented here.
+"""
+
+from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t, INT64_MIN
+from cpython.time cimport monotonic_ns
+
+from kafkacodec._cursor cimport Cursor, cursor_init, load_u32
+from kafkacodec._writer cimport Writer, WriteBuffer, writer_grow, put_bytes
+from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, SIZE_OFFSET,
+                                 V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
+                                 CONTROL_FLAG, TIMESTAMP_TYPE_MASK, TIMESTAMP_LOG_APPEND,
+                                 NO_TIMESTAMP)
+from kafkacodec._v2 cimport V2Record, read_v2_record, record_timestamp
+from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
+                                 next_inner_entry, inner_base_offset)
+from kafkacodec._crc cimport kc_crc_init
+from kafkacodec._compression cimport Decompressor, compress, LEVEL_DEFAULT
+
+from kafkacodec._records import MemoryRecords
+from kafkacodec.errors import (CorruptRecordError, KafkaCodecError, UnsupportedCompressionError,
+                               UnsupportedVersionError)
+
+kc_crc_init()                        # kc_crc.h is header-only: this module's own tables
+
+cdef enum:
+    CODEC_NONE = 0
+    CODEC_ZSTD = 4
+
+__all__ = ["DownConverter", "RecordConversionStats", "ConvertedRecords", "down_convert",
+           "first_entry_above", "records_buffer", "release_file_pages"]
+
+
+class RecordConversionStats:
+    """Kafka's RecordValidationStats of a conversion (additive across chunks).
+
+    temporary_memory_bytes: size of every kept or converted source batch plus the uncompressed
+    bytes each rebuilt batch wrote; records_converted: records written by rebuilt batches (kept
+    batches count 0); conversion_time_ns: wall time of the conversion.
+    """
+
+    __slots__ = ("temporary_memory_bytes", "records_converted", "conversion_time_ns")
+
+    def __init__(self, temporary_memory_bytes=0, records_converted=0, conversion_time_ns=0):
+        self.temporary_memory_bytes = temporary_memory_bytes
+        self.records_converted = records_converted
+        self.conversion_time_ns = conversion_time_ns
+
+    def add(self, other):
+        """Add another chunk's stats into these (Kafka's RecordValidationStats.add)."""
+        self.temporary_memory_bytes += other.temporary_memory_bytes
+        self.records_converted += other.records_converted
+        self.conversion_time_ns += other.conversion_time_ns
+
+    def __eq__(self, other):
+        if not isinstance(other, RecordConversionStats):
+            return NotImplemented
+        return (self.temporary_memory_bytes == other.temporary_memory_bytes
+                and self.records_converted == other.records_converted
+                and self.conversion_time_ns == other.conversion_time_ns)
+
+    def __repr__(self):
+        return (f"RecordConversionStats(temporary_memory_bytes={self.temporary_memory_bytes}, "
+                f"records_converted={self.records_converted}, "
+                f"conversion_time_ns={self.conversion_time_ns})")
+
+
+class ConvertedRecords:
+    """The result of a conversion: `records` (the converted record set, a MemoryRecords) and
+    `stats` (RecordConversionStats)."""
+
+    __slots__ = ("records", "stats")
+
+    def __init__(self, records, stats):
+        self.records = records
+        self.stats = stats
+
+    def __iter__(self):                      # records, stats = down_convert(...)
+        yield self.records
+        yield self.stats
+
+    def __repr__(self):
+        return f"ConvertedRecords(<{memoryview(self.records).nbytes} bytes>, {self.stats!r})"
+
+
+def records_buffer(records):
+    """The contiguous bytes of a record set: MemoryRecords-like objects expose `.buffer`,
+    anything else must support the buffer protocol (bytes, bytearray, memoryview, mmap)."""
+    if type(records) is memoryview:
+        view = <object>records
+    elif type(records) is bytes or type(records) is bytearray:
+        view = memoryview(records)
+    else:
+        buffer = getattr(records, "buffer", None)
+        view = memoryview(records if buffer is None else buffer)
+    if not view.contiguous:
+        raise TypeError("records must be a contiguous buffer")
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    return view
+
+
+cdef inline int check_magic(int to_magic) except -1:
+    if to_magic < 0 or to_magic > 2:
+        raise UnsupportedVersionError(f"cannot down-convert to magic {to_magic}: use 0, 1 or 2")
+    return 0
+
+
+cdef class DownConverter:
+    """Converts the complete entries of record sets to `to_magic`, appending to one output.
+
+    `convert()` may be called several times (one call per lazy chunk); `take()` hands the
+    output over as a WriteBuffer together with the stats gathered since the last take().
+    Not for concurrent use: one converter per thread."""
+
+    cdef readonly int to_magic
+    cdef readonly int64_t first_offset
+    cdef WriteBuffer out
+    cdef WriteBuffer inner               # scratch: the inner message set of a wrapper
+    cdef Decompressor decompressor       # reused output buffer for compressed batches
+    cdef int64_t temporary_memory_bytes
+    cdef int64_t records_converted
+
+    def __cinit__(self, int to_magic, int64_t first_offset=0):
+        check_magic(to_magic)
+        self.to_magic = to_magic
+        self.first_offset = first_offset
+        self.out = WriteBuffer()
+        self.inner = WriteBuffer()
+
+    def convert(self, data, Py_ssize_t max_bytes=-1, Py_ssize_t max_batches=-1,
+                Py_ssize_t position=0):
+        """Convert the complete entries at the start of `data` (a contiguous buffer).
+
+        Takes at least one entry, then more while the entries taken so far plus the next stay
+        within `max_bytes` (-1: no limit) and fewer than `max_batches` (-1: no limit) were taken.
+        `position` is where `data` starts in the caller's record set (for error messages).
+        Returns the number of input bytes consumed: 0 when `data` holds no complete entry.
+        On error the output is left as it was before the call."""
+        cdef const unsigned char[::1] view = records_buffer(data)
+        cdef Py_ssize_t n = view.shape[0]
+        return self.convert_range(&view[0] if n else NULL, n, position, max_bytes, max_batches)
+
+    def take(self, bint again=True):
+        """(output WriteBuffer, temporary_memory_bytes, records_converted) since the last take.
+        `again`: more output follows (the next buffer is allocated at this one's size)."""
+        cdef WriteBuffer done = self.out
+        result = (done, self.temporary_memory_bytes, self.records_converted)
+        # A chunk's output is likely the size of the last one: allocate it once, no growth copies.
+        self.out = WriteBuffer(done.w.length + (done.w.length >> 3) + 256 if again else 0)
+        self.temporary_memory_bytes = 0
+        self.records_converted = 0
+        return result
+
+    @property
+    def output_size(self):
+        return self.out.w.length
+
+    def reserve(self, Py_ssize_t capacity):
+        """Pre-size the output buffer (an estimate; it grows as needed)."""
+        if capacity > self.out.w.capacity - self.out.w.length:
+            writer_grow(&self.out.w, capacity)
+
+    # --- the loop -------------------------------------------------------------------------
+    cdef Py_ssize_t convert_range(self, const unsigned char* data, Py_ssize_t size,
+                                  Py_ssize_t position, Py_ssize_t max_bytes,
+                                  Py_ssize_t max_batches) except -1:
+        """convert() on a pointer: on error the output and stats are rolled back."""
+        cdef Py_ssize_t mark = self.out.w.length
+        cdef int64_t temp = self.temporary_memory_bytes, converted = self.records_converted
+        try:
+            return self.convert_entries(data, size, position, max_bytes, max_batches)
+        except BaseException:
+            self.out.w.length = mark
+            self.temporary_memory_bytes = temp
+            self.records_converted = converted
+            raise
+
+    cdef Py_ssize_t convert_entries(self, const unsigned char* data, Py_ssize_t size,
+                                    Py_ssize_t position, Py_ssize_t max_bytes,
+                                    Py_ssize_t max_batches) except -1:
+        cdef Cursor cur
+        cdef BatchHeader h
+        cdef const unsigned char* entry
+        cdef Py_ssize_t taken = 0
+        cdef Py_ssize_t batches = 0
+        cursor_init(&cur, data, size, position)
+        while max_batches < 0 or batches < max_batches:
+            if batches > 0 and max_bytes >= 0 and not self.next_fits(&cur, max_bytes - taken):
+                break
+            if not next_entry(&cur, &h):
+                break
+            entry = data + cur.pos - h.size
+            taken += h.size
+            batches += 1
+            self.convert_entry(entry, &h)
+        return taken
+
+    cdef bint next_fits(self, const Cursor* cur, Py_ssize_t room) noexcept:
+        # Kafka's chunk rule: the next batch joins while sizeSoFar + its size <= the limit.
+        if cur.end - cur.pos < LOG_OVERHEAD:
+            return True                  # next_entry ends the walk
+        return LOG_OVERHEAD + <Py_ssize_t><int32_t>load_u32(cur.data + cur.pos + SIZE_OFFSET) <= room
+
+    cdef int convert_entry(self, const unsigned char* entry, BatchHeader* h) except -1:
+        cdef int to_magic = self.to_magic
+        if to_magic < 2:
+            if h.magic >= 2 and h.attributes & CONTROL_FLAG:
+                return 0                 # transaction markers have no v0/v1 form: dropped
+            if h.compression == CODEC_ZSTD:
+                raise UnsupportedCompressionError(
+                    f"cannot down-convert a zstd batch to magic {to_magic} (zstd needs magic 2)",
+                    position=h.position, offset=h.base_offset)
+            if h.compression > CODEC_ZSTD:     # Kafka's codec lookup fails for every batch
+                raise UnsupportedCompressionError(
+                    f"unknown compression type id {h.compression}",
+                    position=h.position, offset=h.base_offset)
+        if h.magic <= to_magic:          # already old enough: copied byte for byte
+            put_bytes(&self.out.w, entry, h.size)
+            self.temporary_memory_bytes += h.size
+            return 0
+        if h.compression == CODEC_NONE:
+            if h.magic >= 2:
+                return self.convert_v2_plain(entry, h)
+            return self.convert_v1_plain(entry, h)
+        return self.convert_compressed(entry, h)
+
+    cdef int convert_v2_plain(self, const unsigned char* entry, const BatchHeader* h) except -1:
+        """Uncompressed v2 batch -> one standalone v0/v1 message per record at or above
+        first_offset (offset = the record's offset, its timestamp or the LogAppendTime)."""
+        cdef Cursor cur
+        cdef V2Record rec
+        cdef Writer* w = &self.out.w
+        cdef int8_t to_magic = <int8_t>self.to_magic
+        cdef int8_t attributes = 0
+        cdef int64_t offset, timestamp, last = INT64_MIN
+        cdef int64_t first_offset = self.first_offset
+        cdef int32_t i, kept = 0
+        cdef Py_ssize_t start = w.length
+        if h.records_count < 0:
+            raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
+                                     position=h.position + 57, offset=h.base_offset)
+        if to_magic == 1 and h.timestamp_type == TIMESTAMP_LOG_APPEND:
+            attributes = TIMESTAMP_TYPE_MASK
+        cursor_init(&cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE)
+        for i in range(h.records_count):
+            read_v2_record(&cur, &rec)
+            offset = h.base_offset + rec.offset_delta
+            if offset < first_offset:
+                continue
+            timestamp = record_timestamp(h, &rec)
+            check_record(offset, timestamp, last, h)
+            last = offset
+            write_legacy_message(w, to_magic, offset, timestamp, attributes,
+                                 rec.key, rec.key_length, rec.value, rec.value_length)
+            kept += 1
+        if cur.pos != cur.end:
+            raise CorruptRecordError(
+                f"v2 batch has {cur.end - cur.pos} bytes left after its {h.records_count} records",
+                position=cur.base + cur.pos, offset=h.base_offset)
+        if kept:
+            self.temporary_memory_bytes += h.size + (w.length - start)
+            self.records_converted += kept
+        return 0
+
+    cdef int convert_v1_plain(self, const unsigned char* entry, const BatchHeader* h) except -1:
+        """Uncompressed v1 message -> v0 message (the timestamp is dropped)."""
+        cdef LegacyMessage m
+        cdef Writer* w = &self.out.w
+        cdef Py_ssize_t start = w.length
+        read_legacy_message(entry, h.size, h.position, &m)
+        if m.offset < self.first_offset:
+            return 0
+        check_record(m.offset, m.timestamp, INT64_MIN, h)
+        write_legacy_message(w, 0, m.offset, NO_TIMESTAMP, 0, m.key, m.key_length, m.value, m.value_length)
+        self.temporary_memory_bytes += h.size + (w.length - start)
+        self.records_converted += 1
+        return 0
+
+    cdef int convert_compressed(self, const unsigned char* entry, const BatchHeader* h) except -1:
+        """Compressed batch -> one wrapper with the same codec (default level) holding every
+        record (no first_offset filter); wrapper offset = the last record's offset."""
+        cdef const unsigned char* plain
+        cdef Py_ssize_t plain_size
+        cdef LegacyMessage m
+        if self.decompressor is None:
+            self.decompressor = Decompressor()
+        if h.magic >= 2:
+            plain = self.decompress(h.compression, h.magic, entry + V2_HEADER_SIZE,
+                                    h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE, h,
+                                    &plain_size)
+            return self.wrap_v2_records(plain, plain_size, h)
+        read_legacy_message(entry, h.size, h.position, &m)
+        if m.value == NULL:
+            raise CorruptRecordError("invalid compressed wrapper (null value)",
+                                     position=h.position, offset=h.base_offset)
+        plain = self.decompress(h.compression, h.magic, m.value, m.value_length,
+                                h.position + (m.value - entry), h, &plain_size)
+        return self.wrap_v1_messages(plain, plain_size, &m, h)
+
+    cdef const unsigned char* decompress(self, int codec, int magic, const unsigned char* data,
+                                         Py_ssize_t size, Py_ssize_t position,
+                                         const BatchHeader* h, Py_ssize_t* out_size) except NULL:
+        try:
+            return self.decompressor.decompress_into(codec, magic, data, size, out_size)
+        except KafkaCodecError as error:
+            # name the byte in the caller's record set and the batch
+            where = None if error.position is None else position + error.position
+            KafkaCodecError.__init__(error, error.reason, position=where, offset=h.base_offset)
+            raise
+
+    cdef int wrap_v2_records(self, const unsigned char* plain, Py_ssize_t plain_size,
+                             const BatchHeader* h) except -1:
+        cdef Cursor cur
+        cdef V2Record rec
+        cdef Writer* inner = &self.inner.w
+        cdef int8_t to_magic = <int8_t>self.to_magic
+        cdef bint log_append = h.timestamp_type == TIMESTAMP_LOG_APPEND
+        cdef int8_t attributes = TIMESTAMP_TYPE_MASK if to_magic == 1 and log_append else 0
+        cdef int64_t offset, timestamp, base = 0, last = INT64_MIN, max_timestamp = NO_TIMESTAMP
+        cdef int32_t i
+        if h.records_count < 0:
+            raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
+                                     position=h.position + 57, offset=h.base_offset)
+        inner.length = 0
+        cursor_init(&cur, plain, plain_size, h.position)
+        for i in range(h.records_count):
+            read_v2_record(&cur, &rec)
+            offset = h.base_offset + rec.offset_delta
+            timestamp = record_timestamp(h, &rec)
+            check_record(offset, timestamp, last, h)
+            if i == 0:
+                base = offset            # v1 inner offsets are relative to the first record
+            write_legacy_message(inner, to_magic, offset - base if to_magic == 1 else offset,
+                                 timestamp, attributes, rec.key, rec.key_length,
+                                 rec.value, rec.value_length)
+            if timestamp > max_timestamp:
+                max_timestamp = timestamp
+            last = offset
+        if cur.pos != cur.end:
+            raise CorruptRecordError(
+                f"compressed v2 batch has {cur.end - cur.pos} bytes left after its "
+                f"{h.records_count} records", position=h.position, offset=h.base_offset)
+        if h.records_count == 0:
+            return 0
+        return self.write_wrapper(h, last, h.max_timestamp if log_append else max_timestamp,
+                                  h.records_count)
+
+    cdef int wrap_v1_messages(self, const unsigned char* plain, Py_ssize_t plain_size,
+                              const LegacyMessage* wrapper, const BatchHeader* h) except -1:
+        """v1 wrapper -> v0 wrapper: absolute inner offsets, timestamps dropped."""
+        cdef Cursor cur
+        cdef LegacyMessage m
+        cdef Py_ssize_t size
+        cdef int64_t last_inner = 0, base, offset, timestamp, last = INT64_MIN
+        cdef int32_t count = 0
+        cdef Writer* inner = &self.inner.w
+        cursor_init(&cur, plain, plain_size, h.position)
+        while next_inner_entry(&cur, &size):            # the last inner offset sets the base
+            last_inner = <int64_t>((<uint64_t>load_u32(cur.data + cur.pos) << 32)
+                                   | load_u32(cur.data + cur.pos + 4))
+            cur.pos += size
+            count += 1
+        if count == 0:
+            raise CorruptRecordError("invalid compressed wrapper (no inner message)",
+                                     position=h.position, offset=h.base_offset)
+        base = inner_base_offset(1, wrapper.offset, last_inner, &cur)
+        inner.length = 0
+        cursor_init(&cur, plain, plain_size, h.position)
+        while next_inner_entry(&cur, &size):
+            read_legacy_message(cur.data + cur.pos, size, h.position, &m)
+            cur.pos += size
+            if m.attributes & 0x07:
+                raise CorruptRecordError("invalid inner message (compressed inside a wrapper)",
+                                         position=h.position, offset=h.base_offset)
+            offset = base + m.offset
+            timestamp = wrapper.timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND else m.timestamp
+            check_record(offset, timestamp, last, h)
+            write_legacy_message(inner, 0, offset, NO_TIMESTAMP, 0, m.key, m.key_length,
+                                 m.value, m.value_length)
+            last = offset
+        return self.write_wrapper(h, last, NO_TIMESTAMP, count)
+
+    cdef int write_wrapper(self, const BatchHeader* h, int64_t last_offset, int64_t timestamp,
+                           int32_t records) except -1:
+        """Compress the inner set and append the wrapper message (key null)."""
+        cdef Writer* inner = &self.inner.w
+        cdef int8_t to_magic = <int8_t>self.to_magic
+        cdef int8_t attributes = h.compression
+        cdef bytes value = compress(h.compression, to_magic, inner.buf, inner.length, LEVEL_DEFAULT)
+        if to_magic == 1 and h.timestamp_type == TIMESTAMP_LOG_APPEND:
+            attributes |= TIMESTAMP_TYPE_MASK
+        write_legacy_message(&self.out.w, to_magic, last_offset, timestamp, attributes, NULL, -1,
+                             <const unsigned char*><char*>value, <int32_t>len(value))
+        # MemoryRecordsBuilder.uncompressedBytesWritten: inner messages + the wrapper header
+        self.temporary_memory_bytes += (h.size + inner.length + LOG_OVERHEAD
+                                        + (V1_RECORD_OVERHEAD if to_magic == 1 else V0_RECORD_OVERHEAD))
+        self.records_converted += records
+        return 0
+
+
+cdef extern from *:
+    """
+    #if defined(__unix__) || defined(__APPLE__)
+    #include <sys/mman.h>
+    #include <unistd.h>
+    static int kc_release_pages(const unsigned char *p, Py_ssize_t n) {
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t start = (uintptr_t)p & ~(page - 1);
+        uintptr_t end = ((uintptr_t)p + (uintptr_t)n) & ~(page - 1);
+        if (end <= start) return 0;
+        return madvise((void *)start, end - start, MADV_DONTNEED);
+    }
+    #else
+    static int kc_release_pages(const unsigned char *p, Py_ssize_t n) { return 0; }
+    #endif
+    """
+    int kc_release_pages(const unsigned char* p, Py_ssize_t n) nogil
+
+
+cdef class ChunkReader:
+    """Walks an in-memory (or mapped) record set chunk by chunk for the lazy path: each
+    step() converts one chunk at the current position and moves past it."""
+
+    cdef const unsigned char[::1] view
+    cdef DownConverter converter
+    cdef public Py_ssize_t position
+    cdef readonly bint file_backed
+
+    def __cinit__(self, data, DownConverter converter, bint file_backed=False):
+        self.view = records_buffer(data)
+        self.converter = converter
+        self.position = 0
+        self.file_backed = file_backed
+
+    def step(self, Py_ssize_t max_bytes):
+        """Convert the chunk at `position` (at least one whole entry, then more within
+        `max_bytes`; 0: exactly one).  Returns None when no complete entry is left, else
+        (output WriteBuffer, temporary_memory_bytes, records_converted, conversion_time_ns);
+        the output may be empty.  For a file mapping (`file_backed`) the chunk's pages are
+        handed back afterwards (see release_file_pages)."""
+        cdef int64_t started = monotonic_ns()
+        cdef Py_ssize_t start = self.position
+        cdef Py_ssize_t left = self.view.shape[0] - start
+        cdef Py_ssize_t consumed
+        if left <= 0:
+            return None
+        consumed = self.converter.convert_range(&self.view[start], left, start, max_bytes, -1)
+        if consumed == 0:
+            return None
+        if self.file_backed:
+            kc_release_pages(&self.view[start], consumed)
+        self.position = start + consumed
+        output, temp, converted = self.converter.take()
+        return output, temp, converted, monotonic_ns() - started
+
+
+cdef inline int check_record(int64_t offset, int64_t timestamp, int64_t last,
+                             const BatchHeader* h) except -1:
+    # MemoryRecordsBuilder.appendWithOffset: offsets strictly increase, timestamps >= -1.
+    if timestamp < NO_TIMESTAMP:
+        raise CorruptRecordError(f"invalid record timestamp {timestamp} at offset {offset}",
+                                 position=h.position, offset=h.base_offset)
+    if offset <= last:
+        raise CorruptRecordError(f"record offset {offset} does not follow {last}",
+                                 position=h.position, offset=h.base_offset)
+    return 0
+
+
+def down_convert(records, int to_magic, int64_t first_offset=0):
+    """Convert a record set to `to_magic` exactly as Kafka's RecordsUtil.downConvert does.
+
+    Batches at or below `to_magic` are copied byte for byte; newer ones are rebuilt with the
+    same codec; control batches vanish; records below `first_offset` are dropped from
+    uncompressed source batches only; a zstd batch raises UnsupportedCompressionError for a
+    v0/v1 target.  A trailing partial entry is ignored.  Returns ConvertedRecords."""
+    cdef int64_t started = monotonic_ns()
+    cdef DownConverter converter = DownConverter(to_magic, first_offset)
+    view = records_buffer(records)
+    converter.reserve(view.nbytes + (view.nbytes >> 3) + 64)
+    converter.convert(view)
+    output, temp, converted = converter.take(False)
+    stats = RecordConversionStats(temp, converted, monotonic_ns() - started)
+    return ConvertedRecords(MemoryRecords(output), stats)
+
+
+def first_entry_above(data, int to_magic, Py_ssize_t position=0):
+    """Walk the complete entries of `data` up to the first one newer than `to_magic`.
+
+    Returns (bytes walked before it, True), or (bytes of complete entries, False) when none is
+    newer.  `position` is where `data` starts in the record set (for error messages)."""
+    cdef const unsigned char[::1] view = records_buffer(data)
+    cdef Cursor cur
+    cdef BatchHeader h
+    cursor_init(&cur, &view[0] if view.shape[0] else NULL, view.shape[0], position)
+    while True:
+        if not next_entry(&cur, &h):
+            return cur.pos, False
+        if h.magic > to_magic:
+            return cur.pos - h.size, True
+
+
+def release_file_pages(data):
+    """Drop the pages of `data` from this process's resident set (madvise MADV_DONTNEED), from
+    the page holding its first byte up to the last page that ends inside it; they are read
+    again from the page cache if touched later.  Consecutive calls on adjacent ranges thus
+    release every page once the range after it is done.
+
+    Only for read-only shared mappings of a file (FileRecords): on anonymous or private memory
+    this would discard the contents.  A no-op where madvise is unavailable."""
+    cdef const unsigned char[::1] view = records_buffer(data)
+    if view.shape[0]:
+        kc_release_pages(&view[0], view.shape[0])

@@ -1,0 +1,582 @@
+# cython: language_level=3
+"""KIP-712 shallow mirroring, the hot parts: batches as records, trimming the first batch of a
+fetch that starts inside it, raw multi-batch record sets and FetchResponse -> ProduceRequest.
+
+Only the entry framing (offset, size, magic) and the batch header are read; a batch's bytes are
+never decompressed except to trim the one batch that straddles the fetch offset.
+"""
+
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, INT32_MAX
+from libc.string cimport memcpy
+
+from kafkacodec._cursor cimport Cursor, cursor_init, raise_corrupt
+from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int32, put_bytes,
+                                 store_u64)
+from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, V2_HEADER_SIZE,
+                                 CONTROL_FLAG, TRANSACTIONAL_FLAG, DELETE_HORIZON_FLAG,
+                                 TIMESTAMP_LOG_APPEND)
+from kafkacodec._v2 cimport V2Record, read_v2_record, write_v2_record, write_v2_batch_header
+from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
+                                 next_inner_entry, inner_base_offset)
+from kafkacodec.protocol._wire cimport (put_length, put_string, put_empty_tags, begin_request,
+                                        end_frame, API_PRODUCE, PRODUCE_FLEXIBLE)
+
+from kafkacodec._compression cimport compress, decompress, DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT
+from kafkacodec._crc cimport kc_crc_init
+
+from kafkacodec._types import Compression
+from kafkacodec.errors import (CorruptRecordError, RecordTooLargeError,
+                               UnsupportedCompressionError, UnsupportedVersionError)
+
+
+kc_crc_init()      # kc_crc.h keeps its dispatch state per extension module
+
+
+cdef object as_byte_view(object data):
+    cdef object view = memoryview(data)
+    if view.ndim != 1 or view.format != "B":
+        view = view.cast("B")
+    return view
+
+
+# --- RawBytesBatchRecord ------------------------------------------------------------------------
+cdef class RawBytesBatchRecord:
+    """One whole batch (v2) or wrapper message (v0/v1) as a record (KIP-712).
+
+    ``value`` is a zero-copy memoryview of the entire entry, still compressed (for a trimmed
+    batch: a new bytes object).  ``offset`` is the batch's last offset; ``timestamp`` its max
+    timestamp.  ``key`` and ``headers`` are None.  For a compressed v0/v1 wrapper the base offset
+    and record count are not known without decompressing: they are None."""
+
+    cdef readonly object value
+    cdef readonly int64_t offset
+    cdef readonly object base_offset
+    cdef readonly int magic
+    cdef readonly object compression
+    cdef readonly object record_count
+    cdef readonly int64_t timestamp
+    cdef readonly int timestamp_type
+    cdef readonly int64_t producer_id
+    cdef readonly int producer_epoch
+    cdef readonly int32_t base_sequence
+    cdef readonly int32_t partition_leader_epoch
+    cdef readonly bint is_transactional
+    cdef readonly bint is_control
+    cdef readonly bint trimmed
+
+    @property
+    def key(self):
+        return None
+
+    @property
+    def headers(self):
+        return None
+
+    @property
+    def size(self):
+        return len(self.value)
+
+    def __len__(self):
+        return len(self.value)
+
+    def __repr__(self):
+        return (f"RawBytesBatchRecord(base_offset={self.base_offset}, offset={self.offset}, "
+                f"magic={self.magic}, compression={self.compression!r}, "
+                f"record_count={self.record_count}, size={len(self.value)}"
+                f"{', trimmed' if self.trimmed else ''})")
+
+
+cdef RawBytesBatchRecord make_record(const BatchHeader* h, object value, bint trimmed):
+    cdef RawBytesBatchRecord r = RawBytesBatchRecord.__new__(RawBytesBatchRecord)
+    r.value = value
+    r.offset = h.last_offset
+    r.magic = h.magic
+    r.compression = Compression(h.compression)
+    r.timestamp = h.max_timestamp
+    r.timestamp_type = h.timestamp_type
+    r.producer_id = h.producer_id
+    r.producer_epoch = h.producer_epoch
+    r.base_sequence = h.base_sequence
+    r.partition_leader_epoch = h.partition_leader_epoch
+    r.trimmed = trimmed
+    if h.magic >= 2:
+        r.base_offset = h.base_offset
+        r.record_count = h.records_count
+        r.is_transactional = (h.attributes & TRANSACTIONAL_FLAG) != 0
+        r.is_control = (h.attributes & CONTROL_FLAG) != 0
+    elif h.compression == 0:
+        r.base_offset = h.base_offset
+        r.record_count = 1
+    else:
+        r.base_offset = None
+        r.record_count = None
+    return r
+
+
+def shallow_records(records, fetch_offset=None):
+    """Yield a RawBytesBatchRecord per complete batch of a record set (one partition's records
+    from a FetchResponse, a log segment slice, ...); a trailing partial batch is ignored.
+
+    With `fetch_offset`, batches that end before it are skipped and the first batch that starts
+    before it is replaced by a new batch holding only the records at or after it (trim_batch);
+    every later batch is passed through byte for byte.
+    """
+    cdef const unsigned char[::1] buf = records
+    cdef Cursor cur
+    cdef BatchHeader h
+    cdef Py_ssize_t n = buf.shape[0]
+    cdef bint check = fetch_offset is not None
+    cdef int64_t start_offset = fetch_offset if check else 0
+    cdef object view = as_byte_view(records)
+    cdef object trimmed
+    cursor_init(&cur, &buf[0] if n else NULL, n, 0)
+    while next_entry(&cur, &h):
+        if check:
+            if h.last_offset < start_offset:
+                continue
+            check = False     # only the first batch reaching the fetch offset can straddle it
+            if needs_trim(&h, start_offset):
+                trimmed = trim_entry(&buf[0] + h.position, &h, start_offset)
+                if trimmed is None:          # no record left at or after the fetch offset
+                    continue
+                if trimmed is not True:
+                    yield trimmed
+                    continue
+        yield make_record(&h, view[h.position:h.position + h.size], False)
+
+
+cdef inline bint needs_trim(const BatchHeader* h, int64_t fetch_offset) noexcept:
+    if h.magic >= 2:
+        return h.base_offset < fetch_offset and h.records_count > 0 and not (h.attributes & CONTROL_FLAG)
+    return h.compression != 0      # a compressed wrapper's first offset is inside it
+
+
+def trim_batch(batch, int64_t fetch_offset):
+    """Return a RawBytesBatchRecord for the records of one complete batch at or after
+    `fetch_offset`: the batch itself (a view) when nothing is before the offset, a new batch
+    otherwise, or None when no record is left."""
+    cdef const unsigned char[::1] buf = batch
+    cdef Cursor cur
+    cdef BatchHeader h
+    cdef object result
+    cursor_init(&cur, &buf[0] if buf.shape[0] else NULL, buf.shape[0], 0)
+    if not next_entry(&cur, &h) or cur.pos != buf.shape[0]:
+        raise CorruptRecordError("trim_batch needs exactly one complete batch", position=0)
+    if h.last_offset < fetch_offset:
+        return None
+    if needs_trim(&h, fetch_offset):
+        result = trim_entry(&buf[0], &h, fetch_offset)
+        if result is not True:
+            return result
+    return make_record(&h, as_byte_view(batch), False)
+
+
+cdef object trim_entry(const unsigned char* entry, BatchHeader* h, int64_t fetch_offset):
+    """A trimmed RawBytesBatchRecord, None (nothing left) or True (nothing to trim)."""
+    if h.magic >= 2:
+        return trim_v2(entry, h, fetch_offset)
+    return trim_legacy(entry, h, fetch_offset)
+
+
+cdef inline int32_t increment_sequence(int32_t sequence, int32_t increment) noexcept:
+    # Producer sequences wrap from INT32_MAX back to 0 (DefaultRecordBatch.incrementSequence).
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_offset):
+    cdef Cursor cur
+    cdef V2Record rec
+    cdef const unsigned char* section = entry + V2_HEADER_SIZE
+    cdef Py_ssize_t section_size = h.size - V2_HEADER_SIZE
+    cdef object plain = None, body
+    cdef int32_t i, kept = 0, first_delta = 0
+    cdef int64_t timestamp, max_timestamp = -1, new_base_timestamp = 0
+    cdef bint horizon = (h.attributes & DELETE_HORIZON_FLAG) != 0
+    cdef WriteBuffer records = WriteBuffer(section_size + 64)
+    cdef BatchHeader out
+    cdef bytes result
+    cdef Py_ssize_t position = h.position + V2_HEADER_SIZE
+    if h.compression != 0:
+        plain = decompress(h.compression, 2, section, section_size, DEFAULT_MAX_DECOMPRESSED)
+        section = <const unsigned char*>PyBytes_AS_STRING(plain)
+        section_size = len(plain)
+        position = 0                 # errors inside a decompressed stream name its byte
+    # One pass: the first kept record fixes the new base offset and base timestamp; every kept
+    # record is re-written with deltas relative to them.
+    cursor_init(&cur, section, section_size, position)
+    for i in range(h.records_count):
+        if cur.pos >= cur.end:
+            raise_corrupt(&cur, b"batch (fewer records than its RecordsCount)")
+        read_v2_record(&cur, &rec)
+        if h.base_offset + rec.offset_delta < fetch_offset:
+            continue
+        timestamp = h.base_timestamp + rec.timestamp_delta
+        if kept == 0:
+            first_delta = rec.offset_delta
+            new_base_timestamp = h.base_timestamp if horizon else timestamp
+        if timestamp > max_timestamp:
+            max_timestamp = timestamp
+        kept += 1
+        write_v2_record(&records.w, rec.offset_delta - first_delta, timestamp - new_base_timestamp,
+                        rec.key, rec.key_length, rec.value, rec.value_length,
+                        rec.headers, rec.headers_size, rec.header_count)
+    if cur.pos != cur.end:
+        raise_corrupt(&cur, b"batch (bytes left after its last record)")
+    if kept == 0:
+        return None
+    if kept == h.records_count:
+        return True                  # nothing before the fetch offset: keep the batch as is
+    if h.compression != 0:
+        body = compress(h.compression, 2, records.w.buf, records.w.length, LEVEL_DEFAULT)
+    else:
+        body = records
+    out = h[0]
+    out.base_offset = h.base_offset + first_delta
+    out.last_offset_delta = <int32_t>(h.last_offset - out.base_offset)
+    out.base_timestamp = new_base_timestamp
+    if h.timestamp_type != TIMESTAMP_LOG_APPEND:
+        out.max_timestamp = max_timestamp
+    if h.base_sequence >= 0:
+        out.base_sequence = increment_sequence(h.base_sequence, first_delta)
+    out.records_count = kept
+    result = assemble_v2(&out, body)
+    parse_v2_header_into(result, &out)
+    return make_record(&out, result, True)
+
+
+cdef bytes assemble_v2(const BatchHeader* h, object body):
+    cdef Py_buffer view
+    cdef bytes result
+    cdef unsigned char* p
+    PyObject_GetBuffer(body, &view, PyBUF_SIMPLE)
+    try:
+        result = PyBytes_FromStringAndSize(NULL, V2_HEADER_SIZE + view.len)
+        p = <unsigned char*>PyBytes_AS_STRING(result)
+        memcpy(p + V2_HEADER_SIZE, view.buf, view.len)
+        write_v2_batch_header(p, V2_HEADER_SIZE + view.len, h)
+    finally:
+        PyBuffer_Release(&view)
+    return result
+
+
+cdef int parse_v2_header_into(bytes batch, BatchHeader* h) except -1:
+    cdef Cursor cur
+    cursor_init(&cur, <const unsigned char*>PyBytes_AS_STRING(batch), len(batch), 0)
+    next_entry(&cur, h)
+    return 0
+
+
+cdef object trim_legacy(const unsigned char* entry, BatchHeader* h, int64_t fetch_offset):
+    cdef LegacyMessage wrapper, inner
+    cdef Cursor cur
+    cdef object plain
+    cdef const unsigned char* data
+    cdef Py_ssize_t size, entry_size
+    cdef int64_t last_inner = -1, base, first_kept_inner = -1, max_timestamp = -1
+    cdef int32_t kept = 0, total = 0
+    cdef WriteBuffer inner_set
+    cdef WriteBuffer result
+    cdef bytes compressed
+    cdef BatchHeader out
+    cdef RawBytesBatchRecord record
+    read_legacy_message(entry, h.size, h.position, &wrapper)
+    if wrapper.value == NULL:
+        cursor_init(&cur, entry, h.size, h.position)
+        raise_corrupt(&cur, b"compressed wrapper message (null value)")
+    plain = decompress(h.compression, h.magic, wrapper.value, wrapper.value_length,
+                       DEFAULT_MAX_DECOMPRESSED)
+    data = <const unsigned char*>PyBytes_AS_STRING(plain)
+    size = len(plain)
+    # Pass 1: the last inner offset fixes the base (v1 inner offsets are relative).
+    cursor_init(&cur, data, size, 0)
+    while next_inner_entry(&cur, &entry_size):
+        read_legacy_message(data + cur.pos, entry_size, cur.pos, &inner)
+        last_inner = inner.offset
+        total += 1
+        cur.pos += entry_size
+    if total == 0:
+        cursor_init(&cur, entry, h.size, h.position)
+        raise_corrupt(&cur, b"compressed wrapper message (empty inner message set)")
+    base = inner_base_offset(h.magic, h.base_offset, last_inner, &cur)
+    # Pass 2: keep the inner messages at or after the fetch offset.
+    inner_set = WriteBuffer(size)
+    cursor_init(&cur, data, size, 0)
+    while next_inner_entry(&cur, &entry_size):
+        read_legacy_message(data + cur.pos, entry_size, cur.pos, &inner)
+        if base + inner.offset >= fetch_offset:
+            if kept == 0:
+                first_kept_inner = inner.offset
+            if inner.timestamp > max_timestamp:
+                max_timestamp = inner.timestamp
+            ensure(&inner_set.w, entry_size)
+            memcpy(inner_set.w.buf + inner_set.w.length, data + cur.pos, entry_size)
+            # v1 relative offsets restart at 0 (the wrapper offset, the last, is unchanged);
+            # the offset field is outside the message CRC.
+            if h.magic == 1 and h.base_offset != 0:
+                store_u64(inner_set.w.buf + inner_set.w.length, inner.offset - first_kept_inner)
+            inner_set.w.length += entry_size
+            kept += 1
+        cur.pos += entry_size
+    if kept == 0:
+        return None
+    if kept == total:
+        return True
+    compressed = compress(h.compression, h.magic, inner_set.w.buf, inner_set.w.length, LEVEL_DEFAULT)
+    out = h[0]
+    if h.magic == 1 and h.timestamp_type != TIMESTAMP_LOG_APPEND:
+        out.max_timestamp = max_timestamp
+    result = WriteBuffer(len(compressed) + 64)
+    write_legacy_message(&result.w, h.magic, h.base_offset, out.max_timestamp, wrapper.attributes,
+                         wrapper.key, wrapper.key_length,
+                         <const unsigned char*>PyBytes_AS_STRING(compressed), len(compressed))
+    record = make_record(&out, result.getvalue(), True)
+    record.base_offset = base + first_kept_inner
+    record.record_count = kept
+    return record
+
+
+# --- RawBatchesBuilder ---------------------------------------------------------------------------
+cdef Py_ssize_t count_entries(const unsigned char* data, Py_ssize_t n, Py_ssize_t* last_end) except -1:
+    """Number of complete entries; *last_end = where the last one ends."""
+    cdef Cursor cur
+    cdef BatchHeader h
+    cdef Py_ssize_t count = 0
+    cursor_init(&cur, data, n, 0)
+    while next_entry(&cur, &h):
+        count += 1
+    last_end[0] = cur.pos
+    return count
+
+
+cdef class RawBatchesBuilder:
+    """Accumulate raw batches (from any source: RawBytesBatchRecord, a fetched record set,
+    bytes) into one record set for a ProduceRequest `records` field, up to `max_bytes`.
+
+    append() returns False, appending nothing, when the batch would take the set past
+    `max_bytes` (send what was built, then start a new set); it raises RecordTooLargeError when
+    the batch alone is larger than `max_bytes` (it could never be sent), and CorruptRecordError
+    when the bytes are not whole batches.  Each appended byte is copied once."""
+
+    cdef WriteBuffer _buffer
+    cdef readonly Py_ssize_t max_bytes
+    cdef readonly Py_ssize_t batch_count
+
+    def __init__(self, Py_ssize_t max_bytes):
+        if max_bytes < LOG_OVERHEAD:
+            raise ValueError(f"max_bytes must be at least {LOG_OVERHEAD}")
+        self.max_bytes = max_bytes
+        self._buffer = WriteBuffer(min(max_bytes, 1 << 20))
+        self.batch_count = 0
+
+    def append(self, batch) -> bool:
+        cdef object source = batch.value if isinstance(batch, RawBytesBatchRecord) else batch
+        cdef const unsigned char[::1] buf = source
+        cdef Py_ssize_t n = buf.shape[0], end = 0, count
+        cdef const unsigned char* p = &buf[0] if n else NULL
+        count = count_entries(p, n, &end)
+        if count == 0 or end != n:
+            raise CorruptRecordError(
+                "RawBatchesBuilder.append needs whole batches "
+                f"({n - end} trailing bytes do not form a complete batch)", position=end)
+        if n > self.max_bytes:
+            raise RecordTooLargeError(
+                f"a batch of {n} bytes can never fit max_bytes={self.max_bytes}", position=0)
+        if self._buffer.w.length + n > self.max_bytes:
+            return False
+        put_bytes(&self._buffer.w, p, n)
+        self.batch_count += count
+        return True
+
+    def has_room_for(self, Py_ssize_t size) -> bool:
+        return self._buffer.w.length + size <= self.max_bytes
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._buffer.w.length
+
+    def __len__(self):
+        return self._buffer.w.length
+
+    def records(self) -> memoryview:
+        """A zero-copy view of the record set (append() refuses to grow it while alive)."""
+        return memoryview(self._buffer)
+
+    def build(self) -> bytes:
+        """The record set as bytes (a copy)."""
+        return self._buffer.getvalue()
+
+    def clear(self):
+        self._buffer.clear()
+        self.batch_count = 0
+
+
+# --- FetchResponse -> ProduceRequest ---------------------------------------------------------------
+cdef class _PartitionPlan:
+    cdef int32_t index
+    cdef Py_ssize_t size
+    cdef list pieces          # (start, end) spans of `records`, or bytes of a trimmed batch
+    cdef object records
+
+
+def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_id=0,
+                     client_id="kafkacodec", int16_t acks=-1, int32_t timeout_ms=30000,
+                     transactional_id=None, fetch_offsets=None, topic_names=None,
+                     bint drop_control_batches=True, Py_ssize_t max_batches_per_partition=-1,
+                     dict next_offsets=None, WriteBuffer out=None):
+    """Turn a decoded FetchResponse into a framed ProduceRequest for the same topics and
+    partitions, copying each forwarded batch once into the returned WriteBuffer (no
+    decompression).  Returns None when no partition has a complete batch to forward.
+
+    - Partitions with an error code or null/empty records, and trailing partial batches, are
+      left out.
+    - `fetch_offsets` {(topic, partition): offset}: batches ending before the offset are
+      skipped and the first batch starting before it is trimmed (trim_batch).
+    - `drop_control_batches` (default): transaction markers are not forwarded (brokers refuse
+      control batches from clients).
+    - `max_batches_per_partition`: real brokers accept exactly one batch per partition per
+      ProduceRequest v3+ (KIP-712 was never adopted); pass 1 for them.  -1 = all.
+    - `next_offsets`, when given, receives {(topic, partition): last forwarded offset + 1}.
+    - Fetch v13+ names topics by id: pass `topic_names` {uuid.UUID: name}.
+    - v0/v1 batches cannot be sent in ProduceRequest v3+: UnsupportedVersionError.
+    """
+    cdef bint flexible = api_version >= PRODUCE_FLEXIBLE
+    cdef Py_buffer view
+    cdef Cursor cur
+    cdef BatchHeader h
+    cdef Py_ssize_t total = 64, batches, n, span_start, span_end, frame, start, end
+    cdef int64_t fetch_offset, last_offset
+    cdef bint check, have_offsets = fetch_offsets is not None
+    cdef _PartitionPlan plan
+    cdef list topics = [], partitions
+    cdef Writer* w
+    cdef object trimmed, name
+    if api_version < 3 or api_version > 11:
+        raise UnsupportedVersionError(f"Produce version {api_version} is not supported (3-11)")
+    # Plan: walk every partition's batch headers (nothing is copied yet).
+    for topic in fetch_response.responses:
+        name = topic.topic
+        if name is None:
+            if topic_names is None or topic.topic_id not in topic_names:
+                raise KeyError(f"no topic name for topic id {topic.topic_id} (pass topic_names)")
+            name = topic_names[topic.topic_id]
+        partitions = []
+        for part in topic.partitions:
+            if part.error_code != 0 or part.records is None or len(part.records) == 0:
+                continue
+            plan = _PartitionPlan.__new__(_PartitionPlan)
+            plan.index = part.partition_index
+            plan.pieces = []
+            plan.size = 0
+            plan.records = part.records
+            fetch_offset = 0
+            check = False
+            if have_offsets:
+                key = (name, plan.index)
+                if key in fetch_offsets:
+                    fetch_offset = fetch_offsets[key]
+                    check = True
+            span_start = span_end = -1
+            batches = 0
+            last_offset = -1
+            PyObject_GetBuffer(part.records, &view, PyBUF_SIMPLE)
+            try:
+                cursor_init(&cur, <const unsigned char*>view.buf, view.len, 0)
+                while (max_batches_per_partition < 0 or batches < max_batches_per_partition) \
+                        and next_entry(&cur, &h):
+                    trimmed = None
+                    if h.magic < 2:
+                        raise UnsupportedVersionError(
+                            f"a magic {h.magic} batch cannot be sent in ProduceRequest v3+ "
+                            f"(partition {name}-{plan.index})",
+                            position=part.records_position + h.position, offset=h.base_offset)
+                    if h.compression == 4 and api_version < 7:
+                        raise UnsupportedCompressionError(
+                            f"zstd batches need ProduceRequest v7+ (partition {name}-{plan.index})",
+                            position=part.records_position + h.position, offset=h.base_offset)
+                    if check:
+                        if h.last_offset < fetch_offset:
+                            continue
+                        check = False
+                        if needs_trim(&h, fetch_offset):
+                            trimmed = trim_entry(<const unsigned char*>view.buf + h.position,
+                                                 &h, fetch_offset)
+                            if trimmed is None:
+                                continue
+                            if trimmed is True:
+                                trimmed = None
+                    if drop_control_batches and (h.attributes & CONTROL_FLAG):
+                        last_offset = h.last_offset
+                        continue
+                    batches += 1
+                    last_offset = h.last_offset
+                    if trimmed is not None:
+                        if span_start >= 0:
+                            plan.pieces.append((span_start, span_end))
+                            span_start = -1
+                        plan.pieces.append((<RawBytesBatchRecord>trimmed).value)
+                        plan.size += len((<RawBytesBatchRecord>trimmed).value)
+                        continue
+                    if span_start >= 0 and h.position == span_end:
+                        span_end += h.size
+                    else:
+                        if span_start >= 0:
+                            plan.pieces.append((span_start, span_end))
+                        span_start = h.position
+                        span_end = h.position + h.size
+                    plan.size += h.size
+                if span_start >= 0:
+                    plan.pieces.append((span_start, span_end))
+            finally:
+                PyBuffer_Release(&view)
+            if next_offsets is not None and last_offset >= 0:
+                next_offsets[(name, plan.index)] = last_offset + 1
+            if plan.pieces:
+                partitions.append(plan)
+                total += plan.size + 16
+        if partitions:
+            topics.append((name, partitions))
+            total += 16 + 4 * len(name)
+    if not topics:
+        return None
+    total += 4 * (len(client_id) if client_id is not None else 0) + 16
+    total += 4 * (len(transactional_id) if transactional_id is not None else 0)
+    if out is None:
+        out = WriteBuffer(total)
+    else:
+        out.clear()
+    w = &out.w
+    ensure(w, total)
+    # Write: one memcpy per contiguous run of forwarded batches.
+    frame = begin_request(w, API_PRODUCE, api_version, correlation_id, client_id, flexible)
+    put_string(w, transactional_id, flexible)
+    put_int16(w, acks)
+    put_int32(w, timeout_ms)
+    put_length(w, len(topics), flexible, True)
+    for name, partitions in topics:
+        put_string(w, name, flexible)
+        put_length(w, len(partitions), flexible, True)
+        for plan in partitions:
+            put_int32(w, plan.index)
+            put_length(w, plan.size, flexible, True)
+            PyObject_GetBuffer(plan.records, &view, PyBUF_SIMPLE)
+            try:
+                for piece in plan.pieces:
+                    if type(piece) is tuple:
+                        start, end = piece
+                        put_bytes(w, <const unsigned char*>view.buf + start, end - start)
+                    else:
+                        put_bytes(w, <const unsigned char*>PyBytes_AS_STRING(piece), len(piece))
+            finally:
+                PyBuffer_Release(&view)
+            if flexible:
+                put_empty_tags(w)
+        if flexible:
+            put_empty_tags(w)
+    if flexible:
+        put_empty_tags(w)
+    end_frame(w, frame)
+    return out

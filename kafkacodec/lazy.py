@@ -1,0 +1,344 @@
+"""KIP-283 lazy down-conversion: convert a record set chunk by chunk while it is written.
+
+`LazyDownConvertRecords` commits to a size up front (Kafka's S_pre), converts at most
+`chunk_size` bytes of input at a time, and `write_to()` delivers exactly `size_in_bytes`
+bytes: longer output is cut, shorter output is padded with Kafka's overflow stubs.  Memory
+stays bounded by a chunk: a file input is read one chunk at a time, a mapped buffer is only
+touched where the current chunk lies.  Rules: spec downconvert.md §3; guide:
+docs/down-conversion.md.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import ssl
+import struct
+from collections.abc import Iterator
+from time import monotonic_ns
+from typing import Any
+
+from kafkacodec._convert import (
+    ConvertedRecords,
+    ChunkReader,
+    DownConverter,
+    RecordConversionStats,
+    first_entry_above,
+    records_buffer,
+)
+from kafkacodec._records import FileRecords, MemoryRecords
+from kafkacodec.errors import UnsupportedCompressionError, UnsupportedVersionError
+
+__all__ = ["LazyDownConvertRecords", "overflow_stub", "MAX_READ_SIZE", "MIN_OVERFLOW_MESSAGE_LENGTH"]
+
+#: Kafka's chunk read limit (LazyDownConversionRecords.MAX_READ_SIZE), also the stub piece size.
+MAX_READ_SIZE = 128 * 1024
+#: Committed size when nothing converts but a complete batch exists (LOG_OVERHEAD).
+MIN_OVERFLOW_MESSAGE_LENGTH = 12
+_RECORD_BATCH_OVERHEAD = 61
+_INT32_MAX = 2**31 - 1
+
+
+def overflow_stub(remaining: int) -> bytes:
+    """The bytes Kafka writes to pad a partition with `remaining` bytes still owed (§3.4).
+
+    One stub: int64 -1, int32 max(R + 1, 61), zeros, in a piece of max(12, min(R + 1, 128 KiB))
+    bytes, of which min(piece, R) are written; the caller builds a new stub for what is still
+    owed after that (so padding above 128 KiB is a sequence of stubs)."""
+    if remaining <= 0:
+        return b""
+    piece = max(MIN_OVERFLOW_MESSAGE_LENGTH, min(remaining + 1, MAX_READ_SIZE))
+    declared = min(max(remaining + 1, _RECORD_BATCH_OVERHEAD), _INT32_MAX)
+    stub = bytearray(piece)
+    struct.pack_into(">qi", stub, 0, -1, declared)
+    return bytes(stub[: min(piece, remaining)])
+
+
+class _BufferSource:
+    """A record set in memory or mapped: windows are zero-copy slices.  For a FileRecords
+    mapping (`file_backed`), the pages of converted chunks are handed back to the page cache,
+    so the resident set stays about one chunk however large the slice."""
+
+    def __init__(self, view: memoryview, file_backed: bool = False):
+        self.view = view
+        self.size = view.nbytes
+        self.file_backed = file_backed
+
+    def window(self, position: int, size: int) -> memoryview:
+        return self.view[position : position + size]
+
+    def whole(self, position: int) -> memoryview:
+        return self.view[position:]
+
+
+class _FileSource:
+    """A byte range of a file, read with pread into one reused buffer (never mapped whole)."""
+
+    def __init__(self, file: Any, start: int, end: int):
+        self.file = file
+        self.fd = file.fileno()
+        self.start = start
+        self.size = end - start
+        self.buffer = bytearray()
+
+    def window(self, position: int, size: int) -> memoryview:
+        size = max(0, min(size, self.size - position))
+        if len(self.buffer) < size:
+            self.buffer = bytearray(size)
+        view = memoryview(self.buffer)[:size]
+        done = 0
+        while done < size:
+            if hasattr(os, "preadv"):
+                n = os.preadv(self.fd, [view[done:]], self.start + position + done)
+            else:                                   # Windows: no positional read into a buffer
+                self.file.seek(self.start + position + done)
+                n = self.file.readinto(view[done:])
+            if not n:
+                break
+            done += n
+        return view[:done]
+
+    def whole(self, position: int) -> None:
+        return None
+
+
+def _open_source(records: Any) -> _BufferSource | _FileSource:
+    if hasattr(records, "fileno") and hasattr(records, "readinto"):
+        start = records.tell()
+        end = os.fstat(records.fileno()).st_size
+        return _FileSource(records, start, end)
+    # A FileRecords slice is a read-only shared mapping of a file: its pages may be dropped.
+    return _BufferSource(records_buffer(records), file_backed=isinstance(records, FileRecords))
+
+
+class _Chunks:
+    """Cuts the source into Kafka's chunks and converts them, resuming where the last ended."""
+
+    def __init__(self, source: _BufferSource | _FileSource, to_magic: int, first_offset: int):
+        self.source = source
+        self.converter = DownConverter(to_magic, first_offset)
+        self.reader = None
+        if isinstance(source, _BufferSource):
+            self.reader = ChunkReader(source.view, self.converter, source.file_backed)
+
+    def step(self, position: int, max_bytes: int) -> tuple[int, Any, int, int, int]:
+        """Convert one chunk at `position`: at least one whole entry, then more while the total
+        stays within `max_bytes`.  Returns (bytes consumed, output, temp bytes, records, ns);
+        0 bytes consumed when no complete entry is left."""
+        if self.reader is not None:
+            self.reader.position = position
+            done = self.reader.step(max_bytes)
+            if done is None:
+                return 0, None, 0, 0, 0
+            return (self.reader.position - position, *done)
+        started = monotonic_ns()
+        source = self.source
+        left = source.size - position
+        if left < 12:
+            return 0, None, 0, 0, 0
+        # a file: read only what may be taken
+        data = source.window(position, max(max_bytes, _RECORD_BATCH_OVERHEAD))
+        consumed = self.converter.convert(data, max_bytes, -1, position)
+        if consumed == 0 and data.nbytes < left and data.nbytes >= 12:
+            # The first entry is larger than the window: read it whole, if it is complete.
+            entry = 12 + struct.unpack_from(">i", data, 8)[0]
+            data = source.window(position, entry)
+            consumed = self.converter.convert(data, -1, 1, position)
+        output, temp, converted = self.converter.take()
+        return consumed, output, temp, converted, monotonic_ns() - started
+
+
+class LazyDownConvertRecords:
+    """Records converted to `to_magic` lazily, in chunks of at most `chunk_size` input bytes.
+
+    `records`: a MemoryRecords or FileRecords (slice), any contiguous buffer (bytes,
+    memoryview, mmap), or a binary file opened for reading (read from its current position to
+    its end, one chunk at a time).  A FileRecords slice is read where the current chunk lies
+    and its pages are handed back after each chunk.  Chunks are ConvertedRecords whose
+    `records` is a MemoryRecords.  `enabled=False` is Kafka's
+    `message.downconversion.enable=false`: UnsupportedVersionError if any complete batch is
+    newer than `to_magic`, else the data passes through untouched.
+    """
+
+    def __init__(self, records: Any, to_magic: int, first_offset: int = 0,
+                 chunk_size: int = MAX_READ_SIZE, enabled: bool = True):
+        if chunk_size < 0:
+            raise ValueError(f"chunk_size must be >= 0, got {chunk_size}")
+        self.to_magic = to_magic
+        self.first_offset = first_offset
+        self.chunk_size = chunk_size
+        self.enabled = enabled
+        self._source = _open_source(records)
+        self._chunks = _Chunks(self._source, to_magic, first_offset)   # validates to_magic
+        self._first: ConvertedRecords | None = None
+        self._first_end = 0
+        self._send: _Send | None = None
+        self.converts = True
+        if not enabled:
+            newer = self._first_newer_entry()
+            if newer is not None:
+                raise UnsupportedVersionError(
+                    f"down-conversion to magic {to_magic} is disabled and the batch at byte "
+                    f"{newer} needs it")
+            self.converts = False
+            self.size_in_bytes = self._source.size
+            return
+        # S_pre: convert one source batch at a time until one yields something (§3.1).
+        position = 0
+        saw_batch = False
+        while True:
+            consumed, output, temp, converted, elapsed = self._chunks.step(position, 0)
+            if consumed == 0:
+                break
+            saw_batch = True
+            position += consumed
+            if len(output):
+                stats = RecordConversionStats(temp, converted, elapsed)
+                self._first = ConvertedRecords(MemoryRecords(output), stats)
+                break
+        self._first_end = position
+        if self._first is not None:
+            self.size_in_bytes = max(self._source.size, self._first.records.size_in_bytes)
+        else:
+            self.size_in_bytes = MIN_OVERFLOW_MESSAGE_LENGTH if saw_batch else 0
+
+    def _first_newer_entry(self) -> int | None:
+        position = 0
+        source = self._source
+        while True:
+            data = source.whole(position)
+            if data is None:
+                data = source.window(position, max(self.chunk_size, MAX_READ_SIZE))
+            walked, newer = first_entry_above(data, self.to_magic, position)
+            if newer:
+                return position + walked
+            if walked == 0:
+                if data.nbytes >= source.size - position or data.nbytes < 12:
+                    return None
+                entry = 12 + struct.unpack_from(">i", data, 8)[0]
+                walked, newer = first_entry_above(source.window(position, entry), self.to_magic, position)
+                if newer:
+                    return position
+                if walked == 0:
+                    return None
+            position += walked
+
+    # --- iteration ---------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[ConvertedRecords]:
+        """Yield the converted chunks (ConvertedRecords), the committed first chunk first; each
+        call starts over.  Pass-through data is yielded in `chunk_size` pieces, untouched."""
+        if not self.converts:
+            step = max(self.chunk_size, 1)
+            for position in range(0, self._source.size, step):
+                piece = bytes(self._source.window(position, step))
+                yield ConvertedRecords(MemoryRecords(piece), RecordConversionStats())
+            return
+        if self._first is None:
+            return
+        yield self._first
+        chunks = _Chunks(self._source, self.to_magic, self.first_offset)
+        position = self._first_end
+        while True:
+            consumed, output, temp, converted, elapsed = chunks.step(position, self.chunk_size)
+            if consumed == 0:
+                return
+            position += consumed
+            if len(output):
+                yield ConvertedRecords(MemoryRecords(output),
+                                       RecordConversionStats(temp, converted, elapsed))
+
+    # --- the send ----------------------------------------------------------------------------
+    def write_to(self, dest: Any) -> int:
+        """Write the next bytes of this partition's data to `dest`; returns the bytes written.
+
+        `dest`: a socket (blocking or not), a file object, or anything with `write`.  Writes
+        until everything committed (`size_in_bytes`) is out or `dest` would block; call again
+        to resume.  Returns 0 once complete."""
+        if self._send is None:
+            self._send = _Send(self)
+        return self._send.write_to(dest)
+
+    @property
+    def completed(self) -> bool:
+        """True once write_to() has delivered all `size_in_bytes` bytes."""
+        return self.size_in_bytes == 0 or (self._send is not None and self._send.remaining == 0)
+
+    @property
+    def bytes_written(self) -> int:
+        return 0 if self._send is None else self.size_in_bytes - self._send.remaining
+
+    @property
+    def stats(self) -> RecordConversionStats:
+        """Stats of the chunks pulled by write_to() so far (what the broker records)."""
+        return RecordConversionStats() if self._send is None else self._send.stats
+
+    def __len__(self) -> int:
+        return self.size_in_bytes
+
+    def __repr__(self) -> str:
+        return (f"LazyDownConvertRecords(to_magic={self.to_magic}, size_in_bytes={self.size_in_bytes}, "
+                f"first_offset={self.first_offset}, chunk_size={self.chunk_size})")
+
+
+class _Send:
+    """LazyDownConversionRecordsSend: chunks then overflow stubs, exactly `size` bytes."""
+
+    def __init__(self, records: LazyDownConvertRecords):
+        self.records = records
+        self.remaining = records.size_in_bytes
+        self.stats = RecordConversionStats()
+        self.chunks: Iterator[ConvertedRecords] | None = iter(records)
+        self.current = memoryview(b"")
+
+    def next_piece(self) -> memoryview:
+        data: Any = None
+        if self.chunks is not None:
+            try:
+                chunk = next(self.chunks)
+            except StopIteration:
+                self.chunks = None
+            except UnsupportedCompressionError:
+                # zstd after the first chunk: pad; the consumer gets the error on its next fetch.
+                self.chunks = None
+            else:
+                if self.records.converts:
+                    self.stats.add(chunk.stats)
+                data = chunk.records
+        if data is None:
+            data = overflow_stub(self.remaining)
+        view = memoryview(data).cast("B")
+        return view[: min(view.nbytes, self.remaining)]
+
+    def write_to(self, dest: Any) -> int:
+        written = 0
+        while self.remaining > 0:
+            if not self.current.nbytes:
+                self.current = self.next_piece()
+            n = _write_some(dest, self.current)
+            if n <= 0:
+                break
+            self.current = self.current[n:]
+            self.remaining -= n
+            written += n
+        if self.remaining == 0:
+            self.current = memoryview(b"")
+            self.chunks = None
+        return written
+
+
+def _write_some(dest: Any, data: memoryview) -> int:
+    """Bytes accepted by `dest` now (0 when it would block)."""
+    if isinstance(dest, socket.socket):
+        try:
+            return dest.send(data)
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            return 0
+    try:
+        n = dest.write(data)
+    except BlockingIOError as error:              # buffered non-blocking file objects
+        return error.characters_written
+    if n is None:
+        # io raw files and SocketIO say "would block" with None; other writers take it all.
+        return 0 if isinstance(dest, io.RawIOBase) else data.nbytes
+    return n

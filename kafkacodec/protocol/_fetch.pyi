@@ -1,0 +1,52 @@
+import uuid
+from collections.abc import Iterable, Sequence
+
+from typing_extensions import Buffer
+
+from kafkacodec.protocol._types import AbortedTransaction, FetchResponse
+
+class FetchPartitionData:
+    """One partition of a FetchResponse; ``records`` is a zero-copy view of the decoded buffer."""
+
+    @property
+    def partition_index(self) -> int: ...
+    @property
+    def error_code(self) -> int: ...
+    @property
+    def high_watermark(self) -> int: ...
+    @property
+    def last_stable_offset(self) -> int: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def aborted_transactions(self) -> list[AbortedTransaction] | None: ...
+    @property
+    def preferred_read_replica(self) -> int: ...
+    @property
+    def records_position(self) -> int: ...
+    @property
+    def records_size(self) -> int: ...
+    @property
+    def records(self) -> memoryview | None: ...
+
+MIN_VERSION: int
+MAX_VERSION: int
+
+def decode_fetch_response(data: Buffer, api_version: int, offset: int = 0, size: int = -1,
+                          header: bool = True) -> FetchResponse: ...
+def encode_fetch_request(
+    topics: Iterable[tuple[str | uuid.UUID | bytes, Iterable[Sequence[int]]]],
+    *,
+    api_version: int = 12,
+    correlation_id: int = 0,
+    client_id: str | None = "kafkacodec",
+    max_wait_ms: int = 500,
+    min_bytes: int = 1,
+    max_bytes: int = 52428800,
+    isolation_level: int = 0,
+    session_id: int = 0,
+    session_epoch: int = -1,
+    replica_id: int = -1,
+    partition_max_bytes: int = 1048576,
+    rack_id: str = "",
+) -> bytes: ...

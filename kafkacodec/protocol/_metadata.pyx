@@ -1,0 +1,212 @@
+# cython: language_level=3
+"""ApiVersions (api key 18, versions 0-3) and Metadata (api key 3, versions 0-12): enough to
+learn what a broker speaks and which broker leads each partition."""
+
+import uuid as _uuid
+
+from libc.stdint cimport int8_t, int16_t, int32_t
+from kafkacodec._cursor cimport Cursor, cursor_init, need, get_int8, get_int16, get_int32
+from kafkacodec._writer cimport Writer, WriteBuffer, put_int8, put_int32, put_bytes
+from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tagged_fields,
+                                        read_response_header, read_uuid, put_length, put_string,
+                                        put_empty_tags, begin_request, end_frame, API_METADATA,
+                                        API_API_VERSIONS, METADATA_FLEXIBLE,
+                                        API_VERSIONS_FLEXIBLE)
+
+from kafkacodec.errors import UnsupportedVersionError
+from kafkacodec.protocol._types import (ApiVersionRange, ApiVersionsResponse, MetadataBroker,
+                                        MetadataPartition, MetadataTopic, MetadataResponse)
+
+API_VERSIONS_MAX_VERSION = 3
+METADATA_MAX_VERSION = 12
+cdef bytes ZERO_UUID = bytes(16)
+
+
+cdef int check_version(const char* api, int version, int highest) except -1:
+    if version < 0 or version > highest:
+        raise UnsupportedVersionError(
+            f"{api.decode()} version {version} is not supported (kafkacodec speaks 0-{highest})")
+    return 0
+
+
+cdef Cursor open_cursor(const unsigned char[::1] buf, Py_ssize_t offset, Py_ssize_t size) except *:
+    cdef Cursor cur
+    cdef Py_ssize_t total = buf.shape[0]
+    if offset < 0 or offset > total:
+        raise ValueError(f"offset {offset} outside a buffer of {total} bytes")
+    if size < 0 or size > total - offset:
+        size = total - offset
+    cursor_init(&cur, &buf[0] + offset if total else NULL, size, offset)
+    return cur
+
+
+# --- ApiVersions -----------------------------------------------------------------------------
+def encode_api_versions_request(*, int api_version=3, int32_t correlation_id=0,
+                                client_id="kafkacodec", client_software_name="kafkacodec",
+                                client_software_version="0.1.0"):
+    """A framed ApiVersionsRequest as bytes (versions 0-3; 3 carries the client software)."""
+    cdef WriteBuffer out = WriteBuffer(64)
+    cdef Writer* w = &out.w
+    cdef bint flexible = api_version >= API_VERSIONS_FLEXIBLE
+    check_version(b"ApiVersions", api_version, API_VERSIONS_MAX_VERSION)
+    frame = begin_request(w, API_API_VERSIONS, api_version, correlation_id, client_id, flexible)
+    if flexible:
+        put_string(w, client_software_name, True)
+        put_string(w, client_software_version, True)
+        put_empty_tags(w)
+    end_frame(w, frame)
+    return out.getvalue()
+
+
+def decode_api_versions_response(data, int api_version, Py_ssize_t offset=0, Py_ssize_t size=-1,
+                                 bint header=True):
+    """Decode an ApiVersionsResponse.  Its header is always v0 (no tagged section), even for
+    the flexible body versions (protocol.md §1)."""
+    cdef Cursor cur = open_cursor(data, offset, size)
+    cdef bint flexible = api_version >= API_VERSIONS_FLEXIBLE
+    cdef object correlation_id = None
+    cdef int16_t error_code
+    cdef int32_t throttle_time_ms = 0
+    cdef Py_ssize_t n, i
+    cdef list api_keys = []
+    check_version(b"ApiVersions", api_version, API_VERSIONS_MAX_VERSION)
+    if header:
+        correlation_id = read_response_header(&cur, False)
+    need(&cur, 2, b"api versions error code")
+    error_code = get_int16(&cur)
+    n = read_array_length(&cur, flexible, False, 6, b"api versions keys")
+    for i in range(n):
+        need(&cur, 6, b"api versions key")
+        api_keys.append(ApiVersionRange(get_int16(&cur), get_int16(&cur), get_int16(&cur)))
+        if flexible:
+            skip_tagged_fields(&cur)
+    if api_version >= 1:
+        need(&cur, 4, b"api versions throttle time")
+        throttle_time_ms = get_int32(&cur)
+    if flexible:
+        skip_tagged_fields(&cur)
+    return ApiVersionsResponse(api_version, correlation_id, error_code, api_keys, throttle_time_ms)
+
+
+# --- Metadata --------------------------------------------------------------------------------
+def encode_metadata_request(topics=None, *, int api_version=12, int32_t correlation_id=0,
+                            client_id="kafkacodec", bint allow_auto_topic_creation=True,
+                            bint include_topic_authorized_operations=False):
+    """A framed MetadataRequest as bytes.  `topics` None asks for every topic (version 0 sends
+    an empty array, which means the same there)."""
+    cdef WriteBuffer out = WriteBuffer(128)
+    cdef Writer* w = &out.w
+    cdef bint flexible = api_version >= METADATA_FLEXIBLE
+    check_version(b"Metadata", api_version, METADATA_MAX_VERSION)
+    frame = begin_request(w, API_METADATA, api_version, correlation_id, client_id, flexible)
+    if topics is None:
+        put_length(w, 0 if api_version == 0 else -1, flexible, True)
+    else:
+        topics = list(topics)
+        put_length(w, len(topics), flexible, True)
+        for name in topics:
+            if api_version >= 10:
+                put_bytes(w, <const unsigned char*><char*>ZERO_UUID, 16)
+            put_string(w, name, flexible)
+            if flexible:
+                put_empty_tags(w)
+    if api_version >= 4:
+        put_int8(w, allow_auto_topic_creation)
+    if 8 <= api_version <= 10:
+        put_int8(w, 0)                                   # IncludeClusterAuthorizedOperations
+    if api_version >= 8:
+        put_int8(w, include_topic_authorized_operations)
+    if flexible:
+        put_empty_tags(w)
+    end_frame(w, frame)
+    return out.getvalue()
+
+
+cdef list read_int32_array(Cursor* cur, bint flexible, const char* what):
+    cdef Py_ssize_t n = read_array_length(cur, flexible, False, 4, what), i
+    cdef list out = []
+    if n > 0:
+        need(cur, 4 * n, what)
+        for i in range(n):
+            out.append(get_int32(cur))
+    return out
+
+
+def decode_metadata_response(data, int api_version, Py_ssize_t offset=0, Py_ssize_t size=-1,
+                             bint header=True):
+    """Decode a MetadataResponse (versions 0-12)."""
+    cdef Cursor cur = open_cursor(data, offset, size)
+    cdef bint flexible = api_version >= METADATA_FLEXIBLE
+    cdef object correlation_id = None, cluster_id = None, rack, name, topic_id, host
+    cdef int32_t throttle_time_ms = 0, controller_id = -1, node_id, port
+    cdef int32_t partition_index, leader_id, leader_epoch
+    cdef int16_t error_code
+    cdef bint is_internal
+    cdef Py_ssize_t n, i, np, j
+    cdef list brokers = [], topics = [], partitions, replicas, isr, offline
+    check_version(b"Metadata", api_version, METADATA_MAX_VERSION)
+    if header:
+        correlation_id = read_response_header(&cur, flexible)
+    if api_version >= 3:
+        need(&cur, 4, b"metadata throttle time")
+        throttle_time_ms = get_int32(&cur)
+    n = read_array_length(&cur, flexible, False, 8, b"metadata brokers")
+    for i in range(n):
+        need(&cur, 4, b"metadata broker node id")
+        node_id = get_int32(&cur)
+        host = read_string(&cur, flexible, False, b"metadata broker host")
+        need(&cur, 4, b"metadata broker port")
+        port = get_int32(&cur)
+        rack = read_string(&cur, flexible, True, b"metadata broker rack") if api_version >= 1 else None
+        if flexible:
+            skip_tagged_fields(&cur)
+        brokers.append(MetadataBroker(node_id, host, port, rack))
+    if api_version >= 2:
+        cluster_id = read_string(&cur, flexible, True, b"metadata cluster id")
+    if api_version >= 1:
+        need(&cur, 4, b"metadata controller id")
+        controller_id = get_int32(&cur)
+    n = read_array_length(&cur, flexible, False, 4, b"metadata topics")
+    for i in range(n):
+        need(&cur, 2, b"metadata topic error code")
+        error_code = get_int16(&cur)
+        name = read_string(&cur, flexible, api_version >= 12, b"metadata topic name")
+        topic_id = None
+        if api_version >= 10:
+            topic_id = _uuid.UUID(bytes=read_uuid(&cur, b"metadata topic id"))
+        is_internal = False
+        if api_version >= 1:
+            need(&cur, 1, b"metadata topic is_internal")
+            is_internal = get_int8(&cur) != 0
+        np = read_array_length(&cur, flexible, False, 10, b"metadata partitions")
+        partitions = []
+        for j in range(np):
+            need(&cur, 10, b"metadata partition")
+            error_code_p = get_int16(&cur)
+            partition_index = get_int32(&cur)
+            leader_id = get_int32(&cur)
+            leader_epoch = -1
+            if api_version >= 7:
+                need(&cur, 4, b"metadata partition leader epoch")
+                leader_epoch = get_int32(&cur)
+            replicas = read_int32_array(&cur, flexible, b"metadata partition replicas")
+            isr = read_int32_array(&cur, flexible, b"metadata partition isr")
+            offline = (read_int32_array(&cur, flexible, b"metadata partition offline replicas")
+                       if api_version >= 5 else [])
+            if flexible:
+                skip_tagged_fields(&cur)
+            partitions.append(MetadataPartition(error_code_p, partition_index, leader_id,
+                                                leader_epoch, replicas, isr, offline))
+        if api_version >= 8:
+            need(&cur, 4, b"metadata topic authorized operations")
+            get_int32(&cur)
+        if flexible:
+            skip_tagged_fields(&cur)
+        topics.append(MetadataTopic(error_code, name, topic_id, is_internal, partitions))
+    if 8 <= api_version <= 10:
+        need(&cur, 4, b"metadata cluster authorized operations")
+        get_int32(&cur)
+    if flexible:
+        skip_tagged_fields(&cur)
+    return MetadataResponse(api_version, correlation_id, throttle_time_ms, brokers, cluster_id,
+                            controller_id, topics)

@@ -1,0 +1,184 @@
+# cython: language_level=3
+"""ProduceRequest (api key 0) encoding and ProduceResponse decoding, versions 3 to 11 (Kafka 3.8).
+
+A partition's `records` may be one buffer or several (e.g. several raw batches taken from a
+fetch, KIP-712): they are copied once, back to back, into the outgoing WriteBuffer, which is
+sized before the first byte is written so it never re-allocates.
+"""
+
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
+from kafkacodec._cursor cimport Cursor, cursor_init, need, get_int16, get_int32, get_int64
+from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int32, put_bytes,
+                                 put_uvarint, uvarint_size)
+from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tagged_fields,
+                                        read_response_header, put_length, put_string,
+                                        put_empty_tags, begin_request, end_frame, API_PRODUCE,
+                                        PRODUCE_FLEXIBLE)
+
+from kafkacodec.errors import UnsupportedVersionError
+from kafkacodec.protocol._types import (ProducePartitionResponse, ProduceTopicResponse,
+                                        ProduceResponse)
+
+MIN_VERSION = 3
+MAX_VERSION = 11
+
+
+cdef int check_version(int version) except -1:
+    if version < MIN_VERSION or version > MAX_VERSION:
+        raise UnsupportedVersionError(
+            f"Produce version {version} is not supported (kafkacodec speaks {MIN_VERSION}-{MAX_VERSION})")
+    return 0
+
+
+cdef inline bint is_buffer_list(object records):
+    return type(records) is list or type(records) is tuple
+
+
+cdef Py_ssize_t records_size(object records) except -2:
+    """Total byte length of one buffer or a list of buffers; -1 for None (null records)."""
+    cdef Py_ssize_t n = 0
+    cdef Py_buffer view
+    if records is None:
+        return -1
+    if not is_buffer_list(records):
+        records = (records,)
+    for part in records:
+        PyObject_GetBuffer(part, &view, PyBUF_SIMPLE)
+        n += view.len
+        PyBuffer_Release(&view)
+    return n
+
+
+cdef int put_records(Writer* w, object records) except -1:
+    cdef Py_buffer view
+    if not is_buffer_list(records):
+        records = (records,)
+    for part in records:
+        PyObject_GetBuffer(part, &view, PyBUF_SIMPLE)
+        try:
+            put_bytes(w, <const unsigned char*>view.buf, view.len)
+        finally:
+            PyBuffer_Release(&view)
+    return 0
+
+
+def encode_produce_request(topic_data, *, int api_version=9, int32_t correlation_id=0,
+                           client_id="kafkacodec", int16_t acks=-1, int32_t timeout_ms=30000,
+                           transactional_id=None, WriteBuffer out=None):
+    """A framed ProduceRequest (int32 size + header + body) in a WriteBuffer.
+
+    `topic_data`: [(topic name, [(partition index, records), ...]), ...] where records is a
+    buffer, a list of buffers sent back to back in one Records field, or None (null).
+    Pass `out` to reuse a buffer (it is cleared first).  `bytes(result)` or
+    `sock.sendall(result)` read it.
+    """
+    cdef bint flexible = api_version >= PRODUCE_FLEXIBLE
+    cdef Py_ssize_t frame, n, estimate = 64
+    cdef Writer* w
+    cdef list topics = [], partitions
+    check_version(api_version)
+    # Pass 1: sizes, so the buffer is allocated once and every batch copied once.
+    for topic, parts in topic_data:
+        partitions = []
+        for index, records in parts:
+            n = records_size(records)
+            partitions.append((index, records, n))
+            estimate += 4 + 5 + 1 + (n if n > 0 else 0)
+        estimate += 2 + 5 + 1 + 4 * len(topic) + 5
+        topics.append((topic, partitions))
+    estimate += 4 * (len(client_id) if client_id is not None else 0)
+    estimate += 4 * (len(transactional_id) if transactional_id is not None else 0)
+    if out is None:
+        out = WriteBuffer(estimate)
+    else:
+        out.clear()
+    w = &out.w
+    ensure(w, estimate)
+    # Pass 2: write.
+    frame = begin_request(w, API_PRODUCE, api_version, correlation_id, client_id, flexible)
+    put_string(w, transactional_id, flexible)
+    put_int16(w, acks)
+    put_int32(w, timeout_ms)
+    put_length(w, len(topics), flexible, True)
+    for topic, partitions in topics:
+        put_string(w, topic, flexible)
+        put_length(w, len(partitions), flexible, True)
+        for index, records, n in partitions:
+            put_int32(w, index)
+            put_length(w, n, flexible, True)
+            if n >= 0:
+                put_records(w, records)
+            if flexible:
+                put_empty_tags(w)
+        if flexible:
+            put_empty_tags(w)
+    if flexible:
+        put_empty_tags(w)
+    end_frame(w, frame)
+    return out
+
+
+def decode_produce_response(data, int api_version, Py_ssize_t offset=0, Py_ssize_t size=-1,
+                            bint header=True):
+    """Decode a ProduceResponse from `data[offset:offset+size]` (starting at the correlation id
+    unless `header` is False)."""
+    cdef const unsigned char[::1] buf = data
+    cdef Py_ssize_t total = buf.shape[0]
+    cdef Cursor cur
+    cdef bint flexible = api_version >= PRODUCE_FLEXIBLE
+    cdef Py_ssize_t ntopics, nparts, nerrors, t, p, e
+    cdef int32_t index, batch_index, throttle_time_ms = 0
+    cdef int16_t error_code
+    cdef int64_t base_offset, log_append_time_ms, log_start_offset
+    cdef object correlation_id = None, error_message, name
+    cdef list responses, partitions, record_errors
+    check_version(api_version)
+    if offset < 0 or offset > total:
+        raise ValueError(f"offset {offset} outside a buffer of {total} bytes")
+    if size < 0 or size > total - offset:
+        size = total - offset
+    cursor_init(&cur, &buf[0] + offset if total else NULL, size, offset)
+    if header:
+        correlation_id = read_response_header(&cur, flexible)
+    ntopics = read_array_length(&cur, flexible, False, 2, b"produce response topics")
+    responses = []
+    for t in range(ntopics):
+        name = read_string(&cur, flexible, False, b"produce response topic name")
+        nparts = read_array_length(&cur, flexible, False, 8, b"produce response partitions")
+        partitions = []
+        for p in range(nparts):
+            need(&cur, 4 + 2 + 8 + 8, b"produce response partition")
+            index = get_int32(&cur)
+            error_code = get_int16(&cur)
+            base_offset = get_int64(&cur)
+            log_append_time_ms = get_int64(&cur)
+            log_start_offset = -1
+            if api_version >= 5:
+                need(&cur, 8, b"produce response log start offset")
+                log_start_offset = get_int64(&cur)
+            record_errors = []
+            error_message = None
+            if api_version >= 8:
+                nerrors = read_array_length(&cur, flexible, False, 5, b"produce response record errors")
+                for e in range(nerrors):
+                    need(&cur, 4, b"produce response batch index")
+                    batch_index = get_int32(&cur)
+                    record_errors.append((batch_index, read_string(
+                        &cur, flexible, True, b"produce response batch index error message")))
+                    if flexible:
+                        skip_tagged_fields(&cur)
+                error_message = read_string(&cur, flexible, True, b"produce response error message")
+            if flexible:
+                skip_tagged_fields(&cur)
+            partitions.append(ProducePartitionResponse(
+                index, error_code, base_offset, log_append_time_ms, log_start_offset,
+                record_errors, error_message))
+        if flexible:
+            skip_tagged_fields(&cur)
+        responses.append(ProduceTopicResponse(name, partitions))
+    need(&cur, 4, b"produce response throttle time")
+    throttle_time_ms = get_int32(&cur)
+    if flexible:
+        skip_tagged_fields(&cur)
+    return ProduceResponse(api_version, correlation_id, responses, throttle_time_ms)

@@ -1,0 +1,150 @@
+# Kafka protocol primitives (spec protocol.md §2) on the shared read cursor and write buffer:
+# int16-length strings, compact (unsigned varint + 1) strings/arrays/bytes, tagged-field
+# sections, uuids, and the request/response headers.  Every message module cimports these.
+
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from kafkacodec._cursor cimport (Cursor, need, take, get_int16, get_int32, read_uvarint,
+                                 raise_corrupt, raise_short)
+from kafkacodec._writer cimport (Writer, ensure, put_int16, put_int32, put_bytes, put_uvarint)
+
+cdef enum:
+    API_PRODUCE = 0
+    API_FETCH = 1
+    API_METADATA = 3
+    API_API_VERSIONS = 18
+    FETCH_FLEXIBLE = 12          # first flexible version of each message
+    PRODUCE_FLEXIBLE = 9
+    METADATA_FLEXIBLE = 9
+    API_VERSIONS_FLEXIBLE = 3
+
+# --- lengths -----------------------------------------------------------------------------------
+cdef inline Py_ssize_t read_string_length(Cursor* cur, bint compact, bint nullable,
+                                          const char* what) except -2:
+    """Byte length of the next string, -1 for null (only when nullable)."""
+    cdef uint32_t raw = 0
+    cdef Py_ssize_t n
+    if compact:
+        read_uvarint(cur, &raw, what)
+        n = <Py_ssize_t>raw - 1
+    else:
+        need(cur, 2, what)
+        n = get_int16(cur)
+    if n < 0:
+        if n != -1 or not nullable:
+            cur.pos -= 1 if compact else 2
+            raise_corrupt(cur, what)
+        return -1
+    return n
+
+cdef inline Py_ssize_t read_bytes_length(Cursor* cur, bint compact, bint nullable,
+                                         const char* what) except -2:
+    """Byte length of the next bytes/records field (int32 or compact), -1 for null."""
+    cdef uint32_t raw = 0
+    cdef Py_ssize_t n
+    if compact:
+        read_uvarint(cur, &raw, what)
+        n = <Py_ssize_t>raw - 1
+    else:
+        need(cur, 4, what)
+        n = get_int32(cur)
+    if n < 0:
+        if n != -1 or not nullable:
+            cur.pos -= 1 if compact else 4
+            raise_corrupt(cur, what)
+        return -1
+    return n
+
+cdef inline Py_ssize_t read_array_length(Cursor* cur, bint compact, bint nullable,
+                                         Py_ssize_t min_item_size, const char* what) except -2:
+    """Element count of the next array, -1 for null.  A count that cannot fit in the bytes left
+    (each element takes at least `min_item_size`) is refused before anything is allocated."""
+    cdef Py_ssize_t n = read_bytes_length(cur, compact, nullable, what)
+    if n > 0 and n > (cur.end - cur.pos) // min_item_size:
+        raise_short(cur, n * min_item_size, what)
+    return n
+
+cdef inline object read_string(Cursor* cur, bint compact, bint nullable, const char* what):
+    """The next string as str (None when null); invalid UTF-8 is a CorruptRecordError."""
+    cdef Py_ssize_t n = read_string_length(cur, compact, nullable, what)
+    cdef const unsigned char* p
+    if n < 0:
+        return None
+    p = take(cur, n, what)
+    try:
+        return PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
+    except UnicodeDecodeError:
+        cur.pos -= n
+        raise_corrupt(cur, what)
+
+cdef inline int skip_tagged_fields(Cursor* cur) except -1:
+    """Skip a tagged-fields section: count, then (tag, size, payload) per field."""
+    cdef uint32_t count = 0, tag = 0, size = 0, i
+    read_uvarint(cur, &count, b"tagged fields count")
+    for i in range(count):
+        read_uvarint(cur, &tag, b"tagged field tag")
+        read_uvarint(cur, &size, b"tagged field size")
+        take(cur, size, b"tagged field payload")
+    return 0
+
+# --- writers -------------------------------------------------------------------------------------
+cdef inline int put_length(Writer* w, Py_ssize_t n, bint compact, bint wide) except -1:
+    """A length or count: compact = uvarint(n + 1) (0 = null); else int32 (wide) or int16."""
+    if compact:
+        return put_uvarint(w, <uint64_t>(n + 1))
+    if wide:
+        return put_int32(w, <int32_t>n)
+    return put_int16(w, <int16_t>n)
+
+cdef inline int put_string(Writer* w, object s, bint compact) except -1:
+    """A (nullable) string; None writes null."""
+    cdef bytes data
+    if s is None:
+        return put_length(w, -1, compact, False)
+    data = (<str>s).encode("utf-8") if isinstance(s, str) else bytes(s)
+    if not compact and len(data) > 0x7FFF:
+        raise ValueError(f"string of {len(data)} bytes does not fit an int16 length")
+    put_length(w, len(data), compact, False)
+    return put_bytes(w, <const unsigned char*><char*>data, len(data))
+
+cdef inline int put_empty_tags(Writer* w) except -1:
+    return put_uvarint(w, 0)
+
+# --- headers (protocol.md §1) -------------------------------------------------------------------
+cdef inline Py_ssize_t begin_request(Writer* w, int16_t api_key, int16_t api_version,
+                                     int32_t correlation_id, object client_id,
+                                     bint flexible) except -1:
+    """Reserve the int32 frame size and write request header v1 (v2 when flexible: the same
+    fields, client_id still int16-length, then an empty tagged section).  Returns the frame
+    start for end_frame()."""
+    cdef Py_ssize_t start = w.length
+    ensure(w, 4)
+    w.length += 4
+    put_int16(w, api_key)
+    put_int16(w, api_version)
+    put_int32(w, correlation_id)
+    put_string(w, client_id, False)
+    if flexible:
+        put_empty_tags(w)
+    return start
+
+cdef inline int end_frame(Writer* w, Py_ssize_t start) noexcept:
+    cdef uint32_t size = <uint32_t>(w.length - start - 4)
+    w.buf[start] = <unsigned char>(size >> 24)
+    w.buf[start + 1] = <unsigned char>(size >> 16)
+    w.buf[start + 2] = <unsigned char>(size >> 8)
+    w.buf[start + 3] = <unsigned char>size
+    return 0
+
+cdef inline int32_t read_response_header(Cursor* cur, bint flexible) except? -1:
+    """Response header v0 (correlation id) or v1 (+ tagged section); returns the id."""
+    cdef int32_t correlation_id
+    need(cur, 4, b"response header correlation id")
+    correlation_id = get_int32(cur)
+    if flexible:
+        skip_tagged_fields(cur)
+    return correlation_id
+
+cdef inline object read_uuid(Cursor* cur, const char* what):
+    cdef const unsigned char* p = take(cur, 16, what)
+    return (<bytes>(<char*>p)[:16])

@@ -1,0 +1,326 @@
+"""Protocol framing cross-checked with kafka-python's message classes, both ways, over every
+version we speak; truncated and malformed responses raise KafkaCodecError with a position."""
+
+import uuid
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from kafka.protocol.consumer.fetch import FetchRequest as KFetchRequest
+from kafka.protocol.consumer.fetch import FetchResponse as KFetchResponse
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest as KApiVersionsRequest
+from kafka.protocol.metadata.api_versions import ApiVersionsResponse as KApiVersionsResponse
+from kafka.protocol.metadata.metadata import MetadataRequest as KMetadataRequest
+from kafka.protocol.metadata.metadata import MetadataResponse as KMetadataResponse
+from kafka.protocol.producer.produce import ProduceRequest as KProduceRequest
+from kafka.protocol.producer.produce import ProduceResponse as KProduceResponse
+
+from kafkacodec import CorruptRecordError, KafkaCodecError, UnsupportedVersionError
+from kafkacodec._writer import WriteBuffer
+from kafkacodec.protocol import (
+    AbortedTransaction,
+    decode_api_versions_response,
+    decode_fetch_response,
+    decode_metadata_response,
+    decode_produce_response,
+    encode_api_versions_request,
+    encode_fetch_request,
+    encode_metadata_request,
+    encode_produce_request,
+)
+
+FETCH_VERSIONS = range(4, 17)
+PRODUCE_VERSIONS = range(3, 12)
+METADATA_VERSIONS = range(0, 13)
+TOPIC_IDS = {"alpha": uuid.UUID(int=0xA1), "béta": uuid.UUID(int=0xB2)}
+
+
+def kp_fetch_response(version, *, with_tags=False):
+    """A FetchResponse made by kafka-python: two topics, partitions with and without records,
+    aborted transactions null and not, and (flexible versions) tagged partition fields."""
+    T = KFetchResponse.FetchableTopicResponse
+    P = T.PartitionData
+    A = P.AbortedTransaction
+    tags = {}
+    if with_tags and version >= 12:
+        tags = dict(diverging_epoch=P.EpochEndOffset(epoch=3, end_offset=44),
+                    current_leader=P.LeaderIdAndEpoch(leader_id=2, leader_epoch=9))
+    responses = []
+    for name, parts in (("alpha", [(0, b"\x01" * 70, [A(producer_id=7, first_offset=3)]), (5, None, None)]),
+                        ("béta", [(2, b"", []), (3, bytes(range(256)) * 3, None)])):
+        ident = dict(topic=name) if version < 13 else dict(topic_id=TOPIC_IDS[name])
+        partitions = [P(partition_index=i, error_code=i, high_watermark=1000 + i, last_stable_offset=900 + i,
+                        log_start_offset=10 + i, aborted_transactions=aborted, preferred_read_replica=i - 1,
+                        records=records, **(tags if i == 0 else {})) for i, records, aborted in parts]
+        responses.append(T(partitions=partitions, **ident))
+    top = {}
+    if with_tags and version >= 16:
+        top = dict(node_endpoints=[KFetchResponse.NodeEndpoint(node_id=2, host="broker-2", port=9093, rack=None)])
+    msg = KFetchResponse[version](throttle_time_ms=17, error_code=0, session_id=123456, responses=responses, **top)
+    msg.with_header(correlation_id=4242)
+    return msg, bytes(msg.encode(header=True))
+
+
+@pytest.mark.parametrize("version", FETCH_VERSIONS)
+@pytest.mark.parametrize("with_tags", [False, True])
+def test_fetch_response_from_kafka_python(version, with_tags):
+    msg, raw = kp_fetch_response(version, with_tags=with_tags)
+    ours = decode_fetch_response(raw, version)
+    assert ours.correlation_id == 4242 and ours.size == len(raw)
+    assert ours.throttle_time_ms == 17
+    assert (ours.error_code, ours.session_id) == ((0, 123456) if version >= 7 else (0, 0))
+    for theirs_topic, topic in zip(msg.responses, ours.responses, strict=True):
+        if version < 13:
+            assert topic.topic == theirs_topic.topic and topic.topic_id is None
+        else:
+            assert topic.topic is None and topic.topic_id == theirs_topic.topic_id
+        for theirs, part in zip(theirs_topic.partitions, topic.partitions, strict=True):
+            assert part.partition_index == theirs.partition_index
+            assert part.error_code == theirs.error_code
+            assert part.high_watermark == theirs.high_watermark
+            assert part.last_stable_offset == theirs.last_stable_offset
+            assert part.log_start_offset == (theirs.log_start_offset if version >= 5 else -1)
+            assert part.preferred_read_replica == (theirs.preferred_read_replica if version >= 11 else -1)
+            if theirs.aborted_transactions is None:
+                assert part.aborted_transactions is None
+            else:
+                assert part.aborted_transactions == [
+                    AbortedTransaction(a.producer_id, a.first_offset) for a in theirs.aborted_transactions]
+            if theirs.records is None:
+                assert part.records is None and part.records_position == -1
+            else:
+                assert bytes(part.records) == theirs.records
+                assert raw[part.records_position:part.records_position + len(theirs.records)] == theirs.records
+
+
+def test_fetch_records_are_zero_copy_slices_at_an_offset():
+    _, raw = kp_fetch_response(12)
+    buf = bytearray(b"\xee" * 9 + raw + b"\xff" * 5)          # e.g. a ring buffer slot
+    ours = decode_fetch_response(buf, 12, offset=9, size=len(raw))
+    part = ours.responses[0].partitions[0]
+    assert part.records.obj is buf and part.records_position > 9
+    buf[part.records_position] = 0x99
+    assert part.records[0] == 0x99
+    # memoryview input, no header
+    body = memoryview(raw)[5:]                                 # skip correlation id + empty tags
+    headless = decode_fetch_response(body, 12, header=False)
+    assert headless.correlation_id is None
+    assert [bytes(p.records or b"") for t in headless.responses for p in t.partitions] == [
+        bytes(p.records or b"") for t in decode_fetch_response(raw, 12).responses for p in t.partitions]
+
+
+@pytest.mark.parametrize("version", FETCH_VERSIONS)
+def test_fetch_request_to_kafka_python(version):
+    topic = "alpha" if version < 13 else TOPIC_IDS["alpha"]
+    raw = encode_fetch_request([(topic, [(0, 100), (3, 2**40, 4096)])], api_version=version, correlation_id=77,
+                               client_id="me", max_wait_ms=250, min_bytes=5, max_bytes=1 << 20,
+                               isolation_level=1, session_id=8, session_epoch=2, rack_id="rack-1")
+    assert int.from_bytes(raw[:4], "big") == len(raw) - 4
+    theirs = KFetchRequest.decode(raw[4:], version=version, header=True)
+    assert theirs.header.request_api_key == 1 and theirs.header.request_api_version == version
+    assert theirs.header.correlation_id == 77 and theirs.header.client_id == "me"
+    assert (theirs.max_wait_ms, theirs.min_bytes, theirs.max_bytes, theirs.isolation_level) == (250, 5, 1 << 20, 1)
+    if version >= 7:
+        assert (theirs.session_id, theirs.session_epoch) == (8, 2)
+    (t,) = theirs.topics
+    assert (t.topic if version < 13 else t.topic_id) == topic
+    assert [(p.partition, p.fetch_offset, p.partition_max_bytes) for p in t.partitions] == [
+        (0, 100, 1048576), (3, 2**40, 4096)]
+    if version >= 11:
+        assert theirs.rack_id == "rack-1"
+    # and back: kafka-python's encoding of the same request is byte-identical
+    theirs.with_header(correlation_id=77, client_id="me")
+    assert bytes(theirs.encode(header=True, framed=True)) == raw
+
+
+def kp_topic_data(version):
+    PT = KProduceRequest.TopicProduceData
+    PP = PT.PartitionProduceData
+    return [PT(name="alpha", partition_data=[PP(index=0, records=b"\x02" * 90), PP(index=4, records=None)]),
+            PT(name="béta", partition_data=[PP(index=1, records=b"xyz" * 50)])]
+
+
+@pytest.mark.parametrize("version", PRODUCE_VERSIONS)
+def test_produce_request_matches_kafka_python_byte_for_byte(version):
+    theirs = KProduceRequest[version](transactional_id="tx" if version % 2 else None, acks=-1,
+                                      timeout_ms=1500, topic_data=kp_topic_data(version))
+    theirs.with_header(correlation_id=31, client_id="cid")
+    expected = bytes(theirs.encode(header=True, framed=True))
+    # one buffer per partition, and several buffers sent back to back
+    ours = encode_produce_request(
+        [("alpha", [(0, b"\x02" * 90), (4, None)]), ("béta", [(1, [b"xyz" * 20, memoryview(b"xyz" * 30)])])],
+        api_version=version, correlation_id=31, client_id="cid", acks=-1, timeout_ms=1500,
+        transactional_id="tx" if version % 2 else None)
+    assert bytes(ours) == expected
+    decoded = KProduceRequest.decode(bytes(ours)[4:], version=version, header=True)
+    assert decoded.topic_data[1].partition_data[0].records == b"xyz" * 50
+
+
+def test_produce_request_reuses_its_output_buffer():
+    out = WriteBuffer()
+    first = bytes(encode_produce_request([("a", [(0, b"x" * 100)])], out=out))
+    assert encode_produce_request([("a", [(0, b"y")])], out=out) is out
+    assert len(out) < len(first)
+    view = memoryview(out)
+    with pytest.raises(BufferError):
+        encode_produce_request([("a", [(0, b"z")])], out=out)
+    view.release()
+
+
+@pytest.mark.parametrize("version", PRODUCE_VERSIONS)
+def test_produce_response_from_kafka_python(version):
+    T = KProduceResponse.TopicProduceResponse
+    P = T.PartitionProduceResponse
+    extra = {}
+    if version >= 8:
+        extra = dict(record_errors=[P.BatchIndexAndErrorMessage(batch_index=1, batch_index_error_message="bad"),
+                                    P.BatchIndexAndErrorMessage(batch_index=2, batch_index_error_message=None)],
+                     error_message="oops")
+    msg = KProduceResponse[version](responses=[T(name="alpha", partition_responses=[
+        P(index=3, error_code=87, base_offset=12345, log_append_time_ms=-1, log_start_offset=7, **extra)])],
+        throttle_time_ms=9)
+    msg.with_header(correlation_id=5)
+    ours = decode_produce_response(bytes(msg.encode(header=True)), version)
+    assert ours.correlation_id == 5 and ours.throttle_time_ms == 9
+    (p,) = ours.responses[0].partition_responses
+    assert ours.responses[0].name == "alpha"
+    assert (p.partition_index, p.error_code, p.base_offset, p.log_append_time_ms) == (3, 87, 12345, -1)
+    assert p.log_start_offset == (7 if version >= 5 else -1)
+    if version >= 8:
+        assert p.record_errors == [(1, "bad"), (2, None)] and p.error_message == "oops"
+
+
+@pytest.mark.parametrize("version", METADATA_VERSIONS)
+def test_metadata_both_ways(version):
+    raw = encode_metadata_request(["alpha", "béta"], api_version=version, correlation_id=3)
+    theirs = KMetadataRequest.decode(raw[4:], version=version, header=True)
+    assert [t.name for t in theirs.topics] == ["alpha", "béta"]
+    if version >= 1:
+        all_topics = KMetadataRequest.decode(encode_metadata_request(None, api_version=version)[4:],
+                                             version=version, header=True)
+        assert all_topics.topics is None
+    B = KMetadataResponse.MetadataResponseBroker
+    T = KMetadataResponse.MetadataResponseTopic
+    P = T.MetadataResponsePartition
+    def since(first, last=99, **fields):
+        return fields if first <= version <= last else {}
+
+    brokers = [B(node_id=1, host="h1", port=9092, **since(1, rack="r")),
+               B(node_id=2, host="h2", port=9093, **since(1, rack=None))]
+    partitions = [P(error_code=0, partition_index=i, leader_id=1 + i % 2, replica_nodes=[1, 2], isr_nodes=[2],
+                    **since(7, leader_epoch=5), **since(5, offline_replicas=[1])) for i in range(3)]
+    topic = T(error_code=0, name="alpha", partitions=partitions, **since(10, topic_id=TOPIC_IDS["alpha"]),
+              **since(1, is_internal=False), **since(8, authorized_operations=set()))
+    msg = KMetadataResponse[version](brokers=brokers, topics=[topic], **since(3, throttle_time_ms=4),
+                                     **since(2, cluster_id="cluster"), **since(1, controller_id=2),
+                                     **since(8, 10, authorized_operations=set()))
+    msg.with_header(correlation_id=3)
+    ours = decode_metadata_response(bytes(msg.encode(header=True)), version)
+    assert ours.correlation_id == 3
+    assert [(b.node_id, b.host, b.port) for b in ours.brokers] == [(1, "h1", 9092), (2, "h2", 9093)]
+    assert ours.brokers[0].rack == ("r" if version >= 1 else None)
+    assert ours.leader("alpha", 1).node_id == 2 and ours.leader("alpha", 2).node_id == 1
+    (topic,) = ours.topics
+    assert topic.topic_id == (TOPIC_IDS["alpha"] if version >= 10 else None)
+    assert topic.partitions[0].isr_nodes == [2] and topic.partitions[0].replica_nodes == [1, 2]
+    assert topic.partitions[0].leader_epoch == (5 if version >= 7 else -1)
+    assert topic.partitions[0].offline_replicas == ([1] if version >= 5 else [])
+    if version >= 2:
+        assert ours.cluster_id == "cluster"
+
+
+@pytest.mark.parametrize("version", range(0, 4))
+def test_api_versions_both_ways(version):
+    raw = encode_api_versions_request(api_version=version, correlation_id=11, client_id="c")
+    theirs = KApiVersionsRequest.decode(raw[4:], version=version, header=True)
+    assert theirs.header.correlation_id == 11
+    if version >= 3:
+        assert theirs.client_software_name == "kafkacodec"
+    K = KApiVersionsResponse.ApiVersion
+    msg = KApiVersionsResponse[version](error_code=0, api_keys=[K(api_key=0, min_version=3, max_version=11),
+                                                                K(api_key=1, min_version=4, max_version=16)],
+                                        throttle_time_ms=2)
+    msg.with_header(correlation_id=11)
+    ours = decode_api_versions_response(bytes(msg.encode(header=True)), version)
+    assert ours.correlation_id == 11 and ours.max_version(1) == 16 and ours.max_version(3) is None
+    assert [tuple(k) for k in ours.api_keys] == [(0, 3, 11), (1, 4, 16)]
+
+
+# --- malformed input ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("version", [4, 11, 12, 16])
+def test_every_truncation_of_a_fetch_response_raises_with_a_position(version):
+    _, raw = kp_fetch_response(version, with_tags=True)
+    for cut in range(len(raw)):
+        with pytest.raises(CorruptRecordError) as e:
+            decode_fetch_response(raw[:cut], version)
+        assert e.value.position is not None and 0 <= e.value.position <= cut
+
+
+@pytest.mark.parametrize("decode,version", [
+    (decode_produce_response, 9), (decode_metadata_response, 12), (decode_api_versions_response, 3)])
+def test_truncated_other_responses_raise(decode, version):
+    if decode is decode_produce_response:
+        T = KProduceResponse.TopicProduceResponse
+        msg = KProduceResponse[9](responses=[T(name="a", partition_responses=[T.PartitionProduceResponse(
+            index=0, error_code=0, base_offset=1, log_append_time_ms=-1, log_start_offset=0)])], throttle_time_ms=0)
+    elif decode is decode_metadata_response:
+        B = KMetadataResponse.MetadataResponseBroker
+        msg = KMetadataResponse[12](throttle_time_ms=0, brokers=[B(node_id=1, host="h", port=1, rack=None)],
+                                    cluster_id=None, controller_id=1, topics=[])
+    else:
+        msg = KApiVersionsResponse[3](error_code=0, api_keys=[KApiVersionsResponse.ApiVersion(
+            api_key=0, min_version=0, max_version=9)], throttle_time_ms=0)
+    msg.with_header(correlation_id=1)
+    raw = bytes(msg.encode(header=True))
+    decode(raw, version)
+    for cut in range(len(raw)):
+        with pytest.raises(CorruptRecordError):
+            decode(raw[:cut], version)
+
+
+def test_malformed_lengths_and_versions():
+    _, raw = kp_fetch_response(11)
+    # topic count -1 (not nullable) and a huge partition count
+    bad = bytearray(raw)
+    bad[4 + 10:4 + 14] = b"\xff\xff\xff\xff"
+    with pytest.raises(CorruptRecordError) as e:
+        decode_fetch_response(bytes(bad), 11)
+    assert e.value.position == 14
+    bad = bytearray(raw)
+    bad[4 + 10:4 + 14] = b"\x7f\xff\xff\xff"
+    with pytest.raises(CorruptRecordError):
+        decode_fetch_response(bytes(bad), 11)
+    # invalid UTF-8 in a topic name
+    bad = bytearray(raw)
+    bad[4 + 16] = 0xFF
+    with pytest.raises(CorruptRecordError):
+        decode_fetch_response(bytes(bad), 11)
+    # an over-long unsigned varint in a flexible version
+    with pytest.raises(CorruptRecordError):
+        decode_fetch_response(b"\x00\x00\x00\x01\xff\xff\xff\xff\xff\xff", 12)
+    with pytest.raises(UnsupportedVersionError):
+        decode_fetch_response(raw, 3)
+    with pytest.raises(UnsupportedVersionError):
+        encode_produce_request([], api_version=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.sampled_from([4, 7, 11, 12, 13, 16]))
+def test_fetch_decoder_never_fails_outside_the_error_hierarchy(data, version):
+    try:
+        decode_fetch_response(data, version)
+    except KafkaCodecError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_fetch_decoder_on_mutated_responses(data):
+    version = data.draw(st.sampled_from([4, 12, 16]))
+    _, raw = kp_fetch_response(version, with_tags=True)
+    raw = bytearray(raw)
+    for _ in range(data.draw(st.integers(1, 4))):
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    try:
+        decode_fetch_response(bytes(raw), version)
+    except KafkaCodecError:
+        pass
