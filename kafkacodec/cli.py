@@ -235,10 +235,33 @@ def cmd_verify(args) -> int:
 # ---------------------------------------------------------------------------------- convert
 
 def cmd_convert(args) -> int:
-    # TODO(merge): stream IN through kafkacodec.LazyDownConvertRecords(records, to_magic) chunk
-    # by chunk into OUT (bounded memory) once down-conversion (issue: down-conversion) is on main.
-    raise CliError("down-conversion is not part of this build yet (kafkacodec.LazyDownConvertRecords "
-                   "is missing); use a kafkacodec release that has it", EXIT_UNAVAILABLE)
+    """Down-convert a segment lazily (KIP-283 chunks): memory stays bounded by the chunk size."""
+    from kafkacodec import LazyDownConvertRecords
+    from kafkacodec._progress import Progress
+
+    src = Path(args.input)
+    if not src.is_file():
+        raise CliError(f"{src}: no such file; give a segment file (.log)", EXIT_INPUT)
+    total = src.stat().st_size
+    converted = out_bytes = 0
+    try:
+        with open(src, "rb") as f, open(args.output, "wb") as out, \
+                Progress(total, "convert", unit="B", enabled=False if args.no_progress else None) as bar:
+            for chunk in LazyDownConvertRecords(f, args.to_magic):
+                out_bytes += out.write(chunk.records.buffer)
+                converted += chunk.stats.records_converted
+                bar.set(f.tell())
+    except BaseException:
+        Path(args.output).unlink(missing_ok=True)        # no half-converted segment left behind
+        raise
+    result = {"input": str(src), "output": str(args.output), "to_magic": args.to_magic,
+              "input_bytes": total, "output_bytes": out_bytes, "records_converted": converted}
+    if args.json:
+        _emit_json(result)
+    else:
+        print(f"{src} -> {args.output}: magic {args.to_magic}, {converted} records rebuilt, "
+              f"{total} -> {out_bytes} bytes (control batches dropped)")
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------------------- generate
@@ -366,6 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--to-magic", type=int, choices=(0, 1), required=True)
     c.add_argument("input", metavar="IN")
     c.add_argument("output", metavar="OUT")
+    c.add_argument("--json", action="store_true", help="print one JSON result on stdout")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     c.set_defaults(func=cmd_convert)
 
     g = sub.add_parser("generate", help="write a sample log directory (mixed magics, codecs, "
@@ -409,7 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from kafkacodec.errors import KafkaCodecError
+    from kafkacodec.errors import KafkaCodecError, UnsupportedCompressionError
 
     args = build_parser().parse_args(argv)
     try:
@@ -417,6 +442,10 @@ def main(argv=None) -> int:
     except CliError as exc:
         print(f"kafkacodec: error: {exc}", file=sys.stderr)
         return exc.code
+    except UnsupportedCompressionError as exc:
+        print(f"kafkacodec: error: {exc}\n  Kafka refuses this too (UNSUPPORTED_COMPRESSION_TYPE): "
+              "old clients cannot read such batches", file=sys.stderr)
+        return EXIT_DATA
     except KafkaCodecError as exc:
         print(f"kafkacodec: error: {exc}\n  run `kafkacodec verify PATH` to list every problem",
               file=sys.stderr)

@@ -117,3 +117,36 @@ def test_usage_errors(capsys):
         main(["--help"])
     out, _ = capsys.readouterr()
     assert info.value.code == 0 and "examples:" in out and "exit codes:" in out
+
+
+def test_convert_to_magic_1_read_by_kafka_python(log_dir, tmp_path, capsys):
+    from kafka.record.memory_records import MemoryRecords
+
+    from kafkacodec._arrow import ArrowDecoder
+
+    def usable(p):
+        scan = scan_entries(p.read_bytes())
+        return (scan["magic"] == 2).any() and not ((scan["magic"] == 2) & ((scan["attributes"] & 7) == 4)).any()
+
+    src = next(p for p in sorted(log_dir.glob("*/*.log")) if usable(p))
+    out = tmp_path / "v1.log"
+    code, text, _ = run(capsys, "convert", "--to-magic", "1", "--json", "--no-progress", src, out)
+    result = json.loads(text)
+    assert code == EXIT_OK and result["records_converted"] > 0
+    expected = [r["value"] for r in ArrowDecoder().decode(src.read_bytes())[0].to_pylist()]
+    records = MemoryRecords(out.read_bytes())
+    values = []
+    while records.has_next():
+        batch = records.next_batch()
+        assert batch.magic <= 1
+        values += [r.value for r in batch]
+    assert values == expected
+
+
+def test_convert_zstd_is_refused_like_kafka(log_dir, tmp_path, capsys):
+    src = next(p for p in sorted(log_dir.glob("*/*.log"))
+               if ((scan_entries(p.read_bytes())["attributes"] & 7) == 4).any())
+    out = tmp_path / "v1.log"
+    code, _, err = run(capsys, "convert", "--to-magic", "1", "--no-progress", src, out)
+    assert code == EXIT_DATA and "zstd" in err and "UNSUPPORTED_COMPRESSION_TYPE" in err
+    assert not out.exists()

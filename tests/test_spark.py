@@ -190,7 +190,11 @@ def test_decode_and_validate_raw_batches(spark, log_dir):
     from kafkacodec.spark import decode, validate
 
     root, _ = log_dir
-    seg = discover(root)[0]
+    def mixed(seg):                                   # legacy messages and v2 batches
+        magics = set(scan_entries(open(seg.path, "rb").read())["magic"].tolist())
+        return 2 in magics and (magics & {0, 1})
+
+    seg = next(s for s in discover(root) if mixed(s))
     data = open(seg.path, "rb").read()
     scan = scan_entries(data)
     cells = [(seg.topic, seg.partition, data[p:p + s]) for p, s in zip(scan["position"], scan["size"])]
@@ -202,6 +206,23 @@ def test_decode_and_validate_raw_batches(spark, log_dir):
     checked = validate(spark.createDataFrame([(bytes(broken),), (cells[0][2],)], "batch binary"), "batch")
     result = sorted(checked.select("error", "records").collect(), key=lambda r: r.error is None)
     assert "CRC" in result[0].error and result[1].error is None and result[1].records >= 1
+
+    from kafka.record.memory_records import MemoryRecords
+
+    from kafkacodec.spark import down_convert
+
+    plain_v2 = [c for c in cells if c[2][16] == 2 and c[2][22] & 0x27 in (0, 1, 2, 3)]   # no zstd/control
+    converted = down_convert(spark.createDataFrame(plain_v2, "topic string, partition int, batch binary"),
+                             "batch", 1).collect()
+    assert plain_v2 and len(converted) == len(plain_v2)
+    for (_, _, before), row in zip(plain_v2, converted):
+        records = MemoryRecords(bytes(row.batch))
+        values = []
+        while records.has_next():
+            batch = records.next_batch()
+            assert batch.magic == 1
+            values += [r.value for r in batch]
+        assert values == [r["value"] for r in kafka_python_rows(before, "t", 0)]
 
 
 def test_cli_spark_convert_round_trip(spark, log_dir, tmp_path, capsys):

@@ -5,10 +5,10 @@ validate (CRC and record structure) per row.
     from kafkacodec.spark import decode, validate
     records = decode(df, "batch", topic_column="topic", partition_column="partition")
     checked = validate(df, "batch")          # df + error string (null when valid) + records long
+    old = down_convert(df, "batch", 1)       # the column rebuilt as magic 1 (Kafka's rules)
 
 A cell may hold one or more complete entries (v0/v1 messages or v2 batches), as a Fetch
 response's records field does; a partial trailing entry is ignored, as Kafka's consumer does.
-TODO(merge): down_convert(df, column, to_magic) once kafkacodec.down_convert is on main.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Callable, Iterator
 
 from kafkacodec.spark.datasource import BASE_DDL, BATCH_DDL, HEADERS_DDL
 
-__all__ = ["decode", "decode_batches", "validate", "validate_batches", "kafka_schema"]
+__all__ = ["decode", "decode_batches", "validate", "validate_batches", "down_convert",
+           "down_convert_batches", "kafka_schema"]
 
 
 def kafka_schema(include_headers: bool = True) -> str:
@@ -111,3 +112,30 @@ def validate(df, column: str):
     schema = StructType(list(df.schema.fields) + [StructField("error", StringType()),
                                                   StructField("records", LongType())])
     return df.mapInArrow(validate_batches(column), schema)
+
+
+def down_convert_batches(column: str, to_magic: int) -> Callable[[Iterator], Iterator]:
+    """A function for mapInArrow replacing `column` by its records converted to `to_magic`
+    with kafkacodec.down_convert (Kafka's RecordsUtil.downConvert: control batches vanish,
+    zstd cannot go below magic 2)."""
+
+    def run(batches):
+        import pyarrow as pa
+
+        from kafkacodec import down_convert as convert
+
+        for rb in batches:
+            cells = rb.column(column)
+            # pyarrow buffers export signed chars: view them as unsigned bytes (no copy)
+            out = [None if not cell.is_valid else
+                   bytes(convert(memoryview(cell.as_buffer()).cast("B"), to_magic).records.buffer)
+                   for cell in cells]
+            index = rb.schema.get_field_index(column)
+            yield rb.set_column(index, rb.schema.field(index), pa.array(out, pa.binary()))
+
+    return run
+
+
+def down_convert(df, column: str, to_magic: int):
+    """`df` with `column` (raw batches) converted to magic `to_magic` (0 or 1)."""
+    return df.mapInArrow(down_convert_batches(column, to_magic), df.schema)
