@@ -313,7 +313,9 @@ def cmd_spark_convert(args) -> int:
         sample = generate(src, records_per_batch=args.sample_records_per_batch)
         if not args.json:
             print(f"generated the sample log in {src}: {sample['records']} records in "
-                  f"{sample['segments']} segments ({sample['bytes']} bytes)")
+                  f"{sample['segments']} segments ({sample['bytes']} bytes); the "
+                  f"{sample['aborted_records']} in aborted transactions are left out below, as a "
+                  "read_committed consumer leaves them")
     else:
         src = args.input
     if src is None or args.output is None:
@@ -335,9 +337,8 @@ def cmd_spark_convert(args) -> int:
     if args.json:
         _emit_json(s.to_dict())
     else:
-        rate = s.records / s.seconds if s.seconds else 0
         print(f"{s.direction}: {s.source} -> {s.output}")
-        print(f"  records      {s.records:,} ({rate:,.0f}/s in {s.seconds:.1f}s)")
+        print(f"  records      {s.records:,} in {s.seconds:.1f} s (Spark start-up included)")
         print(f"  bytes        {s.input_bytes:,} in, {s.output_bytes:,} out, {s.value_bytes:,} of keys and values")
         for topic, n in s.per_topic.items():
             print(f"  topic {topic:<12} {n:,} records")
