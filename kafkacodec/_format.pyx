@@ -8,9 +8,9 @@ from kafkacodec.errors import CorruptRecordError
 
 
 cdef int raise_frame_error(int code, const unsigned char* p, Py_ssize_t position) except -1 nogil:
+    cdef int64_t offset = <int64_t>load_u64(p)
+    cdef int32_t size = <int32_t>load_u32(p + SIZE_OFFSET)
     with gil:
-        cdef int64_t offset = <int64_t>load_u64(p)
-        cdef int32_t size = <int32_t>load_u32(p + SIZE_OFFSET)
         if code == FRAME_BAD_SIZE:
             raise CorruptRecordError(f"invalid entry size {size} (the minimum message is 14 bytes)",
                                      position=position + SIZE_OFFSET, offset=offset)
