@@ -15,10 +15,12 @@ cdef struct Cursor:
     Py_ssize_t base             # position of data[0] in the caller's buffer (for messages)
 
 # Out-of-line raisers (in _cursor.pyx): they keep the inline fast paths small.
-cdef int raise_short(const Cursor* cur, Py_ssize_t wanted, const char* what) except -1
-cdef int raise_corrupt(const Cursor* cur, const char* what) except -1
+# Declared nogil (they take the GIL to raise) so that every reader below can run without the
+# GIL: a hot loop calls them inside `with nogil` and the exception still propagates.
+cdef int raise_short(const Cursor* cur, Py_ssize_t wanted, const char* what) except -1 nogil
+cdef int raise_corrupt(const Cursor* cur, const char* what) except -1 nogil
 # The 3..5-byte case of read_varint (out of line, so the inline part stays small).
-cdef int read_varint_long(Cursor* cur, int32_t* out, const char* what) except -1
+cdef int read_varint_long(Cursor* cur, int32_t* out, const char* what) except -1 nogil
 
 cdef inline void cursor_init(Cursor* cur, const unsigned char* data, Py_ssize_t size,
                              Py_ssize_t base) noexcept nogil:
@@ -30,7 +32,7 @@ cdef inline void cursor_init(Cursor* cur, const unsigned char* data, Py_ssize_t 
 cdef inline Py_ssize_t remaining(const Cursor* cur) noexcept nogil:
     return cur.end - cur.pos
 
-cdef inline int need(const Cursor* cur, Py_ssize_t n, const char* what) except -1:
+cdef inline int need(const Cursor* cur, Py_ssize_t n, const char* what) except -1 nogil:
     if n < 0 or cur.end - cur.pos < n:
         return raise_short(cur, n, what)
     return 0
@@ -66,14 +68,14 @@ cdef inline int64_t get_int64(Cursor* cur) noexcept nogil:
     return <int64_t>load_u64(cur.data + cur.pos - 8)
 
 # --- checked readers ------------------------------------------------------------------------
-cdef inline const unsigned char* take(Cursor* cur, Py_ssize_t n, const char* what) except NULL:
+cdef inline const unsigned char* take(Cursor* cur, Py_ssize_t n, const char* what) except NULL nogil:
     """Return a pointer to the next n bytes and advance past them."""
     need(cur, n, what)
     cur.pos += n
     return cur.data + cur.pos - n
 
 cdef inline int read_uvarint64(Cursor* cur, uint64_t* out, int max_bytes,
-                               const char* what) except -1:
+                               const char* what) except -1 nogil:
     # Unsigned LEB128: 7 bits per byte, least significant group first (protobuf varint).
     cdef uint64_t value = 0
     cdef unsigned char byte
@@ -95,7 +97,7 @@ cdef inline int read_uvarint64(Cursor* cur, uint64_t* out, int max_bytes,
             return raise_corrupt(cur, what)
         shift += 7
 
-cdef inline int read_varint(Cursor* cur, int32_t* out, const char* what) except -1:
+cdef inline int read_varint(Cursor* cur, int32_t* out, const char* what) except -1 nogil:
     # Zig-zag signed varint (v2 records): (n << 1) ^ (n >> 31), at most 5 bytes.  One- and
     # two-byte values (most lengths and deltas) are decoded here; longer ones out of line.
     cdef const unsigned char* p = cur.data + cur.pos
@@ -112,7 +114,7 @@ cdef inline int read_varint(Cursor* cur, int32_t* out, const char* what) except 
     out[0] = <int32_t>((raw >> 1) ^ -(raw & 1))
     return 0
 
-cdef inline int read_varlong(Cursor* cur, int64_t* out, const char* what) except -1:
+cdef inline int read_varlong(Cursor* cur, int64_t* out, const char* what) except -1 nogil:
     # Zig-zag signed varlong (v2 timestamp deltas), at most 10 bytes.
     cdef uint64_t raw
     if cur.pos < cur.end and not (cur.data[cur.pos] & 0x80):
@@ -123,7 +125,7 @@ cdef inline int read_varlong(Cursor* cur, int64_t* out, const char* what) except
     out[0] = <int64_t>((raw >> 1) ^ -(raw & 1))
     return 0
 
-cdef inline int read_uvarint(Cursor* cur, uint32_t* out, const char* what) except -1:
+cdef inline int read_uvarint(Cursor* cur, uint32_t* out, const char* what) except -1 nogil:
     # Unsigned varint of the flexible protocol versions (compact lengths), at most 5 bytes.
     cdef uint64_t raw
     read_uvarint64(cur, &raw, 5, what)

@@ -4,17 +4,19 @@
 from kafkacodec.errors import CorruptRecordError
 
 
-cdef int raise_short(const Cursor* cur, Py_ssize_t wanted, const char* what) except -1:
-    raise CorruptRecordError(
-        f"truncated {what.decode()}: needs {wanted} bytes, {cur.end - cur.pos} left",
-        position=cur.base + cur.pos)
+cdef int raise_short(const Cursor* cur, Py_ssize_t wanted, const char* what) except -1 nogil:
+    with gil:
+        raise CorruptRecordError(
+            f"truncated {what.decode()}: needs {wanted} bytes, {cur.end - cur.pos} left",
+            position=cur.base + cur.pos)
 
 
-cdef int raise_corrupt(const Cursor* cur, const char* what) except -1:
-    raise CorruptRecordError(f"invalid {what.decode()}", position=cur.base + cur.pos)
+cdef int raise_corrupt(const Cursor* cur, const char* what) except -1 nogil:
+    with gil:
+        raise CorruptRecordError(f"invalid {what.decode()}", position=cur.base + cur.pos)
 
 
-cdef int read_varint_long(Cursor* cur, int32_t* out, const char* what) except -1:
+cdef int read_varint_long(Cursor* cur, int32_t* out, const char* what) except -1 nogil:
     cdef uint64_t raw
     read_uvarint64(cur, &raw, 5, what)
     if raw > 0xFFFFFFFFULL:

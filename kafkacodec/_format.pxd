@@ -66,38 +66,58 @@ cdef struct BatchHeader:
     int32_t base_sequence
     int32_t records_count        # v2 RecordsCount; uncompressed legacy 1; compressed legacy -1
 
-cdef inline int next_entry(Cursor* cur, BatchHeader* h) except -1:
-    """Frame the next entry (ByteBufferLogInputStream rules, spec §9.1) and parse its header.
+# --- framing: ByteBufferLogInputStream (in memory, §9.1) / FileLogInputStream (files, §9.2) --
+cdef enum:
+    FRAME_END = 0                  # no complete entry left (partial tail or end)
+    FRAME_OK = 1
+    FRAME_BAD_SIZE = -1
+    FRAME_BAD_MAGIC = -2
+    FRAME_SHORT_V2 = -3
+    FRAME_SHORT_V1 = -4
+    FILE_MIN_LEFT = 18             # FileLogInputStream stops at position >= end - 17
+
+cdef inline int frame_entry(const unsigned char* p, Py_ssize_t left, bint file_rules,
+                            Py_ssize_t* entry_size) noexcept nogil:
+    """Frame the entry at p with `left` bytes left; never reads past them."""
+    cdef int32_t size
+    cdef int8_t magic
+    if left < (FILE_MIN_LEFT if file_rules else LOG_OVERHEAD):
+        return FRAME_END
+    size = <int32_t>load_u32(p + SIZE_OFFSET)
+    if size < V0_RECORD_OVERHEAD:
+        return FRAME_BAD_SIZE
+    if left < HEADER_SIZE_UP_TO_MAGIC:
+        return FRAME_END
+    magic = <int8_t>p[MAGIC_OFFSET]
+    if not file_rules and (magic < 0 or magic > 2):   # the file reader has no range check
+        return FRAME_BAD_MAGIC
+    if left - LOG_OVERHEAD < size:
+        return FRAME_END
+    if magic >= 2 and size < V2_HEADER_SIZE - LOG_OVERHEAD:
+        return FRAME_SHORT_V2
+    if magic == 1 and size < V1_RECORD_OVERHEAD:
+        return FRAME_SHORT_V1
+    entry_size[0] = LOG_OVERHEAD + <Py_ssize_t>size
+    return FRAME_OK
+
+
+# Raises the CorruptRecordError for a negative frame_entry() code (in _format.pyx).
+cdef int raise_frame_error(int code, const unsigned char* p, Py_ssize_t position) except -1 nogil
+
+cdef inline int next_entry(Cursor* cur, BatchHeader* h) except -1 nogil:
+    """Frame the next entry with the in-memory rules and parse its header into `h`.
 
     Returns 1 and advances past the entry, or 0 at the end (fewer than 12 bytes left, or a
     trailing partial entry: the cursor then stays at its start, so `remaining()` is the
-    partial tail).  Raises CorruptRecordError for a size below 14, a magic outside 0..2, or
-    a v2 entry shorter than its 61-byte header.
-    """
-    cdef Py_ssize_t left = cur.end - cur.pos
-    cdef const unsigned char* p = cur.data + cur.pos
-    cdef int32_t size
-    cdef int8_t magic
-    if left < LOG_OVERHEAD:
+    partial tail).  A corrupt entry raises CorruptRecordError."""
+    cdef Py_ssize_t size
+    cdef int code = frame_entry(cur.data + cur.pos, cur.end - cur.pos, False, &size)
+    if code == FRAME_END:
         return 0
-    size = <int32_t>load_u32(p + SIZE_OFFSET)
-    if size < V0_RECORD_OVERHEAD:
-        cur.pos += SIZE_OFFSET
-        raise_corrupt(cur, b"entry size (below the 14-byte minimum message)")
-    if left < HEADER_SIZE_UP_TO_MAGIC:
-        return 0
-    magic = <int8_t>p[MAGIC_OFFSET]
-    if magic < 0 or magic > 2:
-        cur.pos += MAGIC_OFFSET
-        raise_corrupt(cur, b"magic byte (not 0, 1 or 2)")
-    if left < LOG_OVERHEAD + <Py_ssize_t>size:
-        return 0
-    parse_entry_header(p, LOG_OVERHEAD + <Py_ssize_t>size, cur.base + cur.pos, h)
-    if magic >= 2 and h.size < V2_HEADER_SIZE:
-        raise_corrupt(cur, b"v2 batch (shorter than its 61-byte header)")
-    if magic == 1 and h.size < LOG_OVERHEAD + V1_RECORD_OVERHEAD:
-        raise_corrupt(cur, b"v1 message (shorter than its 22-byte overhead)")
-    cur.pos += h.size
+    if code < 0:
+        return raise_frame_error(code, cur.data + cur.pos, cur.base + cur.pos)
+    parse_entry_header(cur.data + cur.pos, size, cur.base + cur.pos, h)
+    cur.pos += size
     return 1
 
 cdef inline void parse_entry_header(const unsigned char* p, Py_ssize_t size, Py_ssize_t position,

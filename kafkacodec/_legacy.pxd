@@ -22,7 +22,7 @@ cdef struct LegacyMessage:
     int32_t value_length             # -1 = null
 
 cdef inline int read_legacy_message(const unsigned char* entry, Py_ssize_t size,
-                                    Py_ssize_t position, LegacyMessage* m) except -1:
+                                    Py_ssize_t position, LegacyMessage* m) except -1 nogil:
     """Parse a complete v0/v1 entry of `size` bytes (framing already checked)."""
     cdef Cursor c
     cdef int32_t length
@@ -101,7 +101,7 @@ cdef inline Py_ssize_t write_legacy_message(Writer* w, int8_t magic, int64_t off
     w.length += total
     return total
 
-cdef inline int next_inner_entry(Cursor* cur, Py_ssize_t* entry_size) except -1:
+cdef inline int next_inner_entry(Cursor* cur, Py_ssize_t* entry_size) except -1 nogil:
     """Frame the next message of a decompressed inner set (spec §9.3): returns 1 with its size,
     or 0 when the set ends (a truncated trailing entry ends it silently)."""
     cdef int32_t size
@@ -116,7 +116,7 @@ cdef inline int next_inner_entry(Cursor* cur, Py_ssize_t* entry_size) except -1:
     return 1
 
 cdef inline int64_t inner_base_offset(int8_t wrapper_magic, int64_t wrapper_offset,
-                                      int64_t last_inner_offset, Cursor* cur) except? -1:
+                                      int64_t last_inner_offset, Cursor* cur) except? -1 nogil:
     """Add this to an inner offset to get the absolute offset (spec §4.1): v0 inner offsets
     are absolute; v1 ones are relative, based so the last lands on the wrapper offset, except
     that a wrapper offset of 0 means base 0 (librdkafka leniency)."""

@@ -8,7 +8,8 @@ Shape of the module
   BufferReleasedError) and unmaps when the last user is gone, so no pointer ever dangles.
 - `Records` (base of MemoryRecords and FileRecords) walks entries with `frame_entry()`, a
   GIL-free framing step that follows either the in-memory rules (spec §9.1) or the file rules
-  (§9.2); errors are raised afterwards by `raise_frame_error()`.
+  (§9.2), shared with every other walker in _format.pxd; errors are raised afterwards by
+  `raise_frame_error()`.
 - `RecordBatch` is a parsed 61-byte (or legacy) header plus the batch's place in the buffer.
 - Decoding a batch is eager: one tight loop turns every record of the batch into a `Record`
   (key/value are new bytes) and appends it to a list; a decode error is kept and raised after
@@ -29,7 +30,8 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, u
 
 from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, load_u64
 from kafkacodec._format cimport (
-    BatchHeader, parse_entry_header, compute_crc, LOG_OVERHEAD, SIZE_OFFSET, MAGIC_OFFSET,
+    BatchHeader, parse_entry_header, compute_crc, frame_entry, raise_frame_error, FRAME_END,
+    FRAME_OK, LOG_OVERHEAD, SIZE_OFFSET, MAGIC_OFFSET,
     HEADER_SIZE_UP_TO_MAGIC, V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
     V2_RECORDS_COUNT_OFFSET, COMPRESSION_MASK, TRANSACTIONAL_FLAG, CONTROL_FLAG,
     DELETE_HORIZON_FLAG, TIMESTAMP_LOG_APPEND, TIMESTAMP_NONE, NO_SEQUENCE)
@@ -113,58 +115,6 @@ cdef class _Buffer:
     def __dealloc__(self):
         if self.has_view:
             PyBuffer_Release(&self.view)
-
-
-# --- framing (spec §9.1 in memory, §9.2 files) -------------------------------------------
-cdef enum:
-    FRAME_END = 0                  # no complete entry left (partial tail or end)
-    FRAME_OK = 1
-    FRAME_BAD_SIZE = -1
-    FRAME_BAD_MAGIC = -2
-    FRAME_SHORT_V2 = -3
-    FRAME_SHORT_V1 = -4
-    FILE_MIN_LEFT = 18             # FileLogInputStream stops at position >= end - 17
-
-
-cdef inline int frame_entry(const unsigned char* p, Py_ssize_t left, bint file_rules,
-                            Py_ssize_t* entry_size) noexcept nogil:
-    """Frame the entry at p with `left` bytes left; never reads past them."""
-    cdef int32_t size
-    cdef int8_t magic
-    if left < (FILE_MIN_LEFT if file_rules else LOG_OVERHEAD):
-        return FRAME_END
-    size = <int32_t>load_u32(p + SIZE_OFFSET)
-    if size < V0_RECORD_OVERHEAD:
-        return FRAME_BAD_SIZE
-    if left < HEADER_SIZE_UP_TO_MAGIC:
-        return FRAME_END
-    magic = <int8_t>p[MAGIC_OFFSET]
-    if not file_rules and (magic < 0 or magic > 2):   # the file reader has no range check
-        return FRAME_BAD_MAGIC
-    if left - LOG_OVERHEAD < size:
-        return FRAME_END
-    if magic >= 2 and size < V2_HEADER_SIZE - LOG_OVERHEAD:
-        return FRAME_SHORT_V2
-    if magic == 1 and size < V1_RECORD_OVERHEAD:
-        return FRAME_SHORT_V1
-    entry_size[0] = LOG_OVERHEAD + <Py_ssize_t>size
-    return FRAME_OK
-
-
-cdef int raise_frame_error(int code, const unsigned char* p, Py_ssize_t position) except -1:
-    cdef int64_t offset = <int64_t>load_u64(p)
-    cdef int32_t size = <int32_t>load_u32(p + SIZE_OFFSET)
-    if code == FRAME_BAD_SIZE:
-        raise CorruptRecordError(f"invalid entry size {size} (the minimum message is 14 bytes)",
-                                 position=position + SIZE_OFFSET, offset=offset)
-    if code == FRAME_BAD_MAGIC:
-        raise CorruptRecordError(f"invalid magic byte {<int8_t>p[MAGIC_OFFSET]} (not 0, 1 or 2)",
-                                 position=position + MAGIC_OFFSET, offset=offset)
-    if code == FRAME_SHORT_V2:
-        raise CorruptRecordError(f"v2 batch of {LOG_OVERHEAD + size} bytes is shorter than its "
-                                 f"61-byte header", position=position + SIZE_OFFSET, offset=offset)
-    raise CorruptRecordError(f"v1 message of {LOG_OVERHEAD + size} bytes is shorter than its "
-                             f"34-byte minimum", position=position + SIZE_OFFSET, offset=offset)
 
 
 cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:

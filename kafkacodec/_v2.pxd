@@ -24,7 +24,7 @@ cdef struct V2Record:
     Py_ssize_t headers_size
     int32_t header_count
 
-cdef inline int read_v2_record(Cursor* cur, V2Record* rec) except -1:
+cdef inline int read_v2_record(Cursor* cur, V2Record* rec) except -1 nogil:
     """Parse the record at the cursor and advance past it (DefaultRecord.readFrom rules).
 
     The body must hold exactly `Length` bytes: any underflow or leftover raises."""
@@ -65,7 +65,7 @@ cdef inline int read_v2_record(Cursor* cur, V2Record* rec) except -1:
     cur.end = saved_end
     return 0
 
-cdef inline int skip_v2_headers(Cursor* cur, int32_t count) except -1:
+cdef inline int skip_v2_headers(Cursor* cur, int32_t count) except -1 nogil:
     cdef int32_t i, key_length, value_length
     for i in range(count):
         read_varint(cur, &key_length, b"header key length")
@@ -78,7 +78,7 @@ cdef inline int skip_v2_headers(Cursor* cur, int32_t count) except -1:
     return 0
 
 cdef inline int read_v2_header(Cursor* cur, const unsigned char** key, int32_t* key_length,
-                               const unsigned char** value, int32_t* value_length) except -1:
+                               const unsigned char** value, int32_t* value_length) except -1 nogil:
     """One header from a section already validated by read_v2_record; value NULL when null."""
     read_varint(cur, key_length, b"header key length")
     key[0] = take(cur, key_length[0], b"header key")
@@ -162,7 +162,7 @@ cdef inline void write_v2_batch_header(unsigned char* batch, Py_ssize_t size,
               kc_crc32c(0, batch + V2_ATTRIBUTES_OFFSET, size - V2_ATTRIBUTES_OFFSET))
 
 # --- control records (spec §7) ------------------------------------------------------------
-cdef inline int read_control_type(const V2Record* rec, Py_ssize_t position) except -2:
+cdef inline int read_control_type(const V2Record* rec, Py_ssize_t position) except -2 nogil:
     """The control type id from a control record's key: int16 version (>= 0) + int16 type."""
     cdef Cursor c
     if rec.key == NULL or rec.key_length < 4:

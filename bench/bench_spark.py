@@ -1,0 +1,162 @@
+"""Rows/s through Spark on one local[2] session, same data for every path:
+
+- kafkalog-source : spark.read.format("kafkalog") (the Python data source, Arrow batches out)
+- mapInArrow      : raw batches in a binary column decoded by kafkacodec.spark.decode
+- kafka-python UDF: what a user writes today, kafka-python decoding inside a plain Python UDF
+                    (one row per batch, exploded) on the same binary column
+- ceiling         : a Python data source yielding pre-built Arrow batches of the same schema
+                    (what Spark's Python data source path can carry here, decoder-free)
+
+Every path ends in the "noop" sink so all columns are materialized.  Not a CI test:
+
+    SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=/work/venv/bin/python \\
+        /work/venv/bin/python bench/bench_spark.py [records]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from kafkacodec._arrow import ArrowDecoder, encode_v2, scan_entries  # noqa: E402
+
+
+def write_log(directory: Path, records: int, partitions: int = 4) -> None:
+    """Uncompressed v2, 100-byte values, ~1000 records per batch, 4 partitions of one topic."""
+    per = records // partitions
+    for p in range(partitions):
+        n = np.arange(per)
+        value = pa.array([b"%010d:" % i + b"v" * 89 for i in range(per)], pa.binary())
+        key = pa.array([b"key-%06d" % (i % 50_000) for i in range(per)], pa.binary())
+        data, _ = encode_v2(key, value, (n + 1_700_000_000_000).astype(np.int64),
+                            batch_bytes=1000 * 118)
+        d = directory / f"bench-{p}"
+        d.mkdir(parents=True)
+        (d / f"{0:020d}.log").write_bytes(data)
+
+
+def raw_batches(directory: Path):
+    rows = []
+    for seg in sorted(directory.glob("*/*.log")):
+        data = seg.read_bytes()
+        scan = scan_entries(data)
+        partition = int(seg.parent.name.rsplit("-", 1)[1])
+        rows += [("bench", partition, data[p:p + s]) for p, s in zip(scan["position"], scan["size"])]
+    return rows
+
+
+def timed(label, records, fn, rounds=3):
+    best = min(_once(fn) for _ in range(rounds))
+    print(f"{label:<22} {records / best / 1e6:7.2f} M rows/s  ({best:.2f} s, best of {rounds})", flush=True)
+    return records / best
+
+
+def _once(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def main(records: int = 2_000_000) -> None:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from kafkacodec.spark import decode, kafka_schema, register
+
+    spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", "3g")          # the raw-batch DataFrame is built here
+             .config("spark.executorEnv.PYTHONPATH", ROOT).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    tmp = Path(tempfile.mkdtemp(prefix="kc-bench-spark-"))
+    try:
+        write_log(tmp / "log", records)
+        print(f"{records:,} records, uncompressed v2, 100-byte values, local[2]; "
+              f"load average {os.getloadavg()[0]:.1f}", flush=True)
+
+        def noop(df):
+            df.write.format("noop").mode("overwrite").save()
+
+        source = timed("kafkalog-source", records,
+                       lambda: noop(spark.read.format("kafkalog").load(str(tmp / "log"))))
+
+        raw = spark.createDataFrame(raw_batches(tmp / "log"), "topic string, partition int, batch binary")
+        raw = raw.repartition(4).cache()
+        raw.count()
+        arrow = timed("mapInArrow decode", records, lambda: noop(
+            decode(raw, "batch", topic_column="topic", partition_column="partition")))
+
+        def kafka_python_decode(batch):
+            from kafka.record.memory_records import MemoryRecords
+
+            out = []
+            mr = MemoryRecords(bytes(batch))
+            while mr.has_next():
+                for r in mr.next_batch():
+                    out.append((r.key, r.value, r.offset, r.timestamp, r.timestamp_type,
+                                [(k, v) for k, v in r.headers]))
+            return out
+
+        udf = F.udf(kafka_python_decode, "array<struct<key:binary,value:binary,offset:bigint,"
+                                         "timestamp:bigint,timestampType:int,"
+                                         "headers:array<struct<key:string,value:binary>>>>")
+        peer_records = records // 10                       # it is slow: a tenth of the data
+        small = raw.limit(len(raw_batches(tmp / "log")) // 10).cache()
+        small.count()
+        peer = timed("kafka-python UDF", peer_records, lambda: noop(
+            small.select("topic", "partition", F.explode(udf("batch")).alias("r")).select(
+                "r.key", "r.value", "topic", "partition", "r.offset",
+                (F.col("r.timestamp") / 1000).cast("timestamp").alias("timestamp"),
+                "r.timestampType", "r.headers")))
+
+        raw.unpersist()
+        small.unpersist()
+        template = ArrowDecoder("bench", 0, max_rows=65536).decode(        # its own buffers
+            (tmp / "log" / "bench-0" / f"{0:020d}.log").read_bytes())[0]
+
+        class Ceiling(DataSource):
+            @classmethod
+            def name(cls):
+                return "kc_ceiling"
+
+            def schema(self):
+                return kafka_schema()
+
+            def reader(self, schema):
+                return CeilingReader()
+
+        class CeilingReader(DataSourceReader):
+            def partitions(self):
+                return [InputPartition(i) for i in range(4)]
+
+            def read(self, partition):
+                for _ in range(records // 4 // 65536):
+                    yield template
+
+        spark.dataSource.register(Ceiling)
+        ceiling_records = records // 4 // 65536 * 4 * 65536
+        ceiling = timed("ceiling (no decode)", ceiling_records,
+                        lambda: noop(spark.read.format("kc_ceiling").load()))
+        print(f"kafkalog source: x{source / peer:.1f} the kafka-python UDF, "
+              f"{source / ceiling:.0%} of the no-decode ceiling; mapInArrow x{arrow / peer:.1f}")
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2_000_000)

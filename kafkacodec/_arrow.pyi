@@ -1,0 +1,58 @@
+"""Columnar decode of Kafka log entries into Arrow record batches (compiled module)."""
+
+from typing import Any, Iterable
+
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]
+from typing_extensions import Buffer
+
+SCHEMA: pa.Schema
+SCHEMA_NO_HEADERS: pa.Schema
+HEADERS_TYPE: pa.DataType
+SCAN_FIELDS: tuple[str, ...]
+
+class ArrowDecoder:
+    topic: str
+    partition: int
+    source: str
+    trailing_bytes: int
+    failed_entry: int
+    def __init__(
+        self,
+        topic: str = "",
+        partition: int = 0,
+        *,
+        validate_crc: bool = True,
+        include_headers: bool = True,
+        keep_control: bool = False,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        aborted: Iterable[tuple[int, int, int]] | None = None,
+        max_rows: int = 65536,
+        max_bytes: int = 16 << 20,
+        source: str = "<buffer>",
+    ) -> None: ...
+    @property
+    def schema(self) -> pa.Schema: ...
+    @property
+    def crc_checked(self) -> int: ...
+    @property
+    def entries(self) -> int: ...
+    def decode(self, data: Buffer, start: int = 0, end: int = -1, base: int = 0) -> tuple[pa.RecordBatch, int]: ...
+
+def scan_entries(
+    data: Buffer, start: int = 0, end: int = -1, *, source: str = "<buffer>", base: int = 0, strict: bool = True
+) -> dict[str, Any]: ...
+
+def encode_v2(
+    key: pa.Array,
+    value: pa.Array,
+    timestamp_ms: np.ndarray,
+    headers: pa.Array | None = None,
+    *,
+    codec: int = 0,
+    batch_bytes: int = 16384,
+    max_records: int = 1 << 20,
+    base_offset: int = 0,
+    level: int = -1,
+) -> tuple[bytes, int]: ...

@@ -1,0 +1,913 @@
+# cython: language_level=3
+"""Columnar decode: Kafka log entries (v0/v1 messages, v2 batches) straight into Arrow buffers.
+
+One `ArrowDecoder` walks a byte range of a segment (or a fetched record set) entry by entry and
+appends every record to C column buffers: key/value binary (offsets, data, validity), headers
+list<struct<key:string,value:binary>>, offset, timestamp, timestampType and the batch columns
+(magic, producerId, isTransactional, isControl).  Parsing goes through the shared primitives
+(_format.next_entry, _v2.read_v2_record, _legacy.read_legacy_message) and decompression
+through _compression.Decompressor.decompress_into; no Python object is made per record and the
+loop runs without the GIL (it takes it only to call the codec or to raise).  The finished
+buffers are handed to pyarrow without a copy (`_Memory` owns them).
+
+`scan_entries()` is the shallow walk (12-byte overhead + batch header, no record decode) that the
+Spark planner uses to split segments at batch boundaries and to find aborted transactions.
+"""
+
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy, memset
+from cpython.buffer cimport PyBuffer_FillInfo
+from cpython.object cimport PyObject
+
+from kafkacodec._compression cimport Decompressor, LEVEL_DEFAULT, compress
+from kafkacodec._crc cimport kc_crc32c, kc_crc_init
+from kafkacodec._cursor cimport Cursor, cursor_init, load_u16, load_u32, load_u64, raise_corrupt, remaining
+from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, V2_HEADER_SIZE, CONTROL_FLAG,
+                                 TRANSACTIONAL_FLAG, TIMESTAMP_LOG_APPEND, compute_crc, next_entry)
+from kafkacodec._legacy cimport (LegacyMessage, inner_base_offset, next_inner_entry,
+                                 read_legacy_message)
+from kafkacodec._v2 cimport (V2Record, read_control_type, read_v2_header, read_v2_record,
+                             record_timestamp, v2_record_body_size, write_v2_batch_header,
+                             write_v2_record)
+from kafkacodec._writer cimport Writer, WriteBuffer, put_bytes, put_varint, reserve
+
+import numpy as np
+import pyarrow as pa
+
+from kafkacodec.errors import (CorruptRecordError, InvalidCrcError, KafkaCodecError,
+                               UnsupportedCompressionError)
+
+kc_crc_init()
+
+# What the decode loop stopped for.
+cdef enum:
+    S_END = 0            # reached the end of the range (or a partial trailing entry)
+    S_FULL = 1           # the output batch is full; resume at state.pos
+
+HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+#: Spark's Kafka source schema plus the batch columns (the order of the columns produced).
+SCHEMA = pa.schema([
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("timestampType", pa.int32()),
+    pa.field("headers", HEADERS_TYPE),
+    pa.field("magic", pa.int8()),
+    pa.field("producerId", pa.int64()),
+    pa.field("isTransactional", pa.bool_()),
+    pa.field("isControl", pa.bool_()),
+])
+SCHEMA_NO_HEADERS = SCHEMA.remove(SCHEMA.get_field_index("headers"))
+
+
+# --------------------------------------------------------------------------------------------
+# Growable C buffers and the object that hands them to Arrow.
+
+cdef struct Buf:
+    unsigned char* ptr
+    Py_ssize_t len
+    Py_ssize_t cap
+
+cdef int buf_grow(Buf* b, Py_ssize_t need) noexcept nogil:
+    # Double when growing; the first allocation is exact (presized buffers stay below glibc's
+    # mmap threshold, so freed blocks are reused without fresh page faults).
+    cdef Py_ssize_t cap = b.cap * 2 if b.cap > 0 else 4096
+    cdef unsigned char* p
+    if cap < need:
+        cap = need
+    p = <unsigned char*>realloc(b.ptr, cap)
+    if p == NULL:
+        return -1
+    b.ptr = p
+    b.cap = cap
+    return 0
+
+cdef inline int buf_ensure(Buf* b, Py_ssize_t extra) noexcept nogil:
+    if b.cap - b.len < extra:
+        return buf_grow(b, b.len + extra)
+    return 0
+
+
+# Freed output blocks kept for reuse, so steady-state decoding writes into pages that are
+# already mapped instead of faulting fresh ones in (a quarter of the time otherwise).  Only
+# touched with the GIL held: by _Memory.__dealloc__ and by ArrowDecoder.decode before its
+# nogil loop.  Bounded: POOL_SLOTS blocks of at least POOL_MIN_BLOCK, POOL_MAX_BYTES in all.
+cdef enum:
+    POOL_SLOTS = 16
+    POOL_MIN_BLOCK = 256 * 1024
+    POOL_MAX_BYTES = 64 * 1024 * 1024
+cdef unsigned char* pool_ptr[16]
+cdef Py_ssize_t pool_cap[16]
+cdef Py_ssize_t pool_bytes = 0
+
+
+cdef bint pool_put(unsigned char* p, Py_ssize_t cap) noexcept:
+    global pool_bytes
+    cdef int i
+    if cap < POOL_MIN_BLOCK or pool_bytes + cap > POOL_MAX_BYTES:
+        return False
+    for i in range(POOL_SLOTS):
+        if pool_ptr[i] == NULL:
+            pool_ptr[i] = p
+            pool_cap[i] = cap
+            pool_bytes += cap
+            return True
+    return False
+
+
+cdef int buf_presize(Buf* b, Py_ssize_t need) noexcept:
+    """Give an empty b at least `need` bytes, from the pool when a block fits (best fit)."""
+    global pool_bytes
+    cdef int i, best = -1
+    if b.cap >= need:
+        return 0
+    if b.ptr == NULL and need >= POOL_MIN_BLOCK // 4:
+        for i in range(POOL_SLOTS):
+            if pool_ptr[i] != NULL and pool_cap[i] >= need and (best < 0 or pool_cap[i] < pool_cap[best]):
+                best = i
+        if best >= 0:
+            b.ptr = pool_ptr[best]
+            b.cap = pool_cap[best]
+            pool_ptr[best] = NULL
+            pool_bytes -= b.cap
+            return 0
+    return buf_grow(b, need)
+
+
+cdef class _Memory:
+    """Owns one malloc'd block and exposes it through the buffer protocol (for pa.py_buffer)."""
+    cdef unsigned char* ptr
+    cdef Py_ssize_t size
+    cdef Py_ssize_t capacity
+
+    def __dealloc__(self):
+        if not pool_put(self.ptr, self.capacity):
+            free(self.ptr)
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, self.ptr, self.size, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+
+cdef object take_buffer(Buf* b):
+    """Move the block of `b` into an Arrow buffer (no copy); `b` starts over empty."""
+    cdef _Memory m
+    if b.ptr == NULL:
+        return pa.py_buffer(b"")
+    m = _Memory.__new__(_Memory)
+    m.ptr = b.ptr
+    m.size = b.len
+    m.capacity = b.cap
+    b.ptr = NULL
+    b.len = 0
+    b.cap = 0
+    return pa.py_buffer(m)
+
+
+# A variable-length column (binary or string): int32 offsets, data, validity bitmap.
+cdef struct VarCol:
+    Buf offsets
+    Buf data
+    Buf valid
+    Py_ssize_t n
+    Py_ssize_t nulls
+
+cdef int varcol_start(VarCol* c) noexcept nogil:
+    if buf_ensure(&c.offsets, 4) < 0:
+        return -1
+    (<int32_t*>c.offsets.ptr)[0] = 0
+    c.offsets.len = 4
+    return 0
+
+cdef inline int varcol_append(VarCol* c, const unsigned char* p, int32_t size) noexcept nogil:
+    # size < 0: null
+    if buf_ensure(&c.offsets, 4) < 0 or buf_ensure(&c.valid, 1) < 0:
+        return -1
+    if (c.n & 7) == 0:
+        c.valid.ptr[c.n >> 3] = 0              # a fresh bitmap byte (growth is not zeroed)
+    if size > 0:
+        if buf_ensure(&c.data, size) < 0:
+            return -1
+        memcpy(c.data.ptr + c.data.len, p, size)
+        c.data.len += size
+    if size >= 0:
+        c.valid.ptr[c.n >> 3] |= <unsigned char>(1 << (c.n & 7))
+    else:
+        c.nulls += 1
+    c.n += 1
+    c.valid.len = (c.n + 7) >> 3
+    (<int32_t*>(c.offsets.ptr + c.offsets.len))[0] = <int32_t>c.data.len
+    c.offsets.len += 4
+    return 0
+
+cdef object varcol_take(VarCol* c, object arrow_type):
+    cdef Py_ssize_t n = c.n, nulls = c.nulls
+    if c.offsets.len == 0:
+        varcol_start(c)
+    validity = take_buffer(&c.valid) if nulls else None
+    if not nulls:
+        free(c.valid.ptr)
+        c.valid.ptr = NULL
+        c.valid.len = c.valid.cap = 0
+    offsets = take_buffer(&c.offsets)
+    data = take_buffer(&c.data)
+    c.n = 0
+    c.nulls = 0
+    return pa.Array.from_buffers(arrow_type, n, [validity, offsets, data], null_count=nulls)
+
+cdef void buf_free(Buf* b) noexcept nogil:
+    free(b.ptr)
+    memset(b, 0, sizeof(Buf))
+
+cdef void varcol_free(VarCol* c) noexcept nogil:
+    free(c.offsets.ptr)
+    free(c.data.ptr)
+    free(c.valid.ptr)
+    memset(c, 0, sizeof(VarCol))
+
+cdef inline int put_i64(Buf* b, int64_t v) noexcept nogil:
+    if buf_ensure(b, 8) < 0:
+        return -1
+    (<int64_t*>(b.ptr + b.len))[0] = v
+    b.len += 8
+    return 0
+
+cdef inline int put_i32(Buf* b, int32_t v) noexcept nogil:
+    if buf_ensure(b, 4) < 0:
+        return -1
+    (<int32_t*>(b.ptr + b.len))[0] = v
+    b.len += 4
+    return 0
+
+cdef inline int put_u8(Buf* b, uint8_t v) noexcept nogil:
+    if buf_ensure(b, 1) < 0:
+        return -1
+    b.ptr[b.len] = v
+    b.len += 1
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# The decoder state and loop.  Everything below runs without the GIL; the shared primitives
+# (_format.next_entry, _v2.read_v2_record, _legacy.read_legacy_message) raise by taking the
+# GIL themselves, and decompression takes it for the codec call.
+
+cdef struct Batch:              # what a record needs from its batch / wrapper
+    int64_t producer_id
+    int32_t ts_type             # -1 none, 0 create, 1 log-append
+    int8_t magic
+    uint8_t transactional
+    uint8_t control
+    uint8_t skip                # aborted data: parse and validate, but emit nothing
+
+cdef struct State:
+    const unsigned char* data
+    Py_ssize_t pos              # next entry to read (its start, also while it is decoded)
+    Py_ssize_t end
+    Py_ssize_t base             # file position of data[0]
+    PyObject* decompressor      # a Decompressor, owned by the ArrowDecoder
+    int decompressing           # the failing entry was compressed (for error messages)
+    int64_t entry_offset        # base offset of the entry being decoded
+    # options
+    int validate_crc
+    int include_headers
+    int keep_control
+    int64_t start_offset
+    int64_t end_offset          # exclusive
+    Py_ssize_t max_rows
+    Py_ssize_t max_bytes
+    const int64_t* aborted      # triples (producer id, first offset, last offset)
+    Py_ssize_t n_aborted
+    # output
+    VarCol key
+    VarCol value
+    Buf offset
+    Buf timestamp
+    Buf ts_type
+    Buf magic
+    Buf producer_id
+    Buf transactional
+    Buf control
+    Buf hdr_offsets             # int32 list offsets
+    Buf hdr_valid
+    VarCol hkey
+    VarCol hvalue
+    Py_ssize_t rows
+    Py_ssize_t hdr_nulls
+    # statistics
+    Py_ssize_t batches
+    Py_ssize_t crc_checked
+
+
+cdef int no_memory() except -1 nogil:
+    with gil:
+        raise MemoryError("out of memory while building Arrow columns")
+
+
+cdef int crc_failed(State* s, const BatchHeader* h, uint32_t computed) except -1 nogil:
+    with gil:
+        raise InvalidCrcError(f"corrupt magic {h.magic} entry (CRC mismatch)", stored=h.crc,
+                              computed=computed, position=h.position, offset=h.base_offset)
+
+
+cdef int check_crc(State* s, const unsigned char* entry, const BatchHeader* h) except -1 nogil:
+    cdef uint32_t computed
+    if s.validate_crc:
+        s.crc_checked += 1
+        computed = compute_crc(entry, h)
+        if computed != h.crc:
+            crc_failed(s, h, computed)
+    return 0
+
+
+cdef const unsigned char* decompress_value(State* s, int codec, int magic, const unsigned char* data,
+                                           Py_ssize_t size, Py_ssize_t* out_size) except NULL nogil:
+    s.decompressing = 1
+    with gil:
+        return (<Decompressor>s.decompressor).decompress_into(codec, magic, data, size, out_size)
+
+
+cdef inline int emit_fixed(State* s, const Batch* b, int64_t offset, int64_t ts) except -1 nogil:
+    if (put_i64(&s.offset, offset) < 0 or put_i32(&s.ts_type, b.ts_type) < 0
+            # Spark's timestamp is microseconds; Kafka's -1 "no timestamp" stays -1 ms, as
+            # Spark's Kafka source gives it.
+            or put_i64(&s.timestamp, ts * 1000) < 0 or put_u8(&s.magic, <uint8_t>b.magic) < 0
+            or put_i64(&s.producer_id, b.producer_id) < 0
+            or put_u8(&s.transactional, b.transactional) < 0 or put_u8(&s.control, b.control) < 0):
+        return no_memory()
+    s.rows += 1
+    return 0
+
+
+cdef inline int emit_headers_entry(State* s, int32_t count) except -1 nogil:
+    """Close the headers list of the row just emitted (null when it has none, as Spark)."""
+    cdef Py_ssize_t row = s.rows - 1
+    if buf_ensure(&s.hdr_valid, 1) < 0 or put_i32(&s.hdr_offsets, <int32_t>s.hkey.n) < 0:
+        return no_memory()
+    if (row & 7) == 0:
+        s.hdr_valid.ptr[row >> 3] = 0
+    if count > 0:
+        s.hdr_valid.ptr[row >> 3] |= <unsigned char>(1 << (row & 7))
+    else:
+        s.hdr_nulls += 1
+    s.hdr_valid.len = (s.rows + 7) >> 3
+    return 0
+
+
+cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
+                           Cursor* cur) except -1 nogil:
+    cdef V2Record rec
+    cdef int32_t i, j, hk_len, hv_len
+    cdef int64_t offset
+    cdef Cursor hc
+    cdef const unsigned char* hk
+    cdef const unsigned char* hv
+    for i in range(h.records_count):
+        read_v2_record(cur, &rec)
+        offset = h.base_offset + rec.offset_delta
+        if b.skip or not (s.start_offset <= offset < s.end_offset):
+            continue
+        if varcol_append(&s.key, rec.key, rec.key_length) < 0 or varcol_append(&s.value, rec.value, rec.value_length) < 0:
+            return no_memory()
+        emit_fixed(s, b, offset, record_timestamp(h, &rec))
+        if s.include_headers:
+            cursor_init(&hc, rec.headers, rec.headers_size, 0)
+            for j in range(rec.header_count):
+                read_v2_header(&hc, &hk, &hk_len, &hv, &hv_len)
+                if varcol_append(&s.hkey, hk, hk_len) < 0 or varcol_append(&s.hvalue, hv, hv_len) < 0:
+                    return no_memory()
+            emit_headers_entry(s, rec.header_count)
+    if remaining(cur) != 0:
+        # Kafka: "records still remaining" after RecordsCount records
+        raise_corrupt(cur, b"batch (bytes remain after its last record)")
+    return 0
+
+
+cdef int is_aborted(State* s, const BatchHeader* h) noexcept nogil:
+    cdef Py_ssize_t i
+    if not (h.attributes & TRANSACTIONAL_FLAG) or (h.attributes & CONTROL_FLAG):
+        return 0
+    for i in range(s.n_aborted):
+        if (s.aborted[3 * i] == h.producer_id and s.aborted[3 * i + 1] <= h.base_offset
+                and h.base_offset <= s.aborted[3 * i + 2]):
+            return 1
+    return 0
+
+
+cdef int decode_v2(State* s, const unsigned char* entry, const BatchHeader* h) except -1 nogil:
+    cdef Batch b
+    cdef Cursor cur
+    cdef const unsigned char* plain
+    cdef Py_ssize_t plain_size
+    check_crc(s, entry, h)
+    if h.records_count < 0:
+        cursor_init(&cur, entry, h.size, h.position)
+        cur.pos = 57
+        raise_corrupt(&cur, b"v2 record count (negative)")
+    if h.compression > 4:
+        with gil:
+            raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
+                                              position=h.position + 21, offset=h.base_offset)
+    if (h.records_count == 0 or h.last_offset < s.start_offset or h.base_offset >= s.end_offset
+            or ((h.attributes & CONTROL_FLAG) and not s.keep_control)):
+        return 0
+    b.magic = 2
+    b.producer_id = h.producer_id
+    b.ts_type = h.timestamp_type
+    b.transactional = (h.attributes & TRANSACTIONAL_FLAG) != 0
+    b.control = (h.attributes & CONTROL_FLAG) != 0
+    b.skip = is_aborted(s, h)
+    if h.compression:
+        plain = decompress_value(s, h.compression, 2, entry + V2_HEADER_SIZE,
+                                 h.size - V2_HEADER_SIZE, &plain_size)
+        cursor_init(&cur, plain, plain_size, 0)
+    else:
+        cursor_init(&cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE)
+    return decode_v2_records(s, h, &b, &cur)
+
+
+cdef int emit_legacy(State* s, const Batch* b, int64_t offset, int64_t timestamp,
+                     const LegacyMessage* m) except -1 nogil:
+    if not (s.start_offset <= offset < s.end_offset):
+        return 0
+    if varcol_append(&s.key, m.key, m.key_length) < 0 or varcol_append(&s.value, m.value, m.value_length) < 0:
+        return no_memory()
+    emit_fixed(s, b, offset, timestamp)
+    if s.include_headers:
+        emit_headers_entry(s, 0)
+    return 0
+
+
+cdef int decode_legacy(State* s, const unsigned char* entry, const BatchHeader* h) except -1 nogil:
+    """A v0/v1 entry: one message, or a compressed wrapper around an inner message set
+    (record-formats.md §4): inner v1 offsets are relative to the last, the wrapper's
+    LogAppendTime overrides inner timestamps."""
+    cdef LegacyMessage m, inner
+    cdef BatchHeader ih
+    cdef Batch b
+    cdef Cursor cur
+    cdef const unsigned char* plain
+    cdef Py_ssize_t plain_size, size, last_pos = -1
+    cdef int64_t base
+    check_crc(s, entry, h)
+    read_legacy_message(entry, h.size, h.position, &m)
+    b.magic = h.magic
+    b.producer_id = -1
+    b.ts_type = h.timestamp_type
+    b.transactional = 0
+    b.control = 0
+    b.skip = 0
+    if not h.compression:
+        return emit_legacy(s, &b, h.base_offset, m.timestamp, &m)
+    if h.compression > 3:
+        with gil:
+            raise UnsupportedCompressionError(
+                f"compression type id {h.compression} is not allowed for magic {h.magic}",
+                position=h.position + 17, offset=h.base_offset)
+    if h.base_offset < s.start_offset:          # the wrapper offset is its last inner offset
+        return 0
+    if m.value == NULL:
+        cursor_init(&cur, entry, h.size, h.position)
+        raise_corrupt(&cur, b"compressed wrapper (null value)")
+    plain = decompress_value(s, h.compression, h.magic, m.value, m.value_length, &plain_size)
+    cursor_init(&cur, plain, plain_size, 0)
+    while next_inner_entry(&cur, &size):
+        last_pos = cur.pos
+        cur.pos += size
+    if last_pos < 0:
+        raise_corrupt(&cur, b"compressed wrapper (no inner message)")
+    base = inner_base_offset(h.magic, h.base_offset, <int64_t>load_u64(plain + last_pos), &cur)
+    cur.pos = 0
+    while next_inner_entry(&cur, &size):
+        read_legacy_message(plain + cur.pos, size, cur.pos, &inner)
+        if s.validate_crc:
+            ih.magic = inner.magic
+            ih.size = size
+            ih.crc = inner.crc
+            ih.position = h.position
+            ih.base_offset = h.base_offset
+            check_crc(s, plain + cur.pos, &ih)
+        if inner.attributes & 7:
+            raise_corrupt(&cur, b"inner message (compressed inside a compressed wrapper)")
+        emit_legacy(s, &b, base + inner.offset,
+                    h.max_timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND else inner.timestamp,
+                    &inner)
+        cur.pos += size
+    return 0
+
+
+cdef int run(State* s) except -1 nogil:
+    """Decode entries from s.pos until the end (S_END) or a full output batch (S_FULL)."""
+    cdef Cursor cur
+    cdef BatchHeader h
+    cdef const unsigned char* entry
+    cursor_init(&cur, s.data, s.end, s.base)
+    while True:
+        if s.rows >= s.max_rows or s.value.data.len + s.key.data.len >= s.max_bytes:
+            return S_FULL
+        cur.pos = s.pos
+        s.decompressing = 0
+        s.entry_offset = <int64_t>load_u64(s.data + s.pos) if s.end - s.pos >= 8 else -1
+        if not next_entry(&cur, &h):
+            return S_END
+        entry = s.data + s.pos
+        s.batches += 1
+        if h.magic == 2:
+            decode_v2(s, entry, &h)
+        else:
+            decode_legacy(s, entry, &h)
+        s.pos = cur.pos
+
+
+cdef object byte_view(data):
+    """Any contiguous buffer as unsigned bytes (pyarrow buffers export signed chars)."""
+    if isinstance(data, (bytes, bytearray)):
+        return data
+    mv = memoryview(data)
+    return mv if mv.format == "B" else mv.cast("B")
+
+
+cdef class ArrowDecoder:
+    """Decode log entries into `pyarrow.RecordBatch`es with Spark's Kafka schema.
+
+    ArrowDecoder(topic="", partition=0, *, validate_crc=True, include_headers=True,
+                 keep_control=False, start_offset=None, end_offset=None, aborted=None,
+                 max_rows=65536, max_bytes=16 MiB, source="<buffer>")
+
+    `aborted`: (producer id, first offset, last offset) of aborted transactions; their data
+    batches are validated but not emitted.  `end_offset` is exclusive.
+    """
+    cdef State s
+    cdef readonly str topic
+    cdef readonly int partition
+    cdef Decompressor _decompressor
+    cdef readonly str source
+    cdef object _aborted_arr
+    cdef readonly Py_ssize_t trailing_bytes
+    cdef readonly Py_ssize_t failed_entry
+
+    def __init__(self, str topic="", int partition=0, *, bint validate_crc=True,
+                 bint include_headers=True, bint keep_control=False, start_offset=None,
+                 end_offset=None, aborted=None, Py_ssize_t max_rows=65536,
+                 Py_ssize_t max_bytes=16 << 20, str source="<buffer>"):
+        self.topic = topic
+        self.partition = partition
+        self._decompressor = Decompressor()
+        self.s.decompressor = <PyObject*>self._decompressor
+        self.source = source
+        self.s.validate_crc = validate_crc
+        self.s.include_headers = include_headers
+        self.s.keep_control = keep_control
+        self.s.start_offset = INT64_MIN if start_offset is None else start_offset
+        self.s.end_offset = INT64_MAX if end_offset is None else end_offset
+        if max_rows < 1 or max_bytes < 1 or max_bytes > (1 << 30):
+            raise ValueError("max_rows must be >= 1 and max_bytes within 1..2**30")
+        self.s.max_rows = max_rows
+        self.s.max_bytes = max_bytes
+        arr = np.ascontiguousarray(np.asarray(aborted if aborted else [], dtype=np.int64).reshape(-1, 3))
+        self._aborted_arr = arr
+        cdef const int64_t[:, ::1] mv = arr
+        self.s.aborted = &mv[0, 0] if mv.shape[0] else NULL
+        self.s.n_aborted = mv.shape[0]
+
+    def __dealloc__(self):
+        self._reset()
+
+    cdef void _reset(self) noexcept:
+        varcol_free(&self.s.key)
+        varcol_free(&self.s.value)
+        varcol_free(&self.s.hkey)
+        varcol_free(&self.s.hvalue)
+        buf_free(&self.s.offset)
+        buf_free(&self.s.timestamp)
+        buf_free(&self.s.ts_type)
+        buf_free(&self.s.magic)
+        buf_free(&self.s.producer_id)
+        buf_free(&self.s.transactional)
+        buf_free(&self.s.control)
+        buf_free(&self.s.hdr_offsets)
+        buf_free(&self.s.hdr_valid)
+        self.s.rows = 0
+        self.s.hdr_nulls = 0
+
+    @property
+    def schema(self):
+        return SCHEMA if self.s.include_headers else SCHEMA_NO_HEADERS
+
+    @property
+    def crc_checked(self) -> int:
+        """Number of CRCs verified so far (batches and legacy messages)."""
+        return self.s.crc_checked
+
+    @property
+    def entries(self) -> int:
+        """Number of log entries (batches / top-level messages) walked so far."""
+        return self.s.batches
+
+    def decode(self, data, Py_ssize_t start=0, Py_ssize_t end=-1, Py_ssize_t base=0):
+        """Decode entries of data[start:end] until the batch is full; return
+        (RecordBatch, next position).  Next position == end (or the start of a partial trailing
+        entry, see `trailing_bytes`) when done.  `base` is the file position of data[0]."""
+        cdef const unsigned char[::1] view = byte_view(data)
+        cdef int status
+        if end < 0 or end > view.shape[0]:
+            end = view.shape[0]
+        if start < 0 or start > end:
+            raise ValueError(f"start {start} outside 0..{end}")
+        self._reset()
+        self.s.data = &view[0] if view.shape[0] else NULL
+        self.s.pos = start
+        self.s.end = end
+        self.s.base = base
+        self.failed_entry = -1
+        if (self._presize(end - start) < 0
+                or varcol_start(&self.s.key) < 0 or varcol_start(&self.s.value) < 0
+                or varcol_start(&self.s.hkey) < 0 or varcol_start(&self.s.hvalue) < 0
+                or put_i32(&self.s.hdr_offsets, 0) < 0):
+            raise MemoryError()
+        try:
+            with nogil:
+                status = run(&self.s)
+        except KafkaCodecError as exc:
+            self.failed_entry = self.s.pos
+            raise self._located(exc) from None
+        self.trailing_bytes = self.s.end - self.s.pos if status == S_END else 0
+        return self._finish(), self.s.pos
+
+    cdef int _presize(self, Py_ssize_t size) noexcept:
+        """Allocate once for what this range can hold (untouched capacity costs no memory):
+        record values cannot outgrow the input unless it is compressed, when buffers grow."""
+        cdef State* s = &self.s
+        cdef Py_ssize_t rows = min(s.max_rows, size // 7 + 1)
+        cdef Py_ssize_t data = min(size, s.max_bytes) + 16
+        if (buf_presize(&s.value.data, data) < 0 or buf_presize(&s.key.data, data // 4) < 0
+                or buf_presize(&s.value.offsets, 4 * rows + 8) < 0 or buf_presize(&s.key.offsets, 4 * rows + 8) < 0
+                or buf_presize(&s.offset, 8 * rows) < 0 or buf_presize(&s.timestamp, 8 * rows) < 0
+                or buf_presize(&s.producer_id, 8 * rows) < 0 or buf_presize(&s.ts_type, 4 * rows) < 0
+                or buf_presize(&s.magic, rows) < 0 or buf_presize(&s.transactional, rows) < 0
+                or buf_presize(&s.control, rows) < 0 or buf_presize(&s.hdr_offsets, 4 * rows + 8) < 0
+                or buf_presize(&s.hdr_valid, rows // 8 + 1) < 0 or buf_presize(&s.key.valid, rows // 8 + 1) < 0
+                or buf_presize(&s.value.valid, rows // 8 + 1) < 0):
+            return -1
+        return 0
+
+    def _located(self, exc):
+        """The error with the file name, the entry position and its offset."""
+        entry = self.s.base + self.s.pos
+        where = f"{self.source}: "
+        if self.s.decompressing:
+            where += f"in the decompressed data of the entry at byte {entry}: "
+            position = entry
+        else:
+            position = exc.position if exc.position is not None else entry
+        offset = exc.offset if exc.offset is not None else (
+            self.s.entry_offset if self.s.entry_offset >= 0 else None)
+        if isinstance(exc, InvalidCrcError):
+            return InvalidCrcError(where + exc.reason.split(": stored crc")[0], stored=exc.stored,
+                                   computed=exc.computed, position=position, offset=offset)
+        return type(exc)(where + exc.reason, position=position, offset=offset)
+
+    def _finish(self):
+        cdef Py_ssize_t n = self.s.rows
+        cdef bytes topic = self.topic.encode()
+        key = varcol_take(&self.s.key, pa.binary())
+        value = varcol_take(&self.s.value, pa.binary())
+        topic_offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(topic))
+        topic_col = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(topic_offsets),
+                                                           pa.py_buffer(topic * n)])
+        partition = pa.array(np.full(n, self.partition, dtype=np.int32))
+        offset = pa.Array.from_buffers(pa.int64(), n, [None, take_buffer(&self.s.offset)])
+        timestamp = pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, take_buffer(&self.s.timestamp)])
+        ts_type = pa.Array.from_buffers(pa.int32(), n, [None, take_buffer(&self.s.ts_type)])
+        magic = pa.Array.from_buffers(pa.int8(), n, [None, take_buffer(&self.s.magic)])
+        producer_id = pa.Array.from_buffers(pa.int64(), n, [None, take_buffer(&self.s.producer_id)])
+        transactional = pa.array(np.frombuffer(take_buffer(&self.s.transactional), dtype=np.bool_, count=n))
+        control = pa.array(np.frombuffer(take_buffer(&self.s.control), dtype=np.bool_, count=n))
+        columns = [key, value, topic_col, partition, offset, timestamp, ts_type]
+        if self.s.include_headers:
+            hkey = varcol_take(&self.s.hkey, pa.string())
+            hvalue = varcol_take(&self.s.hvalue, pa.binary())
+            entries = pa.StructArray.from_arrays([hkey, hvalue], fields=list(HEADERS_TYPE.value_type))
+            nulls = self.s.hdr_nulls
+            valid = take_buffer(&self.s.hdr_valid) if nulls else None
+            headers = pa.Array.from_buffers(HEADERS_TYPE, n, [valid, take_buffer(&self.s.hdr_offsets)],
+                                            null_count=nulls, children=[entries])
+            columns.append(headers)
+        columns += [magic, producer_id, transactional, control]
+        self._reset()
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+# --------------------------------------------------------------------------------------------
+# Shallow scan: one row per complete entry, no record decode.
+
+SCAN_FIELDS = ("position", "size", "base_offset", "last_offset", "magic", "attributes",
+               "producer_id", "count", "max_timestamp", "control_type")
+
+
+cdef int control_type_of(const unsigned char* entry, const BatchHeader* h) except -2 nogil:
+    """Control type of an uncompressed v2 control batch (its first record's key), else -1."""
+    cdef Cursor cur
+    cdef V2Record rec
+    if h.records_count < 1 or h.compression:
+        return -1
+    cursor_init(&cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE)
+    read_v2_record(&cur, &rec)
+    return read_control_type(&rec, h.position)
+
+
+cdef Py_ssize_t walk(const unsigned char* data, Py_ssize_t start, Py_ssize_t end, Py_ssize_t base,
+                     Py_ssize_t* stop, int64_t[:, ::1] out) except -1 nogil:
+    """Count the entries (out has no rows) or fill the entry table; stop = where the walk
+    ended (the entry that raised, or the partial tail)."""
+    cdef Py_ssize_t n = 0
+    cdef Cursor cur
+    cdef BatchHeader h
+    cdef int fill = out.shape[0] > 0
+    cursor_init(&cur, data, end, base)
+    cur.pos = start
+    while True:
+        stop[0] = cur.pos
+        if not next_entry(&cur, &h):
+            return n
+        if fill:
+            out[n, 0] = h.position
+            out[n, 1] = h.size
+            out[n, 2] = h.base_offset
+            out[n, 3] = h.last_offset
+            out[n, 4] = h.magic
+            out[n, 5] = h.attributes
+            out[n, 6] = h.producer_id
+            out[n, 7] = h.records_count
+            out[n, 8] = h.max_timestamp
+            out[n, 9] = control_type_of(data + cur.pos - h.size, &h) if (
+                h.magic == 2 and h.attributes & CONTROL_FLAG) else -1
+        n += 1
+
+
+def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<buffer>",
+                 Py_ssize_t base=0, bint strict=True):
+    """Shallow scan of data[start:end] (entry headers, _format.next_entry): a dict of int64
+    numpy arrays (SCAN_FIELDS, one row per complete entry; legacy base_offset is the entry
+    offset), plus "stop" (position after the last complete entry, or of the corrupt one) and
+    "error" (None, or what was wrong at "stop" when strict is False; strict raises)."""
+    cdef const unsigned char[::1] view = byte_view(data)
+    cdef Py_ssize_t n = 0, stop = 0, limit
+    cdef int64_t[:, ::1] empty = np.empty((0, len(SCAN_FIELDS)), dtype=np.int64)
+    cdef int64_t[:, ::1] table
+    cdef const unsigned char* p
+    if end < 0 or end > view.shape[0]:
+        end = view.shape[0]
+    p = &view[0] if view.shape[0] else NULL
+    error = None
+    limit = end
+    try:
+        with nogil:
+            n = walk(p, start, end, base, &stop, empty)
+    except KafkaCodecError as exc:
+        error = f"{source}: {exc}"
+        if strict:
+            raise type(exc)(f"{source}: {exc.reason}", position=exc.position,
+                            offset=exc.offset) from None
+        limit = stop
+        with nogil:
+            n = walk(p, start, limit, base, &stop, empty)
+        stop = limit
+    arr = np.zeros((n, len(SCAN_FIELDS)), dtype=np.int64)
+    table = arr
+    if n:
+        with nogil:
+            walk(p, start, limit, base, &limit, table)
+    result = {name: arr[:, i] for i, name in enumerate(SCAN_FIELDS)}
+    result["stop"] = base + stop
+    result["error"] = error
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Columnar encode: Arrow columns of one topic-partition -> v2 record batches.
+
+cdef struct BinCol:             # a binary/string Arrow array: offsets, data, validity
+    const int32_t* offsets
+    const unsigned char* data
+    const unsigned char* valid
+    Py_ssize_t offset
+
+cdef object bincol_of(BinCol* c, arr):
+    """Fill c from a pyarrow binary/string array; returns the objects keeping it alive."""
+    bufs = arr.buffers()
+    c.offset = arr.offset
+    c.valid = NULL if bufs[0] is None or arr.null_count == 0 else <const unsigned char*><size_t>bufs[0].address
+    c.offsets = <const int32_t*><size_t>bufs[1].address
+    c.data = <const unsigned char*><size_t>bufs[2].address if bufs[2] is not None and bufs[2].size else NULL
+    return bufs
+
+cdef inline int32_t bincol_len(const BinCol* c, Py_ssize_t i) noexcept nogil:
+    cdef Py_ssize_t j = c.offset + i
+    if c.valid != NULL and not (c.valid[j >> 3] >> (j & 7)) & 1:
+        return -1
+    return c.offsets[j + 1] - c.offsets[j]
+
+cdef inline const unsigned char* bincol_ptr(const BinCol* c, Py_ssize_t i) noexcept nogil:
+    return c.data + c.offsets[c.offset + i]
+
+
+def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t batch_bytes=16384,
+              Py_ssize_t max_records=1 << 20, int64_t base_offset=0, int level=LEVEL_DEFAULT):
+    """Encode rows into v2 batches: `key`, `value` pyarrow binary arrays, `timestamp_ms` an int64
+    numpy array, `headers` a pyarrow list<struct<key:string,value:binary>> array or None.
+    A batch closes before the record that would take its records section past `batch_bytes`
+    (every batch holds at least one record).  Offsets are dense from base_offset; CreateTime,
+    no producer.  Returns (bytes, number of batches)."""
+    cdef Py_ssize_t n = len(value), i, batch_start, h, h0, h1, size
+    cdef BinCol k, v, hk, hv
+    cdef const int64_t[::1] ts = timestamp_ms
+    cdef const int32_t[::1] hoff
+    cdef const uint8_t[::1] hvalid
+    cdef int32_t klen, vlen, hklen, hvlen
+    cdef int64_t first_ts, max_ts
+    cdef Writer* w
+    cdef Writer* hw
+    cdef WriteBuffer out = WriteBuffer(), records = WriteBuffer(), hdrs = WriteBuffer()
+    cdef Py_ssize_t batches = 0, start
+    cdef BatchHeader bh
+    cdef bytes packed
+    cdef const unsigned char* section
+    cdef Py_ssize_t section_size
+    if len(key) != n or ts.shape[0] != n or (headers is not None and len(headers) != n):
+        raise ValueError("key, value, timestamp_ms and headers must have the same length")
+    if not 0 <= codec <= 4:
+        raise UnsupportedCompressionError(f"unknown compression type id {codec}")
+    keep = [bincol_of(&k, key), bincol_of(&v, value)]
+    has_headers = headers is not None and headers.null_count < n
+    if has_headers:
+        hoff = np.asarray(headers.offsets, dtype=np.int32)
+        entries = headers.values
+        keep += [bincol_of(&hk, entries.field(0)), bincol_of(&hv, entries.field(1)), entries]
+        hvalid = np.ascontiguousarray(headers.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8)
+    w = &records.w
+    hw = &hdrs.w
+    memset(&bh, 0, sizeof(BatchHeader))
+    bh.partition_leader_epoch = -1
+    bh.producer_id = -1
+    bh.producer_epoch = -1
+    bh.base_sequence = -1
+    bh.attributes = codec
+    i = 0
+    while i < n:
+        batch_start = i
+        w.length = 0
+        first_ts = ts[i]
+        max_ts = -1
+        while i < n and i - batch_start < max_records:
+            klen = bincol_len(&k, i)
+            vlen = bincol_len(&v, i)
+            h0 = h1 = 0
+            if has_headers and hvalid[i]:
+                h0 = hoff[i]
+                h1 = hoff[i + 1]
+            hw.length = 0
+            for h in range(h0, h1):
+                hklen = bincol_len(&hk, h)
+                hvlen = bincol_len(&hv, h)
+                if hklen < 0:
+                    raise ValueError(f"row {i}: a header key is null (Kafka header keys are strings)")
+                put_varint(hw, hklen)
+                put_bytes(hw, bincol_ptr(&hk, h), hklen)
+                put_varint(hw, hvlen)
+                if hvlen > 0:
+                    put_bytes(hw, bincol_ptr(&hv, h), hvlen)
+            size = v2_record_body_size(<int32_t>(i - batch_start), ts[i] - first_ts, klen, vlen,
+                                       hw.length, <int32_t>(h1 - h0))
+            if i > batch_start and w.length + size + 5 > batch_bytes:
+                break
+            write_v2_record(w, <int32_t>(i - batch_start), ts[i] - first_ts,
+                            bincol_ptr(&k, i), klen, bincol_ptr(&v, i), vlen,
+                            hw.buf, hw.length, <int32_t>(h1 - h0))
+            if ts[i] > max_ts:
+                max_ts = ts[i]
+            i += 1
+        if codec:
+            packed = compress(codec, 2, w.buf, w.length, level)
+            section = packed
+            section_size = len(packed)
+        else:
+            section = w.buf
+            section_size = w.length
+        start = reserve(&out.w, V2_HEADER_SIZE)
+        put_bytes(&out.w, section, section_size)
+        bh.base_offset = base_offset + batch_start
+        bh.last_offset_delta = <int32_t>(i - 1 - batch_start)
+        bh.base_timestamp = first_ts
+        bh.max_timestamp = max_ts
+        bh.records_count = <int32_t>(i - batch_start)
+        write_v2_batch_header(out.w.buf + start, V2_HEADER_SIZE + section_size, &bh)
+        batches += 1
+    return out.getvalue(), batches

@@ -1,0 +1,1 @@
+# C-level only: entry framing errors (see _format.pxd); nothing Python-visible.

@@ -1,0 +1,24 @@
+# cython: language_level=3
+"""Out-of-line error path of the entry framing (see _format.pxd)."""
+
+from libc.stdint cimport int8_t, int32_t, int64_t
+from kafkacodec._cursor cimport load_u32, load_u64
+
+from kafkacodec.errors import CorruptRecordError
+
+
+cdef int raise_frame_error(int code, const unsigned char* p, Py_ssize_t position) except -1 nogil:
+    cdef int64_t offset = <int64_t>load_u64(p)
+    cdef int32_t size = <int32_t>load_u32(p + SIZE_OFFSET)
+    with gil:
+        if code == FRAME_BAD_SIZE:
+            raise CorruptRecordError(f"invalid entry size {size} (the minimum message is 14 bytes)",
+                                     position=position + SIZE_OFFSET, offset=offset)
+        if code == FRAME_BAD_MAGIC:
+            raise CorruptRecordError(f"invalid magic byte {<int8_t>p[MAGIC_OFFSET]} (not 0, 1 or 2)",
+                                     position=position + MAGIC_OFFSET, offset=offset)
+        if code == FRAME_SHORT_V2:
+            raise CorruptRecordError(f"v2 batch of {LOG_OVERHEAD + size} bytes is shorter than its "
+                                     f"61-byte header", position=position + SIZE_OFFSET, offset=offset)
+        raise CorruptRecordError(f"v1 message of {LOG_OVERHEAD + size} bytes is shorter than its "
+                                 f"34-byte minimum", position=position + SIZE_OFFSET, offset=offset)

@@ -1,0 +1,6 @@
+"""Kafka records as Arrow: the columnar decoder, the shallow entry scan and the columnar v2
+encoder (needs pyarrow: `pip install kafkacodec[arrow]`)."""
+
+from kafkacodec._arrow import SCAN_FIELDS, SCHEMA, SCHEMA_NO_HEADERS, ArrowDecoder, encode_v2, scan_entries
+
+__all__ = ["ArrowDecoder", "scan_entries", "encode_v2", "SCHEMA", "SCHEMA_NO_HEADERS", "SCAN_FIELDS"]

@@ -1,0 +1,194 @@
+"""The main job: Kafka log segments -> Parquet and Parquet -> segments on Spark, with a summary.
+
+`convert(spark, src, dst)` picks the direction from `src` (a Parquet directory, or Kafka log
+segments) and counts, in the same pass, records, bytes, per-topic records and corrupt entries
+(CRC failures included) through accumulators.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pyspark.accumulators import AccumulatorParam
+
+from kafkacodec.logdir import discover
+
+__all__ = ["convert", "ConvertSummary", "make_session", "StageProgress"]
+
+CORRUPT_COLUMN = "_corrupt_record"
+
+
+class _DictSum(AccumulatorParam):
+    def zero(self, value):
+        return {}
+
+    def addInPlace(self, a, b):
+        for k, v in b.items():
+            a[k] = a.get(k, 0) + v
+        return a
+
+
+class _ListSum(AccumulatorParam):
+    def zero(self, value):
+        return []
+
+    def addInPlace(self, a, b):
+        a.extend(b)
+        return a
+
+
+@dataclass
+class ConvertSummary:
+    direction: str                       # "segments->parquet" or "parquet->segments"
+    source: str
+    output: str
+    records: int = 0
+    value_bytes: int = 0                 # key + value bytes of the records
+    input_bytes: int = 0
+    output_bytes: int = 0
+    per_topic: dict = field(default_factory=dict)
+    corrupt_entries: int = 0
+    crc_failures: int = 0
+    problems: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self):
+        return asdict(self)
+
+
+def _dir_bytes(path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total
+
+
+def _is_parquet(path) -> bool:
+    p = Path(path)
+    return p.is_dir() and any(f.suffix == ".parquet" for f in p.rglob("*.parquet"))
+
+
+def make_session(master: str | None = None, app: str = "kafkacodec", conf: dict | None = None):
+    """A SparkSession (local[*] unless master is given) whose Python workers import this
+    kafkacodec, registered with the "kafkalog" format."""
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    from kafkacodec.spark.datasource import register
+
+    master = master or "local[*]"
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    package_root = str(Path(__file__).resolve().parents[2])
+    builder = (SparkSession.builder.master(master).appName(app)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.executorEnv.PYTHONPATH", package_root))
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+class StageProgress:
+    """Polls Spark's status tracker and feeds a Progress bar with finished/total tasks."""
+
+    def __init__(self, spark, bar):
+        self.tracker = spark.sparkContext.statusTracker()
+        self.bar = bar
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.seen: dict[int, tuple[int, int]] = {}
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self._poll()
+
+    def _poll(self):
+        for sid in self.tracker.getActiveStageIds():
+            info = self.tracker.getStageInfo(sid)
+            if info:
+                self.seen[sid] = (info.numCompletedTasks, info.numTasks)
+        done = sum(d for d, _ in self.seen.values())
+        total = sum(t for _, t in self.seen.values())
+        self.bar.set(done, total or None, note=f"tasks, {len(self.seen)} stage(s)")
+
+    def _run(self):
+        while not self.stop.wait(0.2):
+            try:
+                self._poll()
+            except Exception:  # the tracker may be gone while Spark stops
+                return
+
+
+def convert(spark, src, dst, *, compression: str = "none", mode: str = "PERMISSIVE",
+            validate_crc: bool = True, segment_bytes: int = 1 << 30) -> ConvertSummary:
+    """Convert `src` to `dst`: segments -> Parquet, or Parquet -> segments when `src` holds
+    Parquet files.  `dst` is replaced."""
+    start = time.monotonic()
+    sc = spark.sparkContext
+    records = sc.accumulator(0)
+    payload = sc.accumulator(0)
+    per_topic = sc.accumulator({}, _DictSum())
+    problems = sc.accumulator([], _ListSum())
+    to_segments = _is_parquet(src)
+
+    def count(batches):
+        import pyarrow.compute as pc
+
+        for rb in batches:
+            names = rb.schema.names
+            if CORRUPT_COLUMN in names:
+                bad = rb.column(CORRUPT_COLUMN)
+                if bad.null_count < rb.num_rows:
+                    problems.add([m for m in bad.to_pylist() if m is not None])
+                    rb = rb.filter(pc.is_null(bad))
+                rb = rb.drop_columns([CORRUPT_COLUMN])
+            records.add(rb.num_rows)
+            nbytes = 0
+            for name in ("key", "value"):
+                if name in names and rb.num_rows:
+                    nbytes += pc.sum(pc.binary_length(rb.column(name))).as_py() or 0
+            payload.add(nbytes)
+            if rb.num_rows:
+                topics = pc.value_counts(rb.column("topic")).to_pylist()
+                per_topic.add({t["values"]: t["counts"] for t in topics})
+            yield rb
+
+    if to_segments:
+        df = spark.read.parquet(str(src))
+        summary = ConvertSummary("parquet->segments", str(src), str(dst), input_bytes=_dir_bytes(src))
+        counted = df.mapInArrow(count, df.schema)
+        (counted.write.format("kafkalog").option("compression", compression)
+         .option("segmentBytes", segment_bytes).mode("overwrite").save(str(dst)))
+    else:
+        segments = discover(src)
+        summary = ConvertSummary("segments->parquet", str(src), str(dst),
+                                 input_bytes=sum(s.size for s in segments))
+        df = (spark.read.format("kafkalog").option("mode", mode)
+              .option("validateCrc", str(validate_crc).lower()).load(str(src)))
+        out_schema = df.schema if mode != "PERMISSIVE" else \
+            df.drop(CORRUPT_COLUMN).schema
+        df.mapInArrow(count, out_schema).write.mode("overwrite").parquet(str(dst))
+    summary.records = records.value
+    summary.value_bytes = payload.value
+    summary.per_topic = dict(sorted(per_topic.value.items()))
+    summary.problems = problems.value
+    summary.corrupt_entries = len(summary.problems)
+    summary.crc_failures = sum("CRC mismatch" in p for p in summary.problems)
+    summary.output_bytes = _dir_bytes(dst)
+    summary.seconds = time.monotonic() - start
+    return summary

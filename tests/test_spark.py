@@ -1,0 +1,246 @@
+"""The "kafkalog" data source, the raw-batch functions and `kafkacodec spark convert` on one
+session-scoped local SparkSession (local[2], tiny data)."""
+
+import json
+import os
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+sys.path.insert(0, os.path.dirname(__file__))
+from kafka_oracle import kafka_python_rows  # noqa: E402
+
+from kafkacodec._arrow import ArrowDecoder, scan_entries  # noqa: E402
+from kafkacodec.logdir import discover  # noqa: E402
+from kafkacodec.cli import generate  # noqa: E402
+
+pytestmark = pytest.mark.spark
+ROOT = str(Path(__file__).resolve().parents[1])
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pyspark.sql import SparkSession
+
+    from kafkacodec.spark import register
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (SparkSession.builder.master("local[2]").appName("kafkacodec-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.executorEnv.PYTHONPATH", ROOT)   # workers import this worktree
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def log_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sparklog")
+    return root, generate(root, batches_per_segment=6)
+
+
+def expected_rows(root, *, keep_control=False, aborted=True):
+    """Every record as kafka-python decodes it, minus aborted transactions unless asked."""
+    from kafkacodec.logdir import plan
+
+    splits, _ = plan(root, {"keepAborted": str(not aborted).lower()})
+    dropped = set()
+    for s in splits:
+        data = open(s.path, "rb").read()
+        every = ArrowDecoder(s.topic, s.partition, keep_control=True).decode(data)[0]
+        kept = ArrowDecoder(s.topic, s.partition, keep_control=True, aborted=s.aborted).decode(data)[0]
+        dropped |= {(s.topic, s.partition, o) for o in
+                    set(every.column("offset").to_pylist()) - set(kept.column("offset").to_pylist())}
+    rows = []
+    for seg in discover(root):
+        data = open(seg.path, "rb").read()
+        rows += [r for r in kafka_python_rows(data, seg.topic, seg.partition, keep_control=keep_control)
+                 if (r["topic"], r["partition"], r["offset"]) not in dropped]
+    return sorted(rows, key=lambda r: (r["topic"], r["partition"], r["offset"]))
+
+
+def collect(df):
+    rows = [r.asDict(recursive=True) for r in df.orderBy("topic", "partition", "offset").collect()]
+    for r in rows:
+        r["key"] = None if r["key"] is None else bytes(r["key"])
+        r["value"] = None if r["value"] is None else bytes(r["value"])
+        if r.get("headers") is not None:
+            r["headers"] = [{"key": h["key"], "value": None if h["value"] is None else bytes(h["value"])}
+                            for h in r["headers"]]
+    return rows
+
+
+def normalize(rows):
+    import datetime
+
+    out = []
+    for r in rows:
+        r = dict(r)
+        ts = r["timestamp"]
+        if ts.tzinfo is None:
+            ts = ts.replace(tzinfo=datetime.timezone.utc)
+        r["timestamp"] = ts.astimezone(datetime.timezone.utc)
+        out.append(r)
+    return out
+
+
+def test_read_matches_kafka_python(spark, log_dir):
+    root, summary = log_dir
+    df = spark.read.format("kafkalog").option("maxPartitionBytes", 1500).load(str(root))
+    assert df.rdd.getNumPartitions() > summary["segments"]         # large segments were split
+    rows = normalize(collect(df))
+    expected = normalize(expected_rows(root))
+    assert len(rows) == summary["records"] - summary["aborted_records"]
+    assert rows == expected
+
+
+def test_options(spark, log_dir):
+    root, summary = log_dir
+    read = spark.read.format("kafkalog")
+    assert read.option("topics", "clicks").option("keepAborted", "true").load(str(root)).count() == \
+        summary["per_topic"]["clicks"]
+    with_all = (read.option("topics", "orders").option("keepControl", "true").option("keepAborted", "true")
+                .option("includeHeaders", "false").load(str(root)))
+    assert "headers" not in with_all.columns
+    assert with_all.count() == summary["per_topic"]["orders"] + summary["control_records"] // 2
+    assert with_all.where("isControl").count() == summary["control_records"] // 2
+    ranged = (spark.read.format("kafkalog")
+              .option("startingOffsets", json.dumps({"orders": {"0": 10}}))
+              .option("endingOffsets", json.dumps({"orders": {"0": 50}}))
+              .option("keepAborted", "true").option("keepControl", "true")
+              .load(str(root / "orders-0")))
+    offsets = [r.offset for r in ranged.orderBy("offset").collect()]
+    assert offsets == list(range(10, 50))
+
+
+def test_missing_dir_and_corrupt_segment(spark, log_dir, tmp_path):
+    from pyspark.errors import PySparkException
+    from py4j.protocol import Py4JJavaError
+
+    with pytest.raises((PySparkException, Py4JJavaError)) as info:
+        spark.read.format("kafkalog").load(str(tmp_path / "missing")).count()
+    assert "no such file or directory" in str(info.value)
+
+    root, _ = log_dir
+    src = sorted((root / "orders-1").glob("*.log"))[-1]
+    data = bytearray(src.read_bytes())
+    scan = scan_entries(data)
+    pos = int(scan["position"][2])
+    data[pos + 75] ^= 0x01
+    (tmp_path / "orders-1").mkdir()
+    (tmp_path / "orders-1" / src.name).write_bytes(data)
+    good = ArrowDecoder(keep_control=False).decode(src.read_bytes())[0].num_rows
+    assert scan["magic"][2] == 2 and not scan["attributes"][2] & 0x20
+    lost = int(scan["count"][2])
+    read = spark.read.format("kafkalog").option("keepAborted", "true")
+    with pytest.raises((PySparkException, Py4JJavaError)) as info:
+        read.load(str(tmp_path)).count()
+    text = str(info.value)
+    assert src.name in text and f"at byte {pos}" in text and "mode=DROPMALFORMED" in text
+    assert read.option("mode", "DROPMALFORMED").load(str(tmp_path)).count() == good - lost
+    permissive = read.option("mode", "PERMISSIVE").load(str(tmp_path))
+    bad = permissive.where("_corrupt_record is not null").collect()
+    assert len(bad) == 1 and "CRC" in bad[0]["_corrupt_record"] and bad[0]["offset"] == scan["base_offset"][2]
+    assert permissive.where("_corrupt_record is null").count() == good - lost
+
+
+def test_write_read_back_with_kafka_python(spark, log_dir, tmp_path):
+    from kafka.record.memory_records import MemoryRecords
+
+    root, summary = log_dir
+    src = spark.read.format("kafkalog").load(str(root)).select(
+        "key", "value", "topic", "partition", "timestamp", "headers")
+    out = tmp_path / "written"
+    (src.repartition(3)
+     .write.format("kafkalog").option("compression", "zstd").option("segmentBytes", 8000)
+     .option("batchSize", 2000).option("baseOffset", 1000).mode("overwrite").save(str(out)))
+    assert not list(out.glob("_kafkalog_staging_*"))
+    expected = {(r.topic, r.partition, bytes(r.value) if r.value is not None else None) for r in src.collect()}
+    seen = set()
+    for tp in sorted(p for p in out.iterdir()):
+        files = sorted(tp.glob("*.log"))
+        assert len(files) > 1
+        next_offset = 1000
+        for f in files:
+            assert int(f.stem) == next_offset                 # named by their base offset
+            records = MemoryRecords(f.read_bytes())
+            while records.has_next():
+                batch = records.next_batch()
+                assert batch.magic == 2 and batch.compression_type == 4
+                for rec in batch:
+                    assert rec.offset == next_offset          # dense offsets
+                    next_offset += 1
+                    seen.add((tp.name.rsplit("-", 1)[0], int(tp.name.rsplit("-", 1)[1]), rec.value))
+    assert seen == expected
+    back = spark.read.format("kafkalog").load(str(out))
+    assert back.count() == summary["records"] - summary["aborted_records"]
+
+
+def test_decode_and_validate_raw_batches(spark, log_dir):
+    from kafkacodec.spark import decode, validate
+
+    root, _ = log_dir
+    def mixed(seg):                                   # legacy messages and v2 batches
+        magics = set(scan_entries(open(seg.path, "rb").read())["magic"].tolist())
+        return 2 in magics and (magics & {0, 1})
+
+    seg = next(s for s in discover(root) if mixed(s))
+    data = open(seg.path, "rb").read()
+    scan = scan_entries(data)
+    cells = [(seg.topic, seg.partition, data[p:p + s]) for p, s in zip(scan["position"], scan["size"])]
+    broken = bytearray(cells[3][2])
+    broken[-1] ^= 0xFF
+    df = spark.createDataFrame(cells + [("legacy", 0, None)], "topic string, partition int, batch binary")
+    rows = normalize(collect(decode(df, "batch", topic_column="topic", partition_column="partition")))
+    assert rows == normalize(kafka_python_rows(data, seg.topic, seg.partition))
+    checked = validate(spark.createDataFrame([(bytes(broken),), (cells[0][2],)], "batch binary"), "batch")
+    result = sorted(checked.select("error", "records").collect(), key=lambda r: r.error is None)
+    assert "CRC" in result[0].error and result[1].error is None and result[1].records >= 1
+
+    from kafka.record.memory_records import MemoryRecords
+
+    from kafkacodec.spark import down_convert
+
+    plain_v2 = [c for c in cells if c[2][16] == 2 and c[2][22] & 0x27 in (0, 1, 2, 3)]   # no zstd/control
+    converted = down_convert(spark.createDataFrame(plain_v2, "topic string, partition int, batch binary"),
+                             "batch", 1).collect()
+    assert plain_v2 and len(converted) == len(plain_v2)
+    for (_, _, before), row in zip(plain_v2, converted):
+        records = MemoryRecords(bytes(row.batch))
+        values = []
+        while records.has_next():
+            batch = records.next_batch()
+            assert batch.magic == 1
+            values += [r.value for r in batch]
+        assert values == [r["value"] for r in kafka_python_rows(before, "t", 0)]
+
+
+def test_cli_spark_convert_round_trip(spark, log_dir, tmp_path, capsys):
+    from kafkacodec.cli import main
+
+    root, summary = log_dir
+    pq = tmp_path / "pq"
+    assert main(["spark", "convert", "--json", "--no-progress", str(root), str(pq)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["records"] == summary["records"] - summary["aborted_records"]
+    assert sum(result["per_topic"].values()) == result["records"] and set(result["per_topic"]) == {"orders", "clicks"}
+    assert result["crc_failures"] == 0 and result["output_bytes"] > 0
+    parquet = spark.read.parquet(str(pq))
+    assert "_corrupt_record" not in parquet.columns
+    back = tmp_path / "segments"
+    assert main(["spark", "convert", "--json", "--no-progress", "--compression", "lz4", str(pq), str(back)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["direction"] == "parquet->segments" and result["records"] == parquet.count()
+    values = sorted(r.value for r in spark.read.format("kafkalog").load(str(back)).select("value").collect()
+                    if r.value is not None)
+    assert values == sorted(r.value for r in parquet.select("value").collect() if r.value is not None)
