@@ -471,12 +471,7 @@ TARGETS: dict[str, Target] = {
 # Open findings, reported but not failing a run until fixed: target -> (message regex, note).
 # Each has a reproducer in fuzz/known/<target>/; when fixed, delete the entry here and move the
 # reproducer to fuzz/regressions/<target>/.
-KNOWN_FINDINGS: dict[str, list[tuple[str, str]]] = {
-    "down_convert": [
-        (r"invalid v1 wrapper offset \(below its last inner offset\)",
-         "v2 batch with a negative base offset converts to a v1 wrapper our reader rejects"),
-    ],
-}
+KNOWN_FINDINGS: dict[str, list[tuple[str, str]]] = {}
 KNOWN_HITS: dict[str, int] = {}
 
 

@@ -464,6 +464,11 @@ cdef class ChunkReader:
 cdef inline int check_record(int64_t offset, int64_t timestamp, int64_t last,
                              const BatchHeader* h) except -1:
     # MemoryRecordsBuilder.appendWithOffset: offsets strictly increase, timestamps >= -1.
+    # A log offset is never negative; a v1 wrapper could not even express one (its inner
+    # offsets are relative to a wrapper offset that must be >= the last of them).
+    if offset < 0:
+        raise CorruptRecordError(f"negative record offset {offset} cannot be down-converted",
+                                 position=h.position, offset=h.base_offset)
     if timestamp < NO_TIMESTAMP:
         raise CorruptRecordError(f"invalid record timestamp {timestamp} at offset {offset}",
                                  position=h.position, offset=h.base_offset)
