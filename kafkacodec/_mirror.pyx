@@ -20,7 +20,7 @@ from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, V2_HEADE
 from kafkacodec._v2 cimport V2Record, read_v2_record, write_v2_record, write_v2_batch_header
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
                                  next_inner_entry, inner_base_offset)
-from kafkacodec.protocol._wire cimport (put_length, put_string, put_empty_tags, begin_request,
+from kafkacodec.protocol._wire cimport (put_length, put_string, put_empty_tags, begin_produce_request,
                                         end_frame, API_PRODUCE, PRODUCE_FLEXIBLE)
 
 from kafkacodec._compression cimport compress, decompress, DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT
@@ -554,11 +554,8 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
     w = &out.w
     ensure(w, total)
     # Write: one memcpy per contiguous run of forwarded batches.
-    frame = begin_request(w, API_PRODUCE, api_version, correlation_id, client_id, flexible)
-    put_string(w, transactional_id, flexible)
-    put_int16(w, acks)
-    put_int32(w, timeout_ms)
-    put_length(w, len(topics), flexible, True)
+    frame = begin_produce_request(w, api_version, correlation_id, client_id, transactional_id,
+                                  acks, timeout_ms, len(topics))
     for name, partitions in topics:
         put_string(w, name, flexible)
         put_length(w, len(partitions), flexible, True)

@@ -13,7 +13,7 @@ from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int
                                  put_uvarint, uvarint_size)
 from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tagged_fields,
                                         read_response_header, put_length, put_string,
-                                        put_empty_tags, begin_request, end_frame, API_PRODUCE,
+                                        put_empty_tags, begin_produce_request, end_frame, API_PRODUCE,
                                         PRODUCE_FLEXIBLE)
 
 from kafkacodec.errors import UnsupportedVersionError
@@ -96,11 +96,8 @@ def encode_produce_request(topic_data, *, int api_version=9, int32_t correlation
     w = &out.w
     ensure(w, estimate)
     # Pass 2: write.
-    frame = begin_request(w, API_PRODUCE, api_version, correlation_id, client_id, flexible)
-    put_string(w, transactional_id, flexible)
-    put_int16(w, acks)
-    put_int32(w, timeout_ms)
-    put_length(w, len(topics), flexible, True)
+    frame = begin_produce_request(w, api_version, correlation_id, client_id, transactional_id,
+                                  acks, timeout_ms, len(topics))
     for topic, partitions in topics:
         put_string(w, topic, flexible)
         put_length(w, len(partitions), flexible, True)

@@ -128,6 +128,21 @@ cdef inline Py_ssize_t begin_request(Writer* w, int16_t api_key, int16_t api_ver
         put_empty_tags(w)
     return start
 
+cdef inline Py_ssize_t begin_produce_request(Writer* w, int16_t api_version,
+                                             int32_t correlation_id, object client_id,
+                                             object transactional_id, int16_t acks,
+                                             int32_t timeout_ms, Py_ssize_t topic_count) except -1:
+    """Frame and header of a ProduceRequest up to its TopicData count (v3+: TransactionalId,
+    Acks, TimeoutMs); the caller writes the topics, then end_frame()."""
+    cdef bint flexible = api_version >= PRODUCE_FLEXIBLE
+    cdef Py_ssize_t frame = begin_request(w, API_PRODUCE, api_version, correlation_id,
+                                          client_id, flexible)
+    put_string(w, transactional_id, flexible)
+    put_int16(w, acks)
+    put_int32(w, timeout_ms)
+    put_length(w, topic_count, flexible, True)
+    return frame
+
 cdef inline int end_frame(Writer* w, Py_ssize_t start) noexcept:
     cdef uint32_t size = <uint32_t>(w.length - start - 4)
     w.buf[start] = <unsigned char>(size >> 24)
