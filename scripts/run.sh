@@ -6,4 +6,4 @@ source "$(dirname "$0")/_venv.sh"
 python -m pip install -q ".[spark]" > .venv/install.log 2>&1 || { tail -40 .venv/install.log; exit 1; }
 export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1}
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
-cd /tmp && exec "$OLDPWD/.venv/bin/kafkacodec" spark convert --sample "$OLDPWD/out/sample-log" "$OLDPWD/out/parquet" "$@"
+exec .venv/bin/kafkacodec spark convert --sample out/sample-log out/parquet "$@"

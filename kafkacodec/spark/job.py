@@ -8,6 +8,7 @@ segments) and counts, in the same pass, records, bytes, per-topic records and co
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -92,7 +93,14 @@ def make_session(master: str | None = None, app: str = "kafkacodec", conf: dict 
                .config("spark.executorEnv.PYTHONPATH", package_root))
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    # Python workers run `python -m pyspark.daemon` in the JVM's working directory, first on
+    # their sys.path: start the JVM outside any source checkout that would shadow this package.
+    cwd = os.getcwd()
+    os.chdir(tempfile.gettempdir())
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        os.chdir(cwd)
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
@@ -139,6 +147,8 @@ def convert(spark, src, dst, *, compression: str = "none", mode: str = "PERMISSI
     """Convert `src` to `dst`: segments -> Parquet, or Parquet -> segments when `src` holds
     Parquet files.  `dst` is replaced."""
     start = time.monotonic()
+    # Executors do not share the driver's working directory: hand Spark absolute local paths.
+    src, dst = (p if "://" in str(p) else os.path.abspath(p) for p in (src, dst))
     sc = spark.sparkContext
     records = sc.accumulator(0)
     payload = sc.accumulator(0)
