@@ -308,12 +308,34 @@ static inline uint32_t kc_crc32c(uint32_t crc, const unsigned char *p, size_t n)
  * PCLMULQDQ", Intel 2009).  Constants are x^k mod P, bit-reflected:
  * k1 = x^(4*128+32), k2 = x^(4*128-32), k3 = x^(128+32), k4 = x^(128-32), k5 = x^64,
  * P' = P with x^32, mu = floor(x^64 / P). */
-KC_TARGET_PCLMUL static uint32_t kc_crc32_fold(uint32_t crc, const unsigned char *p, size_t n) {
-    const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
+/* The end of both folds: one 128-bit lane folds in the remaining 16-byte blocks, then
+ * 128 -> 64 -> 32 bits and the Barrett reduction. */
+KC_TARGET_PCLMUL static uint32_t kc_crc32_fold_tail(__m128i x0, const unsigned char *p, size_t n) {
     const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
     const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124LL);
     const __m128i poly = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);
     const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
+    __m128i t;
+    while (n >= 16) {
+        t = _mm_clmulepi64_si128(x0, k3k4, 0x00);
+        x0 = _mm_clmulepi64_si128(x0, k3k4, 0x11);
+        x0 = _mm_xor_si128(_mm_xor_si128(x0, t), _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+    t = _mm_srli_si128(x0, 8);
+    x0 = _mm_xor_si128(_mm_clmulepi64_si128(x0, k3k4, 0x10), t);
+    t = _mm_srli_si128(x0, 4);
+    x0 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x0, mask32), k5, 0x00), t);
+    t = x0;
+    x0 = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(x0, mask32), poly, 0x10), mask32);
+    x0 = _mm_xor_si128(_mm_clmulepi64_si128(x0, poly, 0x00), t);
+    return (uint32_t)_mm_extract_epi32(x0, 1);
+}
+
+KC_TARGET_PCLMUL static uint32_t kc_crc32_fold(uint32_t crc, const unsigned char *p, size_t n) {
+    const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
+    const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
     __m128i x0 = _mm_loadu_si128((const __m128i *)p);
     __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 16));
     __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 32));
@@ -337,23 +359,8 @@ KC_TARGET_PCLMUL static uint32_t kc_crc32_fold(uint32_t crc, const unsigned char
     KC_FOLD(x0, k3k4, x1)
     KC_FOLD(x0, k3k4, x2)
     KC_FOLD(x0, k3k4, x3)
-    while (n >= 16) {
-        KC_FOLD(x0, k3k4, _mm_loadu_si128((const __m128i *)p))
-        p += 16;
-        n -= 16;
-    }
 #undef KC_FOLD
-    /* 128 -> 64 bits */
-    t = _mm_srli_si128(x0, 8);
-    x0 = _mm_xor_si128(_mm_clmulepi64_si128(x0, k3k4, 0x10), t);
-    /* 64 -> 32 bits */
-    t = _mm_srli_si128(x0, 4);
-    x0 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x0, mask32), k5, 0x00), t);
-    /* Barrett reduction */
-    t = x0;
-    x0 = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(x0, mask32), poly, 0x10), mask32);
-    x0 = _mm_xor_si128(_mm_clmulepi64_si128(x0, poly, 0x00), t);
-    return (uint32_t)_mm_extract_epi32(x0, 1);
+    return kc_crc32_fold_tail(x0, p, n);
 }
 #endif
 
@@ -366,9 +373,6 @@ KC_TARGET_VPCLMUL static uint32_t kc_crc32_fold256(uint32_t crc, const unsigned 
     const __m256i k1024 = _mm256_set_epi64x(0x14a7fe880LL, 0x1e88ef372LL, 0x14a7fe880LL, 0x1e88ef372LL);
     const __m256i k256 = _mm256_set_epi64x(0x15a546366LL, 0x0f1da05aaLL, 0x15a546366LL, 0x0f1da05aaLL);
     const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
-    const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124LL);
-    const __m128i poly = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);
-    const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
     __m256i y0 = _mm256_loadu_si256((const __m256i *)p);
     __m256i y1 = _mm256_loadu_si256((const __m256i *)(p + 32));
     __m256i y2 = _mm256_loadu_si256((const __m256i *)(p + 64));
@@ -399,21 +403,7 @@ KC_TARGET_VPCLMUL static uint32_t kc_crc32_fold256(uint32_t crc, const unsigned 
     t = _mm_clmulepi64_si128(x0, k3k4, 0x00);
     x0 = _mm_clmulepi64_si128(x0, k3k4, 0x11);
     x0 = _mm_xor_si128(_mm_xor_si128(x0, t), _mm256_extracti128_si256(y0, 1));
-    while (n >= 16) {
-        t = _mm_clmulepi64_si128(x0, k3k4, 0x00);
-        x0 = _mm_clmulepi64_si128(x0, k3k4, 0x11);
-        x0 = _mm_xor_si128(_mm_xor_si128(x0, t), _mm_loadu_si128((const __m128i *)p));
-        p += 16;
-        n -= 16;
-    }
-    t = _mm_srli_si128(x0, 8);
-    x0 = _mm_xor_si128(_mm_clmulepi64_si128(x0, k3k4, 0x10), t);
-    t = _mm_srli_si128(x0, 4);
-    x0 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x0, mask32), k5, 0x00), t);
-    t = x0;
-    x0 = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(x0, mask32), poly, 0x10), mask32);
-    x0 = _mm_xor_si128(_mm_clmulepi64_si128(x0, poly, 0x00), t);
-    return (uint32_t)_mm_extract_epi32(x0, 1);
+    return kc_crc32_fold_tail(x0, p, n);
 }
 #endif
 

@@ -19,41 +19,32 @@ cdef enum:
     API_VERSIONS_FLEXIBLE = 3
 
 # --- lengths -----------------------------------------------------------------------------------
-cdef inline Py_ssize_t read_string_length(Cursor* cur, bint compact, bint nullable,
-                                          const char* what) except -2:
-    """Byte length of the next string, -1 for null (only when nullable)."""
+cdef inline Py_ssize_t read_length(Cursor* cur, bint compact, bint nullable, int width,
+                                   const char* what) except -2:
+    """A string or bytes length: compact = uvarint(n + 1), else int16 (width 2, strings) or
+    int32 (width 4, bytes/records).  -1 for null, only where nullable."""
     cdef uint32_t raw = 0
     cdef Py_ssize_t n
     if compact:
         read_uvarint(cur, &raw, what)
         n = <Py_ssize_t>raw - 1
     else:
-        need(cur, 2, what)
-        n = get_int16(cur)
+        need(cur, width, what)
+        n = get_int16(cur) if width == 2 else get_int32(cur)
     if n < 0:
         if n != -1 or not nullable:
-            cur.pos -= 1 if compact else 2
+            cur.pos -= 1 if compact else width
             raise_corrupt(cur, what)
         return -1
     return n
 
+cdef inline Py_ssize_t read_string_length(Cursor* cur, bint compact, bint nullable,
+                                          const char* what) except -2:
+    return read_length(cur, compact, nullable, 2, what)
+
 cdef inline Py_ssize_t read_bytes_length(Cursor* cur, bint compact, bint nullable,
                                          const char* what) except -2:
-    """Byte length of the next bytes/records field (int32 or compact), -1 for null."""
-    cdef uint32_t raw = 0
-    cdef Py_ssize_t n
-    if compact:
-        read_uvarint(cur, &raw, what)
-        n = <Py_ssize_t>raw - 1
-    else:
-        need(cur, 4, what)
-        n = get_int32(cur)
-    if n < 0:
-        if n != -1 or not nullable:
-            cur.pos -= 1 if compact else 4
-            raise_corrupt(cur, what)
-        return -1
-    return n
+    return read_length(cur, compact, nullable, 4, what)
 
 cdef inline Py_ssize_t read_array_length(Cursor* cur, bint compact, bint nullable,
                                          Py_ssize_t min_item_size, const char* what) except -2:
