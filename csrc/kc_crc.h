@@ -203,10 +203,8 @@ static void kc_crc_init(void) {
 
 /* Slicing-by-8 over a raw register (no pre/post inversion). */
 static uint32_t kc_slice8(uint32_t table[8][256], uint32_t crc, const unsigned char *p, size_t n) {
-    while (n && ((uintptr_t)p & 7)) {
-        crc = table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
-        n--;
-    }
+    /* No alignment prologue: memcpy loads are unaligned-safe, and the short tails the folds
+     * leave (under 16 bytes, at any alignment) would go byte by byte through it. */
     while (n >= 8) {
         uint32_t lo, hi;
         memcpy(&lo, p, 4);
@@ -403,6 +401,7 @@ KC_TARGET_VPCLMUL static uint32_t kc_crc32_fold256(uint32_t crc, const unsigned 
     t = _mm_clmulepi64_si128(x0, k3k4, 0x00);
     x0 = _mm_clmulepi64_si128(x0, k3k4, 0x11);
     x0 = _mm_xor_si128(_mm_xor_si128(x0, t), _mm256_extracti128_si256(y0, 1));
+    _mm256_zeroupper();
     return kc_crc32_fold_tail(x0, p, n);
 }
 #endif
