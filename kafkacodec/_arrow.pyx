@@ -361,6 +361,58 @@ cdef inline int emit_headers_entry(State* s, int32_t count) except -1 nogil:
     return 0
 
 
+cdef int reserve_rows(State* s, Py_ssize_t rows) except -1 nogil:
+    """Room for `rows` more rows in every fixed-width column, the variable columns' offsets
+    and the validity bitmaps, so a batch's records are appended without per-row checks."""
+    cdef Py_ssize_t bits = (rows >> 3) + 2
+    if (buf_ensure(&s.key.offsets, 4 * rows) < 0 or buf_ensure(&s.value.offsets, 4 * rows) < 0
+            or buf_ensure(&s.key.valid, bits) < 0 or buf_ensure(&s.value.valid, bits) < 0
+            or buf_ensure(&s.offset, 8 * rows) < 0 or buf_ensure(&s.timestamp, 8 * rows) < 0
+            or buf_ensure(&s.ts_type, 4 * rows) < 0 or buf_ensure(&s.magic, rows) < 0
+            or buf_ensure(&s.producer_id, 8 * rows) < 0 or buf_ensure(&s.transactional, rows) < 0
+            or buf_ensure(&s.control, rows) < 0 or buf_ensure(&s.hdr_offsets, 4 * rows) < 0
+            or buf_ensure(&s.hdr_valid, bits) < 0):
+        return no_memory()
+    return 0
+
+
+cdef inline int varcol_put(VarCol* c, const unsigned char* p, int32_t size) noexcept nogil:
+    """varcol_append into offsets and bitmap reserved by reserve_rows (data is checked)."""
+    if (c.n & 7) == 0:
+        c.valid.ptr[c.n >> 3] = 0              # a fresh bitmap byte (growth is not zeroed)
+    if size >= 0:
+        if size > 0:
+            if buf_ensure(&c.data, size) < 0:
+                return -1
+            memcpy(c.data.ptr + c.data.len, p, size)
+            c.data.len += size
+        c.valid.ptr[c.n >> 3] |= <unsigned char>(1 << (c.n & 7))
+    else:
+        c.nulls += 1
+    c.n += 1
+    (<int32_t*>(c.offsets.ptr + c.offsets.len))[0] = <int32_t>c.data.len
+    c.offsets.len += 4
+    return 0
+
+
+cdef void fill_batch_columns(State* s, const Batch* b, Py_ssize_t first_row) noexcept nogil:
+    """The columns every row of a batch shares, for rows first_row..s.rows (reserved)."""
+    cdef Py_ssize_t i, n = s.rows - first_row
+    cdef int32_t* ts_type = <int32_t*>(s.ts_type.ptr + s.ts_type.len)
+    cdef int64_t* producer_id = <int64_t*>(s.producer_id.ptr + s.producer_id.len)
+    for i in range(n):
+        ts_type[i] = b.ts_type
+        producer_id[i] = b.producer_id
+    memset(s.magic.ptr + s.magic.len, <uint8_t>b.magic, n)
+    memset(s.transactional.ptr + s.transactional.len, b.transactional, n)
+    memset(s.control.ptr + s.control.len, b.control, n)
+    s.ts_type.len += 4 * n
+    s.producer_id.len += 8 * n
+    s.magic.len += n
+    s.transactional.len += n
+    s.control.len += n
+
+
 cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
                            Cursor* cur) except -1 nogil:
     cdef V2Record rec
@@ -369,21 +421,46 @@ cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
     cdef Cursor hc
     cdef const unsigned char* hk
     cdef const unsigned char* hv
-    for i in range(h.records_count):
-        read_v2_record(cur, &rec)
-        offset = h.base_offset + rec.offset_delta
-        if b.skip or not (s.start_offset <= offset < s.end_offset):
-            continue
-        if varcol_append(&s.key, rec.key, rec.key_length) < 0 or varcol_append(&s.value, rec.value, rec.value_length) < 0:
-            return no_memory()
-        emit_fixed(s, b, offset, record_timestamp(h, &rec))
-        if s.include_headers:
-            cursor_init(&hc, rec.headers, rec.headers_size, 0)
-            for j in range(rec.header_count):
-                read_v2_header(&hc, &hk, &hk_len, &hv, &hv_len)
-                if varcol_append(&s.hkey, hk, hk_len) < 0 or varcol_append(&s.hvalue, hv, hv_len) < 0:
-                    return no_memory()
-            emit_headers_entry(s, rec.header_count)
+    cdef Py_ssize_t first_row = s.rows
+    cdef Py_ssize_t row
+    reserve_rows(s, h.records_count)
+    try:
+        for i in range(h.records_count):
+            read_v2_record(cur, &rec)
+            offset = h.base_offset + rec.offset_delta
+            if b.skip or not (s.start_offset <= offset < s.end_offset):
+                continue
+            if varcol_put(&s.key, rec.key, rec.key_length) < 0 or varcol_put(&s.value, rec.value, rec.value_length) < 0:
+                return no_memory()
+            (<int64_t*>(s.offset.ptr + s.offset.len))[0] = offset
+            s.offset.len += 8
+            # Spark's timestamp is microseconds; Kafka's -1 "no timestamp" stays -1 ms, as
+            # Spark's Kafka source gives it.
+            (<int64_t*>(s.timestamp.ptr + s.timestamp.len))[0] = record_timestamp(h, &rec) * 1000
+            s.timestamp.len += 8
+            row = s.rows
+            s.rows += 1
+            if s.include_headers:
+                cursor_init(&hc, rec.headers, rec.headers_size, 0)
+                for j in range(rec.header_count):
+                    read_v2_header(&hc, &hk, &hk_len, &hv, &hv_len)
+                    if varcol_append(&s.hkey, hk, hk_len) < 0 or varcol_append(&s.hvalue, hv, hv_len) < 0:
+                        return no_memory()
+                # the row's headers list: null when it has none, as Spark gives it
+                (<int32_t*>(s.hdr_offsets.ptr + s.hdr_offsets.len))[0] = <int32_t>s.hkey.n
+                s.hdr_offsets.len += 4
+                if (row & 7) == 0:
+                    s.hdr_valid.ptr[row >> 3] = 0
+                if rec.header_count > 0:
+                    s.hdr_valid.ptr[row >> 3] |= <unsigned char>(1 << (row & 7))
+                else:
+                    s.hdr_nulls += 1
+    finally:
+        # every column keeps one entry per emitted row, also when a record fails to parse
+        s.key.valid.len = (s.key.n + 7) >> 3
+        s.value.valid.len = (s.value.n + 7) >> 3
+        s.hdr_valid.len = (s.rows + 7) >> 3
+        fill_batch_columns(s, b, first_row)
     if remaining(cur) != 0:
         # Kafka: "records still remaining" after RecordsCount records
         raise_corrupt(cur, b"batch (bytes remain after its last record)")

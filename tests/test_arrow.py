@@ -209,3 +209,50 @@ def test_read_split_modes_on_broken_framing(log_dir, tmp_path):
     marked = [m for m in table.column("_corrupt_record").to_pylist() if m is not None]
     assert len(marked) == 1 and "entry size" in marked[0]
     assert table.num_rows == good + 1
+
+
+# --- property: columns == per-record decode, for any records, offset range and row bound -----
+
+import datetime  # noqa: E402
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from kafkacodec import MemoryRecords, MemoryRecordsBuilder  # noqa: E402
+
+_maybe_bytes = st.one_of(st.none(), st.binary(max_size=40))
+_record = st.tuples(st.integers(-1, 10**13), _maybe_bytes, _maybe_bytes,
+                    st.lists(st.tuples(st.text(max_size=6), _maybe_bytes), max_size=3))
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches=st.lists(st.tuples(st.sampled_from(["none", "lz4", "zstd"]),
+                                  st.lists(_record, min_size=1, max_size=30)),
+                        min_size=1, max_size=5),
+       start=st.integers(0, 60), span=st.integers(0, 160), max_rows=st.integers(1, 200),
+       include_headers=st.booleans())
+def test_columns_equal_per_record_decode(batches, start, span, max_rows, include_headers):
+    log, base = b"", 0
+    for codec, records in batches:
+        builder = MemoryRecordsBuilder(compression=codec, base_offset=base)
+        for timestamp, key, value, headers in records:
+            builder.append(timestamp, key, value, headers)
+        log += builder.build()
+        base += len(records) + 3                        # gaps between batches, as compaction leaves
+    end = start + span
+    expected = [r for r in MemoryRecords(log).records() if start <= r.offset < end]
+    decoder = ArrowDecoder("t", 3, start_offset=start, end_offset=end, max_rows=max_rows,
+                           include_headers=include_headers)
+    rows, pos = [], 0
+    while pos < len(log):
+        batch, pos = decoder.decode(log, pos)
+        batch.validate(full=True)
+        rows += batch.to_pylist()
+    assert [(r["offset"], r["key"], r["value"], r["partition"]) for r in rows] == [
+        (r.offset, r.key, r.value, 3) for r in expected]
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    assert [(r["timestamp"] - epoch) // datetime.timedelta(milliseconds=1) for r in rows] == [
+        r.timestamp for r in expected]
+    assert {(r["magic"], r["producerId"], r["timestampType"], r["isControl"]) for r in rows} <= {(2, -1, 0, False)}
+    if include_headers:
+        assert [[(h["key"], h["value"]) for h in r["headers"] or ()] for r in rows] == [
+            list(r.headers) for r in expected]
