@@ -423,7 +423,10 @@ cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
     cdef const unsigned char* hv
     cdef Py_ssize_t first_row = s.rows
     cdef Py_ssize_t row
-    reserve_rows(s, h.records_count)
+    # A parsed v2 record takes at least 7 bytes (length, attributes, timestamp and offset
+    # deltas, key and value lengths, header count: one byte each at least), so a hostile
+    # RecordsCount reserves no more than the records section could hold.
+    reserve_rows(s, min(<Py_ssize_t>h.records_count, remaining(cur) // 7 + 1))
     try:
         for i in range(h.records_count):
             read_v2_record(cur, &rec)

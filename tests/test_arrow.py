@@ -256,3 +256,33 @@ def test_columns_equal_per_record_decode(batches, start, span, max_rows, include
     if include_headers:
         assert [[(h["key"], h["value"]) for h in r["headers"] or ()] for r in rows] == [
             list(r.headers) for r in expected]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is Linux's")
+def test_hostile_record_count_reserves_nothing_it_cannot_fill(tmp_path):
+    """A v2 batch claiming 2^31-1 records in a few bytes: columns are reserved for what the
+    records section can hold (7 bytes a record at least), not for the claim (16 GiB a column:
+    MemoryError under a 4 GiB address-space limit; a fuzz finding, see fuzz/regressions)."""
+    script = tmp_path / "hostile.py"
+    script.write_text(
+        "import resource, struct\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+        "from kafkacodec import MemoryRecordsBuilder\n"
+        "from kafkacodec._arrow import ArrowDecoder\n"
+        "from kafkacodec._crc import crc32c\n"
+        "from kafkacodec.errors import CorruptRecordError\n"
+        "b = MemoryRecordsBuilder(); b.append(1, b'k', b'v'); data = bytearray(b.build())\n"
+        "struct.pack_into('>i', data, 57, 0x7FFFFFFF)\n"
+        "struct.pack_into('>I', data, 17, crc32c(bytes(data[21:])))\n"
+        "try:\n"
+        "    ArrowDecoder('t', 0).decode(bytes(data))\n"
+        "except CorruptRecordError as error:\n"
+        "    print('corrupt:', error)\n")
+    import subprocess
+    env = dict(os.environ)
+    env.setdefault("PYTHONPATH", os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+                   if os.environ.get("KAFKACODEC_TEST_INSTALLED") != "1" else "")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, env=env, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "corrupt: " in run.stdout and "truncated record" in run.stdout
