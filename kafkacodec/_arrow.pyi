@@ -3,7 +3,7 @@
 from typing import Any, Iterable
 
 import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow as pa
 from typing_extensions import Buffer
 
 SCHEMA: pa.Schema

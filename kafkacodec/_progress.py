@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TextIO
 
 
 def _human(n: float) -> str:
@@ -18,7 +19,7 @@ class Progress:
     """`with Progress(total, "verify", unit="B") as bar: bar.update(n)`; `bar.set(done, total)`."""
 
     def __init__(self, total: float | None, label: str, *, unit: str = "", enabled: bool | None = None,
-                 stream=None):
+                 stream: TextIO | None = None):
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
         self.total = total
@@ -29,23 +30,23 @@ class Progress:
         self._last = 0.0
         self.note = ""
 
-    def __enter__(self):
+    def __enter__(self) -> Progress:
         self._draw(force=True)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._draw(force=True)
         if self.enabled:
             self.stream.write("\n")
             self.stream.flush()
 
-    def update(self, n: float = 1, note: str | None = None):
+    def update(self, n: float = 1, note: str | None = None) -> None:
         self.done += n
         if note is not None:
             self.note = note
         self._draw()
 
-    def set(self, done: float, total: float | None = None, note: str | None = None):
+    def set(self, done: float, total: float | None = None, note: str | None = None) -> None:
         self.done = done
         if total is not None:
             self.total = total
@@ -53,7 +54,7 @@ class Progress:
             self.note = note
         self._draw()
 
-    def _draw(self, force: bool = False):
+    def _draw(self, force: bool = False) -> None:
         if not self.enabled:
             return
         now = time.monotonic()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 from kafkacodec._builder import MemoryRecordsBuilder
 from kafkacodec._types import TimestampType
@@ -34,7 +35,8 @@ class _Partition:
         self.clock = BASE_TIME_MS + partition * 7
         self.sequences: dict[int, int] = {}
 
-    def _record(self, headers: bool):
+    def _record(self, headers: bool
+                ) -> tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
         rng = self.rng
         self.clock += rng.randint(0, 40)
         user = rng.randint(1, 500)
@@ -46,7 +48,7 @@ class _Partition:
             value = json.dumps({"user": user, "event": rng.choice(EVENTS),
                                 "amount": round(rng.uniform(0, 250), 2),
                                 "ts": timestamp}, separators=(",", ":")).encode()
-        record_headers = ()
+        record_headers: list[tuple[str, bytes | None]] = []
         if headers and rng.random() < 0.7:
             record_headers = [("trace-id", b"%016x" % rng.getrandbits(64)),
                               ("source", rng.choice([b"web", b"ios", b"android", b""]))]
@@ -56,7 +58,7 @@ class _Partition:
 
     def add(self, magic: int, codec: str, *, log_append: bool = False, producer_id: int = -1,
             transactional: bool = False, leader_epoch: int = -1) -> None:
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         if log_append:
             self.clock += 3
             kwargs.update(timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=self.clock)

@@ -7,7 +7,9 @@ import argparse
 import json
 import struct
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 EXIT_OK = 0
 EXIT_DATA = 1          # corrupt data found (verify), or a conversion hit corrupt data
@@ -32,12 +34,12 @@ class CliError(Exception):
         self.code = code
 
 
-def _emit_json(obj) -> None:
+def _emit_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, default=str)
     sys.stdout.write("\n")
 
 
-def _read_file(path) -> bytes:
+def _read_file(path: str | Path) -> bytes:
     try:
         return Path(path).read_bytes()
     except FileNotFoundError:
@@ -50,7 +52,7 @@ def _read_file(path) -> bytes:
 
 # ---------------------------------------------------------------------------------- dump
 
-def _batch_info(batch) -> dict:
+def _batch_info(batch: Any) -> dict[str, Any]:
     """The fields kafka-dump-log prints for one entry (a kafkacodec RecordBatch)."""
     common = {
         "position": batch.position, "timestampType": TS_NAMES[int(batch.timestamp_type)],
@@ -69,8 +71,8 @@ def _batch_info(batch) -> dict:
     }
 
 
-def _batch_line(b: dict) -> str:
-    def text(v):
+def _batch_line(b: dict[str, Any]) -> str:
+    def text(v: object) -> str:
         return str(v).lower() if isinstance(v, bool) else str(v)
     if b["magic"] == 2:
         dh = "OptionalLong.empty" if b["deleteHorizonMs"] is None else f"OptionalLong[{b['deleteHorizonMs']}]"
@@ -84,17 +86,18 @@ def _batch_line(b: dict) -> str:
             f"magic: {b['magic']} compresscodec: {b['compresscodec']} crc: {b['crc']} isvalid: {text(b['isvalid'])}")
 
 
-def _records(view, pos: int, size: int, path: str) -> list[dict]:
+def _records(view: memoryview, pos: int, size: int, path: str) -> list[dict[str, Any]]:
     from kafkacodec._arrow import ArrowDecoder
 
     dec = ArrowDecoder(validate_crc=False, keep_control=True, source=path)
     rb, _ = dec.decode(view, pos, pos + size, 0)
-    return rb.to_pylist()
+    rows: list[dict[str, Any]] = rb.to_pylist()
+    return rows
 
 
-def _record_fields(b: dict, r: dict, print_data: bool) -> dict:
+def _record_fields(b: dict[str, Any], r: dict[str, Any], print_data: bool) -> dict[str, Any]:
     ms = int(r["timestamp"].timestamp() * 1000) if r["timestamp"] is not None else -1
-    out = {"offset": r["offset"], b["timestampType"]: ms,
+    out: dict[str, Any] = {"offset": r["offset"], b["timestampType"]: ms,
            "keySize": -1 if r["key"] is None else len(r["key"]),
            "valueSize": -1 if r["value"] is None else len(r["value"])}
     if b["magic"] == 2:
@@ -117,7 +120,7 @@ def _record_fields(b: dict, r: dict, print_data: bool) -> dict:
     return out
 
 
-def _record_line(fields: dict) -> str:
+def _record_line(fields: dict[str, Any]) -> str:
     parts = []
     for k, v in fields.items():
         if k == "headerKeys":
@@ -126,7 +129,7 @@ def _record_line(fields: dict) -> str:
     return "| " + " ".join(parts)
 
 
-def cmd_dump(args) -> int:
+def cmd_dump(args: argparse.Namespace) -> int:
     from kafkacodec import MemoryRecords
     from kafkacodec._arrow import scan_entries
     from kafkacodec.logdir import SEGMENT_RE
@@ -181,10 +184,11 @@ def cmd_dump(args) -> int:
 
 # ---------------------------------------------------------------------------------- verify
 
-def cmd_verify(args) -> int:
+def cmd_verify(args: argparse.Namespace) -> int:
     from kafkacodec._arrow import scan_entries
     from kafkacodec._progress import Progress
-    from kafkacodec.logdir import Split, _mapped, discover, read_split
+    from kafkacodec.errors import KafkaCodecError
+    from kafkacodec.logdir import Segment, Split, _mapped, discover, read_split
 
     try:
         segments = discover(args.path)
@@ -192,7 +196,8 @@ def cmd_verify(args) -> int:
         raise CliError(str(exc), EXIT_INPUT) from None
     if not segments:
         raise CliError(f"{args.path}: no segment files (<20-digit base offset>.log) found", EXIT_INPUT)
-    problems, records = [], 0
+    problems: list[dict[str, Any]] = []
+    records = 0
     total = sum(s.size for s in segments)
     with Progress(total, "verify", unit="B", enabled=False if args.no_progress else None) as bar:
         for seg in segments:
@@ -211,7 +216,7 @@ def cmd_verify(args) -> int:
                                  "error": f"{seg.path}: {seg.size - stop} bytes of a partial entry at the end "
                                           "(Kafka's recovery truncates them)"})
 
-            def collect(exc, seg=seg):
+            def collect(exc: KafkaCodecError, seg: Segment = seg) -> None:
                 problems.append({"file": seg.path, "position": exc.position, "offset": exc.offset,
                                  "error": str(exc)})
 
@@ -234,7 +239,7 @@ def cmd_verify(args) -> int:
 
 # ---------------------------------------------------------------------------------- convert
 
-def cmd_convert(args) -> int:
+def cmd_convert(args: argparse.Namespace) -> int:
     """Down-convert a segment lazily (KIP-283 chunks): memory stays bounded by the chunk size."""
     from kafkacodec import LazyDownConvertRecords
     from kafkacodec._progress import Progress
@@ -266,8 +271,9 @@ def cmd_convert(args) -> int:
 
 # ---------------------------------------------------------------------------------- generate
 
-def generate(directory, topics=("orders", "clicks"), *, partitions=2, seed=0, records_per_batch=20,
-             batches_per_segment=8):
+def generate(directory: str | Path, topics: Iterable[str] = ("orders", "clicks"), *,
+             partitions: int = 2, seed: int = 0, records_per_batch: int = 20,
+             batches_per_segment: int = 8) -> dict[str, Any]:
     """The sample log (kafkacodec._sample: magics 0, 1, 2, every codec, headers, an idempotent
     producer, committed and aborted transactions) for each topic; returns describe()'s counts."""
     from kafkacodec._sample import write_sample_log
@@ -279,7 +285,7 @@ def generate(directory, topics=("orders", "clicks"), *, partitions=2, seed=0, re
     return {"directory": str(directory), **describe(directory)}
 
 
-def cmd_generate(args) -> int:
+def cmd_generate(args: argparse.Namespace) -> int:
     topics = [t.strip() for t in args.topics.split(",") if t.strip()]
     result = generate(args.dir, topics, partitions=args.partitions, seed=args.seed,
                       records_per_batch=args.records_per_batch,
@@ -295,7 +301,7 @@ def cmd_generate(args) -> int:
 
 # ---------------------------------------------------------------------------------- spark
 
-def cmd_spark_convert(args) -> int:
+def cmd_spark_convert(args: argparse.Namespace) -> int:
     try:
         import pyspark  # noqa: F401
     except ImportError:
@@ -434,12 +440,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     from kafkacodec.errors import KafkaCodecError, UnsupportedCompressionError
 
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except CliError as exc:
         print(f"kafkacodec: error: {exc}", file=sys.stderr)
         return exc.code

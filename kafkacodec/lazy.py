@@ -341,4 +341,4 @@ def _write_some(dest: Any, data: memoryview) -> int:
     if n is None:
         # io raw files and SocketIO say "would block" with None; other writers take it all.
         return 0 if isinstance(dest, io.RawIOBase) else data.nbytes
-    return n
+    return int(n)

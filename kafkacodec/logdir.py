@@ -12,8 +12,10 @@ import mmap
 import os
 import re
 import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Union
 
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError
 
@@ -25,16 +27,19 @@ PARTITION_RE = re.compile(r"^(.+)-(\d+)$")
 MODES = ("FAILFAST", "DROPMALFORMED", "PERMISSIVE")
 EARLIEST, LATEST = -2, -1
 
+PathLike = Union[str, "os.PathLike[str]"]
+OffsetSpec = Callable[[str, int], int]
+
 
 class Options:
     """Spark-style options: case-insensitive names, string (or plain) values."""
 
-    def __init__(self, options=None):
+    def __init__(self, options: Options | Mapping[str, Any] | None = None):
         if isinstance(options, Options):
             options = options._values
-        self._values = {str(k).lower(): v for k, v in (options or {}).items()}
+        self._values: dict[str, Any] = {str(k).lower(): v for k, v in (options or {}).items()}
 
-    def get(self, name: str, default=None):
+    def get(self, name: str, default: Any = None) -> Any:
         value = self._values.get(name.lower())
         return default if value is None else value
 
@@ -76,17 +81,18 @@ class Split:
     end: int
     start_offset: int | None = None
     end_offset: int | None = None
-    aborted: list = field(default_factory=list)
+    aborted: list[tuple[int, int, int]] = field(default_factory=list)
     corrupt: str | None = None          # shallow-scan error at `end` (non-FAILFAST modes)
 
 
-def discover(path) -> list[Segment]:
+def discover(path: PathLike) -> list[Segment]:
     """The segment files under `path`, sorted by topic, partition and base offset."""
     root = Path(path)
     if not root.exists():
         raise FileNotFoundError(
             f"{root}: no such file or directory; give a Kafka log directory (holding "
             f"<topic>-<partition>/<base offset>.log files), a partition directory or a .log file")
+    files: list[Path] | None
     if root.is_file():
         dirs, files = [root.parent], [root]
     elif any(SEGMENT_RE.match(p.name) for p in root.iterdir()):
@@ -105,7 +111,7 @@ def discover(path) -> list[Segment]:
     return segments
 
 
-def _offset_spec(value, default):
+def _offset_spec(value: Any, default: int) -> OffsetSpec:
     """A number for every partition, or Spark's JSON {"topic": {"0": 23}} (-2 earliest, -1 latest)."""
     text = "" if value is None else str(value).strip()
     if text in ("", "earliest", "latest"):
@@ -123,25 +129,26 @@ def _offset_spec(value, default):
     return lambda t, p: table.get((t, p), default)
 
 
-def _mapped(path):
+def _mapped(path: PathLike) -> bytes | mmap.mmap:
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             return b""
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def plan(path, options=None) -> tuple[list[Split], list[tuple[str, int, str]]]:
+def plan(path: PathLike, options: Options | Mapping[str, Any] | None = None
+         ) -> tuple[list[Split], list[tuple[str, int, str]]]:
     """Splits to read and the corrupt entry headers found by the shallow scan
     [(file, position, reason)].  Runs on the driver; reads only entry headers."""
     from kafkacodec._arrow import scan_entries
 
-    options = Options(options)
-    topics = {t.strip() for t in str(options.get("topics", "")).split(",") if t.strip()}
-    starting = _offset_spec(options.get("startingOffsets"), EARLIEST)
-    ending = _offset_spec(options.get("endingOffsets"), LATEST)
-    keep_aborted = options.bool("keepAborted", False)
-    mode = str(options.get("mode", "FAILFAST")).upper()
-    split_bytes = options.int("maxPartitionBytes", 128 << 20)
+    opts = Options(options)
+    topics = {t.strip() for t in str(opts.get("topics", "")).split(",") if t.strip()}
+    starting = _offset_spec(opts.get("startingOffsets"), EARLIEST)
+    ending = _offset_spec(opts.get("endingOffsets"), LATEST)
+    keep_aborted = opts.bool("keepAborted", False)
+    mode = str(opts.get("mode", "FAILFAST")).upper()
+    split_bytes = opts.int("maxPartitionBytes", 128 << 20)
     segments = [s for s in discover(path) if not topics or s.topic in topics]
     if topics and not segments:
         raise FileNotFoundError(f"{path}: no segment of topics {sorted(topics)} found")
@@ -149,15 +156,16 @@ def plan(path, options=None) -> tuple[list[Split], list[tuple[str, int, str]]]:
     for s in segments:
         by_partition.setdefault((s.topic, s.partition), []).append(s)
 
-    splits, corrupt = [], []
+    splits: list[Split] = []
+    corrupt: list[tuple[str, int, str]] = []
     for (topic, partition), segs in by_partition.items():
         start = starting(topic, partition)
         end = ending(topic, partition)
         start_offset = None if start == EARLIEST else start
         end_offset = None if end == LATEST else end
         open_txn: dict[int, int] = {}
-        aborted = []
-        chosen = []
+        aborted: list[tuple[int, int, int]] = []
+        chosen: list[Split] = []
         for i, seg in enumerate(segs):
             next_base = segs[i + 1].base_offset if i + 1 < len(segs) else None
             wanted = not ((start_offset is not None and next_base is not None and next_base <= start_offset)
@@ -184,13 +192,14 @@ def plan(path, options=None) -> tuple[list[Split], list[tuple[str, int, str]]]:
                 _collect_aborted(scan, open_txn, aborted)
             if wanted:
                 chosen += _cut(seg, scan, split_bytes, start_offset, end_offset)
-        for s in chosen:
-            s.aborted = aborted
+        for split in chosen:
+            split.aborted = aborted
         splits += chosen
     return splits, corrupt
 
 
-def _collect_aborted(scan, open_txn, aborted):
+def _collect_aborted(scan: dict[str, Any], open_txn: dict[int, int],
+                     aborted: list[tuple[int, int, int]]) -> None:
     """Aborted transactions as a read_committed consumer sees them: a producer's transactional
     data from its first batch after a marker up to an ABORT marker."""
     attributes, pids = scan["attributes"], scan["producer_id"]
@@ -206,7 +215,8 @@ def _collect_aborted(scan, open_txn, aborted):
             open_txn.setdefault(pid, int(scan["base_offset"][j]))
 
 
-def _cut(seg, scan, split_bytes, start_offset, end_offset):
+def _cut(seg: Segment, scan: dict[str, Any], split_bytes: int, start_offset: int | None,
+         end_offset: int | None) -> list[Split]:
     positions = scan["position"]
     stop = int(scan["stop"])
     tail_error = scan["error"]
@@ -225,32 +235,33 @@ def _cut(seg, scan, split_bytes, start_offset, end_offset):
     return out
 
 
-def read_split(split: Split, *, validate_crc=True, include_headers=True, keep_control=False,
-               max_rows=65536, mode="FAILFAST", corrupt_column="_corrupt_record", on_error=None):
+def read_split(split: Split, *, validate_crc: bool = True, include_headers: bool = True,
+               keep_control: bool = False, max_rows: int = 65536, mode: str = "FAILFAST",
+               corrupt_column: str = "_corrupt_record",
+               on_error: Callable[[KafkaCodecError], None] | None = None) -> Iterator[Any]:
     """Decode one split into Arrow record batches.  mode FAILFAST raises on corrupt data;
     DROPMALFORMED skips the corrupt entry (or the rest of the split when the framing is broken)
     and calls on_error(exc); PERMISSIVE also yields one row naming the problem in
     `corrupt_column` (null on every good row)."""
-    if on_error is None:
-        on_error = _warn
+    report = _warn if on_error is None else on_error
     import pyarrow as pa
 
     from kafkacodec._arrow import ArrowDecoder
 
-    def decoder():
+    def decoder() -> ArrowDecoder:
         return ArrowDecoder(split.topic, split.partition, validate_crc=validate_crc,
                             include_headers=include_headers, keep_control=keep_control,
                             start_offset=split.start_offset, end_offset=split.end_offset,
                             aborted=split.aborted, max_rows=max_rows, source=split.path)
 
-    def with_corrupt(rb, reason=None):
+    def with_corrupt(rb: Any, reason: str | None = None) -> Any:
         if mode != "PERMISSIVE":
             return rb
         if reason is None:
             return rb.append_column(corrupt_column, pa.nulls(rb.num_rows, pa.string()))
         return rb.append_column(corrupt_column, pa.array([reason] * rb.num_rows, pa.string()))
 
-    def corrupt_row(schema, reason, offset):
+    def corrupt_row(schema: Any, reason: str, offset: int | None) -> Any:
         columns = [pa.nulls(1, f.type) if f.name not in ("topic", "partition", "offset")
                    else pa.array([{"topic": split.topic, "partition": split.partition,
                                    "offset": offset}[f.name]], f.type) for f in schema]
@@ -260,17 +271,19 @@ def read_split(split: Split, *, validate_crc=True, include_headers=True, keep_co
     data = _mapped(split.path)
     try:
         with memoryview(data) as view:
-            yield from _read_view(view, split, decoder, with_corrupt, corrupt_row, mode, on_error)
+            yield from _read_view(view, split, decoder, with_corrupt, corrupt_row, mode, report)
     finally:
         if isinstance(data, mmap.mmap):
             data.close()
 
 
-def _warn(exc):
+def _warn(exc: KafkaCodecError) -> None:
     print(f"kafkalog: skipping corrupt data: {exc}", file=sys.stderr)
 
 
-def _read_view(view, split, decoder, with_corrupt, corrupt_row, mode, on_error):
+def _read_view(view: memoryview, split: Split, decoder: Callable[[], Any],
+               with_corrupt: Callable[..., Any], corrupt_row: Callable[[Any, str, int | None], Any],
+               mode: str, on_error: Callable[[KafkaCodecError], None]) -> Iterator[Any]:
     end = min(split.end, len(view))
     pos = split.start
     dec = decoder()
@@ -309,8 +322,8 @@ def _read_view(view, split, decoder, with_corrupt, corrupt_row, mode, on_error):
         yield corrupt_row(dec.schema, f"{split.corrupt} at byte {end}", None)
 
 
-def write_partition(directory: Path, staged_files, *, base_offset=0, segment_bytes=1 << 30,
-                    overwrite=False) -> int:
+def write_partition(directory: Path, staged_files: Iterable[PathLike], *, base_offset: int = 0,
+                    segment_bytes: int = 1 << 30, overwrite: bool = False) -> int:
     """Append staged batches (offsets relative to each file's start) to a partition directory
     with dense offsets, rolling segments; returns the next offset."""
     from kafkacodec._arrow import scan_entries
@@ -322,7 +335,8 @@ def write_partition(directory: Path, staged_files, *, base_offset=0, segment_byt
             p.unlink()
         existing = []
     next_offset = base_offset
-    current, current_size = None, 0
+    current: Any = None                  # the open segment file
+    current_size = 0
     if existing:
         last = existing[-1]
         data = last.read_bytes()
@@ -336,8 +350,8 @@ def write_partition(directory: Path, staged_files, *, base_offset=0, segment_byt
         current, current_size = open(last, "ab"), len(data)
     try:
         for staged in staged_files:
-            data = bytearray(Path(staged).read_bytes())
-            scan = scan_entries(data, source=staged)
+            batches = bytearray(Path(staged).read_bytes())
+            scan = scan_entries(batches, source=str(staged))
             shift = next_offset
             for pos, size, base, last in zip(scan["position"], scan["size"], scan["base_offset"], scan["last_offset"]):
                 if current is None or current_size >= segment_bytes:
@@ -345,8 +359,8 @@ def write_partition(directory: Path, staged_files, *, base_offset=0, segment_byt
                         current.close()
                     current = open(directory / f"{int(base) + shift:020d}.log", "wb")
                     current_size = 0
-                data[pos:pos + 8] = int(base + shift).to_bytes(8, "big", signed=True)
-                current.write(memoryview(data)[pos:pos + size])
+                batches[pos:pos + 8] = int(base + shift).to_bytes(8, "big", signed=True)
+                current.write(memoryview(batches)[pos:pos + size])
                 current_size += int(size)
                 next_offset = int(last) + shift + 1
     finally:
@@ -355,14 +369,15 @@ def write_partition(directory: Path, staged_files, *, base_offset=0, segment_byt
     return next_offset
 
 
-def describe(path) -> dict:
+def describe(path: PathLike) -> dict[str, Any]:
     """Counts for a log directory: segments, bytes, data records per topic (aborted ones
     included), records in aborted transactions, control records."""
     from kafkacodec._arrow import ArrowDecoder
 
     splits, corrupt = plan(path, {"mode": "DROPMALFORMED"})
-    result = {"segments": len({s.path for s in splits}), "bytes": 0, "records": 0,
-              "aborted_records": 0, "control_records": 0, "per_topic": {}, "corrupt": len(corrupt)}
+    per_topic: dict[str, int] = {}
+    result: dict[str, Any] = {"segments": len({s.path for s in splits}), "bytes": 0, "records": 0,
+              "aborted_records": 0, "control_records": 0, "per_topic": per_topic, "corrupt": len(corrupt)}
     seen = set()
     for s in splits:
         if s.path not in seen:
@@ -383,5 +398,5 @@ def describe(path) -> dict:
         result["control_records"] += control
         result["aborted_records"] += data_records - kept.num_rows
         result["records"] += data_records
-        result["per_topic"][s.topic] = result["per_topic"].get(s.topic, 0) + data_records
+        per_topic[s.topic] = per_topic.get(s.topic, 0) + data_records
     return result

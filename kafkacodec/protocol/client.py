@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Iterable
+from typing import Any, Protocol, TypeVar, Union
 
+from kafkacodec._writer import WriteBuffer
 from kafkacodec.errors import CorruptRecordError, RecordTooLargeError
 from kafkacodec.protocol._fetch import decode_fetch_response, encode_fetch_request
 from kafkacodec.protocol._metadata import (
@@ -27,6 +30,18 @@ __all__ = ["BlockingClient"]
 _SIZE = struct.Struct(">i")
 
 
+class _Response(Protocol):
+    @property
+    def correlation_id(self) -> int | None: ...
+
+
+# A framed request: what the encoders return (bytes, or our WriteBuffer) or any byte buffer.
+_Frame = Union[bytes, bytearray, memoryview, WriteBuffer]
+
+
+_R = TypeVar("_R", bound=_Response)
+
+
 class BlockingClient:
     """One TCP connection to one broker.  ``request(frame)`` returns the response payload
     (starting at the correlation id) as a bytearray, the buffer the decoders slice into."""
@@ -40,7 +55,7 @@ class BlockingClient:
         self._correlation_id = 0
 
     @classmethod
-    def from_bootstrap(cls, bootstrap: str, **kwargs) -> BlockingClient:
+    def from_bootstrap(cls, bootstrap: str, **kwargs: Any) -> BlockingClient:
         """Connect to the first "host:port" of a bootstrap list."""
         host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
         return cls(host, int(port), **kwargs)
@@ -51,14 +66,14 @@ class BlockingClient:
     def __enter__(self) -> BlockingClient:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def next_correlation_id(self) -> int:
         self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
         return self._correlation_id
 
-    def send(self, frame) -> None:
+    def send(self, frame: _Frame) -> None:
         self._sock.sendall(frame)
 
     def receive(self) -> bytearray:
@@ -83,7 +98,7 @@ class BlockingClient:
             got += k
         return buf
 
-    def request(self, frame) -> bytearray:
+    def request(self, frame: _Frame) -> bytearray:
         self.send(frame)
         return self.receive()
 
@@ -94,32 +109,33 @@ class BlockingClient:
                                             client_id=self.client_id)
         return self._check(decode_api_versions_response(self.request(frame), api_version), cid)
 
-    def metadata(self, topics=None, api_version: int = 12) -> MetadataResponse:
+    def metadata(self, topics: Iterable[str] | None = None, api_version: int = 12) -> MetadataResponse:
         cid = self.next_correlation_id()
         frame = encode_metadata_request(topics, api_version=api_version, correlation_id=cid,
                                         client_id=self.client_id)
         return self._check(decode_metadata_response(self.request(frame), api_version), cid)
 
-    def fetch(self, topics, api_version: int = 12, **kwargs) -> FetchResponse:
+    def fetch(self, topics: Any, api_version: int = 12, **kwargs: Any) -> FetchResponse:
         """Send a FetchRequest; the decoded response's records are views of a fresh buffer."""
         cid = self.next_correlation_id()
         frame = encode_fetch_request(topics, api_version=api_version, correlation_id=cid,
                                      client_id=self.client_id, **kwargs)
         return self._check(decode_fetch_response(self.request(frame), api_version), cid)
 
-    def produce(self, topic_data, api_version: int = 9, **kwargs) -> ProduceResponse:
+    def produce(self, topic_data: Any, api_version: int = 9, **kwargs: Any) -> ProduceResponse:
         cid = self.next_correlation_id()
         frame = encode_produce_request(topic_data, api_version=api_version, correlation_id=cid,
                                        client_id=self.client_id, **kwargs)
         return self.produce_frame(frame, api_version, cid)
 
-    def produce_frame(self, frame, api_version: int, correlation_id: int) -> ProduceResponse:
+    def produce_frame(self, frame: _Frame, api_version: int,
+                      correlation_id: int) -> ProduceResponse:
         """Send an already-encoded ProduceRequest (e.g. from fetch_to_produce)."""
         return self._check(decode_produce_response(self.request(frame), api_version),
                            correlation_id)
 
     @staticmethod
-    def _check(response, correlation_id):
+    def _check(response: _R, correlation_id: int) -> _R:
         if response.correlation_id != correlation_id:
             raise CorruptRecordError(
                 f"response correlation id {response.correlation_id} != request {correlation_id}",

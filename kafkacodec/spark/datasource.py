@@ -18,8 +18,9 @@ import shutil
 import sys
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterator, Sequence, cast
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -30,6 +31,13 @@ from pyspark.sql.datasource import (
 
 from kafkacodec.logdir import MODES, Options, Split, plan, read_split, write_partition
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+# staged batches of one task: (topic, partition) -> (staging file, records, bytes)
+Staged = dict[tuple[str, int], tuple[str, int, int]]
+
 __all__ = ["KafkaLogDataSource", "register", "BASE_DDL", "HEADERS_DDL", "BATCH_DDL"]
 
 BASE_DDL = ("key binary, value binary, topic string, partition int, offset bigint, "
@@ -38,7 +46,7 @@ HEADERS_DDL = "headers array<struct<key:string,value:binary>>"
 BATCH_DDL = "magic tinyint, producerId bigint, isTransactional boolean, isControl boolean"
 
 
-def register(spark) -> None:
+def register(spark: SparkSession) -> None:
     """Register the "kafkalog" format on a SparkSession."""
     spark.dataSource.register(KafkaLogDataSource)
 
@@ -60,22 +68,22 @@ class KafkaLogDataSource(DataSource):
             parts.append(f"{options.get('columnNameOfCorruptRecord', '_corrupt_record')} string")
         return ", ".join(parts)
 
-    def reader(self, schema) -> "KafkaLogReader":
+    def reader(self, schema: StructType) -> KafkaLogReader:
         return KafkaLogReader(Options(self.options))
 
-    def writer(self, schema, overwrite: bool) -> "KafkaLogWriter":
+    def writer(self, schema: StructType, overwrite: bool) -> KafkaLogWriter:
         return KafkaLogWriter(Options(self.options), overwrite)
 
 
-def _path_option(options) -> str:
+def _path_option(options: Options) -> str:
     path = options.get("path")
     if not path:
         raise ValueError('kafkalog needs a path: spark.read.format("kafkalog").load("/path/to/log-dir")')
-    return path
+    return str(path)
 
 
 class KafkaLogReader(DataSourceReader):
-    def __init__(self, options):
+    def __init__(self, options: Options):
         self.options = options
         self.path = _path_option(options)
         self.mode = str(options.get("mode", "FAILFAST")).upper()
@@ -87,14 +95,14 @@ class KafkaLogReader(DataSourceReader):
         self.max_rows = options.int("maxRowsPerBatch", 65536)
         self.corrupt_column = options.get("columnNameOfCorruptRecord", "_corrupt_record")
 
-    def partitions(self):
+    def partitions(self) -> Sequence[InputPartition]:
         splits, corrupt = plan(self.path, self.options)
         for path, position, reason in corrupt:
             print(f"kafkalog: {reason} at byte {position}; the rest of the segment is skipped "
                   f"(mode={self.mode})", file=sys.stderr)
         return [InputPartition(s) for s in splits] or [InputPartition(None)]
 
-    def read(self, partition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         split: Split | None = partition.value
         if split is None:
             return
@@ -107,7 +115,7 @@ class KafkaLogReader(DataSourceReader):
 # Writing
 
 class _Commit(WriterCommitMessage):
-    def __init__(self, task: int, staged: dict):
+    def __init__(self, task: int, staged: Staged):
         self.task = task
         self.staged = staged            # (topic, partition) -> (staging file, records, bytes)
 
@@ -117,7 +125,7 @@ class KafkaLogWriter(DataSourceArrowWriter):
     offsets from 0; commit() on the driver lays them out in task order with dense offsets
     from baseOffset (or after the existing data), rolling segments at segmentBytes."""
 
-    def __init__(self, options, overwrite):
+    def __init__(self, options: Options, overwrite: bool):
         from kafkacodec._types import compression_of
 
         self.path = _path_option(options)
@@ -134,9 +142,8 @@ class KafkaLogWriter(DataSourceArrowWriter):
     def staging(self) -> Path:
         return Path(self.path) / f"_kafkalog_staging_{self.job}"
 
-    def write(self, iterator) -> _Commit:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Commit:
         import numpy as np
-        import pyarrow as pa
         import pyarrow.compute as pc
         from pyspark import TaskContext
 
@@ -146,7 +153,8 @@ class KafkaLogWriter(DataSourceArrowWriter):
         task = ctx.partitionId() if ctx else 0
         folder = self.staging / f"task-{task:06d}-{uuid.uuid4().hex[:8]}"
         folder.mkdir(parents=True, exist_ok=True)
-        files, staged = {}, {}
+        files: dict[tuple[str, int], BinaryIO] = {}
+        staged: Staged = {}
         try:
             for rb in iterator:
                 names = rb.schema.names
@@ -174,7 +182,10 @@ class KafkaLogWriter(DataSourceArrowWriter):
                     topic, partition, rows = group["t"], group["p"], pa.array(group["i_list"])
                     if topic is None or partition is None:
                         raise ValueError("kafkalog write: a row has a null topic or partition")
-                    take = lambda a: a.take(rows)  # noqa: E731
+
+                    def take(column: Any) -> Any:
+                        return column.take(rows)
+
                     data, _ = encode_v2(take(key), take(value), ts[np.asarray(rows)],
                                         take(headers) if headers is not None else None,
                                         codec=self.codec, batch_bytes=self.batch_bytes,
@@ -191,10 +202,11 @@ class KafkaLogWriter(DataSourceArrowWriter):
                 f.close()
         return _Commit(task, staged)
 
-    def commit(self, messages) -> None:
+    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         root = Path(self.path)
         by_tp: dict[tuple[str, int], list[tuple[int, str, int]]] = {}
-        for m in sorted((m for m in messages if m is not None), key=lambda m: m.task):
+        commits = [cast(_Commit, m) for m in messages if m is not None]    # what write() returned
+        for m in sorted(commits, key=lambda m: m.task):
             for tp, (staged_file, records, _) in m.staged.items():
                 by_tp.setdefault(tp, []).append((m.task, staged_file, records))
         try:
@@ -205,7 +217,7 @@ class KafkaLogWriter(DataSourceArrowWriter):
         finally:
             shutil.rmtree(self.staging, ignore_errors=True)
 
-    def abort(self, messages) -> None:
+    def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
 
 

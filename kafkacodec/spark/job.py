@@ -11,33 +11,40 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pyspark.accumulators import AccumulatorParam
 
 from kafkacodec.logdir import discover
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from kafkacodec._progress import Progress
 
 __all__ = ["convert", "ConvertSummary", "make_session", "StageProgress"]
 
 CORRUPT_COLUMN = "_corrupt_record"
 
 
-class _DictSum(AccumulatorParam):
-    def zero(self, value):
+class _DictSum(AccumulatorParam[dict[str, int]]):
+    def zero(self, value: dict[str, int]) -> dict[str, int]:
         return {}
 
-    def addInPlace(self, a, b):
+    def addInPlace(self, a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
         for k, v in b.items():
             a[k] = a.get(k, 0) + v
         return a
 
 
-class _ListSum(AccumulatorParam):
-    def zero(self, value):
+class _ListSum(AccumulatorParam[list[str]]):
+    def zero(self, value: list[str]) -> list[str]:
         return []
 
-    def addInPlace(self, a, b):
+    def addInPlace(self, a: list[str], b: list[str]) -> list[str]:
         a.extend(b)
         return a
 
@@ -51,29 +58,30 @@ class ConvertSummary:
     value_bytes: int = 0                 # key + value bytes of the records
     input_bytes: int = 0
     output_bytes: int = 0
-    per_topic: dict = field(default_factory=dict)
+    per_topic: dict[str, int] = field(default_factory=dict)
     corrupt_entries: int = 0
     crc_failures: int = 0
-    problems: list = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _dir_bytes(path) -> int:
+def _dir_bytes(path: str | os.PathLike[str]) -> int:
     total = 0
     for root, _, files in os.walk(path):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
     return total
 
 
-def _is_parquet(path) -> bool:
+def _is_parquet(path: str | os.PathLike[str]) -> bool:
     p = Path(path)
     return p.is_dir() and any(f.suffix == ".parquet" for f in p.rglob("*.parquet"))
 
 
-def make_session(master: str | None = None, app: str = "kafkacodec", conf: dict | None = None):
+def make_session(master: str | None = None, app: str = "kafkacodec",
+                 conf: dict[str, Any] | None = None) -> SparkSession:
     """A SparkSession (local[*] unless master is given) whose Python workers import this
     kafkacodec, registered with the "kafkalog" format."""
     import sys
@@ -109,23 +117,23 @@ def make_session(master: str | None = None, app: str = "kafkacodec", conf: dict 
 class StageProgress:
     """Polls Spark's status tracker and feeds a Progress bar with finished/total tasks."""
 
-    def __init__(self, spark, bar):
+    def __init__(self, spark: SparkSession, bar: Progress):
         self.tracker = spark.sparkContext.statusTracker()
         self.bar = bar
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.seen: dict[int, tuple[int, int]] = {}
 
-    def __enter__(self):
+    def __enter__(self) -> StageProgress:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join()
         self._poll()
 
-    def _poll(self):
+    def _poll(self) -> None:
         for sid in self.tracker.getActiveStageIds():
             info = self.tracker.getStageInfo(sid)
             if info:
@@ -134,7 +142,7 @@ class StageProgress:
         total = sum(t for _, t in self.seen.values())
         self.bar.set(done, total or None, note=f"tasks, {len(self.seen)} stage(s)")
 
-    def _run(self):
+    def _run(self) -> None:
         while not self.stop.wait(0.2):
             try:
                 self._poll()
@@ -142,13 +150,14 @@ class StageProgress:
                 return
 
 
-def convert(spark, src, dst, *, compression: str = "none", mode: str = "PERMISSIVE",
+def convert(spark: SparkSession, src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
+            compression: str = "none", mode: str = "PERMISSIVE",
             validate_crc: bool = True, segment_bytes: int = 1 << 30) -> ConvertSummary:
     """Convert `src` to `dst`: segments -> Parquet, or Parquet -> segments when `src` holds
     Parquet files.  `dst` is replaced."""
     start = time.monotonic()
     # Executors do not share the driver's working directory: hand Spark absolute local paths.
-    src, dst = (p if "://" in str(p) else os.path.abspath(p) for p in (src, dst))
+    src, dst = (str(p) if "://" in str(p) else os.path.abspath(p) for p in (src, dst))
     sc = spark.sparkContext
     records = sc.accumulator(0)
     payload = sc.accumulator(0)
@@ -156,7 +165,7 @@ def convert(spark, src, dst, *, compression: str = "none", mode: str = "PERMISSI
     problems = sc.accumulator([], _ListSum())
     to_segments = _is_parquet(src)
 
-    def count(batches):
+    def count(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow.compute as pc
 
         for rb in batches:

@@ -13,9 +13,17 @@ response's records field does; a partial trailing entry is ignored, as Kafka's c
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import pyarrow as pa
 
 from kafkacodec.spark.datasource import BASE_DDL, BATCH_DDL, HEADERS_DDL
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+# What mapInArrow hands a function and takes back.
+ArrowFunction = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 __all__ = ["decode", "decode_batches", "validate", "validate_batches", "down_convert",
            "down_convert_batches", "kafka_schema"]
@@ -29,13 +37,13 @@ def kafka_schema(include_headers: bool = True) -> str:
 def decode_batches(column: str, *, topic_column: str | None = None, partition_column: str | None = None,
                    topic: str = "", partition: int = 0, validate_crc: bool = True,
                    include_headers: bool = True, keep_control: bool = False,
-                   max_rows: int = 65536) -> Callable[[Iterator], Iterator]:
+                   max_rows: int = 65536) -> ArrowFunction:
     """A function for `df.mapInArrow(fn, kafka_schema())` decoding the raw batches in `column`."""
 
-    def run(batches):
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from kafkacodec._arrow import ArrowDecoder
 
-        decoders: dict = {}
+        decoders: dict[tuple[str, int], ArrowDecoder] = {}
         for rb in batches:
             cells = rb.column(column)
             topics = rb.column(topic_column).to_pylist() if topic_column else None
@@ -63,23 +71,22 @@ def decode_batches(column: str, *, topic_column: str | None = None, partition_co
     return run
 
 
-def decode(df, column: str, **options):
+def decode(df: DataFrame, column: str, **options: Any) -> DataFrame:
     """The decoded records of `df[column]` as a DataFrame (mapInArrow; options as decode_batches)."""
     return df.mapInArrow(decode_batches(column, **options),
                          kafka_schema(options.get("include_headers", True)))
 
 
-def validate_batches(column: str) -> Callable[[Iterator], Iterator]:
+def validate_batches(column: str) -> ArrowFunction:
     """A function for mapInArrow adding `error` (null when valid) and `records` to each row."""
 
-    def run(batches):
-        import pyarrow as pa
-
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from kafkacodec._arrow import ArrowDecoder
         from kafkacodec.errors import KafkaCodecError
 
         for rb in batches:
-            errors, counts = [], []
+            errors: list[str | None] = []
+            counts: list[int] = []
             for cell in rb.column(column):
                 if not cell.is_valid:
                     errors.append(None)
@@ -87,7 +94,8 @@ def validate_batches(column: str) -> Callable[[Iterator], Iterator]:
                     continue
                 data = cell.as_buffer()
                 dec = ArrowDecoder(validate_crc=True, include_headers=False, keep_control=True)
-                pos, n, error = 0, 0, None
+                pos, n = 0, 0
+                error: str | None = None
                 try:
                     while pos < len(data):
                         out, new_pos = dec.decode(data, pos)
@@ -105,7 +113,7 @@ def validate_batches(column: str) -> Callable[[Iterator], Iterator]:
     return run
 
 
-def validate(df, column: str):
+def validate(df: DataFrame, column: str) -> DataFrame:
     """`df` with `error` (null when every entry of the cell is valid) and `records` columns."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -114,14 +122,12 @@ def validate(df, column: str):
     return df.mapInArrow(validate_batches(column), schema)
 
 
-def down_convert_batches(column: str, to_magic: int) -> Callable[[Iterator], Iterator]:
+def down_convert_batches(column: str, to_magic: int) -> ArrowFunction:
     """A function for mapInArrow replacing `column` by its records converted to `to_magic`
     with kafkacodec.down_convert (Kafka's RecordsUtil.downConvert: control batches vanish,
     zstd cannot go below magic 2)."""
 
-    def run(batches):
-        import pyarrow as pa
-
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from kafkacodec import down_convert as convert
 
         for rb in batches:
@@ -136,6 +142,6 @@ def down_convert_batches(column: str, to_magic: int) -> Callable[[Iterator], Ite
     return run
 
 
-def down_convert(df, column: str, to_magic: int):
+def down_convert(df: DataFrame, column: str, to_magic: int) -> DataFrame:
     """`df` with `column` (raw batches) converted to magic `to_magic` (0 or 1)."""
     return df.mapInArrow(down_convert_batches(column, to_magic), df.schema)
