@@ -186,25 +186,30 @@ cdef int varcol_start(VarCol* c) noexcept nogil:
     c.offsets.len = 4
     return 0
 
-cdef inline int varcol_append(VarCol* c, const unsigned char* p, int32_t size) noexcept nogil:
-    # size < 0: null
-    if buf_ensure(&c.offsets, 4) < 0 or buf_ensure(&c.valid, 1) < 0:
-        return -1
+cdef inline int varcol_put(VarCol* c, const unsigned char* p, int32_t size) noexcept nogil:
+    """Append a value (size < 0: null) whose offset slot and bitmap byte are reserved (the data
+    is checked); the bitmap's length is the caller's to set."""
     if (c.n & 7) == 0:
         c.valid.ptr[c.n >> 3] = 0              # a fresh bitmap byte (growth is not zeroed)
-    if size > 0:
-        if buf_ensure(&c.data, size) < 0:
-            return -1
-        memcpy(c.data.ptr + c.data.len, p, size)
-        c.data.len += size
     if size >= 0:
+        if size > 0:
+            if buf_ensure(&c.data, size) < 0:
+                return -1
+            memcpy(c.data.ptr + c.data.len, p, size)
+            c.data.len += size
         c.valid.ptr[c.n >> 3] |= <unsigned char>(1 << (c.n & 7))
     else:
         c.nulls += 1
     c.n += 1
-    c.valid.len = (c.n + 7) >> 3
     (<int32_t*>(c.offsets.ptr + c.offsets.len))[0] = <int32_t>c.data.len
     c.offsets.len += 4
+    return 0
+
+cdef inline int varcol_append(VarCol* c, const unsigned char* p, int32_t size) noexcept nogil:
+    # size < 0: null
+    if buf_ensure(&c.offsets, 4) < 0 or buf_ensure(&c.valid, 1) < 0 or varcol_put(c, p, size) < 0:
+        return -1
+    c.valid.len = (c.n + 7) >> 3
     return 0
 
 cdef object varcol_take(VarCol* c, object arrow_type):
@@ -373,25 +378,6 @@ cdef int reserve_rows(State* s, Py_ssize_t rows) except -1 nogil:
             or buf_ensure(&s.control, rows) < 0 or buf_ensure(&s.hdr_offsets, 4 * rows) < 0
             or buf_ensure(&s.hdr_valid, bits) < 0):
         return no_memory()
-    return 0
-
-
-cdef inline int varcol_put(VarCol* c, const unsigned char* p, int32_t size) noexcept nogil:
-    """varcol_append into offsets and bitmap reserved by reserve_rows (data is checked)."""
-    if (c.n & 7) == 0:
-        c.valid.ptr[c.n >> 3] = 0              # a fresh bitmap byte (growth is not zeroed)
-    if size >= 0:
-        if size > 0:
-            if buf_ensure(&c.data, size) < 0:
-                return -1
-            memcpy(c.data.ptr + c.data.len, p, size)
-            c.data.len += size
-        c.valid.ptr[c.n >> 3] |= <unsigned char>(1 << (c.n & 7))
-    else:
-        c.nulls += 1
-    c.n += 1
-    (<int32_t*>(c.offsets.ptr + c.offsets.len))[0] = <int32_t>c.data.len
-    c.offsets.len += 4
     return 0
 
 
