@@ -21,6 +21,7 @@ from kafkacodec._v2 cimport V2Record, read_v2_record, write_v2_record, write_v2_
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
                                  next_inner_entry, inner_base_offset)
 from kafkacodec.protocol._wire cimport (put_length, put_string, put_empty_tags, begin_produce_request,
+                                        produce_output,
                                         end_frame, API_PRODUCE, PRODUCE_FLEXIBLE)
 
 from kafkacodec._compression cimport compress, decompress, DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT
@@ -545,14 +546,8 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
             total += 16 + 4 * len(name)
     if not topics:
         return None
-    total += 4 * (len(client_id) if client_id is not None else 0) + 16
-    total += 4 * (len(transactional_id) if transactional_id is not None else 0)
-    if out is None:
-        out = WriteBuffer(total)
-    else:
-        out.clear()
+    out = produce_output(out, total + 16, client_id, transactional_id)
     w = &out.w
-    ensure(w, total)
     # Write: one memcpy per contiguous run of forwarded batches.
     frame = begin_produce_request(w, api_version, correlation_id, client_id, transactional_id,
                                   acks, timeout_ms, len(topics))

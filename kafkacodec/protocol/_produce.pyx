@@ -13,7 +13,8 @@ from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int
                                  put_uvarint, uvarint_size)
 from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tagged_fields,
                                         read_response_header, put_length, put_string,
-                                        put_empty_tags, begin_produce_request, end_frame, API_PRODUCE,
+                                        put_empty_tags, begin_produce_request, produce_output,
+                                        end_frame, API_PRODUCE,
                                         PRODUCE_FLEXIBLE)
 
 from kafkacodec.errors import UnsupportedVersionError
@@ -87,14 +88,8 @@ def encode_produce_request(topic_data, *, int api_version=9, int32_t correlation
             estimate += 4 + 5 + 1 + (n if n > 0 else 0)
         estimate += 2 + 5 + 1 + 4 * len(topic) + 5
         topics.append((topic, partitions))
-    estimate += 4 * (len(client_id) if client_id is not None else 0)
-    estimate += 4 * (len(transactional_id) if transactional_id is not None else 0)
-    if out is None:
-        out = WriteBuffer(estimate)
-    else:
-        out.clear()
+    out = produce_output(out, estimate, client_id, transactional_id)
     w = &out.w
-    ensure(w, estimate)
     # Pass 2: write.
     frame = begin_produce_request(w, api_version, correlation_id, client_id, transactional_id,
                                   acks, timeout_ms, len(topics))

@@ -6,7 +6,8 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from kafkacodec._cursor cimport (Cursor, need, take, get_int16, get_int32, read_uvarint,
                                  raise_corrupt, raise_short)
-from kafkacodec._writer cimport (Writer, ensure, put_int16, put_int32, put_bytes, put_uvarint)
+from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int32, put_bytes,
+                                 put_uvarint)
 
 cdef enum:
     API_PRODUCE = 0
@@ -118,6 +119,19 @@ cdef inline Py_ssize_t begin_request(Writer* w, int16_t api_key, int16_t api_ver
     if flexible:
         put_empty_tags(w)
     return start
+
+cdef inline WriteBuffer produce_output(WriteBuffer out, Py_ssize_t estimate, object client_id,
+                                       object transactional_id):
+    """The buffer a ProduceRequest is written into: `out` emptied (a new one when None), with
+    room for `estimate` bytes plus the two ids (4 bytes a character covers any UTF-8)."""
+    estimate += 4 * (len(client_id) if client_id is not None else 0)
+    estimate += 4 * (len(transactional_id) if transactional_id is not None else 0)
+    if out is None:
+        out = WriteBuffer(estimate)
+    else:
+        out.clear()
+    ensure(&out.w, estimate)
+    return out
 
 cdef inline Py_ssize_t begin_produce_request(Writer* w, int16_t api_version,
                                              int32_t correlation_id, object client_id,
