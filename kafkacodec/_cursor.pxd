@@ -116,10 +116,15 @@ cdef inline int read_varint(Cursor* cur, int32_t* out, const char* what) except 
 
 cdef inline int read_varlong(Cursor* cur, int64_t* out, const char* what) except -1 nogil:
     # Zig-zag signed varlong (v2 timestamp deltas), at most 10 bytes.
+    cdef const unsigned char* p = cur.data + cur.pos
+    cdef Py_ssize_t left = cur.end - cur.pos
     cdef uint64_t raw
-    if cur.pos < cur.end and not (cur.data[cur.pos] & 0x80):
-        raw = cur.data[cur.pos]
+    if left >= 1 and not (p[0] & 0x80):
         cur.pos += 1
+        raw = p[0]
+    elif left >= 2 and not (p[1] & 0x80):      # deltas under 8.2 s: two bytes
+        cur.pos += 2
+        raw = (p[0] & 0x7F) | (<uint64_t>p[1] << 7)
     else:
         read_uvarint64(cur, &raw, 10, what)
     out[0] = <int64_t>((raw >> 1) ^ -(raw & 1))

@@ -11,17 +11,15 @@ Shape of the module
   (§9.2), shared with every other walker in _format.pxd; errors are raised afterwards by
   `raise_frame_error()`.
 - `RecordBatch` is a parsed 61-byte (or legacy) header plus the batch's place in the buffer.
-- Decoding a batch is eager: one tight loop turns every record of the batch into a `Record`
-  (key/value are new bytes) and appends it to a list; a decode error is kept and raised after
-  the records before it were yielded, as Kafka's lazy iterators do.  Because nothing refers
-  into the decompressed bytes once the loop is done, one reusable Decompressor per thread
-  serves every batch: no copy before or after decompressing.
+- Decoding is lazy, one record per next() (`_RecordIterator`), as Kafka's iterators are: a
+  corrupt record ends the iteration after the records before it.  A compressed batch is
+  decompressed once, into the thread's reusable Decompressor chunk, which the iterator pins
+  while it reads from it: no copy before or after decompressing, no list of records.
 """
 
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.list cimport PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF
 from cpython.object cimport PyObject
@@ -35,12 +33,13 @@ from kafkacodec._format cimport (
     HEADER_SIZE_UP_TO_MAGIC, V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
     V2_RECORDS_COUNT_OFFSET, COMPRESSION_MASK, TRANSACTIONAL_FLAG, CONTROL_FLAG,
     DELETE_HORIZON_FLAG, TIMESTAMP_LOG_APPEND, TIMESTAMP_NONE, NO_SEQUENCE)
-from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_header, read_control_type, \
+from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_record_checked, scan_v2_record, \
+    read_v2_header, read_control_type, \
     read_end_txn_coordinator_epoch
 from kafkacodec._legacy cimport LegacyMessage, read_legacy_message, next_inner_entry, \
     inner_base_offset
 from kafkacodec._crc cimport kc_crc_init
-from kafkacodec._compression cimport Decompressor, DEFAULT_MAX_DECOMPRESSED
+from kafkacodec._compression cimport _Chunk, Decompressor, DEFAULT_MAX_DECOMPRESSED
 cimport numpy as cnp
 
 import io as _io
@@ -134,21 +133,18 @@ cdef inline int32_t sequence_of(int32_t base_sequence, int32_t delta) noexcept n
 
 
 # --- decompression ---------------------------------------------------------------------------
-# One reusable Decompressor per thread: its buffer is only read by the decode loop that runs
-# right after the call (records get bytes of their own), so nothing outlives the next call.
+# One reusable Decompressor per thread.  An iterator reading a decompressed batch pins the
+# chunk it was written to (see _RecordIterator), so the next batch goes to another chunk
+# only while the first is still being read.
 _local = _threading.local()
 
 
-cdef const unsigned char* decompress_into(int codec, int magic, const unsigned char* data,
-                                          Py_ssize_t size, Py_ssize_t max_size,
-                                          Py_ssize_t* out_size) except NULL:
-    cdef Decompressor decompressor
+cdef Decompressor thread_decompressor():
     try:
-        decompressor = _local.decompressor
+        return <Decompressor>_local.decompressor
     except AttributeError:
-        decompressor = _local.decompressor = Decompressor()
-    decompressor.max_size = max_size
-    return decompressor.decompress_into(codec, magic, data, size, out_size)
+        _local.decompressor = Decompressor()
+        return <Decompressor>_local.decompressor
 
 
 # --- records ---------------------------------------------------------------------------------
@@ -288,49 +284,38 @@ cdef int decode_control(Record r, const V2Record* rec, Py_ssize_t position) exce
     return 0
 
 
-cdef int decode_v2(const BatchHeader* h, const unsigned char* data, Py_ssize_t size,
-                   Py_ssize_t base, list out) except -1:
-    """Every record of a v2 batch's (decompressed) records section, in one loop (spec §6.1)."""
-    cdef Cursor cur
-    cdef V2Record rec
-    cdef Record r
-    cdef int32_t i, count = h.records_count
-    cdef bint log_append = h.timestamp_type == TIMESTAMP_LOG_APPEND
-    cdef bint control = (h.attributes & CONTROL_FLAG) != 0
-    cdef Py_ssize_t record_start
-    cursor_init(&cur, data, size, base)
-    if count < 0:
-        raise CorruptRecordError(f"invalid record count {count} (negative)",
-                                 position=h.position + V2_RECORDS_COUNT_OFFSET)
-    for i in range(count):
-        if cur.pos >= cur.end:
-            raise CorruptRecordError(f"premature end of records: the batch declares {count} "
-                                     f"records but holds {i}", position=base + cur.pos)
-        record_start = base + cur.pos
-        read_v2_record(&cur, &rec)
-        r = Record.__new__(Record)
-        r.offset = wrap_add(h.base_offset, rec.offset_delta)
-        r.timestamp = h.max_timestamp if log_append else wrap_add(h.base_timestamp,
-                                                                 rec.timestamp_delta)
-        r._timestamp_type = h.timestamp_type
-        r.sequence = sequence_of(h.base_sequence, rec.offset_delta)
-        r._control_type = -1
-        r._coordinator_epoch = -1
-        r.key = None if rec.key == NULL else PyBytes_FromStringAndSize(<const char*>rec.key,
-                                                                       rec.key_length)
-        r.value = None if rec.value == NULL else PyBytes_FromStringAndSize(
-            <const char*>rec.value, rec.value_length)
-        r.headers = _NO_HEADERS if rec.header_count == 0 else decode_headers(&rec, base)
-        if control:
-            decode_control(r, &rec, record_start)
-        out.append(r)
-    if count > 0 and cur.pos != cur.end:
-        # Kafka's RecordIterator checks this while reading the last record, which it then
-        # never returns: drop it, so the same records come out before the error.
-        del out[PyList_GET_SIZE(out) - 1]
-        raise CorruptRecordError(f"records still remaining: {cur.end - cur.pos} bytes after the "
-                                 f"{count} records the batch declares", position=base + cur.pos)
-    return 0
+cdef Record v2_record(const BatchHeader* h, const V2Record* rec, Py_ssize_t base,
+                      Py_ssize_t record_start, _Buffer in_place):
+    """The Record of one parsed v2 record (spec §6.1: offset and timestamp are deltas from
+    the batch's; LogAppendTime replaces the record's timestamp with MaxTimestamp).
+    `in_place`: the caller's buffer when `rec` points into it, else None."""
+    cdef Record r = Record.__new__(Record)
+    r.offset = wrap_add(h.base_offset, rec.offset_delta)
+    r.timestamp = (h.max_timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND
+                   else wrap_add(h.base_timestamp, rec.timestamp_delta))
+    r._timestamp_type = h.timestamp_type
+    r.sequence = sequence_of(h.base_sequence, rec.offset_delta)
+    r._control_type = -1
+    r._coordinator_epoch = -1
+    r.key = None if rec.key == NULL else PyBytes_FromStringAndSize(<const char*>rec.key,
+                                                                   rec.key_length)
+    r.value = None if rec.value == NULL else PyBytes_FromStringAndSize(
+        <const char*>rec.value, rec.value_length)
+    if rec.header_count == 0:
+        r.headers = _NO_HEADERS
+    elif in_place is None:
+        r.headers = decode_headers(rec, base)
+    else:
+        # Header tuples are GC-tracked: allocating them may run a collection, and with it a
+        # finaliser that closes the file.  Counting ourselves a user keeps it mapped.
+        in_place.enter()
+        try:
+            r.headers = decode_headers(rec, base)
+        finally:
+            in_place.leave()
+    if h.attributes & CONTROL_FLAG:
+        decode_control(r, rec, record_start)
+    return r
 
 
 cdef Record legacy_record(const LegacyMessage* m, int64_t offset, int8_t timestamp_type,
@@ -355,45 +340,6 @@ cdef int check_legacy_codec(const BatchHeader* h) except -1:
     if h.compression > 4:
         raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
                                           position=h.position + MAGIC_OFFSET + 1)
-    return 0
-
-
-cdef int decode_legacy_inner(const BatchHeader* h, const LegacyMessage* wrapper,
-                             const unsigned char* inner, Py_ssize_t size, list out) except -1:
-    """The inner messages of a decompressed v0/v1 wrapper value (spec §4)."""
-    cdef Cursor cur
-    cdef Py_ssize_t entry_size
-    cdef int64_t last = -1, base, timestamp
-    cdef Py_ssize_t count = 0
-    cdef LegacyMessage m
-    cdef int8_t timestamp_type
-    cursor_init(&cur, inner, size, 0)
-    while next_inner_entry(&cur, &entry_size):          # framing pass: the last inner offset
-        last = <int64_t>load_u64(inner + cur.pos)
-        cur.pos += entry_size
-        count += 1
-    if count == 0:
-        raise CorruptRecordError("compressed message set holds no inner messages", position=0)
-    base = inner_base_offset(h.magic, wrapper.offset, last, &cur)
-    cur.pos = 0
-    while next_inner_entry(&cur, &entry_size):
-        read_legacy_message(inner + cur.pos, entry_size, cur.pos, &m)
-        if m.magic != 0 and m.magic != 1:
-            raise CorruptRecordError(f"inner message with magic {m.magic}",
-                                     position=cur.pos + MAGIC_OFFSET)
-        if m.attributes & COMPRESSION_MASK:
-            raise CorruptRecordError("compressed inner message inside a compressed wrapper",
-                                     position=cur.pos + MAGIC_OFFSET + 1)
-        # LegacyRecord rules: magic 0 has no timestamp; otherwise the wrapper's type wins and
-        # a LogAppendTime wrapper's timestamp replaces the inner one.
-        if m.magic == 0:
-            timestamp_type = TIMESTAMP_NONE
-            timestamp = -1
-        else:
-            timestamp_type = h.timestamp_type
-            timestamp = h.max_timestamp if timestamp_type == TIMESTAMP_LOG_APPEND else m.timestamp
-        out.append(legacy_record(&m, wrap_add(base, m.offset), timestamp_type, timestamp))
-        cur.pos += entry_size
     return 0
 
 
@@ -422,58 +368,6 @@ cdef object with_context(object err, const BatchHeader* h, Py_ssize_t data_posit
             reason = f"{reason} at byte {position} of the decompressed data"
         position = data_position
     return rebuilt(err, reason, position, h.base_offset)
-
-
-cdef object decode_batch(const BatchHeader* h, const unsigned char* entry, Py_ssize_t max_size,
-                         list out):
-    """Append the batch's records to `out`; return the error that stopped decoding, or None."""
-    cdef Py_ssize_t size = 0
-    cdef const unsigned char* data
-    cdef LegacyMessage wrapper
-    cdef Py_ssize_t data_position = h.position
-    cdef bint decompressed = False
-    try:
-        if h.magic == 2:
-            if h.compression == 0:
-                decode_v2(h, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE,
-                          h.position + V2_HEADER_SIZE, out)
-                return None
-            if h.records_count == 0:      # count 0: the records section is not examined
-                return None
-            if h.records_count < 0:       # checked before decompressing, as Kafka does
-                raise CorruptRecordError(f"invalid record count {h.records_count} (negative)",
-                                         position=h.position + V2_RECORDS_COUNT_OFFSET)
-            if h.compression > 4:
-                raise UnsupportedCompressionError(
-                    f"unknown compression type id {h.compression}", position=h.position + 22)
-            data_position = h.position + V2_HEADER_SIZE
-            data = decompress_into(h.compression, 2, entry + V2_HEADER_SIZE,
-                                   h.size - V2_HEADER_SIZE, max_size, &size)
-            decompressed = True
-            decode_v2(h, data, size, 0, out)
-            return None
-        if h.magic != 0 and h.magic != 1:
-            raise UnsupportedVersionError(f"unknown magic {h.magic}",
-                                          position=h.position + MAGIC_OFFSET)
-        read_legacy_message(entry, h.size, h.position, &wrapper)
-        if h.compression == 0:
-            out.append(legacy_record(&wrapper, h.base_offset, h.timestamp_type, h.max_timestamp))
-            return None
-        check_legacy_codec(h)
-        if wrapper.value == NULL:
-            raise CorruptRecordError("compressed wrapper message with a null value",
-                                     position=h.position)
-        data_position = h.position + (wrapper.value - entry)
-        data = decompress_into(h.compression, h.magic, wrapper.value, wrapper.value_length,
-                               max_size, &size)
-        decompressed = True
-        decode_legacy_inner(h, &wrapper, data, size, out)
-        return None
-    except KafkaCodecError as err:
-        if not decompressed and data_position != h.position and err.position is not None:
-            # raised by the decompressor: its positions are inside the compressed data
-            err = rebuilt(err, err.reason, data_position + err.position, h.base_offset)
-        return with_context(err, h, data_position, decompressed)
 
 
 # --- batches ---------------------------------------------------------------------------------
@@ -505,8 +399,9 @@ cdef class RecordBatch:
         if self.h.magic >= 2 or self.h.compression == 0:
             return self.h.base_offset
         if self._base_offset is None:
-            records = self._decode()
-            self._base_offset = records[0].offset
+            for record in self:                 # as Kafka: the first inner record's offset
+                self._base_offset = record.offset
+                break
         return self._base_offset
 
     @property
@@ -644,27 +539,13 @@ cdef class RecordBatch:
                                   stored=self.h.crc, computed=computed,
                                   position=self.h.position, offset=self.h.base_offset)
 
-    cdef list _decode(self):
-        cdef list out = []
-        cdef const unsigned char* entry = self._entry()
-        self._buf.enter()
-        try:
-            error = decode_batch(&self.h, entry, self._max_decompressed, out)
-        finally:
-            self._buf.leave()
-        if error is not None:
-            raise error
-        return out
-
     def __iter__(self):
         cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
-        cdef const unsigned char* entry = self._entry()
-        it._items = []
-        self._buf.enter()
-        try:
-            it._error = decode_batch(&self.h, entry, self._max_decompressed, it._items)
-        finally:
-            self._buf.leave()
+        self._entry()                           # BufferReleasedError now, not at next()
+        it._buf = self._buf
+        it._max_decompressed = self._max_decompressed
+        it._h = self.h
+        it._state = BATCH_PENDING
         return it
 
     def __repr__(self):
@@ -683,61 +564,251 @@ cdef RecordBatch make_batch(_Buffer buf, const unsigned char* entry, Py_ssize_t 
 
 
 # --- iterators -------------------------------------------------------------------------------
+cdef enum:
+    BATCH_NONE = 0       # no batch open: take the record set's next entry, if there is one
+    BATCH_PENDING = 1    # _h parsed, records not read yet (decompressed by the first next())
+    BATCH_V2 = 2         # reading v2 records with _cur
+    BATCH_LEGACY = 3     # reading a legacy wrapper's inner messages with _cur
+
+
 @cython.final
 cdef class _RecordIterator:
-    """Records of one batch, or of every batch of a record set (then `_records` is set)."""
-    cdef list _items
-    cdef Py_ssize_t _index
-    cdef object _error
+    """Records of one batch, or of every batch of a record set (then `_records` is set),
+    decoded one per next() as Kafka's record iterators do: a corrupt record ends the
+    iteration after the records before it were yielded.
+
+    What the iterator reads, and what keeps it valid:
+    - an uncompressed batch is read in place, in the caller's buffer: every next() checks that
+      the buffer was not released (FileRecords.close()) and counts itself a user meanwhile;
+    - a compressed batch is read from the thread Decompressor's chunk, which the iterator
+      pins (the chunk's `exports` count) until the batch is done: while it is pinned the
+      Decompressor writes elsewhere, so interleaved iterators never see each other's data,
+      and one iterator at a time reuses the same warm chunk."""
+    cdef _Buffer _buf
     cdef Records _records
     cdef Py_ssize_t _pos               # next entry, relative to the record set
+    cdef Py_ssize_t _max_decompressed
+    cdef BatchHeader _h                # the current batch
+    cdef int _state
+    cdef Cursor _cur                   # over its records (v2) or inner messages (legacy)
+    cdef int32_t _index                # v2: records read so far
+    cdef int64_t _inner_base           # legacy wrapper: added to inner offsets (spec §4.1)
+    cdef Py_ssize_t _data_position     # where its (compressed) records start in the buffer
+    cdef _Chunk _chunk                 # the decompressed records being read, pinned
+
+    def __dealloc__(self):
+        self._unpin()
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        cdef object item
+        cdef Record record
+        cdef V2Record rec
+        cdef Py_ssize_t record_start = self._cur.base + self._cur.pos
+        # The common case first, with nothing that can raise: a v2 data record, not the
+        # batch's last (the trailing-bytes check is _next_v2's), of the shape scan_v2_record
+        # takes.  Anything else goes the checked way below, which raises what is wrong.
+        if (self._state == BATCH_V2 and self._index < self._h.records_count - 1
+                and not self._buf.released and not self._h.attributes & CONTROL_FLAG
+                and scan_v2_record(&self._cur, &rec)):
+            self._index += 1
+            return v2_record(&self._h, &rec, self._cur.base, record_start, self._in_place())
         while True:
-            if self._index < PyList_GET_SIZE(self._items):
-                item = self._items[self._index]
-                self._index += 1
-                return item
-            if self._error is not None:
-                error, self._error = self._error, None
-                self._records = None
-                raise error
-            if self._records is None or not self._fill():
+            if self._state != BATCH_NONE:
+                record = self._next_in_batch()
+                if record is not None:
+                    return record
+            elif self._records is None or not self._next_entry():
                 raise StopIteration
 
-    cdef bint _fill(self) except -1:
-        """Decode the next batch of the record set; False at the end."""
+    cdef inline _Buffer _in_place(self):
+        """The caller's buffer when the records are read in place; None when they are read
+        from the pinned chunk."""
+        return self._buf if self._chunk is None else None
+
+    cdef inline void _unpin(self) noexcept:
+        if self._chunk is not None:
+            self._chunk.exports -= 1
+            self._chunk = None
+
+    cdef inline void _end_batch(self) noexcept:
+        self._state = BATCH_NONE
+        self._unpin()
+
+    cdef bint _next_entry(self) except -1:
+        """Parse the record set's next entry into _h; False at the end."""
         cdef Records records = self._records
-        cdef _Buffer buf = records._buf
-        cdef BatchHeader h
-        cdef Py_ssize_t size = 0
+        cdef Py_ssize_t size = 0, position = records._start + self._pos
         cdef const unsigned char* entry
         cdef int code
-        if buf.released:
-            raise BufferReleasedError("the records' file was closed",
-                                      position=records._start + self._pos)
-        entry = buf.data + records._start + self._pos
+        if self._buf.released:
+            raise BufferReleasedError("the records' file was closed", position=position)
+        entry = self._buf.data + position
         code = frame_entry(entry, records._size - self._pos, records._file_rules, &size)
         if code == FRAME_END:
             self._records = None
             return False
         if code < 0:
             self._records = None
-            raise_frame_error(code, entry, records._start + self._pos)
-        parse_entry_header(entry, size, records._start + self._pos, &h)
+            raise_frame_error(code, entry, position)
+        parse_entry_header(entry, size, position, &self._h)
         self._pos += size
-        self._items = []
-        self._index = 0
-        buf.enter()
-        try:
-            self._error = decode_batch(&h, entry, records._max_decompressed, self._items)
-        finally:
-            buf.leave()
+        self._state = BATCH_PENDING
         return True
+
+    cdef Record _next_in_batch(self):
+        """The current batch's next record; None when it has no more (state NONE then)."""
+        if self._buf.released:
+            self._records = None
+            self._end_batch()
+            raise BufferReleasedError("the records' file was closed",
+                                      position=self._h.position, offset=self._h.base_offset)
+        try:
+            if self._state == BATCH_V2:
+                return self._next_v2()
+            if self._state == BATCH_LEGACY:
+                return self._next_inner()
+            return self._open()
+        except KafkaCodecError as err:
+            decompressed = self._chunk is not None
+            self._records = None         # a corrupt batch ends the whole iteration
+            self._end_batch()
+            raise with_context(err, &self._h, self._data_position, decompressed)
+
+    cdef Record _open(self):
+        """Start reading _h: return its only record (uncompressed legacy entry) or its first
+        one; None for a batch without records."""
+        cdef const BatchHeader* h = &self._h
+        cdef const unsigned char* entry = self._buf.data + h.position
+        cdef const unsigned char* data
+        cdef Py_ssize_t size = 0
+        cdef LegacyMessage wrapper
+        self._state = BATCH_NONE
+        self._index = 0
+        self._data_position = h.position
+        if h.magic == 2:
+            if h.records_count < 0:      # checked before decompressing, as Kafka does
+                raise CorruptRecordError(f"invalid record count {h.records_count} (negative)",
+                                         position=h.position + V2_RECORDS_COUNT_OFFSET)
+            self._data_position = h.position + V2_HEADER_SIZE
+            if h.compression == 0:
+                cursor_init(&self._cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE,
+                            self._data_position)
+            elif h.records_count == 0:   # count 0: the records section is not examined
+                return None
+            elif h.compression > 4:
+                raise UnsupportedCompressionError(
+                    f"unknown compression type id {h.compression}", position=h.position + 22)
+            else:
+                data = self._decompress(2, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE,
+                                        &size)
+                cursor_init(&self._cur, data, size, 0)
+            self._state = BATCH_V2
+            return self._next_v2()
+        if h.magic != 0 and h.magic != 1:
+            raise UnsupportedVersionError(f"unknown magic {h.magic}",
+                                          position=h.position + MAGIC_OFFSET)
+        read_legacy_message(entry, h.size, h.position, &wrapper)
+        if h.compression == 0:
+            return legacy_record(&wrapper, h.base_offset, h.timestamp_type, h.max_timestamp)
+        check_legacy_codec(h)
+        if wrapper.value == NULL:
+            raise CorruptRecordError("compressed wrapper message with a null value",
+                                     position=h.position)
+        self._data_position = h.position + (wrapper.value - entry)
+        data = self._decompress(h.magic, wrapper.value, wrapper.value_length, &size)
+        cursor_init(&self._cur, data, size, 0)
+        self._inner_base = self._frame_inner(wrapper.offset)
+        self._state = BATCH_LEGACY
+        return self._next_inner()
+
+    cdef const unsigned char* _decompress(self, int magic, const unsigned char* data,
+                                          Py_ssize_t size, Py_ssize_t* out_size) except NULL:
+        """Decompress the batch's records into the thread's chunk and pin it."""
+        cdef Decompressor decompressor = thread_decompressor()
+        cdef const unsigned char* out
+        decompressor.max_size = self._max_decompressed
+        try:
+            out = decompressor.decompress_into(self._h.compression, magic, data, size, out_size)
+        except KafkaCodecError as err:
+            if err.position is None:
+                raise
+            # the decompressor's positions are inside the compressed data
+            raise rebuilt(err, err.reason, self._data_position + err.position,
+                          self._h.base_offset)
+        self._chunk = decompressor._chunk
+        self._chunk.exports += 1
+        return out
+
+    cdef Record _next_v2(self):
+        cdef V2Record rec
+        cdef Py_ssize_t record_start
+        cdef int32_t count = self._h.records_count
+        if self._index >= count:
+            self._end_batch()
+            return None
+        if self._cur.pos >= self._cur.end:
+            raise CorruptRecordError(f"premature end of records: the batch declares {count} "
+                                     f"records but holds {self._index}",
+                                     position=self._cur.base + self._cur.pos)
+        record_start = self._cur.base + self._cur.pos
+        read_v2_record(&self._cur, &rec)
+        self._index += 1
+        if self._index == count and self._cur.pos != self._cur.end:
+            # Kafka's RecordIterator checks this while reading the last record, which it then
+            # never returns.
+            raise CorruptRecordError(f"records still remaining: {self._cur.end - self._cur.pos} "
+                                     f"bytes after the {count} records the batch declares",
+                                     position=self._cur.base + self._cur.pos)
+        return v2_record(&self._h, &rec, self._cur.base, record_start, self._in_place())
+
+    cdef int64_t _frame_inner(self, int64_t wrapper_offset) except? -1:
+        """Walk the inner message set once (spec §4.1): its base offset needs the last inner
+        offset.  Leaves _cur at the first inner message."""
+        cdef Py_ssize_t entry_size, count = 0
+        cdef int64_t last = -1, base
+        while next_inner_entry(&self._cur, &entry_size):
+            last = <int64_t>load_u64(self._cur.data + self._cur.pos)
+            self._cur.pos += entry_size
+            count += 1
+        if count == 0:
+            raise CorruptRecordError("compressed message set holds no inner messages",
+                                     position=0)
+        base = inner_base_offset(self._h.magic, wrapper_offset, last, &self._cur)
+        self._cur.pos = 0
+        return base
+
+    cdef Record _next_inner(self):
+        """The next inner message of a decompressed v0/v1 wrapper (spec §4)."""
+        cdef Py_ssize_t entry_size
+        cdef LegacyMessage m
+        cdef int8_t timestamp_type
+        cdef int64_t timestamp
+        cdef Record record
+        if not next_inner_entry(&self._cur, &entry_size):
+            self._end_batch()
+            return None
+        read_legacy_message(self._cur.data + self._cur.pos, entry_size, self._cur.pos, &m)
+        if m.magic != 0 and m.magic != 1:
+            raise CorruptRecordError(f"inner message with magic {m.magic}",
+                                     position=self._cur.pos + MAGIC_OFFSET)
+        if m.attributes & COMPRESSION_MASK:
+            raise CorruptRecordError("compressed inner message inside a compressed wrapper",
+                                     position=self._cur.pos + MAGIC_OFFSET + 1)
+        # LegacyRecord rules: magic 0 has no timestamp; otherwise the wrapper's type wins and
+        # a LogAppendTime wrapper's timestamp replaces the inner one.
+        if m.magic == 0:
+            timestamp_type = TIMESTAMP_NONE
+            timestamp = -1
+        else:
+            timestamp_type = self._h.timestamp_type
+            timestamp = (self._h.max_timestamp if timestamp_type == TIMESTAMP_LOG_APPEND
+                         else m.timestamp)
+        record = legacy_record(&m, wrap_add(self._inner_base, m.offset), timestamp_type,
+                               timestamp)
+        self._cur.pos += entry_size
+        return record
 
 
 @cython.final
@@ -843,7 +914,8 @@ cdef class Records:
         """Iterate every record of every entry (decompressing as needed)."""
         cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
         self._check()
-        it._items = []
+        it._buf = self._buf
+        it._max_decompressed = self._max_decompressed
         it._records = self
         return it
 
@@ -1070,3 +1142,31 @@ cdef class FileRecords(Records):
     def __repr__(self):
         state = "closed" if self._buf.released else f"size_in_bytes={self._size}"
         return f"FileRecords({self.path!r}, {state})"
+
+
+# --- test hook ---------------------------------------------------------------------------------
+def _v2_record_parsers(const unsigned char[::1] data not None):
+    """For tests: the v2 record at the start of `data` as scan_v2_record and
+    read_v2_record_checked see it, as (scanned, read).  Each is (attributes, timestamp_delta,
+    offset_delta, key, value, header_count, headers, end position); scanned is None where
+    scan_v2_record declines, and read is the KafkaCodecError where the checked reader raises."""
+    cdef Cursor cur
+    cdef V2Record rec
+    cdef const unsigned char* start = &data[0] if data.shape[0] else <const unsigned char*>b""
+
+    def fields():
+        return (rec.attributes, rec.timestamp_delta, rec.offset_delta,
+                None if rec.key == NULL else rec.key[:rec.key_length],
+                None if rec.value == NULL else rec.value[:rec.value_length],
+                rec.header_count, rec.headers[:rec.headers_size], cur.pos)
+
+    cursor_init(&cur, start, data.shape[0], 0)
+    scanned = fields() if scan_v2_record(&cur, &rec) else None
+    if scanned is None and cur.pos != 0:
+        raise AssertionError("scan_v2_record moved the cursor and declined")
+    cursor_init(&cur, start, data.shape[0], 0)
+    try:
+        read_v2_record_checked(&cur, &rec)
+    except KafkaCodecError as err:
+        return scanned, err
+    return scanned, fields()

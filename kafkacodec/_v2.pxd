@@ -24,10 +24,91 @@ cdef struct V2Record:
     Py_ssize_t headers_size
     int32_t header_count
 
+cdef inline bint small_varint(const unsigned char** at, const unsigned char* end,
+                              int32_t* out) noexcept nogil:
+    # A zig-zag varint of one or two bytes inside [*at, end) (lengths below 8 KiB, deltas
+    # below 8,192): decoded, *at advanced.  False for anything else.
+    cdef const unsigned char* p = at[0]
+    cdef uint32_t raw
+    if p < end and p[0] < 0x80:
+        raw = p[0]
+        at[0] = p + 1
+    elif end - p >= 2 and p[1] < 0x80:
+        raw = (p[0] & 0x7F) | (<uint32_t>p[1] << 7)
+        at[0] = p + 2
+    else:
+        return False
+    out[0] = <int32_t>((raw >> 1) ^ -(raw & 1))
+    return True
+
+cdef inline bint scan_v2_record(Cursor* cur, V2Record* rec) noexcept nogil:
+    """read_v2_record without error paths, for the common record: every varint of one or two
+    bytes.  Parses the record at the cursor and advances past it; returns False, the cursor
+    unmoved, for any other record (well-formed or not), which read_v2_record_checked reads or
+    rejects.  It accepts exactly what read_v2_record_checked accepts with those varints
+    (tests/test_records.py checks both against each other)."""
+    cdef const unsigned char* p = cur.data + cur.pos
+    cdef const unsigned char* end = cur.data + cur.end
+    cdef int32_t length, timestamp_delta, count, key_length, value_length, i
+    if not small_varint(&p, end, &length) or length < 1 or length > end - p:
+        return False
+    end = p + length                 # the body: nothing may be read past it
+    rec.attributes = <int8_t>p[0]
+    p += 1
+    if not small_varint(&p, end, &timestamp_delta) or not small_varint(&p, end, &rec.offset_delta):
+        return False
+    rec.timestamp_delta = timestamp_delta
+    if not small_varint(&p, end, &rec.key_length):
+        return False
+    if rec.key_length < 0:           # any negative length reads as null
+        rec.key = NULL
+        rec.key_length = -1
+    elif rec.key_length > end - p:
+        return False
+    else:
+        rec.key = p
+        p += rec.key_length
+    if not small_varint(&p, end, &rec.value_length):
+        return False
+    if rec.value_length < 0:
+        rec.value = NULL
+        rec.value_length = -1
+    elif rec.value_length > end - p:
+        return False
+    else:
+        rec.value = p
+        p += rec.value_length
+    if not small_varint(&p, end, &count) or count < 0 or count > end - p:
+        return False
+    rec.header_count = count
+    rec.headers = p
+    for i in range(count):
+        if not small_varint(&p, end, &key_length) or key_length < 0 or key_length > end - p:
+            return False
+        p += key_length
+        if not small_varint(&p, end, &value_length):
+            return False
+        if value_length >= 0:
+            if value_length > end - p:
+                return False
+            p += value_length
+    rec.headers_size = p - rec.headers
+    if p != end:                     # bytes left over after the last header
+        return False
+    cur.pos = p - cur.data
+    return True
+
 cdef inline int read_v2_record(Cursor* cur, V2Record* rec) except -1 nogil:
     """Parse the record at the cursor and advance past it (DefaultRecord.readFrom rules).
 
-    The body must hold exactly `Length` bytes: any underflow or leftover raises."""
+    The body must hold exactly `Length` bytes: any underflow or leftover raises.  The common
+    record takes scan_v2_record's short way; any other is read (or rejected) step by step."""
+    if scan_v2_record(cur, rec):
+        return 0
+    return read_v2_record_checked(cur, rec)
+
+cdef inline int read_v2_record_checked(Cursor* cur, V2Record* rec) except -1 nogil:
+    """read_v2_record, every field read with its own checks (and errors)."""
     cdef int32_t length, key_length, value_length
     cdef Py_ssize_t body_end, saved_end = cur.end
     read_varint(cur, &length, b"record length")

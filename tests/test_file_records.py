@@ -172,6 +172,48 @@ def test_close_during_a_validation_loop_in_another_thread_is_safe(tmp_path):
         assert results in ([400], ["released"])
 
 
+def test_a_collection_that_closes_the_file_while_a_record_is_decoded_is_safe(tmp_path):
+    # Records are decoded in place, one per next().  Header tuples are GC-tracked, so making
+    # them can run a collection and with it any finaliser: here one closes the file.  The
+    # mapping must outlive the record being decoded, and the next record must raise.
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0,
+                                  producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                  batch_size=1 << 30)
+    for i in range(200):
+        b.append(i, timestamp=i, key=b"k", value=b"v" * 50, headers=[("a", b"1"), ("b", None)])
+    path = tmp_path / "headers.log"
+    path.write_bytes(bytes(b.build()))
+    records = FileRecords.open(path)
+    it = records.records()
+    assert next(it).headers == (("a", b"1"), ("b", None))
+
+    decoded, armed, closed_after = [], [False], []
+
+    def close_on_collect(phase, info):
+        if phase == "start" and armed[0] and not records.closed:
+            closed_after.append(len(decoded))
+            records.close()
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(close_on_collect)
+    gc.set_threshold(1)
+    try:
+        with pytest.raises(BufferReleasedError):
+            for record in it:
+                armed[0] = False
+                decoded.append((record.value, record.headers))
+                armed[0] = True            # the next collection comes from next(it)
+    finally:
+        gc.callbacks.remove(close_on_collect)
+        gc.set_threshold(*threshold)
+    # closed while decoding record n+1, which still came out whole
+    assert records.closed and len(decoded) == closed_after[0] + 1
+    assert all(item == (b"v" * 50, (("a", b"1"), ("b", None))) for item in decoded)
+    del record
+    gc.collect()
+    assert _mapped(path) in (False, None)
+
+
 def test_sample_segments_read_like_memory_records(tmp_path):
     from kafkacodec._sample import write_sample_log
 

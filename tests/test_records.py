@@ -747,6 +747,151 @@ def test_decoding_from_several_threads_at_once():
     assert failures == []
 
 
+# --- lazy iteration: one record per next(), decompressed chunks pinned while read ------------
+
+def _record_fields(records):
+    return [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records]
+
+
+def _compressed_batches(codec, magic=2):
+    shape = SHAPES["plain"] + SHAPES["headers"]
+    if magic == 2:
+        return [with_base_offset(aio_v2(shape, codec), 100 * i) for i in range(3)]
+    return [aio_legacy(SHAPES["plain"], magic, codec, first_offset=100 * i) for i in range(3)]
+
+
+@pytest.mark.parametrize("magic, codec", [(2, c) for c in (1, 2, 3, 4)] + [(1, 1), (0, 2)])
+def test_interleaved_iterators_over_compressed_batches_keep_their_own_data(magic, codec):
+    # Each compressed batch is read from the thread's decompression chunk: an iterator pins
+    # its chunk, so decompressing other batches meanwhile must not overwrite what it reads.
+    data = _compressed_batches(codec, magic)
+    expected = [_record_fields(MemoryRecords(batch).records()) for batch in data]
+    first = iter(next(MemoryRecords(data[0]).batches()))
+    got_first = _record_fields([next(first), next(first)])
+    nested = [_record_fields(next(MemoryRecords(batch).batches())) for batch in data[1:]]
+    got_first += _record_fields(first)
+    assert [got_first] + nested == expected
+    # whole record sets, zipped record by record
+    whole = MemoryRecords(b"".join(data))
+    pairs = list(zip(whole.records(), MemoryRecords(b"".join(reversed(data))).records()))
+    assert _record_fields(a for a, _ in pairs) == sum(expected, [])
+    assert _record_fields(b for _, b in pairs) == sum(reversed(expected), [])
+
+
+def _chunk_address(codec, section):
+    import kafkacodec._records as records_module
+    view = records_module._local.decompressor.decompress(codec, 2, section)
+    address = np.frombuffer(view, np.uint8).ctypes.data
+    view.release()
+    return address
+
+
+@pytest.mark.parametrize("codec", [1, 4])
+def test_an_abandoned_iterator_unpins_its_chunk(codec):
+    batch = aio_v2(SHAPES["plain"] * 50, codec)
+    section = batch[61:]
+    list(MemoryRecords(batch).records())               # the thread has a Decompressor now
+    reused = _chunk_address(codec, section)
+    assert _chunk_address(codec, section) == reused     # no reader: the same chunk again
+    it = MemoryRecords(batch).records()
+    next(it)                                            # pins the chunk
+    assert _chunk_address(codec, section) != reused     # ... so the next batch goes elsewhere
+    it = MemoryRecords(batch).records()
+    next(it)
+    del it                                              # dropped half-read: unpinned
+    reused = _chunk_address(codec, section)
+    it = MemoryRecords(batch).records()
+    assert len(list(it)) == 500                         # read to the end: unpinned too
+    assert _chunk_address(codec, section) == reused
+
+
+def test_iteration_yields_records_one_at_a_time():
+    # Lazy, as Kafka's iterators: a batch's records are not all made up front (memory stays
+    # flat however big the batch), and an error comes after the records before it.
+    import itertools
+    import tracemalloc
+
+    section = b"".join(v2_record(i, i, b"k", b"v" * 100) for i in range(5000))
+    data = v2_batch(section + b"\x7f", count=5001, last_offset_delta=5000)
+    for codec_data in (data, aio_v2([(i, b"k", b"v" * 100, []) for i in range(5000)], 4)):
+        it = MemoryRecords(codec_data).records()
+        tracemalloc.start()
+        try:
+            first = next(it)
+            grown = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert first.value == b"v" * 100
+        assert grown < 50_000           # 5,000 records decoded at once would be ~900 KB
+    it = MemoryRecords(data).records()
+    assert [r.offset for r in itertools.islice(it, 4999)][-1] == 4998
+    assert next(it).offset == 4999
+    with pytest.raises(CorruptRecordError, match="record length"):
+        next(it)
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+# --- the fast record parser against the checked one ------------------------------------------
+
+def _parsers(data):
+    from kafkacodec._records import _v2_record_parsers
+    return _v2_record_parsers(bytes(data))
+
+
+_small = st.integers(-64, 8191)
+_any_int = st.one_of(_small, st.integers(-2**31, 2**31 - 1))
+_blob = st.one_of(st.none(), st.binary(max_size=40), st.binary(min_size=8190, max_size=8200))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_scan_v2_record_accepts_only_what_read_v2_record_reads(data):
+    offset_delta = data.draw(_any_int)
+    timestamp_delta = data.draw(st.one_of(_any_int, st.integers(-2**63, 2**63 - 1)))
+    key, value = data.draw(_blob), data.draw(_blob)
+    headers = data.draw(st.lists(st.tuples(st.binary(max_size=5), st.one_of(st.none(),
+                                                                           st.binary(max_size=5))),
+                                 max_size=3))
+    record = bytearray(v2_record(offset_delta, timestamp_delta, key, value, headers))
+    scanned, read = _parsers(record)
+    assert scanned is None or scanned == read
+    small = (-64 <= offset_delta < 8192 and -64 <= timestamp_delta < 8192
+             and len(record) < 8000 and all(v is None or len(v) < 8000 for v in (key, value)))
+    if small:
+        # the common shape takes the fast path
+        assert scanned == read and read[-1] == len(record)
+    # damaged copies: the fast parser declines or agrees, never accepts what the checked
+    # parser rejects
+    for _ in range(data.draw(st.integers(1, 4))):
+        pos = data.draw(st.integers(0, len(record) - 1))
+        record[pos] ^= data.draw(st.integers(1, 255))
+    cut = data.draw(st.integers(0, len(record)))
+    for damaged in (record, record[:cut], record[:cut] + data.draw(st.binary(max_size=4))):
+        scanned, read = _parsers(damaged)
+        assert scanned is None or scanned == read, (bytes(damaged), scanned, read)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=60))
+def test_scan_v2_record_on_random_bytes(data):
+    scanned, read = _parsers(data)
+    assert scanned is None or scanned == read
+
+
+def test_scan_v2_record_edge_cases():
+    # read_v2_record's rules at each boundary the fast parser checks itself
+    for record in (b"\x00", b"\x02\x00", v2_record(0, 0, b"k", b"v")[:-1],
+                   v2_record(0, 0, b"k", b"v") + b"\x00",
+                   v2_record(0, 0, None, None, [(b"h", None)]),
+                   b"\x0a\x00\x00\x00\x00\x00\x02\x05\x00\x00\x00"):  # negative header key
+        scanned, read = _parsers(record)
+        assert scanned is None or scanned == read
+    scanned, read = _parsers(v2_record(3, -5, b"", None, [(b"h", b"")]))
+    assert scanned == read and read[:6] == (0, -5, 3, b"", None, 1)
+    assert isinstance(_parsers(b"\x01\x00")[1], CorruptRecordError)
+
+
 def test_checksum_error_inside_compressed_data_keeps_both_checksums():
     import xxhash
 
