@@ -425,6 +425,18 @@ def columnar_decode(data: bytes) -> None:
             break
 
 
+def v2_record_scan(data: bytes) -> None:
+    """The raise-free parser of the common v2 record (scan_v2_record) against the checked
+    one, at a few starts inside a record set: where it accepts, both must agree exactly."""
+    parsers = api("kafkacodec._records._v2_record_parsers")
+    param, payload = split(data)
+    for start in (param, 61 + param, 61 + 2 * param):      # 61: a v2 batch's first record
+        scanned, read = parsers(payload[start:])
+        if scanned is not None and scanned != read:
+            raise AssertionError(f"scan_v2_record accepted {scanned!r}, the checked reader "
+                                 f"says {read!r}")
+
+
 def crc(data: bytes) -> None:
     """The checksum helpers against the reference implementations (zlib, the chained form)."""
     import zlib
@@ -465,6 +477,7 @@ TARGETS: dict[str, Target] = {
     "ring_feed": Target(ring_feed, "ring"),
     "decompress": Target(decompress, "compressed"),
     "columnar_decode": Target(columnar_decode, "records+param"),
+    "v2_record_scan": Target(v2_record_scan, "records+param"),
 }
 
 
