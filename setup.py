@@ -22,6 +22,10 @@ SANITIZE = os.environ.get("KAFKACODEC_SANITIZE", "")
 COVERAGE = os.environ.get("KAFKACODEC_COVERAGE") == "1"
 # C libraries a module links (zlib: gzip straight into our buffers with the GIL released).
 LIBRARIES = {"kafkacodec._compression": ["zlib" if sys.platform == "win32" else "z"]}
+# C sources compiled into a module: libdeflate's decompressor (vendored, MIT; gzip inflate).
+LIBDEFLATE = [f"csrc/libdeflate/lib/{name}.c" for name in
+              ("deflate_decompress", "utils", "x86/cpu_features", "arm/cpu_features")]
+SOURCES = {"kafkacodec._compression": LIBDEFLATE}
 ONLY = {m.strip() for m in os.environ.get("KAFKACODEC_MODULES", "").split(",") if m.strip()}
 
 
@@ -34,7 +38,8 @@ def extensions():
         name = ".".join(rel.parts)
         if ONLY and name not in ONLY and rel.name not in ONLY:
             continue
-        yield Extension(name, [str(pyx.relative_to(ROOT))], include_dirs=["csrc", numpy.get_include()],
+        yield Extension(name, [str(pyx.relative_to(ROOT)), *SOURCES.get(name, [])],
+                        include_dirs=["csrc", "csrc/libdeflate", numpy.get_include()],
                         define_macros=macros, libraries=LIBRARIES.get(name, []))
 
 

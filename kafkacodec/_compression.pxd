@@ -1,6 +1,7 @@
 # Kafka's codec containers (spec: compression.md), C-level API for the other modules.
 #
 #   gzip    one RFC 1952 member (Java GZIPOutputStream header), concatenated members on read
+#           (libdeflate for a lone member, zlib for the rest and for every error)
 #   snappy  snappy-java (xerial) stream framing: 16-byte header, int32 BE length + raw block
 #   lz4     Kafka's LZ4 frame (FLG 0x60, BD 0x40, 64 KiB independent blocks, magic-0 HC quirk)
 #   zstd    standard zstd frames without content size (magic 2 only)
@@ -49,6 +50,7 @@ cdef class Decompressor:
     cdef public Py_ssize_t max_size    # the cap; settable from Python too
     cdef _Chunk _chunk
     cdef void* _inflate          # z_stream*, made on first gzip use
+    cdef void* _libdeflate       # libdeflate_decompressor*, made on first gzip use
     cdef object _zstd            # zstandard.ZstdDecompressor, made on first zstd use
     cdef bint _busy
 

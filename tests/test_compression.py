@@ -567,6 +567,59 @@ def test_gzip_reader_details():
     assert info.value.position == len(one) + 30
 
 
+def _gzip_member(data, *, flags=0, extra=b"", name=b"", comment=b"", header_crc=False,
+                 crc=None, isize=None):
+    """A gzip member by hand (RFC 1952), with the optional header fields."""
+    flags |= (0x04 if extra else 0) | (0x08 if name else 0) | (0x10 if comment else 0)
+    flags |= 0x02 if header_crc else 0
+    header = bytes([0x1F, 0x8B, 8, flags, 0, 0, 0, 0, 0, 0xFF])
+    if extra:
+        header += struct.pack("<H", len(extra)) + extra
+    header += (name + b"\0" if name else b"") + (comment + b"\0" if comment else b"")
+    if header_crc:
+        header += struct.pack("<H", zlib.crc32(header) & 0xFFFF)
+    body = zlib.compressobj(6, zlib.DEFLATED, -15)
+    deflated = body.compress(data) + body.flush()
+    trailer = struct.pack("<II", zlib.crc32(data) if crc is None else crc,
+                          len(data) if isize is None else isize)
+    return header + deflated + trailer
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=3000), st.sampled_from(["plain", "extra", "name", "comment",
+                                                   "header_crc", "all"]))
+def test_gzip_both_inflaters_read_every_header_form(data, form):
+    # A lone plain member is inflated by libdeflate, one with a header CRC by zlib: the same
+    # bytes come out either way, and the cap and checks hold on both paths.
+    fields = {"plain": {}, "extra": {"extra": b"ab\x00c"}, "name": {"name": b"x.log"},
+              "comment": {"comment": b"hi"}, "header_crc": {"header_crc": True},
+              "all": {"extra": b"e", "name": b"n", "comment": b"c", "header_crc": True}}[form]
+    member = _gzip_member(data, **fields)
+    assert decompress("gzip", 1, member) == data == gzip_module.decompress(member)
+    assert bytes(Decompressor().decompress("gzip", 2, member)) == data
+    if data:
+        with pytest.raises(RecordTooLargeError):
+            decompress("gzip", 2, member, max_size=len(data) - 1)
+
+
+def test_gzip_trailer_lies_and_bad_headers_get_zlib_errors():
+    data = sample(20_000)
+    for member, match in ((_gzip_member(data, crc=1), "incorrect data check"),
+                          (_gzip_member(data, isize=len(data) - 1), "incorrect length check"),
+                          (_gzip_member(data, isize=len(data) + 1), "incorrect length check"),
+                          (_gzip_member(data, flags=0x20), "unknown header flags"),
+                          (_gzip_member(data, header_crc=True)[:10] + b"\0\0"
+                           + _gzip_member(data, header_crc=True)[12:], "header crc")):
+        with pytest.raises(CorruptRecordError, match=match):
+            decompress("gzip", 1, member)
+    huge = _gzip_member(b"\0" * 100_000, isize=0xFFFFFFF0)   # claims 4 GiB: no allocation
+    with pytest.raises(CorruptRecordError, match="incorrect length check"):
+        decompress("gzip", 1, huge)
+    empty = _gzip_member(b"")
+    assert decompress("gzip", 1, empty) == b""
+    assert decompress("gzip", 1, _gzip_member(data) + _gzip_member(data)) == data + data
+
+
 def test_zstd_reader_details():
     data = sample(70_000)
     one = compress("zstd", 2, data)
