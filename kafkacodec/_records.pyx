@@ -579,7 +579,9 @@ cdef class _RecordIterator:
 
     What the iterator reads, and what keeps it valid:
     - an uncompressed batch is read in place, in the caller's buffer: every next() checks that
-      the buffer was not released (FileRecords.close()) and counts itself a user meanwhile;
+      the buffer was not released (FileRecords.close()), and counts itself a user while
+      something in the call could run other code (decompressing without the GIL, allocating
+      GC-tracked header tuples);
     - a compressed batch is read from the thread Decompressor's chunk, which the iterator
       pins (the chunk's `exports` count) until the batch is done: while it is pinned the
       Decompressor writes elsewhere, so interleaved iterators never see each other's data,
@@ -729,6 +731,7 @@ cdef class _RecordIterator:
         cdef Decompressor decompressor = thread_decompressor()
         cdef const unsigned char* out
         decompressor.max_size = self._max_decompressed
+        self._buf.enter()                # the GIL is released while `data` is read
         try:
             out = decompressor.decompress_into(self._h.compression, magic, data, size, out_size)
         except KafkaCodecError as err:
@@ -737,6 +740,8 @@ cdef class _RecordIterator:
             # the decompressor's positions are inside the compressed data
             raise rebuilt(err, err.reason, self._data_position + err.position,
                           self._h.base_offset)
+        finally:
+            self._buf.leave()
         self._chunk = decompressor._chunk
         self._chunk.exports += 1
         return out

@@ -172,6 +172,31 @@ def test_close_during_a_validation_loop_in_another_thread_is_safe(tmp_path):
         assert results in ([400], ["released"])
 
 
+def test_close_while_another_thread_decompresses_is_safe(tmp_path):
+    # Decompression runs without the GIL, reading the mapped file: a close() meanwhile must
+    # wait for it to finish with the mapping (the iteration then stops with the error).
+    path = tmp_path / "gzip.log"
+    path.write_bytes(b"".join(v2(2000, 2000 * i, codec=1) for i in range(40)))
+    for _ in range(5):
+        records = FileRecords.open(path)
+        results = []
+
+        def read():
+            count = 0
+            try:
+                for _ in records.records():
+                    count += 1
+                results.append(count)
+            except BufferReleasedError:
+                results.append("released")
+
+        thread = threading.Thread(target=read)
+        thread.start()
+        records.close()
+        thread.join()
+        assert results in ([80_000], ["released"])
+
+
 def test_a_collection_that_closes_the_file_while_a_record_is_decoded_is_safe(tmp_path):
     # Records are decoded in place, one per next().  Header tuples are GC-tracked, so making
     # them can run a collection and with it any finaliser: here one closes the file.  The
