@@ -41,6 +41,22 @@ cdef inline bint small_varint(const unsigned char** at, const unsigned char* end
     out[0] = <int32_t>((raw >> 1) ^ -(raw & 1))
     return True
 
+cdef inline bint small_blob(const unsigned char** at, const unsigned char* end,
+                            const unsigned char** data, int32_t* length) noexcept nogil:
+    # A small_varint length (any negative one: null, as -1) and that many bytes inside
+    # [*at, end): *data points at them, *at is advanced.  False for anything else.
+    if not small_varint(at, end, length):
+        return False
+    if length[0] < 0:
+        data[0] = NULL
+        length[0] = -1
+    elif length[0] > end - at[0]:
+        return False
+    else:
+        data[0] = at[0]
+        at[0] += length[0]
+    return True
+
 cdef inline bint scan_v2_record(Cursor* cur, V2Record* rec) noexcept nogil:
     """read_v2_record without error paths, for the common record: every varint of one or two
     bytes.  Parses the record at the cursor and advances past it; returns False, the cursor
@@ -49,49 +65,27 @@ cdef inline bint scan_v2_record(Cursor* cur, V2Record* rec) noexcept nogil:
     (tests/test_records.py checks both against each other)."""
     cdef const unsigned char* p = cur.data + cur.pos
     cdef const unsigned char* end = cur.data + cur.end
-    cdef int32_t length, timestamp_delta, count, key_length, value_length, i
+    cdef const unsigned char* header_part
+    cdef int32_t length, timestamp_delta, count, header_part_length, i
     if not small_varint(&p, end, &length) or length < 1 or length > end - p:
         return False
     end = p + length                 # the body: nothing may be read past it
     rec.attributes = <int8_t>p[0]
     p += 1
-    if not small_varint(&p, end, &timestamp_delta) or not small_varint(&p, end, &rec.offset_delta):
+    if (not small_varint(&p, end, &timestamp_delta) or not small_varint(&p, end, &rec.offset_delta)
+            or not small_blob(&p, end, &rec.key, &rec.key_length)
+            or not small_blob(&p, end, &rec.value, &rec.value_length)):
         return False
     rec.timestamp_delta = timestamp_delta
-    if not small_varint(&p, end, &rec.key_length):
-        return False
-    if rec.key_length < 0:           # any negative length reads as null
-        rec.key = NULL
-        rec.key_length = -1
-    elif rec.key_length > end - p:
-        return False
-    else:
-        rec.key = p
-        p += rec.key_length
-    if not small_varint(&p, end, &rec.value_length):
-        return False
-    if rec.value_length < 0:
-        rec.value = NULL
-        rec.value_length = -1
-    elif rec.value_length > end - p:
-        return False
-    else:
-        rec.value = p
-        p += rec.value_length
     if not small_varint(&p, end, &count) or count < 0 or count > end - p:
         return False
     rec.header_count = count
     rec.headers = p
     for i in range(count):
-        if not small_varint(&p, end, &key_length) or key_length < 0 or key_length > end - p:
+        # a header key may be empty, never null; its value may be null
+        if (not small_blob(&p, end, &header_part, &header_part_length) or header_part_length < 0
+                or not small_blob(&p, end, &header_part, &header_part_length)):
             return False
-        p += key_length
-        if not small_varint(&p, end, &value_length):
-            return False
-        if value_length >= 0:
-            if value_length > end - p:
-                return False
-            p += value_length
     rec.headers_size = p - rec.headers
     if p != end:                     # bytes left over after the last header
         return False
