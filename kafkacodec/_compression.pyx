@@ -799,9 +799,11 @@ cdef int unlz4(int magic, const unsigned char* data, Py_ssize_t size, Out* out) 
                 window = out.limit - out.length
             out_reserve(out, window)
             try:
+                # output_len always: without it cramjam may read the block's first 4 bytes as
+                # a size prefix (a block starting with a token and three zero bytes was).
                 written = _lz4_decompress_block_into(
                     view_of(data + pos, n, PyBUF_READ),
-                    view_of(out.p + out.length, window, PyBUF_WRITE))
+                    view_of(out.p + out.length, window, PyBUF_WRITE), output_len=window)
             except _CramjamError:
                 if capped and lz4_block_fits(data + pos, n, block_max):
                     return too_large(LZ4, out.limit)

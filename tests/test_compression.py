@@ -620,6 +620,19 @@ def test_gzip_trailer_lies_and_bad_headers_get_zlib_errors():
     assert decompress("gzip", 1, _gzip_member(data) + _gzip_member(data)) == data + data
 
 
+@pytest.mark.parametrize("magic", [0, 1, 2])
+def test_lz4_block_that_looks_size_prefixed_is_read_as_a_plain_block(magic):
+    # Found by fuzzing down-conversion: a block starting with a token and three zero bytes
+    # (here 0x52 00 00 00, "82" as a little-endian size prefix) must not be read as one.
+    inner = bytes.fromhex("00000014000000000000000ee38a687600000000000000000000")
+    block = bytes.fromhex("5200000014000100f0000ee38a687600000000000000000000")
+    assert lz4.block.decompress(block, uncompressed_size=len(inner)) == inner
+    frame = compress("lz4", magic, inner)
+    assert block in frame
+    assert decompress("lz4", magic, frame) == inner
+    assert bytes(Decompressor().decompress("lz4", magic, frame)) == inner
+
+
 def test_zstd_reader_details():
     data = sample(70_000)
     one = compress("zstd", 2, data)
