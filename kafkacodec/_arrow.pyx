@@ -14,6 +14,7 @@ buffers are handed to pyarrow without a copy (`_Memory` owns them).
 Spark planner uses to split segments at batch boundaries and to find aborted transactions.
 """
 
+cimport cython
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, memset
@@ -601,11 +602,9 @@ cdef object byte_view(data):
 
 
 cdef class ArrowDecoder:
-    """Decode log entries into `pyarrow.RecordBatch`es with Spark's Kafka schema.
+    """ArrowDecoder(topic="", partition=0, *, validate_crc=True, include_headers=True, keep_control=False, start_offset=None, end_offset=None, aborted=None, max_rows=65536, max_bytes=16777216, source="<buffer>")
 
-    ArrowDecoder(topic="", partition=0, *, validate_crc=True, include_headers=True,
-                 keep_control=False, start_offset=None, end_offset=None, aborted=None,
-                 max_rows=65536, max_bytes=16 MiB, source="<buffer>")
+    Decode log entries into `pyarrow.RecordBatch`es with Spark's Kafka schema.
 
     `aborted`: (producer id, first offset, last offset) of aborted transactions; their data
     batches are validated but not emitted.  `end_offset` is exclusive.
@@ -619,6 +618,7 @@ cdef class ArrowDecoder:
     cdef readonly Py_ssize_t trailing_bytes
     cdef readonly Py_ssize_t failed_entry
 
+    @cython.embedsignature(False)  # written in the class docstring: Cython 3.3 misplaces `*`
     def __init__(self, str topic="", int partition=0, *, bint validate_crc=True,
                  bint include_headers=True, bint keep_control=False, start_offset=None,
                  end_offset=None, aborted=None, Py_ssize_t max_rows=65536,

@@ -17,6 +17,7 @@ import operator
 import sys
 import time
 
+cimport cython
 from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize,
                             PyBytes_GET_SIZE)
@@ -272,7 +273,9 @@ cdef int64_t check_int(object v, str name, int64_t low, int64_t high) except? -1
 
 
 cdef class MemoryRecordsBuilder:
-    """Write one batch at a time; `build()` returns it and starts the next one.
+    """MemoryRecordsBuilder(magic=2, compression="none", timestamp_type=TimestampType.CREATE_TIME, base_offset=0, producer_id=-1, producer_epoch=-1, base_sequence=-1, is_transactional=False, log_append_time=None, partition_leader_epoch=-1, compression_level=None, *, is_control_batch=False, delete_horizon_ms=None, max_batch_size=None)
+
+    Write one batch at a time; `build()` returns it and starts the next one.
 
     The next batch starts at the offset after the last one written (and, for an idempotent
     producer, the base sequence after its last sequence), so the outputs of several builds
@@ -312,6 +315,7 @@ cdef class MemoryRecordsBuilder:
         free(self.w.buf)
         free(self.scratch.buf)
 
+    @cython.embedsignature(False)  # written in the class docstring: Cython 3.3 misplaces `*`
     def __init__(self, magic=2, compression="none", timestamp_type=TimestampType.CREATE_TIME,
                  base_offset=0, producer_id=-1, producer_epoch=-1, base_sequence=-1,
                  is_transactional=False, log_append_time=None, partition_leader_epoch=-1,

@@ -321,10 +321,11 @@ cdef object zstd_compressor(int level):
 # --- Decompressor -------------------------------------------------------------------------
 
 cdef class Decompressor:
-    """Decompress Kafka codec containers into one reusable buffer.
+    """Decompressor(max_size=None)
 
-    ``Decompressor(max_size=DEFAULT_MAX_DECOMPRESSED)``: ``max_size`` caps the decompressed
-    size of one call (RecordTooLargeError beyond it).  Not thread-safe: use one per thread.
+    Decompress Kafka codec containers into one reusable buffer.  ``max_size`` (None:
+    DEFAULT_MAX_DECOMPRESSED) caps the decompressed size of one call (RecordTooLargeError
+    beyond it).  Not thread-safe: use one per thread.
     """
 
     def __cinit__(self, max_size=None):

@@ -113,7 +113,9 @@ cdef inline int check_magic(int to_magic) except -1:
 
 
 cdef class DownConverter:
-    """Converts the complete entries of record sets to `to_magic`, appending to one output.
+    """DownConverter(to_magic, first_offset=0)
+
+    Converts the complete entries of record sets to `to_magic`, appending to one output.
 
     `convert()` may be called several times (one call per lazy chunk); `take()` hands the
     output over as a WriteBuffer together with the stats gathered since the last take().
@@ -425,7 +427,9 @@ cdef extern from *:
 
 
 cdef class ChunkReader:
-    """Walks an in-memory (or mapped) record set chunk by chunk for the lazy path: each
+    """ChunkReader(data, converter, file_backed=False)
+
+    Walks an in-memory (or mapped) record set chunk by chunk for the lazy path: each
     step() converts one chunk at the current position and moves past it."""
 
     cdef const unsigned char[::1] view

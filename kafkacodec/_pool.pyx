@@ -157,9 +157,9 @@ cdef inline object wrap(SimpleMemoryPool pool, unsigned char* ptr, Py_ssize_t n,
 
 
 cdef class SimpleMemoryPool:
-    """Kafka's SimpleMemoryPool over one bounded arena.
+    """SimpleMemoryPool(size_bytes, max_single_allocation, strict=False, *, metrics_window_ms=30000)
 
-    SimpleMemoryPool(size_bytes, max_single_allocation, strict=False, *, metrics_window_ms=30000)
+    Kafka's SimpleMemoryPool over one bounded arena.
     """
 
     def __cinit__(self, long long size_bytes, long long max_single_allocation, bint strict=False,

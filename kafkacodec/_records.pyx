@@ -1066,9 +1066,12 @@ cdef inline Py_ssize_t max_size_of(object max_decompressed_size) except -1:
 
 
 cdef class MemoryRecords(Records):
-    """Records in any buffer-protocol object (bytes, bytearray, memoryview, mmap, numpy...),
+    """MemoryRecords(buffer, *, max_decompressed_size=None)
+
+    Records in any buffer-protocol object (bytes, bytearray, memoryview, mmap, numpy...),
     read in place: the object is held (one buffer export) for the records' lifetime."""
 
+    @cython.embedsignature(False)  # written in the class docstring: Cython 3.3 misplaces `*`
     def __init__(self, buffer, *, max_decompressed_size=None):
         self._buf = _Buffer.__new__(_Buffer)
         self._buf.attach(buffer)

@@ -27,7 +27,9 @@ cdef int writer_grow(Writer* w, Py_ssize_t extra) except -1:
 
 
 cdef class WriteBuffer:
-    """A growable byte buffer; `memoryview(buffer)` exposes what was written."""
+    """WriteBuffer(capacity=0)
+
+    A growable byte buffer; `memoryview(buffer)` exposes what was written."""
 
     def __cinit__(self, Py_ssize_t capacity=0):
         if capacity > 0:

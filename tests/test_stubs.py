@@ -155,3 +155,57 @@ def test_package_typechecks_strict(tmp_path):
     copy = _package_copy(tmp_path)
     result = _mypy_strict(copy, ["-p", "kafkacodec"])
     assert result.returncode == 0, f"mypy --strict -p kafkacodec:\n{result.stdout}{result.stderr}"
+
+
+def _parameters(source: str) -> list[tuple[str, str, bool]]:
+    """(name, kind, has default) of each parameter of `def f(<source>)`, self left out."""
+    import ast
+    import re
+    # The embedded signature may carry C types ("int partition=0"): keep the last word.
+    params = re.sub(r"\b[\w.]+\s+(?=\w+\s*(=|,|$))", "", source)
+    args = ast.parse(f"def f({params}): pass").body[0].args  # type: ignore[attr-defined]
+    positional = args.posonlyargs + args.args
+    first_default = len(positional) - len(args.defaults)
+    rows = [(a.arg, "positional", i >= first_default) for i, a in enumerate(positional)]
+    rows += [(a.arg, "keyword-only", d is not None) for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    return [row for row in rows if row[0] not in ("self", "cls")]
+
+
+def _stub_constructors(stub: Path) -> dict[str, str]:
+    """Class name -> the parameter source of its __init__ (or __new__, for a Cython __cinit__)
+    in a .pyi stub, annotations and defaults dropped."""
+    import ast
+    tree = ast.parse(stub.read_text())
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name in ("__init__", "__new__"):
+                    item.args.defaults = [ast.Constant(None)] * len(item.args.defaults)
+                    item.args.kw_defaults = [None if d is None else ast.Constant(None)
+                                             for d in item.args.kw_defaults]
+                    for a in item.args.posonlyargs + item.args.args + item.args.kwonlyargs:
+                        a.annotation = None
+                    found[node.name] = ast.unparse(item.args)
+    return found
+
+
+def test_constructor_signatures_in_docstrings_match_the_stubs():
+    """What stubtest leaves out: a compiled class's constructor. help(cls) shows the signature
+    Cython embeds as the docstring's first line; it must name the stub's parameters, in the
+    stub's order and kinds (Cython 3.3 misplaces `*` for __init__, so those are written out)."""
+    checked = 0
+    for path in _extension_modules():
+        name = _module_name(path)
+        module = importlib.import_module(name)
+        stub = _stub_constructors(path.with_name(path.name.split(".", 1)[0] + ".pyi"))
+        for cls_name, stub_params in stub.items():
+            cls = getattr(module, cls_name, None)
+            doc = (getattr(cls, "__doc__", None) or "").split("\n", 1)[0]
+            if not isinstance(cls, type) or not doc.startswith(cls_name + "("):
+                continue
+            assert doc.endswith(")"), f"{name}.{cls_name}: unterminated signature {doc!r}"
+            assert _parameters(doc[len(cls_name) + 1:-1]) == _parameters(stub_params), \
+                f"{name}.{cls_name}: docstring {doc!r} vs stub ({stub_params})"
+            checked += 1
+    assert checked >= 10, f"only {checked} constructor signatures found in docstrings"
