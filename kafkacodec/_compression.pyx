@@ -433,6 +433,14 @@ cdef enum:
     GZIP_FCOMMENT = 0x10
 
 
+cdef inline Py_ssize_t past_zero(const unsigned char* data, Py_ssize_t pos,
+                                  Py_ssize_t size) noexcept nogil:
+    # after a zero-terminated header field (FNAME, FCOMMENT); past `size` when unterminated
+    while pos < size and data[pos] != 0:
+        pos += 1
+    return pos + 1
+
+
 cdef Py_ssize_t gzip_header_size(const unsigned char* data, Py_ssize_t size) noexcept nogil:
     """Bytes taken by the RFC 1952 member header at data, or -1 when it is not one the fast
     path takes (not gzip/deflate, reserved flag bits, a header CRC, truncated)."""
@@ -446,13 +454,9 @@ cdef Py_ssize_t gzip_header_size(const unsigned char* data, Py_ssize_t size) noe
     if flags & GZIP_FEXTRA:
         pos += 2 + (data[10] | (data[11] << 8))
     if flags & GZIP_FNAME:
-        while pos < size and data[pos] != 0:
-            pos += 1
-        pos += 1
+        pos = past_zero(data, pos, size)
     if flags & GZIP_FCOMMENT:
-        while pos < size and data[pos] != 0:
-            pos += 1
-        pos += 1
+        pos = past_zero(data, pos, size)
     return pos if pos <= size - 8 else -1
 
 

@@ -880,13 +880,21 @@ def test_scan_v2_record_on_random_bytes(data):
 
 
 def test_scan_v2_record_edge_cases():
-    # read_v2_record's rules at each boundary the fast parser checks itself
-    for record in (b"\x00", b"\x02\x00", v2_record(0, 0, b"k", b"v")[:-1],
-                   v2_record(0, 0, b"k", b"v") + b"\x00",
-                   v2_record(0, 0, None, None, [(b"h", None)]),
-                   b"\x0a\x00\x00\x00\x00\x00\x02\x05\x00\x00\x00"):  # negative header key
+    # read_v2_record's rules at each boundary the fast parser checks itself: it declines
+    # what the checked reader rejects...
+    for record, error in ((b"\x00", "record attributes"), (b"\x02\x00", "timestamp delta"),
+                          (v2_record(0, 0, b"k", b"v")[:-1], "record body"),
+                          (b"\x10\x00\x00\x00\x00\x00\x02\x01\x01", "header key length")):
         scanned, read = _parsers(record)
-        assert scanned is None or scanned == read
+        assert scanned is None and isinstance(read, CorruptRecordError), (record, read)
+        assert error in str(read)
+    # ... and reads what it accepts: null key and value, a null header value, an empty
+    # header key and value, bytes after the record (the next record's)
+    for record, end in ((v2_record(0, 0, None, None, [(b"h", None)]), None),
+                        (b"\x10\x00\x00\x00\x00\x00\x02\x00\x01", None),
+                        (v2_record(0, 0, b"k", b"v") + b"\x00", 9)):
+        scanned, read = _parsers(record)
+        assert scanned == read and read[-1] == (end or len(record))
     scanned, read = _parsers(v2_record(3, -5, b"", None, [(b"h", b"")]))
     assert scanned == read and read[:6] == (0, -5, 3, b"", None, 1)
     assert isinstance(_parsers(b"\x01\x00")[1], CorruptRecordError)
