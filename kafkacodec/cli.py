@@ -188,7 +188,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from kafkacodec._arrow import scan_entries
     from kafkacodec._progress import Progress
     from kafkacodec.errors import KafkaCodecError
-    from kafkacodec.logdir import Segment, Split, _mapped, discover, read_split
+    from kafkacodec.logdir import Segment, Split, discover, read_split
+    from kafkacodec.logdir._read import _mapped
 
     try:
         segments = discover(args.path)

@@ -1,9 +1,6 @@
-"""Kafka log directories on disk: discovery of `<topic>-<partition>/<base offset>.log`
-segments, planning of reads (splits at batch boundaries, offset ranges, aborted transactions),
-reading a split into Arrow batches with a corrupt-data policy, and appending batches to a
-partition directory with dense offsets and segment rolling.  No Spark here: the "kafkalog"
-data source, the CLI and plain Python all use it.
-"""
+"""Reading Kafka log directories: discovery of `<topic>-<partition>/<base offset>.log`
+segments, planning of reads (splits at batch boundaries, offset ranges, aborted transactions)
+and reading a split into Arrow batches with a corrupt-data policy."""
 
 from __future__ import annotations
 
@@ -12,15 +9,15 @@ import mmap
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError
 
-__all__ = ["discover", "plan", "read_split", "write_partition", "describe", "Options", "Segment",
-           "Split", "MODES"]
+__all__ = ["discover", "plan", "read_split", "describe", "Options", "Segment", "Split", "MODES",
+           "SEGMENT_RE"]
 
 SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 PARTITION_RE = re.compile(r"^(.+)-(\d+)$")
@@ -320,53 +317,6 @@ def _read_view(view: memoryview, split: Split, decoder: Callable[[], Any],
         on_error(CorruptRecordError(split.corrupt, position=end))
     if split.corrupt and mode == "PERMISSIVE":
         yield corrupt_row(dec.schema, f"{split.corrupt} at byte {end}", None)
-
-
-def write_partition(directory: Path, staged_files: Iterable[PathLike], *, base_offset: int = 0,
-                    segment_bytes: int = 1 << 30, overwrite: bool = False) -> int:
-    """Append staged batches (offsets relative to each file's start) to a partition directory
-    with dense offsets, rolling segments; returns the next offset."""
-    from kafkacodec._arrow import scan_entries
-
-    directory.mkdir(parents=True, exist_ok=True)
-    existing = sorted(p for p in directory.iterdir() if SEGMENT_RE.match(p.name))
-    if overwrite:
-        for p in existing:
-            p.unlink()
-        existing = []
-    next_offset = base_offset
-    current: Any = None                  # the open segment file
-    current_size = 0
-    if existing:
-        last = existing[-1]
-        data = last.read_bytes()
-        scan = scan_entries(data, source=str(last))
-        if len(scan["last_offset"]):
-            next_offset = max(next_offset, int(scan["last_offset"][-1]) + 1)
-        if scan["stop"] != len(data):
-            raise CorruptRecordError(f"{last}: {len(data) - scan['stop']} bytes of a partial batch at the "
-                                     "end; cannot append after them (truncate the file or write elsewhere)",
-                                     position=int(scan["stop"]))
-        current, current_size = open(last, "ab"), len(data)
-    try:
-        for staged in staged_files:
-            batches = bytearray(Path(staged).read_bytes())
-            scan = scan_entries(batches, source=str(staged))
-            shift = next_offset
-            for pos, size, base, last in zip(scan["position"], scan["size"], scan["base_offset"], scan["last_offset"]):
-                if current is None or current_size >= segment_bytes:
-                    if current:
-                        current.close()
-                    current = open(directory / f"{int(base) + shift:020d}.log", "wb")
-                    current_size = 0
-                batches[pos:pos + 8] = int(base + shift).to_bytes(8, "big", signed=True)
-                current.write(memoryview(batches)[pos:pos + size])
-                current_size += int(size)
-                next_offset = int(last) + shift + 1
-    finally:
-        if current:
-            current.close()
-    return next_offset
 
 
 def describe(path: PathLike) -> dict[str, Any]:

@@ -1,0 +1,104 @@
+"""Writing files without losing data: a temporary file beside the target, fsync, rename.
+
+Every command and writer that produces a file goes through `atomic_output`: the target either
+keeps its old content or gets the complete new content, never a half-written file; a failure
+removes only the temporary file the call created; and an output that is the input (same path,
+a symlink or a hard link to it) is refused before anything is opened for writing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import secrets
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO, Union
+
+__all__ = ["atomic_output", "same_file", "fsync_directory", "SameFileError"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class SameFileError(ValueError):
+    """The output names one of the inputs (the same path, a symlink or a hard link)."""
+
+
+def same_file(a: PathLike, b: PathLike) -> bool:
+    """True when both paths exist and are the same file (device and inode)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def fsync_directory(path: PathLike) -> None:
+    """Make a rename or a new file in `path` durable (a no-op where directories cannot be
+    opened, as on Windows)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _create_beside(directory: str, name: str) -> tuple[int, str]:
+    """A new, exclusively created file `.NAME.<random>.tmp` in `directory`, mode 0666 less the
+    umask (as open() would give the target itself)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
+@contextlib.contextmanager
+def atomic_output(target: PathLike, *, inputs: Iterable[PathLike] = (),
+                  overwrite: bool = True) -> Iterator[BinaryIO]:
+    """Open a temporary file beside `target` for binary writing; on a clean exit flush, fsync
+    and rename it over `target` (then fsync the directory).  On an exception the temporary
+    file is removed and `target` is left as it was.
+
+    Refuses (SameFileError) a target that is one of `inputs`, and (FileExistsError) an existing
+    target when `overwrite` is False.  A target that exists but is not a regular file (a
+    directory, a device, a FIFO) is refused with IsADirectoryError / FileExistsError rather
+    than replaced."""
+    target = os.fspath(target)
+    for source in inputs:
+        if same_file(source, target):
+            raise SameFileError(f"{target}: the output is the input {os.fspath(source)}; "
+                                "write to another file")
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(f"{target} is a directory; give a file name")
+        if not stat.S_ISREG(st.st_mode):
+            raise FileExistsError(f"{target} exists and is not a regular file; not replacing it")
+        if not overwrite:
+            raise FileExistsError(f"{target} exists; choose another name or allow overwriting")
+    directory = os.path.dirname(os.path.abspath(target))
+    fd, tmp = _create_beside(directory, os.path.basename(target))
+    try:
+        with os.fdopen(fd, "wb") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        if st is not None:
+            with contextlib.suppress(OSError):
+                os.chmod(tmp, stat.S_IMODE(st.st_mode))     # keep the replaced file's mode
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_directory(directory)

@@ -1,0 +1,71 @@
+"""kafkacodec._atomic: the temporary-file-and-rename writer every command uses."""
+
+import os
+import stat
+
+import pytest
+
+from kafkacodec._atomic import SameFileError, atomic_output, same_file
+
+
+def test_writes_whole_file_and_keeps_mode(tmp_path):
+    target = tmp_path / "out.log"
+    target.write_bytes(b"old")
+    os.chmod(target, 0o640)
+    with atomic_output(target) as out:
+        out.write(b"new content")
+        assert target.read_bytes() == b"old"          # not visible before the rename
+    assert target.read_bytes() == b"new content"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["out.log"]
+
+
+def test_failure_keeps_target_and_removes_temporary(tmp_path):
+    target = tmp_path / "out.log"
+    target.write_bytes(b"precious")
+    with pytest.raises(RuntimeError):
+        with atomic_output(target) as out:
+            out.write(b"half")
+            raise RuntimeError("disk full")
+    assert target.read_bytes() == b"precious"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.log"]
+
+
+def test_failure_without_target_leaves_nothing(tmp_path):
+    with pytest.raises(RuntimeError):
+        with atomic_output(tmp_path / "new.log") as out:
+            out.write(b"x")
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("link", ["same", "symlink", "hardlink"])
+def test_refuses_output_that_is_the_input(tmp_path, link):
+    src = tmp_path / "in.log"
+    src.write_bytes(b"data")
+    out = {"same": lambda: src,
+           "symlink": lambda: (tmp_path / "s.log").symlink_to(src) or tmp_path / "s.log",
+           "hardlink": lambda: os.link(src, tmp_path / "h.log") or tmp_path / "h.log"}[link]()
+    assert same_file(src, out)
+    with pytest.raises(SameFileError):
+        with atomic_output(out, inputs=[src]):
+            pytest.fail("opened for writing")
+    assert src.read_bytes() == b"data"
+
+
+def test_refuses_non_regular_targets_and_existing_without_overwrite(tmp_path):
+    with pytest.raises(IsADirectoryError):
+        with atomic_output(tmp_path):
+            pass
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(FileExistsError):
+        with atomic_output(fifo):
+            pass
+    assert stat.S_ISFIFO(fifo.stat().st_mode)            # not replaced
+    existing = tmp_path / "e.log"
+    existing.write_bytes(b"keep")
+    with pytest.raises(FileExistsError):
+        with atomic_output(existing, overwrite=False):
+            pass
+    assert existing.read_bytes() == b"keep"
