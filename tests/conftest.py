@@ -2,8 +2,11 @@
 sys.unraisablehook; pytest turns it into a warning, which pyproject makes an error."""
 
 import os
+import sys
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))   # test support modules (kafka_oracle, s3_server...)
 
 import kafkacodec
 
@@ -14,3 +17,16 @@ def _compiled_core_in_use():
     if os.environ.get("KAFKACODEC_TEST_INSTALLED") == "1":
         # CI tests the installed wheel, not the source tree.
         assert "site-packages" in kafkacodec.__file__, kafkacodec.__file__
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 API server (moto's standalone server) on loopback, for the whole session."""
+    pytest.importorskip("moto", reason="the S3 tests need moto[server] (the test extra)")
+    from s3_server import start
+
+    server = start()
+    try:
+        yield server
+    finally:
+        server.stop()

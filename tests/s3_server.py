@@ -1,0 +1,87 @@
+"""A real S3 API server on loopback for the remote-storage tests: moto's standalone server
+(`moto_server`, from PyPI's moto[server]) started as a subprocess on a free port.
+
+Use the `s3` fixture (see conftest.py): it yields an `S3Server` with `endpoint`, credentials and
+`filesystem()` (a pyarrow.fs.S3FileSystem pointed at it); each test gets a fresh bucket name."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+ACCESS_KEY = "kafkacodec-test"
+SECRET_KEY = "kafkacodec-test-secret"
+REGION = "us-east-1"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class S3Server:
+    host: str
+    port: int
+    process: subprocess.Popen[bytes] = field(repr=False)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for processes (Spark executors, the CLI) that reach the server through
+        pyarrow.fs / s3:// URIs."""
+        return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+                "AWS_DEFAULT_REGION": REGION, "AWS_ENDPOINT_URL": self.endpoint,
+                "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def filesystem(self) -> Any:
+        from pyarrow import fs
+        return fs.S3FileSystem(access_key=ACCESS_KEY, secret_key=SECRET_KEY, region=REGION,
+                               endpoint_override=f"{self.host}:{self.port}", scheme="http",
+                               allow_bucket_creation=True, allow_bucket_deletion=True)
+
+    def new_bucket(self) -> str:
+        name = f"kc-{uuid.uuid4().hex[:12]}"
+        self.filesystem().create_dir(name)
+        return name
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start() -> S3Server:
+    """Start moto_server on 127.0.0.1 and wait until it answers (at most 30 s)."""
+    exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or shutil.which("moto_server")
+    if exe is None:
+        raise RuntimeError("moto_server not found: pip install 'moto[server]'")
+    port = _free_port()
+    process = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = S3Server("127.0.0.1", port, process)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"{server.endpoint}/moto-api/", timeout=1).close()
+            return server
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                server.stop()
+                raise RuntimeError(f"moto_server did not start on port {port}") from None
+            time.sleep(0.1)
