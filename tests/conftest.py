@@ -30,3 +30,31 @@ def s3_server():
         yield server
     finally:
         server.stop()
+
+
+def _broker_fixture(version):
+    from kafka_broker import BrokerUnavailable, KafkaBroker
+
+    try:
+        broker = KafkaBroker.start(version)
+    except BrokerUnavailable as exc:
+        if os.environ.get("KAFKACODEC_REQUIRE_BROKER") == "1":
+            raise
+        pytest.skip(f"no real Kafka broker here: {exc}")
+    return broker
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    """A real Kafka 4.x broker (KRaft, loopback) from Maven Central's jars, for the session."""
+    broker = _broker_fixture(__import__("kafka_broker").DEFAULT_VERSION)
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker_39():
+    """A real Kafka 3.9 broker: the last line with down-conversion (old consumers' reference)."""
+    broker = _broker_fixture(__import__("kafka_broker").DOWNCONVERSION_VERSION)
+    yield broker
+    broker.stop()
