@@ -58,6 +58,9 @@ def _create_beside(directory: str, name: str) -> tuple[int, str]:
             return os.open(tmp, flags, 0o666), tmp
         except FileExistsError:
             continue
+        except OSError as exc:          # no such directory, no permission: name the directory
+            exc.filename = directory
+            raise
 
 
 def _link_new(tmp: str, target: str) -> None:

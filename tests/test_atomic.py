@@ -97,3 +97,10 @@ def test_no_overwrite_holds_when_the_target_appears_meanwhile(tmp_path):
             target.write_bytes(b"another writer's")
     assert target.read_bytes() == b"another writer's"
     assert [p.name for p in tmp_path.iterdir()] == ["out.log"]
+
+
+def test_errors_name_the_directory_not_the_temporary_file(tmp_path):
+    with pytest.raises(FileNotFoundError) as error:
+        with atomic_output(tmp_path / "missing" / "out.log"):
+            pytest.fail("opened for writing")
+    assert error.value.filename == str(tmp_path / "missing")
