@@ -68,10 +68,8 @@ def _link_new(tmp: str, target: str) -> None:
     the temporary name.  Where hard links are unsupported, a last check and a rename."""
     try:
         os.link(tmp, target)
-    except FileExistsError:
-        raise FileExistsError(f"{target} appeared while it was written; not replacing it") from None
-    except OSError:
-        if os.path.lexists(target):
+    except OSError as exc:
+        if isinstance(exc, FileExistsError) or os.path.lexists(target):
             raise FileExistsError(f"{target} appeared while it was written; not replacing it") from None
         os.replace(tmp, target)
         return

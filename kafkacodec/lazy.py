@@ -55,7 +55,7 @@ _INT32_MAX = 2**31 - 1
 _LOG_OVERHEAD = 12
 _MAGIC_AT = 16
 _V0_MIN_SIZE = 14                      # the smallest size field any entry may declare
-_HEADER = struct.Struct(">qiiBI")      # through the v2 CRC: 21 bytes
+_HEADER = struct.Struct(">qiibI")      # through the v2 CRC: 21 bytes
 
 
 def overflow_stub(remaining: int) -> bytes:
@@ -85,8 +85,6 @@ class _BufferSource:
 
     def window(self, position: int, size: int) -> memoryview:
         return self.view[position : position + size]
-
-    entry = window                     # an entry larger than a chunk: a slice too
 
     def whole(self, position: int) -> memoryview:
         return self.view[position:]
@@ -171,6 +169,7 @@ class _Chunks:
                 return 0, None, 0, 0, 0
             return (self.reader.position - position, *done)
         source = self.source
+        assert isinstance(source, _FileSource)       # a buffer source has a ChunkReader
         left = source.size - position
         if left < _LOG_OVERHEAD:
             return 0, None, 0, 0, 0
@@ -198,7 +197,7 @@ class _Chunks:
             return 0
         offset, declared, _, magic, stored = _HEADER.unpack(source.window(position, _HEADER.size))
         entry: int = _LOG_OVERHEAD + declared
-        if declared < _V0_MIN_SIZE or magic > 2 or entry <= self.big or entry > left:
+        if declared < _V0_MIN_SIZE or not 0 <= magic <= 2 or entry <= self.big or entry > left:
             return 0
         if entry > self.max_entry_size:
             raise RecordTooLargeError(
