@@ -3,7 +3,8 @@
 Every command and writer that produces a file goes through `atomic_output`: the target either
 keeps its old content or gets the complete new content, never a half-written file; a failure
 removes only the temporary file the call created; and an output that is the input (same path,
-a symlink or a hard link to it) is refused before anything is opened for writing.
+a symlink or a hard link to it) is refused before anything is opened for writing.  A target
+that is a symlink is written through (the file it names is replaced, the link stays).
 """
 
 from __future__ import annotations
@@ -57,6 +58,22 @@ def _create_beside(directory: str, name: str) -> tuple[int, str]:
             return os.open(tmp, flags, 0o666), tmp
         except FileExistsError:
             continue
+        except OSError as exc:          # no such directory, no permission: name the directory
+            exc.filename = directory
+            raise
+
+
+def _link_new(tmp: str, target: str) -> None:
+    """Put `tmp` at `target` only if nothing is there (FileExistsError otherwise), then drop
+    the temporary name.  Where hard links are unsupported, a last check and a rename."""
+    try:
+        os.link(tmp, target)
+    except OSError as exc:
+        if isinstance(exc, FileExistsError) or os.path.lexists(target):
+            raise FileExistsError(f"{target} appeared while it was written; not replacing it") from None
+        os.replace(tmp, target)
+        return
+    os.unlink(tmp)
 
 
 @contextlib.contextmanager
@@ -67,13 +84,16 @@ def atomic_output(target: PathLike, *, inputs: Iterable[PathLike] = (),
     file is removed and `target` is left as it was.
 
     Refuses (SameFileError) a target that is one of `inputs`, and (FileExistsError) an existing
-    target when `overwrite` is False.  A target that exists but is not a regular file (a
-    directory, a device, a FIFO) is refused with IsADirectoryError / FileExistsError rather
-    than replaced."""
-    target = os.fspath(target)
+    target when `overwrite` is False, also one created by someone else while the temporary
+    file was written (the new file is then linked, not renamed, into place).  A target that
+    exists but is not a regular file (a directory, a device, a FIFO) is refused with
+    IsADirectoryError / FileExistsError rather than replaced.  A symlink is followed: the
+    temporary file goes beside the file it names, which is replaced; the link is kept."""
+    given = os.fspath(target)
+    target = os.path.realpath(given) if os.path.islink(given) else given
     for source in inputs:
         if same_file(source, target):
-            raise SameFileError(f"{target}: the output is the input {os.fspath(source)}; "
+            raise SameFileError(f"{given}: the output is the input {os.fspath(source)}; "
                                 "write to another file")
     try:
         st = os.stat(target)
@@ -88,17 +108,24 @@ def atomic_output(target: PathLike, *, inputs: Iterable[PathLike] = (),
             raise FileExistsError(f"{target} exists; choose another name or allow overwriting")
     directory = os.path.dirname(os.path.abspath(target))
     fd, tmp = _create_beside(directory, os.path.basename(target))
+    written = False
     try:
         with os.fdopen(fd, "wb") as out:
             yield out
+            written = True
             out.flush()
             os.fsync(out.fileno())
         if st is not None:
             with contextlib.suppress(OSError):
                 os.chmod(tmp, stat.S_IMODE(st.st_mode))     # keep the replaced file's mode
-        os.replace(tmp, target)
-    except BaseException:
+        if overwrite:
+            os.replace(tmp, target)
+        else:
+            _link_new(tmp, target)
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if written and isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = given          # a failed flush or fsync (ENOSPC...): name the output
         raise
     fsync_directory(directory)

@@ -14,10 +14,11 @@ import random
 from pathlib import Path
 from typing import Any
 
+from kafkacodec._atomic import atomic_output
 from kafkacodec._builder import MemoryRecordsBuilder
 from kafkacodec._types import TimestampType
 
-__all__ = ["sample_log", "write_sample_log"]
+__all__ = ["sample_log", "sample_segments", "write_sample_log"]
 
 BASE_TIME_MS = 1_700_000_000_000
 EVENTS = ["view", "click", "add_to_cart", "purchase", "logout"]
@@ -122,11 +123,11 @@ def sample_log(partition: int = 0, *, seed: int = 0, records_per_batch: int = 20
     return b"".join(batch for _, batch in _partition_batches(partition, seed, records_per_batch))
 
 
-def write_sample_log(directory: str | Path, *, topic: str = "sample", partitions: int = 2,
-                     seed: int = 0, records_per_batch: int = 20,
-                     batches_per_segment: int | None = None) -> list[Path]:
-    """Write `<directory>/<topic>-<partition>/<20-digit base offset>.log` segment files, the
-    layout of a broker's log directory; return the segment paths in order.
+def sample_segments(topic: str = "sample", partitions: int = 2, *, seed: int = 0,
+                    records_per_batch: int = 20,
+                    batches_per_segment: int | None = None) -> list[tuple[str, bytes]]:
+    """The segment files of one topic's sample log as (`<topic>-<partition>/<20-digit base
+    offset>.log`, content), in order.
 
     batches_per_segment: roll a new segment after this many batches (None: one segment per
     partition).  Each segment is named after the first offset it holds, as Kafka names them."""
@@ -136,15 +137,28 @@ def write_sample_log(directory: str | Path, *, topic: str = "sample", partitions
         raise ValueError("records_per_batch must be at least 1")
     if batches_per_segment is not None and batches_per_segment < 1:
         raise ValueError("batches_per_segment must be at least 1 (or None)")
-    paths = []
+    segments = []
     for partition in range(partitions):
-        folder = Path(directory) / f"{topic}-{partition}"
-        folder.mkdir(parents=True, exist_ok=True)
         batches = _partition_batches(partition, seed, records_per_batch)
         step = batches_per_segment or len(batches)
         for start in range(0, len(batches), step):
             chunk = batches[start:start + step]
-            path = folder / f"{chunk[0][0]:020d}.log"
-            path.write_bytes(b"".join(batch for _, batch in chunk))
-            paths.append(path)
+            segments.append((f"{topic}-{partition}/{chunk[0][0]:020d}.log",
+                             b"".join(batch for _, batch in chunk)))
+    return segments
+
+
+def write_sample_log(directory: str | Path, *, topic: str = "sample", partitions: int = 2,
+                     seed: int = 0, records_per_batch: int = 20,
+                     batches_per_segment: int | None = None) -> list[Path]:
+    """Write sample_segments() under `directory` (the layout of a broker's log directory),
+    each file atomically (_atomic.atomic_output); return the segment paths in order."""
+    paths = []
+    for name, content in sample_segments(topic, partitions, seed=seed, records_per_batch=records_per_batch,
+                                         batches_per_segment=batches_per_segment):
+        path = Path(directory) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_output(path) as out:
+            out.write(content)
+        paths.append(path)
     return paths

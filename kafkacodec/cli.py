@@ -1,31 +1,45 @@
 """The `kafkacodec` command: dump, verify, convert and generate Kafka log segments, and run the
-segments <-> Parquet job on Spark.  `kafkacodec --help` and `kafkacodec COMMAND --help`."""
+segments <-> Parquet job on Spark.  `kafkacodec --help` and `kafkacodec COMMAND --help`.
+
+Every command that writes a file goes through _atomic.atomic_output (a temporary file beside
+the target, fsync, rename): OUT is complete or untouched, never the input, and nothing the
+command did not create is ever deleted.  main() turns every error into one line on stderr and
+the documented exit code."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import struct
+import os
+import re
+import stat
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kafkacodec._records import FileRecords, Record, RecordBatch, Records
 
 EXIT_OK = 0
-EXIT_DATA = 1          # corrupt data found (verify), or a conversion hit corrupt data
-EXIT_USAGE = 2         # bad arguments (argparse)
-EXIT_INPUT = 3         # missing or unreadable input
-EXIT_UNAVAILABLE = 4   # an optional part is not installed (pyspark) or not built yet
+EXIT_DATA = 1          # corrupt data found (verify), or corrupt data stopped the command
+EXIT_USAGE = 2         # bad arguments: argparse, OUT is the input, segments in the way
+EXIT_INPUT = 3         # a file that cannot be read or written (missing, not regular, disk full)
+EXIT_UNAVAILABLE = 4   # an optional part is not installed (pyarrow, pyspark)
 
 EXIT_CODES = """exit codes:
   0  success
   1  corrupt data found (verify), or corrupt data stopped the command
-  2  bad arguments
-  3  missing or unreadable input
-  4  optional part missing (install kafkacodec[spark] for `spark`)"""
+  2  bad arguments (also: OUT is the input, or generate would replace other segments)
+  3  a file could not be read or written: missing, not a regular file, no permission,
+     no space left (OUT is then left as it was)
+  4  optional part missing: pip install "kafkacodec[arrow]" (verify),
+     "kafkacodec[spark]" (spark)"""
 
 CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 TS_NAMES = {-1: "NoTimestampType", 0: "CreateTime", 1: "LogAppendTime"}
+# The extra that provides each optional top-level module.
+OPTIONAL_MODULES = {"pyarrow": "arrow", "pyspark": "spark", "pandas": "spark"}
 
 
 class CliError(Exception):
@@ -39,20 +53,42 @@ def _emit_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-def _read_file(path: str | Path) -> bytes:
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+def _open_segment(path: str | Path, command: str) -> FileRecords:
+    """A segment file, mapped (FileRecords).  Anything but a regular file is refused before it
+    is opened: a FIFO would block, a device (/dev/zero) never ends."""
+    from kafkacodec import FileRecords
+
     try:
-        return Path(path).read_bytes()
+        mode = os.stat(path).st_mode
     except FileNotFoundError:
         raise CliError(f"{path}: no such file; give a Kafka segment such as "
                        "my-topic-0/00000000000000000000.log", EXIT_INPUT) from None
-    except IsADirectoryError:
-        raise CliError(f"{path} is a directory; dump takes segment files "
-                       "(use `kafkacodec verify DIR` for a whole directory)", EXIT_INPUT) from None
+    if not stat.S_ISREG(mode):
+        hint = " (`kafkacodec verify DIR` checks a whole directory)" if stat.S_ISDIR(mode) else ""
+        raise CliError(f"{path} is a {_file_kind(mode)}, not a regular file; {command} takes "
+                       f"segment files{hint}", EXIT_INPUT)
+    return FileRecords.open(path)
+
+
+def _name_output(error: OSError, path: str | Path) -> OSError:
+    """An OSError from writing, with the output's name when the system gave none."""
+    if error.filename is None:
+        error.filename = os.fspath(path)
+    return error
 
 
 # ---------------------------------------------------------------------------------- dump
 
-def _batch_info(batch: Any) -> dict[str, Any]:
+def _batch_info(batch: RecordBatch) -> dict[str, Any]:
     """The fields kafka-dump-log prints for one entry (a kafkacodec RecordBatch)."""
     common = {
         "position": batch.position, "timestampType": TS_NAMES[int(batch.timestamp_type)],
@@ -74,7 +110,7 @@ def _batch_info(batch: Any) -> dict[str, Any]:
 def _batch_line(b: dict[str, Any]) -> str:
     def text(v: object) -> str:
         return str(v).lower() if isinstance(v, bool) else str(v)
-    if b["magic"] == 2:
+    if "baseOffset" in b:              # magic >= 2: the v2 header (as Kafka reads it)
         dh = "OptionalLong.empty" if b["deleteHorizonMs"] is None else f"OptionalLong[{b['deleteHorizonMs']}]"
         head = " ".join(f"{k}: {text(b[k])}" for k in (
             "baseOffset", "lastOffset", "count", "baseSequence", "lastSequence", "producerId",
@@ -86,37 +122,29 @@ def _batch_line(b: dict[str, Any]) -> str:
             f"magic: {b['magic']} compresscodec: {b['compresscodec']} crc: {b['crc']} isvalid: {text(b['isvalid'])}")
 
 
-def _records(view: memoryview, pos: int, size: int, path: str) -> list[dict[str, Any]]:
-    from kafkacodec._arrow import ArrowDecoder
+def _record_fields(b: dict[str, Any], r: Record, print_data: bool) -> dict[str, Any]:
+    """kafka-dump-log's fields for one record; timestamps are printed as the int64 they are."""
+    from kafkacodec import ControlType
 
-    dec = ArrowDecoder(validate_crc=False, keep_control=True, source=path)
-    rb, _ = dec.decode(view, pos, pos + size, 0)
-    rows: list[dict[str, Any]] = rb.to_pylist()
-    return rows
-
-
-def _record_fields(b: dict[str, Any], r: dict[str, Any], print_data: bool) -> dict[str, Any]:
-    ms = int(r["timestamp"].timestamp() * 1000) if r["timestamp"] is not None else -1
-    out: dict[str, Any] = {"offset": r["offset"], b["timestampType"]: ms,
-           "keySize": -1 if r["key"] is None else len(r["key"]),
-           "valueSize": -1 if r["value"] is None else len(r["value"])}
-    if b["magic"] == 2:
-        seq = -1 if b["baseSequence"] < 0 else (b["baseSequence"] + r["offset"] - b["baseOffset"]) & 0x7FFFFFFF
-        out["sequence"] = seq
-        out["headerKeys"] = [h["key"] for h in (r["headers"] or [])]
-    if b.get("isControl"):
-        key = r["key"] or b""
-        ctype = struct.unpack_from(">h", key, 2)[0] if len(key) >= 4 else -1
-        if ctype in (0, 1) and r["value"] and len(r["value"]) >= 6:
-            out["endTxnMarker"] = "ABORT" if ctype == 0 else "COMMIT"
-            out["coordinatorEpoch"] = struct.unpack_from(">i", r["value"], 2)[0]
+    key, value = r.key, r.value
+    out: dict[str, Any] = {"offset": r.offset, b["timestampType"]: r.timestamp,
+                           "keySize": -1 if key is None else len(key),
+                           "valueSize": -1 if value is None else len(value)}
+    if b["magic"] >= 2:
+        out["sequence"] = r.sequence
+        out["headerKeys"] = [k for k, _ in r.headers]
+    control = r.control_type
+    if control is not None:
+        if control in (ControlType.ABORT, ControlType.COMMIT) and r.coordinator_epoch is not None:
+            out["endTxnMarker"] = ControlType(control).name
+            out["coordinatorEpoch"] = r.coordinator_epoch
         else:
-            out["controlType"] = ctype
+            out["controlType"] = int(control)
     elif print_data:
-        if r["key"] is not None:
-            out["key"] = r["key"].decode("utf-8", "replace")
-        if r["value"] is not None:
-            out["payload"] = r["value"].decode("utf-8", "replace")
+        if key is not None:
+            out["key"] = key.decode("utf-8", "replace")
+        if value is not None:
+            out["payload"] = value.decode("utf-8", "replace")
     return out
 
 
@@ -129,56 +157,101 @@ def _record_line(fields: dict[str, Any]) -> str:
     return "| " + " ".join(parts)
 
 
-def cmd_dump(args: argparse.Namespace) -> int:
-    from kafkacodec import MemoryRecords
-    from kafkacodec._arrow import scan_entries
+class _Gaps:
+    """Non-consecutive record offsets, as kafka-dump-log lists them (the first 100 kept)."""
+    KEEP = 100
+
+    def __init__(self) -> None:
+        self.kept: list[tuple[str, int, int]] = []
+        self.count = 0
+
+    def add(self, path: str, previous: int, offset: int) -> None:
+        self.count += 1
+        if len(self.kept) < self.KEEP:
+            self.kept.append((path, previous, offset))
+
+    def report(self) -> None:
+        if not self.count:
+            return
+        print("Non-consecutive offsets:", file=sys.stderr)
+        for path, a, b in self.kept:
+            print(f"  {path}: {a} is followed by {b}", file=sys.stderr)
+        if self.count > len(self.kept):
+            print(f"  ... and {self.count - len(self.kept)} more", file=sys.stderr)
+
+
+def _dump_records(batch: RecordBatch, b: dict[str, Any], print_data: bool) -> Iterator[dict[str, Any]]:
+    """The batch's records as kafka-dump-log fields, then {"error": ...} if they cannot all be
+    read (the next batch is still dumped)."""
+    from kafkacodec.errors import KafkaCodecError
+
+    try:
+        for r in batch:
+            yield _record_fields(b, r, print_data)
+    except KafkaCodecError as exc:
+        yield {"error": str(exc)}
+
+
+def _dump_segment(path: str, records: Records, args: argparse.Namespace, gaps: _Gaps) -> int:
+    """Stream one segment: batches are walked shallowly in the mapping, records are decoded
+    one batch at a time and printed as they come, so memory stays about one batch."""
+    from kafkacodec.errors import KafkaCodecError
     from kafkacodec.logdir import SEGMENT_RE
 
+    out = sys.stdout
     status = EXIT_OK
-    gaps = []
-    for path in args.files:
-        data = _read_file(path)
-        view = memoryview(data)
-        end = len(view) if args.max_bytes is None else min(len(view), args.max_bytes)
-        scan = scan_entries(view, 0, end, source=path, strict=False)
+    deep = args.deep or args.print_data
+    if not args.json:
         m = SEGMENT_RE.match(Path(path).name)
-        if not args.json:
-            print(f"Dumping {path}")
-            print(f"Log starting offset: {int(m.group(1)) if m else 0}")
-        last = None
-        for batch in MemoryRecords(view[:int(scan["stop"])]).batches():
-            b = _batch_info(batch)
-            pos, size = batch.position, batch.size_in_bytes
-            if not b["isvalid"]:
-                status = EXIT_DATA
-            records = []
-            if args.deep or args.print_data:
-                try:
-                    for r in _records(view, pos, size, path):
-                        f = _record_fields(b, r, args.print_data)
-                        records.append(f)
-                        if last is not None and r["offset"] != last + 1:
-                            gaps.append((path, last, r["offset"]))
-                        last = r["offset"]
-                except Exception as exc:      # a corrupt batch: say so and go on
-                    records.append({"error": str(exc)})
-                    status = EXIT_DATA
-            if args.json:
-                _emit_json({"file": path, **b, **({"records": records} if records else {})})
-            else:
-                print(_batch_line(b))
-                for f in records:
-                    print(_record_line(f) if "error" not in f else f"| error: {f['error']}")
-        rest = end - int(scan["stop"])
-        if scan["error"]:
-            print(f"{scan['error']} at byte {scan['stop']}", file=sys.stderr)
+        out.write(f"Dumping {path}\nLog starting offset: {int(m.group(1)) if m else 0}\n")
+    end = 0
+    last = None
+    batches = records.batches()
+    while True:
+        try:
+            batch = next(batches, None)
+        except KafkaCodecError as exc:      # broken framing: the rest cannot be walked
+            print(f"kafkacodec: error: {path}: {exc}", file=sys.stderr)
+            return EXIT_DATA
+        if batch is None:
+            break
+        end = batch.position + batch.size_in_bytes
+        b = _batch_info(batch)
+        if not b["isvalid"]:
             status = EXIT_DATA
-        elif rest and args.max_bytes is None and not args.json:
-            print(f"Found {rest} invalid bytes at the end of {Path(path).name}")
-    if gaps:
-        print("Non-consecutive offsets:", file=sys.stderr)
-        for path, a, b in gaps:
-            print(f"  {path}: {a} is followed by {b}", file=sys.stderr)
+        if args.json:
+            head = json.dumps({"file": path, **b})
+        else:
+            out.write(_batch_line(b) + "\n")
+        n = 0
+        for fields in (_dump_records(batch, b, args.print_data) if deep else ()):
+            if "error" in fields:
+                status = EXIT_DATA
+            elif last is not None and fields["offset"] != last + 1:
+                gaps.add(path, last, fields["offset"])
+            last = fields.get("offset", last)
+            if args.json:
+                out.write((head[:-1] + ', "records": [' if n == 0 else ", ") + json.dumps(fields))
+            else:
+                out.write(_record_line(fields) + "\n" if "error" not in fields else f"| error: {fields['error']}\n")
+            n += 1
+        if args.json:
+            out.write(("]}" if n else head) + "\n")
+    rest = records.size_in_bytes - end
+    if rest and args.max_bytes is None:
+        message = f"Found {rest} invalid bytes at the end of {Path(path).name}"
+        print(message, file=sys.stderr if args.json else sys.stdout)
+    return status
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    status = EXIT_OK
+    gaps = _Gaps()
+    for path in args.files:
+        with _open_segment(path, "dump") as segment:
+            records = segment if args.max_bytes is None else segment.slice(0, args.max_bytes)
+            status = max(status, _dump_segment(path, records, args, gaps))
+    gaps.report()
     return status
 
 
@@ -241,27 +314,51 @@ def cmd_verify(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------- convert
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    """Down-convert a segment lazily (KIP-283 chunks): memory stays bounded by the chunk size."""
-    from kafkacodec import LazyDownConvertRecords
-    from kafkacodec._progress import Progress
+    """Down-convert a segment lazily (KIP-283 chunks): memory stays bounded by the chunk size.
 
-    src = Path(args.input)
-    if not src.is_file():
-        raise CliError(f"{src}: no such file; give a segment file (.log)", EXIT_INPUT)
-    total = src.stat().st_size
-    converted = out_bytes = 0
-    try:
-        with open(src, "rb") as f, open(args.output, "wb") as out, \
-                Progress(total, "convert", unit="B", enabled=False if args.no_progress else None) as bar:
+    First every CRC is checked (unless --no-verify: the rebuilt batches would get fresh, valid
+    CRCs for corrupt data) and a partial last batch is looked for (exit 1 unless
+    --allow-partial-tail); the conversion writes OUT atomically, so on any failure OUT is as
+    it was."""
+    from kafkacodec import LazyDownConvertRecords
+    from kafkacodec._atomic import atomic_output
+    from kafkacodec._progress import Progress
+    from kafkacodec.errors import InvalidCrcError
+
+    src = args.input
+    warnings = []
+    with _open_segment(src, "convert") as segment, \
+            atomic_output(args.output, inputs=[src]) as out, open(src, "rb") as f:
+        total = segment.size_in_bytes
+        if not args.no_verify:
+            try:
+                segment.validate()
+            except InvalidCrcError as exc:
+                raise CliError(f"{src}: {exc}; not converting corrupt data (--no-verify converts "
+                               "it anyway, with new checksums on the rebuilt batches)") from None
+        tail = segment.partial_tail_bytes
+        if tail:
+            at = total - tail
+            problem = (f"{tail} bytes of a partial batch at byte {at} of {src} (a cut last batch; "
+                       "Kafka's recovery truncates it)")
+            if not args.allow_partial_tail:
+                raise CliError(f"{problem}: not converting; --allow-partial-tail converts the "
+                               "complete batches before it")
+            warnings.append(f"left out {problem}")
+            print(f"kafkacodec: warning: {warnings[-1]}", file=sys.stderr)
+        converted = out_bytes = 0
+        with Progress(total, "convert", unit="B", enabled=False if args.no_progress else None) as bar:
             for chunk in LazyDownConvertRecords(f, args.to_magic):
-                out_bytes += out.write(chunk.records.buffer)
+                try:
+                    out_bytes += out.write(chunk.records.buffer)
+                except OSError as exc:
+                    raise _name_output(exc, args.output)
                 converted += chunk.stats.records_converted
-                bar.set(f.tell())
-    except BaseException:
-        Path(args.output).unlink(missing_ok=True)        # no half-converted segment left behind
-        raise
+                bar.set(min(out_bytes, total))      # output bytes: about the input's
     result = {"input": str(src), "output": str(args.output), "to_magic": args.to_magic,
-              "input_bytes": total, "output_bytes": out_bytes, "records_converted": converted}
+              "input_bytes": total, "output_bytes": out_bytes, "records_converted": converted,
+              "crc_checked": not args.no_verify, "partial_tail_bytes": tail,
+              "partial_tail_position": total - tail if tail else None, "warnings": warnings}
     if args.json:
         _emit_json(result)
     else:
@@ -272,25 +369,109 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------- generate
 
+# Kafka's topic names (Topic.validate): 1-249 of [a-zA-Z0-9._-], not "." or "..".
+TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+def _same_content(path: Path, content: bytes) -> bool:
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode) or os.path.getsize(path) != len(content):
+            return False
+        return path.read_bytes() == content        # no larger than `content`
+    except FileNotFoundError:
+        return False
+
+
+def _count(segments: list[tuple[str, bytes]]) -> dict[str, Any]:
+    """describe()'s counts for the segments generate wrote, read back with the core reader
+    (no pyarrow): data records per topic, control records, records of aborted transactions
+    (a transactional producer's records before its ABORT marker)."""
+    from kafkacodec import ControlType, MemoryRecords
+
+    per_topic: dict[str, int] = {}
+    result: dict[str, Any] = {"segments": len(segments), "bytes": 0, "records": 0,
+                              "aborted_records": 0, "control_records": 0, "per_topic": per_topic}
+    open_transactions: dict[tuple[str, int], int] = {}     # (partition dir, producer) -> records
+    for name, content in segments:
+        partition_dir = name.split("/")[0]
+        topic = partition_dir.rsplit("-", 1)[0]
+        per_topic.setdefault(topic, 0)
+        result["bytes"] += len(content)
+        for batch in MemoryRecords(content).batches():
+            producer = (partition_dir, batch.producer_id)
+            records = list(batch)
+            if batch.is_control:
+                result["control_records"] += len(records)
+                for r in records:
+                    if r.control_type == ControlType.ABORT:
+                        result["aborted_records"] += open_transactions.pop(producer, 0)
+                    elif r.control_type == ControlType.COMMIT:
+                        open_transactions.pop(producer, None)
+                continue
+            result["records"] += len(records)
+            per_topic[topic] += len(records)
+            if batch.is_transactional:
+                open_transactions[producer] = open_transactions.get(producer, 0) + len(records)
+    return result
+
+
 def generate(directory: str | Path, topics: Iterable[str] = ("orders", "clicks"), *,
              partitions: int = 2, seed: int = 0, records_per_batch: int = 20,
-             batches_per_segment: int = 8) -> dict[str, Any]:
-    """The sample log (kafkacodec._sample: magics 0, 1, 2, every codec, headers, an idempotent
-    producer, committed and aborted transactions) for each topic; returns describe()'s counts."""
-    from kafkacodec._sample import write_sample_log
-    from kafkacodec.logdir import describe
+             batches_per_segment: int = 8, force: bool = False) -> dict[str, Any]:
+    """Write the sample log (kafkacodec._sample: magics 0, 1, 2, every codec, headers, an
+    idempotent producer, committed and aborted transactions) for each topic under `directory`;
+    returns the counts of what it wrote (as logdir.describe() gives them).
 
+    Never replaces an existing segment with other content unless `force` (CliError, exit 2,
+    before anything is written); one with the same content (the same sample again) is left
+    alone.  Each file is written atomically; on failure the files and directories this call
+    created are removed again, and nothing else."""
+    from kafkacodec._atomic import atomic_output
+    from kafkacodec._sample import sample_segments
+
+    root = Path(directory)
+    segments: list[tuple[str, bytes]] = []
     for i, topic in enumerate(topics):
-        write_sample_log(directory, topic=topic, partitions=partitions, seed=seed + i,
-                         records_per_batch=records_per_batch, batches_per_segment=batches_per_segment)
-    return {"directory": str(directory), **describe(directory)}
+        if not TOPIC_RE.match(topic) or topic in (".", ".."):
+            raise CliError(f"invalid topic name {topic!r}: Kafka allows 1-249 characters of "
+                           "a-z A-Z 0-9 . _ -", EXIT_USAGE)
+        segments += sample_segments(topic, partitions, seed=seed + i, records_per_batch=records_per_batch,
+                                    batches_per_segment=batches_per_segment)
+    todo = [(root / name, content) for name, content in segments if not _same_content(root / name, content)]
+    in_the_way = [path for path, _ in todo if os.path.lexists(path)]
+    if in_the_way and not force:
+        raise CliError(f"{in_the_way[0]} exists with other content ({len(in_the_way)} segment(s) in the "
+                       "way): not replacing Kafka segments; choose an empty directory or --force",
+                       EXIT_USAGE)
+    created: list[Path] = []                   # files and directories, in creation order
+    try:
+        for path, content in todo:
+            missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            created += reversed(missing)
+            existed = os.path.lexists(path)
+            with atomic_output(path, overwrite=force) as out:
+                try:
+                    out.write(content)
+                except OSError as exc:
+                    raise _name_output(exc, path)
+            if not existed:
+                created.append(path)
+    except BaseException:
+        for path in reversed(created):
+            try:
+                path.rmdir() if path.is_dir() else path.unlink()
+            except OSError:
+                pass
+        raise
+    return {"directory": str(directory), **_count(segments)}
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     topics = [t.strip() for t in args.topics.split(",") if t.strip()]
     result = generate(args.dir, topics, partitions=args.partitions, seed=args.seed,
                       records_per_batch=args.records_per_batch,
-                      batches_per_segment=args.batches_per_segment)
+                      batches_per_segment=args.batches_per_segment, force=args.force)
     if args.json:
         _emit_json(result)
     else:
@@ -358,6 +539,18 @@ def cmd_spark_convert(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------- parser
 
+def _count_arg(least: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
@@ -367,6 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
                "  kafkacodec generate /tmp/log                 # a sample log directory\n"
                "  kafkacodec dump --deep /tmp/log/events-0/00000000000000000000.log\n"
                "  kafkacodec verify /tmp/log                   # CRC check, exit 1 on corruption\n"
+               "  kafkacodec convert --to-magic 1 in.log out.log\n"
                "  kafkacodec spark convert /tmp/log /tmp/parquet\n"
                "  kafkacodec spark convert --sample /tmp/log /tmp/parquet\n\n" + EXIT_CODES)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -379,7 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--deep", "--deep-iteration", action="store_true", help="print every record")
     d.add_argument("--print-data", "--print-data-log", action="store_true",
                    help="also print keys and values (UTF-8); implies --deep")
-    d.add_argument("--max-bytes", type=int, help="examine only the first N bytes of each file")
+    d.add_argument("--max-bytes", type=_count_arg(0), metavar="N",
+                   help="examine only the batches within the first N bytes of each file")
     d.add_argument("--json", action="store_true", help="one JSON object per batch on stdout")
     d.set_defaults(func=cmd_dump)
 
@@ -393,23 +588,42 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(func=cmd_verify)
 
     c = sub.add_parser("convert", help="down-convert a segment to magic 0 or 1 (lazy, bounded memory)",
-                       formatter_class=fmt, epilog="example:\n  kafkacodec convert --to-magic 1 in.log out.log")
+                       formatter_class=fmt,
+                       description="Down-convert a segment as a broker does for old consumers. Every CRC "
+                                   "is checked first, and a partial last batch stops the command, so "
+                                   "corrupt data never comes out with fresh checksums. OUT is written "
+                                   "to a temporary file beside it and renamed into place: on any "
+                                   "failure it is left as it was.",
+                       epilog="examples:\n  kafkacodec convert --to-magic 1 in.log out.log\n"
+                              "  kafkacodec convert --to-magic 0 --allow-partial-tail active.log out.log\n\n"
+                              + EXIT_CODES)
     c.add_argument("--to-magic", type=int, choices=(0, 1), required=True)
     c.add_argument("input", metavar="IN")
     c.add_argument("output", metavar="OUT")
+    c.add_argument("--no-verify", action="store_true",
+                   help="do not check CRCs first (corrupt batches that are rebuilt get valid CRCs)")
+    c.add_argument("--allow-partial-tail", action="store_true",
+                   help="convert the complete batches of a segment whose last batch is cut "
+                        "(a warning, exit 0) instead of exit 1")
     c.add_argument("--json", action="store_true", help="print one JSON result on stdout")
     c.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     c.set_defaults(func=cmd_convert)
 
     g = sub.add_parser("generate", help="write a sample log directory (mixed magics, codecs, "
                                         "headers, transactions)", formatter_class=fmt,
-                       epilog="example:\n  kafkacodec generate /tmp/sample-log")
+                       description="Write the sample log into DIR (<topic>-<partition>/<base "
+                                   "offset>.log). Existing segments with other content are not "
+                                   "replaced (exit 2) unless --force; the same sample again is a no-op.",
+                       epilog="example:\n  kafkacodec generate /tmp/sample-log\n\n" + EXIT_CODES)
     g.add_argument("dir", metavar="DIR")
     g.add_argument("--topics", default="orders,clicks", help="comma-separated topic names (default orders,clicks)")
-    g.add_argument("--partitions", type=int, default=2, help="partitions per topic (default 2)")
-    g.add_argument("--records-per-batch", type=int, default=20, help="at most this many records per batch")
-    g.add_argument("--batches-per-segment", type=int, default=8, help="roll a segment after this many batches")
+    g.add_argument("--partitions", type=_count_arg(1), default=2, help="partitions per topic (default 2)")
+    g.add_argument("--records-per-batch", type=_count_arg(1), default=20,
+                   help="at most this many records per batch")
+    g.add_argument("--batches-per-segment", type=_count_arg(1), default=8,
+                   help="roll a segment after this many batches")
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--force", action="store_true", help="replace existing segments of other content")
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=cmd_generate)
 
@@ -441,29 +655,49 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+
+def _os_error_text(exc: OSError) -> str:
+    if exc.strerror and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; every failure becomes one `kafkacodec: error:` line on stderr and the
+    exit code of EXIT_CODES (argparse exits 2 itself on bad arguments)."""
+    from kafkacodec._atomic import SameFileError
     from kafkacodec.errors import KafkaCodecError, UnsupportedCompressionError
 
     args = build_parser().parse_args(argv)
+    code, message = EXIT_OK, None
     try:
         status: int = args.func(args)
         return status
     except CliError as exc:
-        print(f"kafkacodec: error: {exc}", file=sys.stderr)
-        return exc.code
+        code, message = exc.code, str(exc)
+    except SameFileError as exc:
+        code, message = EXIT_USAGE, str(exc)
     except UnsupportedCompressionError as exc:
-        print(f"kafkacodec: error: {exc}\n  Kafka refuses this too (UNSUPPORTED_COMPRESSION_TYPE): "
-              "old clients cannot read such batches", file=sys.stderr)
-        return EXIT_DATA
+        code, message = EXIT_DATA, (f"{exc}; Kafka refuses this too (UNSUPPORTED_COMPRESSION_TYPE): "
+                                    "old clients cannot read such batches")
     except KafkaCodecError as exc:
-        print(f"kafkacodec: error: {exc}\n  run `kafkacodec verify PATH` to list every problem",
-              file=sys.stderr)
-        return EXIT_DATA
-    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
-        print(f"kafkacodec: error: {exc}", file=sys.stderr)
-        return EXIT_INPUT
+        code, message = EXIT_DATA, f"{exc}; `kafkacodec verify PATH` lists every problem"
+    except ImportError as exc:
+        extra = OPTIONAL_MODULES.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        code, message = EXIT_UNAVAILABLE, (f"`kafkacodec {args.command}` needs {exc.name}, which is not "
+                                           f'installed: pip install "kafkacodec[{extra}]"')
     except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep Python's final flush quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except OSError as exc:
+        code, message = EXIT_INPUT, _os_error_text(exc)
+    except KeyboardInterrupt:
+        code, message = 130, "interrupted"
+    print(f"kafkacodec: error: {message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 `LazyDownConvertRecords` commits to a size up front (Kafka's S_pre), converts at most
 `chunk_size` bytes of input at a time, and `write_to()` delivers exactly `size_in_bytes`
 bytes: longer output is cut, shorter output is padded with Kafka's overflow stubs.  Memory
-stays bounded by a chunk: a file input is read one chunk at a time, a mapped buffer is only
-touched where the current chunk lies.  Rules: spec downconvert.md §3; guide:
-docs/down-conversion.md.
+stays bounded by a chunk plus one genuine entry larger than a chunk: a file input is read one
+chunk at a time, a mapped buffer is only touched where the current chunk lies, and an entry
+larger than a chunk is read whole only once its size is within `max_entry_size` and its CRC,
+checked in pieces, holds.  Rules: spec downconvert.md §3; guide: docs/down-conversion.md.
 """
 
 from __future__ import annotations
@@ -27,17 +28,34 @@ from kafkacodec._convert import (
     first_entry_above,
     records_buffer,
 )
+from kafkacodec._crc import crc32, crc32c
 from kafkacodec._records import FileRecords, MemoryRecords
-from kafkacodec.errors import UnsupportedCompressionError, UnsupportedVersionError
+from kafkacodec.errors import (
+    InvalidCrcError,
+    RecordTooLargeError,
+    UnsupportedCompressionError,
+    UnsupportedVersionError,
+)
 
-__all__ = ["LazyDownConvertRecords", "overflow_stub", "MAX_READ_SIZE", "MIN_OVERFLOW_MESSAGE_LENGTH"]
+__all__ = ["LazyDownConvertRecords", "overflow_stub", "MAX_READ_SIZE", "MIN_OVERFLOW_MESSAGE_LENGTH",
+           "DEFAULT_MAX_ENTRY_SIZE"]
 
 #: Kafka's chunk read limit (LazyDownConversionRecords.MAX_READ_SIZE), also the stub piece size.
 MAX_READ_SIZE = 128 * 1024
 #: Committed size when nothing converts but a complete batch exists (LOG_OVERHEAD).
 MIN_OVERFLOW_MESSAGE_LENGTH = 12
+#: The largest entry converted unless `max_entry_size` says otherwise (RecordTooLargeError
+#: above it): as large as the default decompression cap.
+DEFAULT_MAX_ENTRY_SIZE = 256 * 1024 * 1024
 _RECORD_BATCH_OVERHEAD = 61
 _INT32_MAX = 2**31 - 1
+# The entry header (spec record-formats.md): int64 offset, int32 size (bytes after it), then
+# v0/v1: uint32 CRC-32 of the bytes from the magic (16) on; v2: int32 partition leader epoch,
+# int8 magic (16), uint32 CRC-32C of the bytes from the attributes (21) on.
+_LOG_OVERHEAD = 12
+_MAGIC_AT = 16
+_V0_MIN_SIZE = 14                      # the smallest size field any entry may declare
+_HEADER = struct.Struct(">qiibI")      # through the v2 CRC: 21 bytes
 
 
 def overflow_stub(remaining: int) -> bytes:
@@ -83,12 +101,20 @@ class _FileSource:
         self.buffer = bytearray()
 
     def window(self, position: int, size: int) -> memoryview:
+        """Up to `size` bytes at `position`, in the reused buffer (valid until the next call)."""
         size = max(0, min(size, self.size - position))
         if len(self.buffer) < size:
             self.buffer = bytearray(size)
-        view = memoryview(self.buffer)[:size]
+        return self._read(memoryview(self.buffer)[:size], position)
+
+    def entry(self, position: int, size: int) -> memoryview:
+        """An entry larger than a chunk, in a buffer of its own that goes with the view (the
+        reused buffer stays chunk-sized)."""
+        return self._read(memoryview(bytearray(max(0, min(size, self.size - position)))), position)
+
+    def _read(self, view: memoryview, position: int) -> memoryview:
         done = 0
-        while done < size:
+        while done < view.nbytes:
             if hasattr(os, "preadv"):
                 n = os.preadv(self.fd, [view[done:]], self.start + position + done)
             else:                                   # Windows: no positional read into a buffer
@@ -113,11 +139,19 @@ def _open_source(records: Any) -> _BufferSource | _FileSource:
 
 
 class _Chunks:
-    """Cuts the source into Kafka's chunks and converts them, resuming where the last ended."""
+    """Cuts the source into Kafka's chunks and converts them, resuming where the last ended.
 
-    def __init__(self, source: _BufferSource | _FileSource, to_magic: int, first_offset: int):
+    An entry larger than `big` bytes (the chunk size, at least MAX_READ_SIZE) is checked before
+    it is read whole or converted: its size against `max_entry_size`, then its CRC in
+    MAX_READ_SIZE pieces, so a header claiming 2 GiB costs no memory.  Every source does the
+    same, so a file, a mapping and bytes of the same data give the same result."""
+
+    def __init__(self, source: _BufferSource | _FileSource, to_magic: int, first_offset: int,
+                 chunk_size: int, max_entry_size: int):
         self.source = source
         self.converter = DownConverter(to_magic, first_offset)
+        self.big = max(chunk_size, MAX_READ_SIZE)
+        self.max_entry_size = max_entry_size
         self.reader = None
         if isinstance(source, _BufferSource):
             self.reader = ChunkReader(source.view, self.converter, source.file_backed)
@@ -126,27 +160,62 @@ class _Chunks:
         """Convert one chunk at `position`: at least one whole entry, then more while the total
         stays within `max_bytes`.  Returns (bytes consumed, output, temp bytes, records, ns);
         0 bytes consumed when no complete entry is left."""
+        started = monotonic_ns()
+        big = self._check_big_entry(position)
         if self.reader is not None:
             self.reader.position = position
             done = self.reader.step(max_bytes)
             if done is None:
                 return 0, None, 0, 0, 0
             return (self.reader.position - position, *done)
-        started = monotonic_ns()
         source = self.source
+        assert isinstance(source, _FileSource)       # a buffer source has a ChunkReader
         left = source.size - position
-        if left < 12:
+        if left < _LOG_OVERHEAD:
             return 0, None, 0, 0, 0
-        # a file: read only what may be taken
-        data = source.window(position, max(max_bytes, _RECORD_BATCH_OVERHEAD))
-        consumed = self.converter.convert(data, max_bytes, -1, position)
-        if consumed == 0 and data.nbytes < left and data.nbytes >= 12:
-            # The first entry is larger than the window: read it whole, if it is complete.
-            entry = 12 + struct.unpack_from(">i", data, 8)[0]
-            data = source.window(position, entry)
-            consumed = self.converter.convert(data, -1, 1, position)
+        if big:
+            consumed = self.converter.convert(source.entry(position, big), -1, 1, position)
+        else:
+            # a file: read only what may be taken
+            data = source.window(position, max(max_bytes, _RECORD_BATCH_OVERHEAD))
+            consumed = self.converter.convert(data, max_bytes, -1, position)
+            if consumed == 0 and data.nbytes < left and data.nbytes >= _LOG_OVERHEAD:
+                # The first entry is larger than the window (and at most `big`): read it whole.
+                entry = _LOG_OVERHEAD + struct.unpack_from(">i", data, 8)[0]
+                if entry <= left:
+                    consumed = self.converter.convert(source.window(position, entry), -1, 1, position)
         output, temp, converted = self.converter.take()
         return consumed, output, temp, converted, monotonic_ns() - started
+
+    def _check_big_entry(self, position: int) -> int:
+        """The size of the complete entry at `position` when it is larger than `big` and
+        passes the checks (RecordTooLargeError, InvalidCrcError otherwise); 0 for any other
+        entry, left to the converter (a partial one ends the data, a malformed one raises)."""
+        source = self.source
+        left = source.size - position
+        if left < _HEADER.size:
+            return 0
+        offset, declared, _, magic, stored = _HEADER.unpack(source.window(position, _HEADER.size))
+        entry: int = _LOG_OVERHEAD + declared
+        if declared < _V0_MIN_SIZE or not 0 <= magic <= 2 or entry <= self.big or entry > left:
+            return 0
+        if entry > self.max_entry_size:
+            raise RecordTooLargeError(
+                f"entry of {entry} bytes is larger than max_entry_size ({self.max_entry_size} bytes)",
+                position=position, offset=offset)
+        crc, start, kind = (crc32c, 21, "CRC-32C") if magic == 2 else (crc32, _MAGIC_AT, "CRC-32")
+        computed = 0
+        done = start
+        while done < entry:
+            piece = source.window(position + done, min(MAX_READ_SIZE, entry - done))
+            if not piece.nbytes:
+                return 0                # the file shrank meanwhile: a partial entry now
+            computed = crc(piece, computed)
+            done += piece.nbytes
+        if computed != stored:
+            raise InvalidCrcError(f"{kind} mismatch in magic {magic} batch", stored=stored,
+                                  computed=computed, position=position, offset=offset)
+        return entry
 
 
 class LazyDownConvertRecords:
@@ -159,18 +228,28 @@ class LazyDownConvertRecords:
     `records` is a MemoryRecords.  `enabled=False` is Kafka's
     `message.downconversion.enable=false`: UnsupportedVersionError if any complete batch is
     newer than `to_magic`, else the data passes through untouched.
+
+    An entry larger than the chunk (and than MAX_READ_SIZE) is converted on its own once it is
+    known to be genuine: RecordTooLargeError above `max_entry_size` (default
+    DEFAULT_MAX_ENTRY_SIZE), InvalidCrcError when its checksum, computed in pieces, does not
+    match.  Smaller entries are converted without a CRC check.  Not for concurrent use.
     """
 
     def __init__(self, records: Any, to_magic: int, first_offset: int = 0,
-                 chunk_size: int = MAX_READ_SIZE, enabled: bool = True):
+                 chunk_size: int = MAX_READ_SIZE, enabled: bool = True,
+                 max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE):
         if chunk_size < 0:
             raise ValueError(f"chunk_size must be >= 0, got {chunk_size}")
+        if max_entry_size < _LOG_OVERHEAD + _V0_MIN_SIZE:
+            raise ValueError(f"max_entry_size must be at least {_LOG_OVERHEAD + _V0_MIN_SIZE}, "
+                             f"got {max_entry_size}")
         self.to_magic = to_magic
         self.first_offset = first_offset
         self.chunk_size = chunk_size
         self.enabled = enabled
+        self.max_entry_size = max_entry_size
         self._source = _open_source(records)
-        self._chunks = _Chunks(self._source, to_magic, first_offset)   # validates to_magic
+        self._chunks = self._new_chunks()                 # validates to_magic
         self._first: ConvertedRecords | None = None
         self._first_end = 0
         self._send: _Send | None = None
@@ -203,7 +282,13 @@ class LazyDownConvertRecords:
         else:
             self.size_in_bytes = MIN_OVERFLOW_MESSAGE_LENGTH if saw_batch else 0
 
+    def _new_chunks(self) -> _Chunks:
+        return _Chunks(self._source, self.to_magic, self.first_offset, self.chunk_size,
+                       self.max_entry_size)
+
     def _first_newer_entry(self) -> int | None:
+        """The position of the first complete entry newer than `to_magic`, from the entry
+        headers only (an entry larger than the window is skipped, not read)."""
         position = 0
         source = self._source
         while True:
@@ -214,14 +299,17 @@ class LazyDownConvertRecords:
             if newer:
                 return position + walked
             if walked == 0:
-                if data.nbytes >= source.size - position or data.nbytes < 12:
+                # None complete in the window; first_entry_above checked the size field and
+                # the magic of the next entry (it raises on bad ones).
+                left = source.size - position
+                if data.nbytes >= left or data.nbytes < _MAGIC_AT + 1:
                     return None
-                entry = 12 + struct.unpack_from(">i", data, 8)[0]
-                walked, newer = first_entry_above(source.window(position, entry), self.to_magic, position)
-                if newer:
+                entry = _LOG_OVERHEAD + struct.unpack_from(">i", data, 8)[0]
+                if entry > left:
+                    return None                 # a partial trailing entry
+                if data[_MAGIC_AT] > self.to_magic:
                     return position
-                if walked == 0:
-                    return None
+                walked = entry
             position += walked
 
     # --- iteration ---------------------------------------------------------------------------
@@ -237,7 +325,7 @@ class LazyDownConvertRecords:
         if self._first is None:
             return
         yield self._first
-        chunks = _Chunks(self._source, self.to_magic, self.first_offset)
+        chunks = self._new_chunks()
         position = self._first_end
         while True:
             consumed, output, temp, converted, elapsed = chunks.step(position, self.chunk_size)

@@ -69,3 +69,38 @@ def test_refuses_non_regular_targets_and_existing_without_overwrite(tmp_path):
         with atomic_output(existing, overwrite=False):
             pass
     assert existing.read_bytes() == b"keep"
+
+
+def test_symlink_target_is_written_through_and_the_link_kept(tmp_path):
+    real = tmp_path / "data" / "real.log"
+    real.parent.mkdir()
+    real.write_bytes(b"old")
+    link = tmp_path / "link.log"
+    link.symlink_to(real)
+    with atomic_output(link) as out:
+        out.write(b"new")
+    assert link.is_symlink() and real.read_bytes() == b"new"
+    assert sorted(p.name for p in real.parent.iterdir()) == ["real.log"]   # the temporary was beside it
+    dangling = tmp_path / "dangling.log"
+    dangling.symlink_to(tmp_path / "data" / "made.log")
+    with atomic_output(dangling) as out:
+        out.write(b"made")
+    assert dangling.is_symlink() and (tmp_path / "data" / "made.log").read_bytes() == b"made"
+
+
+def test_no_overwrite_holds_when_the_target_appears_meanwhile(tmp_path):
+    """overwrite=False is enforced by the final step itself, not only by a check before it."""
+    target = tmp_path / "out.log"
+    with pytest.raises(FileExistsError):
+        with atomic_output(target, overwrite=False) as out:
+            out.write(b"mine")
+            target.write_bytes(b"another writer's")
+    assert target.read_bytes() == b"another writer's"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.log"]
+
+
+def test_errors_name_the_directory_not_the_temporary_file(tmp_path):
+    with pytest.raises(FileNotFoundError) as error:
+        with atomic_output(tmp_path / "missing" / "out.log"):
+            pytest.fail("opened for writing")
+    assert error.value.filename == str(tmp_path / "missing")

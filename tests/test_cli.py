@@ -150,3 +150,331 @@ def test_convert_zstd_is_refused_like_kafka(log_dir, tmp_path, capsys):
     code, _, err = run(capsys, "convert", "--to-magic", "1", "--no-progress", src, out)
     assert code == EXIT_DATA and "zstd" in err and "UNSUPPORTED_COMPRESSION_TYPE" in err
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- files and memory
+# Hostile files, memory, and what the writing commands leave behind (issue 14: items 10, 11,
+# 14, 15, 17).  What can crash, hang or exhaust memory runs in a child process.
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+
+import kafkacodec
+from kafkacodec import MemoryRecordsBuilder
+from kafkacodec._crc import crc32c
+
+from memory_probe import available as memory_probe_available, child_env, run_measured
+
+SANITIZED = os.environ.get("KAFKACODEC_SANITIZED") == "1"
+CLI = "import sys\nfrom kafkacodec.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+
+
+def cli(*argv, timeout=120, preexec_fn=None, prelude=""):
+    """`kafkacodec ARGV` in a child process."""
+    return subprocess.run([sys.executable, "-c", prelude + CLI, *map(str, argv)],
+                          capture_output=True, text=True, timeout=timeout, env=child_env(),
+                          preexec_fn=preexec_fn)
+
+
+def one_line_error(run):
+    """The child printed one `kafkacodec: error:` line and no traceback."""
+    assert "Traceback" not in run.stderr, run.stderr
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("kafkacodec: error: "), run.stderr
+    return lines[0]
+
+
+def v2_segment(batches, records, value_size, codec="none"):
+    """`batches` copies of one v2 batch of `records` records, with dense base offsets (the
+    v2 CRC does not cover the base offset)."""
+    builder = MemoryRecordsBuilder(magic=2, compression=codec)
+    for i in range(records):
+        builder.append(1_700_000_000_000 + i, b"key-%d" % i, bytes([i % 251]) * value_size)
+    batch = builder.build()
+    return b"".join(struct.pack(">q", n * records) + batch[8:] for n in range(batches))
+
+
+def convertible(log_dir):
+    """A sample segment with v2 batches and no zstd (convertible to magic 1)."""
+    def usable(p):
+        scan = scan_entries(p.read_bytes())
+        v2 = scan["magic"] == 2
+        return v2.any() and not (v2 & ((scan["attributes"] & 7) == 4)).any()
+    return next(p for p in sorted(log_dir.glob("*/*.log")) if usable(p))
+
+
+@pytest.mark.skipif(not memory_probe_available or SANITIZED, reason="needs Linux /proc; ASan's heap")
+def test_dump_streams_a_large_segment_in_bounded_memory(tmp_path):
+    seg = tmp_path / "00000000000000000000.log"
+    with open(seg, "wb") as f:
+        f.write(v2_segment(130, 100, 10_000))       # 130 MB, 13,000 records
+    size = seg.stat().st_size
+    run, growth = run_measured(CLI, "dump", "--deep", str(seg))
+    assert run.returncode == EXIT_OK, run.stderr[-2000:]
+    assert run.stdout.count("\n| offset: ") == 13_000
+    assert 0 <= growth < size // 8, f"anonymous memory grew {growth} bytes for a {size}-byte segment"
+
+
+def test_dump_refuses_non_regular_files_promptly(tmp_path):
+    fifo = tmp_path / "00000000000000000001.log"
+    os.mkfifo(fifo)
+    zero = tmp_path / "00000000000000000002.log"
+    zero.symlink_to("/dev/zero")
+
+    def guard():            # a regression must not eat the machine (ASan needs its address space)
+        import resource
+        if not SANITIZED:
+            resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    for path, kind in ((fifo, "FIFO"), (zero, "character device"), (tmp_path, "directory")):
+        run = cli("dump", "--max-bytes", "100", path, timeout=60, preexec_fn=guard)
+        assert run.returncode == EXIT_INPUT, run.stderr[-2000:]
+        line = one_line_error(run)
+        assert str(path) in line and kind in line and "not a regular file" in line
+
+
+def test_dump_max_bytes_stops_at_the_last_whole_batch(log_dir, capsys):
+    seg = sorted((log_dir / "orders-0").glob("*.log"))[-1]
+    scan = scan_entries(seg.read_bytes())
+    limit = int(scan["position"][2] + scan["size"][2]) + 30       # 3 batches and a bit
+    code, out, err = run(capsys, "dump", "--max-bytes", limit, seg)
+    assert code == EXIT_OK and err == ""
+    assert [line.split(" position: ")[1].split()[0] for line in out.splitlines()[2:]] == \
+        [str(p) for p in scan["position"][:3]]
+
+
+def test_dump_deep_prints_any_int64_timestamp(tmp_path, capsys):
+    """Timestamps are int64 Kafka data: the extremes are printed as they are, exit 0."""
+    newest = MemoryRecordsBuilder(magic=2, base_offset=0)
+    newest.append(2**63 - 1, b"k", b"newest")
+    oldest = MemoryRecordsBuilder(magic=2, base_offset=1)
+    oldest.append(0, b"k", b"oldest")
+    patched = bytearray(oldest.build())
+    struct.pack_into(">qq", patched, 27, -2**63, -2**63)       # base and max timestamp
+    struct.pack_into(">I", patched, 17, crc32c(bytes(patched[21:])))
+    seg = tmp_path / "00000000000000000000.log"
+    seg.write_bytes(newest.build() + bytes(patched))
+    code, out, err = run(capsys, "dump", "--deep", "--print-data", seg)
+    assert code == EXIT_OK, err
+    records = [line for line in out.splitlines() if line.startswith("| ")]
+    assert records[0].startswith(f"| offset: 0 CreateTime: {2**63 - 1} ") and "payload: newest" in records[0]
+    assert records[1].startswith(f"| offset: 1 CreateTime: {-2**63} ") and "payload: oldest" in records[1]
+    code, out, err = run(capsys, "dump", "--deep", "--json", seg)
+    assert code == EXIT_OK, err
+    assert [b["records"][0]["CreateTime"] for b in map(json.loads, out.splitlines())] == [2**63 - 1, -2**63]
+
+
+@pytest.mark.parametrize("link", ["same path", "symlink", "hard link"])
+def test_convert_refuses_output_that_is_the_input(log_dir, tmp_path, capsys, link):
+    src = tmp_path / "in.log"
+    src.write_bytes(convertible(log_dir).read_bytes())
+    before = src.read_bytes()
+    out = {"same path": src, "symlink": tmp_path / "s.log", "hard link": tmp_path / "h.log"}[link]
+    if link == "symlink":
+        out.symlink_to(src)
+    elif link == "hard link":
+        os.link(src, out)
+    code, stdout, err = run(capsys, "convert", "--to-magic", "1", "--no-progress", src, out)
+    assert code == EXIT_USAGE and "is the input" in err and stdout == ""
+    assert src.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({"in.log", out.name})
+
+
+def no_sigxfsz():
+    import resource
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+
+def test_convert_past_a_file_size_limit_keeps_the_old_output(log_dir, tmp_path):
+    """A real kernel limit (RLIMIT_FSIZE: EFBIG) in the middle of writing OUT: one error line,
+    exit 3, OUT keeps its old content and no temporary file is left."""
+    src = convertible(log_dir)
+    assert src.stat().st_size > 4096
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "v1.log"
+    out.write_bytes(b"precious")
+    run = cli("convert", "--to-magic", "1", "--no-progress", src, out, preexec_fn=no_sigxfsz)
+    assert run.returncode == EXIT_INPUT, run.stderr
+    assert "File too large" in one_line_error(run)
+    assert out.read_bytes() == b"precious"
+    assert [p.name for p in out_dir.iterdir()] == ["v1.log"]
+
+
+def unshare_works():
+    try:
+        return subprocess.run(["unshare", "-Urm", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not unshare_works(),
+                    reason="needs unprivileged user and mount namespaces (unshare -Urm)")
+def test_writing_commands_on_a_full_filesystem(log_dir, tmp_path):
+    """ENOSPC from a real 64 KiB tmpfs (in a private mount namespace): convert and generate
+    exit 3 with one line, leave no temporary file, and convert keeps the old OUT."""
+    src = tmp_path / "big.log"
+    src.write_bytes(v2_segment(4, 100, 1000))                   # 400 KB: more than the tmpfs
+    full = tmp_path / "full"
+    full.mkdir()
+    python = [sys.executable, "-c", CLI]
+    script = (
+        'set -e; mount -t tmpfs -o size=64k tmpfs "$1"; printf precious > "$1/v1.log"; '
+        'mkdir "$1/gen"; '
+        'set +e; "$2" -c "$3" convert --to-magic 1 --no-progress "$4" "$1/v1.log"; echo "convert=$?"; '
+        '"$2" -c "$3" generate --partitions 4 --records-per-batch 200 "$1/gen"; echo "generate=$?"; '
+        'echo "old=$(cat "$1/v1.log")"; ls -A "$1" "$1/gen"')
+    run = subprocess.run(["unshare", "-Urm", "sh", "-c", script, "sh", str(full), python[0], CLI, str(src)],
+                         capture_output=True, text=True, timeout=300, env=child_env())
+    assert "convert=3" in run.stdout and "generate=3" in run.stdout, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr and run.stderr.count("No space left on device") == 2, run.stderr
+    assert "old=precious" in run.stdout
+    listing = run.stdout.split("old=precious", 1)[1].split()
+    assert listing == [f"{full}:", "gen", "v1.log", f"{full}/gen:"], run.stdout
+
+
+def test_convert_never_unlinks_an_output_it_did_not_create(log_dir, tmp_path, capsys):
+    """OUT naming a device (here through a symlink to /dev/null) is refused, not replaced and
+    not unlinked; a failing conversion (zstd) leaves an existing OUT as it was."""
+    zstd = next(p for p in sorted(log_dir.glob("*/*.log"))
+                if ((scan_entries(p.read_bytes())["attributes"] & 7) == 4).any())
+    link = tmp_path / "null.log"
+    link.symlink_to(os.devnull)
+    code, _, err = run(capsys, "convert", "--to-magic", "1", "--no-progress", zstd, link)
+    assert code == EXIT_INPUT and "not a regular file" in err
+    assert link.is_symlink() and stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    out = tmp_path / "v1.log"
+    out.write_bytes(b"precious")
+    code, _, err = run(capsys, "convert", "--to-magic", "1", "--no-progress", zstd, out)
+    assert code == EXIT_DATA and "zstd" in err
+    assert out.read_bytes() == b"precious" and sorted(p.name for p in tmp_path.iterdir()) == ["null.log", "v1.log"]
+
+
+def test_convert_checks_crcs_by_default(log_dir, tmp_path, capsys):
+    src = convertible(log_dir)
+    data = bytearray(src.read_bytes())
+    scan = scan_entries(data)
+    i = int(next(i for i, m in enumerate(scan["magic"]) if m == 2))
+    pos, base = int(scan["position"][i]), int(scan["base_offset"][i])
+    data[pos + 70] ^= 0x55                           # inside the records: CRC-32C mismatch
+    bad = tmp_path / "bad.log"
+    bad.write_bytes(data)
+    out = tmp_path / "v1.log"
+    code, stdout, err = run(capsys, "convert", "--to-magic", "1", "--no-progress", bad, out)
+    assert code == EXIT_DATA and stdout == ""
+    assert "CRC" in err and f"at byte {pos}" in err and f"batch offset {base}" in err and "--no-verify" in err
+    assert not out.exists()
+    code, _, err = run(capsys, "convert", "--to-magic", "1", "--no-progress", "--no-verify", bad, out)
+    assert code == EXIT_OK and out.exists()
+
+
+def test_convert_reports_a_partial_last_batch(log_dir, tmp_path, capsys):
+    src = convertible(log_dir)
+    data = src.read_bytes()
+    scan = scan_entries(data)
+    cut_at = int(scan["position"][-1])
+    cut = tmp_path / "cut.log"
+    cut.write_bytes(data[:-7])
+    tail = len(data) - 7 - cut_at
+    out = tmp_path / "v1.log"
+    code, stdout, err = run(capsys, "convert", "--to-magic", "1", "--no-progress", cut, out)
+    assert code == EXIT_DATA and stdout == "" and not out.exists()
+    assert f"{tail} bytes of a partial batch at byte {cut_at}" in err and "--allow-partial-tail" in err
+    code, stdout, err = run(capsys, "convert", "--to-magic", "1", "--no-progress", "--json",
+                            "--allow-partial-tail", cut, out)
+    result = json.loads(stdout)
+    assert code == EXIT_OK and out.exists()
+    assert result["partial_tail_bytes"] == tail and result["partial_tail_position"] == cut_at
+    assert f"warning: left out {tail} bytes of a partial batch at byte {cut_at}" in err
+    assert result["warnings"] == [err.strip().removeprefix("kafkacodec: warning: ")]
+
+
+def test_generate_does_not_clobber_existing_segments(tmp_path, capsys):
+    target = tmp_path / "log"
+    code, out, _ = run(capsys, "generate", target, "--json")
+    assert code == EXIT_OK
+    files = {p: p.read_bytes() for p in target.glob("*/*.log")}
+    code, out, _ = run(capsys, "generate", target, "--json")    # the same sample again: a no-op
+    assert code == EXIT_OK and {p: p.read_bytes() for p in target.glob("*/*.log")} == files
+    code, out, err = run(capsys, "generate", target, "--seed", "7")
+    assert code == EXIT_USAGE and "--force" in err and out == ""
+    assert {p: p.read_bytes() for p in target.glob("*/*.log")} == files
+    code, out, err = run(capsys, "generate", target, "--seed", "7", "--force")
+    assert code == EXIT_OK
+    changed = {p: p.read_bytes() for p in target.glob("*/*.log")}
+    assert changed.keys() >= files.keys() and changed != files
+    assert not list(target.glob("*/.*"))                         # no temporary file left
+
+
+def test_generate_summary_matches_an_independent_count(tmp_path, capsys):
+    """generate counts what it wrote with the core reader; logdir.describe() counts the files
+    with the Arrow decoder."""
+    from kafkacodec.logdir import describe
+
+    code, out, _ = run(capsys, "generate", tmp_path / "g", "--topics", "a,b", "--partitions", "3", "--json")
+    result = json.loads(out)
+    expected = describe(tmp_path / "g")
+    assert code == EXIT_OK
+    assert {k: result[k] for k in expected if k != "corrupt"} == {k: v for k, v in expected.items() if k != "corrupt"}
+
+
+BLOCK_PYARROW = """\
+class _NoPyarrow:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "pyarrow":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+import sys
+sys.meta_path.insert(0, _NoPyarrow())
+"""
+
+
+def test_core_install_without_pyarrow(log_dir, tmp_path):
+    """dump, convert and generate need only the core; verify needs pyarrow: exit 4 and how
+    to install it, never an ImportError traceback."""
+    seg = sorted((log_dir / "orders-0").glob("*.log"))[-1]
+    run = cli("dump", "--deep", "--json", seg, prelude=BLOCK_PYARROW)
+    assert run.returncode == EXIT_OK and run.stderr == ""
+    scan = scan_entries(seg.read_bytes())
+    assert [json.loads(line)["position"] for line in run.stdout.splitlines()] == list(scan["position"])
+    run = cli("generate", tmp_path / "g", "--json", prelude=BLOCK_PYARROW)
+    assert run.returncode == EXIT_OK and json.loads(run.stdout)["records"] > 0, run.stderr
+    run = cli("convert", "--to-magic", "1", "--no-progress", convertible(log_dir), tmp_path / "v1.log",
+              prelude=BLOCK_PYARROW)
+    assert run.returncode == EXIT_OK, run.stderr
+    run = cli("verify", "--no-progress", log_dir, prelude=BLOCK_PYARROW)
+    assert run.returncode == 4
+    assert 'pip install "kafkacodec[arrow]"' in one_line_error(run)
+
+
+def test_every_kafkacodec_error_is_one_line_and_exit_1(tmp_path):
+    """A framing error deep in a segment (a size below the minimum) stops dump with exit 1."""
+    seg = tmp_path / "00000000000000000000.log"
+    seg.write_bytes(v2_segment(2, 3, 10) + struct.pack(">qi", 6, 5) + bytes(20))
+    with kafkacodec.FileRecords.open(seg) as records, pytest.raises(kafkacodec.CorruptRecordError) as error:
+        list(records.batches())
+    run = cli("dump", seg)
+    assert run.returncode == EXIT_DATA
+    assert one_line_error(run).endswith(f"{seg}: {error.value}")
+
+
+def test_generate_refuses_topic_names_kafka_refuses(tmp_path, capsys):
+    for bad in ("../escape", "a/b", "..", "x" * 250):
+        code, _, err = run(capsys, "generate", tmp_path / "g", "--topics", bad)
+        assert code == EXIT_USAGE and "invalid topic name" in err
+    assert not (tmp_path / "g").exists() and not (tmp_path / "escape-0").exists()
+
+
+def test_dump_into_a_closed_pipe_stops_quietly(log_dir):
+    """`kafkacodec dump ... | head -1`: exit 0 and nothing on stderr."""
+    seg = sorted((log_dir / "orders-0").glob("*.log"))[0]
+    many = [seg] * 200
+    child = subprocess.Popen([sys.executable, "-c", CLI, "dump", "--deep", *map(str, many)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
+    assert child.stdout.readline().startswith(b"Dumping ")
+    child.stdout.close()
+    assert child.wait(timeout=60) == EXIT_OK
+    assert child.stderr.read() == b""

@@ -7,6 +7,7 @@ kafka-python and aiokafka, both with CRC checks."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import socket
 import struct
@@ -749,3 +750,89 @@ def test_random_logs_follow_kafkas_rules(data, batches, magic, first_offset):
     assert result.stats.records_converted == len(expected)
     lazy = LazyDownConvertRecords(log, magic, first_offset=first_offset, chunk_size=200)
     assert b"".join(bytes(c.records) for c in lazy) == bytes(result.records)
+
+
+# --- entries larger than a chunk (issue 14, item 11) -------------------------------------------
+from memory_probe import available as memory_probe_available, run_measured  # noqa: E402
+
+
+def sparse_entry_file(path, prefix, declared, magic=2):
+    """`prefix` (complete batches), then the header of an entry declaring `declared` bytes
+    after its size field, the file extended (sparse: zeros, no disk) to hold all of them."""
+    header = bytearray(61)
+    struct.pack_into(">qi", header, 0, 1234, declared)
+    header[16] = magic
+    with open(path, "wb") as f:
+        f.write(prefix + header)
+    os.truncate(path, len(prefix) + 12 + declared)
+    return len(prefix)
+
+
+@pytest.mark.skipif(not memory_probe_available or os.environ.get("KAFKACODEC_SANITIZED") == "1",
+                    reason="needs Linux /proc; ASan's heap")
+def test_an_entry_declaring_2_gib_is_rejected_before_it_is_read(tmp_path):
+    """A sparse file whose third entry declares 2 GiB: refused by the size cap (default) or by
+    its CRC, checked in pieces (a raised cap), without reading the claim into memory; with
+    conversion disabled only its header is read."""
+    path = tmp_path / "sparse.log"
+    position = sparse_entry_file(path, many_batches(2), 2**31 - 1)
+    code = (
+        "import json, sys\n"
+        "from kafkacodec import LazyDownConvertRecords, KafkaCodecError\n"
+        "results = []\n"
+        "for cap in (None, 3 << 30):\n"
+        "    kwargs = {} if cap is None else {'max_entry_size': cap}\n"
+        "    try:\n"
+        "        with open(sys.argv[1], 'rb') as f:\n"
+        "            for chunk in LazyDownConvertRecords(f, 1, **kwargs):\n"
+        "                pass\n"
+        "        results.append(None)\n"
+        "    except KafkaCodecError as error:\n"
+        "        results.append([type(error).__name__, error.position, error.offset, str(error)])\n"
+        "with open(sys.argv[1], 'rb') as f:\n"      # pass-through: the headers are enough
+        "    results.append(LazyDownConvertRecords(f, 2, enabled=False).size_in_bytes)\n"
+        "print(json.dumps(results))\n")
+    run, growth = run_measured(code, str(path))
+    assert run.returncode == 0, run.stderr[-3000:]
+    too_large, bad_crc, passed_through = json.loads(run.stdout)
+    assert too_large[:3] == ["RecordTooLargeError", position, 1234], too_large
+    assert f"{2**31 + 11} bytes" in too_large[3] and "max_entry_size" in too_large[3]
+    assert bad_crc[:3] == ["InvalidCrcError", position, 1234], bad_crc
+    assert passed_through == os.path.getsize(path)
+    assert 0 <= growth < 32 << 20, f"anonymous memory grew {growth} bytes"
+
+
+@pytest.mark.parametrize("source", ["file", "FileRecords", "bytes"])
+def test_entries_larger_than_a_chunk_are_checked_then_converted(tmp_path, source):
+    """Every input kind agrees: an entry above the chunk size (at least 128 KiB) converts when
+    its CRC holds, raises InvalidCrcError (position, offset) when not, and RecordTooLargeError
+    above max_entry_size; smaller entries are converted as Kafka does, unchecked."""
+    big = many_batches(1, per_batch=4, value=b"x" * 60_000, base=2)
+    small = many_batches(2)
+    good = small + big
+    corrupt = bytearray(good)
+    corrupt[len(small) + 500] ^= 1
+    path = tmp_path / "in.log"
+
+    def convert(data, **kwargs):
+        """The converted chunks, joined."""
+        path.write_bytes(data)
+        if source == "bytes":
+            return b"".join(c.records.buffer for c in LazyDownConvertRecords(bytes(data), 1, chunk_size=4096, **kwargs))
+        if source == "file":
+            with open(path, "rb") as f:
+                return b"".join(c.records.buffer for c in LazyDownConvertRecords(f, 1, chunk_size=4096, **kwargs))
+        with kafkacodec.FileRecords.open(path) as records:
+            return b"".join(c.records.buffer for c in LazyDownConvertRecords(records, 1, chunk_size=4096, **kwargs))
+
+    assert convert(good) == down_convert(good, 1).records.buffer.tobytes()
+    with pytest.raises(kafkacodec.InvalidCrcError) as error:
+        convert(corrupt)
+    assert (error.value.position, error.value.offset) == (len(small), 2)
+    with pytest.raises(kafkacodec.RecordTooLargeError) as error:
+        convert(good, max_entry_size=len(big) - 1)
+    assert (error.value.position, error.value.offset) == (len(small), 2)
+    assert convert(good, max_entry_size=len(big)) == convert(good)
+    small_corrupt = bytearray(good)
+    small_corrupt[100] ^= 1                                  # inside the first, small batch
+    assert len(convert(small_corrupt)) == len(convert(good))
