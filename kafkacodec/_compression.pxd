@@ -33,20 +33,33 @@ cdef struct Out:
     PyObject* owner          # the _Chunk that owns p
 
 
+# A chunk keeps at most this much allocated between uses (one batch inflating to hundreds of
+# MiB must not stay resident in every thread that read it once).
+cdef enum:
+    RETAINED_CHUNK = 8 * 1024 * 1024
+
+
 cdef class _Chunk:
     # A malloc'd output buffer that exports the buffer protocol (read-only).  A Decompressor
     # reuses its chunk while no view of it is alive, and starts a new one otherwise, so a
-    # memoryview handed to Python never changes under its holder nor dangles.
+    # memoryview handed to Python never changes under its holder nor dangles.  `exports`
+    # counts those views and the pins of readers (_records' iterators) that hold a pointer.
     cdef unsigned char* buf
     cdef Py_ssize_t capacity
     cdef Py_ssize_t length
     cdef Py_ssize_t exports
 
+    # Drop a pin (or view): the last one frees a buffer above RETAINED_CHUNK (nobody reads it
+    # any more; the next use grows it again).
+    cdef void unpin(self) noexcept
+    # Free the buffer if it is above RETAINED_CHUNK and nobody reads it.
+    cdef void shrink(self) noexcept
+
 
 cdef class Decompressor:
     # Reusable decompression state: the output buffer, a zlib inflate stream and a zstd
     # decompression context.  Not for concurrent use (use one per thread): a second thread
-    # entering while a call runs gets KafkaCodecError instead of a data race.
+    # entering while a call runs gets ConcurrentUseError instead of a data race.
     cdef public Py_ssize_t max_size    # the cap; settable from Python too
     cdef _Chunk _chunk
     cdef void* _inflate          # z_stream*, made on first gzip use
@@ -60,6 +73,10 @@ cdef class Decompressor:
     cdef const unsigned char* decompress_into(self, int codec, int magic, const unsigned char* data,
                                               Py_ssize_t size, Py_ssize_t* out_size) except NULL
     # internals
+    cdef int _enter(self) except -1          # ConcurrentUseError while a call runs
+    cdef const unsigned char* _decompress_into(self, int codec, int magic,
+                                               const unsigned char* data, Py_ssize_t size,
+                                               Py_ssize_t* out_size) except NULL
     cdef _Chunk _take_chunk(self)
     cdef int _run(self, int codec, int magic, const unsigned char* data, Py_ssize_t size,
                   Out* out) except -1

@@ -45,9 +45,9 @@ import zstandard
 
 from kafkacodec._types import compression_of
 from kafkacodec.errors import (
+    ConcurrentUseError,
     CorruptRecordError,
     InvalidCrcError,
-    KafkaCodecError,
     RecordTooLargeError,
     UnsupportedCompressionError,
     UnsupportedVersionError,
@@ -115,8 +115,6 @@ cdef enum:
     ZSTD = 4
     # Kafka batches carry int32 sizes; nothing larger is ever compressed.
     MAX_INPUT = 0x7FFFFFFF
-    # decompress() keeps its per-thread buffer between calls up to this size.
-    KEEP_THREAD_BUFFER = 8 * 1024 * 1024
     # Feed zlib at most this much per call (its counters are 32-bit).
     ZLIB_STEP = 1 << 30
     SNAPPY_BLOCK = 32 * 1024
@@ -283,10 +281,21 @@ cdef class _Chunk:
         self.exports += 1
 
     def __releasebuffer__(self, Py_buffer* view):
-        self.exports -= 1
+        self.unpin()
 
     def __len__(self):
         return self.length
+
+    cdef void unpin(self) noexcept:
+        self.exports -= 1
+        self.shrink()
+
+    cdef void shrink(self) noexcept:
+        if self.exports == 0 and self.capacity > RETAINED_CHUNK:
+            free(self.buf)
+            self.buf = NULL
+            self.capacity = 0
+            self.length = 0
 
 
 # --- per-thread state for the module-level functions --------------------------------------
@@ -325,7 +334,10 @@ cdef class Decompressor:
 
     Decompress Kafka codec containers into one reusable buffer.  ``max_size`` (None:
     DEFAULT_MAX_DECOMPRESSED) caps the decompressed size of one call (RecordTooLargeError
-    beyond it).  Not thread-safe: use one per thread.
+    beyond it).  Not thread-safe: use one per thread; a call made while another runs (in
+    another thread, the GIL being released while it decompresses) raises ConcurrentUseError.
+    The buffer is kept for reuse up to 8 MiB: a bigger one is freed once its views are
+    released, as is the zstd context after a frame that inflated beyond that.
     """
 
     def __cinit__(self, max_size=None):
@@ -354,24 +366,42 @@ cdef class Decompressor:
         cdef int codec_number = codec_id(codec)
         cdef Py_buffer src
         cdef Py_ssize_t size
-        PyObject_GetBuffer(data, &src, PyBUF_SIMPLE)
+        self._enter()           # until the view is made: the chunk is not reused meanwhile
         try:
-            self.decompress_into(codec_number, magic, buffer_start(&src), src.len, &size)
+            PyObject_GetBuffer(data, &src, PyBUF_SIMPLE)
+            try:
+                self._decompress_into(codec_number, magic, buffer_start(&src), src.len, &size)
+            finally:
+                PyBuffer_Release(&src)
+            return memoryview(self._chunk)
         finally:
-            PyBuffer_Release(&src)
-        return memoryview(self._chunk)
+            self._busy = False
 
     cdef _Chunk _take_chunk(self):
         if self._chunk.exports > 0:
             self._chunk = _Chunk()
         return self._chunk
 
+    cdef int _enter(self) except -1:
+        if self._busy:
+            raise ConcurrentUseError("Decompressor is in use by another thread: use one per "
+                                     "thread")
+        self._busy = True
+        return 0
+
     cdef const unsigned char* decompress_into(self, int codec, int magic, const unsigned char* data,
                                               Py_ssize_t size, Py_ssize_t* out_size) except NULL:
+        self._enter()
+        try:
+            return self._decompress_into(codec, magic, data, size, out_size)
+        finally:
+            self._busy = False
+
+    cdef const unsigned char* _decompress_into(self, int codec, int magic,
+                                               const unsigned char* data, Py_ssize_t size,
+                                               Py_ssize_t* out_size) except NULL:
         cdef Out out
         cdef _Chunk chunk
-        if self._busy:
-            raise KafkaCodecError("Decompressor is in use by another thread; use one per thread")
         if self.max_size < 0:
             raise ValueError(f"max_size must be >= 0, got {self.max_size}")
         chunk = self._take_chunk()
@@ -382,11 +412,11 @@ cdef class Decompressor:
         out.capacity = min(chunk.capacity, self.max_size)
         out.limit = self.max_size
         out.owner = <PyObject*>chunk
-        self._busy = True
         try:
             self._run(codec, magic, data, size, &out)
         finally:
-            self._busy = False
+            if codec == ZSTD and out.length > RETAINED_CHUNK:
+                self._zstd = None        # its window buffer grew with the frame: let it go
         chunk.length = out.length
         out_size[0] = out.length
         return chunk.buf if chunk.buf != NULL else EMPTY
@@ -420,8 +450,7 @@ cdef object decompress(int codec, int magic, const unsigned char* data, Py_ssize
         p = state.decompress_into(codec, magic, data, size, &n)
         return PyBytes_FromStringAndSize(<const char*>p, n)
     finally:
-        if state._chunk.capacity > KEEP_THREAD_BUFFER:
-            state._chunk = _Chunk()         # do not pin a huge buffer to the thread
+        state._chunk.shrink()               # do not pin a huge buffer to the thread
 
 
 # --- gzip ---------------------------------------------------------------------------------
@@ -1043,12 +1072,18 @@ def _compress(codec, int magic, data, level=None) -> bytes:
 
 
 def xxhash32(data, unsigned int seed=0) -> int:
-    """xxHash32 of any contiguous buffer (the LZ4 frame checksum function)."""
-    cdef const unsigned char[::1] src = data
-    cdef size_t n = src.shape[0]
+    """xxHash32 of any C-contiguous buffer, read as its raw bytes (the LZ4 frame checksum
+    function)."""
+    cdef Py_buffer src
+    cdef const unsigned char* p
     cdef uint32_t h
-    with nogil:
-        h = kc_xxhash32(&src[0] if n else EMPTY, n, seed)
+    PyObject_GetBuffer(data, &src, PyBUF_SIMPLE)
+    try:
+        p = buffer_start(&src)
+        with nogil:
+            h = kc_xxhash32(p, <size_t>src.len, seed)
+    finally:
+        PyBuffer_Release(&src)
     return h
 
 

@@ -2,10 +2,17 @@
 """Reading record sets (issue 2): MemoryRecords, FileRecords, RecordBatch and Record.
 
 Shape of the module
-- `_Buffer` holds the caller's buffer (one buffer-protocol export, or an mmap) and counts our
-  own users of it: memoryviews we handed out and loops running without the GIL.  Closing a
+- `_Buffer` holds the caller's buffer (one buffer-protocol export, or a mapped file) and counts
+  our own users of it: memoryviews we handed out, loops running without the GIL, and reads
+  during which Python code may run (a GC-tracked allocation can run a finaliser).  Closing a
   FileRecords marks it released at once (every batch and record set then raises
   BufferReleasedError) and unmaps when the last user is gone, so no pointer ever dangles.
+  Nothing reads the buffer after a point where Python code may have run unless it counted
+  itself a user before that point.
+- A FileRecords mapping is guarded against truncation by another process (_mapguard): a read
+  past the cut reads zeros instead of SIGBUS.  Every read of the mapping checks the guard
+  afterwards (`check_cut`, a load while intact) and every failure asks whether the file shrank
+  (`explain`, an fstat), raising FileTruncatedError instead of what the zeros looked like.
 - `Records` (base of MemoryRecords and FileRecords) walks entries with `frame_entry()`, a
   GIL-free framing step that follows either the in-memory rules (spec §9.1) or the file rules
   (§9.2), shared with every other walker in _format.pxd; errors are raised afterwards by
@@ -40,19 +47,19 @@ from kafkacodec._legacy cimport LegacyMessage, read_legacy_message, next_inner_e
     inner_base_offset
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._compression cimport _Chunk, Decompressor, DEFAULT_MAX_DECOMPRESSED
+from kafkacodec._mapguard cimport Guard, KC_INTACT, ensure_handler, kc_guard_cut
 cimport numpy as cnp
 
-import io as _io
-import mmap as _mmap
 import os as _os
 import threading as _threading
 
 import numpy as _np
 
+from kafkacodec._mapguard import map_file
 from kafkacodec._types import Compression, ControlType, TimestampType
-from kafkacodec.errors import (BufferReleasedError, CorruptRecordError, InvalidCrcError,
-                               KafkaCodecError, UnsupportedCompressionError,
-                               UnsupportedVersionError)
+from kafkacodec.errors import (BufferReleasedError, ConcurrentUseError, CorruptRecordError,
+                               FileTruncatedError, InvalidCrcError, KafkaCodecError,
+                               UnsupportedCompressionError, UnsupportedVersionError)
 
 kc_crc_init()
 cnp.import_array()
@@ -67,14 +74,15 @@ cdef tuple _NO_HEADERS = ()
 # --- the caller's buffer --------------------------------------------------------------------
 @cython.final
 cdef class _Buffer:
-    """One export of the caller's buffer (or an mmap we own) and the count of our users."""
+    """One export of the caller's buffer (or a file we mapped) and the count of our users."""
     cdef Py_buffer view
     cdef bint has_view
     cdef const unsigned char* data
     cdef Py_ssize_t size
-    cdef Py_ssize_t users          # live memoryviews we exported + loops running without the GIL
+    cdef Py_ssize_t users          # live memoryviews we exported + reads in progress (see enter)
     cdef bint released             # closed: refuse access from now on
-    cdef object mapping            # FileRecords: the mmap to close once nobody uses it
+    cdef object mapping            # FileRecords: the MappedFile to close once nobody uses it
+    cdef Guard guard               # ...and its truncation guard (None for MemoryRecords)
 
     cdef int attach(self, object obj) except -1:
         PyObject_GetBuffer(obj, &self.view, PyBUF_SIMPLE)
@@ -104,12 +112,46 @@ cdef class _Buffer:
             self.has_view = False
             PyBuffer_Release(&self.view)
         self.data = NULL
+        self.guard = None
         if self.mapping is not None:
             mapping, self.mapping = self.mapping, None
             try:
-                mapping.close()
+                mapping._release()     # unregister from the guard, unmap
             except BaseException:      # already closed: nothing left to free
                 pass
+
+    cdef inline bint intact(self) noexcept:
+        """No cut seen in the mapped file (always, for a caller's buffer): a load and a
+        compare, for per-record paths to test before calling check_cut()."""
+        return (self.guard is None or self.guard.slot == NULL
+                or kc_guard_cut(self.guard.slot) == KC_INTACT)
+
+    cdef int check_cut(self, Py_ssize_t end, Py_ssize_t position, object offset) except -1:
+        """After reading the buffer up to `end` (while a user, or with nothing run since the
+        read): FileTruncatedError when another process cut the mapped file before `end`."""
+        if not self.intact():
+            return self.guard.check(self.mapping, end, position, offset, None)
+        return 0
+
+    cdef int explain(self, object cause, Py_ssize_t end, Py_ssize_t position,
+                     object offset) except -1:
+        """A read up to `end` failed (`cause`: its error, or None for a checksum mismatch):
+        FileTruncatedError, chained to it, when the mapped file is now shorter than `end` (its
+        last page reads zeros past the new end without any fault).  Returns 0 otherwise, and
+        the caller raises its own error."""
+        if self.guard is not None and self.mapping is not None:
+            return self.guard.check(self.mapping, end, position, offset, cause)
+        return 0
+
+    cdef int frame_error(self, int code, const unsigned char* entry, Py_ssize_t position,
+                         Py_ssize_t end) except -1:
+        """Raise the framing error of frame_entry()'s `code` for the entry at `entry`, or
+        FileTruncatedError when the file shrank under it (`end`: the bytes the framing read)."""
+        try:
+            raise_frame_error(code, entry, position)
+        except KafkaCodecError as err:
+            self.explain(err, end, position, err.offset)
+            raise
 
     def __dealloc__(self):
         if self.has_view:
@@ -285,11 +327,16 @@ cdef int decode_control(Record r, const V2Record* rec, Py_ssize_t position) exce
 
 
 cdef Record v2_record(const BatchHeader* h, const V2Record* rec, Py_ssize_t base,
-                      Py_ssize_t record_start, _Buffer in_place):
+                      Py_ssize_t record_start, Py_ssize_t record_end, _Buffer in_place):
     """The Record of one parsed v2 record (spec §6.1: offset and timestamp are deltas from
     the batch's; LogAppendTime replaces the record's timestamp with MaxTimestamp).
-    `in_place`: the caller's buffer when `rec` points into it, else None."""
-    cdef Record r = Record.__new__(Record)
+    `in_place`: the caller's buffer when `rec` points into it (the record spans
+    [record_start, record_end) there), else None.
+
+    Everything is read from `rec` before the first GC-tracked allocation (the header tuples),
+    which may run a collection and with it a finaliser that closes the file; the headers are
+    then decoded as a counted user of the buffer."""
+    cdef Record r = Record.__new__(Record)     # not GC-tracked: no collection runs here
     r.offset = wrap_add(h.base_offset, rec.offset_delta)
     r.timestamp = (h.max_timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND
                    else wrap_add(h.base_timestamp, rec.timestamp_delta))
@@ -301,20 +348,22 @@ cdef Record v2_record(const BatchHeader* h, const V2Record* rec, Py_ssize_t base
                                                                    rec.key_length)
     r.value = None if rec.value == NULL else PyBytes_FromStringAndSize(
         <const char*>rec.value, rec.value_length)
+    if h.attributes & CONTROL_FLAG:
+        decode_control(r, rec, record_start)
     if rec.header_count == 0:
         r.headers = _NO_HEADERS
+        if in_place is not None and not in_place.intact():
+            in_place.check_cut(record_end, record_start, h.base_offset)
     elif in_place is None:
         r.headers = decode_headers(rec, base)
     else:
-        # Header tuples are GC-tracked: allocating them may run a collection, and with it a
-        # finaliser that closes the file.  Counting ourselves a user keeps it mapped.
         in_place.enter()
         try:
             r.headers = decode_headers(rec, base)
+            if not in_place.intact():
+                in_place.check_cut(record_end, record_start, h.base_offset)
         finally:
             in_place.leave()
-    if h.attributes & CONTROL_FLAG:
-        decode_control(r, rec, record_start)
     return r
 
 
@@ -512,11 +561,17 @@ cdef class RecordBatch:
 
     cdef uint32_t _computed_crc(self) except? 0xFFFFFFFF:
         cdef const unsigned char* entry = self._entry()
+        cdef Py_ssize_t end = self.h.position + self.h.size
         cdef uint32_t crc
         self._buf.enter()
-        with nogil:
-            crc = compute_crc(entry, &self.h)
-        self._buf.leave()
+        try:
+            with nogil:
+                crc = compute_crc(entry, &self.h)
+            self._buf.check_cut(end, self.h.position, self.h.base_offset)
+            if crc != self.h.crc:
+                self._buf.explain(None, end, self.h.position, self.h.base_offset)
+        finally:
+            self._buf.leave()
         return crc
 
     def is_valid(self):
@@ -554,10 +609,11 @@ cdef class RecordBatch:
                 f"position={self.h.position})")
 
 
-cdef RecordBatch make_batch(_Buffer buf, const unsigned char* entry, Py_ssize_t size,
-                            Py_ssize_t position, Py_ssize_t max_decompressed):
+cdef RecordBatch make_batch(_Buffer buf, const BatchHeader* h, Py_ssize_t max_decompressed):
+    # `h` was parsed before: allocating the batch (GC-tracked) may run a finaliser that
+    # closes the file, so nothing is read from the buffer here.
     cdef RecordBatch batch = RecordBatch.__new__(RecordBatch)
-    parse_entry_header(entry, size, position, &batch.h)
+    batch.h = h[0]
     batch._buf = buf
     batch._max_decompressed = max_decompressed
     return batch
@@ -569,6 +625,13 @@ cdef enum:
     BATCH_PENDING = 1    # _h parsed, records not read yet (decompressed by the first next())
     BATCH_V2 = 2         # reading v2 records with _cur
     BATCH_LEGACY = 3     # reading a legacy wrapper's inner messages with _cur
+
+
+# One iterator serves one next() at a time: __next__ may release the GIL (decompressing) or run
+# Python code (a collection while allocating) with its state half-way.
+cdef str ITERATOR_BUSY = ("this records iterator is in use by another thread: one next() at a "
+                          "time; hand its records to other threads (a queue), or give each "
+                          "thread its own iterator")
 
 
 @cython.final
@@ -585,7 +648,10 @@ cdef class _RecordIterator:
     - a compressed batch is read from the thread Decompressor's chunk, which the iterator
       pins (the chunk's `exports` count) until the batch is done: while it is pinned the
       Decompressor writes elsewhere, so interleaved iterators never see each other's data,
-      and one iterator at a time reuses the same warm chunk."""
+      and one iterator at a time reuses the same warm chunk.
+
+    Not for concurrent use: a next() while another runs (in another thread) raises
+    ConcurrentUseError and changes nothing."""
     cdef _Buffer _buf
     cdef Records _records
     cdef Py_ssize_t _pos               # next entry, relative to the record set
@@ -597,6 +663,7 @@ cdef class _RecordIterator:
     cdef int64_t _inner_base           # legacy wrapper: added to inner offsets (spec §4.1)
     cdef Py_ssize_t _data_position     # where its (compressed) records start in the buffer
     cdef _Chunk _chunk                 # the decompressed records being read, pinned
+    cdef bint _busy                    # a next() is running
 
     def __dealloc__(self):
         self._unpin()
@@ -607,22 +674,39 @@ cdef class _RecordIterator:
     def __next__(self):
         cdef Record record
         cdef V2Record rec
-        cdef Py_ssize_t record_start = self._cur.base + self._cur.pos
-        # The common case first, with nothing that can raise: a v2 data record, not the
-        # batch's last (the trailing-bytes check is _next_v2's), of the shape scan_v2_record
-        # takes.  Anything else goes the checked way below, which raises what is wrong.
-        if (self._state == BATCH_V2 and self._index < self._h.records_count - 1
-                and not self._buf.released and not self._h.attributes & CONTROL_FLAG
-                and scan_v2_record(&self._cur, &rec)):
-            self._index += 1
-            return v2_record(&self._h, &rec, self._cur.base, record_start, self._in_place())
+        cdef Py_ssize_t record_start
+        if self._busy:
+            raise ConcurrentUseError(ITERATOR_BUSY)
+        self._busy = True
+        try:
+            # The common case first, with nothing that can raise on intact data: a v2 data
+            # record, not the batch's last (the trailing-bytes check is _next_v2's), of the
+            # shape scan_v2_record takes.  Anything else goes the checked way (_next), which
+            # raises what is wrong.
+            record_start = self._cur.base + self._cur.pos
+            if (self._state == BATCH_V2 and self._index < self._h.records_count - 1
+                    and not self._buf.released and not self._h.attributes & CONTROL_FLAG
+                    and scan_v2_record(&self._cur, &rec)):
+                self._index += 1
+                return v2_record(&self._h, &rec, self._cur.base, record_start,
+                                 self._cur.base + self._cur.pos, self._in_place())
+            record = self._next()
+        finally:
+            self._busy = False
+        if record is None:
+            raise StopIteration
+        return record
+
+    cdef Record _next(self):
+        """The next record, or None at the end."""
+        cdef Record record
         while True:
             if self._state != BATCH_NONE:
                 record = self._next_in_batch()
                 if record is not None:
                     return record
             elif self._records is None or not self._next_entry():
-                raise StopIteration
+                return None
 
     cdef inline _Buffer _in_place(self):
         """The caller's buffer when the records are read in place; None when they are read
@@ -631,7 +715,7 @@ cdef class _RecordIterator:
 
     cdef inline void _unpin(self) noexcept:
         if self._chunk is not None:
-            self._chunk.exports -= 1
+            self._chunk.unpin()          # frees it if it is big and nobody else reads it
             self._chunk = None
 
     cdef inline void _end_batch(self) noexcept:
@@ -642,25 +726,34 @@ cdef class _RecordIterator:
         """Parse the record set's next entry into _h; False at the end."""
         cdef Records records = self._records
         cdef Py_ssize_t size = 0, position = records._start + self._pos
+        cdef Py_ssize_t end = position + min(records._size - self._pos,
+                                             <Py_ssize_t>V2_HEADER_SIZE)
         cdef const unsigned char* entry
         cdef int code
         if self._buf.released:
             raise BufferReleasedError("the records' file was closed", position=position)
         entry = self._buf.data + position
         code = frame_entry(entry, records._size - self._pos, records._file_rules, &size)
+        if code < 0:
+            self._records = None
+            self._buf.frame_error(code, entry, position, end)
+        if code == FRAME_OK:
+            parse_entry_header(entry, size, position, &self._h)
+        try:
+            self._buf.check_cut(end, position, None)
+        except FileTruncatedError:
+            self._records = None
+            raise
         if code == FRAME_END:
             self._records = None
             return False
-        if code < 0:
-            self._records = None
-            raise_frame_error(code, entry, position)
-        parse_entry_header(entry, size, position, &self._h)
         self._pos += size
         self._state = BATCH_PENDING
         return True
 
     cdef Record _next_in_batch(self):
         """The current batch's next record; None when it has no more (state NONE then)."""
+        cdef Py_ssize_t position
         if self._buf.released:
             self._records = None
             self._end_batch()
@@ -676,6 +769,11 @@ cdef class _RecordIterator:
             decompressed = self._chunk is not None
             self._records = None         # a corrupt batch ends the whole iteration
             self._end_batch()
+            if not decompressed and not isinstance(err, FileTruncatedError):
+                # zeros read past a cut in the file's last page look like corrupt data
+                position = self._h.position if err.position is None else err.position
+                self._buf.explain(err, self._h.position + self._h.size, position,
+                                  self._h.base_offset)
             raise with_context(err, &self._h, self._data_position, decompressed)
 
     cdef Record _open(self):
@@ -686,6 +784,7 @@ cdef class _RecordIterator:
         cdef const unsigned char* data
         cdef Py_ssize_t size = 0
         cdef LegacyMessage wrapper
+        cdef Record record
         self._state = BATCH_NONE
         self._index = 0
         self._data_position = h.position
@@ -713,7 +812,9 @@ cdef class _RecordIterator:
                                           position=h.position + MAGIC_OFFSET)
         read_legacy_message(entry, h.size, h.position, &wrapper)
         if h.compression == 0:
-            return legacy_record(&wrapper, h.base_offset, h.timestamp_type, h.max_timestamp)
+            record = legacy_record(&wrapper, h.base_offset, h.timestamp_type, h.max_timestamp)
+            self._buf.check_cut(h.position + h.size, h.position, h.base_offset)
+            return record
         check_legacy_codec(h)
         if wrapper.value == NULL:
             raise CorruptRecordError("compressed wrapper message with a null value",
@@ -730,12 +831,14 @@ cdef class _RecordIterator:
         """Decompress the batch's records into the thread's chunk and pin it."""
         cdef Decompressor decompressor = thread_decompressor()
         cdef const unsigned char* out
+        cdef Py_ssize_t end = self._data_position + size
         decompressor.max_size = self._max_decompressed
         self._buf.enter()                # the GIL is released while `data` is read
         try:
             out = decompressor.decompress_into(self._h.compression, magic, data, size, out_size)
+            self._buf.check_cut(end, self._data_position, self._h.base_offset)
         except KafkaCodecError as err:
-            if err.position is None:
+            if err.position is None or isinstance(err, FileTruncatedError):
                 raise
             # the decompressor's positions are inside the compressed data
             raise rebuilt(err, err.reason, self._data_position + err.position,
@@ -766,7 +869,8 @@ cdef class _RecordIterator:
             raise CorruptRecordError(f"records still remaining: {self._cur.end - self._cur.pos} "
                                      f"bytes after the {count} records the batch declares",
                                      position=self._cur.base + self._cur.pos)
-        return v2_record(&self._h, &rec, self._cur.base, record_start, self._in_place())
+        return v2_record(&self._h, &rec, self._cur.base, record_start,
+                         self._cur.base + self._cur.pos, self._in_place())
 
     cdef int64_t _frame_inner(self, int64_t wrapper_offset) except? -1:
         """Walk the inner message set once (spec §4.1): its base offset needs the last inner
@@ -818,6 +922,8 @@ cdef class _RecordIterator:
 
 @cython.final
 cdef class _BatchIterator:
+    # No GIL release and no Python code between reading an entry and moving past it (the batch
+    # is allocated after its header is parsed): safe to share between threads.
     cdef Records _records
     cdef Py_ssize_t _pos
 
@@ -828,7 +934,8 @@ cdef class _BatchIterator:
         cdef Records records = self._records
         cdef Py_ssize_t size = 0
         cdef const unsigned char* entry
-        cdef Py_ssize_t position
+        cdef Py_ssize_t position, end
+        cdef BatchHeader h
         cdef int code
         if records is None:
             raise StopIteration
@@ -836,16 +943,25 @@ cdef class _BatchIterator:
             raise BufferReleasedError("the records' file was closed",
                                       position=records._start + self._pos)
         position = records._start + self._pos
+        end = position + min(records._size - self._pos, <Py_ssize_t>V2_HEADER_SIZE)
         entry = records._buf.data + position
         code = frame_entry(entry, records._size - self._pos, records._file_rules, &size)
-        if code == FRAME_END:
-            self._records = None
-            raise StopIteration
         if code < 0:
             self._records = None
-            raise_frame_error(code, entry, position)
-        self._pos += size
-        return make_batch(records._buf, entry, size, position, records._max_decompressed)
+            records._buf.frame_error(code, entry, position, end)
+        if code == FRAME_END:
+            self._records = None
+        else:
+            parse_entry_header(entry, size, position, &h)
+            self._pos += size
+        try:
+            records._buf.check_cut(end, position, None)
+        except FileTruncatedError:
+            self._records = None
+            raise
+        if code == FRAME_END:
+            raise StopIteration
+        return make_batch(records._buf, &h, records._max_decompressed)
 
 
 # --- record sets -----------------------------------------------------------------------------
@@ -888,7 +1004,18 @@ cdef class Records:
     cdef int _check(self) except -1:
         if self._buf.released:
             raise BufferReleasedError("the records' file was closed", position=self._start)
+        if self._buf.guard is not None:
+            ensure_handler()           # faulthandler & co. may have replaced the SIGBUS guard
         return 0
+
+    cdef int _settle(self, int code, const unsigned char* data, Py_ssize_t pos) except -1:
+        """After a walk of the set that stopped at `pos` with frame_entry() code `code` (while
+        still a user of the buffer): FileTruncatedError if the file was cut under the bytes it
+        read, else the framing error of a negative code."""
+        cdef Py_ssize_t end = self._start + min(self._size, pos + <Py_ssize_t>V2_HEADER_SIZE)
+        if code < 0:
+            self._buf.frame_error(code, data + pos, self._start + pos, end)
+        return self._buf.check_cut(end, self._start + pos, None)
 
     @property
     def size_in_bytes(self):
@@ -934,15 +1061,16 @@ cdef class Records:
         self._check()
         data = self._buf.data + self._start
         self._buf.enter()
-        with nogil:
-            while True:
-                code = frame_entry(data + pos, self._size - pos, self._file_rules, &size)
-                if code != FRAME_OK:
-                    break
-                pos += size
-        self._buf.leave()
-        if code < 0:
-            raise_frame_error(code, data + pos, self._start + pos)
+        try:
+            with nogil:
+                while True:
+                    code = frame_entry(data + pos, self._size - pos, self._file_rules, &size)
+                    if code != FRAME_OK:
+                        break
+                    pos += size
+            self._settle(code, data, pos)
+        finally:
+            self._buf.leave()
         self._valid_bytes = pos
         return pos
 
@@ -970,25 +1098,29 @@ cdef class Records:
         self._check()
         data = self._buf.data + self._start
         self._buf.enter()
-        with nogil:
-            while True:
-                code = frame_entry(data + pos, self._size - pos, self._file_rules, &size)
-                if code != FRAME_OK:
-                    break
-                parse_entry_header(data + pos, size, self._start + pos, &h)
-                computed = compute_crc(data + pos, &h)
-                if computed != h.crc:
-                    bad = True
-                    break
-                pos += size
-                count += 1
-        self._buf.leave()
-        if bad:
-            kind = "CRC-32C" if h.magic >= 2 else "CRC-32"
-            raise InvalidCrcError(f"{kind} mismatch in magic {h.magic} batch", stored=h.crc,
-                                  computed=computed, position=h.position, offset=h.base_offset)
-        if code < 0:
-            raise_frame_error(code, data + pos, self._start + pos)
+        try:
+            with nogil:
+                while True:
+                    code = frame_entry(data + pos, self._size - pos, self._file_rules, &size)
+                    if code != FRAME_OK:
+                        break
+                    parse_entry_header(data + pos, size, self._start + pos, &h)
+                    computed = compute_crc(data + pos, &h)
+                    if computed != h.crc:
+                        bad = True
+                        break
+                    pos += size
+                    count += 1
+            if bad:
+                kind = "CRC-32C" if h.magic >= 2 else "CRC-32"
+                error = InvalidCrcError(f"{kind} mismatch in magic {h.magic} batch",
+                                        stored=h.crc, computed=computed, position=h.position,
+                                        offset=h.base_offset)
+                self._buf.explain(error, h.position + h.size, h.position, h.base_offset)
+                raise error
+            self._settle(code, data, pos)
+        finally:
+            self._buf.leave()
         return count
 
     def index(self, bint check_crc=True):
@@ -997,7 +1129,7 @@ cdef class Records:
         max_timestamp, records_count, crc, attributes, magic, compression, timestamp_type,
         crc_valid.  Legacy compressed wrappers have base_offset and records_count -1 (unknown
         without decompressing).  With check_crc=False, crc_valid is False everywhere."""
-        cdef Py_ssize_t n = 0, pos = 0, size = 0, filled = 0
+        cdef Py_ssize_t n = 0, pos = 0, size = 0, filled = 0, first_bad = -1, end
         cdef const unsigned char* data
         cdef int code = FRAME_END
         cdef BatchHeader h
@@ -1015,8 +1147,7 @@ cdef class Records:
                         break
                     pos += size
                     n += 1
-            if code < 0:
-                raise_frame_error(code, data + pos, self._start + pos)
+            self._settle(code, data, pos)
             result = _np.zeros(n, dtype=INDEX_DTYPE)
             if n == 0:
                 return result
@@ -1047,8 +1178,15 @@ cdef class Records:
                     row.compression = h.compression
                     row.timestamp_type = h.timestamp_type
                     row.crc_valid = check_crc and compute_crc(data + pos, &h) == h.crc
+                    if check_crc and not row.crc_valid and first_bad < 0:
+                        first_bad = pos
                     pos += size
                     row += 1
+            end = self._start + min(self._size, pos + <Py_ssize_t>V2_HEADER_SIZE)
+            self._buf.check_cut(end, self._start + pos, None)
+            if filled != n or first_bad >= 0:    # zeros past a cut in the file's last page?
+                self._buf.explain(None, end, self._start + (pos if first_bad < 0 else first_bad),
+                                  None)
             return result if filled == n else result[:filled]
         finally:
             self._buf.leave()
@@ -1091,13 +1229,17 @@ cdef class FileRecords(Records):
 
     @staticmethod
     def open(path, *, max_decompressed_size=None):
+        """Map the segment at `path` read-only (an empty file is an empty record set).  The
+        file is opened without blocking and must be a regular file: a FIFO, a device or a
+        socket raises NotRegularFileError, a directory IsADirectoryError (both OSErrors, as a
+        missing file's FileNotFoundError)."""
         cdef FileRecords records = FileRecords.__new__(FileRecords)
         cdef _Buffer buf = _Buffer.__new__(_Buffer)
-        with _io.open(path, "rb") as f:
-            size = _os.fstat(f.fileno()).st_size
-            if size > 0:
-                buf.mapping = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
-                buf.attach(buf.mapping)
+        mapping = map_file(path)
+        if mapping is not None:
+            buf.mapping = mapping
+            buf.guard = mapping._guard
+            buf.attach(mapping)
         records._buf = buf
         records._start = 0
         records._size = buf.size
@@ -1153,14 +1295,20 @@ cdef class FileRecords(Records):
 
 
 # --- test hook ---------------------------------------------------------------------------------
-def _v2_record_parsers(const unsigned char[::1] data not None):
-    """For tests: the v2 record at the start of `data` as scan_v2_record and
-    read_v2_record_checked see it, as (scanned, read).  Each is (attributes, timestamp_delta,
-    offset_delta, key, value, header_count, headers, end position); scanned is None where
-    scan_v2_record declines, and read is the KafkaCodecError where the checked reader raises."""
+def _v2_record_parsers(data):
+    """For tests: the v2 record at the start of `data` (any C-contiguous buffer, read as its
+    raw bytes) as scan_v2_record and read_v2_record_checked see it, as (scanned, read).  Each
+    is (attributes, timestamp_delta, offset_delta, key, value, header_count, headers, end
+    position); scanned is None where scan_v2_record declines, and read is the KafkaCodecError
+    where the checked reader raises."""
+    cdef _Buffer buf = _Buffer.__new__(_Buffer)
     cdef Cursor cur
     cdef V2Record rec
-    cdef const unsigned char* start = &data[0] if data.shape[0] else <const unsigned char*>b""
+    cdef const unsigned char* start
+    cdef Py_ssize_t size
+    buf.attach(data)
+    size = buf.size
+    start = buf.data if size else <const unsigned char*>b""
 
     def fields():
         return (rec.attributes, rec.timestamp_delta, rec.offset_delta,
@@ -1168,11 +1316,11 @@ def _v2_record_parsers(const unsigned char[::1] data not None):
                 None if rec.value == NULL else rec.value[:rec.value_length],
                 rec.header_count, rec.headers[:rec.headers_size], cur.pos)
 
-    cursor_init(&cur, start, data.shape[0], 0)
+    cursor_init(&cur, start, size, 0)
     scanned = fields() if scan_v2_record(&cur, &rec) else None
     if scanned is None and cur.pos != 0:
         raise AssertionError("scan_v2_record moved the cursor and declined")
-    cursor_init(&cur, start, data.shape[0], 0)
+    cursor_init(&cur, start, size, 0)
     try:
         read_v2_record_checked(&cur, &rec)
     except KafkaCodecError as err:

@@ -1,4 +1,9 @@
-"""The error hierarchy: every failure kafkacodec raises on bad data derives from KafkaCodecError."""
+"""The error hierarchy: every failure kafkacodec raises on bad data derives from KafkaCodecError.
+
+Misuse has classes of its own, distinct from bad data: BufferReleasedError (a view used after
+its buffer was released), ConcurrentUseError (an object that serves one call at a time entered
+from a second thread), MemoryPoolError.  A path that is not a regular file raises
+NotRegularFileError, an OSError like every other unreadable input."""
 
 from __future__ import annotations
 
@@ -10,7 +15,10 @@ __all__ = [
     "UnsupportedVersionError",
     "RecordTooLargeError",
     "BufferReleasedError",
+    "FileTruncatedError",
+    "ConcurrentUseError",
     "MemoryPoolError",
+    "NotRegularFileError",
 ]
 
 
@@ -64,5 +72,50 @@ class BufferReleasedError(KafkaCodecError):
     """A view was used after its buffer (ring slot, pool buffer, mapped file) was released."""
 
 
+class FileTruncatedError(KafkaCodecError):
+    """A mapped file (a FileRecords segment, a log directory split) shrank while it was read:
+    another process truncated it (Kafka truncates its active segment on follower truncation and
+    recovery).  ``path`` is the file, ``size`` its size when the truncation was noticed,
+    ``position`` where the read was (a byte position in the file)."""
+
+    def __init__(self, message: str, *, path: str, size: int, position: int | None = None,
+                 offset: int | None = None):
+        super().__init__(message, position=position, offset=offset)
+        self.path = path
+        self.size = size
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # keyword-only arguments: pickle (Spark ships errors between processes) needs this
+        return (_file_truncated, (self.reason, self.path, self.size, self.position, self.offset))
+
+
+def _file_truncated(reason: str, path: str, size: int, position: int | None,
+                    offset: int | None) -> FileTruncatedError:
+    return FileTruncatedError(reason, path=path, size=size, position=position, offset=offset)
+
+
+class ConcurrentUseError(KafkaCodecError, RuntimeError):
+    """An object that serves one call at a time was entered while a call on it was running in
+    another thread (or re-entered from a finaliser during one): a misuse, not bad data.  The
+    message names the object and what to do instead; nothing was read or changed."""
+
+
 class MemoryPoolError(KafkaCodecError, ValueError):
     """Misuse of a memory pool: double release or a buffer the pool does not own."""
+
+
+class NotRegularFileError(OSError):
+    """A path that should be a segment file is something else (a FIFO, a device, a socket):
+    refused at once instead of blocking or reading an endless stream.  An OSError, as the
+    other unreadable inputs (a directory raises IsADirectoryError, a dangling link
+    FileNotFoundError); ``filename`` is the path."""
+
+    def __init__(self, message: str, filename: str | None = None):
+        super().__init__(message)
+        self.filename = filename
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.args[0], self.filename))

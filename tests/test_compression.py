@@ -728,6 +728,9 @@ def test_xxhash32_long_input():
     data = os.urandom(1_000_003)
     assert xxhash32(data) == xxhash.xxh32_intdigest(data)
     assert xxhash32(memoryview(data)[3:]) == xxhash.xxh32_intdigest(data[3:])
+    # any C-contiguous buffer counts as its raw bytes (the project convention)
+    words = data[:1_000_000]
+    assert xxhash32(memoryview(words).cast("i")) == xxhash.xxh32_intdigest(words)
 
 
 def test_stub_matches_the_compiled_module():

@@ -240,3 +240,142 @@ def test_sample_segments_read_like_memory_records(tmp_path):
             assert int(path.stem) == first.base_offset     # segments are named by base offset
             offsets += [r.offset for r in segment.records()]
     assert offsets == sorted(offsets)
+
+
+# Python code can run in the middle of a read: any allocation of a GC-tracked object (a header
+# tuple, a RecordBatch, an exception) may run a collection and
+# with it a finaliser.  Here the finaliser closes the file: nothing may read the mapping after
+# such a point unless the read counted itself a user first.  Crash-type: in a subprocess.
+CLOSE_DURING_READ = '''
+import gc, json, struct, sys
+from kafkacodec import BufferReleasedError, FileRecords, MemoryRecordsBuilder
+from kafkacodec._crc import crc32c
+
+path, case = sys.argv[1], sys.argv[2]
+if case == "control-with-headers":
+    # COMMIT markers carrying headers: the control key/value are decoded after the headers.
+    # 25 headers: a tuple that big never comes from the free list, so it always counts
+    # towards a collection.
+    b = MemoryRecordsBuilder(magic=2, producer_id=7, producer_epoch=0, base_sequence=0,
+                             is_transactional=True)
+    for i in range(300):
+        b.append(i, struct.pack(">hh", 0, 1), struct.pack(">hi", 0, i),
+                 headers=[("h%d" % j, b"%d" % i) for j in range(25)])
+    batch = bytearray(b.build())
+    batch[22] |= 0x20                                   # attributes (int16): the control bit
+    batch[17:21] = struct.pack(">I", crc32c(bytes(batch[21:])))
+    data = bytes(batch)
+elif case == "batches":
+    b = MemoryRecordsBuilder()
+    parts = []
+    for i in range(300):
+        b.append(0, b"k", b"v" * 100)
+        parts.append(b.build())
+    data = b"".join(parts)
+with open(path, "wb") as f:
+    f.write(data)
+
+records = FileRecords.open(path)
+items = (records.batches() if case == "batches" else records.records())
+armed = [False]
+
+def close_on_collect(phase, info):
+    if phase == "start" and armed[0]:
+        armed[0] = False
+        records.close()
+
+def read():
+    out = []
+    armed[0] = True
+    try:
+        for item in items:
+            out.append((item.base_offset, item.size_in_bytes) if case == "batches"
+                       else (item.offset, item.key, item.value, item.headers, item.control_type))
+            armed[0] = True          # the next collection comes from inside next()
+    except BufferReleasedError as exc:
+        result.append(("BufferReleasedError", out))
+        return
+    result.append((None, out))
+
+result = []
+gc.callbacks.append(close_on_collect)
+gc.set_threshold(1)
+read()
+gc.set_threshold(700)
+error, out = result[0]
+from kafkacodec import MemoryRecords
+source = MemoryRecords(data)
+expected = ([(b.base_offset, b.size_in_bytes) for b in source.batches()] if case == "batches"
+            else [(r.offset, r.key, r.value, r.headers, r.control_type) for r in source.records()])
+print(json.dumps({"error": error, "count": len(out), "total": len(expected),
+                  "prefix": out == expected[:len(out)]}))
+'''
+
+
+@pytest.mark.parametrize("case", ["control-with-headers", "batches"])
+def test_a_finaliser_closing_the_file_mid_read_never_reads_the_unmapped_segment(tmp_path, case):
+    import json
+    import os
+    import subprocess
+
+    import kafkacodec
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(kafkacodec.__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", CLOSE_DURING_READ, str(tmp_path / "s.log"), case],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    # what came out is correct; the close ends the read with BufferReleasedError
+    assert info["prefix"] and info["error"] == "BufferReleasedError", info
+    assert 0 < info["count"] < info["total"], info
+
+
+NOT_REGULAR = '''
+import json, sys
+from kafkacodec import FileRecords
+from kafkacodec.logdir._read import _mapped
+
+out = {}
+for name, open_ in (("FileRecords.open", FileRecords.open), ("logdir _mapped", _mapped)):
+    try:
+        open_(sys.argv[1])
+        out[name] = None
+    except OSError as exc:
+        out[name] = [type(exc).__name__, str(exc), [c.__name__ for c in type(exc).__mro__]]
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file types")
+@pytest.mark.parametrize("kind, error", [
+    ("fifo", "NotRegularFileError"), ("char-device", "NotRegularFileError"),
+    ("directory", "IsADirectoryError"), ("dangling-symlink", "FileNotFoundError")])
+def test_open_refuses_what_is_not_a_regular_file_without_blocking(tmp_path, kind, error):
+    # A FIFO named like a segment used to block open() forever (nobody writes to it).
+    import json
+    import os
+    import subprocess
+
+    import kafkacodec
+
+    path = tmp_path / "00000000000000000000.log"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "char-device":
+        path.symlink_to("/dev/zero")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "gone.log")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(kafkacodec.__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", NOT_REGULAR, str(path)], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name, (cls, message, mro) in json.loads(proc.stdout).items():
+        assert cls == error and "OSError" in mro, (name, cls, message)
+        assert str(path) in message, message
+        if error == "NotRegularFileError":
+            assert "not a regular file" in message and ("FIFO" if kind == "fifo" else
+                                                        "character device") in message

@@ -165,3 +165,57 @@ def test_tracemalloc_probe_sees_a_real_leak():
     kept = []
     with pytest.raises(pytest.fail.Exception, match="Python-level memory grew"):
         assert_flat(lambda: kept.append(bytes(4096)), rounds=100, warmup=1)
+
+
+BIG_BATCH_PER_THREAD = '''
+import gc, json, os, sys, threading
+from concurrent.futures import ThreadPoolExecutor
+from kafkacodec import MemoryRecords, MemoryRecordsBuilder
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+inflated = int(sys.argv[1])
+builder = MemoryRecordsBuilder(compression="zstd")
+value = bytes(1 << 20)
+for i in range(inflated >> 20):
+    builder.append(i, None, value)
+batch = builder.build()               # a few KiB of zstd that inflate to `inflated` bytes
+del builder, value
+threads = 4
+pool = ThreadPoolExecutor(threads)
+together = threading.Barrier(threads)
+
+def decode(_):
+    together.wait()
+    return sum(len(r.value) for r in MemoryRecords(batch).records())
+
+list(pool.map(lambda _: together.wait(), range(threads)))    # the pool threads, started
+gc.collect()
+before = rss()
+decoded = list(pool.map(decode, range(threads)))             # each thread decodes it once
+gc.collect()
+after = rss()                                                # nothing is referenced now
+print(json.dumps({"before": before, "after": after, "decoded": decoded, "batch": len(batch)}))
+pool.shutdown()
+'''
+
+
+@pytest.mark.skipif(sys.platform != "linux" or SANITIZED, reason="RSS read from /proc")
+def test_per_thread_decompression_buffers_shrink_after_a_big_batch():
+    # A small zstd batch inflating to 128 MiB, read once by each of 4 pool threads: the
+    # threads' reusable decompression buffers must not keep 4 x 128 MiB resident afterwards.
+    import json
+    import subprocess
+
+    inflated = 128 << 20
+    root = os.path.dirname(os.path.dirname(os.path.abspath(kafkacodec.__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", BIG_BATCH_PER_THREAD, str(inflated)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads(proc.stdout)
+    assert info["decoded"] == [inflated] * 4 and info["batch"] < 64 * 1024, info
+    growth = info["after"] - info["before"]
+    assert growth < 4 * RSS_LIMIT, f"RSS stayed {growth / 2**20:.0f} MiB above the baseline"

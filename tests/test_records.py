@@ -834,6 +834,12 @@ def test_iteration_yields_records_one_at_a_time():
 
 # --- the fast record parser against the checked one ------------------------------------------
 
+def test_record_parser_hook_takes_any_contiguous_buffer():
+    from kafkacodec._records import _v2_record_parsers
+    record = bytes([16, 0, 0, 0, 2, ord("k"), 2, ord("v"), 0]) + bytes(7)   # 16 bytes
+    assert _v2_record_parsers(memoryview(record).cast("i")) == _v2_record_parsers(record)
+
+
 def _parsers(data):
     from kafkacodec._records import _v2_record_parsers
     return _v2_record_parsers(bytes(data))

@@ -137,3 +137,69 @@ def test_decompress_from_many_threads():
         return None
 
     assert run_in_threads(work, [(i,) for i in range(THREADS)]) == [None] * THREADS
+
+
+SHARED_ITERATOR = '''
+import json, os, sys, threading
+sys.setswitchinterval(1e-6)
+import kafkacodec
+from kafkacodec import MemoryRecords, MemoryRecordsBuilder
+
+compression = sys.argv[1]
+out = []
+for b in range(300):
+    builder = MemoryRecordsBuilder(magic=2, compression=compression, base_offset=b * 10)
+    for i in range(10):
+        builder.append(1_700_000_000_000 + i, b"k%d-%d" % (b, i), os.urandom(30) * 20,
+                       headers=(("n", b"%d-%d" % (b, i)),))
+    out.append(builder.build())
+log = b"".join(out)
+expected = {r.offset: (r.key, r.value, r.headers) for r in MemoryRecords(log).records()}
+
+# a work queue that shares one iterator: next() from two threads at once
+it = MemoryRecords(log).records()
+seen, busy, other = [], set(), []
+
+def work():
+    while True:
+        try:
+            record = next(it)
+        except StopIteration:
+            return
+        except kafkacodec.ConcurrentUseError as exc:
+            busy.add(str(exc))
+            continue
+        except BaseException as exc:
+            other.append(repr(exc))
+            return
+        seen.append((record.offset, (record.key, record.value, record.headers)))
+
+threads = [threading.Thread(target=work) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+wrong = [offset for offset, fields in seen if expected.get(offset) != fields]
+print(json.dumps({"wrong": len(wrong), "seen": len(seen), "distinct": len({o for o, _ in seen}),
+                  "other": other, "total": len(expected), "busy": sorted(busy)}))
+'''
+
+
+@pytest.mark.parametrize("compression", ["gzip", "zstd"])
+def test_one_records_iterator_shared_by_two_threads(compression):
+    # Each next() either yields a correct record or raises ConcurrentUseError; nothing else.
+    # (Before the guard: records with other records' values, or a crash.  In a subprocess.)
+    import json
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(kafkacodec.__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", SHARED_ITERATOR, compression],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert info["other"] == [] and info["wrong"] == 0, info
+    # every record came out exactly once
+    assert info["seen"] == info["distinct"] == info["total"] == 3000, info
+    assert all("in use by another thread" in message for message in info["busy"]), info

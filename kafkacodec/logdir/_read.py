@@ -127,10 +127,14 @@ def _offset_spec(value: Any, default: int) -> OffsetSpec:
 
 
 def _mapped(path: PathLike) -> bytes | mmap.mmap:
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return b""
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    """The segment mapped read-only (b"" when empty), guarded against truncation by another
+    process (kafkacodec._mapguard): a read past the cut reads zeros instead of killing the
+    process with SIGBUS, and close() then raises FileTruncatedError.  Opened without blocking:
+    a FIFO or a device raises NotRegularFileError (an OSError) at once."""
+    from kafkacodec._mapguard import map_file
+
+    mapping = map_file(path)
+    return b"" if mapping is None else mapping
 
 
 def plan(path: PathLike, options: Options | Mapping[str, Any] | None = None
