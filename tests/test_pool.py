@@ -263,7 +263,7 @@ KAFKA_VERSIONS = ["3.9.1", "4.1.1"]
 
 @pytest.fixture(scope="module", params=KAFKA_VERSIONS)
 def kafka_pool(request, tmp_path_factory):
-    """answers(size, max_single, strict, ops) -> Kafka's answer lines (one JVM per version)."""
+    """run(size, max_single, strict, ops) -> Kafka's answer lines (one JVM per version)."""
     import shutil
 
     from kafka_broker import BrokerUnavailable, classpath
@@ -329,24 +329,30 @@ def our_answers(size, max_single, strict, ops):
     return answers
 
 
-# Sizes near 0, near the allocations (fragmentation, negative availability) and near
+# Sizes near 0, small enough to fragment the arena and to go negative, and near
 # Long.MAX_VALUE; allocations stay <= 64 KiB because Kafka's pool really allocates them.
-SIZES = st.one_of(st.integers(-2, 3000), st.integers(LONG_MAX - 2**20, LONG_MAX),
-                  st.integers(1, LONG_MAX))
+SIZES = st.one_of(st.integers(-2, 3000), st.integers(1, 300), st.integers(1, 300),
+                  st.integers(LONG_MAX - 2**20, LONG_MAX), st.integers(1, LONG_MAX))
 
 
 @st.composite
 def scripts(draw):
     size = draw(SIZES)
     cap = max(1, min(size, INT_MAX))
-    max_single = draw(st.one_of(st.integers(-1, min(cap, 2000) + 1), st.just(cap),
-                                st.integers(1, cap), st.just(cap + 1)))
-    largest = max(1, min(max_single, 1 << 16))
-    n = st.one_of(st.integers(-1, largest), st.integers(1, 40),
-                  st.just(max_single + 1).filter(lambda v: 0 < v <= INT_MAX))
+    if draw(st.booleans()):                          # any limits, any requests
+        max_single = draw(st.one_of(st.integers(1, min(cap, 2000)), st.just(cap),
+                                    st.integers(1, cap), st.sampled_from([-1, 0, cap + 1])))
+        largest = max(1, min(max_single, 1 << 16))
+        n = st.one_of(st.integers(1, largest), st.integers(1, 40),
+                      st.sampled_from([-1, 0, max_single + 1]).filter(lambda v: v <= INT_MAX))
+    else:                         # a pool a few requests large: fragments, goes negative
+        max_single = draw(st.integers(1, 2000))
+        size = draw(st.integers(max_single, 5 * max_single))
+        n = st.integers(max(1, max_single // 5), max_single)
+    length = draw(st.integers(0, 80))               # hypothesis' own lists are short
     ops = draw(st.lists(st.one_of(st.tuples(st.just("alloc"), n),
                                   st.tuples(st.just("release"), st.integers(0, 1000))),
-                        max_size=50))
+                        min_size=length, max_size=length))
     return size, max_single, draw(st.booleans()), ops
 
 
