@@ -1,9 +1,9 @@
-# SimpleMemoryPool (KIP-72 / KIP-81): Kafka's accounting over one bounded arena.
+# SimpleMemoryPool (KIP-72 / KIP-81): Kafka's accounting, served from an arena and the heap.
 #
-# The accounting (`available`, strict / non-strict thresholds, depletion periods) follows
-# Kafka 3.8's SimpleMemoryPool exactly.  The bytes come from one arena of
-# `size` (strict) or `size + max_single_allocation - 1` (non-strict) bytes, handed out
-# first-fit from a free list of extents kept sorted by offset (neighbours coalesce on release).
+# The accounting (`available`, strict / non-strict thresholds, depletion periods) alone decides,
+# as in Kafka's SimpleMemoryPool.  A granted block comes from the arena (at most Kafka's bound:
+# `size` strict, `size + max_single_allocation - 1` non-strict, capped) first-fit from a free
+# list of extents kept sorted by offset (neighbours coalesce on release), else from the heap.
 
 from libc.stdint cimport int64_t
 
@@ -14,12 +14,12 @@ cdef struct Extent:
 
 cdef class PoolBuffer:
     # The exporter behind each memoryview try_allocate() returns.
-    cdef object pool              # the SimpleMemoryPool (None for MemoryPool.NONE / priority heap)
+    cdef object pool              # the SimpleMemoryPool (None while cached for reuse)
     cdef unsigned char* ptr
     cdef Py_ssize_t size
     cdef Py_ssize_t exports       # live Py_buffer exports (memoryview managers)
     cdef readonly bint released
-    cdef bint heap                # priority allocation outside the arena (PyMem_Raw)
+    cdef bint priority            # a priority allocation outside the budget (PyMem_Raw)
 
 
 cdef class SimpleMemoryPool:
@@ -27,8 +27,9 @@ cdef class SimpleMemoryPool:
     cdef readonly Py_ssize_t max_single_allocation
     cdef readonly bint strict
     cdef int64_t available
-    cdef unsigned char* arena
+    cdef unsigned char* arena     # NULL when arena_size is 0 (every block from the heap)
     cdef Py_ssize_t arena_size
+    cdef Py_ssize_t heap_bytes    # budget bytes served from the heap (outside the arena)
     cdef Extent* free_list
     cdef Py_ssize_t nfree
     cdef Py_ssize_t free_cap
@@ -43,7 +44,6 @@ cdef class SimpleMemoryPool:
     cdef int64_t window_ms
     cdef Py_ssize_t outstanding_count
     cdef Py_ssize_t priority_bytes
-    cdef readonly Py_ssize_t fragmentation_refusals
     cdef readonly Py_ssize_t leaked
     cdef list cached              # recycled PoolBuffer exporters
     cdef Py_ssize_t ncached
@@ -53,3 +53,4 @@ cdef class SimpleMemoryPool:
     cdef void close_depletion(self) noexcept nogil
     cdef unsigned char* acquire(self, Py_ssize_t n) except? NULL
     cdef int credit(self, unsigned char* ptr, Py_ssize_t n) except -1
+    cdef int free_priority(self, unsigned char* ptr, Py_ssize_t n) except -1

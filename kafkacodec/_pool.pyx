@@ -1,16 +1,17 @@
 # cython: language_level=3
 """SimpleMemoryPool (KIP-72, used for KIP-81's consumer `buffer.memory`) and MemoryPool.NONE.
 
-Accounting: exactly Kafka 3.8's SimpleMemoryPool (see docs/pool-and-ring.md and
-../shared/spec/memory-pool.md): strict pools need `available >= n`, non-strict pools only
-`available >= 1`, so `available_memory` may go down to `1 - max_single_allocation`.
+Accounting: exactly Kafka's SimpleMemoryPool (org.apache.kafka.common.memory; see
+docs/pool-and-ring.md): strict pools need `available >= n`, non-strict pools only
+`available >= 1`, so `available_memory` may go down to `1 - max_single_allocation`.  The
+accounting alone decides every answer; where the bytes come from never changes one.
 
-Memory: one arena per pool, `size` bytes (strict) or `size + max_single_allocation - 1`
-(non-strict: the overshoot Kafka allows), so the bytes held are bounded, not just counted.
-Blocks are handed out first-fit from a free list of extents sorted by offset; a released block
-coalesces with its neighbours.  Blocks are byte-granular (no alignment padding), which keeps
-"the accounting says yes" and "the arena has room" the same question unless the free space is
-fragmented; then `try_allocate` refuses (returns None) and counts a fragmentation refusal.
+Memory: the bytes handed out never exceed Kafka's bound (`size` strict, `size +
+max_single_allocation - 1` non-strict) because the accounting is the bound.  They come from one
+arena of at most that bound (capped, ARENA_LIMIT by default, so a pool of Long.MAX_VALUE reserves
+no more) when it has a contiguous block, else from the heap.  Arena blocks are handed out
+first-fit from a free list of extents sorted by offset; a released block coalesces with its
+neighbours.
 
 Lifetime: `try_allocate` returns a writable memoryview over a PoolBuffer exporter.
 `release(view)` refuses (MemoryPoolError) while any other view of the block is alive
@@ -19,13 +20,15 @@ later access to it raises ValueError ("released memoryview") instead of reading 
 """
 
 import abc
+import operator
 
 cimport cython
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.memoryview cimport PyMemoryView_FromObject
 from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree, PyMem_RawRealloc
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.ref cimport PyObject, Py_REFCNT
-from libc.stdint cimport int64_t, INT64_MAX
+from libc.stdint cimport int64_t, INT64_MAX, uintptr_t
 from libc.string cimport memmove
 
 from kafkacodec.errors import MemoryPoolError
@@ -98,6 +101,9 @@ cdef extern from *:
 
 DEF SAMPLES = 2            # Kafka MetricConfig default: 2 samples ...
 cdef int64_t DEFAULT_WINDOW_MS = 30000   # ... of 30 s each
+# The default arena reservation at most (address space, committed page by page as used): a larger
+# budget is served from the heap beyond it.
+ARENA_LIMIT = 256 << 20
 
 cdef object _memoryview_release = memoryview.release
 
@@ -112,7 +118,7 @@ cdef class PoolBuffer:
         self.size = 0
         self.exports = 0
         self.released = False
-        self.heap = False
+        self.priority = False
 
     def __getbuffer__(self, Py_buffer* view, int flags):
         if self.released:
@@ -130,17 +136,17 @@ cdef class PoolBuffer:
     def __dealloc__(self):
         # Dropped without release(): give the block back (GarbageCollectedMemoryPool's
         # behaviour) so a leak never shrinks the pool for good.
-        if self.released or self.ptr == NULL:
+        if self.released or self.ptr == NULL or self.pool is None:
             return
-        if self.heap:
-            PyMem_RawFree(self.ptr)
-        elif self.pool is not None:
+        if self.priority:
+            (<SimpleMemoryPool>self.pool).free_priority(self.ptr, self.size)
+        else:
             (<SimpleMemoryPool>self.pool).leaked += 1
             (<SimpleMemoryPool>self.pool).credit(self.ptr, self.size)
         self.ptr = NULL
 
 
-cdef inline object wrap(SimpleMemoryPool pool, unsigned char* ptr, Py_ssize_t n, bint heap):
+cdef inline object wrap(SimpleMemoryPool pool, unsigned char* ptr, Py_ssize_t n, bint priority):
     cdef PoolBuffer pb
     if pool.ncached:
         pool.ncached -= 1
@@ -152,18 +158,31 @@ cdef inline object wrap(SimpleMemoryPool pool, unsigned char* ptr, Py_ssize_t n,
     pb.pool = pool
     pb.ptr = ptr
     pb.size = n
-    pb.heap = heap
+    pb.priority = priority
     return PyMemoryView_FromObject(pb)
 
 
 cdef class SimpleMemoryPool:
-    """SimpleMemoryPool(size_bytes, max_single_allocation, strict=False, *, metrics_window_ms=30000)
+    """SimpleMemoryPool(size_bytes, max_single_allocation, strict=False, *, metrics_window_ms=30000, arena_bytes=None)
 
-    Kafka's SimpleMemoryPool over one bounded arena.
+    Kafka's SimpleMemoryPool: the same grants, refusals, available_memory and is_out_of_memory
+    for every sequence of try_allocate / release.  Granted blocks come from an arena of
+    `arena_bytes` (default: Kafka's bound, at most ARENA_LIMIT; 0: none) when it has a
+    contiguous block, else from the heap.
+
+    Thread safety: safe to share between threads (one pool for every connection).  The
+    accounting, the arena's free list, the heap and priority counters and the depletion clock
+    change only inside one short C critical section (a spin lock; no Python inside), so every
+    grant is counted once and every block is handed to exactly one caller; release() checks
+    ownership and live views while holding the GIL, so two threads releasing the same buffer
+    get one success and one MemoryPoolError.  A buffer's bytes are not synchronised: hand a
+    buffer from thread to thread, don't write it from two at once.
     """
 
     def __cinit__(self, long long size_bytes, long long max_single_allocation, bint strict=False,
-                  *, long long metrics_window_ms=30000):
+                  *, long long metrics_window_ms=30000, arena_bytes=None):
+        cdef int64_t bound
+        cdef Py_ssize_t reserve
         self.lock = 0
         self.arena = NULL
         self.free_list = NULL
@@ -180,18 +199,35 @@ cdef class SimpleMemoryPool:
         self.max_single_allocation = <Py_ssize_t>max_single_allocation
         self.strict = strict
         self.available = size_bytes
-        self.arena_size = <Py_ssize_t>(size_bytes if strict else size_bytes + max_single_allocation - 1)
-        # Untouched pages of a large malloc are not resident: the arena costs what is used.
-        self.arena = <unsigned char*>PyMem_RawMalloc(self.arena_size)
-        self.free_cap = 16
-        self.free_list = <Extent*>PyMem_RawMalloc(self.free_cap * sizeof(Extent))
-        if self.arena == NULL or self.free_list == NULL:
-            raise MemoryError(f"cannot reserve a {self.arena_size}-byte pool arena")
-        self.free_list[0].off = 0
-        self.free_list[0].length = self.arena_size
-        self.nfree = 1
         self.window_ms = metrics_window_ms
         self.cached = [None] * 8
+        self.free_cap = 16
+        self.free_list = <Extent*>PyMem_RawMalloc(self.free_cap * sizeof(Extent))
+        if self.free_list == NULL:
+            raise MemoryError("cannot allocate the pool's free list")
+        # Kafka's bound on the bytes outstanding: strict pools never go below 0 available,
+        # non-strict ones never below 1 - max_single (saturated at Long.MAX_VALUE).
+        bound = size_bytes
+        if not strict:
+            bound = (INT64_MAX if size_bytes > INT64_MAX - (max_single_allocation - 1)
+                     else size_bytes + max_single_allocation - 1)
+        if arena_bytes is None:
+            reserve = <Py_ssize_t>min(bound, ARENA_LIMIT)
+        elif operator.index(arena_bytes) < 0:
+            raise ValueError(f"arena_bytes must be >= 0, got {arena_bytes}")
+        else:
+            reserve = <Py_ssize_t>min(bound, operator.index(arena_bytes), PY_SSIZE_T_MAX)
+        if reserve > 0:
+            # Untouched pages of a large malloc are not resident: the arena costs what is used.
+            self.arena = <unsigned char*>PyMem_RawMalloc(reserve)
+            if self.arena == NULL:
+                if arena_bytes is not None:
+                    raise MemoryError(f"cannot reserve a {reserve}-byte pool arena")
+                reserve = 0                 # the default arena is an optimisation: use the heap
+        self.arena_size = reserve
+        self.nfree = 1 if reserve > 0 else 0
+        self.free_list[0].off = 0
+        self.free_list[0].length = reserve
 
     def __dealloc__(self):
         # Every PoolBuffer holds a reference to its pool, so no block is alive here.
@@ -272,36 +308,65 @@ cdef class SimpleMemoryPool:
             self.sample_value[self.sample_current] = 0.0
         self.sample_value[self.sample_current] += elapsed_ms
 
-    # -- C API (the ring buffer uses these) ---------------------------------------------------
+    # -- C API (the ring buffer may use these) -----------------------------------------------
     cdef unsigned char* acquire(self, Py_ssize_t n) except? NULL:
-        """The arena block for n bytes, or NULL when the pool refuses (Kafka's null)."""
-        cdef Py_ssize_t off = -1
+        """A block of n bytes (1 <= n <= max_single_allocation, checked by the caller), or NULL
+        when Kafka's accounting refuses (its null).  MemoryError (accounting unchanged) when the
+        heap cannot give the bytes the accounting granted."""
+        cdef Py_ssize_t off
+        cdef unsigned char* ptr
         kc_spin_lock(&self.lock)
-        if self.available >= (n if self.strict else 1):
-            off = self.take_extent(n)
-            if off >= 0:
-                self.available -= n
-                self.outstanding_count += 1
-                self.close_depletion()
-            else:
-                self.fragmentation_refusals += 1
-        if off < 0 and self.depleted_since == 0:
-            self.depleted_since = kc_monotonic_ns()
-        kc_spin_unlock(&self.lock)
-        if off < 0:
+        # Kafka's tryAllocate: a strict pool needs n available, a non-strict one any (>= 1).
+        if self.available < (n if self.strict else 1):
+            if self.depleted_since == 0:    # Kafka: a refusal opens a depletion period
+                self.depleted_since = kc_monotonic_ns()
+            kc_spin_unlock(&self.lock)
             return NULL
-        return self.arena + off
+        self.available -= n
+        self.outstanding_count += 1
+        self.close_depletion()              # Kafka: a success closes one
+        off = self.take_extent(n)
+        if off < 0:
+            self.heap_bytes += n
+        kc_spin_unlock(&self.lock)
+        if off >= 0:
+            return self.arena + off
+        ptr = <unsigned char*>PyMem_RawMalloc(n)
+        if ptr != NULL:
+            return ptr
+        kc_spin_lock(&self.lock)            # give the grant back (Kafka would keep it: a leak)
+        self.available += n
+        self.outstanding_count -= 1
+        self.heap_bytes -= n
+        kc_spin_unlock(&self.lock)
+        raise MemoryError(f"cannot allocate {n} bytes")
 
     cdef int credit(self, unsigned char* ptr, Py_ssize_t n) except -1:
-        cdef int lost
+        """Give back a block acquire() returned: Kafka's release (credit n, close a depletion
+        period), then the bytes to the arena's free list or to the heap."""
+        cdef bint in_arena = <uintptr_t>ptr - <uintptr_t>self.arena < <uintptr_t>self.arena_size
+        cdef int lost = 0
         kc_spin_lock(&self.lock)
-        lost = self.give_extent(ptr - self.arena, n)
+        if in_arena:
+            lost = self.give_extent(ptr - self.arena, n)
+        else:
+            self.heap_bytes -= n
         self.available += n
         self.outstanding_count -= 1
         self.close_depletion()
         kc_spin_unlock(&self.lock)
+        if not in_arena:
+            PyMem_RawFree(ptr)
         if lost:
             raise MemoryError("cannot grow the pool's free list")
+        return 0
+
+    cdef int free_priority(self, unsigned char* ptr, Py_ssize_t n) except -1:
+        # A priority block from the heap, outside the budget: nothing to credit.
+        kc_spin_lock(&self.lock)
+        self.priority_bytes -= n
+        kc_spin_unlock(&self.lock)
+        PyMem_RawFree(ptr)
         return 0
 
     # -- Kafka's MemoryPool API ---------------------------------------------------------------
@@ -326,7 +391,9 @@ cdef class SimpleMemoryPool:
         ptr = <unsigned char*>PyMem_RawMalloc(n)
         if ptr == NULL:
             raise MemoryError(f"cannot allocate {n} bytes")
+        kc_spin_lock(&self.lock)
         self.priority_bytes += n
+        kc_spin_unlock(&self.lock)
         return wrap(self, ptr, n, True)
 
     def release(self, buf):
@@ -336,7 +403,7 @@ cdef class SimpleMemoryPool:
         cdef PoolBuffer pb
         cdef object owner
         if buf is None:
-            raise ValueError("buffer must not be null")
+            raise ValueError("provided null buffer")       # Kafka's IllegalArgumentException
         if type(buf) is not memoryview:
             raise MemoryPoolError(
                 f"release() takes the memoryview try_allocate() returned, got {type(buf).__name__}")
@@ -359,9 +426,8 @@ cdef class SimpleMemoryPool:
                 f"{mv.exports + mv.mbuf.exports - 1 + pb.exports - 1} other view(s) of it are alive")
         _memoryview_release(buf)          # later use of `buf` raises ValueError
         pb.released = True
-        if pb.heap:
-            PyMem_RawFree(pb.ptr)
-            self.priority_bytes -= pb.size
+        if pb.priority:
+            self.free_priority(pb.ptr, pb.size)
         else:
             self.credit(pb.ptr, pb.size)
         pb.ptr = NULL
@@ -381,12 +447,17 @@ cdef class SimpleMemoryPool:
 
     @property
     def arena_bytes(self) -> int:
-        """Bytes of the arena: size (strict) or size + max_single_allocation - 1."""
+        """Bytes of the arena (reserved, resident only where used)."""
         return self.arena_size
 
     @property
+    def heap_bytes_in_use(self) -> int:
+        """Bytes of granted blocks served from the heap (the arena had no contiguous block)."""
+        return self.heap_bytes
+
+    @property
     def outstanding(self) -> int:
-        """Number of arena blocks handed out and not yet released."""
+        """Number of blocks granted within the budget and not yet released."""
         return self.outstanding_count
 
     @property
