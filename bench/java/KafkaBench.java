@@ -4,14 +4,17 @@
 //
 // stdin, one command per line; stdout, one reply per line ("ok ..." or "err <message>"):
 //   versions                         ok <key=value ...>  (Kafka, JDK and VM)
-//   warm <millis> <op> <args...>     ok <passes>          (the op for at least millis, 5 passes)
+//   warm <millis> <op> <args...>     ok <passes>   (JIT warm-up: passes for at least <millis> of
+//                                    this thread's CPU time, then until 5 passes in a row bring no
+//                                    new best (by 2%); at most 30 s)
 //   run <op> <args...>               ok <nanoseconds> <result> <checksum>   (one timed pass)
 //   quit
 // ops (a pass covers the whole file; result counts what was processed):
 //   crc <log>                        batches(), ensureValid() each       result: batches
 //   shallow <log>                    batches(), header fields of each    result: batches
-//   deep <log>                       as the consumer: ensureValid(), streamingIterator(), offset,
-//                                    timestamp, key/value sizes, first value byte  result: records
+//   deep <log>                       as the consumer (check.crcs, ByteArrayDeserializer):
+//                                    ensureValid(), streamingIterator(), offset, timestamp, key
+//                                    and value copied to byte[]            result: records
 //   build <records> <codec> <per-batch> [<out>]   MemoryRecordsBuilder v2 per batch into one
 //                                    pooled buffer, as the producer      result: bytes built
 //                                    (<out>: also write the batches there; a call not timed)
@@ -28,6 +31,8 @@ import java.io.FileInputStream;
 import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Files;
@@ -56,6 +61,7 @@ import org.apache.kafka.common.utils.AppInfoParser;
 import org.apache.kafka.common.utils.BufferSupplier;
 import org.apache.kafka.common.utils.CloseableIterator;
 import org.apache.kafka.common.utils.Time;
+import org.apache.kafka.common.utils.Utils;
 
 public class KafkaBench {
     static final long TIMESTAMP = 1_700_000_000_000L;
@@ -130,10 +136,12 @@ public class KafkaBench {
             try (CloseableIterator<Record> it = batch.streamingIterator(decompressionBuffers)) {
                 while (it.hasNext()) {
                     Record record = it.next();
-                    acc += record.offset() + record.timestamp() + record.keySize()
-                        + record.valueSize();
-                    if (record.valueSize() > 0) {
-                        acc += record.value().get(0);
+                    // CompletedFetch.parseRecord: ByteArrayDeserializer gets Utils.toNullableArray
+                    byte[] key = Utils.toNullableArray(record.key());
+                    byte[] value = Utils.toNullableArray(record.value());
+                    acc += record.offset() + record.timestamp() + (key == null ? -1 : key.length);
+                    if (value != null && value.length > 0) {
+                        acc += value.length + value[value.length - 1];
                     }
                     n++;
                 }
@@ -234,12 +242,27 @@ public class KafkaBench {
                         out.println("ok " + versions());
                         break;
                     case "warm": {
-                        long until = System.nanoTime() + Long.parseLong(cmd[1]) * 1_000_000L;
-                        long passes = 0;
-                        do {
+                        // CPU time, not wall time: on a loaded machine the JIT needs the passes
+                        ThreadMXBean threads = ManagementFactory.getThreadMXBean();
+                        long cpuEnd = threads.getCurrentThreadCpuTime() + Long.parseLong(cmd[1]) * 1_000_000L;
+                        long wallEnd = System.nanoTime() + 30_000_000_000L;
+                        long best = Long.MAX_VALUE, sinceBest = 0, passes = 0;
+                        while (true) {
+                            long start = System.nanoTime();
                             pass(cmd, 2);
+                            long elapsed = System.nanoTime() - start;
                             passes++;
-                        } while (System.nanoTime() < until || passes < 5);
+                            if (elapsed < best - best / 50) {
+                                best = elapsed;
+                                sinceBest = 0;
+                            } else {
+                                sinceBest++;
+                            }
+                            if (threads.getCurrentThreadCpuTime() >= cpuEnd && sinceBest >= 5
+                                    || System.nanoTime() > wallEnd) {
+                                break;
+                            }
+                        }
                         out.println("ok " + passes);
                         break;
                     }
