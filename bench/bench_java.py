@@ -19,9 +19,10 @@ How it is fair:
   100-byte values come 128 per batch and 1 KiB values 16 per batch (16 KiB producer batches).
 - One JVM stays up for the whole run.  Each case warms Java up (passes for KC_BENCH_JAVA_WARM_MS
   of CPU time the first time per operation, then until its best pass stops improving) and us
-  (one pass), then alternates Java, us, Java, us... for
-  KC_BENCH_JAVA_ROUNDS rounds, so load drift hits both.  Java times its pass in the JVM
-  (System.nanoTime, no pipe in the interval); ours are pytest-benchmark's rounds.
+  (one pass), then alternates Java, us, Java, us... for KC_BENCH_JAVA_ROUNDS rounds each, so
+  load drift hits both.  Java times its pass in the JVM (System.nanoTime, no pipe in the
+  interval); ours are pytest-benchmark's rounds.  kafkacodec is imported where it is used: the
+  command line's own process only runs pytest and renders the table.
 - Every case checks both sides processed the same: batch or record counts, output sizes (and,
   for the builders, whether the batches are byte-identical).
 Scale: KC_BENCH_JAVA_BATCHES batches per log (default 1024: 131,072 100-byte or 16,384 1 KiB

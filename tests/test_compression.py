@@ -376,7 +376,6 @@ def test_peers_read_what_we_write(codec, peer, size):
         assert PEER_DECODERS[codec, peer](compress(codec, magic, data)) == data
 
 
-
 def test_librdkafka_consumes_our_zstd_batches():
     """confluent-kafka (librdkafka) reads our zstd batches at several levels: produced raw into
     its mock cluster, consumed back record by record."""
@@ -414,6 +413,7 @@ def test_librdkafka_consumes_our_zstd_batches():
     finally:
         consumer.close()
     assert got == sent
+
 
 @pytest.mark.parametrize("size", SIZES)
 def test_lz4_magic_0_against_kafka_python_old_kafka_framing(size):
@@ -926,12 +926,12 @@ def test_codec_is_byte_exact_with_kafka_at_every_level(jvm, codec, levels):
     if codec == "zstd" and oracle_libzstd_version() != zstandard.ZSTD_VERSION:
         pytest.skip(f"the oracle's zstd-jni bundles libzstd {oracle_libzstd_version()}, ours "
                     f"is {zstandard.ZSTD_VERSION}: same parameters, different matchers")
-    cases = [(piece, sample(n, n)) for n in JVM_SIZES for piece in (max(n, 1),)] + PRODUCER_WRITES
-    codec_id = 4 if codec == "zstd" else 1
-    requests = [("l", codec_id, struct.pack(">ii", level, piece) + data)
-                for piece, data in cases for level in levels]
-    for (ok, java), ((piece, data), level) in zip(jvm(requests),
-                                                  [(case, level) for case in cases for level in levels]):
+    cases = [(level, piece, data)
+             for piece, data in [(max(n, 1), sample(n, n)) for n in JVM_SIZES] + PRODUCER_WRITES
+             for level in levels]
+    results = jvm([("l", 4 if codec == "zstd" else 1, struct.pack(">ii", level, piece) + data)
+                   for level, piece, data in cases])
+    for (ok, java), (level, piece, data) in zip(results, cases):
         assert ok, java
         ours = compress(codec, magic_of(codec), data, level=None if level == -1 else level)
         assert ours == java, (codec, level, len(data), piece, len(ours), len(java))
