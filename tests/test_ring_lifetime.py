@@ -26,7 +26,8 @@ from kafkacodec import (
     _crc,
 )
 
-sys.path.insert(0, os.path.dirname(__file__))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, TESTS)
 from fetch_fixtures import build_fetch_response  # noqa: E402
 
 IN_USE = "in use by another"
@@ -69,9 +70,9 @@ def test_a_negative_records_count_is_refused_before_decompressing_and_the_record
     # The second batch inflates to ~5 MB: before the fix it was decompressed into the buffer
     # the first batch's record pointed into (moving it), then rejected; the record then showed
     # freed heap bytes.  Run where a crash cannot take the test run along.
-    code = textwrap.dedent("""
+    code = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, "tests")
+        sys.path.insert(0, {TESTS!r})
         from test_ring_lifetime import v2_batch, with_records_count, ring_with, own_or_released
         from fetch_fixtures import build_fetch_response
         from kafkacodec import CorruptRecordError
@@ -313,7 +314,7 @@ def test_close_during_a_decompression_keeps_the_memory_until_it_is_done():
 def run_isolated(scenario):
     code = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, "tests")
+        sys.path.insert(0, {TESTS!r})
         import test_ring_lifetime
         test_ring_lifetime.{scenario.__name__}()
         print("ok")

@@ -39,18 +39,14 @@ def test_growth_past_half_the_address_space_raises_memory_error_at_once(call):
     assert result.stdout.startswith("MemoryError"), result.stdout
 
 
-class Lying(str):
-    """A str whose __len__ claims 2**60 characters (4 * 2**60 bytes of UTF-8 at most)."""
-
-    def __len__(self):
-        return 2**60
-
-
 @pytest.mark.parametrize("which", ["topic", "client_id", "transactional_id"])
 def test_produce_request_ignores_a_lying_len_of_its_strings(which):
     result = run_isolated(f"""
-        from tests.test_writer import Lying
         from kafkacodec.protocol import encode_produce_request
+        class Lying(str):
+            def __len__(self):
+                return 2**60
+
         names = dict(topic="orders", client_id="me", transactional_id="tx")
         lying = dict(names, {which}=Lying(names["{which}"]))
         def encode(names):
