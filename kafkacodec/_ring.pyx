@@ -90,6 +90,20 @@ cdef extern from *:
 kc_crc_init()            # the header-only CRC dispatch is per module
 
 
+# Misuse by threads: the class Decompressor's guard raises (KafkaCodecError on this branch;
+# main's ConcurrentUseError, a KafkaCodecError, once merged), with its wording.
+InUseError = KafkaCodecError
+
+
+cdef inline void pin(_Chunk chunk) noexcept:
+    # A reader holds pointers into the chunk: the Decompressor writes elsewhere meanwhile.
+    chunk.exports += 1
+
+
+cdef inline void unpin(_Chunk chunk) noexcept:
+    chunk.exports -= 1              # with main's _compression: chunk.unpin() (frees a big one)
+
+
 cdef int not_from_a_ring(object obj) except -1:
     raise TypeError(f"{type(obj).__name__} objects come from a ResponseRingBuffer "
                     f"(next_response(), payload, records()), not from their constructor")
@@ -200,8 +214,8 @@ cdef class ResponseRingBuffer:
         if self.closed:
             raise BufferReleasedError("ring buffer used after close()")
         if self.writing:
-            raise KafkaCodecError("ResponseRingBuffer is in use by another thread (its writer "
-                                  "side: feed, recv_into, buffer_updated); one writer at a time")
+            raise InUseError("ResponseRingBuffer is in use by another thread: one writer at a "
+                             "time (feed, recv_into, buffer_updated)")
         return 0
 
     cdef int begin_write(self, bint through_window) except -1:
@@ -209,8 +223,8 @@ cdef class ResponseRingBuffer:
         `through_window`, which get_buffer() exported and may still be alive)."""
         self.check_writer()
         if self.window_exports > 0 and not through_window:
-            raise KafkaCodecError("ResponseRingBuffer is in use by another writer: a "
-                                  "get_buffer() window is alive; finish with buffer_updated()")
+            raise InUseError("ResponseRingBuffer is in use by another writer: a get_buffer() "
+                             "window is alive; finish it with buffer_updated()")
         self.writing = True
         return 0
 
@@ -973,7 +987,7 @@ cdef class FetchRecords:
 
     def __dealloc__(self):
         if self.chunk is not None:
-            self.chunk.exports -= 1
+            unpin(self.chunk)
             self.chunk = None
         PyMem_RawFree(self.aborted)
         PyMem_RawFree(self.aborted_pids)
@@ -988,8 +1002,8 @@ cdef class FetchRecords:
         if self.resp is None:
             not_from_a_ring(self)
         if self.busy:
-            raise KafkaCodecError("FetchRecords is in use by another thread; "
-                                  "iterate each response's records in one thread")
+            raise InUseError("FetchRecords is in use by another thread: one next() at a time; "
+                             "iterate each response's records in one thread")
         self.busy = True
         try:
             self.rec.invalidate()
@@ -1016,7 +1030,7 @@ cdef class FetchRecords:
         self.state = BATCH_NONE
         self.batch_left = 0
         if self.chunk is not None:
-            self.chunk.exports -= 1
+            unpin(self.chunk)
             self.chunk = None
 
     cdef FetchRecord advance(self):
@@ -1211,7 +1225,7 @@ cdef class FetchRecords:
             ring.leave_reader(self.resp.seq)
         self.resp.check()                   # released or closed meanwhile
         self.chunk = self.decompressor._chunk
-        self.chunk.exports += 1
+        pin(self.chunk)
         return out
 
     # -- records --------------------------------------------------------------------------
@@ -1551,7 +1565,7 @@ cdef class FetchRecord:
         # finaliser (one that moves the iterator on, or releases the response).  The bytes
         # stay put meanwhile: `chunk` is held here, and the response's slot is pinned.
         if chunk is not None:
-            chunk.exports += 1
+            pin(chunk)
         else:
             resp.ring.enter_reader(resp.seq)
         try:
@@ -1562,7 +1576,7 @@ cdef class FetchRecord:
                             None if v == NULL else PyBytes_FromStringAndSize(<const char*>v, vl)))
         finally:
             if chunk is not None:
-                chunk.exports -= 1
+                unpin(chunk)
             else:
                 resp.ring.leave_reader(resp.seq)
         return out
