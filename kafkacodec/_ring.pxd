@@ -34,7 +34,11 @@ cdef class ResponseRingBuffer:
     cdef Py_ssize_t nslots
     cdef Py_ssize_t nhanded         # how many of them next_response() has returned
     cdef int64_t first_seq          # sequence number of slots[slots_head]
-    cdef Py_ssize_t exports         # all live exports (close() waits for them)
+    cdef Py_ssize_t exports         # all live exports (close() refuses while any is alive)
+    cdef Py_ssize_t window_exports  # of them, live exports of the write window (get_buffer)
+    cdef Py_ssize_t nogil_users     # recvs and decompressions reading or writing the memory
+                                    # without the GIL: close() leaves the release to the last
+    cdef bint writing               # feed/recv_into/buffer_updated running (one writer)
     cdef bint closed
     cdef readonly bint eof
     cdef readonly Py_ssize_t skips
@@ -55,6 +59,12 @@ cdef class ResponseRingBuffer:
     cdef int advance(self) except -1
     cdef Slot* slot_of(self, int64_t seq) noexcept
     cdef int release_memory(self) except -1
+    cdef int check_writer(self) except -1
+    cdef int begin_write(self, bint through_window) except -1
+    cdef Py_ssize_t receive(self, sock, int fd, Py_ssize_t start, Py_ssize_t n) except -1
+    cdef int enter_reader(self, int64_t seq) except -1
+    cdef void leave_reader(self, int64_t seq) noexcept
+    cdef void leave_nogil(self) noexcept
     cpdef release_response(self, Response resp)
     cdef Decompressor take_decompressor(self)
 
