@@ -61,9 +61,9 @@ from kafkacodec.protocol._fetch cimport (FetchPartitionHeader, read_fetch_start,
                                          FETCH_MIN_VERSION, FETCH_MAX_VERSION, FETCH_TOPIC_IDS)
 
 from kafkacodec._pool import MemoryPool
-from kafkacodec.errors import (BufferReleasedError, CorruptRecordError, InvalidCrcError,
-                               KafkaCodecError, MemoryPoolError, RecordTooLargeError,
-                               UnsupportedCompressionError)
+from kafkacodec.errors import (BufferReleasedError, ConcurrentUseError, CorruptRecordError,
+                               InvalidCrcError, KafkaCodecError, MemoryPoolError,
+                               RecordTooLargeError, UnsupportedCompressionError)
 
 
 cdef extern from "Python.h":
@@ -90,9 +90,8 @@ cdef extern from *:
 kc_crc_init()            # the header-only CRC dispatch is per module
 
 
-# Misuse by threads: the class Decompressor's guard raises (KafkaCodecError on this branch;
-# main's ConcurrentUseError, a KafkaCodecError, once merged), with its wording.
-InUseError = KafkaCodecError
+# Misuse by threads: the class Decompressor's guard raises, with its wording.
+InUseError = ConcurrentUseError
 
 
 cdef inline void pin(_Chunk chunk) noexcept:
@@ -101,7 +100,7 @@ cdef inline void pin(_Chunk chunk) noexcept:
 
 
 cdef inline void unpin(_Chunk chunk) noexcept:
-    chunk.exports -= 1              # with main's _compression: chunk.unpin() (frees a big one)
+    chunk.unpin()                   # a big chunk is freed once nobody reads it
 
 
 cdef int not_from_a_ring(object obj) except -1:

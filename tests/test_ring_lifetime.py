@@ -1,6 +1,6 @@
 """What a ring's records, views and memory are after next(), an error, release() and close(),
 and when threads share a ring: the previous record shows its own bytes or raises
-BufferReleasedError, never other bytes; concurrent use works or raises KafkaCodecError
+BufferReleasedError, never other bytes; concurrent use works or raises ConcurrentUseError
 ("in use by another thread"); pool memory is never written after it went back to the pool."""
 
 import gc
@@ -18,6 +18,7 @@ import pytest
 
 from kafkacodec import (
     BufferReleasedError,
+    ConcurrentUseError,
     CorruptRecordError,
     KafkaCodecError,
     MemoryRecordsBuilder,
@@ -30,7 +31,6 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, TESTS)
 from fetch_fixtures import build_fetch_response  # noqa: E402
 
-IN_USE = "in use by another"
 
 
 def v2_batch(n, fill, compression="none", base=0, size=100):
@@ -362,7 +362,7 @@ def shared_ring():
                 if ring.recv_into(right) == 0 and ring.eof:
                     return
             except KafkaCodecError as exc:
-                if IN_USE not in str(exc):
+                if not isinstance(exc, ConcurrentUseError):
                     problems.append(exc)
                     return
                 in_use.append(exc)
@@ -374,7 +374,7 @@ def shared_ring():
                 try:
                     call()
                 except KafkaCodecError as exc:
-                    if IN_USE not in str(exc):
+                    if not isinstance(exc, ConcurrentUseError):
                         problems.append(exc)
                     else:
                         in_use.append(exc)
@@ -434,7 +434,7 @@ def shared_iterator():
             except BufferReleasedError:
                 continue                              # another thread moved the flyweight on
             except KafkaCodecError as exc:
-                (in_use if IN_USE in str(exc) else problems).append(exc)
+                (in_use if isinstance(exc, ConcurrentUseError) else problems).append(exc)
 
     threads = [threading.Thread(target=work) for _ in range(4)]
     for t in threads:
