@@ -272,24 +272,31 @@ cdef inline int put_u8(Buf* b, uint8_t v) noexcept nogil:
 # turn each maximal ill-formed subsequence into U+FFFD (Unicode's "substitution of maximal
 # subparts").  utf8_valid_prefix is the fast check; utf8_repair writes the replaced form.
 
-cdef inline Py_ssize_t utf8_valid_prefix(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+cdef inline bint is_ascii(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i = 0
+    cdef uint64_t word, bits = 0
+    while n - i >= 8:
+        memcpy(&word, p + i, 8)
+        bits |= word
+        i += 8
+    while i < n:
+        bits |= p[i]
+        i += 1
+    return (bits & 0x8080808080808080ULL) == 0
+
+
+cdef Py_ssize_t utf8_valid_prefix(const unsigned char* p, Py_ssize_t n) noexcept nogil:
     """Length of the longest well-formed UTF-8 prefix of p[:n] (n when it is all valid)."""
     cdef Py_ssize_t i = 0
-    cdef uint64_t word
-    cdef int need
+    cdef int step
     while i < n:
-        if n - i >= 8:
-            memcpy(&word, p + i, 8)
-            if (word & 0x8080808080808080ULL) == 0:
-                i += 8
-                continue
         if p[i] < 0x80:
             i += 1
             continue
-        need = utf8_sequence(p + i, n - i)
-        if need <= 0:
+        step = utf8_sequence(p + i, n - i)
+        if step <= 0:
             return i
-        i += need
+        i += step
     return n
 
 
@@ -346,21 +353,28 @@ cdef Py_ssize_t utf8_repair(const unsigned char* p, Py_ssize_t n, unsigned char*
 
 cdef inline Py_ssize_t header_key_size(const unsigned char* p, int32_t n) noexcept nogil:
     """Bytes a header key takes in the Arrow column (its repaired form when it is not UTF-8)."""
-    return n if utf8_valid_prefix(p, n) == n else utf8_repair(p, n, NULL)
+    return n if is_ascii(p, n) or utf8_valid_prefix(p, n) == n else utf8_repair(p, n, NULL)
 
 
-cdef int varcol_append_key(VarCol* c, const unsigned char* p, int32_t n) noexcept nogil:
-    """Append a header key, repaired when it is not UTF-8 (rare: the check is the fast path)."""
+cdef int varcol_put_repaired(VarCol* c, const unsigned char* p, int32_t n) noexcept nogil:
+    """varcol_put of a header key that is not ASCII: repaired when it is not UTF-8."""
     cdef Py_ssize_t valid = utf8_valid_prefix(p, n), size
     if valid == n:
-        return varcol_append(c, p, n)
+        return varcol_put(c, p, n)
     size = utf8_repair(p + valid, n - valid, NULL)
     if buf_ensure(&c.data, valid + size) < 0:
         return -1
     memcpy(c.data.ptr + c.data.len, p, valid)
     utf8_repair(p + valid, n - valid, c.data.ptr + c.data.len + valid)
     c.data.len += valid + size
-    return varcol_append(c, p, 0)          # closes the entry over the bytes just written
+    return varcol_put(c, p, 0)             # closes the entry over the bytes just written
+
+
+cdef inline int varcol_reserve(VarCol* c, Py_ssize_t entries) noexcept nogil:
+    """Room for `entries` more offsets and their validity bits (varcol_put's precondition)."""
+    if buf_ensure(&c.offsets, 4 * entries) < 0 or buf_ensure(&c.valid, (entries >> 3) + 2) < 0:
+        return -1
+    return 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -490,7 +504,8 @@ cdef inline int store_timestamp(State* s, int64_t ms) except -1 nogil:
     """The row's timestamp, into room reserved: Spark's microseconds (Kafka's -1 "no timestamp"
     stays -1 ms, as Spark's Kafka source gives it); null when they do not fit in an int64."""
     cdef int64_t us = 0
-    if -9223372036854775LL <= ms <= 9223372036854775LL:     # INT64_MIN // 1000 .. INT64_MAX // 1000
+    # -MS_LIMIT <= ms <= MS_LIMIT (INT64_MAX // 1000) in one unsigned comparison
+    if <uint64_t>ms + <uint64_t>9223372036854775ULL <= <uint64_t>18446744073709550ULL:
         us = ms * 1000
     elif put_i64(&s.ts_nulls, s.rows) < 0:
         return no_memory()
@@ -616,16 +631,17 @@ cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
                             > s.output_limit)
     cdef int stopped = 0
     reserve_rows(s, rows)
+    for i in range(min(s.skip_records, <Py_ssize_t>h.records_count)):   # resuming: emitted before
+        read_v2_record(cur, &rec)
     try:
-        for i in range(h.records_count):
+        for i in range(min(s.skip_records, <Py_ssize_t>h.records_count), h.records_count):
             record_start = cur.base + cur.pos
             read_v2_record(cur, &rec)
             if b.control:
                 check_control_record(&rec, record_start)
             # Java long arithmetic: a hostile delta wraps
             offset = <int64_t>(<uint64_t>h.base_offset + <uint64_t><int64_t>rec.offset_delta)
-            if (i < s.skip_records or b.skip
-                    or not (s.start_offset <= offset and offset <= s.last_offset)):
+            if b.skip or not (s.start_offset <= offset and offset <= s.last_offset):
                 continue
             # the bound first (cheap); the exact size only near the limit
             if (check_room and output_bytes(s) + v2_record_bound(s, &rec) > s.output_limit
@@ -641,11 +657,19 @@ cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
             row = s.rows
             s.rows += 1
             if s.include_headers:
-                cursor_init(&hc, rec.headers, rec.headers_size, 0)
-                for j in range(rec.header_count):
-                    read_v2_header(&hc, &hk, &hk_len, &hv, &hv_len)
-                    if varcol_append_key(&s.hkey, hk, hk_len) < 0 or varcol_append(&s.hvalue, hv, hv_len) < 0:
+                if rec.header_count > 0:
+                    if varcol_reserve(&s.hkey, rec.header_count) < 0 or varcol_reserve(&s.hvalue, rec.header_count) < 0:
                         return no_memory()
+                    cursor_init(&hc, rec.headers, rec.headers_size, 0)
+                    for j in range(rec.header_count):
+                        read_v2_header(&hc, &hk, &hk_len, &hv, &hv_len)
+                        # header keys are Arrow strings: UTF-8 (ASCII first, the common case)
+                        if ((varcol_put(&s.hkey, hk, hk_len) if is_ascii(hk, hk_len)
+                                else varcol_put_repaired(&s.hkey, hk, hk_len)) < 0
+                                or varcol_put(&s.hvalue, hv, hv_len) < 0):
+                            return no_memory()
+                    s.hkey.valid.len = (s.hkey.n + 7) >> 3
+                    s.hvalue.valid.len = (s.hvalue.n + 7) >> 3
                 # the row's headers list: null when it has none, as Spark gives it
                 (<int32_t*>(s.hdr_offsets.ptr + s.hdr_offsets.len))[0] = <int32_t>s.hkey.n
                 s.hdr_offsets.len += 4
@@ -1038,8 +1062,8 @@ cdef class ArrowDecoder:
         cdef bytes topic = self._topic
         key = varcol_take(&self.s.key, pa.binary())
         value = varcol_take(&self.s.value, pa.binary())
-        # n * len(topic) <= output_limit < 2^31: the int32 offsets cannot wrap
-        topic_offsets = (np.arange(n + 1, dtype=np.int64) * len(topic)).astype(np.int32)
+        # n * len(topic) <= output_limit < 2^31 (room_for): the int32 offsets cannot wrap
+        topic_offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(topic))
         topic_col = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(topic_offsets),
                                                            pa.py_buffer(topic * n)])
         partition = pa.array(np.full(n, self.partition, dtype=np.int32))

@@ -22,7 +22,7 @@ from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_R
 from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize,
                             PyBytes_GET_SIZE)
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_Check
 from cpython.ref cimport PyObject
 from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t,
@@ -99,32 +99,53 @@ cdef inline void span_release(Span* s) noexcept:
 
 # --- columns for append_many: a list/tuple of objects or an Arrow binary/string array ----------
 # Python code can run in the middle of append_many (a timestamp's __index__, a headers
-# generator, a finaliser), and it may change or empty the caller's lists.  So lists are read
-# through a tuple copy taken first (it also holds a reference to every item while the call
-# reads it), and Arrow arrays through _columns.pxd, which checks every row's offsets.
+# generator, a buffer exporter, a finaliser run by a collection), and it may change or empty
+# the caller's lists.  Lists are read in place while only exact bytes, None and ints have been
+# read (that runs no Python code); before the first thing that may run code (headers, another
+# item type), they are copied to tuples (column_snapshot), which hold a reference to every
+# item for the rest of the call.  Arrow arrays are read through _columns.pxd, which checks
+# every row's offsets.
 cdef enum:
     COLUMN_NULL = 0          # None: every entry null
-    COLUMN_ITEMS = 1         # a tuple (of the caller's list or tuple)
-    COLUMN_ARROW = 2         # binary / string / large_binary / large_string
+    COLUMN_LIST = 1          # read in place (no Python code runs during the call)
+    COLUMN_TUPLE = 2         # the caller's tuple, or a copy of the caller's list
+    COLUMN_ARROW = 3         # binary / string / large_binary / large_string
 
 cdef struct Column:
     int kind
-    PyObject* items          # the tuple, referenced by the caller for the whole call
+    PyObject* items          # list or tuple, referenced by the caller for the whole call
     ArrowBinary arrow
+
+cdef extern from "Python.h":
+    PyObject** PySequence_Fast_ITEMS(object seq)
+    bint bytes_exact "PyBytes_CheckExact"(PyObject* o)
+    bint int_exact "PyLong_CheckExact"(PyObject* o)
+    char* bytes_data "PyBytes_AS_STRING"(PyObject* o)
+    Py_ssize_t bytes_size "PyBytes_GET_SIZE"(PyObject* o)
+
+
+cdef int column_snapshot(Column* c, list keep) except -1:
+    """Read c's list through a tuple copy from now on: Python code may run from here.  No code
+    ran before, so the copy holds what the list held when the call started."""
+    if c.kind == COLUMN_LIST:
+        items = tuple(<object>c.items)
+        keep.append(items)
+        c.items = <PyObject*>items
+        c.kind = COLUMN_TUPLE
+    return 0
 
 
 cdef object column_of(object obj, Column* c, str name, list keep):
-    """Set up c over obj; returns its length (-1 for None).  What c points into is appended
-    to `keep`, which the caller holds for the call."""
+    """Set up c over obj; returns its length (-1 for None).  What c points into is appended to
+    `keep`, which the caller holds for the call."""
     c.kind = COLUMN_NULL
     if obj is None:
         return -1
     if type(obj) is list or type(obj) is tuple:
-        items = tuple(obj)                   # no Python code runs: a plain copy of references
-        keep.append(items)
-        c.kind = COLUMN_ITEMS
-        c.items = <PyObject*>items
-        return PyTuple_GET_SIZE(items)
+        keep.append(obj)
+        c.kind = COLUMN_LIST if type(obj) is list else COLUMN_TUPLE
+        c.items = <PyObject*>obj
+        return len(obj)
     pa = sys.modules.get("pyarrow")
     if pa is not None and isinstance(obj, pa.Array):
         t = obj.type
@@ -143,27 +164,45 @@ cdef object column_of(object obj, Column* c, str name, list keep):
                     f"{' (or None)' if name == 'keys' else ''}, not {type(obj).__name__}")
 
 
+cdef enum:
+    SPAN_OK = 0
+    SPAN_MAY_RUN_CODE = 1    # nothing read: snapshot the lists first (column_snapshot)
+
 cdef inline int column_span(const Column* c, Py_ssize_t i, Span* s, const char* what) except -1:
+    """Borrow row i into s: SPAN_OK, or SPAN_MAY_RUN_CODE for an item of a list read in place
+    that is neither bytes nor None (its buffer export may run Python code)."""
+    cdef PyObject* item
     cdef int64_t size
     cdef int found
-    if c.kind == COLUMN_ITEMS:
-        return span_of(<object>PyTuple_GET_ITEM(<object>c.items, i), s, what)
     s.release = False
     s.data = NULL
     s.length = -1
+    if c.kind == COLUMN_LIST or c.kind == COLUMN_TUPLE:
+        item = PySequence_Fast_ITEMS(<object>c.items)[i]
+        if item == <PyObject*>None:
+            return SPAN_OK
+        if not bytes_exact(item):
+            if c.kind == COLUMN_LIST:
+                return SPAN_MAY_RUN_CODE
+            return span_of(<object>item, s, what)
+        s.data = <const unsigned char*>bytes_data(item)
+        s.length = bytes_size(item)
+        if s.length > INT32_MAX:
+            raise RecordTooLargeError(f"{what.decode()} of {s.length} bytes exceeds Kafka's 2 GiB limit")
+        return SPAN_OK
     if c.kind == COLUMN_NULL:
-        return 0
+        return SPAN_OK
     found = arrow_binary_row(&c.arrow, i, &s.data, &size)
     if found < 0:
         raise ValueError(f"{what.decode()} {i}: its Arrow offsets are out of order or past the "
                          f"data buffer")
     if found == 0:
         s.data = NULL
-        return 0
+        return SPAN_OK
     if size > INT32_MAX:
         raise RecordTooLargeError(f"{what.decode()} of {size} bytes exceeds Kafka's 2 GiB limit")
     s.length = size
-    return 0
+    return SPAN_OK
 
 
 cdef object arrow_int64_view(object obj):
@@ -601,7 +640,7 @@ cdef class MemoryRecordsBuilder:
         cdef int64_t ts = 0
         cdef int64_t* ts_values = NULL
         cdef const int64_t[::1] ts_view = None
-        cdef object header_items = None
+        cdef PyObject* item
         if self.is_control_batch:
             raise ValueError("this builder writes a control batch: use append_control_record()")
         if values is None:
@@ -612,11 +651,13 @@ cdef class MemoryRecordsBuilder:
         if headers is not None:
             if type(headers) is not list and type(headers) is not tuple:
                 raise TypeError(f"headers must be None, a list or a tuple, not {type(headers).__name__}")
-            header_items = tuple(headers)
-            if len(header_items) != n:
-                raise ValueError(f"{len(header_items)} header sequences for {n} values")
+            headers = tuple(headers)
+            if len(headers) != n:
+                raise ValueError(f"{len(headers)} header sequences for {n} values")
+            # headers are iterated while records are written
+            column_snapshot(&key_col, keep)
+            column_snapshot(&value_col, keep)
         if type(timestamps) is list or type(timestamps) is tuple:
-            timestamps = tuple(timestamps)
             if len(timestamps) != n:
                 raise ValueError(f"{len(timestamps)} timestamps for {n} values")
         elif isinstance(timestamps, int):
@@ -634,21 +675,28 @@ cdef class MemoryRecordsBuilder:
                                  f"offset {self.base_offset}: build() this batch first")
             if <int64_t>self.count + n > INT32_MAX:
                 raise RecordTooLargeError("a batch cannot hold more than 2^31-1 records")
-            if type(timestamps) is tuple:
-                # converted before any record is read: __index__ may run Python code
+            if type(timestamps) is list or type(timestamps) is tuple:
+                # converted before any record is read
                 ts_values = <int64_t*>PyMem_Malloc(max(n, 1) * sizeof(int64_t))
                 if ts_values == NULL:
                     raise MemoryError()
                 for i in range(n):
-                    ts_values[i] = check_timestamp(<object>PyTuple_GET_ITEM(timestamps, i))
-            self._append_many(n, ts, ts_values, ts_view, &key_col, &value_col, header_items)
+                    item = PySequence_Fast_ITEMS(timestamps)[i]
+                    if not int_exact(item):
+                        # its __index__ may run Python code: copies from here on
+                        if type(timestamps) is list:
+                            timestamps = tuple(timestamps)
+                        column_snapshot(&key_col, keep)
+                        column_snapshot(&value_col, keep)
+                    ts_values[i] = check_timestamp(<object>PySequence_Fast_ITEMS(timestamps)[i])
+            self._append_many(n, ts, ts_values, ts_view, &key_col, &value_col, headers, keep)
         finally:
             PyMem_Free(ts_values)
             guard_leave(&self.guard)
 
     cdef int _append_many(self, Py_ssize_t n, int64_t ts, const int64_t* ts_values,
-                          const int64_t[::1] ts_view, const Column* key_col,
-                          const Column* value_col, object header_items) except -1:
+                          const int64_t[::1] ts_view, Column* key_col, Column* value_col,
+                          object headers, list keep) except -1:
         cdef Py_ssize_t i
         cdef Span k, v
         cdef object header_obj = None
@@ -666,16 +714,21 @@ cdef class MemoryRecordsBuilder:
                     ts = ts_view[i]
                     if ts < NO_TIMESTAMP:
                         raise ValueError(f"invalid negative timestamp {ts} at index {i}: use -1 for none")
-                if header_items is not None:
-                    header_obj = <object>PyTuple_GET_ITEM(header_items, i)
-                column_span(key_col, i, &k, b"key")
+                if headers is not None:
+                    header_obj = <object>PyTuple_GET_ITEM(headers, i)        # a tuple (copied)
+                k.release = v.release = False
                 try:
-                    column_span(value_col, i, &v, b"value")
-                    try:
-                        self._write(self.last_offset + 1, ts, &k, &v, header_obj)
-                    finally:
-                        span_release(&v)
+                    if (column_span(key_col, i, &k, b"key") == SPAN_MAY_RUN_CODE
+                            or column_span(value_col, i, &v, b"value") == SPAN_MAY_RUN_CODE):
+                        # a buffer export may run Python code (__buffer__): copies from here on
+                        span_release(&k)
+                        column_snapshot(key_col, keep)
+                        column_snapshot(value_col, keep)
+                        column_span(key_col, i, &k, b"key")
+                        column_span(value_col, i, &v, b"value")
+                    self._write(self.last_offset + 1, ts, &k, &v, header_obj)
                 finally:
+                    span_release(&v)
                     span_release(&k)
         except BaseException:
             self.w.length = saved_length

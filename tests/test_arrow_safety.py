@@ -81,10 +81,10 @@ def with_crc(batch: bytearray) -> bytes:
 # --- item 3: every variable-width byte counts; int32 offsets never pass their limit ----------
 
 def test_max_bytes_counts_header_bytes():
-    log = header_heavy_log(batches=6, records=4, headers=16, header_size=64 << 10)  # 4 MiB a batch
-    assert len(log) < 64 << 10
-    outputs = decode_all(ArrowDecoder("t", 0, max_bytes=1 << 20), log)
-    # full once it holds max_bytes: every output ends at the first entry boundary past 1 MiB
+    log = header_heavy_log(batches=6, records=4, headers=16, header_size=16 << 10)  # 1 MiB a batch
+    assert len(log) < 16 << 10
+    outputs = decode_all(ArrowDecoder("t", 0, max_bytes=256 << 10), log)
+    # full once it holds max_bytes: every output ends at the first entry boundary past it
     assert [rb.num_rows for rb in outputs] == [4] * 6
     assert as_records(rows_of(outputs)) == expected_records(log)
 
@@ -104,9 +104,9 @@ def test_max_bytes_counts_topic_bytes():
 @pytest.mark.parametrize("codec", ["none", "zstd"])
 def test_an_entry_past_the_output_limit_goes_on_in_the_next_call(codec):
     """The limit is 2^31-1 bytes (int32 offsets) and needs > 2 GiB of output to reach; the test
-    hook lowers it to 3 MiB.  A batch holding 8 MiB of headers ends outputs inside it."""
-    limit = 3 << 20
-    log = header_heavy_log(batches=3, records=8, headers=16, header_size=64 << 10, codec=codec)
+    hook lowers it to 768 KiB.  A batch holding 2 MiB of headers ends outputs inside it."""
+    limit = 768 << 10
+    log = header_heavy_log(batches=3, records=8, headers=16, header_size=16 << 10, codec=codec)
     dec = ArrowDecoder("t", 0)
     dec._set_output_limit(limit)
     outputs = decode_all(dec, log)
@@ -118,10 +118,10 @@ def test_an_entry_past_the_output_limit_goes_on_in_the_next_call(codec):
 def test_a_legacy_wrapper_past_the_output_limit_goes_on_in_the_next_call():
     builder = MemoryRecordsBuilder(magic=1, compression="gzip")
     for i in range(8):
-        builder.append(1_700_000_000_000, b"k", bytes([65 + i]) * (1 << 20))
+        builder.append(1_700_000_000_000, b"k", bytes([65 + i]) * (256 << 10))
     log = builder.build()
     dec = ArrowDecoder("t", 0)
-    dec._set_output_limit(3 << 20)
+    dec._set_output_limit(768 << 10)
     outputs = decode_all(dec, log)
     assert [rb.num_rows for rb in outputs] == [2, 2, 2, 2]
     assert as_records(rows_of(outputs)) == expected_records(log)
@@ -131,11 +131,11 @@ def test_a_record_larger_than_the_output_limit_raises():
     small = MemoryRecordsBuilder()
     small.append(1, b"a", b"b")
     big = MemoryRecordsBuilder(base_offset=1)
-    big.append(1, b"k", b"x" * (2 << 20))
+    big.append(1, b"k", b"x" * (512 << 10))
     first = small.build()
     log = first + big.build()
     dec = ArrowDecoder("t", 0)
-    dec._set_output_limit(1 << 20)
+    dec._set_output_limit(256 << 10)
     rb, pos = dec.decode(log)
     assert rb.num_rows == 1 and pos == len(first)            # ends before the big record
     with pytest.raises(RecordTooLargeError) as info:
@@ -156,10 +156,10 @@ def test_topic_bytes_count_in_the_output_limit():
 
 
 def test_a_call_elsewhere_does_not_resume_the_stopped_entry():
-    log = header_heavy_log(batches=2, records=8, headers=16, header_size=64 << 10)
+    log = header_heavy_log(batches=2, records=8, headers=16, header_size=16 << 10)
     second = scan_entries(log)["position"][1]
     dec = ArrowDecoder("t", 0)
-    dec._set_output_limit(3 << 20)
+    dec._set_output_limit(768 << 10)
     rb, pos = dec.decode(log, second)
     assert pos == second and rb.column("offset").to_pylist() == [8, 9]
     rb, _ = dec.decode(log, 0)                     # not where it stopped: a fresh start
