@@ -630,15 +630,18 @@ cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
     cdef bint check_room = (output_bytes(s) + 3 * remaining(cur) + rows * s.topic_size
                             > s.output_limit)
     cdef int stopped = 0
+    cdef Cursor pre = cur[0]
+    if b.control:                   # control records (a batch holds one) have their keys checked
+        for i in range(h.records_count):
+            record_start = pre.base + pre.pos
+            read_v2_record(&pre, &rec)
+            check_control_record(&rec, record_start)
     reserve_rows(s, rows)
     for i in range(min(s.skip_records, <Py_ssize_t>h.records_count)):   # resuming: emitted before
         read_v2_record(cur, &rec)
     try:
         for i in range(min(s.skip_records, <Py_ssize_t>h.records_count), h.records_count):
-            record_start = cur.base + cur.pos
             read_v2_record(cur, &rec)
-            if b.control:
-                check_control_record(&rec, record_start)
             # Java long arithmetic: a hostile delta wraps
             offset = <int64_t>(<uint64_t>h.base_offset + <uint64_t><int64_t>rec.offset_delta)
             if b.skip or not (s.start_offset <= offset and offset <= s.last_offset):
