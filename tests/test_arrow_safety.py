@@ -388,3 +388,23 @@ def test_any_contiguous_buffer_is_read_as_bytes():
         MemoryRecords(strided)
     assert type(ours.value) is type(theirs.value)
 
+
+
+def test_a_start_outside_the_buffer_is_refused():
+    """decode() always checked `start`; scan_entries walked from it unchecked (a read before
+    or past the buffer)."""
+    run = run_python("""
+        from kafkacodec import MemoryRecordsBuilder
+        from kafkacodec._arrow import ArrowDecoder, scan_entries
+        builder = MemoryRecordsBuilder()
+        builder.append(1, b"k", b"v")
+        log = builder.build()
+        for start in (-(1 << 40), -1, len(log) + 1, 1 << 40):
+            for call in (lambda: scan_entries(log, start), lambda: ArrowDecoder().decode(log, start)):
+                try:
+                    call()
+                except ValueError as exc:
+                    print("refused:", exc)
+    """)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("refused: start") == 8, run.stdout
