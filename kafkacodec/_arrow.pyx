@@ -270,7 +270,8 @@ cdef inline int put_u8(Buf* b, uint8_t v) noexcept nogil:
 # Header keys: Arrow strings must be UTF-8.  Kafka's header keys are decoded by Java's
 # new String(bytes, UTF_8), and by MemoryRecords with Python's "replace" handler, both of which
 # turn each maximal ill-formed subsequence into U+FFFD (Unicode's "substitution of maximal
-# subparts").  utf8_valid_prefix is the fast check; utf8_repair writes the replaced form.
+# subparts").  is_ascii is the fast check (most keys), utf8_valid_prefix the full one, and
+# utf8_repair writes the replaced form.
 
 cdef inline bint is_ascii(const unsigned char* p, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i = 0
