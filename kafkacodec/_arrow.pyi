@@ -12,6 +12,8 @@ HEADERS_TYPE: pa.DataType
 SCAN_FIELDS: tuple[str, ...]
 
 class ArrowDecoder:
+    """Log entries to Arrow record batches (Spark's Kafka schema); one per thread."""
+
     topic: str
     partition: int
     source: str
@@ -45,10 +47,10 @@ def scan_entries(
 ) -> dict[str, Any]: ...
 
 def encode_v2(
-    key: pa.Array,
-    value: pa.Array,
+    key: pa.Array | pa.ChunkedArray,
+    value: pa.Array | pa.ChunkedArray,
     timestamp_ms: np.ndarray,
-    headers: pa.Array | None = None,
+    headers: pa.Array | pa.ChunkedArray | None = None,
     *,
     codec: int = 0,
     batch_bytes: int = 16384,

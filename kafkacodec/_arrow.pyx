@@ -8,24 +8,30 @@ list<struct<key:string,value:binary>>, offset, timestamp, timestampType and the 
 (_format.next_entry, _v2.read_v2_record, _legacy.read_legacy_message) and decompression
 through _compression.Decompressor.decompress_into; no Python object is made per record and the
 loop runs without the GIL (it takes it only to call the codec or to raise).  The finished
-buffers are handed to pyarrow without a copy (`_Memory` owns them).
+buffers are handed to pyarrow without a copy (`_Memory` owns them).  It reads every entry as
+MemoryRecords does (tests/test_arrow_differential.py holds them to the same records and
+errors on hostile input).
 
 `scan_entries()` is the shallow walk (12-byte overhead + batch header, no record decode) that the
 Spark planner uses to split segments at batch boundaries and to find aborted transactions.
 """
 
 cimport cython
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
+from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t,
+                          INT32_MAX, INT64_MAX, INT64_MIN)
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, memset
-from cpython.buffer cimport PyBuffer_FillInfo
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
 from cpython.object cimport PyObject
 
+from kafkacodec._columns cimport ArrowBinary, arrow_binary_init, arrow_binary_row
 from kafkacodec._compression cimport Decompressor, LEVEL_DEFAULT, compress
 from kafkacodec._crc cimport kc_crc32c, kc_crc_init
 from kafkacodec._cursor cimport Cursor, cursor_init, load_u16, load_u32, load_u64, raise_corrupt, remaining
-from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, V2_HEADER_SIZE, CONTROL_FLAG,
-                                 TRANSACTIONAL_FLAG, TIMESTAMP_LOG_APPEND, compute_crc, next_entry)
+from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, MAGIC_OFFSET, V2_HEADER_SIZE,
+                                 V2_RECORDS_COUNT_OFFSET, CONTROL_FLAG, TRANSACTIONAL_FLAG,
+                                 TIMESTAMP_LOG_APPEND, compute_crc, next_entry)
+from kafkacodec._guard cimport Guard, guard_enter, guard_leave
 from kafkacodec._legacy cimport (LegacyMessage, inner_base_offset, next_inner_entry,
                                  read_legacy_message)
 from kafkacodec._v2 cimport (V2Record, read_control_type, read_v2_header, read_v2_record,
@@ -37,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from kafkacodec.errors import (CorruptRecordError, InvalidCrcError, KafkaCodecError,
-                               UnsupportedCompressionError)
+                               RecordTooLargeError, UnsupportedCompressionError)
 
 kc_crc_init()
 
@@ -261,9 +267,133 @@ cdef inline int put_u8(Buf* b, uint8_t v) noexcept nogil:
 
 
 # --------------------------------------------------------------------------------------------
+# Header keys: Arrow strings must be UTF-8.  Kafka's header keys are decoded by Java's
+# new String(bytes, UTF_8), and by MemoryRecords with Python's "replace" handler, both of which
+# turn each maximal ill-formed subsequence into U+FFFD (Unicode's "substitution of maximal
+# subparts").  is_ascii is the fast check (most keys), utf8_valid_prefix the full one, and
+# utf8_repair writes the replaced form.
+
+cdef inline bint is_ascii(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i = 0
+    cdef uint64_t word, bits = 0
+    while n - i >= 8:
+        memcpy(&word, p + i, 8)
+        bits |= word
+        i += 8
+    while i < n:
+        bits |= p[i]
+        i += 1
+    return (bits & 0x8080808080808080ULL) == 0
+
+
+cdef Py_ssize_t utf8_valid_prefix(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    """Length of the longest well-formed UTF-8 prefix of p[:n] (n when it is all valid)."""
+    cdef Py_ssize_t i = 0
+    cdef int step
+    while i < n:
+        if p[i] < 0x80:
+            i += 1
+            continue
+        step = utf8_sequence(p + i, n - i)
+        if step <= 0:
+            return i
+        i += step
+    return n
+
+
+cdef inline int utf8_sequence(const unsigned char* p, Py_ssize_t left) noexcept nogil:
+    """At a byte >= 0x80: the length of the well-formed sequence starting there (Unicode
+    table 3-7), or -k when it is ill-formed and its maximal subpart is k bytes long."""
+    cdef unsigned char b = p[0], low = 0x80, high = 0xBF
+    cdef int length, j
+    if 0xC2 <= b <= 0xDF:
+        length = 2
+    elif 0xE0 <= b <= 0xEF:
+        length = 3
+        if b == 0xE0:
+            low = 0xA0                    # no overlong forms
+        elif b == 0xED:
+            high = 0x9F                   # no surrogates
+    elif 0xF0 <= b <= 0xF4:
+        length = 4
+        if b == 0xF0:
+            low = 0x90
+        elif b == 0xF4:
+            high = 0x8F                   # nothing above U+10FFFF
+    else:
+        return -1                         # a continuation byte, C0, C1 or F5..FF
+    for j in range(1, length):
+        if j >= left or not (low <= p[j] <= high):
+            return -j
+        low = 0x80
+        high = 0xBF
+    return length
+
+
+cdef Py_ssize_t utf8_repair(const unsigned char* p, Py_ssize_t n, unsigned char* out) noexcept nogil:
+    """Write p[:n] with every maximal ill-formed subsequence replaced by U+FFFD to out (NULL:
+    only count); returns the length (at most 3 * n)."""
+    cdef Py_ssize_t i = 0, size = 0
+    cdef int step
+    while i < n:
+        step = 1 if p[i] < 0x80 else utf8_sequence(p + i, n - i)
+        if step > 0:
+            if out != NULL:
+                memcpy(out + size, p + i, step)
+            size += step
+            i += step
+        else:
+            if out != NULL:
+                out[size] = 0xEF
+                out[size + 1] = 0xBF
+                out[size + 2] = 0xBD
+            size += 3
+            i -= step
+    return size
+
+
+cdef inline Py_ssize_t header_key_size(const unsigned char* p, int32_t n) noexcept nogil:
+    """Bytes a header key takes in the Arrow column (its repaired form when it is not UTF-8)."""
+    return n if is_ascii(p, n) or utf8_valid_prefix(p, n) == n else utf8_repair(p, n, NULL)
+
+
+cdef int varcol_put_repaired(VarCol* c, const unsigned char* p, int32_t n) noexcept nogil:
+    """varcol_put of a header key that is not ASCII: repaired when it is not UTF-8."""
+    cdef Py_ssize_t valid = utf8_valid_prefix(p, n), size
+    if valid == n:
+        return varcol_put(c, p, n)
+    size = utf8_repair(p + valid, n - valid, NULL)
+    if buf_ensure(&c.data, valid + size) < 0:
+        return -1
+    memcpy(c.data.ptr + c.data.len, p, valid)
+    utf8_repair(p + valid, n - valid, c.data.ptr + c.data.len + valid)
+    c.data.len += valid + size
+    return varcol_put(c, p, 0)             # closes the entry over the bytes just written
+
+
+cdef inline int varcol_reserve(VarCol* c, Py_ssize_t entries) noexcept nogil:
+    """Room for `entries` more offsets and their validity bits (varcol_put's precondition)."""
+    if buf_ensure(&c.offsets, 4 * entries) < 0 or buf_ensure(&c.valid, (entries >> 3) + 2) < 0:
+        return -1
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
 # The decoder state and loop.  Everything below runs without the GIL; the shared primitives
 # (_format.next_entry, _v2.read_v2_record, _legacy.read_legacy_message) raise by taking the
 # GIL themselves, and decompression takes it for the codec call.
+#
+# Output limits.  max_rows and max_bytes end an output batch at the first entry boundary at
+# or past them (one entry may take it beyond).  The hard limit, output_limit (2^31-1: what an
+# int32 Arrow offset addresses), bounds the bytes of every variable-width column together
+# (keys, values, header keys and values, and the topic string each row repeats): a record
+# that would pass it ends the output batch inside its entry, and the next decode() call,
+# started at the position returned, goes on with that entry's next record (`resume_*`,
+# `skip_records`).  Only a record that alone passes it raises RecordTooLargeError.
+
+cdef enum:
+    ENTRY_DONE = 0
+    ENTRY_STOPPED = 1    # the output is full inside the entry: stop_index is its next record
 
 cdef struct Batch:              # what a record needs from its batch / wrapper
     int64_t producer_id
@@ -285,17 +415,28 @@ cdef struct State:
     int validate_crc
     int include_headers
     int keep_control
-    int64_t start_offset
-    int64_t end_offset          # exclusive
+    int64_t start_offset        # the offsets emitted: start_offset..last_offset (inclusive)
+    int64_t last_offset
     Py_ssize_t max_rows
     Py_ssize_t max_bytes
+    Py_ssize_t output_limit     # hard: variable-width bytes of one output (int32 offsets)
+    Py_ssize_t topic_size       # bytes of the topic string, repeated on every row
     const int64_t* aborted      # triples (producer id, first offset, last offset)
     Py_ssize_t n_aborted
+    # an entry that ended the previous output inside it
+    Py_ssize_t resume_pos       # its position (-1: none)
+    Py_ssize_t resume_index     # records of it already emitted (or filtered out)
+    Py_ssize_t resume_size      # its size, stored CRC and base offset: the same entry?
+    uint32_t resume_crc
+    int64_t resume_offset
+    Py_ssize_t skip_records     # records of the current entry to pass over (resuming)
+    Py_ssize_t stop_index       # ENTRY_STOPPED: the record the next output starts with
     # output
     VarCol key
     VarCol value
     Buf offset
     Buf timestamp
+    Buf ts_nulls                # int64 rows whose timestamp is null (microseconds overflow)
     Buf ts_type
     Buf magic
     Buf producer_id
@@ -340,12 +481,47 @@ cdef const unsigned char* decompress_value(State* s, int codec, int magic, const
         return (<Decompressor>s.decompressor).decompress_into(codec, magic, data, size, out_size)
 
 
-cdef inline int emit_fixed(State* s, const Batch* b, int64_t offset, int64_t ts) except -1 nogil:
-    if (put_i64(&s.offset, offset) < 0 or put_i32(&s.ts_type, b.ts_type) < 0
-            # Spark's timestamp is microseconds; Kafka's -1 "no timestamp" stays -1 ms, as
-            # Spark's Kafka source gives it.
-            or put_i64(&s.timestamp, ts * 1000) < 0 or put_u8(&s.magic, <uint8_t>b.magic) < 0
-            or put_i64(&s.producer_id, b.producer_id) < 0
+cdef inline Py_ssize_t output_bytes(const State* s) noexcept nogil:
+    """Bytes of the variable-width columns so far, the topic strings included."""
+    return (s.key.data.len + s.value.data.len + s.hkey.data.len + s.hvalue.data.len
+            + s.rows * s.topic_size)
+
+
+cdef int room_for(State* s, const BatchHeader* h, Py_ssize_t need) except -1 nogil:
+    """1 when a record adding `need` variable-width bytes fits in this output, 0 when it ends
+    the output before it; RecordTooLargeError when it cannot fit in any."""
+    if output_bytes(s) + need <= s.output_limit:
+        return 1
+    if s.rows:
+        return 0
+    with gil:
+        raise RecordTooLargeError(
+            f"a record of {need} bytes (key, value, headers and topic) does not fit in an Arrow "
+            f"batch: at most {s.output_limit} bytes (int32 offsets)",
+            position=h.position, offset=h.base_offset)
+
+
+cdef inline int store_timestamp(State* s, int64_t ms) except -1 nogil:
+    """The row's timestamp, into room reserved: Spark's microseconds (Kafka's -1 "no timestamp"
+    stays -1 ms, as Spark's Kafka source gives it); null when they do not fit in an int64."""
+    cdef int64_t us = 0
+    # -MS_LIMIT <= ms <= MS_LIMIT (INT64_MAX // 1000) in one unsigned comparison
+    if <uint64_t>ms + <uint64_t>9223372036854775ULL <= <uint64_t>18446744073709550ULL:
+        us = ms * 1000
+    elif put_i64(&s.ts_nulls, s.rows) < 0:
+        return no_memory()
+    (<int64_t*>(s.timestamp.ptr + s.timestamp.len))[0] = us
+    s.timestamp.len += 8
+    return 0
+
+
+cdef inline int emit_fixed(State* s, const Batch* b, int32_t ts_type, int64_t offset,
+                           int64_t ts) except -1 nogil:
+    if buf_ensure(&s.timestamp, 8) < 0:
+        return no_memory()
+    store_timestamp(s, ts)
+    if (put_i64(&s.offset, offset) < 0 or put_i32(&s.ts_type, ts_type) < 0
+            or put_u8(&s.magic, <uint8_t>b.magic) < 0 or put_i64(&s.producer_id, b.producer_id) < 0
             or put_u8(&s.transactional, b.transactional) < 0 or put_u8(&s.control, b.control) < 0):
         return no_memory()
     s.rows += 1
@@ -400,6 +576,41 @@ cdef void fill_batch_columns(State* s, const Batch* b, Py_ssize_t first_row) noe
     s.control.len += n
 
 
+cdef inline Py_ssize_t v2_record_bound(const State* s, const V2Record* rec) noexcept nogil:
+    """An upper bound of the variable-width bytes the record adds (a header key that is not
+    UTF-8 grows to at most 3 bytes a byte when repaired)."""
+    cdef Py_ssize_t size = ((rec.key_length if rec.key_length > 0 else 0)
+                            + (rec.value_length if rec.value_length > 0 else 0) + s.topic_size)
+    return size + 3 * rec.headers_size if s.include_headers else size
+
+
+cdef Py_ssize_t v2_record_size(const State* s, const V2Record* rec) except -1 nogil:
+    """The variable-width bytes the record adds (walks its headers: only near the limit)."""
+    cdef Py_ssize_t size = ((rec.key_length if rec.key_length > 0 else 0)
+                            + (rec.value_length if rec.value_length > 0 else 0) + s.topic_size)
+    cdef Cursor hc
+    cdef const unsigned char* hk
+    cdef const unsigned char* hv
+    cdef int32_t j, hk_len, hv_len
+    if s.include_headers:
+        cursor_init(&hc, rec.headers, rec.headers_size, 0)
+        for j in range(rec.header_count):
+            read_v2_header(&hc, &hk, &hk_len, &hv, &hv_len)
+            size += header_key_size(hk, hk_len) + (hv_len if hv_len > 0 else 0)
+    return size
+
+
+cdef int check_control_record(const V2Record* rec, Py_ssize_t position) except -1 nogil:
+    """A control record's key and marker value, checked as MemoryRecords decodes them."""
+    cdef Cursor c
+    cdef int control_type = read_control_type(rec, position)
+    if (control_type == 0 or control_type == 1) and (
+            rec.value == NULL or rec.value_length < 6 or <int16_t>load_u16(rec.value) < 0):
+        cursor_init(&c, rec.value, 0, position)
+        raise_corrupt(&c, b"end transaction marker value (needs version >= 0 and an int32 epoch)")
+    return 0
+
+
 cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
                            Cursor* cur) except -1 nogil:
     cdef V2Record rec
@@ -409,33 +620,60 @@ cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
     cdef const unsigned char* hk
     cdef const unsigned char* hv
     cdef Py_ssize_t first_row = s.rows
-    cdef Py_ssize_t row
+    cdef Py_ssize_t row, record_start
     # A parsed v2 record takes at least 7 bytes (length, attributes, timestamp and offset
     # deltas, key and value lengths, header count: one byte each at least), so a hostile
     # RecordsCount reserves no more than the records section could hold.
-    reserve_rows(s, min(<Py_ssize_t>h.records_count, remaining(cur) // 7 + 1))
-    try:
+    cdef Py_ssize_t rows = min(<Py_ssize_t>h.records_count, remaining(cur) // 7 + 1)
+    # Records are checked against the output limit only when the whole section might not fit:
+    # its keys, values and headers are disjoint parts of it (header keys grow at most 3x when
+    # repaired), plus the topic string a row.
+    cdef bint check_room = (output_bytes(s) + 3 * remaining(cur) + rows * s.topic_size
+                            > s.output_limit)
+    cdef int stopped = 0
+    cdef Cursor pre = cur[0]
+    if b.control:                   # control records (a batch holds one) have their keys checked
         for i in range(h.records_count):
+            record_start = pre.base + pre.pos
+            read_v2_record(&pre, &rec)
+            check_control_record(&rec, record_start)
+    reserve_rows(s, rows)
+    for i in range(min(s.skip_records, <Py_ssize_t>h.records_count)):   # resuming: emitted before
+        read_v2_record(cur, &rec)
+    try:
+        for i in range(min(s.skip_records, <Py_ssize_t>h.records_count), h.records_count):
             read_v2_record(cur, &rec)
-            offset = h.base_offset + rec.offset_delta
-            if b.skip or not (s.start_offset <= offset < s.end_offset):
+            # Java long arithmetic: a hostile delta wraps
+            offset = <int64_t>(<uint64_t>h.base_offset + <uint64_t><int64_t>rec.offset_delta)
+            if b.skip or not (s.start_offset <= offset and offset <= s.last_offset):
                 continue
+            # the bound first (cheap); the exact size only near the limit
+            if (check_room and output_bytes(s) + v2_record_bound(s, &rec) > s.output_limit
+                    and not room_for(s, h, v2_record_size(s, &rec))):
+                s.stop_index = i
+                stopped = 1
+                break
             if varcol_put(&s.key, rec.key, rec.key_length) < 0 or varcol_put(&s.value, rec.value, rec.value_length) < 0:
                 return no_memory()
             (<int64_t*>(s.offset.ptr + s.offset.len))[0] = offset
             s.offset.len += 8
-            # Spark's timestamp is microseconds; Kafka's -1 "no timestamp" stays -1 ms, as
-            # Spark's Kafka source gives it.
-            (<int64_t*>(s.timestamp.ptr + s.timestamp.len))[0] = record_timestamp(h, &rec) * 1000
-            s.timestamp.len += 8
+            store_timestamp(s, record_timestamp(h, &rec))
             row = s.rows
             s.rows += 1
             if s.include_headers:
-                cursor_init(&hc, rec.headers, rec.headers_size, 0)
-                for j in range(rec.header_count):
-                    read_v2_header(&hc, &hk, &hk_len, &hv, &hv_len)
-                    if varcol_append(&s.hkey, hk, hk_len) < 0 or varcol_append(&s.hvalue, hv, hv_len) < 0:
+                if rec.header_count > 0:
+                    if varcol_reserve(&s.hkey, rec.header_count) < 0 or varcol_reserve(&s.hvalue, rec.header_count) < 0:
                         return no_memory()
+                    cursor_init(&hc, rec.headers, rec.headers_size, 0)
+                    for j in range(rec.header_count):
+                        read_v2_header(&hc, &hk, &hk_len, &hv, &hv_len)
+                        # header keys are Arrow strings: UTF-8 (ASCII first, the common case)
+                        if ((varcol_put(&s.hkey, hk, hk_len) if is_ascii(hk, hk_len)
+                                else varcol_put_repaired(&s.hkey, hk, hk_len)) < 0
+                                or varcol_put(&s.hvalue, hv, hv_len) < 0):
+                            return no_memory()
+                    s.hkey.valid.len = (s.hkey.n + 7) >> 3
+                    s.hvalue.valid.len = (s.hvalue.n + 7) >> 3
                 # the row's headers list: null when it has none, as Spark gives it
                 (<int32_t*>(s.hdr_offsets.ptr + s.hdr_offsets.len))[0] = <int32_t>s.hkey.n
                 s.hdr_offsets.len += 4
@@ -451,10 +689,12 @@ cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
         s.value.valid.len = (s.value.n + 7) >> 3
         s.hdr_valid.len = (s.rows + 7) >> 3
         fill_batch_columns(s, b, first_row)
+    if stopped:
+        return ENTRY_STOPPED
     if remaining(cur) != 0:
         # Kafka: "records still remaining" after RecordsCount records
         raise_corrupt(cur, b"batch (bytes remain after its last record)")
-    return 0
+    return ENTRY_DONE
 
 
 cdef int is_aborted(State* s, const BatchHeader* h) noexcept nogil:
@@ -469,22 +709,25 @@ cdef int is_aborted(State* s, const BatchHeader* h) noexcept nogil:
 
 
 cdef int decode_v2(State* s, const unsigned char* entry, const BatchHeader* h) except -1 nogil:
+    """A v2 batch, read as MemoryRecords reads it (_records._RecordIterator._open)."""
     cdef Batch b
     cdef Cursor cur
     cdef const unsigned char* plain
     cdef Py_ssize_t plain_size
     check_crc(s, entry, h)
-    if h.records_count < 0:
+    if h.records_count < 0:                     # checked before decompressing, as Kafka does
         cursor_init(&cur, entry, h.size, h.position)
-        cur.pos = 57
+        cur.pos = V2_RECORDS_COUNT_OFFSET
         raise_corrupt(&cur, b"v2 record count (negative)")
+    if h.records_count == 0:                    # the records section is not examined
+        return ENTRY_DONE
     if h.compression > 4:
         with gil:
             raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
                                               position=h.position + 21, offset=h.base_offset)
-    if (h.records_count == 0 or h.last_offset < s.start_offset or h.base_offset >= s.end_offset
+    if (h.last_offset < s.start_offset or h.base_offset > s.last_offset
             or ((h.attributes & CONTROL_FLAG) and not s.keep_control)):
-        return 0
+        return ENTRY_DONE
     b.magic = 2
     b.producer_id = h.producer_id
     b.ts_type = h.timestamp_type
@@ -500,28 +743,34 @@ cdef int decode_v2(State* s, const unsigned char* entry, const BatchHeader* h) e
     return decode_v2_records(s, h, &b, &cur)
 
 
-cdef int emit_legacy(State* s, const Batch* b, int64_t offset, int64_t timestamp,
-                     const LegacyMessage* m) except -1 nogil:
-    if not (s.start_offset <= offset < s.end_offset):
-        return 0
+cdef int emit_legacy(State* s, const BatchHeader* h, const Batch* b, int32_t ts_type,
+                     int64_t offset, int64_t timestamp, const LegacyMessage* m) except -1 nogil:
+    """One v0/v1 message: ENTRY_DONE (emitted or filtered out) or ENTRY_STOPPED (full)."""
+    if not (s.start_offset <= offset and offset <= s.last_offset):
+        return ENTRY_DONE
+    if not room_for(s, h, (m.key_length if m.key_length > 0 else 0)
+                    + (m.value_length if m.value_length > 0 else 0) + s.topic_size):
+        return ENTRY_STOPPED
     if varcol_append(&s.key, m.key, m.key_length) < 0 or varcol_append(&s.value, m.value, m.value_length) < 0:
         return no_memory()
-    emit_fixed(s, b, offset, timestamp)
+    emit_fixed(s, b, ts_type, offset, timestamp)
     if s.include_headers:
         emit_headers_entry(s, 0)
-    return 0
+    return ENTRY_DONE
 
 
 cdef int decode_legacy(State* s, const unsigned char* entry, const BatchHeader* h) except -1 nogil:
-    """A v0/v1 entry: one message, or a compressed wrapper around an inner message set
-    (record-formats.md §4): inner v1 offsets are relative to the last, the wrapper's
-    LogAppendTime overrides inner timestamps."""
+    """A v0/v1 entry: one message, or a compressed wrapper around an inner message set,
+    read as MemoryRecords reads it (_records._RecordIterator._open, _frame_inner and
+    _next_inner; record-formats.md §4): inner v1 offsets are relative to the last; an inner
+    magic 0 message has no timestamp (LegacyRecord), any other takes the wrapper's timestamp
+    type, and a LogAppendTime wrapper's timestamp."""
     cdef LegacyMessage m, inner
     cdef BatchHeader ih
     cdef Batch b
     cdef Cursor cur
     cdef const unsigned char* plain
-    cdef Py_ssize_t plain_size, size, last_pos = -1
+    cdef Py_ssize_t plain_size, size, last_pos = -1, index = 0
     cdef int64_t base
     check_crc(s, entry, h)
     read_legacy_message(entry, h.size, h.position, &m)
@@ -532,14 +781,15 @@ cdef int decode_legacy(State* s, const unsigned char* entry, const BatchHeader* 
     b.control = 0
     b.skip = 0
     if not h.compression:
-        return emit_legacy(s, &b, h.base_offset, m.timestamp, &m)
+        s.stop_index = 0
+        return emit_legacy(s, h, &b, h.timestamp_type, h.base_offset, m.timestamp, &m)
     if h.compression > 3:
         with gil:
             raise UnsupportedCompressionError(
                 f"compression type id {h.compression} is not allowed for magic {h.magic}",
                 position=h.position + 17, offset=h.base_offset)
     if h.base_offset < s.start_offset:          # the wrapper offset is its last inner offset
-        return 0
+        return ENTRY_DONE
     if m.value == NULL:
         cursor_init(&cur, entry, h.size, h.position)
         raise_corrupt(&cur, b"compressed wrapper (null value)")
@@ -554,6 +804,11 @@ cdef int decode_legacy(State* s, const unsigned char* entry, const BatchHeader* 
     cur.pos = 0
     while next_inner_entry(&cur, &size):
         read_legacy_message(plain + cur.pos, size, cur.pos, &inner)
+        if inner.magic != 0 and inner.magic != 1:
+            cur.pos += MAGIC_OFFSET
+            raise_corrupt(&cur, b"inner message magic (not 0 or 1)")
+        if inner.attributes & 7:
+            raise_corrupt(&cur, b"inner message (compressed inside a compressed wrapper)")
         if s.validate_crc:
             ih.magic = inner.magic
             ih.size = size
@@ -561,13 +816,17 @@ cdef int decode_legacy(State* s, const unsigned char* entry, const BatchHeader* 
             ih.position = h.position
             ih.base_offset = h.base_offset
             check_crc(s, plain + cur.pos, &ih)
-        if inner.attributes & 7:
-            raise_corrupt(&cur, b"inner message (compressed inside a compressed wrapper)")
-        emit_legacy(s, &b, base + inner.offset,
-                    h.max_timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND else inner.timestamp,
-                    &inner)
+        if index >= s.skip_records and emit_legacy(
+                s, h, &b, -1 if inner.magic == 0 else h.timestamp_type,
+                <int64_t>(<uint64_t>base + <uint64_t>inner.offset),       # wraps as Java longs
+                -1 if inner.magic == 0 else (
+                    h.max_timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND else inner.timestamp),
+                &inner) == ENTRY_STOPPED:
+            s.stop_index = index
+            return ENTRY_STOPPED
+        index += 1
         cur.pos += size
-    return 0
+    return ENTRY_DONE
 
 
 cdef int run(State* s) except -1 nogil:
@@ -575,30 +834,35 @@ cdef int run(State* s) except -1 nogil:
     cdef Cursor cur
     cdef BatchHeader h
     cdef const unsigned char* entry
+    cdef int status
     cursor_init(&cur, s.data, s.end, s.base)
     while True:
-        if s.rows >= s.max_rows or s.value.data.len + s.key.data.len >= s.max_bytes:
+        if s.rows >= s.max_rows or output_bytes(s) >= s.max_bytes:
             return S_FULL
         cur.pos = s.pos
         s.decompressing = 0
         s.entry_offset = <int64_t>load_u64(s.data + s.pos) if s.end - s.pos >= 8 else -1
+        s.skip_records = 0
         if not next_entry(&cur, &h):
+            s.resume_pos = -1
             return S_END
+        if s.resume_pos >= 0:                   # only ever the first entry of a call
+            if (s.resume_pos == s.pos and s.resume_size == h.size and s.resume_crc == h.crc
+                    and s.resume_offset == h.base_offset):
+                s.skip_records = s.resume_index
+            s.resume_pos = -1
         entry = s.data + s.pos
-        s.batches += 1
-        if h.magic == 2:
-            decode_v2(s, entry, &h)
-        else:
-            decode_legacy(s, entry, &h)
+        if s.skip_records == 0:
+            s.batches += 1
+        status = decode_v2(s, entry, &h) if h.magic == 2 else decode_legacy(s, entry, &h)
+        if status == ENTRY_STOPPED:
+            s.resume_pos = s.pos
+            s.resume_index = s.stop_index
+            s.resume_size = h.size
+            s.resume_crc = h.crc
+            s.resume_offset = h.base_offset
+            return S_FULL
         s.pos = cur.pos
-
-
-cdef object byte_view(data):
-    """Any contiguous buffer as unsigned bytes (pyarrow buffers export signed chars)."""
-    if isinstance(data, (bytes, bytearray)):
-        return data
-    mv = memoryview(data)
-    return mv if mv.format == "B" else mv.cast("B")
 
 
 cdef class ArrowDecoder:
@@ -606,42 +870,70 @@ cdef class ArrowDecoder:
 
     Decode log entries into `pyarrow.RecordBatch`es with Spark's Kafka schema.
 
+    Records come out as MemoryRecords reads them (offsets and timestamps wrap as Java longs,
+    header keys that are not UTF-8 get U+FFFD replacements).  `timestamp` is Spark's
+    microseconds: null for a millisecond value whose microseconds do not fit in 64 bits
+    (beyond about +-292,000 years), which Spark's own source rejects with an overflow.
+
     `aborted`: (producer id, first offset, last offset) of aborted transactions; their data
-    batches are validated but not emitted.  `end_offset` is exclusive.
+    batches are validated but not emitted.  `start_offset` is inclusive, `end_offset`
+    exclusive (None: no end).  An output batch is full at max_rows rows or max_bytes bytes of
+    keys, values, headers and topic strings (checked between entries), and never holds more
+    than 2^31-1 such bytes (Arrow's int32 offsets; see decode()).
+
+    Not for concurrent use: decode() runs without the GIL on the decoder's buffers, and a call
+    while another runs (from another thread) raises ConcurrentUseError.  Use one per thread.
     """
     cdef State s
     cdef readonly str topic
     cdef readonly int partition
+    cdef bytes _topic
     cdef Decompressor _decompressor
     cdef readonly str source
     cdef object _aborted_arr
     cdef readonly Py_ssize_t trailing_bytes
     cdef readonly Py_ssize_t failed_entry
+    cdef Guard guard
 
     @cython.embedsignature(False)  # written in the class docstring: Cython 3.3 misplaces `*`
     def __init__(self, str topic="", int partition=0, *, bint validate_crc=True,
                  bint include_headers=True, bint keep_control=False, start_offset=None,
                  end_offset=None, aborted=None, Py_ssize_t max_rows=65536,
                  Py_ssize_t max_bytes=16 << 20, str source="<buffer>"):
-        self.topic = topic
-        self.partition = partition
-        self._decompressor = Decompressor()
-        self.s.decompressor = <PyObject*>self._decompressor
-        self.source = source
-        self.s.validate_crc = validate_crc
-        self.s.include_headers = include_headers
-        self.s.keep_control = keep_control
-        self.s.start_offset = INT64_MIN if start_offset is None else start_offset
-        self.s.end_offset = INT64_MAX if end_offset is None else end_offset
+        cdef const int64_t[:, ::1] mv
         if max_rows < 1 or max_bytes < 1 or max_bytes > (1 << 30):
             raise ValueError("max_rows must be >= 1 and max_bytes within 1..2**30")
-        self.s.max_rows = max_rows
-        self.s.max_bytes = max_bytes
         arr = np.ascontiguousarray(np.asarray(aborted if aborted else [], dtype=np.int64).reshape(-1, 3))
-        self._aborted_arr = arr
-        cdef const int64_t[:, ::1] mv = arr
-        self.s.aborted = &mv[0, 0] if mv.shape[0] else NULL
-        self.s.n_aborted = mv.shape[0]
+        mv = arr
+        guard_enter(&self.guard, b"ArrowDecoder")
+        try:
+            self.topic = topic
+            self._topic = topic.encode()
+            self.partition = partition
+            self._decompressor = Decompressor()
+            self.s.decompressor = <PyObject*>self._decompressor
+            self.source = source
+            self.s.validate_crc = validate_crc
+            self.s.include_headers = include_headers
+            self.s.keep_control = keep_control
+            self.s.start_offset = INT64_MIN if start_offset is None else start_offset
+            self.s.last_offset = INT64_MAX
+            if end_offset is not None:
+                if end_offset == INT64_MIN:     # an empty range
+                    self.s.start_offset = INT64_MAX
+                    self.s.last_offset = INT64_MIN
+                else:
+                    self.s.last_offset = <int64_t>end_offset - 1
+            self.s.max_rows = max_rows
+            self.s.max_bytes = max_bytes
+            self.s.output_limit = INT32_MAX
+            self.s.topic_size = len(self._topic)
+            self.s.resume_pos = -1
+            self._aborted_arr = arr
+            self.s.aborted = &mv[0, 0] if mv.shape[0] else NULL
+            self.s.n_aborted = mv.shape[0]
+        finally:
+            guard_leave(&self.guard)
 
     def __dealloc__(self):
         self._reset()
@@ -653,6 +945,7 @@ cdef class ArrowDecoder:
         varcol_free(&self.s.hvalue)
         buf_free(&self.s.offset)
         buf_free(&self.s.timestamp)
+        buf_free(&self.s.ts_nulls)
         buf_free(&self.s.ts_type)
         buf_free(&self.s.magic)
         buf_free(&self.s.producer_id)
@@ -662,6 +955,13 @@ cdef class ArrowDecoder:
         buf_free(&self.s.hdr_valid)
         self.s.rows = 0
         self.s.hdr_nulls = 0
+
+    def _set_output_limit(self, Py_ssize_t limit):
+        """Test hook: lower the hard limit on an output's variable-width bytes (2^31-1) so tests
+        reach it without gigabytes of output."""
+        if not 1 <= limit <= INT32_MAX:
+            raise ValueError(f"limit must be within 1..2**31-1, got {limit}")
+        self.s.output_limit = limit
 
     @property
     def schema(self):
@@ -680,15 +980,35 @@ cdef class ArrowDecoder:
     def decode(self, data, Py_ssize_t start=0, Py_ssize_t end=-1, Py_ssize_t base=0):
         """Decode entries of data[start:end] until the batch is full; return
         (RecordBatch, next position).  Next position == end (or the start of a partial trailing
-        entry, see `trailing_bytes`) when done.  `base` is the file position of data[0]."""
-        cdef const unsigned char[::1] view = byte_view(data)
+        entry, see `trailing_bytes`) when done.  `base` is the file position of data[0];
+        `data` is any C-contiguous buffer, read as raw bytes.
+
+        A batch that reaches the 2^31-1 byte limit inside an entry ends there and the position
+        returned is that entry's: the next call on this decoder started there (with the same
+        data) goes on with the entry's next record.  So a call made progress when it moved the
+        position or returned rows; a loop stops when neither happened."""
+        cdef Py_buffer view
+        guard_enter(&self.guard, b"ArrowDecoder")
+        try:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                if end < 0 or end > view.len:
+                    end = view.len
+                if start < 0 or start > end:
+                    raise ValueError(f"start {start} outside 0..{end}")
+                return self._decode(<const unsigned char*>view.buf, start, end, base)
+            finally:
+                PyBuffer_Release(&view)
+        finally:
+            guard_leave(&self.guard)
+
+    cdef object _decode(self, const unsigned char* data, Py_ssize_t start, Py_ssize_t end,
+                        Py_ssize_t base):
         cdef int status
-        if end < 0 or end > view.shape[0]:
-            end = view.shape[0]
-        if start < 0 or start > end:
-            raise ValueError(f"start {start} outside 0..{end}")
         self._reset()
-        self.s.data = &view[0] if view.shape[0] else NULL
+        if self.s.resume_pos != start:          # not where the last call stopped: start afresh
+            self.s.resume_pos = -1
+        self.s.data = data
         self.s.pos = start
         self.s.end = end
         self.s.base = base
@@ -703,6 +1023,7 @@ cdef class ArrowDecoder:
                 status = run(&self.s)
         except KafkaCodecError as exc:
             self.failed_entry = self.s.pos
+            self.s.resume_pos = -1
             raise self._located(exc) from None
         self.trailing_bytes = self.s.end - self.s.pos if status == S_END else 0
         return self._finish(), self.s.pos
@@ -741,16 +1062,23 @@ cdef class ArrowDecoder:
         return type(exc)(where + exc.reason, position=position, offset=offset)
 
     def _finish(self):
-        cdef Py_ssize_t n = self.s.rows
-        cdef bytes topic = self.topic.encode()
+        cdef Py_ssize_t n = self.s.rows, ts_nulls = self.s.ts_nulls.len // 8, nulls
+        cdef bytes topic = self._topic
         key = varcol_take(&self.s.key, pa.binary())
         value = varcol_take(&self.s.value, pa.binary())
+        # n * len(topic) <= output_limit < 2^31 (room_for): the int32 offsets cannot wrap
         topic_offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(topic))
         topic_col = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(topic_offsets),
                                                            pa.py_buffer(topic * n)])
         partition = pa.array(np.full(n, self.partition, dtype=np.int32))
         offset = pa.Array.from_buffers(pa.int64(), n, [None, take_buffer(&self.s.offset)])
-        timestamp = pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, take_buffer(&self.s.timestamp)])
+        ts_valid = None
+        if ts_nulls:
+            valid = np.ones(n, dtype=np.bool_)
+            valid[np.frombuffer(take_buffer(&self.s.ts_nulls), dtype=np.int64, count=ts_nulls)] = False
+            ts_valid = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        timestamp = pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n,
+                                          [ts_valid, take_buffer(&self.s.timestamp)], null_count=ts_nulls)
         ts_type = pa.Array.from_buffers(pa.int32(), n, [None, take_buffer(&self.s.ts_type)])
         magic = pa.Array.from_buffers(pa.int8(), n, [None, take_buffer(&self.s.magic)])
         producer_id = pa.Array.from_buffers(pa.int64(), n, [None, take_buffer(&self.s.producer_id)])
@@ -823,17 +1151,26 @@ def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<bu
     """Shallow scan of data[start:end] (entry headers, _format.next_entry): a dict of int64
     numpy arrays (SCAN_FIELDS, one row per complete entry; legacy base_offset is the entry
     offset), plus "stop" (position after the last complete entry, or of the corrupt one) and
-    "error" (None, or what was wrong at "stop" when strict is False; strict raises)."""
-    cdef const unsigned char[::1] view = byte_view(data)
-    cdef Py_ssize_t n = 0, stop = 0, limit
+    "error" (None, or what was wrong at "stop" when strict is False; strict raises).  `data` is
+    any C-contiguous buffer, read as raw bytes.  Safe to call from several threads at once."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if end < 0 or end > view.len:
+            end = view.len
+        if start < 0 or start > end:
+            raise ValueError(f"start {start} outside 0..{end}")
+        return scan(<const unsigned char*>view.buf, start, end, source, base, strict)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef dict scan(const unsigned char* p, Py_ssize_t start, Py_ssize_t end, str source,
+               Py_ssize_t base, bint strict):
+    cdef Py_ssize_t n = 0, stop = 0, limit = end
     cdef int64_t[:, ::1] empty = np.empty((0, len(SCAN_FIELDS)), dtype=np.int64)
     cdef int64_t[:, ::1] table
-    cdef const unsigned char* p
-    if end < 0 or end > view.shape[0]:
-        end = view.shape[0]
-    p = &view[0] if view.shape[0] else NULL
     error = None
-    limit = end
     try:
         with nogil:
             n = walk(p, start, end, base, &stop, empty)
@@ -856,47 +1193,73 @@ def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<bu
     result["error"] = error
     return result
 
-
 # --------------------------------------------------------------------------------------------
-# Columnar encode: Arrow columns of one topic-partition -> v2 record batches.
+# Columnar encode: Arrow columns of one topic-partition -> v2 record batches.  The Arrow input
+# is read in place through _columns.pxd: every row's offsets are checked before its bytes are
+# read (pyarrow checks only an array's first and last offsets).
 
-cdef struct BinCol:             # a binary/string Arrow array: offsets, data, validity
-    const int32_t* offsets
-    const unsigned char* data
-    const unsigned char* valid
-    Py_ssize_t offset
+cdef object one_array(object arr, str name):
+    """A pyarrow Array for an Array or a ChunkedArray (chunks concatenated: a copy unless one)."""
+    if isinstance(arr, pa.ChunkedArray):
+        return arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
+    if isinstance(arr, pa.Array):
+        return arr
+    raise TypeError(f"{name} must be a pyarrow Array or ChunkedArray, not {type(arr).__name__}")
 
-cdef object bincol_of(BinCol* c, arr):
-    """Fill c from a pyarrow binary/string array; returns the objects keeping it alive."""
-    bufs = arr.buffers()
-    c.offset = arr.offset
-    c.valid = NULL if bufs[0] is None or arr.null_count == 0 else <const unsigned char*><size_t>bufs[0].address
-    c.offsets = <const int32_t*><size_t>bufs[1].address
-    c.data = <const unsigned char*><size_t>bufs[2].address if bufs[2] is not None and bufs[2].size else NULL
-    return bufs
 
-cdef inline int32_t bincol_len(const BinCol* c, Py_ssize_t i) noexcept nogil:
-    cdef Py_ssize_t j = c.offset + i
-    if c.valid != NULL and not (c.valid[j >> 3] >> (j & 7)) & 1:
+cdef object binary_column(ArrowBinary* c, object arr, Py_ssize_t rows, str name):
+    """c over rows of a binary / string / large_binary / large_string array; returns what keeps
+    the memory it points into alive."""
+    t = arr.type
+    if pa.types.is_binary(t) or pa.types.is_string(t):
+        wide = False
+    elif pa.types.is_large_binary(t) or pa.types.is_large_string(t):
+        wide = True
+    else:
+        raise TypeError(f"{name} must be a binary or string Arrow array (or large_*), not {t}")
+    return arr, arrow_binary_init(c, arr, wide, rows, name)
+
+
+cdef int32_t row_bytes(const ArrowBinary* c, Py_ssize_t i, const unsigned char** p,
+                       const char* name) except -2:
+    """Length of row i (-1: null), *p at its bytes."""
+    cdef int64_t size
+    cdef int found = arrow_binary_row(c, i, p, &size)
+    if found < 0:
+        raise ValueError(f"{name.decode()} {i}: its Arrow offsets are out of order or past the "
+                         f"data buffer")
+    if found == 0:
         return -1
-    return c.offsets[j + 1] - c.offsets[j]
+    if size > INT32_MAX:
+        raise RecordTooLargeError(f"{name.decode()} {i} of {size} bytes exceeds Kafka's 2 GiB limit")
+    return <int32_t>size
 
-cdef inline const unsigned char* bincol_ptr(const BinCol* c, Py_ssize_t i) noexcept nogil:
-    return c.data + c.offsets[c.offset + i]
+
+cdef inline int64_t wrap_sub(int64_t a, int64_t b) noexcept nogil:
+    # Java long arithmetic: a timestamp delta wraps (a reader's base + delta gives it back).
+    return <int64_t>(<uint64_t>a - <uint64_t>b)
 
 
 def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t batch_bytes=16384,
               Py_ssize_t max_records=1 << 20, int64_t base_offset=0, int level=LEVEL_DEFAULT):
-    """Encode rows into v2 batches: `key`, `value` pyarrow binary arrays, `timestamp_ms` an int64
-    numpy array, `headers` a pyarrow list<struct<key:string,value:binary>> array or None.
-    A batch closes before the record that would take its records section past `batch_bytes`
-    (every batch holds at least one record).  Offsets are dense from base_offset; CreateTime,
-    no producer.  Returns (bytes, number of batches)."""
-    cdef Py_ssize_t n = len(value), i, batch_start, h, h0, h1, size
-    cdef BinCol k, v, hk, hv
+    """Encode rows into v2 batches: `key`, `value` pyarrow binary or string arrays (large_*,
+    sliced and chunked ones too), `timestamp_ms` an int64 numpy array, `headers` None or a
+    pyarrow list (or large_list) array of struct<key: string, value: binary> (either may be
+    large_*).  A batch closes before the record that would take its records section past
+    `batch_bytes` (every batch holds at least one record).  Offsets are dense from base_offset;
+    CreateTime, no producer.  Returns (bytes, number of batches).  Safe to call from several
+    threads at once."""
+    cdef Py_ssize_t n, i, batch_start, h, h0, h1, size, j, entry_count = 0, first = 0
+    cdef ArrowBinary k, v, hk, hv
     cdef const int64_t[::1] ts = timestamp_ms
-    cdef const int32_t[::1] hoff
-    cdef const uint8_t[::1] hvalid
+    cdef const uint8_t[::1] entry_valid = None
+    cdef const unsigned char* list_offsets = NULL
+    cdef const uint8_t* list_valid = NULL
+    cdef bint wide_list = False
+    cdef const unsigned char* kp
+    cdef const unsigned char* vp
+    cdef const unsigned char* hkp
+    cdef const unsigned char* hvp
     cdef int32_t klen, vlen, hklen, hvlen
     cdef int64_t first_ts, max_ts
     cdef Writer* w
@@ -907,17 +1270,43 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
     cdef bytes packed
     cdef const unsigned char* section
     cdef Py_ssize_t section_size
+    key = one_array(key, "key")
+    value = one_array(value, "value")
+    n = len(value)
+    if headers is not None:
+        headers = one_array(headers, "headers")
     if len(key) != n or ts.shape[0] != n or (headers is not None and len(headers) != n):
         raise ValueError("key, value, timestamp_ms and headers must have the same length")
     if not 0 <= codec <= 4:
         raise UnsupportedCompressionError(f"unknown compression type id {codec}")
-    keep = [bincol_of(&k, key), bincol_of(&v, value)]
+    if not 1 <= max_records <= INT32_MAX:
+        raise ValueError(f"max_records must be within 1..2**31-1, got {max_records}")
+    if base_offset < 0 or (n and base_offset > INT64_MAX - (n - 1)):
+        raise ValueError(f"base_offset {base_offset}: {n} records would not fit below offset 2^63-1")
+    keep = [binary_column(&k, key, n, "key"), binary_column(&v, value, n, "value")]
     has_headers = headers is not None and headers.null_count < n
     if has_headers:
-        hoff = np.asarray(headers.offsets, dtype=np.int32)
-        entries = headers.values
-        keep += [bincol_of(&hk, entries.field(0)), bincol_of(&hv, entries.field(1)), entries]
-        hvalid = np.ascontiguousarray(headers.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8)
+        t = headers.type
+        if (not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_struct(t.value_type)
+                or t.value_type.num_fields != 2):
+            raise TypeError(f"headers must be a list of struct<key, value>, not {t}")
+        wide_list = pa.types.is_large_list(t)
+        first = headers.offset
+        bufs = headers.buffers()
+        if bufs[1] is None or bufs[1].size < (first + n + 1) * (8 if wide_list else 4):
+            raise ValueError(f"headers: the Arrow list offsets buffer is too short for {n} rows")
+        list_offsets = <const unsigned char*><uintptr_t>bufs[1].address
+        if headers.null_count:
+            if bufs[0] is None or bufs[0].size < (first + n + 7) // 8:
+                raise ValueError(f"headers: the Arrow validity bitmap is too short for {n} rows")
+            list_valid = <const uint8_t*><uintptr_t>bufs[0].address
+        entries = headers.values             # what the list offsets index (the list's slice aside)
+        entry_count = len(entries)
+        if entries.null_count:
+            entry_valid = entries.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
+        keep += [bufs, entries, entry_valid,
+                 binary_column(&hk, entries.field(0), entry_count, "header key"),
+                 binary_column(&hv, entries.field(1), entry_count, "header value")]
     w = &records.w
     hw = &hdrs.w
     memset(&bh, 0, sizeof(BatchHeader))
@@ -933,30 +1322,42 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
         first_ts = ts[i]
         max_ts = -1
         while i < n and i - batch_start < max_records:
-            klen = bincol_len(&k, i)
-            vlen = bincol_len(&v, i)
+            klen = row_bytes(&k, i, &kp, b"key")
+            vlen = row_bytes(&v, i, &vp, b"value")
             h0 = h1 = 0
-            if has_headers and hvalid[i]:
-                h0 = hoff[i]
-                h1 = hoff[i + 1]
+            j = first + i
+            if has_headers and (list_valid == NULL or (list_valid[j >> 3] >> (j & 7)) & 1):
+                if wide_list:
+                    h0 = (<const int64_t*>list_offsets)[j]
+                    h1 = (<const int64_t*>list_offsets)[j + 1]
+                else:
+                    h0 = (<const int32_t*>list_offsets)[j]
+                    h1 = (<const int32_t*>list_offsets)[j + 1]
+                if h0 < 0 or h1 < h0 or h1 > entry_count:
+                    raise ValueError(f"headers {i}: its Arrow list offsets are out of order or past "
+                                     f"the {entry_count} header entries")
             hw.length = 0
             for h in range(h0, h1):
-                hklen = bincol_len(&hk, h)
-                hvlen = bincol_len(&hv, h)
+                if entry_valid is not None and not entry_valid[h]:
+                    raise ValueError(f"row {i}: a header is null")
+                hklen = row_bytes(&hk, h, &hkp, b"header key")
+                hvlen = row_bytes(&hv, h, &hvp, b"header value")
                 if hklen < 0:
                     raise ValueError(f"row {i}: a header key is null (Kafka header keys are strings)")
                 put_varint(hw, hklen)
-                put_bytes(hw, bincol_ptr(&hk, h), hklen)
+                put_bytes(hw, hkp, hklen)
                 put_varint(hw, hvlen)
                 if hvlen > 0:
-                    put_bytes(hw, bincol_ptr(&hv, h), hvlen)
-            size = v2_record_body_size(<int32_t>(i - batch_start), ts[i] - first_ts, klen, vlen,
-                                       hw.length, <int32_t>(h1 - h0))
+                    put_bytes(hw, hvp, hvlen)
+            if (<int64_t>(klen if klen > 0 else 0) + (vlen if vlen > 0 else 0) + hw.length
+                    > <int64_t>INT32_MAX - 32 or h1 - h0 > INT32_MAX):
+                raise RecordTooLargeError(f"row {i} exceeds Kafka's 2 GiB record limit")
+            size = v2_record_body_size(<int32_t>(i - batch_start), wrap_sub(ts[i], first_ts),
+                                       klen, vlen, hw.length, <int32_t>(h1 - h0))
             if i > batch_start and w.length + size + 5 > batch_bytes:
                 break
-            write_v2_record(w, <int32_t>(i - batch_start), ts[i] - first_ts,
-                            bincol_ptr(&k, i), klen, bincol_ptr(&v, i), vlen,
-                            hw.buf, hw.length, <int32_t>(h1 - h0))
+            write_v2_record(w, <int32_t>(i - batch_start), wrap_sub(ts[i], first_ts),
+                            kp, klen, vp, vlen, hw.buf, hw.length, <int32_t>(h1 - h0))
             if ts[i] > max_ts:
                 max_ts = ts[i]
             i += 1
@@ -967,6 +1368,8 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
         else:
             section = w.buf
             section_size = w.length
+        if section_size > INT32_MAX - V2_HEADER_SIZE:
+            raise RecordTooLargeError("a batch exceeds Kafka's 2 GiB limit", offset=base_offset + batch_start)
         start = reserve(&out.w, V2_HEADER_SIZE)
         put_bytes(&out.w, section, section_size)
         bh.base_offset = base_offset + batch_start
@@ -977,3 +1380,4 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
         write_v2_batch_header(out.w.buf + start, V2_HEADER_SIZE + section_size, &bh)
         batches += 1
     return out.getvalue(), batches
+

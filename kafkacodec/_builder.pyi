@@ -15,7 +15,8 @@ _ArrowArray = Any
 
 class MemoryRecordsBuilder:
     """Writes one batch at a time exactly as Kafka 3.8's MemoryRecordsBuilder; `build()` returns
-    it and continues with the next batch (next offset, next base sequence)."""
+    it and continues with the next batch (next offset, next base sequence).  One per thread: a
+    call made while another runs raises ConcurrentUseError."""
 
     @property
     def magic(self) -> int: ...

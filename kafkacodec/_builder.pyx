@@ -21,16 +21,18 @@ cimport cython
 from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize,
                             PyBytes_GET_SIZE)
-from cpython.list cimport PyList_GET_ITEM
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_Check
 from cpython.ref cimport PyObject
-from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uintptr_t,
+from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t,
                           INT32_MAX, INT64_MAX)
 from libc.stdlib cimport free
 from libc.string cimport memcpy
 
+from kafkacodec._columns cimport ArrowBinary, arrow_binary_init, arrow_binary_row
 from kafkacodec._crc cimport kc_crc_init
+from kafkacodec._guard cimport Guard, guard_enter, guard_leave
 from kafkacodec._writer cimport (Writer, ensure, reserve, store_u16, store_u32, store_uvarint,
                                  varint_size)
 from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, V2_HEADER_SIZE, V0_RECORD_OVERHEAD,
@@ -96,89 +98,111 @@ cdef inline void span_release(Span* s) noexcept:
 
 
 # --- columns for append_many: a list/tuple of objects or an Arrow binary/string array ----------
+# Python code can run in the middle of append_many (a timestamp's __index__, a headers
+# generator, a buffer exporter, a finaliser run by a collection), and it may change or empty
+# the caller's lists.  Lists are read in place while only exact bytes, None and ints have been
+# read (that runs no Python code); before the first thing that may run code (headers, another
+# item type), they are copied to tuples (column_snapshot), which hold a reference to every
+# item for the rest of the call.  Arrow arrays are read through _columns.pxd, which checks
+# every row's offsets.
 cdef enum:
     COLUMN_NULL = 0          # None: every entry null
-    COLUMN_LIST = 1
-    COLUMN_TUPLE = 2
-    COLUMN_ARROW32 = 3       # binary / string: int32 offsets
-    COLUMN_ARROW64 = 4       # large_binary / large_string: int64 offsets
+    COLUMN_LIST = 1          # read in place (no Python code runs during the call)
+    COLUMN_TUPLE = 2         # the caller's tuple, or a copy of the caller's list
+    COLUMN_ARROW = 3         # binary / string / large_binary / large_string
 
 cdef struct Column:
     int kind
-    PyObject* items          # list/tuple (borrowed: the caller holds it for the call)
-    const uint8_t* validity  # Arrow validity bitmap, NULL when there are no nulls
-    const int32_t* offsets32
-    const int64_t* offsets64
-    const unsigned char* data
-    Py_ssize_t first         # the Arrow array's slice offset
+    PyObject* items          # list or tuple, referenced by the caller for the whole call
+    ArrowBinary arrow
 
-cdef unsigned char EMPTY_BYTE = 0
-
-
-cdef const unsigned char* buffer_address(object buf) except NULL:
-    cdef uintptr_t address = 0 if buf is None else buf.address
-    return &EMPTY_BYTE if address == 0 else <const unsigned char*>address
+cdef extern from "Python.h":
+    PyObject** PySequence_Fast_ITEMS(object seq)
+    bint bytes_exact "PyBytes_CheckExact"(PyObject* o)
+    bint int_exact "PyLong_CheckExact"(PyObject* o)
+    char* bytes_data "PyBytes_AS_STRING"(PyObject* o)
+    Py_ssize_t bytes_size "PyBytes_GET_SIZE"(PyObject* o)
 
 
-cdef Py_ssize_t column_of(object obj, Column* c, str name) except -2:
-    """Set up c over obj; return its length (-1 for None)."""
-    c.items = <PyObject*>obj
-    c.validity = NULL
-    c.first = 0
-    if obj is None:
-        c.kind = COLUMN_NULL
-        return -1
-    if type(obj) is list:
-        c.kind = COLUMN_LIST
-        return len(obj)
-    if type(obj) is tuple:
+cdef int column_snapshot(Column* c, list keep) except -1:
+    """Read c's list through a tuple copy from now on: Python code may run from here.  No code
+    ran before, so the copy holds what the list held when the call started."""
+    if c.kind == COLUMN_LIST:
+        items = tuple(<object>c.items)
+        keep.append(items)
+        c.items = <PyObject*>items
         c.kind = COLUMN_TUPLE
+    return 0
+
+
+cdef object column_of(object obj, Column* c, str name, list keep):
+    """Set up c over obj; returns its length (-1 for None).  What c points into is appended to
+    `keep`, which the caller holds for the call."""
+    c.kind = COLUMN_NULL
+    if obj is None:
+        return -1
+    if type(obj) is list or type(obj) is tuple:
+        keep.append(obj)
+        c.kind = COLUMN_LIST if type(obj) is list else COLUMN_TUPLE
+        c.items = <PyObject*>obj
         return len(obj)
     pa = sys.modules.get("pyarrow")
     if pa is not None and isinstance(obj, pa.Array):
         t = obj.type
         if pa.types.is_binary(t) or pa.types.is_string(t):
-            c.kind = COLUMN_ARROW32
+            wide = False
         elif pa.types.is_large_binary(t) or pa.types.is_large_string(t):
-            c.kind = COLUMN_ARROW64
+            wide = True
         else:
             raise TypeError(f"{name} as an Arrow array must be binary or string, not {t}")
-        validity, offsets, data = obj.buffers()
-        if obj.null_count:
-            c.validity = <const uint8_t*>buffer_address(validity)
-        c.offsets32 = <const int32_t*>buffer_address(offsets)
-        c.offsets64 = <const int64_t*>buffer_address(offsets)
-        c.data = buffer_address(data)
-        c.first = obj.offset
-        return len(obj)
+        keep.append(obj)
+        n = len(obj)
+        keep.append(arrow_binary_init(&c.arrow, obj, wide, n, name))
+        c.kind = COLUMN_ARROW
+        return n
     raise TypeError(f"{name} must be a list, a tuple or a pyarrow binary/string array"
                     f"{' (or None)' if name == 'keys' else ''}, not {type(obj).__name__}")
 
 
+cdef enum:
+    SPAN_OK = 0
+    SPAN_MAY_RUN_CODE = 1    # nothing read: snapshot the lists first (column_snapshot)
+
 cdef inline int column_span(const Column* c, Py_ssize_t i, Span* s, const char* what) except -1:
-    cdef Py_ssize_t j
-    cdef int64_t start, end
-    if c.kind == COLUMN_LIST:
-        return span_of(<object>PyList_GET_ITEM(<object>c.items, i), s, what)
-    if c.kind == COLUMN_TUPLE:
-        return span_of(<object>PyTuple_GET_ITEM(<object>c.items, i), s, what)
+    """Borrow row i into s: SPAN_OK, or SPAN_MAY_RUN_CODE for an item of a list read in place
+    that is neither bytes nor None (its buffer export may run Python code)."""
+    cdef PyObject* item
+    cdef int64_t size
+    cdef int found
     s.release = False
-    j = c.first + i
-    if c.kind == COLUMN_NULL or (c.validity != NULL and not (c.validity[j >> 3] >> (j & 7)) & 1):
+    s.data = NULL
+    s.length = -1
+    if c.kind == COLUMN_LIST or c.kind == COLUMN_TUPLE:
+        item = PySequence_Fast_ITEMS(<object>c.items)[i]
+        if item == <PyObject*>None:
+            return SPAN_OK
+        if not bytes_exact(item):
+            if c.kind == COLUMN_LIST:
+                return SPAN_MAY_RUN_CODE
+            return span_of(<object>item, s, what)
+        s.data = <const unsigned char*>bytes_data(item)
+        s.length = bytes_size(item)
+        if s.length > INT32_MAX:
+            raise RecordTooLargeError(f"{what.decode()} of {s.length} bytes exceeds Kafka's 2 GiB limit")
+        return SPAN_OK
+    if c.kind == COLUMN_NULL:
+        return SPAN_OK
+    found = arrow_binary_row(&c.arrow, i, &s.data, &size)
+    if found < 0:
+        raise ValueError(f"{what.decode()} {i}: its Arrow offsets are out of order or past the "
+                         f"data buffer")
+    if found == 0:
         s.data = NULL
-        s.length = -1
-        return 0
-    if c.kind == COLUMN_ARROW32:
-        start = c.offsets32[j]
-        end = c.offsets32[j + 1]
-    else:
-        start = c.offsets64[j]
-        end = c.offsets64[j + 1]
-    if end - start > INT32_MAX:
-        raise RecordTooLargeError(f"{what.decode()} of {end - start} bytes exceeds Kafka's 2 GiB limit")
-    s.data = c.data + start
-    s.length = end - start
-    return 0
+        return SPAN_OK
+    if size > INT32_MAX:
+        raise RecordTooLargeError(f"{what.decode()} of {size} bytes exceeds Kafka's 2 GiB limit")
+    s.length = size
+    return SPAN_OK
 
 
 cdef object arrow_int64_view(object obj):
@@ -261,6 +285,11 @@ cdef int64_t check_timestamp(object timestamp) except? -2:
     return ts
 
 
+cdef inline int64_t wrap_sub(int64_t a, int64_t b) noexcept nogil:
+    # Java long arithmetic: a timestamp delta wraps (a reader's base + delta gives it back).
+    return <int64_t>(<uint64_t>a - <uint64_t>b)
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -280,6 +309,10 @@ cdef class MemoryRecordsBuilder:
     The next batch starts at the offset after the last one written (and, for an idempotent
     producer, the base sequence after its last sequence), so the outputs of several builds
     concatenated form a dense multi-batch log.
+
+    Not for concurrent use: build() compresses without the GIL and append() may run Python code
+    (a headers iterator), both on the builder's buffers, so a call made while another runs (from
+    another thread, or from such code) raises ConcurrentUseError.  Use one builder per thread.
     """
 
     cdef Writer w                 # v2: 61-byte header slot + records; legacy: messages
@@ -306,6 +339,7 @@ cdef class MemoryRecordsBuilder:
     cdef bint has_base_timestamp
     cdef int64_t max_timestamp
     cdef bint exhausted           # a batch ended at offset 2^63-1
+    cdef Guard guard              # refuses a second call while one runs (see the docstring)
 
     def __cinit__(self):
         self.w.buf = NULL
@@ -322,67 +356,71 @@ cdef class MemoryRecordsBuilder:
                  compression_level=None, *, is_control_batch=False, delete_horizon_ms=None,
                  max_batch_size=None):
         cdef object codec
-        if magic not in (0, 1, 2) or isinstance(magic, bool):
-            raise UnsupportedVersionError(f"magic {magic!r} is not a Kafka record format (use 0, 1 or 2)")
-        self.magic = magic
-        codec = compression_of(compression)
-        if codec == Compression.ZSTD and magic < 2:
-            raise UnsupportedCompressionError(
-                f"zstd needs magic 2 (Kafka rejects zstd for magic {magic}): use magic=2 or another codec")
-        self.codec = codec
-        self.level = KAFKA_DEFAULT_LEVEL
-        if compression_level is not None:
-            self.level = check_level(codec, compression_level)
+        guard_enter(&self.guard, b"MemoryRecordsBuilder")
         try:
-            ts_type = TimestampType(timestamp_type)
-        except ValueError:
-            raise ValueError(f"unknown timestamp_type {timestamp_type!r}: use a TimestampType") from None
-        if ts_type == TimestampType.NO_TIMESTAMP_TYPE and magic > 0:
-            raise ValueError(f"magic {magic} needs a timestamp type (CREATE_TIME or LOG_APPEND_TIME)")
-        if ts_type == TimestampType.LOG_APPEND_TIME and magic == 0:
-            raise UnsupportedVersionError("magic 0 has no timestamps: LOG_APPEND_TIME needs magic 1 or 2")
-        self.timestamp_type_id = ts_type
-        if log_append_time is not None:
-            if ts_type != TimestampType.LOG_APPEND_TIME:
-                raise ValueError("log_append_time is only used with timestamp_type=LOG_APPEND_TIME")
-            self.log_append_time_ms = check_int(log_append_time, "log_append_time", 0, 2**63 - 1)
-        elif ts_type == TimestampType.LOG_APPEND_TIME:
-            self.log_append_time_ms = _now_ms()      # as the broker stamps it
-        else:
-            self.log_append_time_ms = NO_TIMESTAMP
-        self.base_offset = check_int(base_offset, "base_offset", 0, 2**63 - 1)
-        self.producer_id = check_int(producer_id, "producer_id", -1, 2**63 - 1)
-        self.producer_epoch = <int>check_int(producer_epoch, "producer_epoch", -1, 32767)
-        self.base_sequence = <int32_t>check_int(base_sequence, "base_sequence", -1, INT32_MAX)
-        self.partition_leader_epoch = <int32_t>check_int(
-            partition_leader_epoch, "partition_leader_epoch", -1, INT32_MAX)
-        self.is_transactional = bool(is_transactional)
-        self.is_control_batch = bool(is_control_batch)
-        self.has_delete_horizon = delete_horizon_ms is not None
-        if self.has_delete_horizon:
-            self.delete_horizon = check_int(delete_horizon_ms, "delete_horizon_ms", 0, 2**63 - 1)
-        if magic < 2:
-            for name, used in (("a producer id", self.producer_id != -1),
-                               ("producer epoch", self.producer_epoch != -1),
-                               ("base sequence", self.base_sequence != -1),
-                               ("transactional batches", self.is_transactional),
-                               ("control batches", self.is_control_batch),
-                               ("a delete horizon", self.has_delete_horizon),
-                               ("a partition leader epoch", self.partition_leader_epoch != -1)):
-                if used:
-                    raise UnsupportedVersionError(f"magic {magic} cannot carry {name}: use magic=2")
-        if self.is_transactional and self.producer_id == -1:
-            raise ValueError("transactional batches need a producer_id (and producer_epoch)")
-        if self.producer_id != -1:
-            if self.producer_epoch == -1:
-                raise ValueError(f"producer_id {self.producer_id} needs a producer_epoch >= 0")
-            if self.base_sequence < 0 and not self.is_control_batch:
-                raise ValueError(f"producer_id {self.producer_id} needs a base_sequence >= 0")
-        if max_batch_size is None:
-            self.max_batch_size = -1
-        else:
-            self.max_batch_size = check_int(max_batch_size, "max_batch_size", 1, INT32_MAX)
-        self._start_batch()
+            if magic not in (0, 1, 2) or isinstance(magic, bool):
+                raise UnsupportedVersionError(f"magic {magic!r} is not a Kafka record format (use 0, 1 or 2)")
+            self.magic = magic
+            codec = compression_of(compression)
+            if codec == Compression.ZSTD and magic < 2:
+                raise UnsupportedCompressionError(
+                    f"zstd needs magic 2 (Kafka rejects zstd for magic {magic}): use magic=2 or another codec")
+            self.codec = codec
+            self.level = KAFKA_DEFAULT_LEVEL
+            if compression_level is not None:
+                self.level = check_level(codec, compression_level)
+            try:
+                ts_type = TimestampType(timestamp_type)
+            except ValueError:
+                raise ValueError(f"unknown timestamp_type {timestamp_type!r}: use a TimestampType") from None
+            if ts_type == TimestampType.NO_TIMESTAMP_TYPE and magic > 0:
+                raise ValueError(f"magic {magic} needs a timestamp type (CREATE_TIME or LOG_APPEND_TIME)")
+            if ts_type == TimestampType.LOG_APPEND_TIME and magic == 0:
+                raise UnsupportedVersionError("magic 0 has no timestamps: LOG_APPEND_TIME needs magic 1 or 2")
+            self.timestamp_type_id = ts_type
+            if log_append_time is not None:
+                if ts_type != TimestampType.LOG_APPEND_TIME:
+                    raise ValueError("log_append_time is only used with timestamp_type=LOG_APPEND_TIME")
+                self.log_append_time_ms = check_int(log_append_time, "log_append_time", 0, 2**63 - 1)
+            elif ts_type == TimestampType.LOG_APPEND_TIME:
+                self.log_append_time_ms = _now_ms()      # as the broker stamps it
+            else:
+                self.log_append_time_ms = NO_TIMESTAMP
+            self.base_offset = check_int(base_offset, "base_offset", 0, 2**63 - 1)
+            self.producer_id = check_int(producer_id, "producer_id", -1, 2**63 - 1)
+            self.producer_epoch = <int>check_int(producer_epoch, "producer_epoch", -1, 32767)
+            self.base_sequence = <int32_t>check_int(base_sequence, "base_sequence", -1, INT32_MAX)
+            self.partition_leader_epoch = <int32_t>check_int(
+                partition_leader_epoch, "partition_leader_epoch", -1, INT32_MAX)
+            self.is_transactional = bool(is_transactional)
+            self.is_control_batch = bool(is_control_batch)
+            self.has_delete_horizon = delete_horizon_ms is not None
+            if self.has_delete_horizon:
+                self.delete_horizon = check_int(delete_horizon_ms, "delete_horizon_ms", 0, 2**63 - 1)
+            if magic < 2:
+                for name, used in (("a producer id", self.producer_id != -1),
+                                   ("producer epoch", self.producer_epoch != -1),
+                                   ("base sequence", self.base_sequence != -1),
+                                   ("transactional batches", self.is_transactional),
+                                   ("control batches", self.is_control_batch),
+                                   ("a delete horizon", self.has_delete_horizon),
+                                   ("a partition leader epoch", self.partition_leader_epoch != -1)):
+                    if used:
+                        raise UnsupportedVersionError(f"magic {magic} cannot carry {name}: use magic=2")
+            if self.is_transactional and self.producer_id == -1:
+                raise ValueError("transactional batches need a producer_id (and producer_epoch)")
+            if self.producer_id != -1:
+                if self.producer_epoch == -1:
+                    raise ValueError(f"producer_id {self.producer_id} needs a producer_epoch >= 0")
+                if self.base_sequence < 0 and not self.is_control_batch:
+                    raise ValueError(f"producer_id {self.producer_id} needs a base_sequence >= 0")
+            if max_batch_size is None:
+                self.max_batch_size = -1
+            else:
+                self.max_batch_size = check_int(max_batch_size, "max_batch_size", 1, INT32_MAX)
+            self._start_batch()
+        finally:
+            guard_leave(&self.guard)
 
     cdef int _start_batch(self) except -1:
         self.w.length = 0
@@ -466,16 +504,20 @@ cdef class MemoryRecordsBuilder:
         if self.count == 0:
             return True
         span_of(key, &k, b"key")
-        span_of(value, &v, b"value")
         span_release(&k)
+        span_of(value, &v, b"value")
         span_release(&v)
         if self.magic < 2:
             size = legacy_message_size(self.magic, <int32_t>k.length, <int32_t>v.length)
         else:
-            self.scratch.length = 0
-            hcount = encode_headers(&self.scratch, headers)
+            guard_enter(&self.guard, b"MemoryRecordsBuilder")    # the headers go to scratch
+            try:
+                self.scratch.length = 0
+                hcount = encode_headers(&self.scratch, headers)
+            finally:
+                guard_leave(&self.guard)
             size = v2_record_body_size(<int32_t>(self.last_offset + 1 - self.base_offset),
-                                       ts - self.base_timestamp, <int32_t>k.length,
+                                       wrap_sub(ts, self.base_timestamp), <int32_t>k.length,
                                        <int32_t>v.length, self.scratch.length, hcount)
             size += varint_size(<int32_t>size)
         return self.max_batch_size >= self._estimated_size() + size
@@ -517,7 +559,7 @@ cdef class MemoryRecordsBuilder:
                     > <Py_ssize_t>INT32_MAX - 32):
                 raise RecordTooLargeError("record exceeds Kafka's 2 GiB limit", offset=offset)
             write_v2_record(&self.w, <int32_t>(offset - self.base_offset),
-                            timestamp - self.base_timestamp,
+                            wrap_sub(timestamp, self.base_timestamp),
                             key.data, <int32_t>key.length, value.data, <int32_t>value.length,
                             self.scratch.buf, self.scratch.length if hcount else 0, hcount)
         else:
@@ -541,44 +583,46 @@ cdef class MemoryRecordsBuilder:
             self.max_timestamp = timestamp
         return 0
 
+    cdef int _append(self, bint at_next, int64_t offset, int64_t timestamp, object key,
+                     object value, object headers) except -1:
+        """append / append_with_offset (offset used unless at_next), under the guard."""
+        cdef Span k, v
+        guard_enter(&self.guard, b"MemoryRecordsBuilder")
+        try:
+            if at_next:
+                offset = self._next()
+            self._check_offset(offset)
+            span_of(key, &k, b"key")
+            try:
+                span_of(value, &v, b"value")
+                try:
+                    self._write(offset, timestamp, &k, &v, headers)
+                finally:
+                    span_release(&v)
+            finally:
+                span_release(&k)
+        finally:
+            guard_leave(&self.guard)
+        return 0
+
     def append(self, timestamp, key, value, headers=()):
         """Append a record at the next offset (base_offset for the first).
 
         timestamp: ms since the epoch, -1 for none; key, value: bytes-like or None (null is
         not empty); headers: (str, bytes-or-None) pairs (magic 2 only)."""
-        cdef Span k, v
         cdef int64_t ts = check_timestamp(timestamp)
         if self.is_control_batch:
             raise ValueError("this builder writes a control batch: use append_control_record()")
-        self._check_offset(self._next())
-        span_of(key, &k, b"key")
-        try:
-            span_of(value, &v, b"value")
-            try:
-                self._write(self.last_offset + 1, ts, &k, &v, headers)
-            finally:
-                span_release(&v)
-        finally:
-            span_release(&k)
+        self._append(True, 0, ts, key, value, headers)
 
     def append_with_offset(self, offset, timestamp, key, value, headers=()):
         """Append a record at `offset`, which must be above the previous one (gaps allowed,
         as after compaction) and at or above base_offset."""
-        cdef Span k, v
         cdef int64_t off = check_int(offset, "offset", 0, 2**63 - 1)
         cdef int64_t ts = check_timestamp(timestamp)
         if self.is_control_batch:
             raise ValueError("this builder writes a control batch: use append_control_record()")
-        self._check_offset(off)
-        span_of(key, &k, b"key")
-        try:
-            span_of(value, &v, b"value")
-            try:
-                self._write(off, ts, &k, &v, headers)
-            finally:
-                span_release(&v)
-        finally:
-            span_release(&k)
+        self._append(False, off, ts, key, value, headers)
 
     def append_many(self, timestamps, keys, values, headers=None):
         """Append len(values) records at consecutive offsets in one call.
@@ -587,69 +631,104 @@ cdef class MemoryRecordsBuilder:
         array) or a pyarrow int64 / timestamp[ms] array without nulls; keys: None (all null),
         a list/tuple of bytes-like-or-None or a pyarrow binary/string array (nulls are null
         keys); values: the same without the None form; headers: None or a list/tuple of
-        per-record header sequences.  All or nothing: on an error the batch is left as it was
-        before the call."""
+        per-record header sequences.  The lists are read as they are when the call starts
+        (Python code run by the call, such as a headers generator, does not change what it
+        writes).  All or nothing: on an error the batch is left as it was before the call."""
         cdef Py_ssize_t n, i
-        cdef Span k, v
         cdef Column key_col, value_col
+        cdef list keep = []                # what the columns point into, for the whole call
         cdef int64_t ts = 0
+        cdef int64_t* ts_values = NULL
         cdef const int64_t[::1] ts_view = None
-        cdef object ts_list = None, header_obj = None
-        cdef bint no_headers = headers is None
+        cdef PyObject* item
+        if self.is_control_batch:
+            raise ValueError("this builder writes a control batch: use append_control_record()")
+        if values is None:
+            raise TypeError("values must be a list, a tuple or a pyarrow binary/string array, not None")
+        n = column_of(values, &value_col, "values", keep)
+        if column_of(keys, &key_col, "keys", keep) not in (n, -1):
+            raise ValueError(f"{len(keys)} keys for {n} values")
+        if headers is not None:
+            if type(headers) is not list and type(headers) is not tuple:
+                raise TypeError(f"headers must be None, a list or a tuple, not {type(headers).__name__}")
+            headers = tuple(headers)
+            if len(headers) != n:
+                raise ValueError(f"{len(headers)} header sequences for {n} values")
+            # headers are iterated while records are written
+            column_snapshot(&key_col, keep)
+            column_snapshot(&value_col, keep)
+        if type(timestamps) is list or type(timestamps) is tuple:
+            if len(timestamps) != n:
+                raise ValueError(f"{len(timestamps)} timestamps for {n} values")
+        elif isinstance(timestamps, int):
+            ts = check_timestamp(timestamps)
+        else:
+            ts_view = arrow_int64_view(timestamps)
+            if ts_view.shape[0] != n:
+                raise ValueError(f"{ts_view.shape[0]} timestamps for {n} values")
+        guard_enter(&self.guard, b"MemoryRecordsBuilder")
+        try:
+            if n and (self.exhausted or self.last_offset > INT64_MAX - n):
+                raise ValueError(f"{n} more records would pass offset 2^63-1")
+            if n and self.last_offset + n - self.base_offset > INT32_MAX:
+                raise ValueError(f"{n} more records would end more than 2^31-1 past the batch base "
+                                 f"offset {self.base_offset}: build() this batch first")
+            if <int64_t>self.count + n > INT32_MAX:
+                raise RecordTooLargeError("a batch cannot hold more than 2^31-1 records")
+            if type(timestamps) is list or type(timestamps) is tuple:
+                # converted before any record is read
+                ts_values = <int64_t*>PyMem_Malloc(max(n, 1) * sizeof(int64_t))
+                if ts_values == NULL:
+                    raise MemoryError()
+                for i in range(n):
+                    item = PySequence_Fast_ITEMS(timestamps)[i]
+                    if not int_exact(item):
+                        # its __index__ may run Python code: copies from here on
+                        if type(timestamps) is list:
+                            timestamps = tuple(timestamps)
+                        column_snapshot(&key_col, keep)
+                        column_snapshot(&value_col, keep)
+                    ts_values[i] = check_timestamp(<object>PySequence_Fast_ITEMS(timestamps)[i])
+            self._append_many(n, ts, ts_values, ts_view, &key_col, &value_col, headers, keep)
+        finally:
+            PyMem_Free(ts_values)
+            guard_leave(&self.guard)
+
+    cdef int _append_many(self, Py_ssize_t n, int64_t ts, const int64_t* ts_values,
+                          const int64_t[::1] ts_view, Column* key_col, Column* value_col,
+                          object headers, list keep) except -1:
+        cdef Py_ssize_t i
+        cdef Span k, v
+        cdef object header_obj = None
         # saved state for the all-or-nothing rollback
         cdef Py_ssize_t saved_length = self.w.length
         cdef int32_t saved_count = self.count
         cdef int64_t saved_last = self.last_offset, saved_max = self.max_timestamp
         cdef int64_t saved_base_ts = self.base_timestamp
         cdef bint saved_has_base = self.has_base_timestamp
-        if self.is_control_batch:
-            raise ValueError("this builder writes a control batch: use append_control_record()")
-        if values is None:
-            raise TypeError("values must be a list, a tuple or a pyarrow binary/string array, not None")
-        n = column_of(values, &value_col, "values")
-        if column_of(keys, &key_col, "keys") not in (n, -1):
-            raise ValueError(f"{len(keys)} keys for {n} values")
-        if not no_headers:
-            if type(headers) is not list and type(headers) is not tuple:
-                raise TypeError(f"headers must be None, a list or a tuple, not {type(headers).__name__}")
-            if len(headers) != n:
-                raise ValueError(f"{len(headers)} header sequences for {n} values")
-        if isinstance(timestamps, int):
-            ts = check_timestamp(timestamps)
-        elif type(timestamps) is list or type(timestamps) is tuple:
-            ts_list = timestamps
-            if len(ts_list) != n:
-                raise ValueError(f"{len(ts_list)} timestamps for {n} values")
-        else:
-            ts_view = arrow_int64_view(timestamps)
-            if ts_view.shape[0] != n:
-                raise ValueError(f"{ts_view.shape[0]} timestamps for {n} values")
-        if n and (self.exhausted or self.last_offset > INT64_MAX - n):
-            raise ValueError(f"{n} more records would pass offset 2^63-1")
-        if n and self.last_offset + n - self.base_offset > INT32_MAX:
-            raise ValueError(f"{n} more records would end more than 2^31-1 past the batch base "
-                             f"offset {self.base_offset}: build() this batch first")
-        if <int64_t>self.count + n > INT32_MAX:
-            raise RecordTooLargeError("a batch cannot hold more than 2^31-1 records")
         try:
             for i in range(n):
-                if ts_list is not None:
-                    ts = check_timestamp(<object>PyList_GET_ITEM(ts_list, i) if type(ts_list) is list
-                                         else <object>PyTuple_GET_ITEM(ts_list, i))
+                if ts_values != NULL:
+                    ts = ts_values[i]
                 elif ts_view is not None:
                     ts = ts_view[i]
                     if ts < NO_TIMESTAMP:
                         raise ValueError(f"invalid negative timestamp {ts} at index {i}: use -1 for none")
-                if not no_headers:
-                    header_obj = headers[i]
-                column_span(&key_col, i, &k, b"key")
+                if headers is not None:
+                    header_obj = <object>PyTuple_GET_ITEM(headers, i)        # a tuple (copied)
+                k.release = v.release = False
                 try:
-                    column_span(&value_col, i, &v, b"value")
-                    try:
-                        self._write(self.last_offset + 1, ts, &k, &v, header_obj)
-                    finally:
-                        span_release(&v)
+                    if (column_span(key_col, i, &k, b"key") == SPAN_MAY_RUN_CODE
+                            or column_span(value_col, i, &v, b"value") == SPAN_MAY_RUN_CODE):
+                        # a buffer export may run Python code (__buffer__): copies from here on
+                        span_release(&k)
+                        column_snapshot(key_col, keep)
+                        column_snapshot(value_col, keep)
+                        column_span(key_col, i, &k, b"key")
+                        column_span(value_col, i, &v, b"value")
+                    self._write(self.last_offset + 1, ts, &k, &v, header_obj)
                 finally:
+                    span_release(&v)
                     span_release(&k)
         except BaseException:
             self.w.length = saved_length
@@ -659,6 +738,7 @@ cdef class MemoryRecordsBuilder:
             self.base_timestamp = saved_base_ts
             self.has_base_timestamp = saved_has_base
             raise
+        return 0
 
     def append_control_record(self, timestamp, control_type, value):
         """Append a control record (key: version 0 + `control_type`, a ControlType; value as
@@ -674,17 +754,21 @@ cdef class MemoryRecordsBuilder:
                              f"ControlType values") from None
         if not self.is_control_batch:
             raise ValueError("control records need a builder made with is_control_batch=True")
-        self._check_offset(self._next())
         store_u16(key, 0)
         store_u16(key + 2, <uint32_t>type_id)
         k.data = key
         k.length = 4
         k.release = False
-        span_of(value, &v, b"value")
+        guard_enter(&self.guard, b"MemoryRecordsBuilder")
         try:
-            self._write(self.last_offset + 1, ts, &k, &v, None)
+            self._check_offset(self._next())
+            span_of(value, &v, b"value")
+            try:
+                self._write(self.last_offset + 1, ts, &k, &v, None)
+            finally:
+                span_release(&v)
         finally:
-            span_release(&v)
+            guard_leave(&self.guard)
 
     def append_end_txn_marker(self, timestamp, commit, coordinator_epoch):
         """Append a COMMIT (commit=True) or ABORT marker: value = version 0 + coordinator epoch.
@@ -752,6 +836,13 @@ cdef class MemoryRecordsBuilder:
     def build(self) -> bytes:
         """Close the batch and return its bytes (b"" when empty, as Kafka builds nothing);
         the builder then continues with the next batch."""
+        guard_enter(&self.guard, b"MemoryRecordsBuilder")   # codecs run without the GIL
+        try:
+            return self._build()
+        finally:
+            guard_leave(&self.guard)
+
+    cdef bytes _build(self):
         cdef bytes out
         cdef int32_t span
         if self.count == 0:

@@ -124,4 +124,4 @@ cdef inline int64_t inner_base_offset(int8_t wrapper_magic, int64_t wrapper_offs
         return 0
     if wrapper_offset < last_inner_offset:
         raise_corrupt(cur, b"v1 wrapper offset (below its last inner offset)")
-    return wrapper_offset - last_inner_offset
+    return <int64_t>(<uint64_t>wrapper_offset - <uint64_t>last_inner_offset)   # no signed overflow

@@ -24,7 +24,7 @@ Threads (KAFKA-2045's design is one connection, one thread; the ring checks what
 make safe): every method holds the GIL except recv() inside recv_into() and the decompression
 inside a records() iterator, so the state they change cannot tear.  The writer side is one at
 a time: feed(), writable(), get_buffer(), buffer_updated() and a second recv_into() called
-while a recv_into() waits for the socket raise KafkaCodecError ("in use by another thread"),
+while a recv_into() waits for the socket raise ConcurrentUseError ("in use by another thread"),
 and feed()/recv_into() refuse while a get_buffer() window is alive.  The reader side
 (next_response(), release()) may run in any thread meanwhile.  close() while a recv or a
 decompression runs without the GIL marks the ring closed at once and leaves the memory (the
@@ -953,7 +953,7 @@ cdef class FetchRecords:
     Each next() first invalidates the record it returned before (touching it then raises
     BufferReleasedError), also when next() raises or ends the iteration.  An error ends the
     iteration.  Not for concurrent use: a second thread calling next() while one runs (it
-    releases the GIL to decompress) gets KafkaCodecError ("in use by another thread")."""
+    releases the GIL to decompress) gets ConcurrentUseError ("in use by another thread")."""
 
     cdef Response resp
     cdef FetchRecord rec
