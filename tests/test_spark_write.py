@@ -291,3 +291,37 @@ def test_remote_output_through_pyarrow_fs(spark, s3_server, tmp_path):
     with pytest.raises(Exception) as info:
         write_log(df, f"s3a://{bucket}/logs", **options)
     assert "already holds data" in spark_error(info)
+
+
+def test_convert_round_trip_is_exact_and_keeps_unrelated_files(spark, source, tmp_path, capsys):
+    import json
+
+    from kafkacodec.cli import main
+
+    pq, back = tmp_path / "pq", tmp_path / "back"
+    pq.mkdir()
+    (pq / "notes.txt").write_text("mine")
+    assert main(["spark", "convert", "--no-progress", str(source), str(pq)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert sorted(p.name for p in pq.iterdir()) == ["notes.txt"]
+    for _ in range(2):                       # a second --overwrite replaces, not adds
+        assert main(["spark", "convert", "--json", "--no-progress", "--overwrite", str(source), str(pq)]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        assert (pq / "notes.txt").read_text() == "mine"
+        parts = [p for p in pq.iterdir() if p.suffix == ".parquet"]
+        assert spark.read.parquet(*map(str, parts)).count() == summary["records"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]      # no temporary dir left
+    assert main(["spark", "convert", "--json", "--no-progress", "--compression", "zstd",
+                 str(tmp_path / "pq-only"), str(back)]) == 3      # missing input
+    capsys.readouterr()
+    only = tmp_path / "pq-only"
+    only.mkdir()
+    for p in pq.iterdir():
+        if p.suffix == ".parquet":
+            os.link(p, only / p.name)
+    assert main(["spark", "convert", "--json", "--no-progress", "--compression", "zstd", str(only), str(back)]) == 0
+    assert json.loads(capsys.readouterr().out)["direction"] == "parquet->segments"
+    assert rows_by_partition(back, drop_aborted=False) == rows_by_partition(source)
+    check_layout(back)
+    assert main(["spark", "convert", "--no-progress", str(only), str(back)]) == 2     # not empty
+    assert main(["spark", "convert", "--no-progress", str(source), str(source / "inside")]) == 2
