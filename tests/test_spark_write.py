@@ -325,3 +325,41 @@ def test_convert_round_trip_is_exact_and_keeps_unrelated_files(spark, source, tm
     check_layout(back)
     assert main(["spark", "convert", "--no-progress", str(only), str(back)]) == 2     # not empty
     assert main(["spark", "convert", "--no-progress", str(source), str(source / "inside")]) == 2
+
+
+AUTO_REGISTRATION = r"""
+import os, sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+src, out = sys.argv[1], sys.argv[2]
+df = spark.read.format("kafkalog").load(src)                  # no register(spark)
+n = df.count()
+df.write.format("kafkalog").mode("append").save(out)
+print("rows", n, spark.read.format("kafkalog").load(out).count())
+spark.stop()
+"""
+
+
+def test_kafkalog_is_registered_in_a_fresh_session(source, tmp_path):
+    """pyspark_kafkalog ships beside kafkacodec and PySpark 4 registers its DefaultSource."""
+    import importlib.util
+    import subprocess
+
+    spec = importlib.util.find_spec("pyspark_kafkalog")
+    assert spec is not None and spec.origin is not None
+    assert Path(spec.origin).parents[1] == Path(kafkacodec.__file__).parents[1]      # same install
+    from pyspark.sql.datasource import DataSource
+
+    import pyspark_kafkalog
+
+    assert issubclass(pyspark_kafkalog.DefaultSource, DataSource) and pyspark_kafkalog.DefaultSource.name() == "kafkalog"
+    env = {**os.environ, "PYTHONPATH": PACKAGE_PARENT, "SPARK_LOCAL_IP": "127.0.0.1",
+           "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    expected = sum(len(rows) for rows in rows_by_partition(source).values())
+    result = subprocess.run([sys.executable, "-c", AUTO_REGISTRATION, str(source / "orders-0"), str(tmp_path / "out")],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    n = sum(len(rows) for (t, p), rows in rows_by_partition(source).items() if (t, p) == ("orders", 0))
+    assert n < expected and f"rows {n} {n}" in result.stdout
