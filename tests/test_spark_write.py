@@ -363,3 +363,77 @@ def test_kafkalog_is_registered_in_a_fresh_session(source, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     n = sum(len(rows) for (t, p), rows in rows_by_partition(source).items() if (t, p) == ("orders", 0))
     assert n < expected and f"rows {n} {n}" in result.stdout
+
+
+def raw_cells(source):
+    """(id, topic, partition, batch) per entry of orders-0's segments, plus a corrupt copy of a
+    v2 batch (CRC) and the ids of the zstd ones."""
+    from kafkacodec._arrow import scan_entries
+
+    cells = []
+    for seg in discover(source / "orders-0"):
+        data = Path(seg.path).read_bytes()
+        scan = scan_entries(data)
+        for pos, size in zip(scan["position"].tolist(), scan["size"].tolist()):
+            cells.append((len(cells), seg.topic, seg.partition, data[pos:pos + size]))
+    v2 = next(c for c in cells if c[3][16] == 2 and not c[3][22] & 0x20 and c[3][22] & 7 == 0)
+    broken = bytearray(v2[3])
+    broken[-1] ^= 0xFF
+    corrupt_id = len(cells)
+    cells.append((corrupt_id, "orders", 0, bytes(broken)))
+    zstd_ids = {c[0] for c in cells if c[3][16] == 2 and c[3][22] & 7 == 4 and not c[3][22] & 0x20}
+    return cells, corrupt_id, zstd_ids
+
+
+def test_decode_modes_and_kept_columns(spark, source):
+    from kafkacodec.spark import decode
+
+    cells, corrupt_id, _ = raw_cells(source)
+    df = spark.createDataFrame(cells, "id long, topic string, partition int, batch binary")
+    good = sum(len(kafka_python_rows(c[3], "orders", 0)) for c in cells[:-1])
+    opts = {"topic_column": "topic", "partition_column": "partition"}
+    with pytest.raises(Exception) as info:
+        decode(df, "batch", **opts).count()
+    assert "CRC" in spark_error(info) and "DROPMALFORMED" in spark_error(info)
+    dropped = decode(df, "batch", keep_columns=["id"], mode="DROPMALFORMED", **opts)
+    assert dropped.columns[0] == "id" and dropped.count() == good
+    permissive = decode(df, "batch", keep_columns=True, mode="PERMISSIVE", **opts)
+    assert permissive.columns[:2] == ["id", "batch"] and permissive.columns[-1] == "_corrupt_record"
+    bad = permissive.where("_corrupt_record is not null").collect()
+    assert len(bad) == 1 and bad[0].id == corrupt_id and "CRC" in bad[0]._corrupt_record
+    assert bad[0].topic == "orders" and bad[0].offset == int.from_bytes(cells[-1][3][:8], "big")
+    rows = permissive.where("_corrupt_record is null").select("id", "offset", "value").collect()
+    expected = {(c[0], r["offset"], r["value"]) for c in cells[:-1] for r in kafka_python_rows(c[3], "orders", 0)}
+    assert {(r.id, r.offset, None if r.value is None else bytes(r.value)) for r in rows} == expected
+    strings = spark.createDataFrame([("abc",)], "batch string")
+    for fn in (decode, lambda d, c: __import__("kafkacodec.spark", fromlist=["validate"]).validate(d, c)):
+        with pytest.raises(TypeError, match="not binary"):
+            fn(strings, "batch")
+
+
+def test_down_convert_modes(spark, source):
+    from kafkacodec.spark import down_convert
+
+    cells, corrupt_id, zstd_ids = raw_cells(source)
+    assert zstd_ids
+    df = spark.createDataFrame(cells, "id long, topic string, partition int, batch binary")
+    with pytest.raises(Exception) as info:
+        down_convert(df, "batch", 1).count()
+    assert "zstd" in spark_error(info).lower() or "UnsupportedCompression" in spark_error(info)
+    failing = zstd_ids | {corrupt_id}
+    permissive = {r.id: r for r in down_convert(df, "batch", 1, mode="PERMISSIVE").collect()}
+    assert len(permissive) == len(cells)
+    assert {i for i, r in permissive.items() if r._corrupt_record is not None} == failing
+    assert all(permissive[i].batch is None for i in failing)
+    dropped = down_convert(df, "batch", 1, mode="DROPMALFORMED").collect()
+    assert sorted(r.id for r in dropped) == sorted(i for i in permissive if i not in failing)
+    from kafka.record.memory_records import MemoryRecords
+
+    for r in dropped:
+        before = [x["value"] for x in kafka_python_rows(cells[r.id][3], "orders", 0)]
+        records, after = MemoryRecords(bytes(r.batch)), []
+        while records.has_next():
+            batch = records.next_batch()
+            assert batch.magic <= 1
+            after += [x.value for x in batch]
+        assert after == before
