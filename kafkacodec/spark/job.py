@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from kafkacodec._progress import Progress
 
-__all__ = ["convert", "ConvertSummary", "make_session", "StageProgress"]
+__all__ = ["convert", "ConvertSummary", "make_session", "session_conf", "StageProgress"]
 
 CORRUPT_COLUMN = "_corrupt_record"
 # What Spark's file writers leave in an output directory (replaced by --overwrite).
@@ -106,14 +106,23 @@ def _is_parquet(path: str | os.PathLike[str]) -> bool:
     return p.is_dir() and any(f.suffix == ".parquet" for f in p.rglob("*.parquet"))
 
 
+def session_conf(master: str, conf: dict[str, Any] | None = None) -> dict[str, str]:
+    """The Spark properties make_session sets.  Local masters run Python workers with this
+    interpreter and this kafkacodec (same host: its path works for them even from a source
+    checkout).  On a cluster the executors import kafkacodec from their own Python
+    (PYSPARK_PYTHON or spark.pyspark.python: the same environment on every node, or a packed
+    one shipped with spark.archives): no path of the driver's is handed to them."""
+    props = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    if master.startswith("local"):
+        props["spark.executorEnv.PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    props.update({k: str(v) for k, v in (conf or {}).items()})
+    return props
+
+
 def make_session(master: str | None = None, app: str = "kafkacodec",
                  conf: dict[str, Any] | None = None) -> SparkSession:
-    """A SparkSession (local[*] unless master is given), registered with the "kafkalog" format.
-
-    Local masters run Python workers with this interpreter and this kafkacodec.  On a cluster
-    the executors import kafkacodec from their own Python (PYSPARK_PYTHON or
-    spark.pyspark.python: the same environment on every node, or a packed one shipped with
-    spark.archives): nothing of the driver's file system is handed to them."""
+    """A SparkSession (local[*] unless master is given) with session_conf(), registered with
+    the "kafkalog" format."""
     import sys
 
     from pyspark.sql import SparkSession
@@ -121,15 +130,11 @@ def make_session(master: str | None = None, app: str = "kafkacodec",
     from kafkacodec.spark.datasource import register
 
     master = master or "local[*]"
-    builder = (SparkSession.builder.master(master).appName(app)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false"))
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        # same host: workers import this kafkacodec even when it is a source checkout
-        builder = builder.config("spark.executorEnv.PYTHONPATH", str(Path(__file__).resolve().parents[2]))
-    for k, v in (conf or {}).items():
+    builder = SparkSession.builder.master(master).appName(app)
+    for k, v in session_conf(master, conf).items():
         builder = builder.config(k, v)
     # Python workers run `python -m pyspark.daemon` in the JVM's working directory, first on
     # their sys.path: start the JVM outside any source checkout that would shadow this package.
