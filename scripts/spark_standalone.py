@@ -21,7 +21,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -63,7 +62,7 @@ def start(directory: Path, cores: int, memory: str, timeout: float) -> dict[str,
     launch("worker", "org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1",
            "--port", str(worker_port), "--webui-port", str(worker_ui), "--cores", str(cores),
            "--memory", memory, "--work-dir", str(directory / "work"))
-    info = {"master": master_url, "ui": f"http://127.0.0.1:{ui}", "pids": pids}
+    info: dict[str, object] = {"master": master_url, "ui": f"http://127.0.0.1:{ui}", "pids": pids}
     (directory / "cluster.json").write_text(json.dumps(info))
     deadline = time.monotonic() + timeout
     while True:
@@ -122,4 +121,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -527,21 +527,29 @@ def _plan_partition(store: Store, runs: list[Run], staging: str, *, codec: int, 
 
 
 class _Undo:
-    """Moves done so far, undone in reverse order on failure."""
+    """Moves and new directories done so far, undone in reverse order on failure."""
 
     def __init__(self, store: Store):
         self.store = store
-        self.moves: list[tuple[str, str]] = []
+        self.done: list[tuple[str, str]] = []        # (from, to) of a move, or ("", new dir)
 
     def move(self, src: str, dst: str) -> None:
         self.store.move(src, dst)
-        self.moves.append((src, dst))
+        self.done.append((src, dst))
+
+    def makedirs(self, path: str) -> None:
+        if not self.store.exists(path):
+            self.store.makedirs(path)
+            self.done.append(("", path))
 
     def rollback(self) -> list[str]:
         problems = []
-        for src, dst in reversed(self.moves):
+        for src, dst in reversed(self.done):
             try:
-                self.store.move(dst, src)
+                if src:
+                    self.store.move(dst, src)
+                elif not self.store.listdir(dst):
+                    self.store.remove_tree(dst)
             except OSError as exc:                    # keep going: put back all we can
                 problems.append(f"{self.store.describe(dst)} -> {self.store.describe(src)}: {exc}")
         return problems
@@ -563,7 +571,6 @@ def commit(store: Store, root: str, job: str, runs: Iterable[Run], *, mode: str 
         abort(store, root, job)
         return {}
     undo = _Undo(store)
-    created: list[str] = []
     try:
         store.makedirs(staging)
         current = next_offsets(store, root) if mode == "append" else {}
@@ -585,11 +592,14 @@ def commit(store: Store, root: str, job: str, runs: Iterable[Run], *, mode: str 
                 undo.move(store.join(root, name), store.join(replaced, name))
         for (topic, partition), run in plans.items():
             folder = store.join(root, f"{topic}-{partition}")
-            if not store.exists(folder):
-                store.makedirs(folder)
-                created.append(folder)
+            undo.makedirs(folder)
             for seg in run.segments:
-                undo.move(seg.path, store.join(folder, f"{seg.base_offset:020d}.log"))
+                target = store.join(folder, f"{seg.base_offset:020d}.log")
+                if store.exists(target):
+                    raise FileExistsError(f"{store.describe(target)} exists (an empty active segment?): "
+                                          "a new segment starting at that offset cannot take its name; "
+                                          "remove it or write elsewhere")
+                undo.move(seg.path, target)
             store.sync_dir(folder)
         if not store.exists(store.join(root, SUCCESS)):
             with store.open_write(store.join(root, STAGING, job + SUCCESS)):
@@ -598,9 +608,6 @@ def commit(store: Store, root: str, job: str, runs: Iterable[Run], *, mode: str 
         store.sync_dir(root)
     except BaseException as exc:
         problems = undo.rollback()
-        for folder in created:                        # the partition directories it made
-            if store.is_dir(folder) and not store.listdir(folder):
-                store.remove_tree(folder)
         abort(store, root, job)
         if problems:
             raise RuntimeError(f"kafkalog commit failed ({exc}) and could not put back: "

@@ -163,6 +163,7 @@ def decode(df: DataFrame, column: str, *, keep_columns: bool | Sequence[str] = F
     _check_spark_binary(df, column)
     mode = _check_mode(options.get("mode", "FAILFAST"))
     decoded = StructType.fromDDL(kafka_schema(options.get("include_headers", True)))
+    assert isinstance(decoded, StructType)
     if keep_columns is True:
         kept = [c for c in df.columns if c not in decoded.fieldNames()]
     else:
