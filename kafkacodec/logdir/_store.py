@@ -49,6 +49,10 @@ class Store:
     def makedirs(self, path: str) -> None: raise NotImplementedError
     def size(self, path: str) -> int: raise NotImplementedError
     def read_bytes(self, path: str) -> bytes: raise NotImplementedError
+
+    def mapped(self, path: str) -> contextlib.AbstractContextManager[Any]:
+        """The file's bytes as a buffer for the duration of the block."""
+        return contextlib.nullcontext(self.read_bytes(path))
     def open_write(self, path: str) -> contextlib.AbstractContextManager[BinaryIO]: raise NotImplementedError
     def move(self, src: str, dst: str) -> None: raise NotImplementedError
     def remove_tree(self, path: str) -> None: raise NotImplementedError
@@ -82,6 +86,18 @@ class LocalStore(Store):
     def read_bytes(self, path: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
+
+    @contextlib.contextmanager
+    def mapped(self, path: str) -> Iterator[Any]:
+        """A read-only memory map (pages are read as the decoder reaches them)."""
+        import mmap
+
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                yield b""
+                return
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                yield m
 
     @contextlib.contextmanager
     def open_write(self, path: str) -> Iterator[BinaryIO]:

@@ -295,7 +295,7 @@ class TaskWriter:
         else:
             continues = run is not None and ts[0] >= run.last_timestamp
             start = run.last_offset + 1 if continues and run else \
-                self.next_offsets.get(tp, self.base_offset)
+                max(self.base_offset, self.next_offsets.get(tp, self.base_offset))
             offsets = np.arange(start, start + rows.num_rows, dtype=np.int64)
         if not continues:
             if writer:
@@ -335,24 +335,25 @@ class TaskWriter:
 # ------------------------------------------------------------------------------- merging
 
 def _read_run(store: Store, run: Run, chunk_rows: int) -> Iterator[Any]:
-    """A run's rows back as tables of o, ts, key, value, headers."""
+    """A run's rows back as tables of o, ts, key, value, headers (one chunk of at most
+    chunk_rows at a time; local segments are memory-mapped, remote ones read whole)."""
     import pyarrow as pa
 
     from kafkacodec._arrow import ArrowDecoder
 
     for seg in run.segments:
-        data = store.read_bytes(seg.path)
-        dec = ArrowDecoder(run.topic, run.partition, max_rows=chunk_rows, source=store.describe(seg.path))
-        pos = 0
-        while pos < len(data):
-            rb, new_pos = dec.decode(data, pos)
-            if rb.num_rows:
-                yield pa.table({"o": rb.column("offset"), "ts": pa.array(_to_ms(rb.column("timestamp"))),
-                                "key": rb.column("key"), "value": rb.column("value"),
-                                "headers": rb.column("headers")})
-            if new_pos == pos or dec.trailing_bytes:
-                break
-            pos = new_pos
+        with store.mapped(seg.path) as data, memoryview(data) as view:
+            dec = ArrowDecoder(run.topic, run.partition, max_rows=chunk_rows, source=store.describe(seg.path))
+            pos = 0
+            while pos < len(view):
+                rb, new_pos = dec.decode(view, pos)     # columns are copies: the map may close
+                if rb.num_rows:
+                    yield pa.table({"o": rb.column("offset"), "ts": pa.array(_to_ms(rb.column("timestamp"))),
+                                    "key": rb.column("key"), "value": rb.column("value"),
+                                    "headers": rb.column("headers")})
+                if new_pos == pos or dec.trailing_bytes:
+                    break
+                pos = new_pos
 
 
 def merge_runs(store: Store, runs: list[Run], folder: str, *, codec: int = 0, batch_bytes: int = 16384,
