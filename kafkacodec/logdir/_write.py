@@ -25,7 +25,6 @@ mode.
 
 from __future__ import annotations
 
-import heapq
 import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -268,14 +267,20 @@ class TaskWriter:
             return
         table = pa.concat_tables(self._pending)
         self._pending, self._pending_bytes = [], 0
-        order = "o" if self._by_offset else "ts"
-        table = table.sort_by([("t", "ascending"), ("p", "ascending"), (order, "ascending")])  # stable
-        t = table.column("t").to_numpy(zero_copy_only=False)
+        topics = table.column("t").combine_chunks().dictionary_encode()
+        t = topics.indices.to_numpy()
         p = table.column("p").to_numpy()
+        key = table.column("o" if self._by_offset else "ts").to_numpy()
+        # Group rows by partition, each group in key order (stable: equal timestamps keep the
+        # input order); input already in that order (one partition, sorted) is not copied.
+        if not (np.all(t == t[0]) and np.all(p == p[0]) and np.all(key[1:] >= key[:-1])):
+            order = np.lexsort((key, p, t))
+            table, t, p = table.take(pa.array(order)), t[order], p[order]
         starts = np.flatnonzero((t[1:] != t[:-1]) | (p[1:] != p[:-1])) + 1
         bounds = [0, *starts.tolist(), table.num_rows]
+        names = topics.dictionary.to_pylist()
         for a, b in zip(bounds, bounds[1:]):
-            self._append(validate_topic(t[a]), int(p[a]), table.slice(a, b - a))
+            self._append(validate_topic(names[t[a]]), int(p[a]), table.slice(a, b - a))
 
     def _append(self, topic: str, partition: int, rows: Any) -> None:
         if partition < 0:
@@ -449,9 +454,10 @@ def _next_offset(store: Store, folder: str) -> int | None:
     floor = int(segments[-1][:20])
     for name in reversed(segments):
         path = store.join(folder, name)
-        data = store.read_bytes(path)
-        scan = scan_entries(data, source=store.describe(path), strict=False)
-        if scan["error"] or scan["stop"] != len(data):
+        with store.mapped(path) as data:
+            scan = scan_entries(data, source=store.describe(path), strict=False)
+            size = len(data)
+        if scan["error"] or scan["stop"] != size:
             raise CorruptRecordError(f"{store.describe(path)}: {scan['error'] or 'a partial batch'} at "
                                      f"byte {scan['stop']}; cannot append after it (repair or write elsewhere)",
                                      position=int(scan["stop"]))
