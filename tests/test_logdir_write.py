@@ -59,6 +59,22 @@ def rows(offsets, partition=0, topic="t"):
              "key": b"k%d" % o, "value": b"v%d" % o} for o in offsets]
 
 
+def test_gaps_stay_inside_batches_like_the_log_cleaner_leaves_them(tmp_path):
+    offsets = [0, 2, 3, 7, 8, 9, 40, *range(41, 141), 300, 302]        # a dense stretch between gaps
+    write(tmp_path, [[rows(offsets)]], batch_bytes=400)
+    assert [r[0] for r in read_partition(tmp_path / "t-0")] == offsets
+    seg = next((tmp_path / "t-0").glob("*.log"))
+    records = MemoryRecords(seg.read_bytes())
+    spans = []
+    while records.has_next():
+        batch = records.next_batch()
+        got = [r.offset for r in batch]
+        assert batch.base_offset == got[0] and len(got) == len(set(got))
+        spans.append(got)
+    assert spans[0][:4] == [0, 2, 3, 7]                     # one batch across gaps
+    assert [o for span in spans for o in span] == offsets
+
+
 def test_runs_from_many_tasks_in_any_order_are_merged_by_offset(tmp_path):
     rng = random.Random(1)
     offsets = sorted(rng.sample(range(5000), 1500))                 # compaction-like gaps
@@ -133,6 +149,10 @@ def test_errorifexists_ignore_and_bad_names(tmp_path):
             write(tmp_path / "new", [[rows([1], topic=topic)]])
     with pytest.raises(ValueError, match="negative"):
         write(tmp_path / "new", [[rows([1], partition=-1)]])
+    early = rows([1])
+    early[0]["timestamp"] = -5000
+    with pytest.raises(ValueError, match="before 1970"):
+        write(tmp_path / "new", [[early]])
     assert not (tmp_path / "up-0").exists() and not (tmp_path / "new" / STAGING).exists()
 
 

@@ -6,9 +6,8 @@ Three steps, usable without Spark (the "kafkalog" writer runs them in tasks and 
 1. `TaskWriter` (one per task) takes rows (Arrow batches with value, and key, topic, partition,
    offset, timestamp, headers when present), sorts them per (topic, partition) by offset (by
    timestamp, stable, when there is no offset column) in bounded buffers, and writes each sorted
-   run as v2 batches in segment files under `<out>/_kafkalog_temporary/<job>/`.  A batch
-   never spans an offset gap, so every batch is a plain v2 batch (lastOffsetDelta = records - 1)
-   and gaps left by compaction stay between batches.
+   run as v2 batches in segment files under `<out>/_kafkalog_temporary/<job>/`, gaps left by
+   compaction kept inside batches as the log cleaner keeps them (encode_rows).
 2. `merge_runs` joins the runs of one partition that overlap (rows of a partition spread over
    tasks in any order) into one run, streaming with one decoded chunk per run in memory.
 3. `commit` renames the staged segments into `<out>/<topic>-<partition>/` for every partition or
@@ -148,8 +147,12 @@ def normalize(rb: Any, *, topic: str | None, partition: int) -> tuple[Any, bool]
             raise ValueError("kafkalog write: a row has a null offset (drop the offset column to "
                              "number records from baseOffset instead)")
         columns["o"] = offsets
-    columns["ts"] = pa.array(_to_ms(rb.column("timestamp")) if "timestamp" in names
-                             else np.full(n, _TS_NONE, np.int64))
+    ts = _to_ms(rb.column("timestamp")) if "timestamp" in names else np.full(n, _TS_NONE, np.int64)
+    if n and ts.min() < _TS_NONE:
+        # Kafka's MemoryRecordsBuilder: a negative timestamp other than -1 is invalid
+        raise ValueError(f"kafkalog write: timestamp {int(ts.min())} ms is before 1970; Kafka accepts "
+                         "no negative timestamp but -1 (none, or a null timestamp)")
+    columns["ts"] = pa.array(ts)
     columns["key"] = _binary(rb.column("key"), "key") if "key" in names else pa.nulls(n, pa.binary())
     columns["value"] = _binary(rb.column("value"), "value")
     if "headers" in names:
@@ -161,10 +164,18 @@ def normalize(rb: Any, *, topic: str | None, partition: int) -> tuple[Any, bool]
     return pa.table(columns), by_offset
 
 
+# Dense stretches at least this long go to the columnar encoder; rows between them (offsets
+# with gaps, as compaction leaves them) go into batches that keep the gaps.
+_DENSE_MIN = 32
+_MAX_DELTA = (1 << 31) - 1           # a v2 record's offset delta is an int32
+
+
 def encode_rows(rows: Any, offsets: np.ndarray, *, codec: int, batch_bytes: int) -> Iterator[tuple[int, bytes]]:
     """v2 batches (base offset, bytes) of `rows` (key, value, ts, headers columns) at
-    `offsets` (increasing).  A batch holds consecutive offsets only: Kafka's v2 batch allows
-    gaps (offset = base + delta) but the encoder numbers records densely."""
+    `offsets` (increasing).  Runs of consecutive offsets are encoded column-wise (encode_v2
+    numbers a batch's records densely); rows around gaps are appended one by one with their
+    offsets (v2: offset = base offset + offset delta), so a batch holds gaps exactly as the
+    log cleaner's batches do: records count = rows, lastOffsetDelta = last offset - base."""
     from kafkacodec._arrow import encode_v2
 
     key, value = rows.column("key").combine_chunks(), rows.column("value").combine_chunks()
@@ -172,10 +183,42 @@ def encode_rows(rows: Any, offsets: np.ndarray, *, codec: int, batch_bytes: int)
     headers = rows.column("headers").combine_chunks() if "headers" in rows.column_names else None
     breaks = np.flatnonzero(np.diff(offsets) != 1) + 1
     bounds = [0, *breaks.tolist(), len(offsets)]
+    gappy_from = None                  # start of the rows waiting for _encode_with_gaps
     for a, b in zip(bounds, bounds[1:]):
+        if b - a < _DENSE_MIN:
+            gappy_from = a if gappy_from is None else gappy_from
+            continue
+        if gappy_from is not None:
+            yield from _encode_with_gaps(rows.slice(gappy_from, a - gappy_from), offsets[gappy_from:a],
+                                         codec, batch_bytes)
+            gappy_from = None
         data, _ = encode_v2(key[a:b], value[a:b], ts[a:b], None if headers is None else headers[a:b],
                             codec=codec, batch_bytes=batch_bytes, base_offset=int(offsets[a]))
         yield int(offsets[a]), data
+    if gappy_from is not None:
+        yield from _encode_with_gaps(rows.slice(gappy_from), offsets[gappy_from:], codec, batch_bytes)
+
+
+def _encode_with_gaps(rows: Any, offsets: np.ndarray, codec: int, batch_bytes: int) -> Iterator[tuple[int, bytes]]:
+    from kafkacodec._builder import MemoryRecordsBuilder
+
+    keys = rows.column("key").to_pylist()
+    values = rows.column("value").to_pylist()
+    stamps = rows.column("ts").to_pylist()
+    headers = rows.column("headers").to_pylist() if "headers" in rows.column_names else None
+    builder = None
+    base = 0
+    for i, offset in enumerate(offsets.tolist()):
+        if builder is not None and (builder.estimated_size_in_bytes >= batch_bytes or offset - base > _MAX_DELTA):
+            yield base, builder.build()
+            builder = None
+        if builder is None:
+            builder = MemoryRecordsBuilder(magic=2, compression=codec, base_offset=offset)
+            base = offset
+        record_headers = [(h["key"], h["value"]) for h in headers[i]] if headers and headers[i] else ()
+        builder.append_with_offset(offset, stamps[i], keys[i], values[i], record_headers)
+    if builder is not None:
+        yield base, builder.build()
 
 
 class _RunWriter:
