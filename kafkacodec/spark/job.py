@@ -231,7 +231,9 @@ def convert(spark: SparkSession, src: str | os.PathLike[str], dst: str | os.Path
         df = spark.read.parquet(str(src))
         summary = ConvertSummary("parquet->segments", str(src), str(dst), input_bytes=_dir_bytes(src))
         counted = df.mapInArrow(count, df.schema)
-        write_log(counted, str(dst), mode="overwrite" if overwrite else "errorifexists",
+        # Parquet written by this job holds each segment's rows in offset order: no shuffle,
+        # the commit only renames (and merges what arrives out of order).
+        write_log(counted, str(dst), mode="overwrite" if overwrite else "errorifexists", shuffle=False,
                   compression=compression, segmentBytes=segment_bytes)
     else:
         segments = discover(src)

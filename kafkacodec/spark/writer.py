@@ -107,11 +107,16 @@ class KafkaLogWriter(DataSourceArrowWriter):
         abort(store, root, self.job)
 
 
-def write_log(df: DataFrame, path: str, *, mode: str = "errorifexists", **options: Any) -> None:
+def write_log(df: DataFrame, path: str, *, mode: str = "errorifexists", shuffle: bool = True,
+              **options: Any) -> None:
     """Write `df` as a Kafka log directory at `path` (a local path or a URI) with any of Spark's
-    save modes (errorifexists, append, overwrite, ignore).  Rows are repartitioned by topic and
-    partition and sorted by offset (by timestamp without an offset column) first, so each
-    partition is written whole by one task; options as the "kafkalog" format's."""
+    save modes (errorifexists, append, overwrite, ignore); options as the "kafkalog" format's.
+
+    shuffle=True: rows are repartitioned by topic and partition and sorted by offset (by
+    timestamp without an offset column) first, so each partition is written whole by one task.
+    shuffle=False keeps the DataFrame's partitioning (no shuffle): still exact, the commit
+    merges what tasks wrote of one partition out of order on the driver; the fast way when the
+    input partitions already hold offset-ordered stretches (a Parquet copy of a log)."""
     from kafkacodec.spark.datasource import register
 
     save_mode = _MODE_ALIASES.get(mode.lower(), mode.lower())
@@ -120,7 +125,7 @@ def write_log(df: DataFrame, path: str, *, mode: str = "errorifexists", **option
     columns = df.columns
     keys = [c for c in ("topic", "partition") if c in columns]
     order = [c for c in ("offset", "timestamp") if c in columns][:1]
-    if order:              # without either, the input order is the order: no shuffle
+    if shuffle and order:  # without either, the input order is the order: no shuffle
         df = (df.repartition(*keys) if keys else df.coalesce(1)).sortWithinPartitions(*keys, *order)
     register(df.sparkSession)
     writer = df.write.format("kafkalog").mode("overwrite" if save_mode == "overwrite" else "append")
