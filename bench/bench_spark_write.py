@@ -9,12 +9,15 @@
 - shuffled, plain      : the rows in random order through the plain format (the commit merges
                          runs of one partition on the driver): a tenth of the data
 - parquet (peer)       : the same source rows written by Spark's native Parquet writer
+- ceiling              : a Python DataSourceArrowWriter that only counts its Arrow batches (what
+                         Spark's Python write path carries here, encoder-free)
 
-Every path reads the log (or its Parquet copy) again, so each rate includes that read.  Not a
-CI test:
+Every path reads the log (or its Parquet copy) again, so each rate includes that read.  Use 2
+rounds or more: the first job of a path also starts and imports its Python workers.  Not a CI
+test:
 
     SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=/work/venv/bin/python \\
-        /work/venv/bin/python bench/bench_spark_write.py [records]
+        /work/venv/bin/python bench/bench_spark_write.py [records [rounds]]
 """
 
 from __future__ import annotations
@@ -33,11 +36,12 @@ from bench_spark import timed  # noqa: E402
 from bench_spark import write_log as make_log  # noqa: E402
 
 
-def main(records: int = 4_000_000) -> None:
+def main(records: int = 4_000_000, rounds: int = 2) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
     from kafkacodec.spark import register, write_log
     from kafkacodec.spark.job import convert
@@ -60,7 +64,6 @@ def main(records: int = 4_000_000) -> None:
                 "key", "value", "topic", "partition", "offset", "timestamp", "headers")
 
         source().write.parquet(str(tmp / "pq"))
-        rounds = 2
         plain = timed("kafkalog -> kafkalog", records, lambda: source().write.format("kafkalog")
                       .mode("append").save(str(next(fresh))), rounds)
         timed("write_log", records, lambda: write_log(source(), str(next(fresh))), rounds)
@@ -69,11 +72,29 @@ def main(records: int = 4_000_000) -> None:
         timed("shuffled, plain", tenth, lambda: source().limit(tenth).orderBy(F.rand(1)).write
               .format("kafkalog").mode("append").save(str(next(fresh))), rounds)
         parquet = timed("parquet (peer)", records, lambda: source().write.parquet(str(next(fresh))), rounds)
-        print(f"kafkalog writer: {plain / parquet:.0%} of Spark's Parquet writer on the same rows")
+
+        class CountingWriter(DataSourceArrowWriter):
+            def write(self, iterator):
+                sum(rb.num_rows for rb in iterator)
+                return WriterCommitMessage()
+
+        class Ceiling(DataSource):
+            @classmethod
+            def name(cls):
+                return "kc_write_ceiling"
+
+            def writer(self, schema, overwrite):
+                return CountingWriter()
+
+        spark.dataSource.register(Ceiling)
+        ceiling = timed("ceiling (no encode)", records, lambda: source().write.format("kc_write_ceiling")
+                        .mode("append").save(), rounds)
+        print(f"kafkalog writer: {plain / ceiling:.0%} of the encoder-free Python writer, "
+              f"{plain / parquet:.0%} of Spark's Parquet writer on the same rows")
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 4_000_000)
+    main(*(int(a) for a in sys.argv[1:3]))
