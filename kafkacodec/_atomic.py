@@ -1,6 +1,7 @@
 """Writing files without losing data: a temporary file beside the target, fsync, rename.
 
-Every command and writer that produces a file goes through `atomic_output`: the target either
+Every command and writer that produces a file goes through `atomic_output` (a directory:
+`atomic_directory`): the target either
 keeps its old content or gets the complete new content, never a half-written file; a failure
 removes only the temporary file the call created; and an output that is the input (same path,
 a symlink or a hard link to it) is refused before anything is opened for writing.  A target
@@ -13,10 +14,10 @@ import contextlib
 import os
 import stat
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO, Union
 
-__all__ = ["atomic_output", "same_file", "fsync_directory", "SameFileError"]
+__all__ = ["atomic_output", "atomic_directory", "same_file", "fsync_directory", "SameFileError"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -129,3 +130,85 @@ def atomic_output(target: PathLike, *, inputs: Iterable[PathLike] = (),
             exc.filename = given          # a failed flush or fsync (ENOSPC...): name the output
         raise
     fsync_directory(directory)
+
+
+def _new_dir_beside(directory: str, name: str) -> str:
+    while True:
+        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.mkdir(tmp)
+            return tmp
+        except FileExistsError:
+            continue
+
+
+@contextlib.contextmanager
+def atomic_directory(target: PathLike, *, inputs: Iterable[PathLike] = (), overwrite: bool = False,
+                     replaceable: Callable[[str], bool] = lambda name: False) -> Iterator[str]:
+    """A new temporary directory `.NAME.<random>.tmp` beside `target` for a writer to fill; on a
+    clean exit it becomes `target`: renamed to it when `target` does not exist, else its entries
+    are moved into `target` (an existing directory keeps its owner and mode) and (only with
+    `overwrite`) replace the entries of `target` for which
+    `replaceable(name)` is true (what an earlier run of the same writer left), which are moved
+    aside first and removed only after every new entry is in place.  Other entries of `target`
+    (files the writer did not create) are never touched; a new entry whose name one of them
+    holds is refused.  On an exception, or a failed replacement, the temporary directory is
+    removed and `target` is left as it was.
+
+    Refuses (SameFileError) a target that is one of `inputs` or inside one of them, and
+    (FileExistsError) a non-empty target without `overwrite`."""
+    target = os.path.abspath(os.fspath(target))
+    for source in inputs:
+        src = os.path.abspath(os.fspath(source))
+        if same_file(source, target) or target.startswith(src.rstrip(os.sep) + os.sep):
+            raise SameFileError(f"{target}: the output is (inside) the input {src}; write elsewhere")
+    if os.path.lexists(target) and not os.path.isdir(target):
+        raise FileExistsError(f"{target} exists and is not a directory")
+    existing = sorted(os.listdir(target)) if os.path.isdir(target) else []
+    if existing and not overwrite:
+        raise FileExistsError(f"{target} is not empty ({len(existing)} entries); choose another "
+                              "output or allow overwriting")
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    tmp = _new_dir_beside(parent, os.path.basename(target))
+    try:
+        yield tmp
+        _install_directory(tmp, target, replaceable)
+    except BaseException:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _install_directory(tmp: str, target: str, replaceable: Callable[[str], bool]) -> None:
+    import shutil
+
+    if not os.path.isdir(target):
+        os.rename(tmp, target)
+        fsync_directory(os.path.dirname(target))
+        return
+    current = set(os.listdir(target))
+    new = sorted(os.listdir(tmp))
+    kept = sorted(n for n in current if not replaceable(n))
+    clash = sorted(set(new) & set(kept))
+    if clash:
+        raise FileExistsError(f"{target}: {', '.join(clash)} exist and were not written by this "
+                              "command; not replacing them")
+    aside = _new_dir_beside(os.path.dirname(target), os.path.basename(target) + ".replaced")
+    moved: list[tuple[str, str]] = []          # (from, to), undone in reverse on failure
+    try:
+        for name in sorted(current - set(kept)):
+            os.rename(os.path.join(target, name), os.path.join(aside, name))
+            moved.append((os.path.join(target, name), os.path.join(aside, name)))
+        for name in new:
+            os.rename(os.path.join(tmp, name), os.path.join(target, name))
+            moved.append((os.path.join(tmp, name), os.path.join(target, name)))
+    except BaseException:
+        for src, dst in reversed(moved):
+            with contextlib.suppress(OSError):
+                os.rename(dst, src)
+        os.rmdir(aside)
+        raise
+    fsync_directory(target)
+    shutil.rmtree(aside, ignore_errors=True)
+    os.rmdir(tmp)

@@ -512,13 +512,23 @@ def cmd_spark_convert(args: argparse.Namespace) -> int:
         raise CliError(f"{src}: no such file or directory", EXIT_INPUT)
     from pyspark.sql import SparkSession
 
+    from kafkacodec._atomic import SameFileError
+
+    conf = {}
+    for item in args.conf:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise CliError(f"--conf {item!r}: use KEY=VALUE (a Spark property)", EXIT_USAGE)
+        conf[name.strip()] = value
     owned = SparkSession.getActiveSession() is None
-    spark = make_session(args.master)
+    spark = make_session(args.master, conf=conf)
     try:
         with Progress(None, "spark", enabled=False if args.no_progress else None) as bar, \
                 StageProgress(spark, bar):
             s = convert(spark, src, args.output, compression=args.compression, mode=args.mode,
-                        validate_crc=not args.no_crc)
+                        validate_crc=not args.no_crc, overwrite=args.overwrite)
+    except (FileExistsError, SameFileError) as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
     finally:
         if owned:
             spark.stop()
@@ -633,17 +643,25 @@ def build_parser() -> argparse.ArgumentParser:
         "convert", formatter_class=fmt,
         help="segments -> Parquet, or Parquet -> segments",
         description="Convert Kafka log segments to Parquet (Spark's Kafka schema + batch columns), "
-                    "or Parquet with key/value/topic/partition(/timestamp/headers) back to segments. "
-                    "The direction follows IN: a directory of .parquet files is written as segments.",
+                    "or Parquet with key/value/topic/partition(/offset/timestamp/headers) back to "
+                    "segments, every partition in offset order with its offsets. The direction "
+                    "follows IN: a directory of .parquet files is written as segments. OUT must be "
+                    "empty or new unless --overwrite; the output appears at once when complete.",
         epilog="examples:\n  kafkacodec spark convert /var/kafka-logs /data/kafka-parquet\n"
                "  kafkacodec spark convert --compression zstd /data/kafka-parquet /tmp/log\n"
                "  kafkacodec spark convert --master spark://host:7077 /shared/log /shared/parquet\n"
+               "  kafkacodec spark convert --master spark://host:7077 --conf spark.archives=env.tar.gz#env \\\n"
+               "      --conf spark.pyspark.python=./env/bin/python /shared/log /shared/parquet\n"
                "  kafkacodec spark convert --sample /tmp/sample-log /tmp/parquet\n\n" + EXIT_CODES)
     sc.add_argument("input", metavar="IN", nargs="?")
     sc.add_argument("output", metavar="OUT", nargs="?")
     sc.add_argument("--sample", metavar="DIR", help="first generate the sample log in DIR and convert it")
     sc.add_argument("--sample-records-per-batch", type=int, default=20, help=argparse.SUPPRESS)
     sc.add_argument("--master", help="Spark master URL (default: local[*])")
+    sc.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark property (repeatable), e.g. spark.executor.memory=4g")
+    sc.add_argument("--overwrite", action="store_true",
+                    help="replace what an earlier conversion wrote in a non-empty OUT (other files stay)")
     sc.add_argument("--compression", default="none", choices=CODEC_NAMES,
                     help="codec of the written batches (Parquet -> segments)")
     sc.add_argument("--mode", default="PERMISSIVE", choices=("FAILFAST", "PERMISSIVE"),

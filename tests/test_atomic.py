@@ -2,6 +2,7 @@
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +105,42 @@ def test_errors_name_the_directory_not_the_temporary_file(tmp_path):
         with atomic_output(tmp_path / "missing" / "out.log"):
             pytest.fail("opened for writing")
     assert error.value.filename == str(tmp_path / "missing")
+
+
+def test_atomic_directory_new_target(tmp_path):
+    from kafkacodec._atomic import atomic_directory
+
+    target = tmp_path / "out"
+    with atomic_directory(target) as tmp:
+        assert os.path.dirname(tmp) == str(tmp_path) and not target.exists()
+        (Path(tmp) / "part-0").write_bytes(b"x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert (target / "part-0").read_bytes() == b"x"
+
+
+def test_atomic_directory_keeps_what_it_did_not_write(tmp_path):
+    from kafkacodec._atomic import atomic_directory
+
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    (target / "part-old").write_text("old")
+    with pytest.raises(FileExistsError, match="not empty"):
+        with atomic_directory(target):
+            pass
+    with pytest.raises(RuntimeError):
+        with atomic_directory(target, overwrite=True, replaceable=lambda n: n.startswith("part-")) as tmp:
+            (Path(tmp) / "part-new").write_text("new")
+            raise RuntimeError("the writer failed")
+    assert sorted(p.name for p in target.iterdir()) == ["notes.txt", "part-old"]
+    with pytest.raises(FileExistsError, match="notes.txt"):
+        with atomic_directory(target, overwrite=True, replaceable=lambda n: n.startswith("part-")) as tmp:
+            (Path(tmp) / "notes.txt").write_text("clash")
+    assert (target / "notes.txt").read_text() == "mine"
+    with atomic_directory(target, overwrite=True, replaceable=lambda n: n.startswith("part-")) as tmp:
+        (Path(tmp) / "part-new").write_text("new")
+    assert sorted(p.name for p in target.iterdir()) == ["notes.txt", "part-new"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]          # nothing left beside it
+    with pytest.raises(SameFileError):
+        with atomic_directory(target / "sub", inputs=[target]):
+            pass

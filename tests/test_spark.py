@@ -176,10 +176,10 @@ def test_write_read_back_with_kafka_python(spark, log_dir, tmp_path):
     (src.repartition(3)
      .write.format("kafkalog").option("compression", "zstd").option("segmentBytes", 8000)
      .option("batchSize", 2000).option("baseOffset", 1000).mode("overwrite").save(str(out)))
-    assert not list(out.glob("_kafkalog_staging_*"))
+    assert not list(out.glob("_kafkalog_temporary*")) and (out / "_SUCCESS").exists()
     expected = {(r.topic, r.partition, bytes(r.value) if r.value is not None else None) for r in src.collect()}
     seen = set()
-    for tp in sorted(p for p in out.iterdir()):
+    for tp in sorted(p for p in out.iterdir() if p.is_dir()):
         files = sorted(tp.glob("*.log"))
         assert len(files) > 1
         next_offset = 1000

@@ -3,11 +3,19 @@
 `convert(spark, src, dst)` picks the direction from `src` (a Parquet directory, or Kafka log
 segments) and counts, in the same pass, records, bytes, per-topic records and corrupt entries
 (CRC failures included) through accumulators.
+
+Nothing is lost or reordered: the Parquet rows keep topic, partition and offset, and Parquet ->
+segments writes every partition in offset order with those offsets (`write_log`).  A non-empty
+`dst` is refused unless `overwrite`; then only what an earlier conversion wrote there (Spark's
+part files and `_SUCCESS`, or `<topic>-<partition>` directories) is replaced, other files stay.
+The output appears at once: Parquet is written to a temporary directory beside `dst` and moved
+in, segments are committed by the kafkalog writer (staged, then renamed).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import threading
 import time
@@ -25,9 +33,11 @@ if TYPE_CHECKING:
 
     from kafkacodec._progress import Progress
 
-__all__ = ["convert", "ConvertSummary", "make_session", "StageProgress"]
+__all__ = ["convert", "ConvertSummary", "make_session", "session_conf", "StageProgress"]
 
 CORRUPT_COLUMN = "_corrupt_record"
+# What Spark's file writers leave in an output directory (replaced by --overwrite).
+SPARK_OUTPUT_RE = re.compile(r"^(part-.*|\.part-.*\.crc|_SUCCESS|\._SUCCESS\.crc|_committed_.*|_started_.*)$")
 
 
 class _DictSum(AccumulatorParam[dict[str, int]]):
@@ -75,15 +85,44 @@ def _dir_bytes(path: str | os.PathLike[str]) -> int:
     return total
 
 
+def _check_output(src: str, dst: str, overwrite: bool) -> None:
+    """Refuse, before any Spark work, an output that is (inside) the input or not empty."""
+    from kafkacodec._atomic import SameFileError
+
+    if "://" in dst:
+        return
+    if os.path.abspath(dst) == os.path.abspath(src) or \
+            os.path.abspath(dst).startswith(os.path.abspath(src).rstrip(os.sep) + os.sep):
+        raise SameFileError(f"{dst}: the output is (inside) the input {src}; write elsewhere")
+    if os.path.lexists(dst) and not os.path.isdir(dst):
+        raise FileExistsError(f"{dst} exists and is not a directory")
+    if os.path.isdir(dst) and os.listdir(dst) and not overwrite:
+        raise FileExistsError(f"{dst} is not empty; give --overwrite to replace what an earlier "
+                              "conversion wrote there (other files are kept), or another output")
+
+
 def _is_parquet(path: str | os.PathLike[str]) -> bool:
     p = Path(path)
     return p.is_dir() and any(f.suffix == ".parquet" for f in p.rglob("*.parquet"))
 
 
+def session_conf(master: str, conf: dict[str, Any] | None = None) -> dict[str, str]:
+    """The Spark properties make_session sets.  Local masters run Python workers with this
+    interpreter and this kafkacodec (same host: its path works for them even from a source
+    checkout).  On a cluster the executors import kafkacodec from their own Python
+    (PYSPARK_PYTHON or spark.pyspark.python: the same environment on every node, or a packed
+    one shipped with spark.archives): no path of the driver's is handed to them."""
+    props = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    if master.startswith("local"):
+        props["spark.executorEnv.PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    props.update({k: str(v) for k, v in (conf or {}).items()})
+    return props
+
+
 def make_session(master: str | None = None, app: str = "kafkacodec",
                  conf: dict[str, Any] | None = None) -> SparkSession:
-    """A SparkSession (local[*] unless master is given) whose Python workers import this
-    kafkacodec, registered with the "kafkalog" format."""
+    """A SparkSession (local[*] unless master is given) with session_conf(), registered with
+    the "kafkalog" format."""
     import sys
 
     from pyspark.sql import SparkSession
@@ -94,12 +133,8 @@ def make_session(master: str | None = None, app: str = "kafkacodec",
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    package_root = str(Path(__file__).resolve().parents[2])
-    builder = (SparkSession.builder.master(master).appName(app)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.executorEnv.PYTHONPATH", package_root))
-    for k, v in (conf or {}).items():
+    builder = SparkSession.builder.master(master).appName(app)
+    for k, v in session_conf(master, conf).items():
         builder = builder.config(k, v)
     # Python workers run `python -m pyspark.daemon` in the JVM's working directory, first on
     # their sys.path: start the JVM outside any source checkout that would shadow this package.
@@ -152,12 +187,17 @@ class StageProgress:
 
 def convert(spark: SparkSession, src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
             compression: str = "none", mode: str = "PERMISSIVE",
-            validate_crc: bool = True, segment_bytes: int = 1 << 30) -> ConvertSummary:
+            validate_crc: bool = True, segment_bytes: int = 1 << 30,
+            overwrite: bool = False) -> ConvertSummary:
     """Convert `src` to `dst`: segments -> Parquet, or Parquet -> segments when `src` holds
-    Parquet files.  `dst` is replaced."""
+    Parquet files.  A non-empty `dst` is refused unless `overwrite` (see the module doc)."""
+    from kafkacodec._atomic import atomic_directory
+    from kafkacodec.spark.writer import write_log
+
     start = time.monotonic()
     # Executors do not share the driver's working directory: hand Spark absolute local paths.
     src, dst = (str(p) if "://" in str(p) else os.path.abspath(p) for p in (src, dst))
+    _check_output(src, dst, overwrite)
     sc = spark.sparkContext
     records = sc.accumulator(0)
     payload = sc.accumulator(0)
@@ -191,8 +231,10 @@ def convert(spark: SparkSession, src: str | os.PathLike[str], dst: str | os.Path
         df = spark.read.parquet(str(src))
         summary = ConvertSummary("parquet->segments", str(src), str(dst), input_bytes=_dir_bytes(src))
         counted = df.mapInArrow(count, df.schema)
-        (counted.write.format("kafkalog").option("compression", compression)
-         .option("segmentBytes", segment_bytes).mode("overwrite").save(str(dst)))
+        # Parquet written by this job holds each segment's rows in offset order: no shuffle,
+        # the commit only renames (and merges what arrives out of order).
+        write_log(counted, str(dst), mode="overwrite" if overwrite else "errorifexists", shuffle=False,
+                  compression=compression, segmentBytes=segment_bytes)
     else:
         segments = discover(src)
         summary = ConvertSummary("segments->parquet", str(src), str(dst),
@@ -201,7 +243,13 @@ def convert(spark: SparkSession, src: str | os.PathLike[str], dst: str | os.Path
               .option("validateCrc", str(validate_crc).lower()).load(str(src)))
         out_schema = df.schema if mode != "PERMISSIVE" else \
             df.drop(CORRUPT_COLUMN).schema
-        df.mapInArrow(count, out_schema).write.mode("overwrite").parquet(str(dst))
+        counted = df.mapInArrow(count, out_schema)
+        if "://" in str(dst):
+            counted.write.mode("overwrite" if overwrite else "errorifexists").parquet(str(dst))
+        else:
+            with atomic_directory(dst, inputs=[src], overwrite=overwrite,
+                                  replaceable=lambda name: bool(SPARK_OUTPUT_RE.match(name))) as tmp:
+                counted.write.mode("overwrite").parquet(tmp)      # our own, empty, directory
     summary.records = records.value
     summary.value_bytes = payload.value
     summary.per_topic = dict(sorted(per_topic.value.items()))

@@ -1,127 +1,134 @@
-"""`df.write.format("kafkalog")`: DataFrame rows encoded into v2 batches by the tasks and laid
-out as a Kafka log directory on commit."""
+"""`df.write.format("kafkalog")` and `write_log(df, path)`: DataFrame rows laid out as a Kafka log
+directory, every (topic, partition) in offset order with its offsets, committed all at once
+(see kafkacodec.logdir._write for the steps and the save modes).
+
+Spark refuses the save modes errorifexists and ignore for every Python data source before any
+Python runs (UNSUPPORTED_DATA_SOURCE_SAVE_MODE), and a Python writer cannot ask Spark to group
+or sort its input: `write_log` does both (a repartition by topic and partition plus a sort by
+offset, so each partition is written by one task and the commit only renames), and the plain
+format stays exact by merging on the driver what tasks wrote of one partition out of order.
+"""
 
 from __future__ import annotations
 
-import shutil
-import uuid
-from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Sequence, cast
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
-from kafkacodec.logdir import Options, write_partition
+from kafkacodec.logdir import Options
+from kafkacodec.logdir._store import open_store
+from kafkacodec.logdir._write import (SAVE_MODES, STAGING, Run, TaskWriter, abort, check_target, commit,
+                                      new_job_id, next_offsets)
 from kafkacodec.spark._options import path_option
 
-__all__ = ["KafkaLogWriter"]
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
-# staged batches of one task: (topic, partition) -> (staging file, records, bytes)
-Staged = dict[tuple[str, int], tuple[str, int, int]]
+__all__ = ["KafkaLogWriter", "write_log"]
+
+_MODE_ALIASES = {"error": "errorifexists", "default": "errorifexists"}
 
 
 class _Commit(WriterCommitMessage):
-    def __init__(self, task: int, staged: Staged):
-        self.task = task
-        self.staged = staged            # (topic, partition) -> (staging file, records, bytes)
+    def __init__(self, runs: list[Run]):
+        self.runs = runs
 
 
 class KafkaLogWriter(DataSourceArrowWriter):
-    """Each task encodes its rows into v2 batches per topic-partition in a staging file with
-    offsets from 0; commit() on the driver lays them out in task order with dense offsets
-    from baseOffset (or after the existing data), rolling segments at segmentBytes."""
+    """Runs on the driver (construction, commit, abort) and, pickled, in every task (write)."""
 
     def __init__(self, options: Options, overwrite: bool):
         from kafkacodec._types import compression_of
 
+        self.options = options
         self.path = path_option(options)
-        self.overwrite = overwrite
+        mode = str(options.get("saveMode", "overwrite" if overwrite else "append")).lower()
+        self.mode = _MODE_ALIASES.get(mode, mode)
+        if self.mode not in SAVE_MODES:
+            raise ValueError(f"kafkalog write: saveMode={mode!r}: use one of {', '.join(SAVE_MODES)}")
+        if overwrite != (self.mode == "overwrite"):
+            raise ValueError(f"kafkalog write: saveMode={self.mode} needs .mode("
+                             f"{'overwrite' if self.mode == 'overwrite' else 'append'!r})")
+        self.partition_overwrite = str(options.get("partitionOverwriteMode", "static")).lower()
+        if self.partition_overwrite not in ("static", "dynamic"):
+            raise ValueError("kafkalog write: partitionOverwriteMode: use static or dynamic")
         self.topic = options.get("topic")
         self.partition = options.int("partition", 0)
         self.codec = int(compression_of(options.get("compression", "none")))
         self.batch_bytes = options.int("batchSize", 16384)
         self.segment_bytes = options.int("segmentBytes", 1 << 30)
         self.base_offset = options.int("baseOffset", 0)
-        self.job = uuid.uuid4().hex[:12]
+        self.buffer_bytes = options.int("sortBufferBytes", 64 << 20)
+        self.job = new_job_id()
+        store, self.root = self._store()
+        self.write_nothing = not check_target(store, self.root, self.mode)
+        # An append numbers rows without an offset column on from each partition's end: the
+        # tasks need those offsets, and commit() checks that they did not move meanwhile.
+        self.expected_next = next_offsets(store, self.root) \
+            if self.mode == "append" and not self.write_nothing else {}
 
-    @property
-    def staging(self) -> Path:
-        return Path(self.path) / f"_kafkalog_staging_{self.job}"
+    def _store(self) -> Any:
+        return open_store(self.path, {k: v for k, v in self.options._values.items() if k.startswith("fs.")})
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Commit:
-        import numpy as np
-        import pyarrow.compute as pc
         from pyspark import TaskContext
 
-        from kafkacodec._arrow import encode_v2
-
+        if self.write_nothing:
+            for _ in iterator:
+                pass
+            return _Commit([])
         ctx = TaskContext.get()
-        task = ctx.partitionId() if ctx else 0
-        folder = self.staging / f"task-{task:06d}-{uuid.uuid4().hex[:8]}"
-        folder.mkdir(parents=True, exist_ok=True)
-        files: dict[tuple[str, int], BinaryIO] = {}
-        staged: Staged = {}
+        store, root = self._store()
+        writer = TaskWriter(store, store.join(root, STAGING, self.job), task=ctx.partitionId() if ctx else 0,
+                            codec=self.codec, batch_bytes=self.batch_bytes, segment_bytes=self.segment_bytes,
+                            next_offsets=self.expected_next, base_offset=self.base_offset,
+                            topic=self.topic, partition=self.partition, buffer_bytes=self.buffer_bytes)
         try:
             for rb in iterator:
-                names = rb.schema.names
-                if "value" not in names:
-                    raise ValueError("kafkalog write needs a 'value' column (binary or string)")
-                n = rb.num_rows
-                value = rb.column("value").cast(pa.binary())
-                key = rb.column("key").cast(pa.binary()) if "key" in names else pa.nulls(n, pa.binary())
-                if "timestamp" in names:
-                    ts = rb.column("timestamp").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-                    ts = pc.fill_null(pc.floor(pc.divide(ts.cast(pa.float64()), 1000)), -1).cast(pa.int64())
-                    ts = np.ascontiguousarray(ts.to_numpy(zero_copy_only=False), dtype=np.int64)
-                else:
-                    ts = np.full(n, -1, dtype=np.int64)
-                headers = rb.column("headers") if "headers" in names else None
-                if "topic" in names:
-                    topics = rb.column("topic")
-                elif self.topic:
-                    topics = pa.array([self.topic] * n, pa.string())
-                else:
-                    raise ValueError("kafkalog write needs a 'topic' column or the option topic")
-                parts = rb.column("partition") if "partition" in names else pa.array(np.full(n, self.partition, np.int32))
-                table = pa.table({"t": topics, "p": parts.cast(pa.int32()), "i": np.arange(n)})
-                for group in table.group_by(["t", "p"], use_threads=False).aggregate([("i", "list")]).to_pylist():
-                    topic, partition, rows = group["t"], group["p"], pa.array(group["i_list"])
-                    if topic is None or partition is None:
-                        raise ValueError("kafkalog write: a row has a null topic or partition")
-
-                    def take(column: Any) -> Any:
-                        return column.take(rows)
-
-                    data, _ = encode_v2(take(key), take(value), ts[np.asarray(rows)],
-                                        take(headers) if headers is not None else None,
-                                        codec=self.codec, batch_bytes=self.batch_bytes,
-                                        base_offset=staged.get((topic, partition), (0, 0, 0))[1],
-                                        )
-                    tp = (topic, partition)
-                    if tp not in files:
-                        files[tp] = open(folder / f"{topic}-{partition}.batches", "wb")
-                    files[tp].write(data)
-                    _, records, size = staged.get(tp, (None, 0, 0))
-                    staged[tp] = (str(folder / f"{topic}-{partition}.batches"), records + len(rows), size + len(data))
-        finally:
-            for f in files.values():
-                f.close()
-        return _Commit(task, staged)
+                writer.add(rb)
+            return _Commit(writer.close())
+        except BaseException:
+            writer.discard()
+            raise
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
-        root = Path(self.path)
-        by_tp: dict[tuple[str, int], list[tuple[int, str, int]]] = {}
-        commits = [cast(_Commit, m) for m in messages if m is not None]    # what write() returned
-        for m in sorted(commits, key=lambda m: m.task):
-            for tp, (staged_file, records, _) in m.staged.items():
-                by_tp.setdefault(tp, []).append((m.task, staged_file, records))
-        try:
-            for (topic, partition), parts in sorted(by_tp.items()):
-                write_partition(root / f"{topic}-{partition}", [p[1] for p in parts],
-                                base_offset=self.base_offset, segment_bytes=self.segment_bytes,
-                                overwrite=self.overwrite)
-        finally:
-            shutil.rmtree(self.staging, ignore_errors=True)
+        store, root = self._store()
+        if self.write_nothing:
+            abort(store, root, self.job)
+            return
+        runs = [run for m in messages if m is not None for run in cast(_Commit, m).runs]
+        commit(store, root, self.job, runs, mode=self.mode, partition_overwrite=self.partition_overwrite,
+               codec=self.codec, batch_bytes=self.batch_bytes, segment_bytes=self.segment_bytes,
+               base_offset=self.base_offset, expected_next=self.expected_next)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+        store, root = self._store()
+        abort(store, root, self.job)
+
+
+def write_log(df: DataFrame, path: str, *, mode: str = "errorifexists", shuffle: bool = True,
+              **options: Any) -> None:
+    """Write `df` as a Kafka log directory at `path` (a local path or a URI) with any of Spark's
+    save modes (errorifexists, append, overwrite, ignore); options as the "kafkalog" format's.
+
+    shuffle=True: rows are repartitioned by topic and partition and sorted by offset (by
+    timestamp without an offset column) first, so each partition is written whole by one task.
+    shuffle=False keeps the DataFrame's partitioning (no shuffle): still exact, the commit
+    merges what tasks wrote of one partition out of order on the driver; the fast way when the
+    input partitions already hold offset-ordered stretches (a Parquet copy of a log)."""
+    from kafkacodec.spark.datasource import register
+
+    save_mode = _MODE_ALIASES.get(mode.lower(), mode.lower())
+    if save_mode not in SAVE_MODES:
+        raise ValueError(f"write_log: mode={mode!r}: use one of {', '.join(SAVE_MODES)}")
+    columns = df.columns
+    keys = [c for c in ("topic", "partition") if c in columns]
+    order = [c for c in ("offset", "timestamp") if c in columns][:1]
+    if shuffle and order:  # without either, the input order is the order: no shuffle
+        df = (df.repartition(*keys) if keys else df.coalesce(1)).sortWithinPartitions(*keys, *order)
+    register(df.sparkSession)
+    writer = df.write.format("kafkalog").mode("overwrite" if save_mode == "overwrite" else "append")
+    for name, value in {"saveMode": save_mode, **options}.items():
+        writer = writer.option(name, str(value) if not isinstance(value, str) else value)
+    writer.save(path)

@@ -1,0 +1,220 @@
+"""Where a writer's files go: a local directory (written with fsync, renamed with os.rename) or
+a URI through pyarrow.fs (`s3://`, `s3a://` and `s3n://` as `s3://`, `gs://`, `hdfs://`,
+`file://`).
+
+Storage options use Hadoop's S3A names, as a Spark user already sets them
+(`spark.hadoop.fs.s3a.endpoint` ...): `fs.s3a.endpoint`, `fs.s3a.endpoint.region`,
+`fs.s3a.access.key`, `fs.s3a.secret.key`, `fs.s3a.session.token`,
+`fs.s3a.connection.ssl.enabled`, `fs.s3a.path.style.access`.  Without them pyarrow's defaults
+apply (the AWS_* environment variables, ~/.aws, the instance role).
+
+Renames are atomic on a local file system; on object stores a "move" is a copy and a delete
+per object (no store offers more), so a commit there is all-or-nothing through its rollback,
+not through the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+from typing import Any, BinaryIO
+from urllib.parse import urlsplit
+
+from kafkacodec._atomic import fsync_directory
+
+__all__ = ["Store", "LocalStore", "ArrowStore", "open_store", "is_uri"]
+
+# Hadoop's S3A option -> pyarrow.fs.S3FileSystem argument
+_S3A_OPTIONS = {"fs.s3a.access.key": "access_key", "fs.s3a.secret.key": "secret_key",
+                "fs.s3a.session.token": "session_token", "fs.s3a.endpoint.region": "region"}
+
+
+def is_uri(path: str) -> bool:
+    """True for `scheme://...` (a Windows drive letter `C:\\` is a path)."""
+    scheme = urlsplit(path).scheme
+    return len(scheme) > 1 and "://" in path
+
+
+class Store:
+    """The file operations a writer needs, on paths joined with '/'."""
+
+    def join(self, *parts: str) -> str:
+        return "/".join(p.rstrip("/") for p in parts if p)
+
+    def exists(self, path: str) -> bool: raise NotImplementedError
+    def is_dir(self, path: str) -> bool: raise NotImplementedError
+    def listdir(self, path: str) -> list[str]: raise NotImplementedError
+    def makedirs(self, path: str) -> None: raise NotImplementedError
+    def size(self, path: str) -> int: raise NotImplementedError
+    def read_bytes(self, path: str) -> bytes: raise NotImplementedError
+
+    def mapped(self, path: str) -> contextlib.AbstractContextManager[Any]:
+        """The file's bytes as a buffer for the duration of the block."""
+        return contextlib.nullcontext(self.read_bytes(path))
+    def open_write(self, path: str) -> contextlib.AbstractContextManager[BinaryIO]: raise NotImplementedError
+    def move(self, src: str, dst: str) -> None: raise NotImplementedError
+    def remove_tree(self, path: str) -> None: raise NotImplementedError
+    def remove_file(self, path: str) -> None: raise NotImplementedError
+
+    def sync_dir(self, path: str) -> None:
+        """Make renames into `path` durable (local file systems only)."""
+
+    def describe(self, path: str) -> str:
+        return path
+
+
+class LocalStore(Store):
+    """A local directory: files fsync'ed on close, directories fsync'ed after renames."""
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path) and not os.path.islink(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def size(self, path: str) -> int:
+        return os.path.getsize(path)
+
+    def read_bytes(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    @contextlib.contextmanager
+    def mapped(self, path: str) -> Iterator[Any]:
+        """A read-only memory map (pages are read as the decoder reaches them)."""
+        import mmap
+
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                yield b""
+                return
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                yield m
+
+    @contextlib.contextmanager
+    def open_write(self, path: str) -> Iterator[BinaryIO]:
+        with open(path, "xb") as f:               # never replaces a file
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+
+    def move(self, src: str, dst: str) -> None:
+        if os.path.lexists(dst):
+            raise FileExistsError(f"{dst} exists; not replacing it")
+        os.rename(src, dst)
+
+    def remove_tree(self, path: str) -> None:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
+
+    def remove_file(self, path: str) -> None:
+        os.unlink(path)
+
+    def sync_dir(self, path: str) -> None:
+        fsync_directory(path)
+
+
+class ArrowStore(Store):
+    """A pyarrow.fs file system (object stores, HDFS); `prefix` is the URI's scheme part, for
+    messages."""
+
+    def __init__(self, fs: Any, prefix: str):
+        self.fs = fs
+        self.prefix = prefix
+
+    def _info(self, path: str) -> Any:
+        return self.fs.get_file_info(path)
+
+    def exists(self, path: str) -> bool:
+        from pyarrow.fs import FileType
+        return bool(self._info(path).type != FileType.NotFound)
+
+    def is_dir(self, path: str) -> bool:
+        from pyarrow.fs import FileType
+        return bool(self._info(path).type == FileType.Directory)
+
+    def listdir(self, path: str) -> list[str]:
+        from pyarrow.fs import FileSelector
+        if not self.is_dir(path):
+            return []
+        return sorted(i.base_name for i in self.fs.get_file_info(FileSelector(path)))
+
+    def makedirs(self, path: str) -> None:
+        self.fs.create_dir(path, recursive=True)
+
+    def size(self, path: str) -> int:
+        return int(self._info(path).size)
+
+    def read_bytes(self, path: str) -> bytes:
+        with self.fs.open_input_stream(path) as f:
+            return bytes(f.read())
+
+    @contextlib.contextmanager
+    def open_write(self, path: str) -> Iterator[BinaryIO]:
+        if self.exists(path):
+            raise FileExistsError(f"{self.describe(path)} exists; not replacing it")
+        with self.fs.open_output_stream(path) as f:
+            yield f
+
+    def move(self, src: str, dst: str) -> None:
+        if self.exists(dst):
+            raise FileExistsError(f"{self.describe(dst)} exists; not replacing it")
+        if self.is_dir(src):                      # object stores move objects, not folders
+            self.makedirs(dst)
+            for name in self.listdir(src):
+                self.move(self.join(src, name), self.join(dst, name))
+            self.fs.delete_dir(src)
+        else:
+            self.fs.move(src, dst)
+
+    def remove_tree(self, path: str) -> None:
+        if self.is_dir(path):
+            self.fs.delete_dir(path)
+        elif self.exists(path):
+            self.fs.delete_file(path)
+
+    def remove_file(self, path: str) -> None:
+        self.fs.delete_file(path)
+
+    def describe(self, path: str) -> str:
+        return f"{self.prefix}{path}"
+
+
+def open_store(path: str, options: Mapping[str, Any] | None = None) -> tuple[Store, str]:
+    """The store holding `path` and the path inside it (absolute for local paths)."""
+    if not is_uri(path):
+        return LocalStore(), os.path.abspath(path)
+    scheme = urlsplit(path).scheme.lower()
+    if scheme == "file":
+        from urllib.request import url2pathname
+        return LocalStore(), os.path.abspath(url2pathname(urlsplit(path).path))
+    from pyarrow import fs
+
+    opts = {str(k).lower(): v for k, v in (options or {}).items() if v is not None}
+    if scheme in ("s3", "s3a", "s3n"):
+        rest = path.split("://", 1)[1]
+        kwargs: dict[str, Any] = {arg: str(opts[name]) for name, arg in _S3A_OPTIONS.items() if name in opts}
+        endpoint = opts.get("fs.s3a.endpoint")
+        if endpoint:
+            parts = urlsplit(endpoint if "://" in endpoint else f"//{endpoint}")
+            kwargs["endpoint_override"] = parts.netloc
+            ssl = str(opts.get("fs.s3a.connection.ssl.enabled", parts.scheme != "http")).lower()
+            kwargs["scheme"] = "https" if ssl == "true" else "http"
+        if "fs.s3a.path.style.access" in opts:
+            kwargs["force_virtual_addressing"] = str(opts["fs.s3a.path.style.access"]).lower() != "true"
+        if kwargs:
+            return ArrowStore(fs.S3FileSystem(**kwargs), "s3://"), rest.split("?", 1)[0].rstrip("/")
+        filesystem, inner = fs.FileSystem.from_uri("s3://" + rest)
+        return ArrowStore(filesystem, "s3://"), inner.rstrip("/")
+    filesystem, inner = fs.FileSystem.from_uri(path)
+    return ArrowStore(filesystem, f"{scheme}://"), inner.rstrip("/")
