@@ -132,7 +132,7 @@ def decode_batches(column: str, *, topic_column: str | None = None, partition_co
                         out, new_pos = dec.decode(data, pos, end)
                         if out.num_rows:
                             yield emit(out, i)
-                        if new_pos == pos or dec.trailing_bytes:
+                        if dec.trailing_bytes or (new_pos == pos and out.num_rows == 0):
                             break
                         pos = new_pos
                 except KafkaCodecError as exc:
@@ -201,7 +201,7 @@ def validate_batches(column: str) -> ArrowFunction:
                     while pos < len(data):
                         out, new_pos = dec.decode(data, pos)
                         n += out.num_rows
-                        if new_pos == pos or dec.trailing_bytes:
+                        if dec.trailing_bytes or (new_pos == pos and out.num_rows == 0):
                             break
                         pos = new_pos
                 except KafkaCodecError as exc:
