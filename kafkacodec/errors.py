@@ -11,6 +11,7 @@ __all__ = [
     "RecordTooLargeError",
     "BufferReleasedError",
     "MemoryPoolError",
+    "LogLayoutError",
 ]
 
 
@@ -66,3 +67,9 @@ class BufferReleasedError(KafkaCodecError):
 
 class MemoryPoolError(KafkaCodecError, ValueError):
     """Misuse of a memory pool: double release or a buffer the pool does not own."""
+
+
+class LogLayoutError(KafkaCodecError):
+    """A log directory's files do not form one consistent log: segments that overlap (duplicate
+    offsets), offsets missing between segments, an offset outside the log, or an entry named
+    like a segment that cannot be read (a directory, a FIFO, a dangling link)."""
