@@ -445,25 +445,33 @@ class Planner:
         """(range, segment number, byte start, byte end, reaches the segment's end) of the
         segments holding offsets [r.start, r.end)."""
         segs = r.files.segments
+        values = self.pushdown.offset_values()
         out = []
         for i, seg in enumerate(segs):
             nxt = segs[i + 1].base_offset if i + 1 < len(segs) else None
-            if r.start is not None and nxt is not None and nxt <= r.start:
+            start, end = r.start, r.end
+            if values is not None:              # offset IN (...): only the segments holding them
+                inside = [v for v in values if v >= seg.base_offset and (nxt is None or v < nxt)]
+                if not inside:
+                    continue
+                start = max(start, min(inside)) if start is not None else min(inside)
+                end = min(end, max(inside) + 1) if end is not None else max(inside) + 1
+            if start is not None and nxt is not None and nxt <= start:
                 continue
-            if r.end is not None and seg.base_offset >= r.end:
+            if end is not None and seg.base_offset >= end:
                 continue
             a, b = 0, seg.size
             if not seg.unreadable:
-                index = self.offset_index(seg) if (r.start is not None and r.start > seg.base_offset) or \
-                    (r.end is not None and (nxt is None or r.end < nxt)) else None
-                if index is not None and r.start is not None and r.start > seg.base_offset:
-                    a = self._seek(seg, index, r.start)
-                if index is not None and r.end is not None and (nxt is None or r.end < nxt):
-                    j = int(np.searchsorted(index.offsets, r.end - 1, side="left"))
+                index = self.offset_index(seg) if (start is not None and start > seg.base_offset) or \
+                    (end is not None and (nxt is None or end < nxt)) else None
+                if index is not None and start is not None and start > seg.base_offset:
+                    a = self._seek(seg, index, start)
+                if index is not None and end is not None and (nxt is None or end < nxt):
+                    j = int(np.searchsorted(index.offsets, end - 1, side="left"))
                     if j + 1 < len(index.positions) and self._checked_position(seg, index, j + 1):
                         b = int(index.positions[j + 1])
-                if self.exact_end and r.end is not None and (nxt is None or r.end < nxt):
-                    b = min(b, self._end_position(seg, a, r.end))
+                if self.exact_end and end is not None and (nxt is None or end < nxt):
+                    b = min(b, self._end_position(seg, a, end))
             out.append((r, i, a, b, b == seg.size))
         return out
 

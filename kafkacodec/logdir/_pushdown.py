@@ -81,6 +81,15 @@ class Pushdown:
         lo, hi = self._range("offset")
         return (None if lo == INT64_MIN else lo), (None if hi == INT64_MAX else hi)
 
+    def offset_values(self) -> set[int] | None:
+        """The only offsets rows may have (from `offset IN (...)` / `offset = x`), or None."""
+        allowed: set[int] | None = None
+        for p in self.predicates:
+            if p.column == "offset" and p.op in ("in", "="):
+                values = set(p.value) if p.op == "in" else {p.value}
+                allowed = values if allowed is None else allowed & values
+        return allowed
+
     def min_timestamp_ms(self) -> int | None:
         """No row has a timestamp below this (milliseconds, rounded down), or None."""
         lo, _ = self._range("timestamp", micros)

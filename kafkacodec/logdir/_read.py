@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Union
 
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError
-from kafkacodec.logdir._layout import SEGMENT_RE, Segment, find_partitions
+from kafkacodec.logdir._layout import PARTITION_RE, SEGMENT_RE, Segment, find_partitions
 from kafkacodec.logdir._options import Options
 from kafkacodec.logdir._plan import WINDOW, Planner, Split
 from kafkacodec.logdir._problems import DAMAGE, Problem, Reporter
@@ -19,7 +19,7 @@ from kafkacodec.logdir._pushdown import Pushdown
 from kafkacodec.logdir._readopts import MODES, ReadOptions
 
 __all__ = ["discover", "plan", "read_split", "describe", "Options", "Segment", "Split", "MODES",
-           "SEGMENT_RE", "ReadOptions", "Problem", "Pushdown"]
+           "SEGMENT_RE", "PARTITION_RE", "ReadOptions", "Problem", "Pushdown"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 Paths = Union[PathLike, Sequence[PathLike], None]

@@ -4,8 +4,10 @@ lists of paths; ranged reads.
 
 A `Storage` is picklable: it holds the scheme and options, and builds its pyarrow file system
 where it is used (on each executor).  S3 is configured by the environment (AWS_ACCESS_KEY_ID,
-AWS_ENDPOINT_URL...) or by the reader options `fs.s3.endpoint` (URL), `fs.s3.region`,
-`fs.s3.accessKey`, `fs.s3.secretKey`, `fs.s3.sessionToken`, `fs.s3.anonymous`.
+AWS_ENDPOINT_URL, ~/.aws, the instance role) or by options with Hadoop's S3A names, as a Spark
+user already sets them and as the writer takes them: `fs.s3a.endpoint` (a URL or host:port),
+`fs.s3a.endpoint.region`, `fs.s3a.access.key`, `fs.s3a.secret.key`, `fs.s3a.session.token`,
+`fs.s3a.connection.ssl.enabled`, `fs.s3a.path.style.access`.
 
 Local entries are typed with `lstat`/`stat` before anything opens them: a FIFO, a socket, a
 device, a directory or a dangling link named like a segment is reported, never opened (opening a
@@ -25,8 +27,10 @@ from urllib.parse import unquote, urlparse
 
 __all__ = ["Storage", "Entry", "Source", "resolve", "S3_OPTIONS", "has_glob"]
 
-S3_OPTIONS = ("fs.s3.endpoint", "fs.s3.region", "fs.s3.accessKey", "fs.s3.secretKey",
-              "fs.s3.sessionToken", "fs.s3.anonymous")
+S3_OPTIONS = ("fs.s3a.endpoint", "fs.s3a.endpoint.region", "fs.s3a.access.key", "fs.s3a.secret.key",
+              "fs.s3a.session.token", "fs.s3a.connection.ssl.enabled", "fs.s3a.path.style.access")
+_S3A_ARGUMENTS = {"fs.s3a.access.key": "access_key", "fs.s3a.secret.key": "secret_key",
+                  "fs.s3a.session.token": "session_token", "fs.s3a.endpoint.region": "region"}
 SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
 REMOTE_SCHEMES = ("s3", "gs", "hdfs", "viewfs")
 GLOB_RE = re.compile(r"[*?\[{]")
@@ -182,19 +186,17 @@ def _local_entry(path: str, name: str) -> Entry:
 def _filesystem(scheme: str, root: str, options: Mapping[str, str]) -> Any:
     from pyarrow import fs as pafs
 
-    if scheme == "s3" and any(options.get(k.lower()) for k in S3_OPTIONS):
-        kwargs: dict[str, Any] = {}
-        endpoint = options.get("fs.s3.endpoint")
+    if scheme == "s3" and any(options.get(k) is not None for k in S3_OPTIONS):
+        kwargs: dict[str, Any] = {arg: str(options[name]) for name, arg in _S3A_ARGUMENTS.items()
+                                  if options.get(name) is not None}
+        endpoint = options.get("fs.s3a.endpoint")
         if endpoint:
-            parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
+            parsed = urlparse(endpoint if "://" in endpoint else f"//{endpoint}")
             kwargs["endpoint_override"] = parsed.netloc
-            kwargs["scheme"] = parsed.scheme
-        for option, name in (("fs.s3.region", "region"), ("fs.s3.accesskey", "access_key"),
-                             ("fs.s3.secretkey", "secret_key"), ("fs.s3.sessiontoken", "session_token")):
-            if options.get(option):
-                kwargs[name] = options[option]
-        if str(options.get("fs.s3.anonymous", "")).lower() == "true":
-            kwargs["anonymous"] = True
+            ssl = str(options.get("fs.s3a.connection.ssl.enabled", parsed.scheme != "http")).lower()
+            kwargs["scheme"] = "https" if ssl == "true" else "http"
+        if options.get("fs.s3a.path.style.access") is not None:
+            kwargs["force_virtual_addressing"] = str(options["fs.s3a.path.style.access"]).lower() != "true"
         return pafs.S3FileSystem(**kwargs)
     filesystem, _ = pafs.FileSystem.from_uri(root)
     return filesystem
