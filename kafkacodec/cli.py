@@ -190,13 +190,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
     segments, invalid index and checkpoint files.  The same checks, with the same counts, as a
     "kafkalog" read in PERMISSIVE mode with failOnDataLoss=false."""
     from kafkacodec._progress import Progress
-    from kafkacodec.logdir import Problem, ReadOptions, plan, read_split
+    from kafkacodec.logdir import Problem, ReadOptions, read_split
+    from kafkacodec.logdir._plan import Planner
+    from kafkacodec.logdir._problems import Reporter
 
     problems: list[Problem] = []
     try:
         options = ReadOptions.parse({"paths": [args.path], "mode": "DROPMALFORMED", "failOnDataLoss": "false",
                                      "keepControl": "true"})
-        splits, _ = plan(None, options, on_problem=problems.append)
+        planner = Planner(options, Reporter(options.mode, False, problems.append))
+        splits = planner.splits()
+        for part in planner.partitions():
+            for seg in part.segments:
+                planner.check_indexes(seg)
     except FileNotFoundError as exc:
         raise CliError(str(exc), EXIT_INPUT) from None
     segments = {s.uri for s in splits}

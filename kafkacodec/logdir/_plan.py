@@ -69,13 +69,6 @@ class PartitionRange:
     aborted: list[tuple[int, int, int]] = field(default_factory=list)
 
 
-def _v2_last_offset(header: bytes) -> int:
-    base, _, _, magic = struct.unpack_from(">qiib", header)
-    if magic >= 2 and len(header) >= 27:
-        return base + struct.unpack_from(">i", header, 23)[0]
-    return base
-
-
 class Planner:
     """Plans a read from ReadOptions; problems go through `reporter` (which raises per policy)."""
 
@@ -94,8 +87,8 @@ class Planner:
         """The partitions selected by assign / subscribe / subscribePattern."""
         if self._parts is None:
             found, problems = find_partitions(self.options.paths, self.options.storage)
-            for p in problems:
-                (self.reporter.damage if p.kind == "unreadable" else self.reporter.note)(p)
+            for problem in problems:
+                (self.reporter.damage if problem.kind == "unreadable" else self.reporter.note)(problem)
             o = self.options
             self._parts = [p for p in found if o.wants(p.topic, p.partition)]
             if not found:
@@ -173,7 +166,7 @@ class Planner:
         if key in self._indexes:
             return self._indexes[key]
         entry = seg.index(suffix)
-        result = None
+        result: Any = None
         if entry is not None:
             uri = seg.storage.uri(entry.path)
             try:
@@ -209,11 +202,11 @@ class Planner:
         if not (0 <= magic <= 2 and size >= 14 and position + 12 + size <= seg.size):
             return False
         before = int(index.offsets[i - 1]) if i > 0 else seg.base_offset - 1
-        return before < base <= int(index.offsets[i])
+        return before < int(base) <= int(index.offsets[i])
 
     def offset_index(self, seg: Segment) -> OffsetIndex | None:
         """A checked `.index` (its first and last entries are verified against the segment)."""
-        index = self._index(seg, ".index")
+        index: OffsetIndex | None = self._index(seg, ".index")
         if index is None or not len(index.positions):
             return index
         key = (seg.uri, ".index-checked")
@@ -225,6 +218,28 @@ class Planner:
                                            "off a batch boundary or at other offsets); read without it"))
             self._indexes[key] = good
         return index if self._indexes[key] else None
+
+    def check_indexes(self, seg: Segment) -> None:
+        """Every index file of a segment checked in full (`kafkacodec verify`): Kafka's sanity
+        checks, and each `.index` entry at an entry boundary holding its offset."""
+        if seg.unreadable:
+            return
+        index: OffsetIndex | None = self._index(seg, ".index")
+        self._index(seg, ".timeindex")
+        self._index(seg, ".txnindex")
+        if index is None or not len(index.positions):
+            return
+        scan = self.scan(seg)
+        where = {int(p): j for j, p in enumerate(scan["position"])}
+        for i, (offset, position) in enumerate(zip(index.offsets, index.positions)):
+            j = where.get(int(position))
+            before = int(index.offsets[i - 1]) if i else seg.base_offset - 1
+            first = int(scan["base_offset"][j]) if j is not None else None
+            if first is None or not before < first <= int(offset):
+                self.reporter.note(Problem(
+                    "index", seg.uri[:-4] + ".index", f"{seg.uri[:-4]}.index entry {i} (offset {int(offset)}, "
+                    f"byte {int(position)}) does not match the segment; read without it", int(position)))
+                return
 
     # ------------------------------------------------------------------ offsets of a partition
     def earliest(self, part: PartitionFiles) -> int:
@@ -509,13 +524,15 @@ class Planner:
         index = self.offset_index(seg)
         if index is not None and len(index.positions):
             candidates = [int(p) for p in index.positions if a < p < b]
-            checked = lambda p: self._checked_position(seg, index, int(np.searchsorted(index.positions, p)))  # noqa: E731
         elif not seg.storage.scheme:
-            scan = self.scan(seg)
-            candidates = [int(p) for p in scan["position"] if a < p < b]
-            checked = lambda p: True  # noqa: E731
+            candidates = [int(p) for p in self.scan(seg)["position"] if a < p < b]
         else:
             return [a, b]                          # a remote segment without index: one split
+
+        def checked(position: int) -> bool:        # index positions are checked before use
+            return index is None or self._checked_position(
+                seg, index, int(np.searchsorted(index.positions, position)))
+
         cuts = [a]
         for p in candidates:
             if p - cuts[-1] >= split_bytes and b - p > 0 and checked(p):

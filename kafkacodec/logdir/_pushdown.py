@@ -27,7 +27,7 @@ def micros(value: Any) -> int:
         if value.tzinfo is None:
             value = value.replace(tzinfo=datetime.timezone.utc)
         delta = value - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        return int((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds)
     raise TypeError(f"not a timestamp: {value!r}")
 
 
@@ -137,4 +137,4 @@ class Pushdown:
 
 
 def _compare(a: Any, op: str, b: Any) -> bool:
-    return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+    return bool({"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op])

@@ -130,7 +130,7 @@ class _SplitReader:
         low, high = split.low, split.high
         start = split.start_offset if low is None else max(low, split.start_offset or low)
         end = split.end_offset if high is None else min(high, split.end_offset if split.end_offset is not None else high)
-        self.kwargs = dict(validate_crc=validate_crc, include_headers=include_headers, keep_control=keep_control,
+        self.kwargs: dict[str, Any] = dict(validate_crc=validate_crc, include_headers=include_headers, keep_control=keep_control,
                            start_offset=start, end_offset=end, aborted=split.aborted, max_rows=max_rows,
                            source=split.uri)
         self.select: bool | None = None     # True: the decoder cannot skip columns itself
@@ -138,7 +138,9 @@ class _SplitReader:
         self.running_max = -(2**63)         # the largest offset yielded
 
     def decoder(self) -> Any:
-        from kafkacodec._arrow import ArrowDecoder
+        from kafkacodec._arrow import ArrowDecoder as decoder_type
+
+        ArrowDecoder: Any = decoder_type            # `columns` may be missing (see docs/spark-and-cli.md)
 
         if self.select is None:
             try:

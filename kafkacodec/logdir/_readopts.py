@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,7 +129,7 @@ class ReadOptions:
     storage: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, options: Options | dict[str, Any] | None, *, streaming: bool = False,
+    def parse(cls, options: Options | Mapping[str, Any] | None, *, streaming: bool = False,
               require_path: bool = True) -> ReadOptions:
         opts = Options(options)
         mode_name = "readStream" if streaming else "read"

@@ -130,13 +130,14 @@ def predicate_of(f: Filter, columns: Sequence[str]) -> Predicate | None:
 
     if isinstance(f, IsNotNull):
         return Predicate(column, "notnull")
+    value: Any = getattr(f, "value", None)
     if isinstance(f, In):
-        values = tuple(f.value)
+        values = tuple(value)
         return Predicate(column, "in", values) if values and all(fits(v) for v in values) else None
     op = _COMPARISONS.get(type(f))
-    if op is None or not fits(f.value):
+    if op is None or not fits(value):
         return None
-    return Predicate(column, op, f.value)
+    return Predicate(column, op, value)
 
 
 class _PushFilters:
@@ -163,7 +164,7 @@ class _BoundPushFilters:
 
 
 class KafkaLogReader(DataSourceReader):
-    pushFilters = _PushFilters()          # type: ignore[assignment]
+    pushFilters = _PushFilters()
 
     def __init__(self, options: ReadOptions, schema: StructType):
         self.options = options
