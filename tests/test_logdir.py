@@ -628,3 +628,20 @@ def test_errors_are_kafkacodec_errors(sample, tmp_path):
         read_all(dst)
     reporter = Reporter("DROPMALFORMED", True, [].append)
     assert reporter.mode == "DROPMALFORMED"
+
+
+def test_windows_smaller_than_entries(sample, tmp_path, monkeypatch):
+    """Reads go window by window (bounding the entry table); an entry larger than a window is
+    read whole, damage past a window boundary is still found."""
+    import kafkacodec.logdir._read as read_module
+
+    root, _ = sample
+    monkeypatch.setattr(read_module, "WINDOW", 97)
+    assert offsets_of(read_all(root)[0]) == oracle(root)
+    dst = copy(root, tmp_path)
+    seg = sorted((dst / "clicks-0").glob("*.log"))[0]
+    data = seg.read_bytes()
+    scan = scan_entries(data)
+    seg.write_bytes(data[:int(scan["position"][-1]) + 40])
+    with pytest.raises(CorruptRecordError, match=f"entry at byte {int(scan['position'][-1])} declares"):
+        read_all(dst)

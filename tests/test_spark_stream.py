@@ -39,8 +39,9 @@ def run(spark, path, checkpoint, name, **options):
              .foreachBatch(lambda df, _: seen.append(sorted((r.partition, r.offset) for r in
                                                            df.select("partition", "offset").collect())))
              .trigger(availableNow=True).start())
-    query.awaitTermination(240)
-    assert query.exception() is None
+    finished = query.awaitTermination(240)
+    query.stop()
+    assert finished and query.exception() is None
     return seen
 
 

@@ -219,7 +219,6 @@ class _SplitReader:
         from kafkacodec._arrow import scan_entries
 
         s = self.split
-        remote = bool(s.storage.scheme)
         end = s.end
         if src.size < s.end:
             yield from self.damage(Problem("partial", s.uri, f"{s.uri} has {src.size} bytes, fewer than the {s.end} "
@@ -227,7 +226,7 @@ class _SplitReader:
             end = src.size
         pos, want, last_seen, prev_last = s.start, WINDOW, None, None
         while pos < end:
-            window_end = min(end, pos + want) if remote else end
+            window_end = min(end, pos + want)          # bounds the scan table, not only the reads
             view, base = src.view(pos, window_end)
             scan = scan_entries(view, pos - base, window_end - base, source=s.uri, base=base, strict=False)
             stop, error = int(scan["stop"]), scan["error"]

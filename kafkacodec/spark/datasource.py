@@ -154,7 +154,7 @@ class _PushFilters:
 
 
 class _BoundPushFilters:
-    __func__ = staticmethod(DataSourceReader.pushFilters)
+    __func__: Any = staticmethod(DataSourceReader.pushFilters)
 
     def __init__(self, reader: KafkaLogReader):
         self.reader = reader
