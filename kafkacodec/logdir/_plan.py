@@ -485,20 +485,14 @@ class Planner:
                     j = int(np.searchsorted(index.offsets, end - 1, side="left"))
                     if j + 1 < len(index.positions) and self._checked_position(seg, index, j + 1):
                         b = int(index.positions[j + 1])
-                if self.exact_end and end is not None and (nxt is None or end < nxt):
-                    b = min(b, self._end_position(seg, a, end))
+                wants_start = start is not None and start > seg.base_offset and a == 0
+                wants_end = end is not None and (nxt is None or end < nxt) and (b == seg.size or self.exact_end)
+                if (wants_start or wants_end) and (not seg.storage.scheme or self.exact_end):
+                    lo, hi = _byte_range(self.scan(seg), start if wants_start else None,
+                                         end if wants_end else None, self.exact_end)
+                    a, b = max(a, lo), min(b, hi if hi is not None else b)
             out.append((r, i, a, b, b == seg.size))
         return out
-
-    def _end_position(self, seg: Segment, a: int, end: int) -> int:
-        """The end of the entry holding offset end - 1 (entries after it hold offsets >= end;
-        a legacy wrapper names only its last offset), or of the last complete entry."""
-        scan = self.scan(seg, a)
-        last = scan["last_offset"]
-        j = int(np.searchsorted(last, end - 1, side="left")) if len(last) else 0
-        if j < len(last):
-            return int(scan["position"][j] + scan["size"][j])
-        return int(scan["stop"])
 
     def _time_start(self, seg: Segment, last: bool, a: int, b: int, min_ts: int) -> int:
         """Skip the head of a segment whose records are all older than min_ts (ms)."""
@@ -538,6 +532,31 @@ class Planner:
             if p - cuts[-1] >= split_bytes and b - p > 0 and checked(p):
                 cuts.append(p)
         return cuts + [b]
+
+
+def _byte_range(scan: dict[str, Any], start: int | None, end: int | None,
+                complete_only: bool) -> tuple[int, int | None]:
+    """Bytes of a scanned segment that can hold offsets [start, end): from the first entry
+    preceded only by entries below start, to the first entry followed only by entries at or
+    above end.  Safe when offsets are out of order; a legacy wrapper names only its last
+    offset, so nothing after one is cut off.  When the end lies past every complete entry the
+    range runs to the file's end (None: the reader then reports what follows them), or, with
+    `complete_only` (a stream), to the end of the complete entries: a partial one is an append
+    in progress."""
+    positions, sizes, last = scan["position"], scan["size"], scan["last_offset"]
+    tail = int(scan["stop"]) if complete_only and scan["error"] is None else None
+    if not len(positions):
+        return 0, tail if end is not None else None
+    a, b = int(positions[0]), None
+    if start is not None:
+        j = int(np.searchsorted(np.maximum.accumulate(last), start, side="left"))
+        a = int(positions[j]) if j < len(positions) else int(positions[-1] + sizes[-1])
+    if end is not None:
+        first = np.where(scan["magic"] == 2, scan["base_offset"], np.iinfo(np.int64).min)
+        following = np.minimum.accumulate(first[::-1])[::-1]       # smallest first offset from k on
+        k = int(np.searchsorted(following, end, side="left"))
+        b = int(positions[k]) if k < len(positions) else tail
+    return a, b
 
 
 def _collect_aborted(scan: dict[str, Any], open_txn: dict[int, int],
