@@ -108,7 +108,7 @@ def normalize(rows):
 
 def test_read_matches_kafka_python(spark, log_dir):
     root, summary = log_dir
-    df = (spark.read.format("kafkalog").option("maxPartitionBytes", 1500).option("includeHeaders", "true")
+    df = (spark.read.format("kafkalog").option("maxPartitionBytes", 4000).option("includeHeaders", "true")
           .option("kafka.isolation.level", "read_committed").load(str(root)))
     assert df.rdd.getNumPartitions() > summary["segments"]         # large segments were split
     rows = normalize(collect(df))
