@@ -647,3 +647,32 @@ def test_windows_smaller_than_entries(sample, tmp_path, monkeypatch):
     seg.write_bytes(data[:int(scan["position"][-1]) + 40])
     with pytest.raises(CorruptRecordError, match=f"entry at byte {int(scan['position'][-1])} declares"):
         read_all(dst)
+
+
+def test_decoder_column_pruning_is_used_when_available(sample, monkeypatch):
+    """The reader hands the columns it needs to ArrowDecoder(columns=...) when the compiled core
+    takes that argument (docs/spark-and-cli.md), and selects them itself otherwise."""
+    import kafkacodec._arrow as arrow
+
+    root, _ = sample
+    plain, _ = read_all(root, columns=["value", "offset"])
+    real = arrow.ArrowDecoder
+    asked = []
+
+    class WithColumns:
+        def __init__(self, topic, partition, *, columns, **kwargs):
+            asked.append(list(columns))
+            self.inner, self.columns = real(topic, partition, **kwargs), list(columns)
+
+        def decode(self, *args):
+            rb, pos = self.inner.decode(*args)
+            return rb.select(self.columns), pos
+
+        @property
+        def failed_entry(self):
+            return self.inner.failed_entry
+
+    monkeypatch.setattr(arrow, "ArrowDecoder", WithColumns)
+    pruned, _ = read_all(root, columns=["value", "offset"])
+    assert asked and all(a == ["value", "offset"] for a in asked)       # in the schema's order
+    assert pruned.equals(plain)
