@@ -4,7 +4,6 @@ the counts a "kafkalog" read in PERMISSIVE mode reports for the same directory."
 import json
 import os
 import shutil
-import struct
 
 import pytest
 

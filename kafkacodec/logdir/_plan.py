@@ -33,7 +33,7 @@ from kafkacodec.logdir.storage import Storage
 
 __all__ = ["Split", "Planner", "PartitionRange", "WINDOW"]
 
-WINDOW = 16 << 20                # remote files are scanned and read in windows of this size
+WINDOW = 16 << 20                # entries are scanned and decoded (remote files read) by windows of this size
 HEADER = 61                      # a v2 batch header; legacy entries' headers are shorter
 
 

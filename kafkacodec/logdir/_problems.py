@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError, LogLayoutError
 
-__all__ = ["Problem", "Reporter", "DAMAGE", "DATA_LOSS", "NOTE"]
+__all__ = ["Problem", "Reporter", "warn", "DAMAGE", "DATA_LOSS", "NOTE"]
 
 DAMAGE = ("corrupt", "partial", "unreadable")
 DATA_LOSS = ("overlap", "gap", "range")
@@ -47,7 +47,8 @@ class Problem:
                 "error": self.message}
 
 
-def _stderr(problem: Problem) -> None:
+def warn(problem: Problem) -> None:
+    """The default report: one line on stderr (an executor's log under Spark)."""
     verb = {"index": "ignoring", "checkpoint": "ignoring"}.get(problem.kind, "skipping")
     print(f"kafkalog: {verb}: {problem.message}", file=sys.stderr)
 
@@ -59,7 +60,7 @@ class Reporter:
     on_problem: Callable[[Problem], None] | None = None
 
     def _tell(self, problem: Problem) -> None:
-        (self.on_problem or _stderr)(problem)
+        (self.on_problem or warn)(problem)
 
     def damage(self, problem: Problem) -> None:
         """FAILFAST raises (the problem's error, or one made from it) with the hint."""

@@ -14,7 +14,7 @@ from kafkacodec.errors import CorruptRecordError, KafkaCodecError
 from kafkacodec.logdir._layout import PARTITION_RE, SEGMENT_RE, Segment, find_partitions
 from kafkacodec.logdir._options import Options
 from kafkacodec.logdir._plan import WINDOW, Planner, Split
-from kafkacodec.logdir._problems import DAMAGE, Problem, Reporter
+from kafkacodec.logdir._problems import DAMAGE, Problem, Reporter, warn
 from kafkacodec.logdir._pushdown import Pushdown
 from kafkacodec.logdir._readopts import MODES, ReadOptions
 
@@ -51,7 +51,8 @@ def read_options(path: Paths, options: ReadOptions | Options | Mapping[str, Any]
                  streaming: bool = False) -> ReadOptions:
     if isinstance(options, ReadOptions):
         return options
-    values = dict(Options(options)._values)
+    given = Options(options)
+    values = {name: given.get(name) for name in given.names()}
     if path is not None:
         values.pop("path", None)
         values["paths"] = _paths(path)
@@ -72,8 +73,7 @@ def plan(path: Paths, options: ReadOptions | Options | Mapping[str, Any] | None 
         if on_problem is not None:
             on_problem(problem)
         else:
-            from kafkacodec.logdir._problems import _stderr
-            _stderr(problem)
+            warn(problem)
 
     planner = Planner(ro, Reporter(ro.mode, ro.fail_on_data_loss, note), pushdown)
     return planner.splits(), noted
@@ -103,8 +103,7 @@ def read_split(split: Split, *, validate_crc: bool = True, include_headers: bool
         elif on_error is not None and problem.kind in DAMAGE:
             on_error(problem.error or CorruptRecordError(problem.message, position=problem.position))
         else:
-            from kafkacodec.logdir._problems import _stderr
-            _stderr(problem)
+            warn(problem)
 
     reader = _SplitReader(split, Reporter(mode, fail_on_data_loss, tell), validate_crc=validate_crc,
                           include_headers=include_headers, keep_control=keep_control, max_rows=max_rows,
