@@ -488,7 +488,7 @@ class Planner:
                 wants_start = start is not None and start > seg.base_offset and a == 0
                 wants_end = end is not None and (nxt is None or end < nxt) and (b == seg.size or self.exact_end)
                 if (wants_start or wants_end) and (not seg.storage.scheme or self.exact_end):
-                    lo, hi = _byte_range(self.scan(seg), start if wants_start else None,
+                    lo, hi = _byte_range(self.scan(seg, 0 if wants_start else a), start if wants_start else None,
                                          end if wants_end else None, self.exact_end)
                     a, b = max(a, lo), min(b, hi if hi is not None else b)
             out.append((r, i, a, b, b == seg.size))

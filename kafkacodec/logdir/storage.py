@@ -275,6 +275,8 @@ def resolve(specs: list[str], options: Mapping[str, str] | None = None) -> list[
     out: list[tuple[Storage, str]] = []
     for spec in specs:
         scheme, root, path = _split_uri(str(spec))
+        if not scheme:
+            path = os.path.abspath(path)       # executors may run elsewhere (another directory)
         storage = stores.setdefault((scheme, root), Storage(scheme, root, options if scheme else {}))
         if not has_glob(path):
             out.append((storage, path))
