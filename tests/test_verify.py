@@ -38,6 +38,7 @@ def damaged(tmp_path_factory):
     seg = segments("c-1")[1]                                                      # a cut entry
     data = seg.read_bytes()
     seg.write_bytes(data[:int(scan_entries(data)["position"][-1]) + 20])
+    os.mkfifo(root / "d-0")                                                       # a FIFO partition
     seg = segments("a-0")[0]                                                      # an invalid index
     seg.with_suffix(".index").write_bytes(b"\x00\x00\x00\x05\x00\x00\x00\x10\x00")
     return root, crc_at
@@ -51,7 +52,7 @@ def test_verify_reports_every_problem(damaged, capsys):
     result = json.loads(capsys.readouterr().out)
     assert code == EXIT_DATA and not result["ok"]
     counts = result["counts"]
-    assert counts["unreadable"] == 2 and counts["corrupt"] == 1 and counts["partial"] == 1
+    assert counts["unreadable"] == 3 and counts["corrupt"] == 1 and counts["partial"] == 1
     assert counts["gap"] == 1 and counts["overlap"] >= 1 and counts["index"] == 1
     files = {os.path.basename(os.path.dirname(p["file"])) for p in result["problems"]}
     assert files >= {"a-0", "a-1", "b-0", "b-1", "c-0", "c-1"}
@@ -59,7 +60,7 @@ def test_verify_reports_every_problem(damaged, capsys):
     assert crc["position"] == crc_at and "CRC" in crc["error"]
     code = main(["verify", "--no-progress", str(root)])
     out = capsys.readouterr().out
-    assert code == EXIT_DATA and "problem(s)" in out and "2 unreadable" in out and "1 gap" in out
+    assert code == EXIT_DATA and "problem(s)" in out and "3 unreadable" in out and "1 gap" in out
 
 
 def test_verify_counts_match_a_permissive_read(damaged, capsys):

@@ -23,7 +23,8 @@ from kafkacodec.logdir._problems import Problem
 from kafkacodec.logdir.checkpoints import CLEANER, LOG_START, parse_checkpoint
 from kafkacodec.logdir.storage import Entry, Storage, resolve
 
-__all__ = ["Segment", "PartitionFiles", "find_partitions", "SEGMENT_RE", "PARTITION_RE"]
+__all__ = ["Segment", "PartitionFiles", "find_partitions", "partition_of", "segment_base", "SEGMENT_RE",
+           "PARTITION_RE"]
 
 SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 TIERED_SEGMENT_RE = re.compile(r"^(\d{20})-([A-Za-z0-9_-]{22})\.log$")

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from kafkacodec.errors import KafkaCodecError
-from kafkacodec.logdir._layout import PartitionFiles, Segment, find_partitions
+from kafkacodec.logdir._layout import PartitionFiles, Segment, find_partitions, partition_of
 from kafkacodec.logdir._problems import Problem, Reporter
 from kafkacodec.logdir._pushdown import Pushdown
 from kafkacodec.logdir._readopts import OffsetBound, ReadOptions
@@ -81,6 +81,7 @@ class Planner:
         self._scans: dict[str, dict[str, Any]] = {}
         self._indexes: dict[tuple[str, str], Any] = {}
         self._parts: list[PartitionFiles] | None = None
+        self._unreadable: list[Problem] = []
 
     # ------------------------------------------------------------------ files and indexes
     def partitions(self) -> list[PartitionFiles]:
@@ -88,7 +89,12 @@ class Planner:
         if self._parts is None:
             found, problems = find_partitions(self.options.paths, self.options.storage)
             for problem in problems:
-                (self.reporter.damage if problem.kind == "unreadable" else self.reporter.note)(problem)
+                if problem.kind == "unreadable":
+                    if self.options.mode == "FAILFAST":
+                        self.reporter.damage(problem)
+                    self._unreadable.append(problem)    # reported by a split (a PERMISSIVE row)
+                else:
+                    self.reporter.note(problem)
             o = self.options
             self._parts = [p for p in found if o.wants(p.topic, p.partition)]
             if not found:
@@ -425,13 +431,14 @@ class Planner:
     # ------------------------------------------------------------------ splits
     def splits(self, ranges: list[PartitionRange] | None = None) -> list[Split]:
         ranges = self.ranges() if ranges is None else ranges
+        out = [Split(p.path, *(partition_of(p.path.rstrip("/").rsplit("/", 1)[-1]) or ("", 0)), 0, 0,
+                     problem=p) for p in self._unreadable]
         pieces = [piece for r in ranges for piece in self._segment_ranges(r)]
         total = sum(b - a for _, _, a, b, _ in pieces)
         split_bytes = self.options.max_partition_bytes
         if self.options.min_partitions:
             split_bytes = max(1, min(split_bytes, -(-total // self.options.min_partitions)))
         min_ts = self.pushdown.min_timestamp_ms()
-        out = []
         for r, i, a, b, seg_end in pieces:
             seg = r.files.segments[i]
             nxt = r.files.segments[i + 1].base_offset if i + 1 < len(r.files.segments) else None
