@@ -126,9 +126,12 @@ class _SplitReader:
         self.columns = list(columns) if columns is not None else list(full.names)
         wanted = set(self.columns) | {"offset"} | {p.column for p in (pushdown.predicates if pushdown else ())}
         self.decode_columns = [n for n in full.names if n in wanted]
-        low, high = split.low, split.high
-        start = split.start_offset if low is None else max(low, split.start_offset or low)
-        end = split.end_offset if high is None else min(high, split.end_offset if split.end_offset is not None else high)
+        # the records wanted, within the segment's own offsets (a read-once bound on overlaps)
+        start, end = split.start_offset, split.end_offset
+        if split.low is not None:
+            start = split.low if start is None else max(start, split.low)
+        if split.high is not None:
+            end = split.high if end is None else min(end, split.high)
         self.kwargs: dict[str, Any] = dict(validate_crc=validate_crc, include_headers=include_headers, keep_control=keep_control,
                            start_offset=start, end_offset=end, aborted=split.aborted, max_rows=max_rows,
                            source=split.uri)

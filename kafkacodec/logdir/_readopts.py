@@ -132,7 +132,6 @@ class ReadOptions:
     def parse(cls, options: Options | Mapping[str, Any] | None, *, streaming: bool = False,
               require_path: bool = True) -> ReadOptions:
         opts = Options(options)
-        mode_name = "readStream" if streaming else "read"
         for key in opts.names():
             name = _CANONICAL.get(key)
             if name is None:
@@ -171,7 +170,8 @@ class ReadOptions:
                 raise ValueError(f"option {chosen[0]}: give at least one topic name")
         out.starting = _bound(opts, "starting", "latest" if streaming else "earliest")
         out.ending = OffsetBound("latest") if streaming else _bound(opts, "ending", "latest")
-        _check_batch_rules(out, streaming, mode_name)
+        if not streaming:
+            _check_batch_rules(out)
         strategy = str(opts.get("startingOffsetsByTimestampStrategy", "error")).lower()
         if strategy not in ("error", "latest"):
             raise ValueError(f"option startingOffsetsByTimestampStrategy={strategy!r}: use error or latest")
@@ -225,10 +225,8 @@ def _paths(opts: Options) -> list[str]:
     return paths
 
 
-def _check_batch_rules(out: ReadOptions, streaming: bool, mode_name: str) -> None:
+def _check_batch_rules(out: ReadOptions) -> None:
     """Spark's Kafka source: a batch cannot start at latest nor end at earliest."""
-    if streaming:
-        return
     start, end = out.starting, out.ending
     if start.kind == "latest" or (start.kind == "offsets" and isinstance(start.value, dict)
                                   and LATEST in start.value.values()):
