@@ -88,3 +88,20 @@ def test_max_offsets_per_trigger(spark, tmp_path):
     except Exception as exc:                                             # noqa: BLE001
         text = str(exc)
     assert "batch reads" in text
+
+
+def test_damage_in_the_active_segment_stops_the_stream_with_its_reason(spark, tmp_path):
+    log = tmp_path / "log"
+    (log / "events-0").mkdir(parents=True)
+    (log / "events-0" / f"{0:020d}.log").write_bytes(batches(0, 20) + bytes(8) + b"\x00\x00\x00\x05" + batches(20, 10))
+    query = (spark.readStream.format("kafkalog").option("startingOffsets", "earliest").load(str(log))
+             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(240)
+    except Exception:                                                    # noqa: BLE001
+        pass
+    query.stop()
+    assert query.exception() is not None
+    text = str(query.exception())
+    assert "entry size 5" in text and "stream stops there" in text and "mode=DROPMALFORMED" in text

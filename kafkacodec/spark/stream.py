@@ -74,6 +74,7 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema_json = schema.json()
         self.target: dict[tuple[str, int], int] | None = None       # Trigger.AvailableNow
         self._tails: dict[str, tuple[int, int, int | None]] = {}   # uri -> (size, scanned to, last offset)
+        self._reported: set[tuple[str, int]] = set()
 
     def _planner(self) -> Planner:
         """A planner over the files as they are now (fresh listing, fresh headers)."""
@@ -94,6 +95,10 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if len(scan["last_offset"]):
                     last = int(scan["last_offset"][-1])
                 scanned = int(scan["stop"])
+                if scan["error"] and (seg.uri, scanned) not in self._reported:
+                    self._reported.add((seg.uri, scanned))      # the stream cannot pass it: say so once
+                    planner.reporter.damage(Problem("corrupt", seg.uri, f"{scan['error']}; the stream stops "
+                                                    "there (its framing is lost)", scanned))
             self._tails[seg.uri] = (seg.size, scanned, last)
             return seg.base_offset if last is None else max(last + 1, seg.base_offset)
         return part.segments[-1].base_offset if part.segments else 0
