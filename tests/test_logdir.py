@@ -676,3 +676,23 @@ def test_decoder_column_pruning_is_used_when_available(sample, monkeypatch):
     pruned, _ = read_all(root, columns=["value", "offset"])
     assert asked and all(a == ["value", "offset"] for a in asked)       # in the schema's order
     assert pruned.equals(plain)
+
+
+def test_unlistable_partition_directory(sample, monkeypatch):
+    """A partition directory that cannot be listed (no permission; simulated, the tests may run
+    as root) is reported as unreadable; the rest is read."""
+    from kafkacodec.logdir.storage import Storage
+
+    root, _ = sample
+    real = Storage.list
+
+    def listing(self, directory):
+        if directory.endswith("orders-1"):
+            raise PermissionError(13, "Permission denied", directory)
+        return real(self, directory)
+
+    monkeypatch.setattr(Storage, "list", listing)
+    problems = []
+    table, _ = read_all(root, {"mode": "DROPMALFORMED"}, problems=problems)
+    assert [p.kind for p in problems] == ["unreadable"] and "Permission denied" in problems[0].message
+    assert offsets_of(table) == [r for r in oracle(root) if r[:2] != ("orders", 1)]

@@ -169,7 +169,13 @@ def find_partitions(paths: list[str], storage_options: dict[str, str] | None = N
                                             f"{storage.uri(e.path)} is named like a partition directory "
                                             f"but is {e.note}"))
                 continue
-            add(tp[0], tp[1], _segments_in(storage, e.path, tp[0], tp[1], storage.list(e.path)), checkpoints)
+            try:
+                listed = storage.list(e.path)
+            except OSError as exc:                   # no permission, gone meanwhile
+                problems.append(Problem("unreadable", storage.uri(e.path),
+                                        f"{storage.uri(e.path)} cannot be listed: {exc}"))
+                continue
+            add(tp[0], tp[1], _segments_in(storage, e.path, tp[0], tp[1], listed), checkpoints)
     for part in found.values():
         part.segments.sort(key=lambda s: s.base_offset)
     return sorted(found.values(), key=lambda p: (p.topic, p.partition)), problems
