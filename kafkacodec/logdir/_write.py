@@ -399,7 +399,7 @@ def _read_run(store: Store, run: Run, chunk_rows: int) -> Iterator[Any]:
                     yield pa.table({"o": rb.column("offset"), "ts": pa.array(_to_ms(rb.column("timestamp"))),
                                     "key": rb.column("key"), "value": rb.column("value"),
                                     "headers": rb.column("headers")})
-                if new_pos == pos or dec.trailing_bytes:
+                if dec.trailing_bytes or (new_pos == pos and not rb.num_rows):
                     break
                 pos = new_pos
 
