@@ -64,6 +64,7 @@ class Segment:
     base_offset: int
     path: str                        # staged file
     size: int
+    last_offset: int = -1            # of its last batch
 
 
 @dataclass
@@ -234,14 +235,15 @@ class _RunWriter:
         from kafkacodec._arrow import scan_entries
 
         scan = scan_entries(data)
-        for pos, size, base in zip(scan["position"].tolist(), scan["size"].tolist(),
-                                   scan["base_offset"].tolist()):
+        for pos, size, base, last in zip(scan["position"].tolist(), scan["size"].tolist(),
+                                         scan["base_offset"].tolist(), scan["last_offset"].tolist()):
             seg = self.run.segments[-1] if self.run.segments else None
             if seg is None or (seg.size and seg.size + size > self.segment_bytes):
                 self._roll(int(base))
                 seg = self.run.segments[-1]
             self._file.write(memoryview(data)[pos:pos + size])
             seg.size += size
+            seg.last_offset = int(last)
 
     def _roll(self, base_offset: int) -> None:
         self.close()
@@ -576,6 +578,20 @@ def _plan_partition(store: Store, runs: list[Run], staging: str, *, codec: int, 
                       segment_bytes=segment_bytes, next_offset=start)
 
 
+def _segment_names(run: Run, next_offset: int | None) -> list[int]:
+    """Each segment is named after the offset that follows the one before it (the first after
+    the partition's existing data, if any), as the log cleaner leaves segments: the offsets the
+    rows skip (compaction, aborted transactions left out) lie inside segments, never between
+    them, so readers see no missing segment."""
+    names = []
+    for i, seg in enumerate(run.segments):
+        if i:
+            names.append(run.segments[i - 1].last_offset + 1)
+        else:
+            names.append(seg.base_offset if next_offset is None else min(next_offset, seg.base_offset))
+    return names
+
+
 class _Undo:
     """Moves and new directories done so far, undone in reverse order on failure."""
 
@@ -643,8 +659,11 @@ def commit(store: Store, root: str, job: str, runs: Iterable[Run], *, mode: str 
         for (topic, partition), run in plans.items():
             folder = store.join(root, f"{topic}-{partition}")
             undo.makedirs(folder)
-            for seg in run.segments:
-                target = store.join(folder, f"{seg.base_offset:020d}.log")
+            after = current.get((topic, partition))
+            if after is not None and store.exists(store.join(folder, f"{after:020d}.log")):
+                after = None           # an empty active segment holds that name: keep the batch's
+            for seg, name in zip(run.segments, _segment_names(run, after)):
+                target = store.join(folder, f"{name:020d}.log")
                 if store.exists(target):
                     raise FileExistsError(f"{store.describe(target)} exists (an empty active segment?): "
                                           "a new segment starting at that offset cannot take its name; "
