@@ -259,7 +259,10 @@ def test_a_builder_shared_by_threads_refuses_the_second_one():
         appended, built, seen = [], [], {"busy": 0}
 
         def work(t):
-            for i in range(300):
+            # until a collision is seen (the GIL is let go only while build() compresses)
+            for i in range(3000):
+                if i >= 300 and seen["busy"]:
+                    break
                 value = b"%d-%d;" % (t, i) * 2000
                 try:
                     builder.append(1, b"k", value, [("h", b"x")])

@@ -662,8 +662,8 @@ def commit(store: Store, root: str, job: str, runs: Iterable[Run], *, mode: str 
             after = current.get((topic, partition))
             if after is not None and store.exists(store.join(folder, f"{after:020d}.log")):
                 after = None           # an empty active segment holds that name: keep the batch's
-            for seg, name in zip(run.segments, _segment_names(run, after)):
-                target = store.join(folder, f"{name:020d}.log")
+            for seg, base in zip(run.segments, _segment_names(run, after)):
+                target = store.join(folder, f"{base:020d}.log")
                 if store.exists(target):
                     raise FileExistsError(f"{store.describe(target)} exists (an empty active segment?): "
                                           "a new segment starting at that offset cannot take its name; "
