@@ -1,7 +1,8 @@
 # cython: language_level=3
 """The mirror's hot path: v2 batches copied once into a ProduceRequest with the target
-producer's state (producer id, epoch, base sequence; the transactional flag cleared) and their
-CRC-32C updated from the 36 rewritten header bytes alone.
+producer's state (producer id, epoch, base sequence; the transactional flag cleared; base offset
+0 and no leader epoch, as a producer sends them) and their CRC-32C updated from the 36 rewritten
+header bytes alone.
 
 CRC-32C is affine: for equal lengths, crc(A) xor crc(B) = lin(A xor B), and a difference that is
 zero after its first k bytes is its k-byte CRC register shifted over the n zero bytes after it
@@ -18,6 +19,7 @@ from libc.string cimport memcpy
 from kafkacodec._cursor cimport Cursor, cursor_init, load_u32
 from kafkacodec._writer cimport Writer, WriteBuffer, ensure, put_int32, store_u16, store_u32, store_u64
 from kafkacodec._format cimport (BatchHeader, next_entry, V2_CRC_OFFSET, V2_ATTRIBUTES_OFFSET,
+                                 V2_PARTITION_LEADER_EPOCH_OFFSET,
                                  V2_PRODUCER_ID_OFFSET, V2_PRODUCER_EPOCH_OFFSET,
                                  V2_BASE_SEQUENCE_OFFSET, V2_RECORDS_COUNT_OFFSET,
                                  TRANSACTIONAL_FLAG, CONTROL_FLAG)
@@ -89,6 +91,11 @@ cdef void rewrite_into(unsigned char* dst, const unsigned char* src, Py_ssize_t 
     """Copy a whole v2 batch to `dst` with the new producer state and its CRC updated."""
     cdef uint32_t stored = load_u32(src + V2_CRC_OFFSET)
     memcpy(dst, src, size)
+    # As a producer sends it: base offset 0 and no partition leader epoch (both outside the
+    # CRC; the broker assigns them, and refuses client batches whose records do not start at
+    # offset 0: INVALID_RECORD).
+    store_u64(dst, 0)
+    store_u32(dst + V2_PARTITION_LEADER_EPOCH_OFFSET, 0xFFFFFFFF)
     dst[V2_ATTRIBUTES_OFFSET + 1] &= <unsigned char>(~TRANSACTIONAL_FLAG & 0xFF)
     store_u64(dst + V2_PRODUCER_ID_OFFSET, <uint64_t>producer_id)
     store_u16(dst + V2_PRODUCER_EPOCH_OFFSET, <uint16_t>producer_epoch)

@@ -101,7 +101,12 @@ class Mirror:
                               reactor=reactor, priority=True, name="target")
         counts = {topic: self.consumer.partitions_for(topic) for topic in cfg.topics}
         targets = [self.target_topic(t) for t in cfg.topics]
-        self.target.refresh_metadata(targets)
+        for attempt in range(12):
+            # a topic just created may take a moment to reach every broker's metadata
+            self.target.refresh_metadata(targets)
+            if all(self.target.topic_errors.get(t, 3) == 0 for t in targets) or attempt == 11:
+                break
+            self.target.wait(min(0.1 * 2 ** attempt, 1.0))
         for topic in cfg.topics:
             name = self.target_topic(topic)
             code = self.target.topic_errors.get(name, 3)
