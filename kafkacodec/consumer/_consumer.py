@@ -252,11 +252,11 @@ class Consumer:
                 grouped: dict[str, list[tuple[int, int]]] = {}
                 for t, p in tps:
                     grouped.setdefault(t, []).append((p, timestamp))
-                message = control.list_offsets_request(grouped, isolation_level=isolation)
                 try:
                     answer = self.cluster.call(
                         leader, control.LIST_OFFSETS,
-                        lambda v, cid, m=message: control.encode_request(m, v, cid, self.client_id),
+                        _encoder(control.list_offsets_request(grouped, isolation_level=isolation),
+                                 self.client_id),
                         _decoder(control.LIST_OFFSETS), max_version=control.MAX_VERSIONS[control.LIST_OFFSETS],
                         min_version=1, retries=0)
                 except (ConnectionError, TimeoutError, OSError):
@@ -301,8 +301,7 @@ class Consumer:
         for attempt in range(10):
             answer = self.cluster.call(
                 None, control.FIND_COORDINATOR,
-                lambda v, cid: control.encode_request(message, v, cid, self.client_id),
-                _decoder(control.FIND_COORDINATOR),
+                _encoder(message, self.client_id), _decoder(control.FIND_COORDINATOR),
                 max_version=control.MAX_VERSIONS[control.FIND_COORDINATOR])
             if answer.error_code == 0:
                 self.cluster.brokers.setdefault(answer.node_id, (answer.host, answer.port))
@@ -320,8 +319,7 @@ class Consumer:
             node = self._find_coordinator(refresh=attempt > 0)
             try:
                 answer = self.cluster.call(
-                    node, api_key, lambda v, cid: control.encode_request(message, v, cid, self.client_id),
-                    _decoder(api_key), max_version=control.MAX_VERSIONS[api_key],
+                    node, api_key, _encoder(message, self.client_id), _decoder(api_key), max_version=control.MAX_VERSIONS[api_key],
                     min_version=1 if api_key == control.OFFSET_FETCH else 2,
                     purpose="coordinator", retries=1)
             except (ConnectionError, TimeoutError, OSError):
@@ -489,6 +487,13 @@ class Consumer:
         self.fetcher.ready.clear()
         self.cluster.close()
         self.closed = True
+
+
+def _encoder(message: Any, client_id: str) -> Any:
+    def encode(version: int, correlation_id: int) -> bytes:
+        return control.encode_request(message, version, correlation_id, client_id)
+
+    return encode
 
 
 def _decoder(api_key: int) -> Any:

@@ -131,7 +131,7 @@ class Fetcher:
         if st.txn is not None:
             st.txn = TransactionFilter()
         # data already parsed for the old position is dropped
-        kept = deque()
+        kept: deque[FetchedPartition] = deque()
         for part in self.ready:
             if (part.topic, part.partition) == key:
                 part.release()
@@ -303,6 +303,8 @@ class Fetcher:
             return None
         st.alone = False
         stop: int | None = None
+        kept: list[Any]
+        dropped: list[tuple[int, int, int]]
         if st.txn is not None:
             scanning = st.txn.scanning
             kept, dropped, next_fetch, stop = st.txn.walk(batches, fetch_offset,

@@ -19,8 +19,6 @@ from kafkacodec._ring import Response
 from kafkacodec.errors import BufferReleasedError
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from kafkacodec.mirror.shallow import RawBytesBatchRecord
 
 __all__ = ["FetchedPartition", "ResponseLease"]
@@ -127,14 +125,14 @@ class FetchedPartition:
         return sum(len(b.value) for b in self.batches)
 
     def to_arrow(self, *, include_headers: bool = True, validate_crc: bool = True,
-                 max_rows: int = 65536) -> list[pa.RecordBatch]:
+                 max_rows: int = 65536) -> list[Any]:
         """The kept records as pyarrow RecordBatches (kafkacodec.arrow.ArrowDecoder; needs
         pyarrow): records before the fetch position, control records, aborted transactions
         and undecided data are left out, exactly as in ``batches``."""
         from kafkacodec.arrow import ArrowDecoder
 
         self.batches                                   # raises after release()
-        out: list[pa.RecordBatch] = []
+        out: list[Any] = []                            # pyarrow.RecordBatch (optional dependency)
         if self._records is None or not self._batches:
             return out
         decoder = ArrowDecoder(self.topic, self.partition, validate_crc=validate_crc,

@@ -81,6 +81,6 @@ def start_metrics_server(mirror: Mirror, listen: str) -> tuple[Any, int]:
 
     host, _, port = listen.rpartition(":")
     registry = CollectorRegistry()
-    registry.register(MirrorCollector(mirror))       # type: ignore[arg-type]
+    registry.register(MirrorCollector(mirror))
     server, _thread = start_http_server(int(port), addr=host or "0.0.0.0", registry=registry)
     return server, int(server.server_address[1])

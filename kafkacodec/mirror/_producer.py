@@ -199,7 +199,7 @@ class IdempotentProducer:
                 size = 0
                 rest = []
                 for tp in ready:
-                    items = []
+                    items: list[Item] = []
                     room = self.max_in_flight - len(tp.in_flight)
                     while tp.pending and room > 0 and (not items or self.multi_batch):
                         item = tp.pending[0]
