@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -257,3 +258,59 @@ def test_kill_9_in_the_middle_loses_nothing(clusters, tmp_path):
             assert target_values == source_values
     assert sum(len(v) for v in got.values()) == total + duplicates
     print("kill -9: killed at", sum(killed_at.values()), "of", total, "duplicates", duplicates)
+
+
+class DisturbedMirror(Mirror):
+    """A mirror whose target metadata is wrong (NOT_LEADER_OR_FOLLOWER) or whose target
+    connections are cut when the first batches arrive."""
+
+    def __init__(self, config, how):
+        super().__init__(config)
+        self.how = how
+        self.disturbed = False
+
+    def _take(self, part):
+        if not self.disturbed:
+            self.disturbed = True
+            if self.how == "not-leader":
+                brokers = sorted(self.target.brokers)
+                for key, leader in list(self.target.leaders.items()):
+                    self.target.leaders[key] = brokers[(brokers.index(leader) + 1) % len(brokers)]
+            else:
+                # cut every target connection right after requests went out on it
+                send_ready = self.producer.send_ready
+
+                def send_and_cut():
+                    send_ready()
+                    for conn in list(self.target.connections.values()):
+                        if conn.in_flight and conn.sock is not None and not self.cut:
+                            conn.handle_write()           # the request is on the wire
+                            conn.sock.shutdown(socket.SHUT_RDWR)
+                            self.cut = True
+
+                self.cut = False
+                self.producer.send_ready = send_and_cut
+        super()._take(part)
+
+
+@pytest.mark.parametrize("how", ["not-leader", "disconnect"])
+def test_target_errors_are_retried_in_order(clusters, tmp_path, how):
+    source, target = clusters
+    topic = f"retry-{how}"
+    source.create_topic(topic)
+    target.create_topic(topic)
+    produce(source, topic, 200, "lz4")
+    config = MirrorConfig(source=source.bootstrap, target=target.bootstrap, topics=[topic],
+                          state_dir=str(tmp_path), until_caught_up=True, progress=False)
+    m = DisturbedMirror(config, how)
+    assert m.run() == 0
+    assert m.disturbed and m.producer.retries > 0
+    assert how == "not-leader" or m.cut
+    want = read_all(source, topic)
+    got = read_all(target, topic)
+    if how == "not-leader":
+        assert got == want                         # refused batches were not written
+    else:
+        for p in range(4):                         # at-least-once: order kept, nothing lost
+            values = [v for _, v, _, _ in got[p]]
+            assert set(values) == {v for _, v, _, _ in want[p]}

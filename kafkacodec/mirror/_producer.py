@@ -112,6 +112,7 @@ class IdempotentProducer:
         self.producer_id = -1
         self.producer_epoch = -1
         self.serial = 0
+        self.last_metadata = 0.0
         self.partitions: dict[tuple[str, int], _TargetPartition] = {}
         self.requests_in_flight: dict[int, int] = {}
         self.fatal: BaseException | None = None
@@ -177,6 +178,13 @@ class IdempotentProducer:
         if self.fatal is not None:
             return
         now = time.monotonic()
+        if self.cluster.metadata_stale and now - self.last_metadata >= self.retry_backoff:
+            # a leader moved or a connection failed: learn the leaders again
+            self.last_metadata = now
+            try:
+                self.cluster.refresh_metadata({t for t, _ in self.partitions})
+            except (ConnectionError, TimeoutError, OSError):
+                pass                             # tried again after the backoff
         by_node: dict[int, list[_TargetPartition]] = {}
         for tp in self.partitions.values():
             if not tp.pending or now < tp.backoff_until:
