@@ -23,7 +23,6 @@ pytest.importorskip("kafka")
 
 from mock_cluster import MockCluster  # noqa: E402
 
-from kafkacodec import MemoryRecords  # noqa: E402
 from kafkacodec.consumer import Consumer  # noqa: E402
 from kafkacodec.mirror import Mirror, MirrorConfig  # noqa: E402
 

@@ -119,7 +119,7 @@ class Reactor:
         """Wait up to `timeout` seconds for socket events and handle them (responses go to
         their requests' handlers)."""
         now = time.monotonic()
-        wanted: dict[int, tuple[BrokerConnection, int]] = {}
+        wanted: dict[int, tuple[Cluster, BrokerConnection, int]] = {}
         for cluster in self.clusters:
             cluster.prepare(now)
             for conn in cluster.live_connections():
@@ -128,28 +128,28 @@ class Reactor:
                 events = (selectors.EVENT_READ if conn.wants_read() else 0) | \
                          (selectors.EVENT_WRITE if conn.wants_write() else 0)
                 if events:
-                    wanted[conn.sock.fileno()] = (conn, events)
+                    wanted[conn.sock.fileno()] = (cluster, conn, events)
         for fd, (conn, events) in list(self._registered.items()):
-            if fd not in wanted or wanted[fd][0] is not conn:
+            if fd not in wanted or wanted[fd][1] is not conn:
                 try:
                     self.selector.unregister(fd)
                 except (KeyError, ValueError, OSError):
                     pass
                 del self._registered[fd]
-        for fd, (conn, events) in wanted.items():
+        for fd, (cluster, conn, events) in wanted.items():
             old = self._registered.get(fd)
             if old is None:
-                self.selector.register(fd, events, conn)
+                self.selector.register(fd, events, (cluster, conn))
             elif old[1] != events:
-                self.selector.modify(fd, events, conn)
+                self.selector.modify(fd, events, (cluster, conn))
             self._registered[fd] = (conn, events)
         if not wanted:
             if timeout > 0:
                 time.sleep(min(timeout, 0.05))
             return
         for key, mask in self.selector.select(max(timeout, 0.0)):
-            conn = key.data
-            conn.cluster.handle_events(conn, mask)
+            cluster, conn = key.data
+            cluster.handle_events(conn, mask)
 
     def close(self) -> None:
         self.selector.close()
@@ -221,7 +221,6 @@ class Cluster:
                                 ring_bytes=self.coordinator_ring_bytes if coordinator else self.ring_bytes,
                                 priority=coordinator or self.priority,
                                 name=f"{self.name} broker {node_id} ({host}:{port}, {purpose})")
-        conn.cluster = self             # type: ignore[attr-defined]
         try:
             conn.connect()
         except OSError as exc:

@@ -79,6 +79,7 @@ class Consumer:
         self.group_id = group_id
         self.client_id = client_id
         self.pool = SimpleMemoryPool(buffer_memory, buffer_memory, strict=True)
+        self._own_reactor = reactor is None
         self.reactor = reactor or Reactor()
         self.cluster = Cluster(bootstrap, pool=self.pool, ring_bytes=ring_bytes,
                                coordinator_ring_bytes=COORDINATOR_RING_BYTES,
@@ -486,6 +487,8 @@ class Consumer:
             part.release()
         self.fetcher.ready.clear()
         self.cluster.close()
+        if self._own_reactor:
+            self.reactor.close()
         self.closed = True
 
 

@@ -70,6 +70,7 @@ class Mirror:
         self.config = config
         self.checkpoint = Checkpoint(config.state_dir)
         self.consumer: Consumer | None = None
+        self.reactor: Reactor | None = None
         self.target: Cluster | None = None
         self.producer: IdempotentProducer | None = None
         self.acked: dict[tuple[str, int], int] = {}        # source position acknowledged
@@ -91,7 +92,7 @@ class Mirror:
     # -- set-up --------------------------------------------------------------------------------
     def _setup(self) -> None:
         cfg = self.config
-        reactor = Reactor()
+        self.reactor = reactor = Reactor()
         self.consumer = Consumer(cfg.source, buffer_memory=cfg.buffer_memory,
                                  isolation_level="read_committed", group_id=cfg.group_id,
                                  client_id=cfg.client_id, request_timeout=cfg.request_timeout,
@@ -258,6 +259,9 @@ class Mirror:
             self.target.close()
         if self.consumer is not None:
             self.consumer.close()
+        if self.reactor is not None:
+            self.reactor.close()
+            self.reactor = None
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server = None
