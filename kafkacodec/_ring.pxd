@@ -1,6 +1,7 @@
 # KAFKA-2045 response ring buffer: one buffer per connection, each response stored
 # contiguously behind a one-byte header (1 = complete response follows, 0 = skip to the front).
 
+from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t
 from kafkacodec._compression cimport Decompressor
 
@@ -15,7 +16,9 @@ cdef class ResponseRingBuffer:
     cdef unsigned char* buf
     cdef readonly Py_ssize_t capacity
     cdef object pool                # SimpleMemoryPool or None
-    cdef object pool_view           # the memoryview the pool handed out
+    cdef PyObject* pool_view        # the memoryview the pool handed out: a strong reference
+                                    # the cyclic GC does not traverse (it would clear the view
+                                    # under pool_buffer's export, and the dealloc then crashed)
     cdef Py_buffer pool_buffer
     cdef bint has_pool_buffer
     cdef bint owns_buf              # buf came from PyMem_RawMalloc (no pool)

@@ -38,7 +38,7 @@ from cpython.buffer cimport (PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Rel
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.memoryview cimport PyMemoryView_FromObject, PyMemoryView_FromMemory
 from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree, PyMem_RawRealloc
-from cpython.ref cimport Py_REFCNT
+from cpython.ref cimport Py_REFCNT, Py_INCREF, Py_XDECREF
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memmove, memcmp
@@ -144,7 +144,8 @@ cdef class ResponseRingBuffer:
                     f"the pool refused {capacity} bytes for the ring "
                     f"(available {pool.available_memory} of {pool.size})")
             self.pool = pool
-            self.pool_view = view
+            Py_INCREF(view)
+            self.pool_view = <PyObject*>view
             PyObject_GetBuffer(view, &self.pool_buffer, PyBUF_WRITABLE)
             self.has_pool_buffer = True
             self.buf = <unsigned char*>self.pool_buffer.buf
@@ -166,12 +167,14 @@ cdef class ResponseRingBuffer:
             PyBuffer_Release(&self.pool_buffer)
             self.has_pool_buffer = False
             try:
-                self.pool.release(self.pool_view)
+                self.pool.release(<object>self.pool_view)
             except Exception:
                 pass                          # the pool reclaims a dropped buffer itself
         elif self.owns_buf:
             PyMem_RawFree(self.buf)
         self.buf = NULL
+        Py_XDECREF(self.pool_view)
+        self.pool_view = NULL
         PyMem_RawFree(self.slots)
         self.slots = NULL
         PyMem_RawFree(self.bounds)
@@ -460,8 +463,10 @@ cdef class ResponseRingBuffer:
         if self.has_pool_buffer:
             PyBuffer_Release(&self.pool_buffer)
             self.has_pool_buffer = False
-            self.pool.release(self.pool_view)
-            self.pool_view = None
+            view = <object>self.pool_view
+            Py_XDECREF(self.pool_view)
+            self.pool_view = NULL
+            self.pool.release(view)
         return 0
 
     # -- public API -----------------------------------------------------------------------------
