@@ -9,15 +9,24 @@ import sys
 import tempfile
 import textwrap
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import kafkacodec
+
+# The folder holding the kafkacodec this suite imported: the checkout built in place, the
+# installed wheel's site-packages, or the instrumented build of scripts/sanitize.sh.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(kafkacodec.__file__)))
+
+
+def child_env(*extra_paths: str) -> dict[str, str]:
+    """The environment for a child interpreter that must import the same kafkacodec as this one
+    (never the checkout's unbuilt sources when the suite tests the installed wheel)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([PACKAGE_PARENT, *extra_paths, env.get("PYTHONPATH", "")])
+    return env
 
 
 def run_python(code: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run `code` with this interpreter and this checkout's kafkacodec (or the installed one, or
-    the instrumented build under scripts/sanitize.sh, which sets PYTHONPATH itself)."""
-    env = dict(os.environ)
-    if os.environ.get("KAFKACODEC_TEST_INSTALLED") != "1":
-        env.setdefault("PYTHONPATH", ROOT)
+    """Run `code` with this interpreter and the kafkacodec this suite imported."""
+    env = child_env()
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, timeout=timeout, env=env,
                           cwd=tempfile.gettempdir())   # not the checkout: `-c` puts cwd first on sys.path

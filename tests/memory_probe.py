@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from isolated import child_env  # noqa: F401  (re-exported for the tests that import it here)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 _PRELUDE = """\
@@ -55,13 +57,6 @@ atexit.register(_report)
 available = sys.platform.startswith("linux") and os.path.exists("/proc/self/status")
 
 
-def child_env() -> dict[str, str]:
-    """The environment for a child that imports kafkacodec from this tree (or the installed
-    package when the suite tests the installed wheel)."""
-    env = dict(os.environ)
-    if os.environ.get("KAFKACODEC_TEST_INSTALLED") != "1":
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
 
 
 def run_measured(code: str, *argv: str, address_limit: int = 2 << 30, timeout: float = 300,

@@ -282,10 +282,8 @@ def test_hostile_record_count_reserves_nothing_it_cannot_fill(tmp_path):
         "except CorruptRecordError as error:\n"
         "    print('corrupt:', error)\n")
     import subprocess
-    env = dict(os.environ)
-    env.setdefault("PYTHONPATH", os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-                   if os.environ.get("KAFKACODEC_TEST_INSTALLED") != "1" else "")
+    from isolated import child_env
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         timeout=120, env=env, cwd=tmp_path)
+                         timeout=120, env=child_env(), cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "corrupt: " in run.stdout and "truncated record" in run.stdout

@@ -12,15 +12,14 @@ import sys
 import textwrap
 
 import pytest
+from isolated import child_env
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(TESTS)
 
 
 def run_python(code, timeout=300):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+                          text=True, timeout=timeout, env=child_env(TESTS), cwd=TESTS)
 
 
 def test_a_collected_cycle_holding_a_pool_and_its_ring_does_not_crash():

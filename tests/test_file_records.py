@@ -315,13 +315,10 @@ print(json.dumps({"error": error, "count": len(out), "total": len(expected),
 @pytest.mark.parametrize("case", ["control-with-headers", "batches"])
 def test_a_finaliser_closing_the_file_mid_read_never_reads_the_unmapped_segment(tmp_path, case):
     import json
-    import os
     import subprocess
 
-    import kafkacodec
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(kafkacodec.__file__)))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    from isolated import child_env
+    env = child_env()
     proc = subprocess.run([sys.executable, "-c", CLOSE_DURING_READ, str(tmp_path / "s.log"), case],
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
@@ -357,7 +354,6 @@ def test_open_refuses_what_is_not_a_regular_file_without_blocking(tmp_path, kind
     import os
     import subprocess
 
-    import kafkacodec
 
     path = tmp_path / "00000000000000000000.log"
     if kind == "fifo":
@@ -368,8 +364,8 @@ def test_open_refuses_what_is_not_a_regular_file_without_blocking(tmp_path, kind
         path.mkdir()
     else:
         path.symlink_to(tmp_path / "gone.log")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(kafkacodec.__file__)))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    from isolated import child_env
+    env = child_env()
     proc = subprocess.run([sys.executable, "-c", NOT_REGULAR, str(path)], capture_output=True,
                           text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from isolated import child_env
 
 import kafkacodec
 
@@ -53,10 +54,9 @@ def ended(exc, **extra):
 
 def run(body: str, *args: object, timeout: float = 120, options: tuple[str, ...] = ()
         ) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, *options, "-c", PRELUDE + textwrap.dedent(body),
                            *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env=env, cwd=ROOT)
+                          env=child_env(), cwd=ROOT)
 
 
 def outcome(proc: subprocess.CompletedProcess[str]) -> dict:

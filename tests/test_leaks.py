@@ -210,8 +210,8 @@ def test_per_thread_decompression_buffers_shrink_after_a_big_batch():
     import subprocess
 
     inflated = 128 << 20
-    root = os.path.dirname(os.path.dirname(os.path.abspath(kafkacodec.__file__)))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    from isolated import child_env
+    env = child_env()
     proc = subprocess.run([sys.executable, "-c", BIG_BATCH_PER_THREAD, str(inflated)],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from isolated import child_env
 
 ck = pytest.importorskip("confluent_kafka")
 pytest.importorskip("kafka")
@@ -20,7 +21,6 @@ from test_mirror_process import produce, read_all  # noqa: E402
 from kafkacodec.mirror import Mirror, MirrorConfig  # noqa: E402
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(TESTS)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def source():
 
 
 def cli(*args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    env = child_env()
     return subprocess.run([sys.executable, "-m", "kafkacodec.cli", "mirror", "--no-progress", *args],
                           env=env, capture_output=True, text=True, timeout=180)
 

@@ -17,6 +17,7 @@ import time
 import urllib.request
 
 import pytest
+from isolated import child_env
 
 ck = pytest.importorskip("confluent_kafka")
 pytest.importorskip("kafka")
@@ -27,7 +28,6 @@ from kafkacodec.consumer import Consumer  # noqa: E402
 from kafkacodec.mirror import Mirror, MirrorConfig  # noqa: E402
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(TESTS)
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
@@ -200,7 +200,7 @@ def test_metrics_endpoint(clusters, tmp_path):
 
 
 def run_cli(source, target, topic, state_dir, *extra):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    env = child_env()
     return subprocess.Popen([sys.executable, "-m", "kafkacodec.cli", "mirror", "--source", source.bootstrap,
                              "--target", target.bootstrap, "--topics", topic, "--state-dir", str(state_dir),
                              "--no-progress", *extra], env=env, stdout=subprocess.PIPE,

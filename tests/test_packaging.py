@@ -82,3 +82,21 @@ def test_benchmark_job_slims_and_compares_runs(tmp_path):
     assert "| a |" in run.stdout and "1.10 |" in run.stdout
     assert "1 benchmark(s) slower than 1.5x" in run.stdout
     assert run.returncode == 1
+
+
+def test_child_interpreters_import_the_kafkacodec_under_test(tmp_path):
+    """A child started by the suite (even with the checkout as its working directory, where
+    `python -c` looks first) imports the same kafkacodec as the suite: the installed wheel in
+    CI, never the checkout's unbuilt sources (tests build a child's environment with
+    tests/isolated.py's child_env)."""
+    import os
+
+    import kafkacodec
+    from isolated import child_env
+
+    tests = Path(__file__).resolve().parent
+    run = subprocess.run([sys.executable, "-c", "import kafkacodec; print(kafkacodec.__file__)"],
+                         capture_output=True, text=True, timeout=120, env=child_env(),
+                         cwd=tests.parent)
+    assert run.returncode == 0, run.stderr
+    assert os.path.samefile(run.stdout.strip(), kafkacodec.__file__), run.stdout

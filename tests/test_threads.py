@@ -193,8 +193,8 @@ def test_one_records_iterator_shared_by_two_threads(compression):
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(kafkacodec.__file__)))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    from isolated import child_env
+    env = child_env()
     proc = subprocess.run([sys.executable, "-c", SHARED_ITERATOR, compression],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
