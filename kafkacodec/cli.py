@@ -258,55 +258,47 @@ def cmd_dump(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------- verify
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from kafkacodec._arrow import scan_entries
+    """Check every segment under PATH and report every problem: unreadable entries, corrupt
+    entries (CRC, structure), partial entries, overlapping segments, missing offsets between
+    segments, invalid index and checkpoint files.  The same checks, with the same counts, as a
+    "kafkalog" read in PERMISSIVE mode with failOnDataLoss=false."""
     from kafkacodec._progress import Progress
-    from kafkacodec.errors import KafkaCodecError
-    from kafkacodec.logdir import Segment, Split, discover, read_split
-    from kafkacodec.logdir._read import _mapped
+    from kafkacodec.logdir import Problem, ReadOptions, read_split
+    from kafkacodec.logdir._plan import Planner
+    from kafkacodec.logdir._problems import Reporter
 
+    problems: list[Problem] = []
     try:
-        segments = discover(args.path)
+        options = ReadOptions.parse({"paths": [args.path], "mode": "DROPMALFORMED", "failOnDataLoss": "false",
+                                     "keepControl": "true"})
+        planner = Planner(options, Reporter(options.mode, False, problems.append))
+        splits = planner.splits()
+        for part in planner.partitions():
+            for seg in part.segments:
+                planner.check_indexes(seg)
     except FileNotFoundError as exc:
         raise CliError(str(exc), EXIT_INPUT) from None
-    if not segments:
-        raise CliError(f"{args.path}: no segment files (<20-digit base offset>.log) found", EXIT_INPUT)
-    problems: list[dict[str, Any]] = []
+    segments = {s.uri for s in splits}
+    total = sum(s.end - s.start for s in splits)
     records = 0
-    total = sum(s.size for s in segments)
     with Progress(total, "verify", unit="B", enabled=False if args.no_progress else None) as bar:
-        for seg in segments:
-            data = _mapped(seg.path)
-            try:
-                scan = scan_entries(data, source=seg.path, strict=False)
-            finally:
-                if hasattr(data, "close"):
-                    data.close()
-            stop = int(scan["stop"])
-            if scan["error"]:
-                problems.append({"file": seg.path, "position": stop, "offset": None,
-                                 "error": scan["error"] + "; the rest of the segment is unreadable"})
-            elif stop < seg.size:
-                problems.append({"file": seg.path, "position": stop, "offset": None,
-                                 "error": f"{seg.path}: {seg.size - stop} bytes of a partial entry at the end "
-                                          "(Kafka's recovery truncates them)"})
-
-            def collect(exc: KafkaCodecError, seg: Segment = seg) -> None:
-                problems.append({"file": seg.path, "position": exc.position, "offset": exc.offset,
-                                 "error": str(exc)})
-
-            split = Split(seg.path, seg.topic, seg.partition, 0, stop)
-            for rb in read_split(split, include_headers=False, keep_control=True,
-                                 mode="DROPMALFORMED", on_error=collect):
+        for split in splits:
+            for rb in read_split(split, include_headers=False, keep_control=True, mode="DROPMALFORMED",
+                                 fail_on_data_loss=False, columns=["offset"], on_problem=problems.append):
                 records += rb.num_rows
-            bar.update(seg.size, note=Path(seg.path).parent.name)
+            bar.update(split.end - split.start, note=f"{split.topic}-{split.partition}")
+    counts: dict[str, int] = {}
+    for p in problems:
+        counts[p.kind] = counts.get(p.kind, 0) + 1
     result = {"path": str(args.path), "segments": len(segments), "bytes": total, "records": records,
-              "problems": problems, "ok": not problems}
+              "problems": [p.as_dict() for p in problems], "counts": counts, "ok": not problems}
     if args.json:
         _emit_json(result)
     else:
         for p in problems:
-            print(p["error"])
-        verdict = "OK" if not problems else f"{len(problems)} problem(s)"
+            print(f"{p.kind}: {p.message}")
+        verdict = "OK" if not problems else f"{len(problems)} problem(s): " + ", ".join(
+            f"{n} {kind}" for kind, n in sorted(counts.items()))
         print(f"verified {len(segments)} segment(s), {records} records, {total} bytes: {verdict}")
     return EXIT_OK if not problems else EXIT_DATA
 
@@ -578,11 +570,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="one JSON object per batch on stdout")
     d.set_defaults(func=cmd_dump)
 
-    v = sub.add_parser("verify", help="check CRCs and record structure of a log directory",
+    v = sub.add_parser("verify", help="check a log directory: CRCs, record structure, overlapping or "
+                                      "missing offsets, unreadable entries, index files",
                        formatter_class=fmt,
                        epilog="examples:\n  kafkacodec verify /var/kafka-logs\n"
                               "  kafkacodec verify --json my-topic-0 | jq .ok\n\n" + EXIT_CODES)
-    v.add_argument("path", help="a log directory, a partition directory or a .log file")
+    v.add_argument("path", help="a log directory, a partition directory or a .log file (local, file://, "
+                                "s3://, gs://, hdfs://; globs)")
     v.add_argument("--json", action="store_true", help="print one JSON result on stdout")
     v.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     v.set_defaults(func=cmd_verify)

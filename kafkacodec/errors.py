@@ -19,6 +19,7 @@ __all__ = [
     "ConcurrentUseError",
     "MemoryPoolError",
     "NotRegularFileError",
+    "LogLayoutError",
 ]
 
 
@@ -119,3 +120,9 @@ class NotRegularFileError(OSError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.args[0], self.filename))
+
+
+class LogLayoutError(KafkaCodecError):
+    """A log directory's files do not form one consistent log: segments that overlap (duplicate
+    offsets), offsets missing between segments, an offset outside the log, or an entry named
+    like a segment that cannot be read (a directory, a FIFO, a dangling link)."""

@@ -99,7 +99,7 @@ def test_offset_range_and_headers_option(log_dir):
 
 def test_aborted_transactions_are_dropped(log_dir):
     root, summary = log_dir
-    splits, corrupt = plan(root, {"topics": "orders"})
+    splits, corrupt = plan(root, {"topics": "orders", "kafka.isolation.level": "read_committed"})
     assert not corrupt
     aborted = splits[0].aborted
     assert aborted and all(first <= last for _, first, last in aborted)

@@ -108,12 +108,16 @@ def normalize(rows):
 
 def test_read_matches_kafka_python(spark, log_dir):
     root, summary = log_dir
-    df = spark.read.format("kafkalog").option("maxPartitionBytes", 1500).load(str(root))
+    df = (spark.read.format("kafkalog").option("maxPartitionBytes", 4000).option("includeHeaders", "true")
+          .option("kafka.isolation.level", "read_committed").load(str(root)))
     assert df.rdd.getNumPartitions() > summary["segments"]         # large segments were split
     rows = normalize(collect(df))
     expected = normalize(expected_rows(root))
     assert len(rows) == summary["records"] - summary["aborted_records"]
     assert rows == expected
+    # Spark's Kafka-source defaults: no headers column, read_uncommitted (aborted records kept)
+    default = spark.read.format("kafkalog").load(str(root))
+    assert "headers" not in default.columns and default.count() == summary["records"]
 
 
 def test_options(spark, log_dir):
@@ -170,8 +174,9 @@ def test_write_read_back_with_kafka_python(spark, log_dir, tmp_path):
     from kafka.record.memory_records import MemoryRecords
 
     root, summary = log_dir
-    src = spark.read.format("kafkalog").load(str(root)).select(
-        "key", "value", "topic", "partition", "timestamp", "headers")
+    src = (spark.read.format("kafkalog").option("includeHeaders", "true")
+           .option("kafka.isolation.level", "read_committed").load(str(root))
+           .select("key", "value", "topic", "partition", "timestamp", "headers"))
     out = tmp_path / "written"
     (src.repartition(3)
      .write.format("kafkalog").option("compression", "zstd").option("segmentBytes", 8000)
@@ -256,3 +261,128 @@ def test_cli_spark_convert_round_trip(spark, log_dir, tmp_path, capsys):
     values = sorted(r.value for r in spark.read.format("kafkalog").load(str(back)).select("value").collect()
                     if r.value is not None)
     assert values == sorted(r.value for r in parquet.select("value").collect() if r.value is not None)
+
+
+# --- reading: Spark's Kafka-source options, pushdown, schemas, damage, remote storage ---------
+
+def spark_error(fn):
+    """The text of the error a Spark action raises (driver or executor side)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    with pytest.raises((PySparkException, Py4JJavaError)) as info:
+        fn()
+    return str(info.value)
+
+
+def test_kafka_source_options(spark, log_dir):
+    root, summary = log_dir
+    def read():                        # a DataFrameReader keeps its options: a fresh one each time
+        return spark.read.format("kafkalog")
+    text = spark_error(lambda: read().option("subscrib", "orders").load(str(root)).count())
+    assert "did you mean 'subscribe'" in text
+    text = spark_error(lambda: read().option("startingOffsets", "latest").load(str(root)).count())
+    assert "not allowed for batch" in text
+    text = spark_error(lambda: read().option("kafka.bootstrap.servers", "h:9092").load(str(root)).count())
+    assert "not a broker" in text
+    pattern = read().option("subscribePattern", "ord.*").option("kafka.isolation.level", "read_uncommitted")
+    assert pattern.load(str(root)).count() == summary["per_topic"]["orders"]
+    assigned = read().option("assign", '{"clicks": [1]}').load(str(root))
+    assert {(r.topic, r.partition) for r in assigned.select("topic", "partition").distinct().collect()} == {("clicks", 1)}
+    assert read().option("minPartitions", 40).load(str(root)).rdd.getNumPartitions() >= 30
+    ts = 1_700_000_003_000                                       # the sample's clock starts at 1_700_000_000_000
+    later = read().option("startingTimestamp", str(ts)).load(str(root))
+    first = later.groupBy("topic", "partition").min("offset").collect()
+    every = read().load(str(root)).select("topic", "partition", "offset", "timestamp").collect()
+    for row in first:
+        hits = sorted(r.offset for r in every if (r.topic, r.partition) == (row.topic, row.partition)
+                      and r.timestamp.timestamp() * 1000 >= ts)
+        assert row["min(offset)"] == hits[0]
+
+
+def test_pushdown_exact_and_shown(spark, log_dir):
+    root, _ = log_dir
+    where = "offset >= 100 and offset < 130 and partition = 1 and topic = 'orders'"
+    plain = spark.read.format("kafkalog").load(str(root)).where(where)
+    expected = sorted(r.offset for r in plain.collect())
+    assert expected == list(range(100, 130))
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        pushed = spark.read.format("kafkalog").load(str(root)).where(where)
+        assert sorted(r.offset for r in pushed.collect()) == expected
+        assert pushed.rdd.getNumPartitions() < plain.rdd.getNumPartitions()
+        import contextlib
+        import io
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            pushed.explain("formatted")
+        assert "PushedFilters: [" in out.getvalue() and "GreaterThanOrEqual(offset,100)" in out.getvalue()
+        late = spark.read.format("kafkalog").load(str(root)).where(
+            "timestamp >= cast('2023-11-14 22:13:23' as timestamp) and offset % 2 = 0")
+        assert sorted(r.offset for r in late.collect()) == sorted(
+            r.offset for r in spark.read.format("kafkalog").load(str(root)).collect()
+            if r.timestamp.timestamp() >= 1_700_000_003 and r.offset % 2 == 0) and late.count() > 0
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+
+def test_user_schema_decodes_only_its_columns(spark, log_dir):
+    root, summary = log_dir
+    df = spark.read.format("kafkalog").schema("offset bigint, headers array<struct<key:string,value:binary>>, "
+                                              "topic string").load(str(root))
+    assert df.columns == ["offset", "headers", "topic"] and df.count() == summary["records"]
+    assert df.where("headers is not null").count() > 0                  # headers decoded for the schema
+    permissive = spark.read.format("kafkalog").schema("offset bigint, _corrupt_record string").option(
+        "mode", "PERMISSIVE").load(str(root))
+    assert permissive.where("_corrupt_record is null").count() == summary["records"]
+    text = spark_error(lambda: spark.read.format("kafkalog").schema("offset string").load(str(root)).count())
+    assert "offset is bigint, not string" in text
+
+
+def test_damage_and_data_loss_in_spark(spark, log_dir, tmp_path):
+    import shutil
+
+    root, summary = log_dir
+    bad = tmp_path / "bad"
+    shutil.copytree(root, bad)
+    seg = sorted((bad / "orders-0").glob("*.log"))[1]
+    data = bytearray(seg.read_bytes())
+    data[8:12] = struct.pack(">i", 0x7FFF0000)                 # corrupt first size field
+    seg.write_bytes(data)
+    lost = ArrowDecoder(keep_control=True).decode((root / "orders-0" / seg.name).read_bytes())[0].num_rows
+    def read():
+        return spark.read.format("kafkalog")
+    text = spark_error(lambda: read().load(str(bad)).count())
+    assert seg.name in text and "declares" in text and "mode=DROPMALFORMED" in text
+    permissive = read().option("mode", "PERMISSIVE").option("keepControl", "true").load(str(bad))
+    marked = permissive.where("_corrupt_record is not null").collect()
+    assert len(marked) == 1 and "declares" in marked[0]["_corrupt_record"]
+    everything = read().option("keepControl", "true").load(str(root)).count()
+    assert permissive.where("_corrupt_record is null").count() == everything - lost
+    # an overlapping copy of a segment: failOnDataLoss decides
+    dup = tmp_path / "dup"
+    shutil.copytree(root, dup)
+    segs = sorted((dup / "clicks-1").glob("*.log"))
+    shutil.copy(segs[1], dup / "clicks-1" / f"{int(segs[1].stem) + 2:020d}.log")
+    text = spark_error(lambda: read().load(str(dup)).count())
+    assert "overlap" in text and "failOnDataLoss=false" in text
+    once = read().option("failOnDataLoss", "false").load(str(dup))
+    assert once.count() == summary["records"] == once.select("topic", "partition", "offset").distinct().count()
+
+
+def test_s3_through_spark(spark, log_dir, s3_server):
+    root, summary = log_dir
+    fs = s3_server.filesystem()
+    bucket = s3_server.new_bucket()
+    for f in sorted(root.rglob("*.log")):
+        with fs.open_output_stream(f"{bucket}/logs/{f.relative_to(root)}") as out:
+            out.write(f.read_bytes())
+    df = (spark.read.format("kafkalog").option("fs.s3a.endpoint", s3_server.endpoint)
+          .option("fs.s3a.access.key", "kafkacodec-test").option("fs.s3a.secret.key", "kafkacodec-test-secret")
+          .option("fs.s3a.endpoint.region", "us-east-1").option("maxPartitionBytes", 1500)
+          .load(f"s3a://{bucket}/logs/*"))
+    local = spark.read.format("kafkalog").load(str(root))
+    assert sorted(map(tuple, df.select("topic", "partition", "offset", "value").collect())) == \
+        sorted(map(tuple, local.select("topic", "partition", "offset", "value").collect()))
+    assert df.count() == summary["records"]

@@ -1,129 +1,43 @@
-"""Reading Kafka log directories: discovery of `<topic>-<partition>/<base offset>.log`
-segments, planning of reads (splits at batch boundaries, offset ranges, aborted transactions)
-and reading a split into Arrow batches with a corrupt-data policy."""
+"""Reading Kafka log directories: discovery of segments (`_layout`), planning of reads
+(`_plan`: offsets, indexes, splits at batch boundaries, aborted transactions) and reading a
+split into Arrow batches with the damage and data-loss policies (`_problems`)."""
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
-import re
-import sys
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+import struct
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Union
 
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError
+from kafkacodec.logdir._layout import PARTITION_RE, SEGMENT_RE, Segment, find_partitions
+from kafkacodec.logdir._options import Options
+from kafkacodec.logdir._plan import WINDOW, Planner, Split
+from kafkacodec.logdir._problems import DAMAGE, Problem, Reporter, warn
+from kafkacodec.logdir._pushdown import Pushdown
+from kafkacodec.logdir._readopts import MODES, ReadOptions
 
 __all__ = ["discover", "plan", "read_split", "describe", "Options", "Segment", "Split", "MODES",
-           "SEGMENT_RE"]
-
-SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
-PARTITION_RE = re.compile(r"^(.+)-(\d+)$")
-MODES = ("FAILFAST", "DROPMALFORMED", "PERMISSIVE")
-EARLIEST, LATEST = -2, -1
+           "SEGMENT_RE", "PARTITION_RE", "ReadOptions", "Problem", "Pushdown"]
 
 PathLike = Union[str, "os.PathLike[str]"]
-OffsetSpec = Callable[[str, int], int]
+Paths = Union[PathLike, Sequence[PathLike], None]
 
 
-class Options:
-    """Spark-style options: case-insensitive names, string (or plain) values."""
-
-    def __init__(self, options: Options | Mapping[str, Any] | None = None):
-        if isinstance(options, Options):
-            options = options._values
-        self._values: dict[str, Any] = {str(k).lower(): v for k, v in (options or {}).items()}
-
-    def get(self, name: str, default: Any = None) -> Any:
-        value = self._values.get(name.lower())
-        return default if value is None else value
-
-    def bool(self, name: str, default: bool) -> bool:
-        value = self.get(name)
-        if value is None:
-            return default
-        text = str(value).strip().lower()
-        if text in ("true", "1", "yes"):
-            return True
-        if text in ("false", "0", "no"):
-            return False
-        raise ValueError(f"option {name}={value!r}: use true or false")
-
-    def int(self, name: str, default: int) -> int:
-        value = self.get(name)
-        try:
-            return default if value is None else int(value)
-        except ValueError:
-            raise ValueError(f"option {name}={value!r}: use a whole number") from None
+def _paths(path: Paths) -> list[str]:
+    if path is None:
+        return []
+    if isinstance(path, (str, os.PathLike)):
+        return [os.fspath(path)]
+    return [os.fspath(p) for p in path]
 
 
-@dataclass(frozen=True)
-class Segment:
-    path: str
-    topic: str
-    partition: int
-    base_offset: int
-    size: int
-
-
-@dataclass
-class Split:
-    """One input partition: bytes [start, end) of a segment (batch boundaries)."""
-    path: str
-    topic: str
-    partition: int
-    start: int
-    end: int
-    start_offset: int | None = None
-    end_offset: int | None = None
-    aborted: list[tuple[int, int, int]] = field(default_factory=list)
-    corrupt: str | None = None          # shallow-scan error at `end` (non-FAILFAST modes)
-
-
-def discover(path: PathLike) -> list[Segment]:
-    """The segment files under `path`, sorted by topic, partition and base offset."""
-    root = Path(path)
-    if not root.exists():
-        raise FileNotFoundError(
-            f"{root}: no such file or directory; give a Kafka log directory (holding "
-            f"<topic>-<partition>/<base offset>.log files), a partition directory or a .log file")
-    files: list[Path] | None
-    if root.is_file():
-        dirs, files = [root.parent], [root]
-    elif any(SEGMENT_RE.match(p.name) for p in root.iterdir()):
-        dirs, files = [root], None
-    else:
-        dirs, files = sorted(p for p in root.iterdir() if p.is_dir() and PARTITION_RE.match(p.name)), None
-    segments = []
-    for d in dirs:
-        m = PARTITION_RE.match(d.name)
-        topic, partition = (m.group(1), int(m.group(2))) if m else (d.name, 0)
-        for f in (files if files is not None else sorted(d.iterdir())):
-            sm = SEGMENT_RE.match(f.name)
-            if sm:
-                segments.append(Segment(str(f), topic, partition, int(sm.group(1)), f.stat().st_size))
-    segments.sort(key=lambda s: (s.topic, s.partition, s.base_offset))
-    return segments
-
-
-def _offset_spec(value: Any, default: int) -> OffsetSpec:
-    """A number for every partition, or Spark's JSON {"topic": {"0": 23}} (-2 earliest, -1 latest)."""
-    text = "" if value is None else str(value).strip()
-    if text in ("", "earliest", "latest"):
-        fixed = {"": default, "earliest": EARLIEST, "latest": LATEST}[text]
-        return lambda t, p: fixed
-    if re.fullmatch(r"-?\d+", text):
-        number = int(text)
-        return lambda t, p: number
-    try:
-        spec = json.loads(text)
-        table = {(t, int(p)): int(o) for t, parts in spec.items() for p, o in parts.items()}
-    except (ValueError, AttributeError) as exc:
-        raise ValueError(f"offset option {text!r}: use a number or JSON like "
-                         f'{{"topic": {{"0": 23}}}} ({exc})') from None
-    return lambda t, p: table.get((t, p), default)
+def discover(path: Paths, options: Mapping[str, Any] | None = None) -> list[Segment]:
+    """The segment files under `path` (a log directory, a partition directory, a .log file,
+    a URI, a glob, or a list of them), sorted by topic, partition and base offset."""
+    parts, _ = find_partitions(_paths(path), {k: str(v) for k, v in (options or {}).items()})
+    return [s for p in parts for s in p.segments]
 
 
 def _mapped(path: PathLike) -> bytes | mmap.mmap:
@@ -137,220 +51,325 @@ def _mapped(path: PathLike) -> bytes | mmap.mmap:
     return b"" if mapping is None else mapping
 
 
-def plan(path: PathLike, options: Options | Mapping[str, Any] | None = None
-         ) -> tuple[list[Split], list[tuple[str, int, str]]]:
-    """Splits to read and the corrupt entry headers found by the shallow scan
-    [(file, position, reason)].  Runs on the driver; reads only entry headers."""
-    from kafkacodec._arrow import scan_entries
-
-    opts = Options(options)
-    topics = {t.strip() for t in str(opts.get("topics", "")).split(",") if t.strip()}
-    starting = _offset_spec(opts.get("startingOffsets"), EARLIEST)
-    ending = _offset_spec(opts.get("endingOffsets"), LATEST)
-    keep_aborted = opts.bool("keepAborted", False)
-    mode = str(opts.get("mode", "FAILFAST")).upper()
-    split_bytes = opts.int("maxPartitionBytes", 128 << 20)
-    segments = [s for s in discover(path) if not topics or s.topic in topics]
-    if topics and not segments:
-        raise FileNotFoundError(f"{path}: no segment of topics {sorted(topics)} found")
-    by_partition: dict[tuple[str, int], list[Segment]] = {}
-    for s in segments:
-        by_partition.setdefault((s.topic, s.partition), []).append(s)
-
-    splits: list[Split] = []
-    corrupt: list[tuple[str, int, str]] = []
-    for (topic, partition), segs in by_partition.items():
-        start = starting(topic, partition)
-        end = ending(topic, partition)
-        start_offset = None if start == EARLIEST else start
-        end_offset = None if end == LATEST else end
-        open_txn: dict[int, int] = {}
-        aborted: list[tuple[int, int, int]] = []
-        chosen: list[Split] = []
-        for i, seg in enumerate(segs):
-            next_base = segs[i + 1].base_offset if i + 1 < len(segs) else None
-            wanted = not ((start_offset is not None and next_base is not None and next_base <= start_offset)
-                          or (end_offset is not None and seg.base_offset >= end_offset))
-            if not wanted and keep_aborted:
-                continue                  # (without keepAborted its markers still count)
-            need_scan = not keep_aborted or seg.size > split_bytes
-            if not need_scan:
-                chosen.append(Split(seg.path, topic, partition, 0, seg.size, start_offset, end_offset))
-                continue
-            data = _mapped(seg.path)
-            try:
-                scan = scan_entries(data, source=seg.path, strict=(mode == "FAILFAST"))
-            except KafkaCodecError as exc:
-                exc.args = (f"{exc}. To skip corrupt data read with option mode=DROPMALFORMED "
-                            "(or PERMISSIVE); `kafkacodec verify DIR` lists every problem",)
-                raise
-            finally:
-                if isinstance(data, mmap.mmap):
-                    data.close()
-            if scan["error"]:
-                corrupt.append((seg.path, scan["stop"], scan["error"]))
-            if not keep_aborted:
-                _collect_aborted(scan, open_txn, aborted)
-            if wanted:
-                chosen += _cut(seg, scan, split_bytes, start_offset, end_offset)
-        for split in chosen:
-            split.aborted = aborted
-        splits += chosen
-    return splits, corrupt
+def read_options(path: Paths, options: ReadOptions | Options | Mapping[str, Any] | None,
+                 streaming: bool = False) -> ReadOptions:
+    if isinstance(options, ReadOptions):
+        return options
+    given = Options(options)
+    values = {name: given.get(name) for name in given.names()}
+    if path is not None:
+        values.pop("path", None)
+        values["paths"] = _paths(path)
+    return ReadOptions.parse(values, streaming=streaming)
 
 
-def _collect_aborted(scan: dict[str, Any], open_txn: dict[int, int],
-                     aborted: list[tuple[int, int, int]]) -> None:
-    """Aborted transactions as a read_committed consumer sees them: a producer's transactional
-    data from its first batch after a marker up to an ABORT marker."""
-    attributes, pids = scan["attributes"], scan["producer_id"]
-    for j in range(len(attributes)):
-        if scan["magic"][j] != 2 or not attributes[j] & 0x10:
-            continue
-        pid = int(pids[j])
-        if attributes[j] & 0x20:
-            first = open_txn.pop(pid, None)
-            if first is not None and scan["control_type"][j] == 0:
-                aborted.append((pid, first, int(scan["base_offset"][j])))
+def plan(path: Paths, options: ReadOptions | Options | Mapping[str, Any] | None = None, *,
+         pushdown: Pushdown | None = None, on_problem: Callable[[Problem], None] | None = None
+         ) -> tuple[list[Split], list[Problem]]:
+    """The splits of a batch read and the problems noted while planning.  Runs on the driver;
+    reads index files and entry headers, never records.  FAILFAST damage found here (an
+    unreadable segment) and data loss (with failOnDataLoss) raise."""
+    ro = read_options(path, options)
+    noted: list[Problem] = []
+
+    def note(problem: Problem) -> None:
+        noted.append(problem)
+        if on_problem is not None:
+            on_problem(problem)
         else:
-            open_txn.setdefault(pid, int(scan["base_offset"][j]))
+            warn(problem)
+
+    planner = Planner(ro, Reporter(ro.mode, ro.fail_on_data_loss, note), pushdown)
+    return planner.splits(), noted
 
 
-def _cut(seg: Segment, scan: dict[str, Any], split_bytes: int, start_offset: int | None,
-         end_offset: int | None) -> list[Split]:
-    positions = scan["position"]
-    stop = int(scan["stop"])
-    tail_error = scan["error"]
-    if len(positions) == 0:
-        return [Split(seg.path, seg.topic, seg.partition, 0, stop, start_offset, end_offset, corrupt=tail_error)]
-    cuts = [0]
-    for j in range(1, len(positions)):
-        if positions[j] - cuts[-1] >= split_bytes:
-            cuts.append(int(positions[j]))
-    # Partial trailing bytes stay in the last split (the decoder stops there, as Kafka does).
-    bounds = cuts + [stop if tail_error else max(stop, seg.size)]
-    out = []
-    for a, b in zip(bounds, bounds[1:]):
-        out.append(Split(seg.path, seg.topic, seg.partition, a, b, start_offset, end_offset))
-    out[-1].corrupt = tail_error
-    return out
-
+# ------------------------------------------------------------------------------ executors
 
 def read_split(split: Split, *, validate_crc: bool = True, include_headers: bool = True,
                keep_control: bool = False, max_rows: int = 65536, mode: str = "FAILFAST",
                corrupt_column: str = "_corrupt_record",
-               on_error: Callable[[KafkaCodecError], None] | None = None) -> Iterator[Any]:
-    """Decode one split into Arrow record batches.  mode FAILFAST raises on corrupt data;
-    DROPMALFORMED skips the corrupt entry (or the rest of the split when the framing is broken)
-    and calls on_error(exc); PERMISSIVE also yields one row naming the problem in
-    `corrupt_column` (null on every good row)."""
-    report = _warn if on_error is None else on_error
-    import pyarrow as pa
+               on_error: Callable[[KafkaCodecError], None] | None = None,
+               fail_on_data_loss: bool = True, columns: Sequence[str] | None = None,
+               pushdown: Pushdown | None = None,
+               on_problem: Callable[[Problem], None] | None = None) -> Iterator[Any]:
+    """Decode one split into Arrow record batches.
 
-    from kafkacodec._arrow import ArrowDecoder
+    Damage (corrupt entries, a partial entry at the end, an unreadable segment) follows `mode`:
+    FAILFAST raises; DROPMALFORMED skips the entry (the rest of the split when its framing is
+    lost) and reports it; PERMISSIVE also yields one row naming the problem in `corrupt_column`
+    (null on every good row).  Offsets outside the segment's range (overlapping copies), going
+    back, or missing before the next segment follow `fail_on_data_loss`: raise, or report and
+    read each offset once.  Problems go to `on_problem`, else damage to `on_error(exc)`, else
+    stderr.  `columns` selects (and orders) the output columns; `pushdown` rows are filtered."""
+    def tell(problem: Problem) -> None:
+        if on_problem is not None:
+            on_problem(problem)
+        elif on_error is not None and problem.kind in DAMAGE:
+            on_error(problem.error or CorruptRecordError(problem.message, position=problem.position))
+        else:
+            warn(problem)
 
-    def decoder() -> ArrowDecoder:
-        return ArrowDecoder(split.topic, split.partition, validate_crc=validate_crc,
-                            include_headers=include_headers, keep_control=keep_control,
-                            start_offset=split.start_offset, end_offset=split.end_offset,
-                            aborted=split.aborted, max_rows=max_rows, source=split.path)
-
-    def with_corrupt(rb: Any, reason: str | None = None) -> Any:
-        if mode != "PERMISSIVE":
-            return rb
-        if reason is None:
-            return rb.append_column(corrupt_column, pa.nulls(rb.num_rows, pa.string()))
-        return rb.append_column(corrupt_column, pa.array([reason] * rb.num_rows, pa.string()))
-
-    def corrupt_row(schema: Any, reason: str, offset: int | None) -> Any:
-        columns = [pa.nulls(1, f.type) if f.name not in ("topic", "partition", "offset")
-                   else pa.array([{"topic": split.topic, "partition": split.partition,
-                                   "offset": offset}[f.name]], f.type) for f in schema]
-        return pa.RecordBatch.from_arrays(columns + [pa.array([reason], pa.string())],
-                                          names=schema.names + [corrupt_column])
-
-    data = _mapped(split.path)
-    try:
-        with memoryview(data) as view:
-            yield from _read_view(view, split, decoder, with_corrupt, corrupt_row, mode, report)
-    finally:
-        if isinstance(data, mmap.mmap):
-            data.close()
+    reader = _SplitReader(split, Reporter(mode, fail_on_data_loss, tell), validate_crc=validate_crc,
+                          include_headers=include_headers, keep_control=keep_control, max_rows=max_rows,
+                          corrupt_column=corrupt_column, columns=columns, pushdown=pushdown)
+    yield from reader.batches()
 
 
-def _warn(exc: KafkaCodecError) -> None:
-    print(f"kafkalog: skipping corrupt data: {exc}", file=sys.stderr)
+class _SplitReader:
+    def __init__(self, split: Split, reporter: Reporter, *, validate_crc: bool, include_headers: bool,
+                 keep_control: bool, max_rows: int, corrupt_column: str, columns: Sequence[str] | None,
+                 pushdown: Pushdown | None):
+        from kafkacodec._arrow import SCHEMA, SCHEMA_NO_HEADERS
 
+        self.split = split
+        self.reporter = reporter
+        self.permissive = reporter.mode == "PERMISSIVE"
+        self.corrupt_column = corrupt_column
+        self.pushdown = pushdown if pushdown else None
+        full = SCHEMA if include_headers else SCHEMA_NO_HEADERS
+        self.columns = list(columns) if columns is not None else list(full.names)
+        wanted = set(self.columns) | {"offset"} | {p.column for p in (pushdown.predicates if pushdown else ())}
+        self.decode_columns = [n for n in full.names if n in wanted]
+        low, high = split.low, split.high
+        start = split.start_offset if low is None else max(low, split.start_offset or low)
+        end = split.end_offset if high is None else min(high, split.end_offset if split.end_offset is not None else high)
+        self.kwargs: dict[str, Any] = dict(validate_crc=validate_crc, include_headers=include_headers, keep_control=keep_control,
+                           start_offset=start, end_offset=end, aborted=split.aborted, max_rows=max_rows,
+                           source=split.uri)
+        self.select: bool | None = None     # True: the decoder cannot skip columns itself
+        self.dedupe = False                 # offsets went back in this split: read each once
+        self.running_max = -(2**63)         # the largest offset yielded
 
-def _read_view(view: memoryview, split: Split, decoder: Callable[[], Any],
-               with_corrupt: Callable[..., Any], corrupt_row: Callable[[Any, str, int | None], Any],
-               mode: str, on_error: Callable[[KafkaCodecError], None]) -> Iterator[Any]:
-    end = min(split.end, len(view))
-    pos = split.start
-    dec = decoder()
-    while pos < end:
+    def decoder(self) -> Any:
+        from kafkacodec._arrow import ArrowDecoder as decoder_type
+
+        ArrowDecoder: Any = decoder_type            # `columns` may be missing (see docs/spark-and-cli.md)
+
+        if self.select is None:
+            try:
+                dec = ArrowDecoder(self.split.topic, self.split.partition, columns=self.decode_columns,
+                                   **self.kwargs)
+                self.select = False
+                return dec
+            except TypeError:                       # an ArrowDecoder without column pruning
+                self.select = True
+        if self.select:
+            return ArrowDecoder(self.split.topic, self.split.partition, **self.kwargs)
+        return ArrowDecoder(self.split.topic, self.split.partition, columns=self.decode_columns, **self.kwargs)
+
+    # ---------------------------------------------------------------------- output
+    def finish(self, rb: Any, reason: str | None = None) -> Any:
+        """Projection, pushed predicates, read-once filter and the corrupt column."""
+        import numpy as np
+        import pyarrow as pa
+
+        if self.select:
+            rb = rb.select(self.decode_columns)
+        if reason is None and rb.num_rows:
+            offsets = rb.column("offset").to_numpy()
+            if self.dedupe:                  # offsets went back: keep each offset's first row
+                before = np.maximum.accumulate(np.concatenate([[self.running_max], offsets[:-1]]))
+                rb = rb.filter(pa.array(offsets > before))
+            self.running_max = max(self.running_max, int(offsets.max()))
+        if self.permissive:
+            rb = rb.append_column(self.corrupt_column,
+                                  pa.nulls(rb.num_rows, pa.string()) if reason is None
+                                  else pa.array([reason] * rb.num_rows, pa.string()))
+        if self.pushdown is not None and rb.num_rows:
+            rb = rb.filter(self.pushdown.mask(rb))
+        wanted = self.columns + ([self.corrupt_column] if self.permissive else [])
+        return rb.select(wanted) if rb.schema.names != wanted else rb
+
+    def corrupt_row(self, reason: str, offset: int | None) -> Any:
+        import pyarrow as pa
+
+        from kafkacodec._arrow import SCHEMA
+
+        s = self.split
+        fixed = {"topic": s.topic, "partition": s.partition, "offset": offset}
+        columns = [pa.array([fixed[n]], SCHEMA.field(n).type) if n in fixed else pa.nulls(1, SCHEMA.field(n).type)
+                   for n in self.decode_columns]
+        saved, self.select = self.select, False
         try:
-            rb, new_pos = dec.decode(view, pos, end)
-        except KafkaCodecError as exc:
-            if mode == "FAILFAST":
-                exc.args = (f"{exc}. To skip corrupt data read with option mode=DROPMALFORMED "
-                            "(or PERMISSIVE for one row per corrupt entry); "
-                            "`kafkacodec verify DIR` lists every problem",)
-                raise
-            # Decode again up to the failed entry, skip that entry, go on after it.
-            failed = dec.failed_entry
-            dec = decoder()
-            while pos < failed:
-                rb, pos = dec.decode(view, pos, failed)
-                if rb.num_rows:
-                    yield with_corrupt(rb)
-            on_error(exc)
-            if mode == "PERMISSIVE":
-                yield corrupt_row(dec.schema, str(exc), exc.offset)
-            size = int.from_bytes(view[failed + 8:failed + 12], "big", signed=True)
-            if not isinstance(exc, CorruptRecordError) or size < 14 or failed + 12 + size > end:
-                break                          # the framing is broken: skip the rest
-            pos = failed + 12 + size
-            continue
-        if rb.num_rows:
-            yield with_corrupt(rb)
-        if new_pos == pos or dec.trailing_bytes:
-            break
-        pos = new_pos
-    if split.corrupt and mode != "FAILFAST":
-        on_error(CorruptRecordError(split.corrupt, position=end))
-    if split.corrupt and mode == "PERMISSIVE":
-        yield corrupt_row(dec.schema, f"{split.corrupt} at byte {end}", None)
+            return self.finish(pa.RecordBatch.from_arrays(columns, names=self.decode_columns), reason)
+        finally:
+            self.select = saved
+
+    def damage(self, problem: Problem) -> Iterator[Any]:
+        self.reporter.damage(problem)
+        if self.permissive:
+            rb = self.corrupt_row(problem.message, problem.offset)
+            if rb.num_rows:
+                yield rb
+
+    # ---------------------------------------------------------------------- reading
+    def batches(self) -> Iterator[Any]:
+        s = self.split
+        if s.problem is not None:
+            yield from self.damage(s.problem)
+            return
+        try:
+            src = s.storage.open(s.path)
+        except OSError as exc:
+            yield from self.damage(Problem("unreadable", s.uri, f"{s.uri} cannot be read: {exc}"))
+            return
+        try:
+            yield from self._read(src)
+        finally:
+            src.close()
+
+    def _read(self, src: Any) -> Iterator[Any]:
+        from kafkacodec._arrow import scan_entries
+
+        s = self.split
+        end = s.end
+        if src.size < s.end:
+            yield from self.damage(Problem("partial", s.uri, f"{s.uri} has {src.size} bytes, fewer than the {s.end} "
+                                           "planned (it was truncated while being read)", position=src.size))
+            end = src.size
+        pos, want, last_seen, prev_last = s.start, WINDOW, None, None
+        while pos < end:
+            window_end = min(end, pos + want)          # bounds the scan table, not only the reads
+            view, base = src.view(pos, window_end)
+            scan = scan_entries(view, pos - base, window_end - base, source=s.uri, base=base, strict=False)
+            stop, error = int(scan["stop"]), scan["error"]
+            if len(scan["position"]):
+                prev_last = self._check_offsets(scan, prev_last)
+                last_seen = int(scan["last_offset"][-1]) if last_seen is None else max(last_seen, int(scan["last_offset"].max()))
+            yield from self._decode(view, base, pos, stop, scan)
+            if error:
+                try:
+                    scan_entries(view, stop - base, window_end - base, source=s.uri, base=base)
+                    exc: KafkaCodecError = CorruptRecordError(error, position=stop)
+                except KafkaCodecError as raised:
+                    exc = raised
+                yield from self.damage(Problem("corrupt", s.uri, f"{exc}; the rest of the segment is "
+                                               "unreadable (its framing is lost)", exc.position, exc.offset, exc))
+                return
+            if stop >= window_end:
+                pos, want = stop, WINDOW
+                continue
+            declared = 12 + struct.unpack_from(">i", memoryview(view)[stop - base + 8:stop - base + 12])[0] \
+                if window_end - stop >= 12 else 0
+            if window_end < end and stop + declared <= end:
+                pos, want = stop, max(WINDOW, declared)  # the next window starts at this entry
+                continue
+            tail = end - stop
+            what = (f"an entry at byte {stop} declares {declared} bytes but only {tail} remain" if declared
+                    else f"{tail} bytes at byte {stop} are too few for an entry header")
+            yield from self.damage(Problem(
+                "partial", s.uri, f"{s.uri}: {what} (a segment cut short, a corrupt size field, or an append "
+                "still in progress)", stop, struct.unpack_from(">q", memoryview(view)[stop - base:stop - base + 8])[0]
+                if tail >= 8 else None))
+            return
+        if s.check_gap:
+            self._check_gap(last_seen)
+
+    def _decode(self, view: Any, base: int, pos: int, stop: int, scan: dict[str, Any]) -> Iterator[Any]:
+        dec = self.decoder()
+        while pos < stop:
+            try:
+                rb, nxt = dec.decode(view, pos - base, stop - base, base)
+            except KafkaCodecError as exc:
+                failed = dec.failed_entry + base
+                self.reporter.damage(Problem("corrupt", self.split.uri, str(exc), exc.position, exc.offset, exc))
+                dec = self.decoder()
+                while pos < failed:                  # the rows before the failed entry
+                    rb, nxt = dec.decode(view, pos - base, failed - base, base)
+                    pos = nxt + base
+                    if rb.num_rows:
+                        yield self.finish(rb)
+                if self.permissive:
+                    row = self.corrupt_row(str(exc), exc.offset)
+                    if row.num_rows:
+                        yield row
+                j = int(scan["position"].searchsorted(failed))
+                pos = failed + int(scan["size"][j]) if j < len(scan["position"]) else stop
+                dec = self.decoder()
+                continue
+            if rb.num_rows:
+                out = self.finish(rb)
+                if out.num_rows:
+                    yield out
+            new = nxt + base
+            if new == pos:
+                break
+            pos = new
+
+    def _check_offsets(self, scan: dict[str, Any], prev_last: int | None) -> int:
+        """Data loss in this window: offsets below the segment's name, reaching the next
+        segment, or going back (returns the window's last offset)."""
+        import numpy as np
+
+        s = self.split
+        base, last = scan["base_offset"], scan["last_offset"]
+        first_base = np.where(scan["magic"] == 2, base, last)     # a legacy wrapper names its last offset
+        if s.low is not None and (first_base < s.low).any():
+            j = int(np.flatnonzero(first_base < s.low)[0])
+            self.reporter.data_loss(Problem(
+                "overlap", s.uri, f"{s.uri} holds offset {int(first_base[j])} at byte {int(scan['position'][j])}, "
+                f"below its name ({s.low}): it overlaps the segment before it (duplicate offsets)",
+                int(scan["position"][j]), int(first_base[j])))
+        if s.high is not None and (last >= s.high).any():
+            j = int(np.flatnonzero(last >= s.high)[0])
+            self.reporter.data_loss(Problem(
+                "overlap", s.uri, f"{s.uri} holds offsets up to {int(last.max())} from byte "
+                f"{int(scan['position'][j])}, but the next segment starts at {s.high}: they overlap "
+                "(duplicate offsets)", int(scan["position"][j]), s.high))
+        previous = np.concatenate([[prev_last if prev_last is not None else np.iinfo(np.int64).min], last[:-1]])
+        back = np.flatnonzero(first_base <= previous)
+        if len(back):
+            j = int(back[0])
+            self.reporter.data_loss(Problem(
+                "overlap", s.uri, f"{s.uri}: offsets go back at byte {int(scan['position'][j])} (offset "
+                f"{int(first_base[j])} after {int(previous[j])}): duplicate offsets", int(scan["position"][j]),
+                int(first_base[j])))
+            self.dedupe = True
+        return int(last[-1])
+
+    def _check_gap(self, last_seen: int | None) -> None:
+        s = self.split
+        if s.high is None:
+            return
+        following = (last_seen + 1) if last_seen is not None else s.low
+        if following is None or following >= s.high:
+            return
+        if s.cleaned_to is not None and s.high <= s.cleaned_to:
+            return                                   # compaction removed them (cleaner-offset-checkpoint)
+        self.reporter.data_loss(Problem(
+            "gap", s.uri, f"{s.topic}-{s.partition}: offsets {following}..{s.high - 1} are missing between "
+            f"{s.uri} (ends at {following - 1}) and the next segment (starts at {s.high}): a missing segment "
+            "(on a compacted topic such gaps are normal: read it with failOnDataLoss=false)", offset=following))
 
 
-def describe(path: PathLike) -> dict[str, Any]:
+def describe(path: Paths) -> dict[str, Any]:
     """Counts for a log directory: segments, bytes, data records per topic (aborted ones
-    included), records in aborted transactions, control records."""
-    from kafkacodec._arrow import ArrowDecoder
+    included), records in aborted transactions, control records, problems found."""
+    import dataclasses
 
-    splits, corrupt = plan(path, {"mode": "DROPMALFORMED"})
+    import pyarrow.compute as pc
+
+    ro = read_options(path, {"mode": "DROPMALFORMED", "kafka.isolation.level": "read_committed",
+                             "failOnDataLoss": "false"})
+    problems: list[Problem] = []
+    splits, _ = plan(path, ro, on_problem=problems.append)
     per_topic: dict[str, int] = {}
     result: dict[str, Any] = {"segments": len({s.path for s in splits}), "bytes": 0, "records": 0,
-              "aborted_records": 0, "control_records": 0, "per_topic": per_topic, "corrupt": len(corrupt)}
-    seen = set()
+                              "aborted_records": 0, "control_records": 0, "per_topic": per_topic}
+    quiet = dict(include_headers=False, mode="DROPMALFORMED", fail_on_data_loss=False)
     for s in splits:
-        if s.path not in seen:
-            seen.add(s.path)
-            result["bytes"] += os.path.getsize(s.path)
-        data = _mapped(s.path)
-        try:
-            with memoryview(data) as view:
-                every = ArrowDecoder(s.topic, s.partition, keep_control=True, include_headers=False,
-                                     max_rows=1 << 30).decode(view, s.start, s.end)[0]
-                kept = ArrowDecoder(s.topic, s.partition, aborted=s.aborted, include_headers=False,
-                                    max_rows=1 << 30).decode(view, s.start, s.end)[0]
-        finally:
-            if isinstance(data, mmap.mmap):
-                data.close()
-        control = sum(every.column("isControl").to_pylist())
-        data_records = every.num_rows - control
+        if s.start == 0:
+            result["bytes"] += s.storage.info(s.path).size
+        every = control = 0
+        for rb in read_split(dataclasses.replace(s, aborted=[]), keep_control=True, columns=["isControl"],
+                             on_problem=problems.append, **quiet):        # type: ignore[arg-type]
+            every += rb.num_rows
+            control += pc.sum(rb.column("isControl")).as_py() or 0
+        kept = sum(rb.num_rows for rb in read_split(s, columns=["offset"], on_problem=lambda p: None,
+                                                    **quiet))                # type: ignore[arg-type]
         result["control_records"] += control
-        result["aborted_records"] += data_records - kept.num_rows
-        result["records"] += data_records
-        per_topic[s.topic] = per_topic.get(s.topic, 0) + data_records
+        result["records"] += every - control
+        result["aborted_records"] += every - control - kept
+        per_topic[s.topic] = per_topic.get(s.topic, 0) + every - control
+    result["corrupt"] = sum(p.kind in DAMAGE for p in problems)
     return result

@@ -1,34 +1,36 @@
 """`spark.read.format("kafkalog")` / `df.write.format("kafkalog")`: Kafka log directories as
 DataFrames through PySpark's Python Data Source API (Arrow batches both ways).
 
-Reading: `load(path)` takes a directory of `<topic>-<partition>` directories (as copied from a
-broker's log.dirs or downloaded from tiered storage), one partition directory, or one `.log`
-file.  One input partition per segment; segments larger than `maxPartitionBytes` are split at
-batch boundaries found by a shallow scan.
-
-Options (read): topics, startingOffsets, endingOffsets, validateCrc, includeHeaders,
-keepControl, keepAborted, mode, columnNameOfCorruptRecord, maxPartitionBytes, maxRowsPerBatch.
-Options (write): topic, partition, compression, batchSize, segmentBytes, baseOffset.
-See docs/spark-and-cli.md for each option.
+Reading takes Spark's Kafka-source options (subscribe, assign, subscribePattern,
+startingOffsets, endingOffsets, the timestamp forms, failOnDataLoss, minPartitions,
+includeHeaders, kafka.isolation.level) plus kafkacodec's own (mode, validateCrc, keepControl,
+maxPartitionBytes, ...); unknown names are refused.  Predicates on offset, partition, topic and
+timestamp are pushed down when `spark.sql.python.filterPushdown.enabled` is true; a schema
+given with `.schema(...)` (any subset of the columns) is decoded alone.  `readStream` tails a
+log directory (`kafkacodec.spark.stream`).  See docs/spark-and-cli.md for every option.
 """
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING, Iterator, Sequence
+import json
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (DataSource, DataSourceReader, EqualNullSafe, EqualTo, Filter, GreaterThan,
+                                    GreaterThanOrEqual, In, InputPartition, IsNotNull, LessThan,
+                                    LessThanOrEqual)
 
-from kafkacodec.logdir import MODES, Options, Split, plan, read_split
-from kafkacodec.spark._options import path_option
+from kafkacodec.logdir import Options, Predicate, Pushdown, ReadOptions, Split, read_split
+from kafkacodec.logdir._read import plan
 from kafkacodec.spark.writer import KafkaLogWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
-__all__ = ["KafkaLogDataSource", "register", "BASE_DDL", "HEADERS_DDL", "BATCH_DDL"]
+    from kafkacodec.spark.stream import KafkaLogStreamReader
+
+__all__ = ["KafkaLogDataSource", "register", "BASE_DDL", "HEADERS_DDL", "BATCH_DDL", "output_columns"]
 
 BASE_DDL = ("key binary, value binary, topic string, partition int, offset bigint, "
             "timestamp timestamp, timestampType int")
@@ -41,6 +43,43 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(KafkaLogDataSource)
 
 
+def _column_types() -> dict[str, DataType]:
+    from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, IntegerType, LongType,
+                                   StringType, StructField, StructType, TimestampType)
+
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    return {"key": BinaryType(), "value": BinaryType(), "topic": StringType(), "partition": IntegerType(),
+            "offset": LongType(), "timestamp": TimestampType(), "timestampType": IntegerType(),
+            "headers": ArrayType(header), "magic": ByteType(), "producerId": LongType(),
+            "isTransactional": BooleanType(), "isControl": BooleanType()}
+
+
+def output_columns(ro: ReadOptions, schema: StructType) -> tuple[list[str], bool]:
+    """The decoded columns a schema asks for (in its order, without the corrupt-record column)
+    and whether headers are decoded; ValueError for a column or type the source cannot give."""
+    types = _column_types()
+    names = [f.name for f in schema.fields]
+    if ro.mode == "PERMISSIVE" and ro.corrupt_column not in names:
+        raise ValueError(f"mode=PERMISSIVE needs a {ro.corrupt_column} string column in the schema (or use "
+                         "mode=DROPMALFORMED)")
+    columns = []
+    for f in schema.fields:
+        if f.name == ro.corrupt_column and ro.mode == "PERMISSIVE":
+            if f.dataType.simpleString() != "string":
+                raise ValueError(f"column {f.name}: the corrupt-record column is a string")
+            continue
+        if f.name not in types:
+            raise ValueError(f"column {f.name!r}: kafkalog gives {', '.join(types)}"
+                             + (f" (and {ro.corrupt_column} in PERMISSIVE mode)" if f.name == ro.corrupt_column else ""))
+        if f.dataType.simpleString() != types[f.name].simpleString():
+            raise ValueError(f"column {f.name} is {types[f.name].simpleString()}, not {f.dataType.simpleString()}")
+        columns.append(f.name)
+    headers = "headers" in columns
+    if headers and ro.include_headers is False:
+        raise ValueError("includeHeaders=false but the schema has a headers column")
+    return columns, headers
+
+
 class KafkaLogDataSource(DataSource):
     """The "kafkalog" format."""
 
@@ -51,7 +90,7 @@ class KafkaLogDataSource(DataSource):
     def schema(self) -> str:
         options = Options(self.options)
         parts = [BASE_DDL]
-        if options.bool("includeHeaders", True):
+        if options.bool("includeHeaders", False):           # Spark's Kafka source: false
             parts.append(HEADERS_DDL)
         parts.append(BATCH_DDL)
         if str(options.get("mode", "FAILFAST")).upper() == "PERMISSIVE":
@@ -59,36 +98,115 @@ class KafkaLogDataSource(DataSource):
         return ", ".join(parts)
 
     def reader(self, schema: StructType) -> KafkaLogReader:
-        return KafkaLogReader(Options(self.options))
+        return KafkaLogReader(ReadOptions.parse(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> KafkaLogStreamReader:
+        from kafkacodec.spark.stream import KafkaLogStreamReader
+
+        return KafkaLogStreamReader(ReadOptions.parse(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> KafkaLogWriter:
         return KafkaLogWriter(Options(self.options), overwrite)
 
 
+_COMPARISONS = {EqualTo: "=", EqualNullSafe: "=", GreaterThan: ">", GreaterThanOrEqual: ">=",
+                LessThan: "<", LessThanOrEqual: "<="}
+_VALUE_TYPES = {"offset": int, "partition": int, "topic": str, "timestamp": object}
+
+
+def predicate_of(f: Filter, columns: Sequence[str]) -> Predicate | None:
+    """The Predicate a Spark filter is, when the source can apply it exactly."""
+    import datetime
+
+    attribute = getattr(f, "attribute", None)
+    if not attribute or len(attribute) != 1 or attribute[0] not in _VALUE_TYPES or attribute[0] not in columns:
+        return None
+    column = attribute[0]
+
+    def fits(v: Any) -> bool:
+        if column == "timestamp":
+            return isinstance(v, datetime.datetime)
+        return isinstance(v, _VALUE_TYPES[column]) and not isinstance(v, bool)
+
+    if isinstance(f, IsNotNull):
+        return Predicate(column, "notnull")
+    value: Any = getattr(f, "value", None)
+    if isinstance(f, In):
+        values = tuple(value)
+        return Predicate(column, "in", values) if values and all(fits(v) for v in values) else None
+    op = _COMPARISONS.get(type(f))
+    if op is None or not fits(value):
+        return None
+    return Predicate(column, op, value)
+
+
+class _PushFilters:
+    """The reader's `pushFilters`, as Spark's planner sees it.
+
+    With `spark.sql.python.filterPushdown.enabled` false (Spark's default) Spark 4.1+ refuses a
+    reader that overrides pushFilters, for a source that needs its filters to be correct.  This
+    reader does not: a read without pushed predicates is complete and exact (Spark then filters
+    the rows itself).  So the bound method shows the inherited one to that check (`__func__`),
+    every read works with the setting off, and predicates are pushed when it is on."""
+
+    def __get__(self, reader: KafkaLogReader | None, owner: type | None = None) -> Any:
+        return self if reader is None else _BoundPushFilters(reader)
+
+
+class _BoundPushFilters:
+    __func__: Any = staticmethod(DataSourceReader.pushFilters)
+
+    def __init__(self, reader: KafkaLogReader):
+        self.reader = reader
+
+    def __call__(self, filters: list[Filter]) -> Iterable[Filter]:
+        return self.reader.push_filters(filters)
+
+
 class KafkaLogReader(DataSourceReader):
-    def __init__(self, options: Options):
+    pushFilters = _PushFilters()
+
+    def __init__(self, options: ReadOptions, schema: StructType):
         self.options = options
-        self.path = path_option(options)
-        self.mode = str(options.get("mode", "FAILFAST")).upper()
-        if self.mode not in MODES:
-            raise ValueError(f"option mode={self.mode!r}: use one of {', '.join(MODES)}")
-        self.validate_crc = options.bool("validateCrc", True)
-        self.include_headers = options.bool("includeHeaders", True)
-        self.keep_control = options.bool("keepControl", False)
-        self.max_rows = options.int("maxRowsPerBatch", 65536)
-        self.corrupt_column = options.get("columnNameOfCorruptRecord", "_corrupt_record")
+        self.columns, self.include_headers = output_columns(options, schema)
+        self.names = [f.name for f in schema.fields]
+        self.pushdown = Pushdown()
+        self.schema_json = schema.json()
+
+    def push_filters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Keep the predicates the source applies exactly; hand back the rest to Spark."""
+        for f in filters:
+            predicate = predicate_of(f, self.columns)
+            if predicate is None:
+                yield f
+            else:
+                self.pushdown.predicates.append(predicate)
 
     def partitions(self) -> Sequence[InputPartition]:
-        splits, corrupt = plan(self.path, self.options)
-        for path, position, reason in corrupt:
-            print(f"kafkalog: {reason} at byte {position}; the rest of the segment is skipped "
-                  f"(mode={self.mode})", file=sys.stderr)
+        splits, _ = plan(None, self.options, pushdown=self.pushdown)
         return [InputPartition(s) for s in splits] or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         split: Split | None = partition.value
         if split is None:
             return
-        yield from read_split(split, validate_crc=self.validate_crc, include_headers=self.include_headers,
-                              keep_control=self.keep_control, max_rows=self.max_rows, mode=self.mode,
-                              corrupt_column=self.corrupt_column)
+        yield from read_arrow(split, self.options, self.columns, self.include_headers, self.names,
+                              self.schema_json, self.pushdown)
+
+
+def read_arrow(split: Split, ro: ReadOptions, columns: list[str], include_headers: bool, names: list[str],
+               schema_json: str, pushdown: Pushdown | None) -> Iterator[pa.RecordBatch]:
+    """read_split with the reader's options, in the exact Arrow schema Spark expects."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    target = to_arrow_schema(StructType.fromJson(json.loads(schema_json)), timezone="UTC")
+    for rb in read_split(split, validate_crc=ro.validate_crc, include_headers=include_headers,
+                         keep_control=ro.keep_control, max_rows=ro.max_rows, mode=ro.mode,
+                         corrupt_column=ro.corrupt_column, fail_on_data_loss=ro.fail_on_data_loss,
+                         columns=columns, pushdown=pushdown or None):
+        if rb.schema.names != names:
+            rb = rb.select(names)
+        if not rb.schema.equals(target):
+            rb = pa.RecordBatch.from_arrays(rb.columns, schema=target)
+        yield rb

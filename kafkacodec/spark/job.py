@@ -198,6 +198,7 @@ def convert(spark: SparkSession, src: str | os.PathLike[str], dst: str | os.Path
         summary = ConvertSummary("segments->parquet", str(src), str(dst),
                                  input_bytes=sum(s.size for s in segments))
         df = (spark.read.format("kafkalog").option("mode", mode)
+              .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed")
               .option("validateCrc", str(validate_crc).lower()).load(str(src)))
         out_schema = df.schema if mode != "PERMISSIVE" else \
             df.drop(CORRUPT_COLUMN).schema

@@ -1,0 +1,174 @@
+"""Finding a log's files: which directories are partitions, which files are segments and their
+indexes, and the checkpoint files beside them.
+
+Layouts recognised, for any path given (a log directory, a partition directory, one segment):
+- a broker's `log.dirs`: `<topic>-<partition>/<20-digit base offset>.log` with `.index`,
+  `.timeindex`, `.txnindex` beside each segment and `log-start-offset-checkpoint`,
+  `cleaner-offset-checkpoint` at the top;
+- Kafka's own tiered-storage layout (LocalTieredStorage, the RemoteStorageManager Kafka tests
+  with): `<topic>-<partition>-<topic id>/<20-digit start offset>-<segment id>.log` (ids are
+  22-character base64 UUIDs) with the same index suffixes.
+
+`-delete`, `-future` and `-stray` partition directories (being deleted or moved by the broker)
+are not partitions.  Entries named like segments that are not regular files are reported as
+"unreadable" and never opened.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from kafkacodec.logdir._problems import Problem
+from kafkacodec.logdir.checkpoints import CLEANER, LOG_START, parse_checkpoint
+from kafkacodec.logdir.storage import Entry, Storage, resolve
+
+__all__ = ["Segment", "PartitionFiles", "find_partitions", "SEGMENT_RE", "PARTITION_RE"]
+
+SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
+TIERED_SEGMENT_RE = re.compile(r"^(\d{20})-([A-Za-z0-9_-]{22})\.log$")
+PARTITION_RE = re.compile(r"^(.+)-(\d+)$")
+TIERED_PARTITION_RE = re.compile(r"^(.+)-(\d+)-([A-Za-z0-9_-]{22})$")
+MAX_PARTITION = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Segment:
+    path: str
+    topic: str
+    partition: int
+    base_offset: int
+    size: int
+    storage: Storage = field(default_factory=Storage, compare=False, repr=False)
+    unreadable: str = ""          # why it cannot be read ("a FIFO"...), "" for a regular file
+    indexes: tuple[tuple[str, Entry], ...] = field(default=(), compare=False, repr=False)
+
+    def index(self, suffix: str) -> Entry | None:
+        """The `.index`/`.timeindex`/`.txnindex` file beside this segment, if any."""
+        return dict(self.indexes).get(suffix)
+
+    @property
+    def uri(self) -> str:
+        return self.storage.uri(self.path)
+
+
+@dataclass
+class PartitionFiles:
+    topic: str
+    partition: int
+    segments: list[Segment] = field(default_factory=list)
+    log_start: int | None = None         # log-start-offset-checkpoint
+    cleaned_to: int | None = None        # cleaner-offset-checkpoint (a compacted partition)
+
+
+def segment_base(name: str) -> int | None:
+    m = SEGMENT_RE.match(name) or TIERED_SEGMENT_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def partition_of(name: str) -> tuple[str, int] | None:
+    for regex in (TIERED_PARTITION_RE, PARTITION_RE):
+        m = regex.match(name)
+        if m and int(m.group(2)) <= MAX_PARTITION:
+            return m.group(1), int(m.group(2))
+    return None
+
+
+def _segments_in(storage: Storage, directory: str, topic: str, partition: int,
+                 entries: list[Entry]) -> list[Segment]:
+    by_name = {e.name: e for e in entries}
+    out = []
+    for e in entries:
+        base = segment_base(e.name)
+        if base is None:
+            continue
+        stem = e.name[:-len(".log")]
+        indexes = tuple((suffix, by_name[stem + suffix]) for suffix in (".index", ".timeindex", ".txnindex")
+                        if stem + suffix in by_name)
+        note = "" if e.kind == "file" else (e.note or ("a directory" if e.kind == "dir" else "missing"))
+        out.append(Segment(e.path, topic, partition, base, e.size if e.kind == "file" else 0, storage,
+                           note, indexes))
+    return out
+
+
+def _checkpoints(storage: Storage, directory: str, names: set[str],
+                 problems: list[Problem]) -> dict[str, dict[tuple[str, int], int]]:
+    out = {}
+    for name in (LOG_START, CLEANER):
+        if name not in names:
+            continue
+        path = storage.join(directory, name)
+        try:
+            out[name] = parse_checkpoint(storage.read_bytes(path, 16 << 20).decode("utf-8", "replace"),
+                                         storage.uri(path))
+        except (OSError, ValueError) as exc:
+            problems.append(Problem("checkpoint", storage.uri(path), f"{exc}; read without it"))
+    return out
+
+
+def find_partitions(paths: list[str], storage_options: dict[str, str] | None = None
+                    ) -> tuple[list[PartitionFiles], list[Problem]]:
+    """Every partition under the given paths (globs expanded) with its segments sorted by base
+    offset (a base offset found twice, e.g. the same partition under two paths, stays twice:
+    the planner reports the overlap) and the problems found while listing."""
+    problems: list[Problem] = []
+    found: dict[tuple[str, int], PartitionFiles] = {}
+    roots = resolve(paths, storage_options)
+
+    def add(topic: str, partition: int, segments: list[Segment],
+            checkpoints: dict[str, dict[tuple[str, int], int]]) -> None:
+        part = found.setdefault((topic, partition), PartitionFiles(topic, partition))
+        part.segments += segments
+        start = checkpoints.get(LOG_START, {}).get((topic, partition))
+        if start is not None:
+            part.log_start = max(part.log_start or start, start)
+        cleaned = checkpoints.get(CLEANER, {}).get((topic, partition))
+        if cleaned is not None:
+            part.cleaned_to = max(part.cleaned_to or cleaned, cleaned)
+
+    for storage, path in roots:
+        entry = storage.info(path)
+        if entry.kind == "missing":
+            raise FileNotFoundError(
+                f"{storage.uri(path)}: no such file or directory; give a Kafka log directory (holding "
+                "<topic>-<partition>/<base offset>.log files), a partition directory or a .log file")
+        if entry.kind != "dir":
+            if segment_base(entry.name) is None:
+                raise FileNotFoundError(f"{storage.uri(path)}: not a segment file name (<20-digit base "
+                                        "offset>.log) nor a directory")
+            parent = storage.parent(path)
+            topic, partition = partition_of(parent.rstrip("/").rsplit("/", 1)[-1]) or (
+                parent.rstrip("/").rsplit("/", 1)[-1], 0)
+            add(topic, partition, _segments_in(storage, parent, topic, partition, [entry] + [
+                e for e in storage.list(parent) if e.name.startswith(entry.name[:-4] + ".")
+                and e.name != entry.name]), {})
+            continue
+        entries = storage.list(path)
+        if any(segment_base(e.name) is not None for e in entries):      # a partition directory
+            name = path.rstrip("/").rsplit("/", 1)[-1]
+            topic, partition = partition_of(name) or (name, 0)
+            parent = storage.parent(path)
+            checkpoints: dict[str, dict[tuple[str, int], int]] = {}
+            if parent and parent != path:
+                try:
+                    checkpoints = _checkpoints(storage, parent, {e.name for e in storage.list(parent)},
+                                               problems)
+                except OSError:
+                    pass                             # an unlistable parent: no checkpoints
+            add(topic, partition, _segments_in(storage, path, topic, partition, entries), checkpoints)
+            continue
+        checkpoints = _checkpoints(storage, path, {e.name for e in entries}, problems)
+        for e in entries:
+            tp = partition_of(e.name)
+            if tp is None:
+                continue
+            if e.kind != "dir":
+                if e.kind == "other" and e.note:
+                    problems.append(Problem("unreadable", storage.uri(e.path),
+                                            f"{storage.uri(e.path)} is named like a partition directory "
+                                            f"but is {e.note}"))
+                continue
+            add(tp[0], tp[1], _segments_in(storage, e.path, tp[0], tp[1], storage.list(e.path)), checkpoints)
+    for part in found.values():
+        part.segments.sort(key=lambda s: s.base_offset)
+    return sorted(found.values(), key=lambda p: (p.topic, p.partition)), problems

@@ -1,0 +1,577 @@
+"""Planning a read on the driver: which partitions, which offsets ([start, end) per partition, by
+offsets, timestamps or pushed predicates), which segments and which byte ranges, and the
+aborted transactions a read_committed read drops.
+
+What the planner reads (never records, only headers and index files):
+- index files of the segments it cuts or seeks into: `.index` gives a starting position for an
+  offset and batch boundaries to cut splits at, `.timeindex` the offset for a timestamp,
+  `.txnindex` the aborted transactions;
+- entry headers (a shallow scan) where no valid index answers: local segments for cuts, the
+  segments a timestamp falls in, every segment of a partition for read_committed without
+  `.txnindex`, the last segment for the log end offset when it is needed.
+A position taken from an index is checked against the entry header there before it is used.
+
+Overlapping segments, missing offsets between segments and partial entries are found by the
+executors while they read (each split knows its segment's offset range and its successor).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kafkacodec.errors import KafkaCodecError
+from kafkacodec.logdir._layout import PartitionFiles, Segment, find_partitions
+from kafkacodec.logdir._problems import Problem, Reporter
+from kafkacodec.logdir._pushdown import Pushdown
+from kafkacodec.logdir._readopts import OffsetBound, ReadOptions
+from kafkacodec.logdir.indexes import OffsetIndex, TimeIndex, parse_offset_index, parse_time_index, parse_txn_index
+from kafkacodec.logdir.storage import Storage
+
+__all__ = ["Split", "Planner", "PartitionRange", "WINDOW"]
+
+WINDOW = 16 << 20                # entries are scanned and decoded (remote files read) by windows of this size
+HEADER = 61                      # a v2 batch header; legacy entries' headers are shorter
+
+
+@dataclass
+class Split:
+    """One input partition: bytes [start, end) of a segment, cut at batch boundaries."""
+    path: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+    start_offset: int | None = None      # the records wanted: [start_offset, end_offset)
+    end_offset: int | None = None
+    aborted: list[tuple[int, int, int]] = field(default_factory=list)
+    storage: Storage = field(default_factory=Storage)
+    low: int | None = None               # the segment's own offsets: [low, high) (its name, the next one's)
+    high: int | None = None
+    check_gap: bool = False              # reads to the segment's end: the next segment must follow on
+    cleaned_to: int | None = None        # compacted up to here (gaps below are normal)
+    problem: Problem | None = None       # reports an unreadable segment (PERMISSIVE), reads nothing
+
+    @property
+    def uri(self) -> str:
+        return self.storage.uri(self.path)
+
+
+@dataclass
+class PartitionRange:
+    """One partition's files and the offsets a read takes from it."""
+    files: PartitionFiles
+    start: int | None = None             # None: from the log's start
+    end: int | None = None               # None: to the log's end
+    aborted: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+class Planner:
+    """Plans a read from ReadOptions; problems go through `reporter` (which raises per policy)."""
+
+    def __init__(self, options: ReadOptions, reporter: Reporter, pushdown: Pushdown | None = None, *,
+                 exact_end: bool = False):
+        self.options = options
+        self.exact_end = exact_end        # end byte ranges at the last complete entry wanted (streams)
+        self.reporter = reporter
+        self.pushdown = pushdown or Pushdown()
+        self._scans: dict[str, dict[str, Any]] = {}
+        self._indexes: dict[tuple[str, str], Any] = {}
+        self._parts: list[PartitionFiles] | None = None
+
+    # ------------------------------------------------------------------ files and indexes
+    def partitions(self) -> list[PartitionFiles]:
+        """The partitions selected by assign / subscribe / subscribePattern."""
+        if self._parts is None:
+            found, problems = find_partitions(self.options.paths, self.options.storage)
+            for problem in problems:
+                (self.reporter.damage if problem.kind == "unreadable" else self.reporter.note)(problem)
+            o = self.options
+            self._parts = [p for p in found if o.wants(p.topic, p.partition)]
+            if not found:
+                raise FileNotFoundError(f"{', '.join(o.paths)}: no segment files (<20-digit base offset>.log) found")
+            if o.assign is not None:
+                missing = sorted((t, p) for t, ps in o.assign.items() for p in ps
+                                 if (t, p) not in {(x.topic, x.partition) for x in found})
+                if missing:
+                    raise FileNotFoundError(f"option assign: no segments of {', '.join(f'{t}-{p}' for t, p in missing)} "
+                                            f"under {', '.join(o.paths)}")
+            elif (o.topics or o.pattern) and not any(o.wants(p.topic, p.partition) for p in found):
+                wanted = sorted(o.topics) if o.topics else o.pattern.pattern  # type: ignore[union-attr]
+                raise FileNotFoundError(f"{', '.join(o.paths)}: no segment of topics {wanted} found "
+                                        f"(topics there: {', '.join(sorted({p.topic for p in found}))})")
+            for p in self._parts:
+                self._check_duplicates(p)
+        return self._parts
+
+    def _check_duplicates(self, part: PartitionFiles) -> None:
+        kept: list[Segment] = []
+        for seg in part.segments:
+            if kept and kept[-1].base_offset == seg.base_offset:
+                self.reporter.data_loss(Problem(
+                    "overlap", seg.uri, f"{seg.uri} and {kept[-1].uri} both start at offset {seg.base_offset} "
+                    f"of {part.topic}-{part.partition} (two copies of a segment); the second is not read",
+                    offset=seg.base_offset))
+                continue
+            kept.append(seg)
+        part.segments = kept
+
+    def _view(self, seg: Segment, start: int, end: int) -> tuple[Any, int, Any]:
+        src = seg.storage.open(seg.path)
+        view, base = src.view(start, end)
+        return view, base, src
+
+    def scan(self, seg: Segment, start: int = 0) -> dict[str, Any]:
+        """Entry headers of a segment from `start` (a batch boundary) to its end: scan_entries'
+        arrays, "stop" and "error" (never raises on damage: the executors report it).  Remote
+        files are scanned in windows (one larger window for an entry larger than WINDOW)."""
+        key = f"{seg.uri}@{start}"
+        if key in self._scans:
+            return self._scans[key]
+        from kafkacodec._arrow import SCAN_FIELDS, scan_entries
+
+        parts: list[dict[str, Any]] = []
+        pos, stop, error, want = start, start, None, WINDOW
+        with seg.storage.open(seg.path) as src:
+            size = src.size
+            while pos < size:
+                window_end = min(size, pos + want) if seg.storage.scheme else size
+                view, base = src.view(pos, window_end)
+                s = scan_entries(view, pos - base, window_end - base, source=seg.uri, base=base, strict=False)
+                parts.append(s)
+                stop, error = int(s["stop"]), s["error"]
+                if error or window_end >= size:
+                    break
+                if stop > pos:
+                    pos, want = stop, WINDOW
+                    continue
+                declared = 12 + struct.unpack_from(">i", memoryview(view)[pos - base + 8:pos - base + 12])[0]
+                if declared <= window_end - pos:
+                    break
+                want = declared                    # one entry larger than the window
+        merged: dict[str, Any] = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64)
+                                  for k in SCAN_FIELDS}
+        merged["stop"] = stop
+        merged["error"] = error
+        self._scans[key] = merged
+        return merged
+
+    def _index(self, seg: Segment, suffix: str) -> Any:
+        """The parsed index file (OffsetIndex, TimeIndex, aborted list) or None (absent or
+        invalid: noted)."""
+        key = (seg.uri, suffix)
+        if key in self._indexes:
+            return self._indexes[key]
+        entry = seg.index(suffix)
+        result: Any = None
+        if entry is not None:
+            uri = seg.storage.uri(entry.path)
+            try:
+                if entry.kind != "file":
+                    raise ValueError(f"{uri} is {entry.note or 'not a regular file'}")
+                data = seg.storage.read_bytes(entry.path)
+                if suffix == ".index":
+                    result = parse_offset_index(data, seg.base_offset, seg.size, uri)
+                elif suffix == ".timeindex":
+                    result = parse_time_index(data, seg.base_offset, uri)
+                else:
+                    result = parse_txn_index(data, seg.base_offset, uri)
+            except (KafkaCodecError, ValueError, OSError) as exc:
+                self.reporter.note(Problem("index", uri, f"{exc}; read without it (as Kafka rebuilds a "
+                                                         "corrupt index)"))
+                result = None
+        self._indexes[key] = result
+        return result
+
+    def _header(self, seg: Segment, position: int) -> bytes:
+        with seg.storage.open(seg.path) as src:
+            view, base = src.view(position, min(src.size, position + HEADER))
+            return bytes(memoryview(view)[position - base:position - base + HEADER])
+
+    def _checked_position(self, seg: Segment, index: OffsetIndex, i: int) -> bool:
+        """Whether index entry i points at an entry boundary holding its offsets (Kafka trusts
+        its indexes; a copied or stale one is checked before a read relies on it)."""
+        position = int(index.positions[i])
+        header = self._header(seg, position)
+        if len(header) < 17:
+            return False
+        base, size, _, magic = struct.unpack_from(">qiib", header)
+        if not (0 <= magic <= 2 and size >= 14 and position + 12 + size <= seg.size):
+            return False
+        before = int(index.offsets[i - 1]) if i > 0 else seg.base_offset - 1
+        return before < int(base) <= int(index.offsets[i])
+
+    def offset_index(self, seg: Segment) -> OffsetIndex | None:
+        """A checked `.index` (its first and last entries are verified against the segment)."""
+        index: OffsetIndex | None = self._index(seg, ".index")
+        if index is None or not len(index.positions):
+            return index
+        key = (seg.uri, ".index-checked")
+        if key not in self._indexes:
+            good = all(self._checked_position(seg, index, i) for i in {0, len(index.positions) - 1})
+            if not good:
+                self.reporter.note(Problem("index", seg.storage.uri(seg.path[:-4] + ".index"),
+                                           f"{seg.uri[:-4]}.index does not match the segment (an entry points "
+                                           "off a batch boundary or at other offsets); read without it"))
+            self._indexes[key] = good
+        return index if self._indexes[key] else None
+
+    def check_indexes(self, seg: Segment) -> None:
+        """Every index file of a segment checked in full (`kafkacodec verify`): Kafka's sanity
+        checks, and each `.index` entry at an entry boundary holding its offset."""
+        if seg.unreadable:
+            return
+        index: OffsetIndex | None = self._index(seg, ".index")
+        self._index(seg, ".timeindex")
+        self._index(seg, ".txnindex")
+        if index is None or not len(index.positions):
+            return
+        scan = self.scan(seg)
+        where = {int(p): j for j, p in enumerate(scan["position"])}
+        for i, (offset, position) in enumerate(zip(index.offsets, index.positions)):
+            j = where.get(int(position))
+            before = int(index.offsets[i - 1]) if i else seg.base_offset - 1
+            first = int(scan["base_offset"][j]) if j is not None else None
+            if first is None or not before < first <= int(offset):
+                self.reporter.note(Problem(
+                    "index", seg.uri[:-4] + ".index", f"{seg.uri[:-4]}.index entry {i} (offset {int(offset)}, "
+                    f"byte {int(position)}) does not match the segment; read without it", int(position)))
+                return
+
+    # ------------------------------------------------------------------ offsets of a partition
+    def earliest(self, part: PartitionFiles) -> int:
+        first = part.segments[0].base_offset if part.segments else 0
+        return max(first, part.log_start) if part.log_start is not None else first
+
+    def log_end(self, part: PartitionFiles) -> int:
+        """The next offset after the last complete entry (the high end of `latest`)."""
+        for seg in reversed(part.segments):
+            if seg.unreadable:
+                continue
+            index = self.offset_index(seg)
+            start = int(index.positions[-1]) if index is not None and len(index.positions) else 0
+            scan = self.scan(seg, start)
+            if len(scan["last_offset"]):
+                return max(int(scan["last_offset"][-1]) + 1, seg.base_offset)
+            if start:
+                scan = self.scan(seg)
+                if len(scan["last_offset"]):
+                    return max(int(scan["last_offset"][-1]) + 1, seg.base_offset)
+            return seg.base_offset
+        return part.segments[-1].base_offset if part.segments else 0
+
+    def aborted_and_lso(self, part: PartitionFiles) -> tuple[list[tuple[int, int, int]], int | None]:
+        """read_committed: the aborted transactions and the last stable offset (the first offset
+        of the earliest transaction still open at the end, or None when none is open)."""
+        readable = [s for s in part.segments if not s.unreadable]
+        if readable and all(s.index(".index") is not None for s in readable):
+            txn = [self._index(s, ".txnindex") if s.index(".txnindex") is not None else [] for s in readable]
+            if all(t is not None for t in txn):
+                return [a for t in txn for a in t], self._open_from_end(readable)
+        open_txn: dict[int, int] = {}
+        aborted: list[tuple[int, int, int]] = []
+        for seg in readable:
+            _collect_aborted(self.scan(seg), open_txn, aborted)
+        return aborted, (min(open_txn.values()) if open_txn else None)
+
+    def _open_from_end(self, segments: list[Segment]) -> int | None:
+        """The first offset of the earliest transaction still open at the log's end, searching
+        back from the last segment until every producer with open data has met its marker."""
+        first_open: dict[int, int] = {}          # pid -> its open transaction's first batch
+        closed: set[int] = set()                 # pids whose last marker we went past
+        for seg in reversed(segments):
+            scan = self.scan(seg)
+            attributes, pids, bases = scan["attributes"], scan["producer_id"], scan["base_offset"]
+            for j in range(len(attributes) - 1, -1, -1):
+                if scan["magic"][j] != 2 or not attributes[j] & 0x10 or int(pids[j]) in closed:
+                    continue
+                if attributes[j] & 0x20:
+                    closed.add(int(pids[j]))             # a marker: what followed it is open
+                else:
+                    first_open[int(pids[j])] = int(bases[j])
+            if all(pid in closed for pid in first_open):
+                break
+        return min(first_open.values()) if first_open else None
+
+    def offset_for_time(self, part: PartitionFiles, timestamp: int) -> int | None:
+        """Kafka's offsetsForTimes: the first offset whose record timestamp is at or after
+        `timestamp` (ms), or None."""
+        from kafkacodec._arrow import ArrowDecoder
+
+        readable = [s for s in part.segments if not s.unreadable]
+        for i, seg in enumerate(readable):
+            times: TimeIndex | None = self._index(seg, ".timeindex")
+            last = i == len(readable) - 1
+            if times is not None and not last and times.largest is not None and times.largest < timestamp:
+                continue                           # a rolled segment's largest timestamp is its last entry
+            start = 0
+            if times is not None:
+                index = self.offset_index(seg)
+                if index is not None:
+                    start = self._seek(seg, index, times.lookup(timestamp))
+            scan = self.scan(seg, start)
+            for j in np.flatnonzero(scan["max_timestamp"] >= timestamp):
+                pos, size = int(scan["position"][j]), int(scan["size"][j])
+                view, base, src = self._view(seg, pos, pos + size)
+                try:
+                    rb = ArrowDecoder(part.topic, part.partition, keep_control=True, include_headers=False,
+                                      validate_crc=False, source=seg.uri).decode(view, pos - base, pos - base + size, base)[0]
+                except KafkaCodecError:
+                    continue                       # the executors report it
+                finally:
+                    src.close()
+                ts = np.asarray(rb.column("timestamp").cast("int64"))
+                hits = np.flatnonzero(ts >= timestamp * 1000)
+                if len(hits):
+                    return int(rb.column("offset")[int(hits[0])].as_py())
+        return None
+
+    def _seek(self, seg: Segment, index: OffsetIndex, offset: int) -> int:
+        i = int(np.searchsorted(index.offsets, offset, side="right")) - 1
+        if i < 0:
+            return 0
+        if not self._checked_position(seg, index, i):
+            self.reporter.note(Problem("index", seg.uri[:-4] + ".index",
+                                       f"{seg.uri[:-4]}.index entry {i} does not match the segment; read "
+                                       "without it"))
+            self._indexes[(seg.uri, ".index-checked")] = False
+            return 0
+        return int(index.positions[i])
+
+    def _resolve(self, part: PartitionFiles, bound: OffsetBound, starting: bool) -> int | None:
+        """A bound as an offset for this partition (None: the log's start or end)."""
+        kind, value = bound.for_partition(part.topic, part.partition)
+        if kind == "earliest":
+            return None if starting else self.earliest(part)
+        if kind == "latest":
+            return self.log_end(part) if starting else None
+        if kind == "offset":
+            return value
+        found = self.offset_for_time(part, int(value))  # type: ignore[arg-type]
+        if found is not None:
+            return found
+        if starting and self.options.starting_strategy == "error":
+            raise ValueError(f"{part.topic}-{part.partition}: no record at or after timestamp {value} "
+                             "(startingOffsetsByTimestampStrategy=error, as Spark's Kafka source); set it to "
+                             "latest to start at the end")
+        return self.log_end(part) if starting else None
+
+    def _check_named(self, bound: OffsetBound, name: str, parts: list[PartitionFiles]) -> None:
+        """Spark's rule: offsets given per partition name every partition read, and only those."""
+        named = bound.partitions()
+        if named is None:
+            return
+        have = {(p.topic, p.partition) for p in parts}
+        if named != have:
+            missing, extra = sorted(have - named), sorted(named - have)
+            raise ValueError(
+                f"option {name}: give an entry for every partition read, as Spark's Kafka source requires "
+                f"(-2 earliest, -1 latest). Missing: {', '.join(f'{t}-{p}' for t, p in missing) or 'none'}; "
+                f"not in the log: {', '.join(f'{t}-{p}' for t, p in extra) or 'none'}")
+
+    def ranges(self) -> list[PartitionRange]:
+        """Every selected partition with the offsets the batch read takes ([start, end))."""
+        o = self.options
+        parts = self.partitions()
+        for bound, name in ((o.starting, "startingOffsets"), (o.ending, "endingOffsets")):
+            self._check_named(bound, name + ("ByTimestamp" if bound.kind == "timestamps" else ""), parts)
+        push_start, push_end = self.pushdown.offsets()
+        out = []
+        for part in parts:
+            if not part.segments or not self.pushdown.wants(part.topic, part.partition):
+                continue
+            rng = PartitionRange(part)
+            start = self._resolve(part, o.starting, True)
+            end = self._resolve(part, o.ending, False)
+            earliest = self.earliest(part)
+            explicit_end = o.ending.kind not in ("latest",) and end is not None
+            latest = self.log_end(part) if explicit_end or o.read_committed else None
+            if o.read_committed:
+                rng.aborted, lso = self.aborted_and_lso(part)
+                if lso is not None:
+                    latest = lso
+                    end = lso if end is None else end
+            if start is not None and start < earliest:
+                self.reporter.data_loss(Problem(
+                    "range", part.segments[0].uri, f"{part.topic}-{part.partition}: starting offset {start} is "
+                    f"below the earliest offset in the log ({earliest}): offsets {start}..{earliest - 1} are gone",
+                    offset=start))
+                start = earliest
+            if end is not None and latest is not None and end > latest:
+                self.reporter.data_loss(Problem(
+                    "range", part.segments[-1].uri, f"{part.topic}-{part.partition}: ending offset {end} is past "
+                    f"the {'last stable offset' if o.read_committed else 'end of the log'} ({latest})",
+                    offset=end))
+                end = latest
+            if start is not None and end is not None and start > end:
+                raise ValueError(f"{part.topic}-{part.partition}: the starting offset {start} is after the "
+                                 f"ending offset {end}; check startingOffsets/endingOffsets (or their "
+                                 "timestamps)")
+            if start is None and part.log_start is not None and part.log_start > part.segments[0].base_offset:
+                start = part.log_start             # records below log-start-offset-checkpoint are gone
+            if push_start is not None:
+                start = push_start if start is None else max(start, push_start)
+            if push_end is not None:
+                end = push_end if end is None else min(end, push_end)
+            if start is not None and end is not None and start >= end:
+                continue                            # nothing to read here
+            rng.start, rng.end = start, end
+            out.append(rng)
+        return out
+
+    # ------------------------------------------------------------------ splits
+    def splits(self, ranges: list[PartitionRange] | None = None) -> list[Split]:
+        ranges = self.ranges() if ranges is None else ranges
+        pieces = [piece for r in ranges for piece in self._segment_ranges(r)]
+        total = sum(b - a for _, _, a, b, _ in pieces)
+        split_bytes = self.options.max_partition_bytes
+        if self.options.min_partitions:
+            split_bytes = max(1, min(split_bytes, -(-total // self.options.min_partitions)))
+        min_ts = self.pushdown.min_timestamp_ms()
+        out = []
+        for r, i, a, b, seg_end in pieces:
+            seg = r.files.segments[i]
+            nxt = r.files.segments[i + 1].base_offset if i + 1 < len(r.files.segments) else None
+            common = dict(start_offset=r.start, end_offset=r.end, aborted=r.aborted, storage=seg.storage,
+                          low=seg.base_offset, high=nxt, cleaned_to=r.files.cleaned_to)
+            if seg.unreadable:
+                problem = Problem("unreadable", seg.uri, f"{seg.uri} is named like a segment but is "
+                                  f"{seg.unreadable}; its offsets {seg.base_offset}.."
+                                  f"{'' if nxt is None else nxt - 1} cannot be read", offset=seg.base_offset)
+                if self.options.mode == "FAILFAST":
+                    self.reporter.damage(problem)               # before any task starts
+                out.append(Split(seg.path, seg.topic, seg.partition, 0, 0, problem=problem,
+                                 **common))                     # type: ignore[arg-type]
+                continue
+            if min_ts is not None:
+                a = self._time_start(seg, i == len(r.files.segments) - 1, a, b, min_ts)
+                if a >= b:
+                    continue
+            cuts = self._cuts(seg, a, b, split_bytes)
+            for x, y in zip(cuts, cuts[1:]):
+                out.append(Split(seg.path, seg.topic, seg.partition, x, y,
+                                 check_gap=(y == b and seg_end and nxt is not None), **common))  # type: ignore[arg-type]
+        return out
+
+    def _segment_ranges(self, r: PartitionRange) -> list[tuple[PartitionRange, int, int, int, bool]]:
+        """(range, segment number, byte start, byte end, reaches the segment's end) of the
+        segments holding offsets [r.start, r.end)."""
+        segs = r.files.segments
+        values = self.pushdown.offset_values()
+        out = []
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1].base_offset if i + 1 < len(segs) else None
+            start, end = r.start, r.end
+            if values is not None:              # offset IN (...): only the segments holding them
+                inside = [v for v in values if v >= seg.base_offset and (nxt is None or v < nxt)]
+                if not inside:
+                    continue
+                start = max(start, min(inside)) if start is not None else min(inside)
+                end = min(end, max(inside) + 1) if end is not None else max(inside) + 1
+            if start is not None and nxt is not None and nxt <= start:
+                continue
+            if end is not None and seg.base_offset >= end:
+                continue
+            a, b = 0, seg.size
+            if not seg.unreadable:
+                index = self.offset_index(seg) if (start is not None and start > seg.base_offset) or \
+                    (end is not None and (nxt is None or end < nxt)) else None
+                if index is not None and start is not None and start > seg.base_offset:
+                    a = self._seek(seg, index, start)
+                if index is not None and end is not None and (nxt is None or end < nxt):
+                    j = int(np.searchsorted(index.offsets, end - 1, side="left"))
+                    if j + 1 < len(index.positions) and self._checked_position(seg, index, j + 1):
+                        b = int(index.positions[j + 1])
+                wants_start = start is not None and start > seg.base_offset and a == 0
+                wants_end = end is not None and (nxt is None or end < nxt) and (b == seg.size or self.exact_end)
+                if (wants_start or wants_end) and (not seg.storage.scheme or self.exact_end):
+                    lo, hi = _byte_range(self.scan(seg, 0 if wants_start else a), start if wants_start else None,
+                                         end if wants_end else None, self.exact_end)
+                    a, b = max(a, lo), min(b, hi if hi is not None else b)
+            out.append((r, i, a, b, b == seg.size))
+        return out
+
+    def _time_start(self, seg: Segment, last: bool, a: int, b: int, min_ts: int) -> int:
+        """Skip the head of a segment whose records are all older than min_ts (ms)."""
+        times: TimeIndex | None = self._index(seg, ".timeindex")
+        if times is not None:
+            if not last and times.largest is not None and times.largest < min_ts:
+                return b
+            index = self.offset_index(seg)
+            if index is not None:
+                return max(a, self._seek(seg, index, times.lookup(min_ts)))
+            return a
+        if seg.storage.scheme:
+            return a                               # no index: a remote segment is not scanned for this
+        scan = self.scan(seg)
+        hits = np.flatnonzero((scan["max_timestamp"] >= min_ts) & (scan["position"] >= a))
+        if len(hits):
+            return max(a, int(scan["position"][hits[0]]))
+        return b if scan["error"] is None and int(scan["stop"]) == seg.size else a
+
+    def _cuts(self, seg: Segment, a: int, b: int, split_bytes: int) -> list[int]:
+        if b - a <= split_bytes:
+            return [a, b]
+        index = self.offset_index(seg)
+        if index is not None and len(index.positions):
+            candidates = [int(p) for p in index.positions if a < p < b]
+        elif not seg.storage.scheme:
+            candidates = [int(p) for p in self.scan(seg)["position"] if a < p < b]
+        else:
+            return [a, b]                          # a remote segment without index: one split
+
+        def checked(position: int) -> bool:        # index positions are checked before use
+            return index is None or self._checked_position(
+                seg, index, int(np.searchsorted(index.positions, position)))
+
+        cuts = [a]
+        for p in candidates:
+            if p - cuts[-1] >= split_bytes and b - p > 0 and checked(p):
+                cuts.append(p)
+        return cuts + [b]
+
+
+def _byte_range(scan: dict[str, Any], start: int | None, end: int | None,
+                complete_only: bool) -> tuple[int, int | None]:
+    """Bytes of a scanned segment that can hold offsets [start, end): from the first entry
+    preceded only by entries below start, to the first entry followed only by entries at or
+    above end.  Safe when offsets are out of order; a legacy wrapper names only its last
+    offset, so nothing after one is cut off.  When the end lies past every complete entry the
+    range runs to the file's end (None: the reader then reports what follows them), or, with
+    `complete_only` (a stream), to the end of the complete entries: a partial one is an append
+    in progress."""
+    positions, sizes, last = scan["position"], scan["size"], scan["last_offset"]
+    tail = int(scan["stop"]) if complete_only and scan["error"] is None else None
+    if not len(positions):
+        return 0, tail if end is not None else None
+    a, b = int(positions[0]), None
+    if start is not None:
+        j = int(np.searchsorted(np.maximum.accumulate(last), start, side="left"))
+        a = int(positions[j]) if j < len(positions) else int(positions[-1] + sizes[-1])
+    if end is not None:
+        first = np.where(scan["magic"] == 2, scan["base_offset"], np.iinfo(np.int64).min)
+        following = np.minimum.accumulate(first[::-1])[::-1]       # smallest first offset from k on
+        k = int(np.searchsorted(following, end, side="left"))
+        b = int(positions[k]) if k < len(positions) else tail
+    return a, b
+
+
+def _collect_aborted(scan: dict[str, Any], open_txn: dict[int, int],
+                     aborted: list[tuple[int, int, int]]) -> None:
+    """Aborted transactions as a read_committed consumer sees them: a producer's transactional
+    data from its first batch after a marker up to an ABORT marker."""
+    attributes, pids = scan["attributes"], scan["producer_id"]
+    for j in range(len(attributes)):
+        if scan["magic"][j] != 2 or not attributes[j] & 0x10:
+            continue
+        pid = int(pids[j])
+        if attributes[j] & 0x20:
+            first = open_txn.pop(pid, None)
+            if first is not None and scan["control_type"][j] == 0:
+                aborted.append((pid, first, int(scan["base_offset"][j])))
+        else:
+            open_txn.setdefault(pid, int(scan["base_offset"][j]))
+

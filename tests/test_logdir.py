@@ -1,0 +1,678 @@
+"""Reading log directories without Spark (kafkacodec.logdir): options in Spark's Kafka-source
+vocabulary, damage and data-loss policies, Kafka's index and checkpoint files, pushdown,
+paths (globs, lists, file://, S3 on a real S3 API server, tiered-storage names).
+
+Expected rows are derived independently: kafka-python decodes the same bytes (tests/kafka_oracle),
+offsets for timestamps are found by brute force over every record."""
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from kafka_oracle import kafka_python_rows  # noqa: E402
+
+from kafkacodec._arrow import encode_v2, scan_entries  # noqa: E402
+from kafkacodec.cli import generate  # noqa: E402
+from kafkacodec.errors import CorruptRecordError, KafkaCodecError, LogLayoutError  # noqa: E402
+from kafkacodec.logdir import Predicate, Pushdown, ReadOptions, discover, plan, read_split  # noqa: E402
+from kafkacodec.logdir._plan import Planner, _collect_aborted  # noqa: E402
+from kafkacodec.logdir._problems import Reporter  # noqa: E402
+from kafkacodec.logdir.indexes import build_indexes, parse_offset_index, parse_time_index, parse_txn_index  # noqa: E402
+
+BASE_TS = 1_700_000_000_000
+
+
+# ------------------------------------------------------------------------------ helpers
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sample")
+    return root, generate(root, batches_per_segment=6)
+
+
+def copy(root, tmp_path, name="copy"):
+    dst = tmp_path / name
+    shutil.copytree(root, dst)
+    return dst
+
+
+def read_all(path, options=None, *, problems=None, pushdown=None, columns=None, include_headers=False):
+    """Every row of a read (as the Spark source reads: plan, then each split)."""
+    ro = ReadOptions.parse({"paths": [str(p) for p in (path if isinstance(path, list) else [path])],
+                            **(options or {})})
+    collected = problems if problems is not None else []
+    splits, _ = plan(None, ro, pushdown=pushdown, on_problem=collected.append)
+    batches = [rb for s in splits for rb in read_split(
+        s, include_headers=include_headers, keep_control=ro.keep_control, mode=ro.mode,
+        fail_on_data_loss=ro.fail_on_data_loss, columns=columns, pushdown=pushdown,
+        on_problem=collected.append)]
+    return pa.Table.from_batches(batches) if batches else None, splits
+
+
+def offsets_of(table):
+    return sorted(zip(table.column("topic").to_pylist(), table.column("partition").to_pylist(),
+                      table.column("offset").to_pylist())) if table is not None else []
+
+
+def oracle(root, *, committed=False):
+    """(topic, partition, offset) of every data record by kafka-python (minus aborted ones)."""
+    rows = []
+    for seg in discover(root):
+        rows += [(r["topic"], r["partition"], r["offset"])
+                 for r in kafka_python_rows(Path(seg.path).read_bytes(), seg.topic, seg.partition)]
+    if committed:
+        dropped = set()
+        for part in {(s.topic, s.partition) for s in discover(root)}:
+            segs = [s for s in discover(root) if (s.topic, s.partition) == part]
+            open_txn, aborted = {}, []
+            for s in segs:
+                _collect_aborted(scan_entries(Path(s.path).read_bytes()), open_txn, aborted)
+            for s in segs:
+                data = Path(s.path).read_bytes()
+                scan = scan_entries(data)
+                for j in range(len(scan["position"])):
+                    if scan["attributes"][j] & 0x10 and not scan["attributes"][j] & 0x20 and any(
+                            pid == scan["producer_id"][j] and a <= scan["base_offset"][j] <= b
+                            for pid, a, b in aborted):
+                        dropped |= {(part[0], part[1], o) for o in
+                                    range(int(scan["base_offset"][j]), int(scan["last_offset"][j]) + 1)}
+        rows = [r for r in rows if r not in dropped]
+    return sorted(rows)
+
+
+def write_log(root, topic="events", partitions=2, records=6000, per_segment=2000, late_every=97):
+    """v2 batches of ~20 records, timestamps rising 10 ms per record except a late record now and
+    then (5 s in the past: CreateTime timestamps are not monotonic), rolled every per_segment."""
+    for p in range(partitions):
+        d = root / f"{topic}-{p}"
+        d.mkdir(parents=True)
+        for first in range(0, records, per_segment):
+            n = np.arange(first, min(records, first + per_segment))
+            ts = BASE_TS + n * 10 + p
+            ts[n % late_every == 0] -= 5000
+            value = pa.array([b"v%07d" % i for i in n], pa.binary())
+            key = pa.array([b"k%d" % (i % 7) for i in n], pa.binary())
+            data, _ = encode_v2(key, value, ts.astype(np.int64), batch_bytes=300, base_offset=int(first))
+            (d / f"{first:020d}.log").write_bytes(data)
+    return root
+
+
+def add_indexes(root, interval=512, txn=True):
+    """.index/.timeindex (and .txnindex where aborts end) beside every segment, as a broker writes."""
+    for part in sorted(p for p in Path(root).iterdir() if p.is_dir()):
+        open_txn = {}
+        for seg in sorted(part.glob("*.log")):
+            data = seg.read_bytes()
+            scan = scan_entries(data)
+            index, times = build_indexes(scan, int(seg.stem), interval=interval)
+            seg.with_suffix(".index").write_bytes(index)
+            seg.with_suffix(".timeindex").write_bytes(times)
+            aborted = []
+            _collect_aborted(scan, open_txn, aborted)
+            if txn and aborted:
+                seg.with_suffix(".txnindex").write_bytes(b"".join(
+                    struct.pack(">hqqqq", 0, pid, a, b, b + 1) for pid, a, b in aborted))
+
+
+def every_record(root):
+    """(topic, partition, offset, timestamp ms) of every record, control batches included."""
+    from kafkacodec._arrow import ArrowDecoder
+
+    out = []
+    for seg in discover(root):
+        rb = ArrowDecoder(seg.topic, seg.partition, keep_control=True).decode(Path(seg.path).read_bytes())[0]
+        ts = np.asarray(rb.column("timestamp").cast(pa.int64())) // 1000
+        out += [(seg.topic, seg.partition, o, int(t)) for o, t in zip(rb.column("offset").to_pylist(), ts)]
+    return out
+
+
+# ------------------------------------------------------------------------------ options
+
+@pytest.mark.parametrize("options, message", [
+    ({"subscrib": "x"}, "did you mean 'subscribe'"),
+    ({"startingOffset": "earliest"}, "did you mean 'startingOffsets'"),
+    ({"kafka.bootstrap.servers": "h:9092"}, "not a broker"),
+    ({"kafka.max.poll.records": "5"}, "kafka.isolation.level"),
+    ({"startingOffsets": "latest"}, "not allowed for batch"),
+    ({"startingOffsets": '{"events": {"0": -1}}'}, "not allowed for batch"),
+    ({"endingOffsets": "earliest"}, "not allowed for batch"),
+    ({"endingOffsets": '{"events": {"0": -2}}'}, "not allowed for batch"),
+    ({"maxOffsetsPerTrigger": "10"}, "readStream only"),
+    ({"subscribe": "a", "assign": '{"a": [0]}'}, "only one of"),
+    ({"kafka.isolation.level": "serializable"}, "read_committed"),
+    ({"keepAborted": "true", "kafka.isolation.level": "read_committed"}, "disagree"),
+    ({"startingTimestamp": "yesterday"}, "milliseconds"),
+    ({"mode": "LENIENT"}, "FAILFAST"),
+])
+def test_options_refused_with_the_reason(options, message):
+    with pytest.raises(ValueError, match=message):
+        ReadOptions.parse({"path": "/x", **options})
+
+
+def test_stream_only_and_batch_only_options():
+    with pytest.raises(ValueError, match="batch reads"):
+        ReadOptions.parse({"path": "/x", "endingOffsets": "latest"}, streaming=True)
+    assert ReadOptions.parse({"path": "/x", "maxOffsetsPerTrigger": "7"}, streaming=True).max_offsets_per_trigger == 7
+    assert ReadOptions.parse({"path": "/x"}, streaming=True).starting.kind == "latest"      # Spark's default
+    assert ReadOptions.parse({"path": "/x"}).starting.kind == "earliest"
+
+
+def test_topic_selection(sample):
+    root, summary = sample
+    everything = oracle(root)
+    for options, wanted in [
+        ({"subscribe": "orders"}, lambda t, p: t == "orders"),
+        ({"topics": "clicks"}, lambda t, p: t == "clicks"),
+        ({"subscribePattern": "ord.*"}, lambda t, p: t == "orders"),
+        ({"subscribePattern": "ord"}, None),                    # Java's matches(): the whole name
+        ({"assign": '{"orders": [1], "clicks": [0]}'}, lambda t, p: (t, p) in {("orders", 1), ("clicks", 0)}),
+    ]:
+        if wanted is None:
+            with pytest.raises(FileNotFoundError, match="no segment of topics"):
+                read_all(root, options)
+            continue
+        table, _ = read_all(root, options)
+        assert offsets_of(table) == [r for r in everything if wanted(r[0], r[1])]
+    with pytest.raises(FileNotFoundError, match="orders-7"):
+        read_all(root, {"assign": '{"orders": [7]}'})
+
+
+def test_isolation_levels_against_kafka_python(sample):
+    root, summary = sample
+    table, _ = read_all(root)                               # read_uncommitted, Spark's default
+    assert offsets_of(table) == oracle(root) and table.num_rows == summary["records"]
+    table, _ = read_all(root, {"kafka.isolation.level": "read_committed"})
+    assert offsets_of(table) == oracle(root, committed=True)
+    assert table.num_rows == summary["records"] - summary["aborted_records"]
+    assert offsets_of(read_all(root, {"keepAborted": "false"})[0]) == offsets_of(table)   # deprecated alias
+
+
+def test_json_offsets_must_name_every_partition(sample):
+    root, _ = sample
+    with pytest.raises(ValueError, match="Missing: orders-1"):
+        read_all(root, {"subscribe": "orders", "startingOffsets": '{"orders": {"0": 5}}'})
+    table, _ = read_all(root, {"subscribe": "orders", "startingOffsets": '{"orders": {"0": 5, "1": -2}}',
+                               "endingOffsets": '{"orders": {"0": 40, "1": -1}}'})
+    want = [r for r in oracle(root) if r[0] == "orders" and (r[1] == 1 or 5 <= r[2] < 40)]
+    assert offsets_of(table) == want
+    with pytest.raises(ValueError, match="after the ending offset"):
+        read_all(root, {"subscribe": "orders", "startingOffsets": '{"orders": {"0": 50, "1": 0}}',
+                        "endingOffsets": '{"orders": {"0": 40, "1": 1}}'})
+
+
+def test_offsets_outside_the_log_follow_failOnDataLoss(sample):
+    root, _ = sample
+    end = max(o for t, p, o in oracle(root) if (t, p) == ("orders", 0)) + 1
+    with pytest.raises(LogLayoutError, match="past the end of the log"):
+        read_all(root, {"assign": '{"orders": [0]}', "endingOffsets": f'{{"orders": {{"0": {end + 5}}}}}'})
+    problems = []
+    table, _ = read_all(root, {"assign": '{"orders": [0]}', "endingOffsets": f'{{"orders": {{"0": {end + 5}}}}}',
+                               "failOnDataLoss": "false"}, problems=problems)
+    assert [p.kind for p in problems] == ["range"] and table.num_rows == len(
+        [r for r in oracle(root) if r[:2] == ("orders", 0)])
+
+
+# ------------------------------------------------------------------------------ damage
+
+def test_corrupt_first_size_field_is_reported_in_every_mode(sample, tmp_path):
+    """It read as 0 rows in FAILFAST and PERMISSIVE, without an error (issue 18)."""
+    root, _ = sample
+    part = tmp_path / "orders-0"
+    part.mkdir()
+    src = sorted((root / "orders-0").glob("*.log"))[1]
+    data = bytearray(src.read_bytes())
+    data[8:12] = struct.pack(">i", 0x7FFF0000)             # the first entry now claims 2 GiB
+    (part / src.name).write_bytes(data)
+    with pytest.raises(CorruptRecordError) as info:
+        read_all(tmp_path)
+    assert src.name in str(info.value) and "declares" in str(info.value) and "mode=DROPMALFORMED" in str(info.value)
+    problems = []
+    table, _ = read_all(tmp_path, {"mode": "DROPMALFORMED"}, problems=problems)
+    assert table is None and [p.kind for p in problems] == ["partial"]
+    table, _ = read_all(tmp_path, {"mode": "PERMISSIVE"}, problems=[])
+    assert table.num_rows == 1 and "declares" in table.column("_corrupt_record")[0].as_py()
+    assert table.column("offset")[0].as_py() == scan_entries(src.read_bytes())["base_offset"][0]
+
+
+def test_partial_entry_at_the_end_of_a_segment(sample, tmp_path):
+    root, _ = sample
+    dst = copy(root, tmp_path)
+    seg = sorted((dst / "clicks-1").glob("*.log"))[1]
+    data = seg.read_bytes()
+    last = int(scan_entries(data)["position"][-1])
+    seg.write_bytes(data[:last + 30])                      # the last entry cut short
+    with pytest.raises(CorruptRecordError, match="declares"):
+        read_all(dst)
+    problems = []
+    table, _ = read_all(dst, {"mode": "DROPMALFORMED", "failOnDataLoss": "false"}, problems=problems)
+    assert [p.kind for p in problems] == ["partial"]       # (not also a gap: the damage is the cause)
+    lost = scan_entries(data)
+    lost_offsets = set(range(int(lost["base_offset"][-1]), int(lost["last_offset"][-1]) + 1))
+    assert set(offsets_of(table)) == {r for r in oracle(root) if not (r[:2] == ("clicks", 1) and r[2] in lost_offsets)}
+
+
+def test_crc_error_skips_one_entry(sample, tmp_path):
+    root, _ = sample
+    dst = copy(root, tmp_path)
+    seg = sorted((dst / "orders-1").glob("*.log"))[-1]
+    data = bytearray(seg.read_bytes())
+    scan = scan_entries(data)
+    j = int(np.flatnonzero((scan["magic"] == 2) & (scan["attributes"] & 0x20 == 0))[1])
+    data[int(scan["position"][j]) + 70] ^= 1
+    seg.write_bytes(data)
+    table, _ = read_all(dst, {"mode": "PERMISSIVE"}, problems=[])
+    bad = [r for r in table.to_pylist() if r["_corrupt_record"]]
+    assert len(bad) == 1 and "CRC" in bad[0]["_corrupt_record"] and bad[0]["offset"] == scan["base_offset"][j]
+    lost = set(range(int(scan["base_offset"][j]), int(scan["last_offset"][j]) + 1))
+    good = [r for r in offsets_of(table.filter(pa.compute.is_null(table.column("_corrupt_record"))))]
+    assert good == [r for r in oracle(root) if not (r[:2] == ("orders", 1) and r[2] in lost)]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "dangling"])
+def test_entries_named_like_segments_that_are_not_files(sample, tmp_path, kind):
+    """A FIFO blocked the planner forever (issue 14 item 8); a directory or a dangling link
+    stopped `verify` (item 16).  They are reported, never opened; the rest is read."""
+    root, _ = sample
+    dst = copy(root, tmp_path)
+    after = max(o for t, p, o, _ in every_record(root) if (t, p) == ("orders", 0)) + 1
+    odd = dst / "orders-0" / f"{after:020d}.log"                # where the next segment would start
+    if kind == "fifo":
+        os.mkfifo(odd)
+    elif kind == "directory":
+        odd.mkdir()
+    else:
+        odd.symlink_to(tmp_path / "nowhere.log")
+    code = ("import sys; from kafkacodec.logdir import plan; from kafkacodec.errors import LogLayoutError\n"
+            f"try:\n    plan({str(dst)!r})\nexcept LogLayoutError as e:\n    print(e); sys.exit(7)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=str(Path(__file__).parents[1]))
+    assert proc.returncode == 7, proc.stderr
+    assert odd.name in proc.stdout and {"fifo": "FIFO", "directory": "directory",
+                                        "dangling": "dangling"}[kind] in proc.stdout
+    problems = []
+    table, _ = read_all(dst, {"mode": "DROPMALFORMED"}, problems=problems)
+    assert [p.kind for p in problems] == ["unreadable"] and offsets_of(table) == oracle(root)
+
+
+# ------------------------------------------------------------------------------ data loss
+
+def test_overlapping_copy_follows_failOnDataLoss(sample, tmp_path):
+    """A copy of a segment under another name gave duplicate offsets (issue 18)."""
+    root, _ = sample
+    dst = copy(root, tmp_path)
+    segs = sorted((dst / "clicks-0").glob("*.log"))
+    shutil.copy(segs[2], dst / "clicks-0" / f"{int(segs[2].stem) + 3:020d}.log")
+    with pytest.raises(LogLayoutError, match="overlap") as info:
+        read_all(dst)
+    assert "failOnDataLoss=false" in str(info.value)
+    problems = []
+    table, _ = read_all(dst, {"failOnDataLoss": "false"}, problems=problems)
+    assert offsets_of(table) == oracle(root)                     # every offset once
+    assert {p.kind for p in problems} == {"overlap"}
+
+
+def test_same_partition_under_two_paths(sample, tmp_path):
+    root, _ = sample
+    dst = copy(root, tmp_path)
+    with pytest.raises(LogLayoutError, match="two copies"):
+        read_all([root, dst])
+    table, _ = read_all([root, dst], {"failOnDataLoss": "false"}, problems=[])
+    assert offsets_of(table) == oracle(root)
+
+
+def test_missing_middle_segment_follows_failOnDataLoss(sample, tmp_path):
+    root, _ = sample
+    dst = copy(root, tmp_path)
+    segs = sorted((dst / "orders-1").glob("*.log"))
+    gone = scan_entries(segs[2].read_bytes())
+    segs[2].unlink()
+    first, last = int(segs[2].stem), int(gone["last_offset"][-1])
+    with pytest.raises(LogLayoutError, match=f"offsets {first}..{last} are missing"):
+        read_all(dst)
+    problems = []
+    table, _ = read_all(dst, {"failOnDataLoss": "false"}, problems=problems)
+    assert [p.kind for p in problems] == ["gap"]
+    assert offsets_of(table) == [r for r in oracle(root) if not (r[:2] == ("orders", 1) and first <= r[2] <= last)]
+    # a compacted partition (cleaner-offset-checkpoint) has such gaps by design
+    (dst / "cleaner-offset-checkpoint").write_text(f"0\n1\norders 1 {last + 50}\n")
+    assert offsets_of(read_all(dst)[0]) == offsets_of(table)
+
+
+def test_log_start_offset_checkpoint(sample, tmp_path):
+    """Records below log-start-offset-checkpoint were returned (issue 18)."""
+    root, _ = sample
+    dst = copy(root, tmp_path)
+    (dst / "log-start-offset-checkpoint").write_text("0\n2\norders 0 37\nclicks 1 5\n")
+    table, _ = read_all(dst)
+    want = [r for r in oracle(root) if not (r[:2] == ("orders", 0) and r[2] < 37 or r[:2] == ("clicks", 1) and r[2] < 5)]
+    assert offsets_of(table) == want
+    # reading a partition directory finds the checkpoint one level up
+    assert min(o for _, _, o in offsets_of(read_all(dst / "orders-0")[0])) == 37
+    with pytest.raises(LogLayoutError, match="below the earliest"):
+        read_all(dst, {"assign": '{"orders": [0]}', "startingOffsets": '{"orders": {"0": 10}}'})
+    (dst / "log-start-offset-checkpoint").write_text("7\n")
+    problems = []
+    assert offsets_of(read_all(dst, problems=problems)[0]) == oracle(root)
+    assert [p.kind for p in problems] == ["checkpoint"]
+
+
+# ------------------------------------------------------------------------------ index files
+
+def test_index_readers_against_brute_force(tmp_path):
+    root = write_log(tmp_path / "log", partitions=1, records=3000, per_segment=3000)
+    seg = next((root / "events-0").glob("*.log"))
+    data = seg.read_bytes()
+    scan = scan_entries(data)
+    index_bytes, time_bytes = build_indexes(scan, 0, interval=700)
+    index = parse_offset_index(index_bytes, 0, len(data), "x.index")
+    times = parse_time_index(time_bytes, 0, "x.timeindex")
+    assert len(index.offsets) > 20 and len(times.offsets) > 5
+    firsts, lasts, positions = scan["base_offset"], scan["last_offset"], scan["position"]
+    for offset in range(0, 3000, 7):
+        start = index.start_position(offset)
+        assert lasts[positions < start].max(initial=-1) < offset             # nothing wanted is skipped
+        assert start in set(positions.tolist())
+        end = index.end_position(offset)
+        if end is not None:
+            assert firsts[positions >= end].min() >= offset and end in set(positions.tolist())
+    records = every_record(root)
+    for target in range(BASE_TS - 6000, BASE_TS + 31000, 333):
+        o = times.lookup(target)
+        assert all(t <= max(target, times.timestamps[0]) for _, _, off, t in records if off < o) or o == 0
+    # preallocated (zero) slots after the entries are not entries
+    assert len(parse_offset_index(index_bytes + bytes(80), 0, len(data), "x").offsets) == len(index.offsets)
+    for bad, match in [(index_bytes[:-3], "multiple"), (index_bytes[8:16] + index_bytes[:8], "goes back"),
+                       (index_bytes[:8] + struct.pack(">ii", 10**6, len(data) + 10), "past the segment")]:
+        with pytest.raises(CorruptRecordError, match=match):
+            parse_offset_index(bad, 0, len(data), "x.index")
+    with pytest.raises(CorruptRecordError, match="goes back"):
+        parse_time_index(time_bytes[12:24] + time_bytes[:12], 0, "x.timeindex")
+    with pytest.raises(CorruptRecordError, match="version"):
+        parse_txn_index(struct.pack(">hqqqq", 1, 5, 0, 3, 4), 0, "x.txnindex")
+    with pytest.raises(CorruptRecordError, match="not ending in this segment"):
+        parse_txn_index(struct.pack(">hqqqq", 0, 5, 0, 3, 4), 10, "x.txnindex")
+
+
+def test_indexes_give_the_same_rows_and_cut_splits(tmp_path):
+    root = write_log(tmp_path / "log")
+    plain = read_all(root, {"maxPartitionBytes": "4000"})
+    add_indexes(root, interval=512)
+    indexed = read_all(root, {"maxPartitionBytes": "4000"})
+    assert offsets_of(indexed[0]) == offsets_of(plain[0]) == sorted(
+        ("events", p, o) for p in range(2) for o in range(6000))
+    assert len(indexed[1]) > 12                                   # cut at index entries
+    ro = ReadOptions.parse({"path": str(root), "startingOffsets": '{"events": {"0": 3333, "1": 10}}',
+                            "endingOffsets": '{"events": {"0": 3400, "1": 20}}'})
+    splits, _ = plan(None, ro)
+    part0 = [s for s in splits if s.partition == 0]
+    assert len(part0) == 1 and 0 < part0[0].start and part0[0].end < Path(part0[0].path).stat().st_size
+    got = offsets_of(pa.Table.from_batches([rb for s in splits for rb in read_split(s)]))
+    assert got == [("events", 0, o) for o in range(3333, 3400)] + [("events", 1, o) for o in range(10, 20)]
+
+
+def test_invalid_or_lying_index_is_ignored_with_a_warning(tmp_path):
+    root = write_log(tmp_path / "log", partitions=1)
+    add_indexes(root, interval=512)
+    segs = sorted((root / "events-0").glob("*.log"))
+    segs[1].with_suffix(".index").write_bytes(b"\x01" * 13)            # not a multiple of 8
+    entries = np.frombuffer(segs[2].with_suffix(".index").read_bytes(), ">i4").reshape(-1, 2)
+    lie = np.stack([entries[:-3, 0], entries[3:, 1]], axis=1)          # each entry points 3 entries on
+    segs[2].with_suffix(".index").write_bytes(lie.astype(">i4").tobytes())
+    problems = []
+    options = {"startingOffsets": '{"events": {"0": 4100}}', "endingOffsets": '{"events": {"0": 5000}}'}
+    table, _ = read_all(root, options, problems=problems)
+    assert offsets_of(table) == [("events", 0, o) for o in range(4100, 5000)]
+    assert [p.kind for p in problems] == ["index"] and "does not match" in problems[0].message
+    problems.clear()
+    table, _ = read_all(root, {"startingOffsets": '{"events": {"0": 2100}}', "maxPartitionBytes": "3000"},
+                        problems=problems)
+    assert offsets_of(table) == [("events", 0, o) for o in range(2100, 6000)]
+    assert any("multiple" in p.message for p in problems)
+
+
+def test_txnindex_replaces_the_scan(sample, tmp_path, monkeypatch):
+    root, _ = sample
+    dst = copy(root, tmp_path)
+    add_indexes(dst, interval=256)
+    committed = oracle(root, committed=True)
+    scanned = []
+    original = Planner.scan
+    monkeypatch.setattr(Planner, "scan", lambda self, seg, start=0: scanned.append(seg.path) or original(self, seg, start))
+    assert offsets_of(read_all(dst, {"kafka.isolation.level": "read_committed"})[0]) == committed
+    last_segments = {str(sorted(p.glob("*.log"))[-1]) for p in dst.iterdir() if p.is_dir()}
+    assert set(scanned) <= last_segments                          # only the tail, for open transactions
+    # the index is what decides: with the aborts removed from it, aborted records come back
+    for txn in dst.glob("*/*.txnindex"):
+        txn.write_bytes(b"")
+    assert offsets_of(read_all(dst, {"kafka.isolation.level": "read_committed"})[0]) == oracle(root)
+    # an invalid one: the scan again
+    add_indexes(dst, interval=256)
+    next(dst.glob("*/*.txnindex")).write_bytes(b"\x00" * 35)
+    problems = []
+    assert offsets_of(read_all(dst, {"kafka.isolation.level": "read_committed"}, problems=problems)[0]) == committed
+    assert [p.kind for p in problems] == ["index"]
+
+
+def test_read_committed_stops_at_the_last_stable_offset(tmp_path):
+    from kafkacodec import MemoryRecordsBuilder
+
+    part = tmp_path / "t-0"
+    part.mkdir()
+    out = bytearray()
+    for offset, (pid, txn) in enumerate([(-1, False), (7, True), (-1, False), (7, True), (-1, False)]):
+        b = MemoryRecordsBuilder(magic=2, base_offset=offset, producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
+                                 base_sequence=offset if pid >= 0 else -1, is_transactional=txn)
+        b.append(BASE_TS + offset, None, b"x")
+        out += b.build()
+    (part / f"{0:020d}.log").write_bytes(bytes(out))
+    assert [o for _, _, o in offsets_of(read_all(tmp_path)[0])] == [0, 1, 2, 3, 4]
+    # the transaction of producer 7 is still open: read_committed stops before its first batch
+    assert [o for _, _, o in offsets_of(read_all(tmp_path, {"kafka.isolation.level": "read_committed"})[0])] == [0]
+
+
+# ------------------------------------------------------------------------------ timestamps
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_offsets_for_timestamps_match_brute_force(tmp_path, indexed):
+    root = write_log(tmp_path / "log")
+    if indexed:
+        add_indexes(root, interval=512)
+    records = every_record(root)
+
+    def first_at(p, ts):
+        hits = [o for t, q, o, t_ms in sorted(records) if q == p and t_ms >= ts]
+        return hits[0] if hits else None
+
+    for ts in (BASE_TS - 10_000, BASE_TS + 12_345, BASE_TS + 40_005, BASE_TS + 59_990):
+        start0, start1 = first_at(0, ts), first_at(1, ts)
+        end_ts = ts + 5_000
+        table, _ = read_all(root, {"startingTimestamp": str(ts), "endingTimestamp": str(end_ts)})
+        for p, start in ((0, start0), (1, start1)):
+            end = first_at(p, end_ts)
+            got = [o for _, q, o in offsets_of(table) if q == p]
+            assert got == list(range(start, 6000 if end is None else end))
+    by_partition = json.dumps({"events": {"0": BASE_TS + 100, "1": BASE_TS + 50_000}})
+    table, _ = read_all(root, {"startingOffsetsByTimestamp": by_partition})
+    assert min(o for _, q, o in offsets_of(table) if q == 1) == first_at(1, BASE_TS + 50_000)
+    with pytest.raises(ValueError, match="no record at or after"):
+        read_all(root, {"startingTimestamp": str(BASE_TS + 10**9)})
+    assert read_all(root, {"startingTimestamp": str(BASE_TS + 10**9),
+                           "startingOffsetsByTimestampStrategy": "latest"})[0] is None
+
+
+# ------------------------------------------------------------------------------ pushdown
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_pushdown_is_exact_and_reads_less(tmp_path, indexed):
+    root = write_log(tmp_path / "log", records=8000, per_segment=2000)
+    if indexed:
+        add_indexes(root, interval=512)
+    full, full_splits = read_all(root, columns=["offset", "partition", "topic", "timestamp"])
+    rows = full.to_pylist()
+    ts = lambda ms: __import__("datetime").datetime.fromtimestamp(ms / 1000, __import__("datetime").timezone.utc)  # noqa: E731
+    cases = [
+        [Predicate("offset", ">=", 3000), Predicate("offset", "<", 3080)],
+        [Predicate("offset", "in", (5, 7000, 7001)), Predicate("partition", "=", 1)],
+        [Predicate("offset", ">", 7990), Predicate("topic", "=", "events"), Predicate("offset", "notnull")],
+        [Predicate("timestamp", ">=", ts(BASE_TS + 60_000)), Predicate("timestamp", "<", ts(BASE_TS + 61_000))],
+        [Predicate("partition", "in", (0,)), Predicate("timestamp", "=", ts(BASE_TS + 20_000))],
+        [Predicate("topic", "=", "other")],
+    ]
+    bytes_full = sum(s.end - s.start for s in full_splits)
+    for predicates in cases:
+        pushdown = Pushdown(list(predicates))
+        table, splits = read_all(root, pushdown=pushdown, columns=["offset", "partition", "topic", "timestamp"])
+        mask = pushdown.mask(full)
+        want = sorted(tuple(r.values()) for r in full.filter(mask).to_pylist())
+        got = sorted(tuple(r.values()) for r in table.to_pylist()) if table is not None else []
+        assert got == want and rows
+        read_bytes = sum(s.end - s.start for s in splits)
+        if predicates[0].column == "offset" or predicates[0].column == "topic":
+            assert read_bytes < bytes_full / 3
+        if predicates[0].op == ">=" and predicates[0].column == "offset":    # 80 of 16000 offsets
+            assert read_bytes < bytes_full / 40                            # (index, or a scan locally)
+        if predicates[0].column == "timestamp" and indexed:
+            assert read_bytes < bytes_full / 2                  # the lower bound, through .timeindex
+
+
+def test_min_partitions(tmp_path):
+    root = write_log(tmp_path / "log", partitions=1, records=4000, per_segment=4000)
+    _, splits = read_all(root)
+    assert len(splits) == 1
+    table, splits = read_all(root, {"minPartitions": "6"})
+    assert len(splits) >= 5 and offsets_of(table) == [("events", 0, o) for o in range(4000)]
+
+
+def test_column_projection(sample):
+    root, _ = sample
+    table, _ = read_all(root, columns=["value", "offset"])
+    assert table.schema.names == ["value", "offset"]
+    full, _ = read_all(root)
+    def pairs(t):
+        return sorted(zip(t.column("offset").to_pylist(), t.column("value").to_pylist()), key=repr)
+    assert pairs(table) == pairs(full)
+
+
+# ------------------------------------------------------------------------------ paths
+
+def test_globs_lists_and_file_uris(sample):
+    root, _ = sample
+    everything = oracle(root)
+    assert offsets_of(read_all(f"file://{root}")[0]) == everything
+    assert offsets_of(read_all(str(root / "*-1"))[0]) == [r for r in everything if r[1] == 1]
+    assert offsets_of(read_all(str(root / "{orders,clicks}-0"))[0]) == [r for r in everything if r[1] == 0]
+    assert offsets_of(read_all([root / "orders-0", root / "clicks-1"])[0]) == [
+        r for r in everything if r[:2] in {("orders", 0), ("clicks", 1)}]
+    seg = sorted((root / "orders-0").glob("*.log"))[1]
+    assert offsets_of(read_all(seg)[0]) == [r for r in everything if r[:2] == ("orders", 0)
+                                           and int(seg.stem) <= r[2] < int(sorted((root / "orders-0").glob("*.log"))[2].stem)]
+    with pytest.raises(FileNotFoundError, match="matches no file"):
+        read_all(str(root / "nothing-*"))
+    with pytest.raises(ValueError, match="unsupported scheme"):
+        read_all("ftp://host/x")
+
+
+def test_tiered_storage_layout(sample, tmp_path):
+    """Kafka's LocalTieredStorage names: <topic>-<partition>-<topic id>/<offset>-<segment id>.log."""
+    root, _ = sample
+    tiered = tmp_path / "remote"
+    for i, part in enumerate(sorted(p for p in root.iterdir() if p.is_dir())):
+        d = tiered / f"{part.name}-{'T' * 21}{i}"
+        d.mkdir(parents=True)
+        for j, seg in enumerate(sorted(part.glob("*.log"))):
+            shutil.copy(seg, d / f"{seg.stem}-{'s' * 20}{i}{j}.log")
+    assert offsets_of(read_all(tiered)[0]) == oracle(root)
+
+
+def test_s3(sample, s3_server, monkeypatch):
+    """The same rows from a real S3 API server, read in ranges (small windows force many)."""
+    import kafkacodec.logdir._plan as plan_module
+    import kafkacodec.logdir._read as read_module
+
+    root, _ = sample
+    fs = s3_server.filesystem()
+    bucket = s3_server.new_bucket()
+    for f in sorted(root.rglob("*")):
+        if f.is_file():
+            with fs.open_output_stream(f"{bucket}/logs/{f.relative_to(root)}") as out:
+                out.write(f.read_bytes())
+    options = {"fs.s3a.endpoint": s3_server.endpoint, "fs.s3a.access.key": "kafkacodec-test",
+               "fs.s3a.secret.key": "kafkacodec-test-secret", "fs.s3a.endpoint.region": "us-east-1"}
+    monkeypatch.setattr(plan_module, "WINDOW", 700)
+    monkeypatch.setattr(read_module, "WINDOW", 700)
+    assert offsets_of(read_all(f"s3a://{bucket}/logs", options)[0]) == oracle(root)
+    assert offsets_of(read_all(f"s3://{bucket}/logs/orders-*", {**options, "kafka.isolation.level": "read_committed"})[0]) == \
+        [r for r in oracle(root, committed=True) if r[0] == "orders"]
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)                         # or the environment, as pyarrow reads it
+    assert offsets_of(read_all(f"s3://{bucket}/logs/clicks-1")[0]) == [r for r in oracle(root) if r[:2] == ("clicks", 1)]
+    with pytest.raises(FileNotFoundError):
+        read_all(f"s3://{bucket}/nothing-here", options)
+
+
+def test_errors_are_kafkacodec_errors(sample, tmp_path):
+    root, _ = sample
+    dst = copy(root, tmp_path)
+    seg = sorted((dst / "orders-0").glob("*.log"))[0]
+    data = bytearray(seg.read_bytes())
+    data[16] = 9                                                 # bad magic in the first entry
+    seg.write_bytes(data)
+    with pytest.raises(KafkaCodecError, match="magic"):
+        read_all(dst)
+    reporter = Reporter("DROPMALFORMED", True, [].append)
+    assert reporter.mode == "DROPMALFORMED"
+
+
+def test_windows_smaller_than_entries(sample, tmp_path, monkeypatch):
+    """Reads go window by window (bounding the entry table); an entry larger than a window is
+    read whole, damage past a window boundary is still found."""
+    import kafkacodec.logdir._read as read_module
+
+    root, _ = sample
+    monkeypatch.setattr(read_module, "WINDOW", 97)
+    assert offsets_of(read_all(root)[0]) == oracle(root)
+    dst = copy(root, tmp_path)
+    seg = sorted((dst / "clicks-0").glob("*.log"))[0]
+    data = seg.read_bytes()
+    scan = scan_entries(data)
+    seg.write_bytes(data[:int(scan["position"][-1]) + 40])
+    with pytest.raises(CorruptRecordError, match=f"entry at byte {int(scan['position'][-1])} declares"):
+        read_all(dst)
+
+
+def test_decoder_column_pruning_is_used_when_available(sample, monkeypatch):
+    """The reader hands the columns it needs to ArrowDecoder(columns=...) when the compiled core
+    takes that argument (docs/spark-and-cli.md), and selects them itself otherwise."""
+    import kafkacodec._arrow as arrow
+
+    root, _ = sample
+    plain, _ = read_all(root, columns=["value", "offset"])
+    real = arrow.ArrowDecoder
+    asked = []
+
+    class WithColumns:
+        def __init__(self, topic, partition, *, columns, **kwargs):
+            asked.append(list(columns))
+            self.inner, self.columns = real(topic, partition, **kwargs), list(columns)
+
+        def decode(self, *args):
+            rb, pos = self.inner.decode(*args)
+            return rb.select(self.columns), pos
+
+        @property
+        def failed_entry(self):
+            return self.inner.failed_entry
+
+    monkeypatch.setattr(arrow, "ArrowDecoder", WithColumns)
+    pruned, _ = read_all(root, columns=["value", "offset"])
+    assert asked and all(a == ["value", "offset"] for a in asked)       # in the schema's order
+    assert pruned.equals(plain)
