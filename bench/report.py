@@ -1,14 +1,19 @@
 """Benchmark report: a Markdown table and a PNG chart of kafkacodec against aiokafka,
-kafka-python and the machine's limits, from one pytest-benchmark run.
+kafka-python and the machine's limits, from one pytest-benchmark run, and a section against
+Kafka's own Java code (bench/bench_java.py).
 
   python bench/report.py                          run bench/ now, write docs/results.md + .png
   python bench/report.py --json out/benchmark.json   render a saved run instead
+  python bench/report.py --java-json build/bench/java.json   only the Kafka-Java section of
+                                                  docs/results.md, from a bench_java.py run
   python bench/report.py --compare OLD.json NEW.json [--threshold 1.5]   regressions table
 
 Conventions (bench/conftest.py `meta` fixture): benchmark.group is the workload,
 extra_info["impl"] one of kafkacodec / aiokafka / kafka-python / limit, extra_info["bytes"] and
 extra_info["items"] what one round processes. Benchmarks that set no impl are classified from
-their names. Throughput uses the median round time.
+their names. Throughput uses the median round time.  bench_java.py's benchmarks carry Kafka's
+per-round times in extra_info["kafka_java_s"] (its rounds alternate with ours) and get their own
+section, between JAVA_BEGIN and JAVA_END, instead of rows in the main table.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 IMPLS = ["kafkacodec", "aiokafka", "kafka-python", "confluent-kafka", "limit"]
 COLORS = {"kafkacodec": "#1f77b4", "aiokafka": "#ff7f0e", "kafka-python": "#2ca02c",
           "confluent-kafka": "#9467bd", "limit": "#7f7f7f"}
+JAVA_BEGIN, JAVA_END = "<!-- kafka-java:begin -->", "<!-- kafka-java:end -->"
 
 
 def run_benchmarks(json_path: Path, extra: list[str]) -> None:
@@ -65,6 +71,8 @@ def rows_of(data: dict) -> dict[str, list[dict]]:
     for bench in data["benchmarks"]:
         stats = bench["stats"]
         extra = bench.get("extra_info") or {}
+        if "kafka_java_s" in extra:
+            continue                                    # java_section()
         median = stats["median"]
         mb_s = extra["bytes"] / median / 1e6 if extra.get("bytes") else None
         if mb_s is None and extra.get("GB/s"):
@@ -131,7 +139,96 @@ def markdown(data: dict, png_name: str | None, command: str) -> str:
                          f"{human_time(row['median_s'])} ({human_time(row['min_s'])}) | "
                          f"{fmt(row['mb_s'])} | {fmt(row['krec_s'])} | {ratio} |")
     lines.append("")
+    if any("kafka_java_s" in (b.get("extra_info") or {}) for b in data["benchmarks"]):
+        lines += [java_section(data, command), ""]
     return "\n".join(lines)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def java_section(data: dict, command: str) -> str:
+    """bench_java.py's results: per workload Kafka's rate, ours per variant and the ratio (ours /
+    Kafka's, > 1: kafkacodec is faster), medians of alternating rounds; then the output sizes."""
+    benches = [b for b in data["benchmarks"] if "kafka_java_s" in (b.get("extra_info") or {})]
+    if not benches:
+        return ""
+    info = data.get("machine_info", {})
+    facts = info.get("kafkacodec_facts", {})
+    java = benches[0]["extra_info"]["kafka_java"]
+    loads = [load[0] for b in benches for load in (b["extra_info"].get("loadavg_start"),
+                                                    b["extra_info"].get("loadavg_end")) if load]
+    rounds = sorted({b["stats"].get("rounds") for b in benches})
+    java_times: dict[str, list[float]] = defaultdict(list)
+    for b in benches:
+        java_times[b["group"]] += b["extra_info"]["kafka_java_s"]
+    lines = [JAVA_BEGIN, "## Against Kafka's own Java code (same run)", "",
+             f"Kafka {java.get('kafka')}'s record classes ({java.get('jars')}) on "
+             f"{java.get('java.vm.name', '?').replace('_', ' ')} {java.get('java.vm.version')} "
+             f"(`{java.get('jvm_flags')}`), against kafkacodec on Python "
+             f"{facts.get('python', '?')}, {facts.get('cpu_model', '?')} "
+             f"({facts.get('cpu_count', '?')} logical cores), measured "
+             f"{data.get('datetime', '?')[:19]} UTC with:", "",
+             "```bash", command, "```", "",
+             "Both sides read the same files (bench/bench_java.py writes them: JSON-like values, "
+             "100-byte values 128 per batch and 1 KiB values 16 per batch); each case warms the "
+             "JVM up, then alternates a Java pass and a kafkacodec pass "
+             f"({', '.join(str(r) for r in rounds)} rounds each). Rates are records per second "
+             "from the median pass; ratio = kafkacodec's rate / Kafka's (> 1: kafkacodec is "
+             "faster). 1-minute load average during the run: "
+             f"{min(loads, default=0):.1f} to {max(loads, default=0):.1f}"
+             " (on a shared machine the ratios move between runs; rerun on a quiet one).", "",
+             "Kafka's side: the CRC walk is `MemoryRecords.batches()` and `ensureValid()`; "
+             "shallow headers the same walk reading every header field; deep iteration the "
+             "consumer's path (`ensureValid()`, `streamingIterator()`, key and value copied to "
+             "`byte[]` as `ByteArrayDeserializer` receives them); build `MemoryRecordsBuilder."
+             "append()` per record into one pooled 64 KiB buffer (the producer's `BufferPool`); "
+             "eager `MemoryRecords.downConvert()`; lazy `LazyDownConversionRecords.iterator("
+             "128 KiB)`. Ours as the variant says: `ArrowDecoder` checks CRCs and fills Arrow "
+             "columns, `records()` makes one Python `Record` per record, `build()` returns a new "
+             "`bytes` per batch, `LazyDownConvertRecords` uses 128 KiB chunks.", "",
+             "| workload | Kafka (Java) | kafkacodec | kafkacodec variant | ratio |",
+             "|---|---:|---:|---|---:|"]
+    for b in benches:
+        extra = b["extra_info"]
+        java_s, ours_s = _median(java_times[b["group"]]), b["stats"]["median"]
+        items = extra.get("items") or 0
+        lines.append(f"| {extra.get('workload', b['group'])} | {items / java_s / 1e6:.2f} M/s | "
+                     f"{items / ours_s / 1e6:.2f} M/s | {extra.get('variant', '')} | "
+                     f"{java_s / ours_s:.2f}x |")
+    sizes = {}
+    for b in benches:
+        extra = b["extra_info"]
+        if "java_output_bytes" in extra and extra.get("workload") not in sizes:
+            sizes[extra.get("workload")] = extra
+    if sizes:
+        lines += ["", "Output sizes of the same records (the builders) and of the same input "
+                  "(the converters):", "",
+                  "| workload | Kafka (Java) bytes | kafkacodec bytes | kafkacodec / Kafka | "
+                  "identical bytes |", "|---|---:|---:|---:|---|"]
+        for workload, extra in sizes.items():
+            java_bytes, ours_bytes = extra["java_output_bytes"], extra["kafkacodec_output_bytes"]
+            same = extra.get("identical_output")
+            lines.append(f"| {workload} | {java_bytes:,} | {ours_bytes:,} | "
+                         f"{ours_bytes / java_bytes:.4f} | "
+                         f"{'' if same is None else 'yes' if same else 'no'} |")
+    lines.append(JAVA_END)
+    return "\n".join(lines)
+
+
+def replace_java_section(path: Path, section: str) -> None:
+    """Put `section` between the markers in `path` (appended when there are none); the rest of
+    the file is kept."""
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    if JAVA_BEGIN in text and JAVA_END in text:
+        head, rest = text.split(JAVA_BEGIN, 1)
+        text = head + section + rest.split(JAVA_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)
 
 
 def chart(data: dict, png: Path) -> None:
@@ -202,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, help="a saved pytest-benchmark JSON (else: run now)")
+    parser.add_argument("--java-json", type=Path,
+                        help="a saved bench_java.py run: replace only its section of --out")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
     parser.add_argument("--png", type=Path, default=None, help="default: beside --out")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("OLD", "NEW"))
@@ -217,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         status = compare(*args.compare, args.threshold)
         return status if args.fail_on_regression else 0
+    if args.java_json:
+        section = java_section(json.loads(args.java_json.read_text()),
+                               f"python bench/bench_java.py   # rendered from {args.java_json}")
+        replace_java_section(args.out, section)
+        print(f"report: wrote the Kafka-Java section of {args.out}", file=sys.stderr)
+        return 0
     command = "python bench/report.py" + (" " + " ".join(args.pytest_args) if args.pytest_args else "")
     if args.json:
         command += f"   # rendered from {args.json}"

@@ -6,6 +6,7 @@ import random
 import struct
 import threading
 import zlib
+from pathlib import Path
 
 import aiokafka.codec as aio
 import cramjam
@@ -373,6 +374,45 @@ def test_peers_read_what_we_write(codec, peer, size):
         pytest.skip("peers read a header-only xerial stream (Kafka's empty snappy) as raw")
     for magic in ((2,) if codec == "zstd" else (1, 2)):
         assert PEER_DECODERS[codec, peer](compress(codec, magic, data)) == data
+
+
+def test_librdkafka_consumes_our_zstd_batches():
+    """confluent-kafka (librdkafka) reads our zstd batches at several levels: produced raw into
+    its mock cluster, consumed back record by record."""
+    ck = pytest.importorskip("confluent_kafka")
+    from kafkacodec import MemoryRecordsBuilder
+    from kafkacodec.protocol.client import BlockingClient
+
+    # the mock cluster lives as long as this producer (it never produces itself)
+    cluster = ck.Producer({"test.mock.num.brokers": 1})
+    (broker,) = cluster.list_topics(timeout=10).brokers.values()
+    bootstrap = f"{broker.host}:{broker.port}"
+    sent = []
+    with BlockingClient(broker.host, broker.port) as client:
+        client.metadata(["zstd-levels"])                    # auto-creates the topic
+        for level in (None, 1, 7, 19, -5):
+            builder = MemoryRecordsBuilder(2, "zstd", compression_level=level)
+            values = [sample(n, len(sent) + n) for n in (0, 10, 5000, 150_000, 3)]
+            for value in values:
+                builder.append(1_700_000_000_000, b"k", value)
+            response = client.produce([("zstd-levels", [(0, builder.build())])])
+            assert response.responses[0].partition_responses[0].error_code == 0
+            sent += values
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "zstd",
+                            "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.assign([ck.TopicPartition("zstd-levels", 0, 0)])
+    got = []
+    try:
+        for _ in range(300):
+            msg = consumer.poll(0.1)
+            if msg is not None:
+                assert not msg.error(), msg.error()
+                got.append(msg.value() or b"")
+            if len(got) == len(sent):
+                break
+    finally:
+        consumer.close()
+    assert got == sent
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -863,6 +903,41 @@ def snappy_block_lengths(stream):
         lengths.append(cramjam.snappy.decompress_raw_len(stream[pos + 4:pos + 4 + n]))
         pos += 4 + n
     return lengths
+
+
+def oracle_libzstd_version():
+    """The libzstd inside the oracle's zstd-jni jar (zstd-jni-1.5.7-7.jar: (1, 5, 7))."""
+    import re
+
+    name = next(Path(p).name for p in _jvm_classpath().split(os.pathsep) if "zstd-jni" in p)
+    return tuple(int(part) for part in re.match(r"zstd-jni-(\d+)\.(\d+)\.(\d+)", name).groups())
+
+
+# Kafka's producer writes a batch's records one at a time into a 16 KiB BufferedOutputStream: the
+# codec stream sees 16 KiB writes, and a direct write for each record larger than that.
+PRODUCER_WRITES = [(100, sample(300_000, 5, 0.9)), (70_000, sample(300_000, 6, 0.5)),
+                   (1, sample(40_000, 7)), (5000, os.urandom(60_000))]
+
+
+@pytest.mark.parametrize("codec,levels", [("zstd", [-1, 1, 3, 7, 19, -5]), ("gzip", [-1, 1, 9])])
+def test_codec_is_byte_exact_with_kafka_at_every_level(jvm, codec, levels):
+    """Kafka 3.9's GzipCompression and ZstdCompression at a level, written as the producer writes
+    (the JVM's frames) == ours: so our batches are never larger than Kafka's.  zstd: zstd-jni's
+    ZstdOutputStreamNoFinalizer with only the level set: the size unknown (the level's parameters
+    for unknown sizes, e.g. a 2 MiB window at level 3), no checksum, then close() = a flush (an
+    end of block) and the frame end (an empty last block)."""
+    if codec == "zstd" and oracle_libzstd_version() != zstandard.ZSTD_VERSION:
+        pytest.skip(f"the oracle's zstd-jni bundles libzstd {oracle_libzstd_version()}, ours "
+                    f"is {zstandard.ZSTD_VERSION}: same parameters, different matchers")
+    cases = [(level, piece, data)
+             for piece, data in [(max(n, 1), sample(n, n)) for n in JVM_SIZES] + PRODUCER_WRITES
+             for level in levels]
+    results = jvm([("l", 4 if codec == "zstd" else 1, struct.pack(">ii", level, piece) + data)
+                   for level, piece, data in cases])
+    for (ok, java), (level, piece, data) in zip(results, cases):
+        assert ok, java
+        ours = compress(codec, magic_of(codec), data, level=None if level == -1 else level)
+        assert ours == java, (codec, level, len(data), piece, len(ours), len(java))
 
 
 def test_zstd_frames_as_zstd_jni_writes_them(jvm):

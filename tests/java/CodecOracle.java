@@ -3,8 +3,10 @@
 // streams, snappy-java, zstd-jni and lz4-java (the jars pyspark ships).
 //
 // stdin: requests [u8 op][u8 codec][i32 length][payload]; stdout: [i32 status][i32 length][payload]
-// op: 'e' encode as Kafka writes, 'd' decode with the JVM reader, 'b' lz4-java fast compressor
-// on one block.  codec: 1 gzip, 2 snappy, 3 lz4 (decode: lz4-java's LZ4FrameInputStream), 4 zstd.
+// op: 'e' encode as Kafka writes (its default level, one write), 'l' the same at a level and in
+// pieces as the producer writes records (payload: [i32 level][i32 piece size][data]; level -1:
+// the default), 'd' decode with the JVM reader, 'b' lz4-java fast compressor on one block.
+// codec: 1 gzip, 2 snappy, 3 lz4 (decode: lz4-java's LZ4FrameInputStream), 4 zstd.
 // status 0 = ok, 1 = the reader threw (payload: the exception text).
 
 import com.github.luben.zstd.RecyclingBufferPool;
@@ -18,6 +20,7 @@ import java.io.DataOutputStream;
 import java.io.EOFException;
 import java.io.InputStream;
 import java.io.OutputStream;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.zip.GZIPInputStream;
@@ -29,24 +32,28 @@ import org.xerial.snappy.SnappyInputStream;
 import org.xerial.snappy.SnappyOutputStream;
 
 public class CodecOracle {
-    static byte[] encode(int codec, byte[] data) throws Exception {
+    static byte[] encode(int codec, byte[] data, int level, int piece) throws Exception {
         ByteArrayOutputStream sink = new ByteArrayOutputStream();
         OutputStream out;
         switch (codec) {
-            case 1:  // 8 KiB deflater buffer, default level, behind a 16 KiB buffered stream
-                out = new BufferedOutputStream(new GZIPOutputStream(sink, 8 * 1024), 16 * 1024);
+            case 1:  // 8 KiB deflater buffer at the level (default 6), behind a 16 KiB buffered stream
+                out = new BufferedOutputStream(new GZIPOutputStream(sink, 8 * 1024) {
+                    { def.setLevel(level); }
+                }, 16 * 1024);
                 break;
             case 2:
                 out = new SnappyOutputStream(sink);
                 break;
-            case 4:  // level 3, behind a 16 KiB buffered stream
-                out = new BufferedOutputStream(
-                    new ZstdOutputStreamNoFinalizer(sink, RecyclingBufferPool.INSTANCE, 3), 16 * 1024);
+            case 4:  // zstd-jni's stream at the level (default 3), behind a 16 KiB buffered stream
+                out = new BufferedOutputStream(new ZstdOutputStreamNoFinalizer(
+                    sink, RecyclingBufferPool.INSTANCE, level == -1 ? 3 : level), 16 * 1024);
                 break;
             default:
                 throw new IllegalArgumentException("codec " + codec);
         }
-        out.write(data);
+        for (int at = 0; at < data.length; at += piece) {
+            out.write(data, at, Math.min(piece, data.length - at));
+        }
         out.close();
         return sink.toByteArray();
     }
@@ -82,7 +89,11 @@ public class CodecOracle {
             int status = 0;
             try {
                 if (op == 'e') {
-                    result = encode(codec, data);
+                    result = encode(codec, data, -1, Math.max(1, data.length));
+                } else if (op == 'l') {
+                    ByteBuffer header = ByteBuffer.wrap(data);
+                    int level = header.getInt(), piece = header.getInt();
+                    result = encode(codec, Arrays.copyOfRange(data, 8, data.length), level, piece);
                 } else if (op == 'd') {
                     result = decode(codec, data);
                 } else {

@@ -1,0 +1,506 @@
+"""Same-run comparison with Kafka's own Java code: kafka-clients (3.9.1 by default, the last
+line with down-conversion) on the JDK against kafkacodec, on the same bytes, alternating rounds.
+
+Run (several minutes; needs java, javac and mvn on PATH):
+
+    python bench/bench_java.py                  # the table on stdout, raw results in build/bench/
+    python bench/bench_java.py --write-docs     # and its section of docs/results.md
+    python -m pytest bench/bench_java.py --benchmark-enable -q    # also part of bench/report.py
+
+Without --benchmark-enable each case runs once on both sides and checks they did the same work.
+
+How it is fair:
+- Kafka's jars (kafka-clients and its lz4-java, zstd-jni, snappy-java) are resolved with Maven
+  into ~/.m2, their classpath cached in ~/.cache/kafkacodec/kafka-clients-<version>/ (or
+  $KAFKACODEC_JAR_CACHE), never in the repository; bench/java/KafkaBench.java is compiled there.
+- The workload files are written here (our builder, in a temporary directory) and both sides
+  read the same files: logs for the readers and converters, one records file (keys and values)
+  for the builders.  Values are JSON-like (field names repeat, numbers vary: 2-3x compressible);
+  100-byte values come 128 per batch and 1 KiB values 16 per batch (16 KiB producer batches).
+- One JVM stays up for the whole run.  Each case warms Java up (passes for KC_BENCH_JAVA_WARM_MS
+  of CPU time the first time per operation, then until its best pass stops improving) and us
+  (one pass), then alternates Java, us, Java, us... for KC_BENCH_JAVA_ROUNDS rounds each, so
+  load drift hits both.  Java times its pass in the JVM (System.nanoTime, no pipe in the
+  interval); ours are pytest-benchmark's rounds.  kafkacodec is imported where it is used: the
+  command line's own process only runs pytest and renders the table.
+- Every case checks both sides processed the same: batch or record counts, output sizes (and,
+  for the builders, whether the batches are byte-identical).
+Scale: KC_BENCH_JAVA_BATCHES batches per log (default 1024: 131,072 100-byte or 16,384 1 KiB
+records, about 16 MB).  KC_BENCH_KAFKA_VERSION picks another kafka-clients (4.x has no
+down-conversion: those cases then fail on the Java side).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HARNESS = Path(__file__).resolve().parent / "java" / "KafkaBench.java"
+KAFKA_VERSION = os.environ.get("KC_BENCH_KAFKA_VERSION", "3.9.1")
+CACHE = Path(os.environ.get("KAFKACODEC_JAR_CACHE", Path.home() / ".cache" / "kafkacodec"))
+BATCHES = int(os.environ.get("KC_BENCH_JAVA_BATCHES", "1024"))
+ROUNDS = int(os.environ.get("KC_BENCH_JAVA_ROUNDS", "9"))
+WARM_MS = int(os.environ.get("KC_BENCH_JAVA_WARM_MS", "3000"))
+JVM_FLAGS = ["-Xms1g", "-Xmx2g"]
+TIMESTAMP = 1_700_000_000_000
+CHUNK = 128 * 1024                    # Kafka's LazyDownConversionRecordsSend.MAX_READ_SIZE
+SIZES = {"100B": (100, 128), "1KiB": (1024, 16)}   # value bytes, records per batch
+CODECS = ["none", "lz4", "zstd", "snappy", "gzip"]
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
+<groupId>kafkacodec.bench</groupId><artifactId>kafka-clients-bench</artifactId><version>1</version>
+<dependencies><dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-clients</artifactId>
+<version>{version}</version></dependency></dependencies></project>
+"""
+
+
+class JavaUnavailable(RuntimeError):
+    """java, javac or mvn is missing, or Kafka's jars could not be resolved."""
+
+
+# --- the JVM side -------------------------------------------------------------------------------
+
+def kafka_classpath(version: str = KAFKA_VERSION) -> str:
+    """kafka-clients and its dependencies, resolved once with Maven (jars stay in ~/.m2)."""
+    folder = CACHE / f"kafka-clients-{version}"
+    cp_file = folder / "classpath.txt"
+    if cp_file.exists():
+        cp = cp_file.read_text().strip()
+        if all(Path(p).exists() for p in cp.split(os.pathsep)):
+            return cp
+    for tool in ("java", "javac", "mvn"):
+        if shutil.which(tool) is None:
+            raise JavaUnavailable(f"the Java comparison needs {tool} on PATH")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pom.xml").write_text(_POM.format(version=version))
+    tmp = folder / f"classpath.{os.getpid()}.tmp"
+    run = subprocess.run(["mvn", "-q", "-B", "dependency:build-classpath",
+                          f"-Dmdep.outputFile={tmp}"], cwd=folder, capture_output=True,
+                         text=True, timeout=900)
+    if run.returncode != 0 or not tmp.exists():
+        raise JavaUnavailable(f"mvn could not resolve kafka-clients:{version}:\n"
+                              f"{run.stdout[-2000:]}{run.stderr[-2000:]}")
+    os.replace(tmp, cp_file)
+    return cp_file.read_text().strip()
+
+
+def compile_harness(classpath: str) -> Path:
+    """KafkaBench.class, compiled once per source and classpath (cached beside the jars' list)."""
+    digest = hashlib.sha256(HARNESS.read_bytes() + classpath.encode()).hexdigest()[:16]
+    classes = CACHE / f"kafka-clients-{KAFKA_VERSION}" / f"harness-{digest}"
+    if not (classes / "KafkaBench.class").exists():
+        tmp = Path(tempfile.mkdtemp(prefix="harness-", dir=classes.parent))
+        run = subprocess.run(["javac", "-d", str(tmp), "-cp", classpath, str(HARNESS)],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise JavaUnavailable(f"javac failed:\n{run.stderr[-3000:]}")
+        try:
+            os.rename(tmp, classes)
+        except OSError:                 # compiled meanwhile by another run
+            shutil.rmtree(tmp, ignore_errors=True)
+    return classes
+
+
+class KafkaJava:
+    """One JVM running bench/java/KafkaBench (a line protocol on its stdin/stdout)."""
+
+    def __init__(self, workdir: Path):
+        classpath = kafka_classpath()
+        classes = compile_harness(classpath)
+        self.stderr_path = workdir / "kafka-java.stderr"
+        with open(self.stderr_path, "wb") as stderr:
+            self.process = subprocess.Popen(
+                ["java", *JVM_FLAGS, "-cp", os.pathsep.join([classpath, str(classes)]),
+                 "KafkaBench"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                text=True, bufsize=1)
+        self.warmed: set[tuple[str, ...]] = set()
+        facts = dict(item.split("=", 1) for item in self.call("versions"))
+        facts["jars"] = ", ".join(Path(p).name.removesuffix(".jar")
+                                  for p in classpath.split(os.pathsep))
+        facts["jvm_flags"] = " ".join(JVM_FLAGS)
+        self.facts = facts
+
+    def call(self, *words: object) -> list[str]:
+        line = " ".join(str(w) for w in words)
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(line + "\n")
+        reply = self.process.stdout.readline().split()
+        if not reply or reply[0] != "ok":
+            raise RuntimeError(f"KafkaBench `{line}`: {' '.join(reply) or 'no reply'}\n"
+                               f"{self.stderr_path.read_text(errors='replace')[-3000:]}")
+        return reply[1:]
+
+    def warm(self, *op: object) -> None:
+        key = tuple(str(w) for w in op[:2])     # the op and its first file: JIT and caches
+        self.call("warm", WARM_MS if key not in self.warmed else WARM_MS // 8, *op)
+        self.warmed.add(key)
+
+    def run(self, *op: object) -> tuple[float, int]:
+        """One timed pass: (seconds, what it processed)."""
+        nanos, result, _ = self.call("run", *op)
+        return int(nanos) / 1e9, int(result)
+
+    def close(self) -> None:
+        """Ask the JVM to quit; kill it if it does not within 10 s."""
+        if self.process.poll() is None:
+            try:
+                assert self.process.stdin is not None
+                self.process.stdin.write("quit\n")
+                self.process.stdin.close()
+                self.process.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+
+
+# --- the workloads --------------------------------------------------------------------------------
+
+def json_values(size: int, count: int, seed: int) -> list[bytes]:
+    """`count` JSON-like values of `size` bytes: field names repeat, numbers and ids vary."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        doc = b""
+        while len(doc) < size:
+            doc += json.dumps({"user": f"user_{rng.randrange(10**6)}", "event": rng.choice(
+                ["click", "view", "purchase"]), "ts": TIMESTAMP + rng.randrange(10**9),
+                "session": rng.randbytes(8).hex(), "amount": rng.randrange(10**5)}).encode()
+        out.append(doc[:size])
+    return out
+
+
+class Workloads:
+    """The files both sides read, made on first use in `folder` (our builder writes the logs)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self._records: dict[str, tuple[list[bytes], list[bytes]]] = {}
+        self._files: dict[tuple[str, str], Path] = {}
+
+    def records(self, size: str) -> tuple[list[bytes], list[bytes]]:
+        if size not in self._records:
+            value_size, per_batch = SIZES[size]
+            count = BATCHES * per_batch
+            keys = [b"key-%08d" % i for i in range(count)]
+            self._records[size] = keys, json_values(value_size, count, seed=value_size)
+        return self._records[size]
+
+    def batches(self, size: str) -> list[tuple[list[bytes], list[bytes]]]:
+        keys, values = self.records(size)
+        per_batch = SIZES[size][1]
+        return [(keys[s:s + per_batch], values[s:s + per_batch])
+                for s in range(0, len(keys), per_batch)]
+
+    def records_file(self, size: str) -> Path:
+        """[i32 count] then ([i32 klen][key][i32 vlen][value]) per record (KafkaBench reads it)."""
+        if (size, "records") not in self._files:
+            keys, values = self.records(size)
+            path = self.folder / f"records-{size}.bin"
+            with open(path, "wb") as f:
+                f.write(struct.pack(">i", len(keys)))
+                for key, value in zip(keys, values):
+                    f.write(b"".join((struct.pack(">i", len(key)), key,
+                                      struct.pack(">i", len(value)), value)))
+            self._files[size, "records"] = path
+        return self._files[size, "records"]
+
+    def log(self, size: str, codec: str) -> Path:
+        """A v2 log: the records in producer-sized batches, offsets 0.., compressed with codec."""
+        from kafkacodec import MemoryRecordsBuilder
+
+        if (size, codec) not in self._files:
+            path = self.folder / f"log-{size}-{codec}.bin"
+            builder = MemoryRecordsBuilder(2, codec)
+            with open(path, "wb") as f:
+                for keys, values in self.batches(size):
+                    builder.append_many(TIMESTAMP, keys, values)
+                    f.write(builder.build())
+            self._files[size, codec] = path
+        return self._files[size, codec]
+
+
+# --- kafkacodec's side of each operation ----------------------------------------------------------
+
+def ours_crc(data: bytes) -> int:
+    from kafkacodec import MemoryRecords
+
+    return MemoryRecords(data).validate()
+
+
+def ours_shallow(data: bytes) -> int:
+    from kafkacodec import MemoryRecords
+
+    return len(MemoryRecords(data).index(check_crc=False))
+
+
+def ours_arrow(data: bytes) -> int:
+    """Columnar decode (CRCs checked, as Java's consumer with check.crcs=true) of every record."""
+    from kafkacodec._arrow import ArrowDecoder
+
+    decoder = ArrowDecoder("t", 0)
+    position = rows = 0
+    while position < len(data):
+        batch, position = decoder.decode(data, position)
+        rows += batch.num_rows
+    return rows
+
+
+def ours_record_iterator(data: bytes) -> int:
+    """validate() then one Record per record, reading offset, timestamp, key and value."""
+    from kafkacodec import MemoryRecords
+
+    records = MemoryRecords(data)
+    records.validate()
+    n = 0
+    for record in records.records():
+        record.offset, record.timestamp, record.key, record.value
+        n += 1
+    return n
+
+
+def ours_append(batches: list, codec: str) -> int:
+    from kafkacodec import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(2, codec)
+    append, build = builder.append, builder.build
+    total = 0
+    for keys, values in batches:
+        for key, value in zip(keys, values):
+            append(TIMESTAMP, key, value)
+        total += len(build())
+    return total
+
+
+def ours_append_many(batches: list, codec: str) -> int:
+    from kafkacodec import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(2, codec)
+    append_many, build = builder.append_many, builder.build
+    total = 0
+    for keys, values in batches:
+        append_many(TIMESTAMP, keys, values)
+        total += len(build())
+    return total
+
+
+def ours_built(batches: list, codec: str) -> bytes:
+    from kafkacodec import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(2, codec)
+    out = bytearray()
+    for keys, values in batches:
+        builder.append_many(TIMESTAMP, keys, values)
+        out += builder.build()
+    return bytes(out)
+
+
+def ours_down_convert(data: bytes, magic: int) -> int:
+    from kafkacodec import down_convert
+
+    return down_convert(data, magic).records.size_in_bytes
+
+
+def ours_lazy(data: bytes, magic: int) -> int:
+    from kafkacodec import LazyDownConvertRecords
+
+    return sum(chunk.records.size_in_bytes
+               for chunk in LazyDownConvertRecords(data, magic, chunk_size=CHUNK))
+
+
+# --- the cases ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    group: str            # the workload (one Java operation)
+    variant: str          # kafkacodec's way of doing it
+    kind: str             # crc, shallow, deep, build, down, lazy
+    size: str
+    codec: str = "none"
+    magic: int = 2
+
+    @property
+    def id(self) -> str:
+        return f"{self.group} [{self.variant}]".replace(" ", "_")
+
+
+def _cases() -> list[Case]:
+    cases = []
+    for size in SIZES:
+        cases.append(Case(f"CRC-checked walk {size} none", "validate()", "crc", size))
+        cases.append(Case(f"shallow headers {size} none", "index(check_crc=False)", "shallow",
+                          size))
+    for size in SIZES:
+        for codec in CODECS:
+            for variant in ("ArrowDecoder", "validate() + records()"):
+                cases.append(Case(f"deep iteration {size} {codec}", variant, "deep", size, codec))
+    for size in SIZES:
+        for codec in CODECS:
+            for variant in ("append_many", "append"):
+                cases.append(Case(f"build v2 {size} {codec}", variant, "build", size, codec))
+    conversions = [(size, "none", magic) for size in SIZES for magic in (1, 0)]
+    conversions.append(("100B", "lz4", 1))
+    for size, codec, magic in conversions:
+        for variant in ("down_convert", "LazyDownConvertRecords"):
+            cases.append(Case(f"down-convert eager {size} {codec} to v{magic}", variant, "down",
+                              size, codec, magic))
+        cases.append(Case(f"down-convert lazy {size} {codec} to v{magic}",
+                          "LazyDownConvertRecords", "lazy", size, codec, magic))
+    return cases
+
+
+CASES = _cases()
+
+
+def prepare(case: Case, workloads: Workloads) -> tuple[list[Any], Callable[[], int], int, int]:
+    """(Java op, our pass, records per pass, input bytes per pass)."""
+    if case.kind == "build":
+        batches = workloads.batches(case.size)
+        ours = ours_append_many if case.variant == "append_many" else ours_append
+        java = ["build", workloads.records_file(case.size), case.codec, SIZES[case.size][1]]
+        nbytes = sum(len(k) + len(v) for keys, values in batches for k, v in zip(keys, values))
+        return java, lambda: ours(batches, case.codec), len(workloads.records(case.size)[0]), nbytes
+    path = workloads.log(case.size, case.codec)
+    data = path.read_bytes()
+    records = len(workloads.records(case.size)[0])
+    if case.kind == "crc":
+        return ["crc", path], lambda: ours_crc(data), records, len(data)
+    if case.kind == "shallow":
+        return ["shallow", path], lambda: ours_shallow(data), records, len(data)
+    if case.kind == "deep":
+        ours = ours_arrow if case.variant == "ArrowDecoder" else ours_record_iterator
+        return ["deep", path], lambda: ours(data), records, len(data)
+    java = ["down", path, case.magic] if case.kind == "down" else ["lazy", path, case.magic, CHUNK]
+    if case.variant == "down_convert":
+        return java, lambda: ours_down_convert(data, case.magic), records, len(data)
+    return java, lambda: ours_lazy(data, case.magic), records, len(data)
+
+
+def check_same_work(case: Case, java_result: int, ours_result: int, extra: dict,
+                    kafka: KafkaJava, workloads: Workloads) -> None:
+    """Both sides processed the same: counts match; output sizes recorded (and compared where
+    the output is deterministic)."""
+    if case.kind in ("crc", "shallow"):
+        assert java_result == ours_result == BATCHES, (java_result, ours_result)
+    elif case.kind == "deep":
+        assert java_result == ours_result == len(workloads.records(case.size)[0])
+    elif case.kind == "build":
+        java_file = workloads.folder / f"java-built-{case.size}-{case.codec}.bin"
+        kafka.run("build", workloads.records_file(case.size), case.codec,
+                  SIZES[case.size][1], java_file)
+        java_bytes = java_file.read_bytes()
+        ours = ours_built(workloads.batches(case.size), case.codec)
+        assert java_result == len(java_bytes) and ours_result == len(ours)
+        extra.update(java_output_bytes=len(java_bytes), kafkacodec_output_bytes=len(ours),
+                     identical_output=java_bytes == ours)
+        if case.codec == "none":
+            assert java_bytes == ours, "uncompressed batches must be byte-identical to Kafka's"
+    else:
+        extra.update(java_output_bytes=java_result, kafkacodec_output_bytes=ours_result)
+        if case.codec == "none":
+            assert java_result == ours_result, (java_result, ours_result)
+
+
+# --- pytest ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bench_dir():
+    folder = Path(tempfile.mkdtemp(prefix="kc-bench-java-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def kafka(bench_dir):
+    try:
+        harness = KafkaJava(bench_dir)
+    except JavaUnavailable as e:
+        pytest.skip(str(e))
+    yield harness
+    harness.close()
+
+
+@pytest.fixture(scope="module")
+def workloads(bench_dir):
+    return Workloads(bench_dir)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_vs_kafka_java(benchmark, meta, kafka, workloads, case):
+    java_op, ours, records, nbytes = prepare(case, workloads)
+    meta(f"java: {case.group}", "kafkacodec", nbytes, records)
+    extra = benchmark.extra_info
+    extra.update(variant=case.variant, workload=case.group, kafka_java=kafka.facts,
+                 loadavg_start=os.getloadavg())
+    kafka.warm(*java_op)
+    ours_result = ours()                     # our warm-up pass
+    java_seconds: list[float] = []
+    java_results: set[int] = set()
+
+    def java_round():
+        seconds, result = kafka.run(*java_op)
+        java_seconds.append(seconds)
+        java_results.add(result)
+
+    result = benchmark.pedantic(ours, setup=java_round, rounds=ROUNDS)
+    assert result == ours_result and len(java_results) == 1
+    extra.update(kafka_java_s=java_seconds, java_result=min(java_results),
+                 ours_result=ours_result, loadavg_end=os.getloadavg())
+    check_same_work(case, min(java_results), ours_result, extra, kafka, workloads)
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, default=ROOT / "build" / "bench" / "java.json")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="replace the Kafka-Java section of docs/results.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
+    parser.add_argument("-k", dest="select", help="pytest -k expression (a subset of cases)")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import report
+
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pytest", str(Path(__file__).resolve()), "-p", "no:cacheprovider",
+           "-q", "--benchmark-enable", f"--benchmark-json={args.json}", "--rootdir", str(ROOT),
+           "-c", str(ROOT / "pyproject.toml"), "--benchmark-columns=min,median,rounds"]
+    if args.select:
+        cmd += ["-k", args.select]
+    print("bench_java: running", " ".join(cmd), file=sys.stderr)
+    env = dict(os.environ)
+    if any(p.suffix in (".so", ".pyd") for p in (ROOT / "kafkacodec").glob("_crc*")):
+        # an in-place build (setup.py build_ext --inplace): bench the working tree
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    status = subprocess.run(cmd, cwd=tempfile.gettempdir(), env=env).returncode
+    if not args.json.exists():
+        return status or 1
+    report.slim(args.json)
+    data = json.loads(args.json.read_text())
+    command = "python bench/bench_java.py" + (f" -k '{args.select}'" if args.select else "")
+    section = report.java_section(data, command)
+    print(section)
+    if args.write_docs:
+        report.replace_java_section(args.out, section)
+        print(f"bench_java: wrote the Kafka-Java section of {args.out}", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
