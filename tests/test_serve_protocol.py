@@ -265,3 +265,19 @@ def test_random_bytes_decode_or_raise_corrupt_record(data: bytes, key: int, vers
         decode_fetch_request(data, min(version, 17))
     except CorruptRecordError:
         pass
+
+
+def test_fields_absent_from_a_version_read_as_kafkas_defaults():
+    # aiokafka's SyncGroup v3 was refused as INCONSISTENT_GROUP_PROTOCOL while the absent
+    # ProtocolType (v5+) read as "" instead of null
+    sync = m.SYNC_GROUP_REQUEST.encode(3, {"group_id": "g", "generation_id": 1, "member_id": "m",
+                                           "group_instance_id": None, "assignments": []})
+    decoded = m.SYNC_GROUP_REQUEST.decode(bytes(sync), 3)
+    assert decoded["protocol_type"] is None and decoded["protocol_name"] is None
+    join = m.JOIN_GROUP_REQUEST.decode(bytes(m.JOIN_GROUP_REQUEST.encode(0, {
+        "group_id": "g", "session_timeout_ms": 1, "member_id": "", "protocol_type": "consumer",
+        "protocols": []})), 0)
+    assert join["rebalance_timeout_ms"] == -1 and join["group_instance_id"] is None
+    commit = m.OFFSET_COMMIT_REQUEST.decode(bytes(m.OFFSET_COMMIT_REQUEST.encode(0, {
+        "group_id": "g", "topics": []})), 0)
+    assert commit["generation_id_or_member_epoch"] == -1 and commit["member_id"] == ""

@@ -76,7 +76,10 @@ class Field:
         if self.kind == "array":
             return None if self.nullable_in(version) else []
         if self.kind in (STRING, BYTES, RECORDS):
-            return None if self.nullable_in(version) else (b"" if self.kind != STRING else "")
+            # absent from this version: null where some version allows it (Kafka's "null" default)
+            if self.nullable_in(version) or (not self.present(version) and self.nullable != _NEVER):
+                return None
+            return b"" if self.kind != STRING else ""
         if self.kind == UUID:
             return ZERO_UUID
         if self.kind == BOOL:
