@@ -32,6 +32,7 @@ from kafkacodec._crc import crc32, crc32c
 from kafkacodec._records import FileRecords, MemoryRecords
 from kafkacodec.errors import (
     FileTruncatedError,
+    MemoryPoolError,
     InvalidCrcError,
     KafkaCodecError,
     RecordTooLargeError,
@@ -508,7 +509,12 @@ class _Send:
         self.current = _EMPTY                     # no view of the block may outlive it
         if self.block is not None and self.pool is not None:
             block, self.block = self.block, None
-            self.pool.release(block)
+            try:
+                self.pool.release(block)
+            except MemoryPoolError:
+                # a slice is still referenced (a traceback being handled holds the frame that
+                # was writing it): the pool takes the block back when the last view goes
+                pass
 
     def close(self) -> None:
         self.release_block()

@@ -127,9 +127,11 @@ class Segment:
         if self.inode is None:
             self.refresh()
 
-    def refresh(self) -> None:
-        """Follow the file: a new inode or a smaller size reloads, a larger size extends."""
+    def refresh(self) -> bool:
+        """Follow the file: a new inode or a smaller size reloads, a larger size extends.
+        True when what was known of it was dropped (the partition's transactions too)."""
         active = self.active
+        dropped = False
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -139,6 +141,7 @@ class Segment:
             log.info("%s was %s: reloading", self.path,
                      "replaced" if inode != self.inode else f"cut to {st.st_size} bytes")
             self.reset()
+            dropped = True
         if self.inode is None:
             self.inode = inode
             self._load(active, st.st_size)
@@ -149,6 +152,7 @@ class Segment:
                 self._scan_all()
             else:
                 self._extend()
+        return dropped
 
     def reset(self) -> None:
         self.close()
@@ -363,8 +367,8 @@ class Partition:
                     self._adopt(parts[0])
             # the last segment grows; the one before may have taken its last appends
             for seg in self.segments[-2:]:
-                if seg.active or seg.inode is not None:
-                    seg.refresh()
+                if (seg.active or seg.inode is not None) and seg.refresh():
+                    self.txn = None
         except FileTruncatedError as exc:
             log.info("%s; reloading %s-%d", exc, self.topic, self.index)
             self.reload()

@@ -41,7 +41,7 @@ __all__ = ["Loop", "Timer", "Connection", "Piece", "BytesPiece", "FilePiece", "L
 
 log = logging.getLogger("kafkacodec.serve")
 
-_SENDFILE_BROKEN = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSOCK, errno.EBADF}
+_SENDFILE_BROKEN = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSOCK}
 
 
 class Timer:
@@ -155,7 +155,9 @@ class FilePiece:
     kernel moves page-cache pages to the socket).  Where sendfile is unavailable or refuses
     this socket, the bytes are written from the segment's mapping instead.  A file that ends
     before the range (cut by another process) raises FileTruncatedError: the response cannot
-    be completed, the connection closes and the client fetches again."""
+    be completed, the connection closes and the client fetches again.  The piece holds its own
+    descriptor of the file (a duplicate), so a segment deleted or reloaded meanwhile is still
+    read to the end of the range."""
 
     __slots__ = ("segment", "fd", "offset", "count", "done", "on_bytes")
     use_sendfile = hasattr(os, "sendfile")
@@ -163,7 +165,7 @@ class FilePiece:
     def __init__(self, segment: Any, offset: int, count: int,
                  on_bytes: Callable[[int], None] | None = None):
         self.segment = segment
-        self.fd = segment.file_handle()
+        self.fd = os.dup(segment.file_handle())
         self.offset = offset
         self.count = count
         self.done = 0
@@ -207,6 +209,9 @@ class FilePiece:
 
     def release(self) -> None:
         self.segment = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class LazyPiece:
@@ -382,14 +387,23 @@ class Connection:
             self.close("shutting down")
 
     def flush(self) -> None:
+        failure = self._write()
+        if failure is not None:
+            # closed outside the except clause: the traceback (and the views of pool blocks its
+            # frames hold) is gone, so everything is given back at once
+            self.close(failure)
+            return
+        self._update_interest()
+
+    def _write(self) -> str | None:
+        """Write what the socket takes; the reason to close when a response cannot go on."""
         try:
             while self.responses and not self.closed:
                 response = self.responses[0]
                 while response.pieces:
                     piece = response.pieces[0]
                     if not piece.write(self.sock):
-                        self._update_interest()
-                        return
+                        return None
                     response.pieces.popleft()
                     piece.release()
                 self.responses.popleft()
@@ -397,14 +411,12 @@ class Connection:
                     response.on_sent()
                 self.request_done()
         except (ConnectionError, TimeoutError) as exc:
-            self.close(f"connection lost while writing: {exc}")
-            return
+            return f"connection lost while writing: {exc}"
         except Exception as exc:          # a cut segment, a conversion that failed half-way
             log.warning("closing connection %s (%s): a response could not be completed: %s",
                         self.id, self.peer, exc)
-            self.close(f"response failed: {exc}")
-            return
-        self._update_interest()
+            return f"response failed: {exc}"
+        return None
 
     # --- closing -------------------------------------------------------------------------------
     def close(self, reason: str = "") -> None:
