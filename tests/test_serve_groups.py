@@ -258,3 +258,41 @@ def test_a_commit_that_cannot_be_stored_fails_and_keeps_the_old_offsets(log_dir,
             {"name": "modern", "partition_indexes": [0]}]})
         assert fetched["topics"][0]["partitions"][0]["committed_offset"] == 7
     assert (state / "groups" / "disk.json").read_bytes() == before
+
+
+def test_a_follower_rejoining_with_the_same_metadata_keeps_the_generation(server):
+    """Kafka answers such a join with the current generation; starting a new rebalance instead
+    made two kafka-python members rebalance each other in turn for many seconds."""
+    import threading
+
+    port = server.port
+    join = {"group_id": "steady", "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000, "member_id": "",
+            "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"m"}]}
+    a = request(port, m.JOIN_GROUP, 5, join)
+    request(port, m.SYNC_GROUP, 3, {"group_id": "steady", "generation_id": a["generation_id"],
+                                    "member_id": a["member_id"], "assignments": []})
+    joins: list = []
+    newcomer = threading.Thread(target=lambda: joins.append(request(port, m.JOIN_GROUP, 5, join)))
+    newcomer.start()
+    wait = time.monotonic() + 30
+    while server.groups.groups["steady"].state != "PreparingRebalance" and time.monotonic() < wait:
+        time.sleep(0.02)
+    beat = request(port, m.HEARTBEAT, 3, {"group_id": "steady", "generation_id": a["generation_id"],
+                                          "member_id": a["member_id"]})
+    assert beat["error_code"] == 27                            # REBALANCE_IN_PROGRESS
+    a = request(port, m.JOIN_GROUP, 5, {**join, "member_id": a["member_id"]})
+    newcomer.join(30)
+    b = joins[0]
+    generation = a["generation_id"]
+    assert b["generation_id"] == generation and a["leader"] == a["member_id"]
+    syncs: list = []
+    follower = threading.Thread(target=lambda: syncs.append(request(port, m.SYNC_GROUP, 3, {
+        "group_id": "steady", "generation_id": generation, "member_id": b["member_id"], "assignments": []})))
+    follower.start()
+    request(port, m.SYNC_GROUP, 3, {"group_id": "steady", "generation_id": generation, "member_id": a["member_id"],
+                                    "assignments": [{"member_id": b["member_id"], "assignment": b"p0"}]})
+    follower.join(30)
+    assert syncs[0]["assignment"] == b"p0"
+    again = request(port, m.JOIN_GROUP, 5, {**join, "member_id": b["member_id"]})   # answered at once
+    assert again["error_code"] == 0 and again["generation_id"] == generation and again["members"] == []
+    assert server.groups.groups["steady"].state == "Stable"

@@ -123,14 +123,25 @@ class GroupCoordinator:
             member = group.members[member_id] = _Member(
                 member_id, body["group_instance_id"], session, rebalance, body["protocol_type"],
                 protocols, now)
+            changed = True
         else:
             if member.join is not None:           # a duplicate join: the older one is superseded
                 self._join_answer(member.join, UNKNOWN_MEMBER_ID, member_id=member_id)
+                member.join = None
+            changed = member.protocols != protocols
             member.session_timeout_ms, member.rebalance_timeout_ms = session, rebalance
             member.protocols = protocols
             member.last_seen = now
-        member.join = req
         group.protocol_type = body["protocol_type"]
+        # Kafka's GroupCoordinator: a known member rejoining with the same metadata gets the
+        # current generation back, unless it is the leader of a stable group (whose rejoin
+        # means the subscriptions may have changed)
+        if not changed and (group.state == COMPLETING
+                            or (group.state == STABLE and member_id != group.leader)):
+            self._join_answer(req, NONE, group, member_id,
+                              self._leader_view(group) if member_id == group.leader else [])
+            return
+        member.join = req
         if group.state != PREPARING:
             self._prepare(group)
         self._maybe_complete_join(group)
@@ -190,15 +201,20 @@ class GroupCoordinator:
             group.leader = next(iter(group.members))
         group.state = COMPLETING
         now = time.monotonic()
-        leader_view = [{"member_id": mm.member_id, "group_instance_id": mm.group_instance_id,
-                        "metadata": dict(mm.protocols)[group.protocol_name]}
-                       for mm in group.members.values()]
+        leader_view = self._leader_view(group)
         for member in group.members.values():
             assert member.join is not None
             member.last_seen = now
             self._join_answer(member.join, NONE, group, member.member_id,
                               leader_view if member.member_id == group.leader else [])
             member.join = None
+
+    @staticmethod
+    def _leader_view(group: _Group) -> list[dict[str, Any]]:
+        """Every member and its metadata for the chosen protocol (the leader assigns)."""
+        assert group.protocol_name is not None
+        return [{"member_id": mm.member_id, "group_instance_id": mm.group_instance_id,
+                 "metadata": dict(mm.protocols)[group.protocol_name]} for mm in group.members.values()]
 
     @staticmethod
     def _vote(group: _Group) -> str:
