@@ -93,29 +93,40 @@ def test_every_client_reads_everything_through_a_group_and_commits(server, log_d
 
 
 def test_two_members_split_the_partitions_and_one_takes_over(server, log_dir):
+    import threading
+
     from kafka import KafkaConsumer
 
     bootstrap = f"127.0.0.1:{server.port}"
     members = [KafkaConsumer("mixed", bootstrap_servers=bootstrap, group_id="split", enable_auto_commit=False,
                              auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=500)
                for _ in range(2)]
+    stops = [threading.Event(), threading.Event()]
+
+    def run(member, stop) -> None:           # each member polls on its own, as applications do
+        while not stop.is_set():
+            member.poll(timeout_ms=100)
+        member.close()                       # LeaveGroup
+
+    threads = [threading.Thread(target=run, args=pair) for pair in zip(members, stops)]
+    for t in threads:
+        t.start()
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            for member in members:
-                member.poll(timeout_ms=100)
-            assigned = [member.assignment() for member in members]
-            if all(len(a) == 1 for a in assigned):
-                break
-        assert sorted(p.partition for a in assigned for p in a) == [0, 1]   # one each
-        members[1].close()                                                  # LeaveGroup
+        while time.monotonic() < deadline and not all(len(mm.assignment()) == 1 for mm in members):
+            time.sleep(0.05)
+        assert sorted(p.partition for mm in members for p in mm.assignment()) == [0, 1]   # one each
+        stops[1].set()
+        threads[1].join(30)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(members[0].assignment()) != 2:
-            members[0].poll(timeout_ms=100)
+            time.sleep(0.05)
         assert sorted(p.partition for p in members[0].assignment()) == [0, 1]
     finally:
-        for member in members:
-            member.close()
+        for stop in stops:
+            stop.set()
+        for t in threads:
+            t.join(30)
 
 
 def request(port: int, key: int, version: int, body: dict) -> dict:
