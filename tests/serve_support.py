@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
+import struct
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -113,14 +114,6 @@ def expected(root: Path, topics: dict[str, int] | None = None, *, committed: boo
             for t, n in (topics or TOPICS).items() for p in range(n)}
 
 
-def has_zstd(root: Path, topic: str) -> bool:
-    for segment in (root).glob(f"{topic}-*/*.log"):
-        with FileRecords.open(segment) as records:
-            if any(int(b.compression) == 4 for b in records.batches()):
-                return True
-    return False
-
-
 # --- clients -------------------------------------------------------------------------------------
 def _done(got: dict[tuple[str, int], list[Any]], want: dict[tuple[str, int], list[Any]]) -> bool:
     return all(len(got.get(k, [])) >= len(v) for k, v in want.items())
@@ -212,6 +205,62 @@ def aiokafka_read(bootstrap: str, want: dict[tuple[str, int], list[Any]], *, gro
     return asyncio.run(run())
 
 
+# --- raw Fetch v0-3 (kafka-python's request and response classes) ------------------------------
+def old_fetch(port: int, version: int, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
+              max_wait_ms: int = 0, timeout: float = 10) -> tuple[int, int, bytes]:
+    """(error code, high watermark, records bytes) of one Fetch v<version> partition."""
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    request = FetchRequest[version](
+        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 30,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchTopic.FetchPartition(
+            partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes)])])
+    body = bytes(request.encode(version=version))
+    header = struct.pack(">hhih", 1, version, 9, -1)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+        size = struct.unpack(">i", recv_exactly(sock, 4))[0]
+        data = recv_exactly(sock, size)
+    decoded = FetchResponse.decode(data[4:], version=version).to_dict(json=False)
+    part = decoded["responses"][0]["partitions"][0]
+    return part["error_code"], part["high_watermark"], bytes(part["records"] or b"")
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+def entries(data: bytes) -> tuple[list[tuple[int, int, int]], bytes]:
+    """(offset, magic, size) of the complete entries, and the bytes after them."""
+    out, pos = [], 0
+    while len(data) - pos >= 17:
+        offset, size = struct.unpack_from(">qi", data, pos)
+        if pos + 12 + size > len(data):
+            break
+        out.append((offset, data[pos + 16], 12 + size))
+        pos += 12 + size
+    return out, data[pos:]
+
+
+def records_of(data: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
+    from kafka.record.memory_records import MemoryRecords
+
+    records = MemoryRecords(data)
+    out = []
+    while records.has_next():
+        batch = records.next_batch()
+        if batch is None:
+            break
+        out += [(r.offset, r.key, r.value) for r in batch]
+    return out
+
+
 # --- the Java client ------------------------------------------------------------------------------
 JAVA_DRIVER = Path(__file__).with_name("java") / "ServeConsumer.java"
 
@@ -276,6 +325,3 @@ class Appender(threading.Thread):
                 file.write(b.build())
             self.offset += 3
 
-
-def python() -> str:
-    return sys.executable

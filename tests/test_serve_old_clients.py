@@ -19,7 +19,8 @@ from kafkacodec import MemoryRecordsBuilder, SimpleMemoryPool
 from kafkacodec.lazy import LazyDownConvertRecords
 from kafkacodec.serve import Server
 
-from serve_support import aiokafka_read, confluent_read, expected, kafka_python_read, make_log_dir
+from serve_support import (aiokafka_read, confluent_read, entries, expected, kafka_python_read,
+                           make_log_dir, old_fetch, records_of)
 
 pytest.importorskip("kafka")
 
@@ -91,62 +92,6 @@ def test_aiokafka_limited_to_old_fetch_versions(log_dir, highest, topics):
             assert fetch_versions(srv) == {str(highest)}
     finally:
         FetchRequest._CLASSES = original
-
-
-# --- raw Fetch v0-3 (kafka-python's request and response classes) --------------------------------
-def old_fetch(port: int, version: int, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
-              max_wait_ms: int = 0, timeout: float = 10) -> tuple[int, int, bytes]:
-    """(error code, high watermark, records bytes) of one Fetch v<version> partition."""
-    from kafka.protocol.consumer import FetchRequest, FetchResponse
-
-    request = FetchRequest[version](
-        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 30,
-        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchTopic.FetchPartition(
-            partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes)])])
-    body = bytes(request.encode(version=version))
-    header = struct.pack(">hhih", 1, version, 9, -1)
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
-        size = struct.unpack(">i", recv_exactly(sock, 4))[0]
-        data = recv_exactly(sock, size)
-    decoded = FetchResponse.decode(data[4:], version=version).to_dict(json=False)
-    part = decoded["responses"][0]["partitions"][0]
-    return part["error_code"], part["high_watermark"], bytes(part["records"] or b"")
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed")
-        out += chunk
-    return out
-
-
-def entries(data: bytes) -> tuple[list[tuple[int, int, int]], bytes]:
-    """(offset, magic, size) of the complete entries, and the bytes after them."""
-    out, pos = [], 0
-    while len(data) - pos >= 17:
-        offset, size = struct.unpack_from(">qi", data, pos)
-        if pos + 12 + size > len(data):
-            break
-        out.append((offset, data[pos + 16], 12 + size))
-        pos += 12 + size
-    return out, data[pos:]
-
-
-def records_of(data: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
-    from kafka.record.memory_records import MemoryRecords
-
-    records = MemoryRecords(data)
-    out = []
-    while records.has_next():
-        batch = records.next_batch()
-        if batch is None:
-            break
-        out += [(r.offset, r.key, r.value) for r in batch]
-    return out
 
 
 def write_partition(root: Path, topic: str, batches: list[bytes]) -> Path:
