@@ -53,6 +53,9 @@ def test_java_consumer_reads_every_record_by_assign(java, server, log_dir, isola
     cp, classes = java
     want = expected(log_dir, committed=isolation == "read_committed")
     assert java_read(cp, classes, f"127.0.0.1:{server.port}", want, isolation=isolation) == want
+    versions = {s.labels["version"] for mm in server.metrics.registry.collect() for s in mm.samples
+                if s.name == "kafka_network_requestmetrics_requests_total" and s.labels["request"] == "Fetch"}
+    assert "17" in versions                          # the newest: flexible, topic ids
 
 
 def test_java_consumer_reads_every_record_through_a_group(java, server, log_dir):

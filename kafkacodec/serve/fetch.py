@@ -210,7 +210,10 @@ class FetchHandler:
         answer.high_watermark = hw = part.log_end
         answer.log_start = part.log_start
         committed = fetch.isolation_level == 1
-        answer.last_stable = lso = part.last_stable_offset() if committed or fetch.api_version >= 4 else hw
+        # The last stable offset needs every transactional batch header of the partition: a
+        # read_committed fetch pays for that scan once; read_uncommitted ones (which ignore the
+        # field) report it once known, else the high watermark.
+        answer.last_stable = lso = part.last_stable_offset() if committed or part.txn is not None else hw
         offset = p.fetch_offset
         if not answer.log_start <= offset <= hw:
             answer.error = OFFSET_OUT_OF_RANGE

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from kafkacodec._convert import release_file_pages
 from kafkacodec._records import FileRecords
 from kafkacodec.errors import FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import PartitionFiles, find_partitions
@@ -252,7 +253,10 @@ class Segment:
                 yield rows[:max_entries]
                 return
             yield rows
-            position = int(rows["position"][-1] + rows["size_in_bytes"][-1])
+            end_of_rows = int(rows["position"][-1] + rows["size_in_bytes"][-1])
+            # the headers were read through the mapping: hand its pages back to the page cache
+            release_file_pages(records.slice(position, end_of_rows - position))
+            position = end_of_rows
 
     def locate(self, offset: int) -> tuple[int, int] | None:
         """(position, size) of the first entry whose last offset is >= `offset`, or None."""
