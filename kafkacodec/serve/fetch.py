@@ -100,8 +100,12 @@ class FetchHandler:
         for pending in parked:
             if pending.req.conn.closed:
                 continue
-            if not self._try(pending, force=now >= pending.deadline):
-                self.parked.append(pending)
+            try:
+                if not self._try(pending, force=now >= pending.deadline):
+                    self.parked.append(pending)
+            except Exception:
+                log.exception("a waiting fetch failed; closing its connection")
+                pending.req.conn.close("fetch failed")
         self._schedule()
 
     def connection_closed(self, conn: Any) -> None:

@@ -104,23 +104,32 @@ class Loop:
         if len(events) > 1 and fairness():
             random.shuffle(events)                # KIP-72: no connection always served last
         for key, mask in events:
-            key.data(mask)
+            _guarded(key.data, mask)
         while True:
             with self._lock:
                 if not self._pending:
                     break
                 callback = self._pending.popleft()
-            callback()
+            _guarded(callback)
         now = time.monotonic()
         while self._timers and self._timers[0][0] <= now:
             _, _, timer = heapq.heappop(self._timers)
             if not timer.cancelled:
-                timer.callback()
+                _guarded(timer.callback)
 
     def close(self) -> None:
         self.selector.close()
         self._wake_r.close()
         self._wake_w.close()
+
+
+def _guarded(callback: Callable[..., None], *args: Any) -> None:
+    """Run a loop callback; a failure is logged, never the end of the loop (the callbacks
+    that own a connection close it themselves)."""
+    try:
+        callback(*args)
+    except Exception:
+        log.exception("a server callback failed")
 
 
 # --- response pieces ---------------------------------------------------------------------------
@@ -308,15 +317,21 @@ class Connection:
         self._events = events
 
     def _on_event(self, mask: int) -> None:
+        failure = None
         try:
             if mask & selectors.EVENT_WRITE:
                 self.flush()
             if mask & selectors.EVENT_READ and not self.closed:
                 self._read()
         except (ConnectionError, TimeoutError) as exc:
-            self.close(f"connection lost: {exc}")
+            failure = f"connection lost: {exc}"
         except OSError as exc:
-            self.close(f"socket error: {exc}")
+            failure = f"socket error: {exc}"
+        except Exception as exc:
+            log.exception("connection %s (%s) failed", self.id, self.peer)
+            failure = f"failed: {exc}"
+        if failure is not None:
+            self.close(failure)
 
     # --- reading (KIP-72) ----------------------------------------------------------------------
     def unmute_memory(self) -> None:

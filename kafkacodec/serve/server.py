@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kafkacodec._pool import MemoryPool, SimpleMemoryPool
-from kafkacodec.errors import KafkaCodecError
+from kafkacodec.errors import KafkaCodecError, MemoryPoolError
 from kafkacodec.protocol import messages as m
 from kafkacodec.protocol._fetch_server import decode_fetch_request
 from kafkacodec.serve.config import ServeConfig
@@ -220,7 +220,12 @@ class Server:
         self._memory_returned()
 
     def _release_request(self, body: memoryview) -> None:
-        self.request_pool.release(body)
+        try:
+            self.request_pool.release(body)
+        except MemoryPoolError:
+            # a view of it is still referenced (a traceback being handled): the pool takes the
+            # block back when the last view goes
+            log.debug("request buffer released late")
         self._memory_returned()
 
     def _memory_returned(self) -> None:
