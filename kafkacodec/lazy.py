@@ -32,9 +32,9 @@ from kafkacodec._crc import crc32, crc32c
 from kafkacodec._records import FileRecords, MemoryRecords
 from kafkacodec.errors import (
     FileTruncatedError,
-    MemoryPoolError,
     InvalidCrcError,
     KafkaCodecError,
+    MemoryPoolError,
     RecordTooLargeError,
     UnsupportedCompressionError,
     UnsupportedVersionError,

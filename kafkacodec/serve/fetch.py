@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kafkacodec.errors import (FileTruncatedError, KafkaCodecError, RecordTooLargeError,
@@ -71,8 +71,6 @@ class _Pending:
     req: Request
     fetch: FetchRequest
     deadline: float
-    waiting_memory: bool = False
-    topics: list[tuple[str | None, uuid.UUID | None, str | None]] = field(default_factory=list)
 
 
 class FetchHandler:
@@ -124,13 +122,13 @@ class FetchHandler:
         fetch = pending.fetch
         if not force and not self._enough(fetch):
             return False
-        topics, total, errors, refused = self._build(pending.req, fetch)
+        topics, total, errors = self._build(pending.req, fetch)
         if not force and not errors and total < max(fetch.min_bytes, 1):
+            # e.g. the conversion pool refused every first chunk: wait for memory like for data
             for _, _, answers in topics:
                 for answer in answers:
                     if answer.piece is not None:
                         answer.piece.release()
-            pending.waiting_memory = refused
             return False
         self._send(pending.req, topics)
         return True
@@ -164,13 +162,13 @@ class FetchHandler:
         return False
 
     def _build(self, req: Request, fetch: FetchRequest
-               ) -> tuple[list[tuple[str | None, uuid.UUID | None, list[_PartitionAnswer]]], int, bool, bool]:
+               ) -> tuple[list[tuple[str | None, uuid.UUID | None, list[_PartitionAnswer]]], int, bool]:
         view = self.server.view
         version = fetch.api_version
         budget = fetch.max_bytes if version >= 3 else 1 << 62
         have_data = False
         total = 0
-        errors = refused = False
+        errors = False
         topics = []
         for name, topic_id, partitions in fetch.topics:
             topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)  # type: ignore[arg-type]
@@ -184,8 +182,7 @@ class FetchHandler:
                     errors = True
                     continue
                 try:
-                    state = self._partition(part, p, fetch, answer, min(p.partition_max_bytes, budget),
-                                            not have_data)
+                    self._partition(part, p, fetch, answer, min(p.partition_max_bytes, budget), not have_data)
                 except (StorageError, FileTruncatedError) as exc:
                     log.warning("fetch from %s-%d: %s", part.topic, part.index, exc)
                     if isinstance(exc, FileTruncatedError):
@@ -199,17 +196,17 @@ class FetchHandler:
                     continue
                 if answer.error != NONE:
                     errors = True
-                refused = refused or state == "refused"
                 if answer.size > 0:
                     have_data = True
                     budget = max(0, budget - answer.size)
                     total += answer.size
             topics.append((topic.name if topic is not None and version < 13 else name,
                            topic.topic_id if topic is not None else topic_id, answers))
-        return topics, total, errors, refused
+        return topics, total, errors
 
     def _partition(self, part: Partition, p: Any, fetch: FetchRequest, answer: _PartitionAnswer,
-                   max_bytes: int, first: bool) -> str:
+                   max_bytes: int, first: bool) -> None:
+        """Fill `answer` for one partition: an error, no records, or a piece and its size."""
         part.refresh()
         answer.high_watermark = hw = part.log_end
         answer.log_start = part.log_start
@@ -221,31 +218,31 @@ class FetchHandler:
         offset = p.fetch_offset
         if not answer.log_start <= offset <= hw:
             answer.error = OFFSET_OUT_OF_RANGE
-            return "error"
+            return
         upper = lso if committed else hw
         if committed:
             answer.aborted = []
         if offset >= upper:
-            return "empty"
+            return
         config = self.server.config
         if fetch.api_version >= 4:
             found = part.read(offset, max_bytes, first, upper)
             if found is None or (not first and found.size < found.first_size):
-                return "empty"
+                return
             answer.piece = FilePiece(found.segment, found.position, found.size,
                                      self.server.metrics.bytes_out_counter(part.topic))
             answer.size = found.size
             if committed:
                 end = self._end_offset(found)
                 answer.aborted = part.aborted_between(offset, end)
-            return "data"
+            return
         # Fetch v0-3: lazy down-conversion, skipping ranges that convert to nothing
         to_magic = 0 if fetch.api_version <= 1 else 1
         start = offset
         while True:
             found = part.read(start, max_bytes, first, upper)
             if found is None or (not first and found.size < found.first_size):
-                return "empty"
+                return
             assert found.segment.records is not None
             records = found.segment.records.slice(found.position, found.size)
             try:
@@ -255,38 +252,38 @@ class FetchHandler:
                     pool=self.server.conversion_pool, zstd_codec=config.zstd_codec)
             except UnsupportedVersionError:
                 answer.error = UNSUPPORTED_VERSION
-                return "error"
+                return
             except UnsupportedCompressionError:
                 answer.error = UNSUPPORTED_COMPRESSION_TYPE
-                return "error"
+                return
             except RecordTooLargeError:
                 answer.error = MESSAGE_TOO_LARGE
-                return "error"
+                return
             except FileTruncatedError:
                 raise
             except KafkaCodecError as exc:
                 log.warning("cannot down-convert %s-%d at offset %d: %s", part.topic, part.index, start, exc)
                 answer.error = KAFKA_STORAGE_ERROR if fetch.api_version >= 6 else NOT_LEADER_OR_FOLLOWER
-                return "error"
+                return
             if lazy.refused:
                 self.server.metrics.conversion_refused()
-                return "refused"
+                return
             if lazy.size_in_bytes == 12 and lazy.converts:
                 # nothing in the range converts (markers): take the batches after it
                 lazy.close()
                 rows = records.index(check_crc=False)
                 if not len(rows):
-                    return "empty"
+                    return
                 start = int(rows["last_offset"][-1]) + 1
                 if start >= upper:
-                    return "empty"
+                    return
                 continue
             answer.piece = LazyPiece(lazy, self._converted(part.topic),
                                      self.server.metrics.bytes_out_counter(part.topic))
             answer.size = lazy.size_in_bytes
             if committed:
                 answer.aborted = part.aborted_between(offset, self._end_offset(found))
-            return "data"
+            return
 
     @staticmethod
     def _end_offset(found: Any) -> int:

@@ -5,7 +5,8 @@ Discovery is `kafkacodec.logdir._layout.find_partitions` (a broker's `log.dirs` 
 tiered-storage names, several directories merged); topic ids come from `partition.metadata`
 (logdir/partition_metadata.py), the log start from `log-start-offset-checkpoint`.
 
-Per segment, where offsets are found:
+Per segment, where offsets are found (`.txnindex` is not read: the last stable offset needs
+every transactional batch header anyway, so aborted transactions come from those headers):
 - a rolled segment with a valid `.index` (entries checked against the segment: the first and
   the last point at entry headers holding their offsets) is searched through it plus a short
   header walk, as Kafka does (`.timeindex` likewise for timestamps);
@@ -145,9 +146,9 @@ class Segment:
             dropped = True
         if self.inode is None:
             self.inode = inode
-            self._load(active, st.st_size)
+            self._load(active)
         elif st.st_size > self.size:
-            self._map(st.st_size)
+            self._map()
             if self.sparse is not None:         # a rolled segment grew: index it in memory
                 self.sparse, self.times = None, None
                 self._scan_all()
@@ -166,12 +167,12 @@ class Segment:
             os.close(self.fd)
             self.fd = None
 
-    def _map(self, size: int) -> None:
+    def _map(self) -> None:
         self.records = FileRecords.open(self.path)
         self.size = self.records.size_in_bytes
 
-    def _load(self, active: bool, size: int) -> None:
-        self._map(size)
+    def _load(self, active: bool) -> None:
+        self._map()
         if not active and ".index" in self.indexes and self._use_index():
             return
         self._scan_all()
@@ -197,7 +198,6 @@ class Segment:
         except (OSError, KafkaCodecError) as exc:
             log.warning("%s; read without it (as Kafka rebuilds a corrupt index)", exc)
             return False
-        previous = self.base_offset - 1
         for i in sorted({0, len(index.positions) - 1} if len(index.positions) else set()):
             previous = int(index.offsets[i - 1]) if i else self.base_offset - 1
             first = next(self.walk(int(index.positions[i]), self.size, max_entries=1), None)
