@@ -4,6 +4,8 @@ kafka-python (decode every record, rebuild the batches, recompress), in the same
 
     # summary table (GB/s, batches/s, CPU seconds per GB, CPU ratio deep/shallow):
     python bench/bench_mirror.py
+    # the mirror process between two mock clusters against a confluent-kafka deep mirror:
+    python bench/bench_mirror.py process [MB]
     # pytest-benchmark:
     python -m pytest bench/bench_mirror.py -o python_files='bench_*.py' --benchmark-enable -q
 
@@ -295,5 +297,125 @@ def main() -> None:
             print(f"{what:22} {who:13} {per_call * 1e6:10.1f} us/call  {per_call / base:6.1f}x")
 
 
+# --- the mirror process --------------------------------------------------------------------------
+# `kafkacodec mirror` (this package's Mirror, in a subprocess) against the MirrorMaker pattern
+# written with confluent-kafka (consume every record, produce it again: librdkafka decompresses,
+# Python touches each message, librdkafka recompresses), in the same run, between the same two
+# librdkafka mock clusters (3 brokers each, living in this process: their CPU is not counted).
+# CPU-seconds of each mirror process (all its threads, from the start of the work: interpreter
+# start and imports left out) per GB of source batches.
+
+OURS = """
+import json, resource, sys, time
+from kafkacodec.mirror import Mirror, MirrorConfig
+source, target, topics, state = sys.argv[1:5]
+t0, c0 = time.perf_counter(), time.process_time()
+m = Mirror(MirrorConfig(source=source, target=target, topics=topics.split(","), state_dir=state,
+                        until_caught_up=True, progress=False, buffer_memory=64 << 20))
+assert m.run() == 0
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps(dict(wall=wall, cpu=cpu, records=m.producer.records_acked,
+                      bytes=m.producer.bytes_sent, requests=m.producer.requests,
+                      peak_rss_mb=ru.ru_maxrss / 1024)))
+"""
+
+DEEP = """
+import json, resource, sys, time
+import confluent_kafka as ck
+source, target, topics, total = sys.argv[1], sys.argv[2], sys.argv[3].split(","), int(sys.argv[4])
+t0, c0 = time.perf_counter(), time.process_time()
+consumer = ck.Consumer({"bootstrap.servers": source, "group.id": "deep-mirror",
+                        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                        "isolation.level": "read_committed", "fetch.max.bytes": 64 << 20})
+consumer.assign([ck.TopicPartition(t, p, ck.OFFSET_BEGINNING) for t in topics for p in range(4)])
+producer = ck.Producer({"bootstrap.servers": target, "compression.type": "lz4", "linger.ms": 20,
+                        "batch.size": 256 << 10, "acks": "all", "enable.idempotence": True})
+done = 0
+while done < total:
+    for msg in consumer.consume(10000, 1.0):
+        if msg.error():
+            continue
+        while True:
+            try:
+                producer.produce("deep-" + msg.topic(), msg.value(), msg.key(),
+                                 partition=msg.partition(), timestamp=msg.timestamp()[1],
+                                 headers=msg.headers())
+                break
+            except BufferError:
+                producer.poll(0.05)
+        done += 1
+    producer.poll(0)
+assert producer.flush(120) == 0
+consumer.close()
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps(dict(wall=wall, cpu=cpu, records=done,
+                      peak_rss_mb=ru.ru_maxrss / 1024)))
+"""
+
+
+def process_main(megabytes: int = 64) -> None:
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from mock_cluster import MockCluster
+
+    import confluent_kafka as ck
+
+    source, target = MockCluster(3), MockCluster(3)
+    # the mock keeps ~5 MB per partition: 4 MB per partition, 4 partitions per topic
+    topics = [f"mirror-bench-{i}" for i in range(max(1, megabytes // 16))]
+    for topic in topics:
+        source.create_topic(topic)
+        target.create_topic(topic)
+        target.create_topic("deep-" + topic)
+    producer = ck.Producer({"bootstrap.servers": source.bootstrap, "compression.type": "lz4",
+                            "linger.ms": 50, "batch.size": 256 << 10, "queue.buffering.max.kbytes": 1 << 20})
+    rng = random.Random(1)
+    records = 0
+    for topic in topics:
+        size = 0
+        while size < 16 << 20:                     # JSON-like values: lz4 about 2.5x
+            value = _value(rng, records)
+            producer.produce(topic, value=value, key=b"key-%d" % (records % 97), partition=records % 4)
+            size += len(value) // 2
+            records += 1
+            if records % 10000 == 0:
+                producer.poll(0)
+    assert producer.flush(120) == 0
+    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    results = {}
+    with tempfile.TemporaryDirectory() as state:
+        for name, argv in (("kafkacodec mirror", [sys.executable, "-c", OURS, source.bootstrap,
+                                                  target.bootstrap, ",".join(topics), state]),
+                           ("confluent-kafka deep", [sys.executable, "-c", DEEP, source.bootstrap,
+                                                     target.bootstrap, ",".join(topics), str(records)])):
+            run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
+            assert run.returncode == 0, run.stderr[-3000:]
+            results[name] = json.loads(run.stdout.strip().splitlines()[-1])
+    ours = results["kafkacodec mirror"]
+    gb = ours["bytes"] / 1e9
+    print(f"kafkacodec {kafkacodec.__version__} | confluent-kafka {ck.version()[0]} (librdkafka "
+          f"{ck.libversion()[0]}) | {platform.python_implementation()} {platform.python_version()} | "
+          f"{os.cpu_count()} CPUs | load {os.getloadavg()[0]:.1f}")
+    print(f"{len(topics)} topics x 4 partitions, {records} records, {ours['bytes'] / 1e6:.1f} MB of lz4 "
+          f"batches (256 KiB); mock clusters of 3 brokers, one batch per fetch")
+    print(f"{'mirror':22} {'records':>9} {'wall s':>7} {'MB/s':>7} {'CPU s':>7} {'CPU s/GB':>9} "
+          f"{'CPU x':>6} {'peak RSS MB':>12}")
+    base = ours["cpu"] / gb
+    for name, r in results.items():
+        print(f"{name:22} {r['records']:9d} {r['wall']:7.2f} {gb * 1e3 / r['wall']:7.1f} "
+              f"{r['cpu']:7.2f} {r['cpu'] / gb:9.2f} {r['cpu'] / gb / base:6.1f} {r['peak_rss_mb']:12.0f}")
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if sys.argv[1:2] == ["process"]:
+        process_main(int(sys.argv[2]) if len(sys.argv) > 2 else 64)
+    else:
+        main()

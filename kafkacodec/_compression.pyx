@@ -13,8 +13,9 @@ length field is trusted for an allocation beyond what the data could hold or the
 Choices (see also the .pxd):
 - gzip output is byte-for-byte what Kafka writes on JDK 17 (header 1f8b 0800 00000000 00 ff,
   raw deflate at level 6 from the same zlib, CRC-32 and ISIZE); tests compare with the JDK.
-- lz4 blocks come from lz4.block's default mode (LZ4_compress_default, the algorithm of
-  lz4-java's fastCompressor that Kafka uses at its default level); other levels use LZ4 HC.
+- lz4 blocks come from lz4.block's default mode (liblz4's LZ4_compress_default); Kafka's default
+  level uses lz4-java's fastCompressor, another match finder, so the frames are the same format
+  but not the same bytes (docs/building.md); other levels use LZ4 HC.
   cramjam's block compressor ignores the HC mode and is no faster, so it is not used.
 - zstd frames are the bytes Kafka's producer writes (with the same libzstd): zstd-jni's stream
   with only the level set, fed with the size unknown, closed by a flush and the frame end (see

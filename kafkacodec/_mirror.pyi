@@ -78,7 +78,7 @@ def fetch_to_produce(
     fetch_offsets: Mapping[tuple[str, int], int] | None = None,
     topic_names: Mapping[uuid.UUID, str] | None = None,
     drop_control_batches: bool = True,
-    max_batches_per_partition: int = -1,
+    max_batches_per_partition: int = 1,
     next_offsets: dict[tuple[str, int], int] | None = None,
     out: WriteBuffer | None = None,
 ) -> WriteBuffer | None: ...

@@ -429,7 +429,7 @@ cdef class _PartitionPlan:
 def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_id=0,
                      client_id="kafkacodec", int16_t acks=-1, int32_t timeout_ms=30000,
                      transactional_id=None, fetch_offsets=None, topic_names=None,
-                     bint drop_control_batches=True, Py_ssize_t max_batches_per_partition=-1,
+                     bint drop_control_batches=True, Py_ssize_t max_batches_per_partition=1,
                      dict next_offsets=None, WriteBuffer out=None):
     """Turn a decoded FetchResponse into a framed ProduceRequest for the same topics and
     partitions, copying each forwarded batch once into the returned WriteBuffer (no
@@ -441,8 +441,9 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
       skipped and the first batch starting before it is trimmed (trim_batch).
     - `drop_control_batches` (default): transaction markers are not forwarded (brokers refuse
       control batches from clients).
-    - `max_batches_per_partition`: real brokers accept exactly one batch per partition per
-      ProduceRequest v3+ (KIP-712 was never adopted); pass 1 for them.  -1 = all.
+    - `max_batches_per_partition` (default 1): real brokers accept exactly one batch per
+      partition per ProduceRequest v3+ (INVALID_RECORD otherwise; KIP-712 was never adopted).
+      -1 = every batch, for a broker that accepts more.
     - `next_offsets`, when given, receives {(topic, partition): last forwarded offset + 1}.
     - Fetch v13+ names topics by id: pass `topic_names` {uuid.UUID: name}.
     - v0/v1 batches cannot be sent in ProduceRequest v3+: UnsupportedVersionError.

@@ -1,6 +1,7 @@
 # KAFKA-2045 response ring buffer: one buffer per connection, each response stored
 # contiguously behind a one-byte header (1 = complete response follows, 0 = skip to the front).
 
+from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t
 from kafkacodec._compression cimport Decompressor
 
@@ -15,7 +16,9 @@ cdef class ResponseRingBuffer:
     cdef unsigned char* buf
     cdef readonly Py_ssize_t capacity
     cdef object pool                # SimpleMemoryPool or None
-    cdef object pool_view           # the memoryview the pool handed out
+    cdef PyObject* pool_view        # the memoryview the pool handed out: a strong reference
+                                    # the cyclic GC does not traverse (it would clear the view
+                                    # under pool_buffer's export, and the dealloc then crashed)
     cdef Py_buffer pool_buffer
     cdef bint has_pool_buffer
     cdef bint owns_buf              # buf came from PyMem_RawMalloc (no pool)
@@ -34,7 +37,11 @@ cdef class ResponseRingBuffer:
     cdef Py_ssize_t nslots
     cdef Py_ssize_t nhanded         # how many of them next_response() has returned
     cdef int64_t first_seq          # sequence number of slots[slots_head]
-    cdef Py_ssize_t exports         # all live exports (close() waits for them)
+    cdef Py_ssize_t exports         # all live exports (close() refuses while any is alive)
+    cdef Py_ssize_t window_exports  # of them, live exports of the write window (get_buffer)
+    cdef Py_ssize_t nogil_users     # recvs and decompressions reading or writing the memory
+                                    # without the GIL: close() leaves the release to the last
+    cdef bint writing               # feed/recv_into/buffer_updated running (one writer)
     cdef bint closed
     cdef readonly bint eof
     cdef readonly Py_ssize_t skips
@@ -55,6 +62,12 @@ cdef class ResponseRingBuffer:
     cdef int advance(self) except -1
     cdef Slot* slot_of(self, int64_t seq) noexcept
     cdef int release_memory(self) except -1
+    cdef int check_writer(self) except -1
+    cdef int begin_write(self, bint through_window) except -1
+    cdef Py_ssize_t receive(self, sock, int fd, Py_ssize_t start, Py_ssize_t n) except -1
+    cdef int enter_reader(self, int64_t seq) except -1
+    cdef void leave_reader(self, int64_t seq) noexcept
+    cdef void leave_nogil(self) noexcept
     cpdef release_response(self, Response resp)
     cdef Decompressor take_decompressor(self)
 

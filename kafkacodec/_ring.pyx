@@ -20,38 +20,50 @@ a RingView or Response touched after release raises BufferReleasedError, and a r
 export (memoryview(view), numpy) keeps the bytes in place until it is dropped: the ring waits
 for it instead of overwriting.
 
-Single producer / single consumer, not thread-safe (one connection, one thread), like
-KAFKA-2045's design.
+Threads (KAFKA-2045's design is one connection, one thread; the ring checks what it cannot
+make safe): every method holds the GIL except recv() inside recv_into() and the decompression
+inside a records() iterator, so the state they change cannot tear.  The writer side is one at
+a time: feed(), writable(), get_buffer(), buffer_updated() and a second recv_into() called
+while a recv_into() waits for the socket raise KafkaCodecError ("in use by another thread"),
+and feed()/recv_into() refuse while a get_buffer() window is alive.  The reader side
+(next_response(), release()) may run in any thread meanwhile.  close() while a recv or a
+decompression runs without the GIL marks the ring closed at once and leaves the memory (the
+pool block) in place until that call returns; the interrupted recv_into() then raises
+BufferReleasedError and drops what it received.  One records() iterator is for one thread.
 """
 
 cimport cython
-from cpython.buffer cimport PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
+from cpython.buffer cimport (PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release,
+                             PyBUF_WRITABLE, PyBUF_SIMPLE, PyBUF_WRITE)
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.memoryview cimport PyMemoryView_FromObject
+from cpython.memoryview cimport PyMemoryView_FromObject, PyMemoryView_FromMemory
 from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree, PyMem_RawRealloc
-from cpython.ref cimport Py_REFCNT
-from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
+from cpython.ref cimport Py_REFCNT, Py_INCREF, Py_XDECREF
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memmove, memcmp
 from libc.errno cimport errno, EINTR, EAGAIN
 
-from kafkacodec._cursor cimport (Cursor, cursor_init, need, take, get_int16, get_int32, get_int64,
-                                 load_u32, load_u64, read_uvarint, raise_corrupt)
+from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, load_u64, raise_corrupt
 from kafkacodec._format cimport (BatchHeader, next_entry, crc_is_valid, compute_crc,
-                                 CONTROL_FLAG, TRANSACTIONAL_FLAG, V2_HEADER_SIZE,
-                                 TIMESTAMP_LOG_APPEND)
+                                 CONTROL_FLAG, TRANSACTIONAL_FLAG, COMPRESSION_MASK, MAGIC_OFFSET,
+                                 V2_HEADER_SIZE, V2_ATTRIBUTES_OFFSET, V2_RECORDS_COUNT_OFFSET,
+                                 TIMESTAMP_NONE, TIMESTAMP_LOG_APPEND)
 from kafkacodec._v2 cimport (V2Record, read_v2_record, read_v2_header, record_timestamp,
-                             read_control_type)
+                             read_control_type, read_end_txn_coordinator_epoch)
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, next_inner_entry,
                                  inner_base_offset)
 from kafkacodec._compression cimport Decompressor, _Chunk
 from kafkacodec._crc cimport kc_crc_init
-from kafkacodec.protocol._wire cimport (read_array_length, read_bytes_length, read_string,
-                                        skip_tagged_fields, read_response_header, FETCH_FLEXIBLE)
+from kafkacodec.protocol._wire cimport skip_tagged_fields, checked_version, FETCH_FLEXIBLE
+from kafkacodec.protocol._fetch cimport (FetchPartitionHeader, read_fetch_start, read_fetch_topic,
+                                         read_fetch_partition, read_aborted_transaction,
+                                         FETCH_MIN_VERSION, FETCH_MAX_VERSION, FETCH_TOPIC_IDS)
 
 from kafkacodec._pool import MemoryPool
-from kafkacodec.errors import (BufferReleasedError, CorruptRecordError, InvalidCrcError,
-                               MemoryPoolError, RecordTooLargeError, UnsupportedCompressionError,
-                               UnsupportedVersionError)
+from kafkacodec.errors import (BufferReleasedError, ConcurrentUseError, CorruptRecordError,
+                               InvalidCrcError, KafkaCodecError, MemoryPoolError,
+                               RecordTooLargeError, UnsupportedCompressionError)
 
 
 cdef extern from "Python.h":
@@ -77,6 +89,24 @@ cdef extern from *:
 
 kc_crc_init()            # the header-only CRC dispatch is per module
 
+
+# Misuse by threads: the class Decompressor's guard raises, with its wording.
+InUseError = ConcurrentUseError
+
+
+cdef inline void pin(_Chunk chunk) noexcept:
+    # A reader holds pointers into the chunk: the Decompressor writes elsewhere meanwhile.
+    chunk.exports += 1
+
+
+cdef inline void unpin(_Chunk chunk) noexcept:
+    chunk.unpin()                   # a big chunk is freed once nobody reads it
+
+
+cdef int not_from_a_ring(object obj) except -1:
+    raise TypeError(f"{type(obj).__name__} objects come from a ResponseRingBuffer "
+                    f"(next_response(), payload, records()), not from their constructor")
+
 DEF HEADER = 1           # the one-byte slot header
 DEF PREFIX = 4           # the int32 size prefix of every response
 DEF OVERHEAD = 5
@@ -88,6 +118,11 @@ cdef class ResponseRingBuffer:
 
     One ring of `capacity` bytes (taken from `pool` when given, released by close()).
     A response needs size + 5 bytes of it (header + size prefix).
+
+    Threads: the writer side (feed, recv_into, writable, get_buffer, buffer_updated) refuses a
+    second thread while recv_into() waits for the socket (KafkaCodecError, "in use by another
+    thread"); the reader side may run meanwhile; close() during a recv or a decompression
+    returns the memory only once that call is done.  See the module docstring.
     """
 
     def __cinit__(self, Py_ssize_t capacity, pool=None):
@@ -109,7 +144,8 @@ cdef class ResponseRingBuffer:
                     f"the pool refused {capacity} bytes for the ring "
                     f"(available {pool.available_memory} of {pool.size})")
             self.pool = pool
-            self.pool_view = view
+            Py_INCREF(view)
+            self.pool_view = <PyObject*>view
             PyObject_GetBuffer(view, &self.pool_buffer, PyBUF_WRITABLE)
             self.has_pool_buffer = True
             self.buf = <unsigned char*>self.pool_buffer.buf
@@ -131,12 +167,14 @@ cdef class ResponseRingBuffer:
             PyBuffer_Release(&self.pool_buffer)
             self.has_pool_buffer = False
             try:
-                self.pool.release(self.pool_view)
+                self.pool.release(<object>self.pool_view)
             except Exception:
                 pass                          # the pool reclaims a dropped buffer itself
         elif self.owns_buf:
             PyMem_RawFree(self.buf)
         self.buf = NULL
+        Py_XDECREF(self.pool_view)
+        self.pool_view = NULL
         PyMem_RawFree(self.slots)
         self.slots = NULL
         PyMem_RawFree(self.bounds)
@@ -174,8 +212,27 @@ cdef class ResponseRingBuffer:
             return 0
         return h + need <= self.r                            # writer behind the reader
 
+    cdef int check_writer(self) except -1:
+        if self.closed:
+            raise BufferReleasedError("ring buffer used after close()")
+        if self.writing:
+            raise InUseError("ResponseRingBuffer is in use by another thread: one writer at a "
+                             "time (feed, recv_into, buffer_updated)")
+        return 0
+
+    cdef int begin_write(self, bint through_window) except -1:
+        """Take the writer side for one call (feed, recv_into; buffer_updated comes
+        `through_window`, which get_buffer() exported and may still be alive)."""
+        self.check_writer()
+        if self.window_exports > 0 and not through_window:
+            raise InUseError("ResponseRingBuffer is in use by another writer: a get_buffer() "
+                             "window is alive; finish it with buffer_updated()")
+        self.writing = True
+        return 0
+
     cdef Py_ssize_t window(self, Py_ssize_t* start) except -1:
-        """Where the next network bytes go and how many are accepted now (0 = full)."""
+        """Where the next network bytes go and how many are accepted now (0 = full).  The
+        caller holds the writer side (begin_write) or checked it is free (check_writer)."""
         if self.closed:
             raise BufferReleasedError("ring buffer used after close()")
         if self.error is not None:
@@ -371,74 +428,138 @@ cdef class ResponseRingBuffer:
             self.used = 0
         return 0
 
+    cdef int enter_reader(self, int64_t seq) except -1:
+        """Pin response `seq`'s bytes while they are read without the GIL (or while code that
+        may run a finaliser reads them): release() leaves them in place, close() leaves the
+        memory until leave_reader()."""
+        cdef Slot* slot = self.slot_of(seq)
+        if slot == NULL or slot.released or self.closed:
+            raise BufferReleasedError("response used after release()")
+        slot.exports += 1
+        self.nogil_users += 1
+        return 0
+
+    cdef void leave_reader(self, int64_t seq) noexcept:
+        cdef Slot* slot = self.slot_of(seq)
+        if slot != NULL:
+            slot.exports -= 1
+            if slot.released and slot.exports == 0 and not self.closed:
+                try:
+                    self.advance()
+                except Exception:
+                    pass
+        self.leave_nogil()
+
+    cdef void leave_nogil(self) noexcept:
+        """The end of a GIL-free use of the memory: the last one after close() returns it."""
+        self.nogil_users -= 1
+        if self.closed and self.nogil_users == 0 and self.exports == 0:
+            try:
+                self.release_memory()
+            except Exception:
+                pass                          # the pool reclaims a dropped buffer itself
+
     cdef int release_memory(self) except -1:
         if self.has_pool_buffer:
             PyBuffer_Release(&self.pool_buffer)
             self.has_pool_buffer = False
-            self.pool.release(self.pool_view)
-            self.pool_view = None
+            view = <object>self.pool_view
+            Py_XDECREF(self.pool_view)
+            self.pool_view = NULL
+            self.pool.release(view)
         return 0
 
     # -- public API -----------------------------------------------------------------------------
     def feed(self, data) -> int:
-        """Copy bytes of the response stream into the ring; returns how many were accepted
-        now (fewer than given when the ring is full, 0 when nothing fits)."""
-        cdef const unsigned char[::1] view = data
-        cdef Py_ssize_t total = 0, length = view.shape[0], n, start
-        while total < length:
-            n = self.window(&start)
-            if n == 0:
-                break
-            if n > length - total:
-                n = length - total
-            memcpy(self.buf + start, &view[total], n)
-            total += n
-            self.wrote(n)
-        if total == length and length == 0:
-            self.window(&start)               # still report a closed ring / stream error
+        """Copy bytes of the response stream (the raw bytes of any C-contiguous buffer) into
+        the ring; returns how many were accepted now (fewer than given when the ring is full,
+        0 when nothing fits)."""
+        cdef Py_buffer view
+        cdef Py_ssize_t total = 0, n, start
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            self.begin_write(False)
+        except BaseException:
+            PyBuffer_Release(&view)
+            raise
+        try:
+            while total < view.len:
+                n = self.window(&start)
+                if n == 0:
+                    break
+                if n > view.len - total:
+                    n = view.len - total
+                memcpy(self.buf + start, <const unsigned char*>view.buf + total, n)
+                total += n
+                self.wrote(n)
+            if view.len == 0:
+                self.window(&start)           # still report a closed ring / stream error
+        finally:
+            self.writing = False
+            PyBuffer_Release(&view)
         return total
 
     def writable(self) -> int:
         """Bytes accepted right now (at least: the response in progress may continue after
         them); 0 means full until responses are released."""
         cdef Py_ssize_t start
+        self.check_writer()
         return self.window(&start)
 
     def recv_into(self, sock) -> int:
         """One recv() from `sock` straight into the ring.  Returns the bytes received; 0 when
         the peer closed the connection (then `eof` is True) or when the ring is full
-        (writable() == 0; nothing is read then)."""
+        (writable() == 0; nothing is read then).  The GIL is released while recv() waits."""
         cdef Py_ssize_t start, n, got
         cdef int fd
-        n = self.greedy_window(&start)
-        if n == 0:
-            return 0
-        fd = sock.fileno()
+        self.begin_write(False)
+        try:
+            n = self.greedy_window(&start)
+            if n == 0:
+                return 0
+            fd = sock.fileno()
+            self.nogil_users += 1
+            try:
+                got = self.receive(sock, fd, start, n)
+            finally:
+                self.leave_nogil()              # returns the memory if close() came meanwhile
+            if self.closed:
+                raise BufferReleasedError("the ring was closed during recv_into(): the bytes "
+                                          "received are dropped")
+            if got == 0:
+                self.eof = True
+                return 0
+            self.landed(got)
+            return got
+        finally:
+            self.writing = False
+
+    cdef Py_ssize_t receive(self, sock, int fd, Py_ssize_t start, Py_ssize_t n) except -1:
+        cdef Py_ssize_t got
         while True:
             with nogil:
                 got = kc_recv(fd, self.buf + start, n)
             if got >= 0:
-                break
+                return got
             if got == -1 and errno == EINTR:
                 PyErr_CheckSignals()
                 continue
             if got == -2 or errno == EAGAIN or errno == KC_EWOULDBLOCK:
                 # Non-blocking or timeout socket (or no POSIX recv): let the socket object
-                # apply its timeout rules.
-                got = sock.recv_into(window_view(self, start, n), n)
-                break
+                # apply its timeout rules, on a plain view of the window (released after).
+                window = PyMemoryView_FromMemory(<char*>self.buf + start, n, PyBUF_WRITE)
+                try:
+                    return sock.recv_into(window, n)
+                finally:
+                    window.release()
             raise OSError(errno, "recv failed")
-        if got == 0:
-            self.eof = True
-            return 0
-        self.landed(got)
-        return got
 
     # asyncio.BufferedProtocol support
     def get_buffer(self, Py_ssize_t sizehint=-1):
         """A writable memoryview of the window for the transport to fill (BufferedProtocol).
         Raises BufferError when the ring is full: pause reading until responses are released."""
         cdef Py_ssize_t start, n
+        self.check_writer()
         n = self.greedy_window(&start)
         if n == 0:
             raise BufferError("ring buffer full: pause reading until responses are released")
@@ -446,10 +567,14 @@ cdef class ResponseRingBuffer:
 
     def buffer_updated(self, Py_ssize_t nbytes):
         cdef Py_ssize_t start, n
-        n = self.greedy_window(&start)
-        if nbytes < 0 or nbytes > n:
-            raise ValueError(f"buffer_updated({nbytes}) outside the {n}-byte window")
-        self.landed(nbytes)
+        self.begin_write(True)
+        try:
+            n = self.greedy_window(&start)
+            if nbytes < 0 or nbytes > n:
+                raise ValueError(f"buffer_updated({nbytes}) outside the {n}-byte window")
+            self.landed(nbytes)
+        finally:
+            self.writing = False
 
     def next_response(self):
         """The oldest complete response not yet returned, or None."""
@@ -479,7 +604,10 @@ cdef class ResponseRingBuffer:
         return d
 
     cpdef release_response(self, Response resp):
-        cdef Slot* slot = self.slot_of(resp.seq)
+        cdef Slot* slot
+        if resp is None or resp.ring is not self:
+            raise ValueError("release_response() takes a response of this ring")
+        slot = self.slot_of(resp.seq)
         if slot == NULL or slot.released:
             return                              # already released: no-op
         slot.released = 1
@@ -505,14 +633,17 @@ cdef class ResponseRingBuffer:
 
     def close(self):
         """Give the memory back (to the pool when there is one).  Responses and views become
-        unusable (BufferReleasedError); raw buffer exports still alive make it refuse."""
+        unusable (BufferReleasedError); raw buffer exports still alive make it refuse.  A
+        recv_into() or a decompression running without the GIL in another thread keeps the
+        memory until it returns (the ring is closed at once; the memory goes back then)."""
         if self.closed:
             return
         if self.exports > 0:
             raise BufferReleasedError(
                 f"cannot close the ring while {self.exports} buffer export(s) of it are alive")
         self.closed = True
-        self.release_memory()
+        if self.nogil_users == 0:
+            self.release_memory()
 
     def __enter__(self):
         return self
@@ -534,14 +665,21 @@ cdef class _Window:
     cdef Py_ssize_t start
     cdef Py_ssize_t length
 
+    def __init__(self, *args, **kwargs):
+        not_from_a_ring(self)
+
     def __getbuffer__(self, Py_buffer* view, int flags):
+        if self.ring is None:
+            not_from_a_ring(self)
         if self.ring.closed:
             raise BufferReleasedError("ring buffer used after close()")
         PyBuffer_FillInfo(view, self, self.ring.buf + self.start, self.length, 0, flags)
         self.ring.exports += 1
+        self.ring.window_exports += 1
 
     def __releasebuffer__(self, Py_buffer* view):
         self.ring.exports -= 1
+        self.ring.window_exports -= 1
 
 
 cdef object window_view(ResponseRingBuffer ring, Py_ssize_t start, Py_ssize_t n):
@@ -556,8 +694,14 @@ cdef object window_view(ResponseRingBuffer ring, Py_ssize_t start, Py_ssize_t n)
 cdef class Response:
     """One complete response in the ring (a reusable handle; valid until release())."""
 
+    def __init__(self, *args, **kwargs):
+        not_from_a_ring(self)
+
     cdef const unsigned char* check(self) except NULL:
-        cdef Slot* slot = self.ring.slot_of(self.seq)
+        cdef Slot* slot
+        if self.ring is None:
+            not_from_a_ring(self)
+        slot = self.ring.slot_of(self.seq)
         if slot == NULL or slot.released or self.ring.closed:
             raise BufferReleasedError("response used after release()")
         return self.ring.buf + self.pos + OVERHEAD
@@ -594,10 +738,13 @@ cdef class Response:
 
     @property
     def released(self) -> bool:
-        cdef Slot* slot = self.ring.slot_of(self.seq)
-        return slot == NULL or slot.released != 0
+        cdef Slot* slot
+        if self.ring is None:
+            return True
+        slot = self.ring.slot_of(self.seq)
+        return slot == NULL or slot.released != 0 or self.ring.closed
 
-    def records(self, int api_version, int isolation_level=0):
+    def records(self, api_version, isolation_level=0):
         """Iterate the records of this FetchResponse (Fetch `api_version`, 4-16) through one
         reusable FetchRecord flyweight.  isolation_level 1 (read_committed) drops the data of
         the aborted transactions the response lists, as Kafka's consumer does."""
@@ -609,7 +756,8 @@ cdef class Response:
 
     def release(self):
         """Free the slot (idempotent).  Bytes under a live raw export stay until it is dropped."""
-        self.ring.release_response(self)
+        if self.ring is not None:
+            self.ring.release_response(self)
 
     def __dealloc__(self):
         # Dropped without release() (no view or flyweight refers to it either): free the slot,
@@ -630,12 +778,17 @@ cdef class Response:
         return self
 
     def __exit__(self, *exc):
-        self.ring.release_response(self)
+        self.release()
 
     def __repr__(self):
+        # Never raises (error handlers log responses): nothing is read from a response that
+        # is released, closed or too short to hold a correlation id.
         if self.released:
             return f"<Response released size={self.size}>"
-        return f"<Response correlation_id={self.correlation_id} size={self.size}>"
+        if self.size < 4:
+            return f"<Response without correlation id size={self.size}>"
+        return (f"<Response correlation_id={<int32_t>load_u32(self.ring.buf + self.pos + OVERHEAD)} "
+                f"size={self.size}>")
 
 
 @cython.no_gc_clear
@@ -643,8 +796,14 @@ cdef class RingView:
     """A read-only, zero-copy view into a response in the ring.  Every access checks that the
     response is still unreleased (BufferReleasedError otherwise)."""
 
+    def __init__(self, *args, **kwargs):
+        not_from_a_ring(self)
+
     cdef const unsigned char* check(self) except NULL:
-        cdef Slot* slot = self.ring.slot_of(self.seq)
+        cdef Slot* slot
+        if self.ring is None:
+            not_from_a_ring(self)
+        slot = self.ring.slot_of(self.seq)
         if slot == NULL or slot.released or self.ring.closed:
             raise BufferReleasedError("view of a ring response used after release()")
         return self.ring.buf + self.start
@@ -677,7 +836,10 @@ cdef class RingView:
 
     @property
     def released(self) -> bool:
-        cdef Slot* slot = self.ring.slot_of(self.seq)
+        cdef Slot* slot
+        if self.ring is None:
+            return True
+        slot = self.ring.slot_of(self.seq)
         return slot == NULL or slot.released != 0 or self.ring.closed
 
     def __getitem__(self, key):
@@ -714,15 +876,19 @@ cdef class RingView:
         return self.tobytes().hex()
 
     def __eq__(self, other):
-        cdef const unsigned char* p = self.check()
-        cdef const unsigned char[::1] o
+        """Byte equality with any C-contiguous buffer (compared as raw bytes)."""
+        cdef const unsigned char* p
+        cdef Py_buffer o
         try:
-            o = other
-        except (TypeError, ValueError, BufferError):
+            PyObject_GetBuffer(other, &o, PyBUF_SIMPLE)
+        except (TypeError, BufferError):
             return NotImplemented
-        if o.shape[0] != self.length:
-            return False
-        return self.length == 0 or memcmp(p, &o[0], self.length) == 0
+        try:
+            p = self.check()
+            return o.len == self.length and (self.length == 0
+                                             or memcmp(p, o.buf, self.length) == 0)
+        finally:
+            PyBuffer_Release(&o)
 
     def __ne__(self, other):
         result = self.__eq__(other)
@@ -737,14 +903,24 @@ cdef class RingView:
 
 
 # -- FetchResponse records through a reusable flyweight ----------------------------------------
-# A resumable C-level walk over a FetchResponse body (versions 4 to 16; flexible from 12), on
-# the protocol package's wire primitives (kafkacodec/protocol/_wire.pxd):
-# topics -> partitions -> record batches -> records, with one FetchRecord object refilled for
-# every record.  Nothing is copied and no Python object is made per record; `key`/`value`
-# copy only when asked.  Control batches are skipped (as Kafka's consumer does); a trailing
-# partial batch ends the partition.  Batch CRCs are checked (Kafka's check.crcs=true).
+# A resumable C-level walk over a FetchResponse body (versions 4 to 16; flexible from 12) with
+# the protocol package's FetchResponse readers (kafkacodec/protocol/_fetch.pxd): topics ->
+# partitions -> record batches -> records, with one FetchRecord object refilled for every
+# record.  Nothing is copied and no Python object is made per record; `key`/`value` copy only
+# when asked.  Batch CRCs are checked (Kafka's check.crcs=true).  Batches and records follow
+# MemoryRecords' rules exactly (kafkacodec/_records.pyx, _RecordIterator): the same records,
+# or an error of the same class, for the same bytes; control batches are read and checked the
+# same way but their records are not returned (as Kafka's consumer does).  A trailing partial
+# batch ends the partition; an error ends the iteration.
 
 DEF CONTROL_ABORT = 0
+DEF CONTROL_COMMIT = 1
+
+cdef enum:
+    BATCH_NONE = 0          # no batch open
+    BATCH_V2 = 1            # v2 records from `inner`
+    BATCH_LEGACY_INNER = 2  # the inner messages of a decompressed v0/v1 wrapper
+    BATCH_LEGACY_ONE = 3    # one uncompressed v0/v1 message
 
 cdef extern from "stdlib.h":
     void qsort(void* base, size_t n, size_t size, int (*cmp)(const void*, const void*) noexcept nogil) nogil
@@ -754,27 +930,56 @@ cdef int compare_first_offset(const void* a, const void* b) noexcept nogil:
     cdef int64_t x = (<const int64_t*>a)[1], y = (<const int64_t*>b)[1]
     return (x > y) - (x < y)
 
+
+cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:
+    # Java long arithmetic: hostile deltas wrap instead of being undefined behaviour.
+    return <int64_t>(<uint64_t>a + <uint64_t>b)
+
+
+cdef int check_legacy_codec(const BatchHeader* h) except -1:
+    # MemoryRecords' check before decompressing a v0/v1 wrapper.
+    if h.compression == 4:
+        raise UnsupportedCompressionError(f"zstd compression is not allowed for magic {h.magic}",
+                                          position=h.position + MAGIC_OFFSET + 1,
+                                          offset=h.base_offset)
+    if h.compression > 4:
+        raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
+                                          position=h.position + MAGIC_OFFSET + 1,
+                                          offset=h.base_offset)
+    return 0
+
+
 @cython.final
 @cython.no_gc_clear
 cdef class FetchRecords:
     """Iterator over every record of a FetchResponse held in the ring; yields the same
-    FetchRecord object each time, refilled (copy it with `record.copy()` to keep one)."""
+    FetchRecord object each time, refilled (copy it with `record.copy()` to keep one).
+
+    Each next() first invalidates the record it returned before (touching it then raises
+    BufferReleasedError), also when next() raises or ends the iteration.  An error ends the
+    iteration.  Not for concurrent use: a second thread calling next() while one runs (it
+    releases the GIL to decompress) gets KafkaCodecError ("in use by another thread")."""
 
     cdef Response resp
     cdef FetchRecord rec
     cdef int version
     cdef bint flexible
+    cdef bint done
+    cdef bint busy
     cdef Cursor top                 # the response body
+    cdef Py_ssize_t topics_total
     cdef Py_ssize_t topics_left
     cdef Py_ssize_t parts_left
     cdef Cursor records             # the current partition's records
     cdef bint in_partition
+    cdef int state                  # BATCH_*
+    cdef bint control               # the batch is a control batch: checked, not returned
     cdef Cursor inner               # the current batch's records (or one legacy message)
-    cdef int32_t batch_left         # records of the current batch still to yield
+    cdef int32_t batch_left         # records of the current batch still to read
     cdef BatchHeader batch
-    cdef bint legacy_inner          # walking the decompressed inner set of a v0/v1 wrapper
     cdef int64_t legacy_base        # added to inner offsets (v1 relative offsets)
-    cdef Decompressor decompressor  # borrowed from the ring while a compressed batch is read
+    cdef Decompressor decompressor  # borrowed from the ring while this iterator runs
+    cdef _Chunk chunk               # the decompressed batch being read, pinned (exports)
     cdef bint read_committed
     cdef int64_t* aborted           # (producer_id, first_offset) pairs, sorted by first_offset
     cdef Py_ssize_t naborted
@@ -785,16 +990,314 @@ cdef class FetchRecords:
     cdef Py_ssize_t pids_cap
 
     def __dealloc__(self):
+        if self.chunk is not None:
+            unpin(self.chunk)
+            self.chunk = None
         PyMem_RawFree(self.aborted)
         PyMem_RawFree(self.aborted_pids)
-
-    cdef int check(self) except -1:
-        self.resp.check()
-        return 0
 
     def __iter__(self):
         return self
 
+    def __init__(self, *args, **kwargs):
+        not_from_a_ring(self)
+
+    def __next__(self):
+        if self.resp is None:
+            not_from_a_ring(self)
+        if self.busy:
+            raise InUseError("FetchRecords is in use by another thread: one next() at a time; "
+                             "iterate each response's records in one thread")
+        self.busy = True
+        try:
+            self.rec.invalidate()
+            if self.done:
+                raise StopIteration
+            try:
+                self.resp.check()
+                return self.advance()
+            except BaseException:
+                self.finish()                   # the end, or an error: nothing more
+                raise
+        finally:
+            self.busy = False
+
+    cdef void finish(self) noexcept:
+        self.done = True
+        self.end_batch()
+        if self.decompressor is not None:       # hand the buffer back for the next response
+            if self.resp.ring.spare_decompressor is None:
+                self.resp.ring.spare_decompressor = self.decompressor
+            self.decompressor = None
+
+    cdef void end_batch(self) noexcept:
+        self.state = BATCH_NONE
+        self.batch_left = 0
+        if self.chunk is not None:
+            unpin(self.chunk)
+            self.chunk = None
+
+    cdef FetchRecord advance(self):
+        while True:
+            if self.batch_left > 0:
+                if self.next_record():
+                    return self.rec
+                continue
+            if self.state != BATCH_NONE:
+                self.end_batch()
+            if self.in_partition:
+                if self.next_batch():
+                    continue
+                self.in_partition = False
+            if self.parts_left > 0:
+                self.parts_left -= 1
+                self.next_partition()
+                continue
+            if self.topics_left >= 0:
+                if self.topics_left < self.topics_total and self.flexible:
+                    skip_tagged_fields(&self.top)     # the previous topic's tagged fields
+                if self.topics_left > 0:
+                    self.topics_left -= 1
+                    self.next_topic()
+                    continue
+                self.topics_left = -1
+                if self.flexible:
+                    skip_tagged_fields(&self.top)
+            raise StopIteration
+
+    # -- the response walk ----------------------------------------------------------------
+    cdef int next_topic(self) except -1:
+        cdef const unsigned char* name
+        cdef Py_ssize_t length
+        self.parts_left = read_fetch_topic(&self.top, self.version, self.flexible, &name, &length)
+        if self.version >= FETCH_TOPIC_IDS:
+            self.rec.topic_ = None
+            self.rec.topic_id_ = PyBytes_FromStringAndSize(<const char*>name, 16)
+        else:
+            try:
+                self.rec.topic_ = PyUnicode_DecodeUTF8(<const char*>name, length, NULL)
+            except UnicodeDecodeError:
+                self.top.pos = name - self.top.data
+                raise_corrupt(&self.top, b"fetch response topic name (not UTF-8)")
+            self.rec.topic_id_ = None
+        return 0
+
+    cdef int next_partition(self) except -1:
+        cdef FetchPartitionHeader p
+        cdef FetchRecord rec = self.rec
+        cdef Cursor aborted
+        cdef int64_t producer_id, first_offset
+        cdef Py_ssize_t i
+        read_fetch_partition(&self.top, self.version, self.flexible, &p)
+        rec.partition_ = p.partition_index
+        rec.error_code_ = p.error_code
+        rec.high_watermark_ = p.high_watermark
+        rec.last_stable_offset_ = p.last_stable_offset
+        rec.log_start_offset_ = p.log_start_offset
+        self.naborted = 0
+        self.next_aborted = 0
+        self.npids = 0
+        if self.read_committed and p.aborted_count > 0:
+            aborted = self.top
+            aborted.pos = p.aborted_pos
+            for i in range(p.aborted_count):
+                read_aborted_transaction(&aborted, self.flexible, &producer_id, &first_offset)
+                self.add_aborted(producer_id, first_offset)
+            if self.naborted > 1:
+                qsort(self.aborted, self.naborted, 2 * sizeof(int64_t), compare_first_offset)
+        if p.records_pos < 0:
+            cursor_init(&self.records, self.top.data, 0, 0)          # null records
+        else:
+            cursor_init(&self.records, self.top.data + p.records_pos, p.records_size,
+                        self.top.base + p.records_pos)
+        self.in_partition = True
+        return 0
+
+    # -- batches ----------------------------------------------------------------------------
+    cdef int next_batch(self) except -1:
+        """Frame and open the partition's next batch; 1 = opened, 0 = partition done."""
+        cdef Cursor* cur = &self.records
+        cdef const unsigned char* entry
+        cdef uint32_t computed
+        cdef BatchHeader* h = &self.batch
+        cdef bint abort_marker
+        while True:
+            entry = cur.data + cur.pos
+            if not next_entry(cur, h):
+                return 0                    # end, or a trailing partial batch
+            if not crc_is_valid(entry, h):
+                computed = compute_crc(entry, h)
+                raise InvalidCrcError("record batch crc mismatch", stored=h.crc,
+                                      computed=computed, position=h.position,
+                                      offset=h.base_offset)
+            if h.magic < 2:
+                self.open_legacy(entry)
+                self.rec.batch = self.batch
+                return 1
+            if h.records_count < 0:         # checked before decompressing, as Kafka does
+                raise CorruptRecordError(f"invalid record count {h.records_count} (negative)",
+                                         position=h.position + V2_RECORDS_COUNT_OFFSET,
+                                         offset=h.base_offset)
+            self.control = h.attributes & CONTROL_FLAG
+            if self.read_committed and h.producer_id >= 0:
+                # Kafka's read_committed rule (CompletedFetch.nextFetchedRecord)
+                self.consume_aborted_up_to(h.last_offset)
+                abort_marker = False
+                if self.control and h.records_count > 0:
+                    self.open_v2(entry)
+                    abort_marker = self.first_control_type() == CONTROL_ABORT
+                if abort_marker:
+                    self.forget_pid(h.producer_id)      # the aborted transaction ends here
+                elif h.attributes & TRANSACTIONAL_FLAG and self.find_pid(h.producer_id) >= 0:
+                    self.end_batch()                    # aborted data: skipped unread
+                    continue
+            if self.state == BATCH_NONE:
+                self.open_v2(entry)
+            self.rec.batch = self.batch
+            return 1
+
+    cdef int open_v2(self, const unsigned char* entry) except -1:
+        cdef const BatchHeader* h = &self.batch
+        cdef const unsigned char* data
+        cdef Py_ssize_t size
+        self.state = BATCH_V2
+        self.batch_left = 0
+        if h.compression == 0:
+            cursor_init(&self.inner, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE,
+                        h.position + V2_HEADER_SIZE)
+        elif h.records_count == 0:          # count 0: the records section is not examined
+            return 0
+        elif h.compression > 4:
+            raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
+                                              position=h.position + V2_ATTRIBUTES_OFFSET + 1,
+                                              offset=h.base_offset)
+        else:
+            data = self.decompress(2, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, &size)
+            cursor_init(&self.inner, data, size, 0)
+        self.batch_left = h.records_count
+        return 0
+
+    cdef int open_legacy(self, const unsigned char* entry) except -1:
+        """A v0/v1 entry: one message, or a compressed wrapper's inner message set."""
+        cdef const BatchHeader* h = &self.batch
+        cdef LegacyMessage wrapper
+        cdef const unsigned char* data
+        cdef Py_ssize_t size = 0, count = 0
+        cdef int64_t last = -1
+        cdef Cursor scan
+        self.control = False
+        read_legacy_message(entry, h.size, h.position, &wrapper)
+        if h.compression == 0:
+            cursor_init(&self.inner, entry, h.size, h.position)
+            self.state = BATCH_LEGACY_ONE
+            self.batch_left = 1
+            return 0
+        check_legacy_codec(h)
+        if wrapper.value == NULL:
+            raise CorruptRecordError("compressed wrapper message with a null value",
+                                     position=h.position, offset=h.base_offset)
+        data = self.decompress(h.magic, wrapper.value, wrapper.value_length, &size)
+        cursor_init(&self.inner, data, size, 0)
+        self.state = BATCH_LEGACY_INNER
+        # The base offset needs the last inner offset (spec §4.1): walk the set once.
+        scan = self.inner
+        while next_inner_entry(&scan, &size):
+            last = <int64_t>load_u64(scan.data + scan.pos)
+            scan.pos += size
+            count += 1
+        if count == 0:
+            raise CorruptRecordError("compressed message set holds no inner messages",
+                                     position=h.position, offset=h.base_offset)
+        self.legacy_base = inner_base_offset(h.magic, wrapper.offset, last, &scan)
+        self.batch_left = <int32_t>count if count < 0x7FFFFFFF else 0x7FFFFFFF
+        return 0
+
+    cdef const unsigned char* decompress(self, int magic, const unsigned char* data,
+                                         Py_ssize_t size, Py_ssize_t* out_size) except NULL:
+        """Decompress the batch's records into the borrowed Decompressor's chunk and pin it.
+        The response's bytes are read without the GIL: the ring keeps them (and its memory,
+        should close() come meanwhile) until the decompressor is done."""
+        cdef const unsigned char* out
+        cdef ResponseRingBuffer ring = self.resp.ring
+        if self.decompressor is None:
+            self.decompressor = ring.take_decompressor()
+        ring.enter_reader(self.resp.seq)
+        try:
+            out = self.decompressor.decompress_into(self.batch.compression, magic, data, size,
+                                                    out_size)
+        finally:
+            ring.leave_reader(self.resp.seq)
+        self.resp.check()                   # released or closed meanwhile
+        self.chunk = self.decompressor._chunk
+        pin(self.chunk)
+        return out
+
+    # -- records --------------------------------------------------------------------------
+    cdef bint next_record(self) except -1:
+        """Read the batch's next record into the flyweight; True when it is one to return
+        (False: a control record, checked and passed over)."""
+        cdef FetchRecord rec = self.rec
+        cdef const BatchHeader* h = &self.batch
+        cdef V2Record r
+        cdef LegacyMessage m
+        cdef Py_ssize_t size = 0, at
+        cdef int control_type
+        self.batch_left -= 1
+        if self.state == BATCH_V2:
+            at = self.inner.base + self.inner.pos
+            read_v2_record(&self.inner, &r)
+            if self.batch_left == 0 and self.inner.pos != self.inner.end:
+                # Kafka's RecordIterator checks this while reading the last record, which it
+                # then never returns.
+                raise_corrupt(&self.inner,
+                              b"record batch (bytes left after its declared record count)")
+            if self.control:
+                control_type = read_control_type(&r, at)
+                if control_type == CONTROL_ABORT or control_type == CONTROL_COMMIT:
+                    read_end_txn_coordinator_epoch(&r, at)
+                return False
+            rec.offset_ = wrap_add(h.base_offset, r.offset_delta)
+            rec.timestamp_ = record_timestamp(h, &r)
+            rec.timestamp_type_ = h.timestamp_type
+            rec.fill(r.key, r.key_length, r.value, r.value_length, r.headers, r.headers_size,
+                     r.header_count)
+        elif self.state == BATCH_LEGACY_INNER:
+            if not next_inner_entry(&self.inner, &size):
+                self.batch_left = 0          # cannot happen: the set was counted
+                return False
+            read_legacy_message(self.inner.data + self.inner.pos, size,
+                                self.inner.base + self.inner.pos, &m)
+            if m.magic != 0 and m.magic != 1:
+                raise CorruptRecordError(f"inner message with magic {m.magic}",
+                                         position=self.inner.pos + MAGIC_OFFSET,
+                                         offset=h.base_offset)
+            if m.attributes & COMPRESSION_MASK:
+                raise CorruptRecordError("compressed inner message inside a compressed wrapper",
+                                         position=self.inner.pos + MAGIC_OFFSET + 1,
+                                         offset=h.base_offset)
+            self.inner.pos += size
+            rec.offset_ = wrap_add(self.legacy_base, m.offset)
+            # LegacyRecord rules: magic 0 has no timestamp; otherwise the wrapper's type wins
+            # and a LogAppendTime wrapper's timestamp replaces the inner one.
+            if m.magic == 0:
+                rec.timestamp_type_ = TIMESTAMP_NONE
+                rec.timestamp_ = -1
+            else:
+                rec.timestamp_type_ = h.timestamp_type
+                rec.timestamp_ = (h.max_timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND
+                                  else m.timestamp)
+            rec.fill(m.key, m.key_length, m.value, m.value_length, NULL, 0, 0)
+        else:
+            read_legacy_message(self.inner.data, h.size, h.position, &m)
+            rec.offset_ = h.base_offset
+            rec.timestamp_ = h.max_timestamp
+            rec.timestamp_type_ = h.timestamp_type
+            rec.fill(m.key, m.key_length, m.value, m.value_length, NULL, 0, 0)
+        rec.chunk = self.chunk
+        rec.valid = True
+        return True
+
+    # -- read_committed ---------------------------------------------------------------------
     cdef int add_aborted(self, int64_t producer_id, int64_t first_offset) except -1:
         cdef int64_t* grown
         if self.naborted == self.aborted_cap:
@@ -816,300 +1319,66 @@ cdef class FetchRecords:
                 return i
         return -1
 
-    cdef int batch_is_skipped(self, const unsigned char* entry) except -1:
-        """Kafka's read_committed rule (CompletedFetch): 1 when the batch's records must not
-        be returned: an aborted transaction's data, or a control batch."""
-        cdef int64_t pid = self.batch.producer_id
-        cdef Py_ssize_t i
-        cdef int64_t* grown
-        cdef bint control = self.batch.attributes & CONTROL_FLAG
-        if self.read_committed and pid >= 0:
-            # aborted transactions that began at or before this batch's last offset
-            while (self.next_aborted < self.naborted
-                   and self.aborted[2 * self.next_aborted + 1] <= self.batch.last_offset):
-                if self.find_pid(self.aborted[2 * self.next_aborted]) < 0:
-                    if self.npids == self.pids_cap:
-                        grown = <int64_t*>PyMem_RawRealloc(
-                            self.aborted_pids, (2 * self.pids_cap + 8) * sizeof(int64_t))
-                        if grown == NULL:
-                            raise MemoryError()
-                        self.aborted_pids = grown
-                        self.pids_cap = 2 * self.pids_cap + 8
-                    self.aborted_pids[self.npids] = self.aborted[2 * self.next_aborted]
-                    self.npids += 1
-                self.next_aborted += 1
-            if control:
-                if self.first_control_type(entry) == CONTROL_ABORT:
-                    i = self.find_pid(pid)
-                    if i >= 0:                  # the aborted transaction ends here
-                        self.npids -= 1
-                        self.aborted_pids[i] = self.aborted_pids[self.npids]
-                return 1
-            if self.batch.attributes & TRANSACTIONAL_FLAG and self.find_pid(pid) >= 0:
-                return 1
-        return 1 if control else 0
+    cdef void forget_pid(self, int64_t producer_id) noexcept:
+        cdef Py_ssize_t i = self.find_pid(producer_id)
+        if i >= 0:
+            self.npids -= 1
+            self.aborted_pids[i] = self.aborted_pids[self.npids]
 
-    cdef int first_control_type(self, const unsigned char* entry) except -2:
-        """The control type of a control batch's first record (-1 when it has none)."""
-        cdef Cursor c
+    cdef int consume_aborted_up_to(self, int64_t last_offset) except -1:
+        """The producers of the aborted transactions that began at or before last_offset."""
+        cdef int64_t* grown
+        cdef int64_t pid
+        while (self.next_aborted < self.naborted
+               and self.aborted[2 * self.next_aborted + 1] <= last_offset):
+            pid = self.aborted[2 * self.next_aborted]
+            if self.find_pid(pid) < 0:
+                if self.npids == self.pids_cap:
+                    grown = <int64_t*>PyMem_RawRealloc(
+                        self.aborted_pids, (2 * self.pids_cap + 8) * sizeof(int64_t))
+                    if grown == NULL:
+                        raise MemoryError()
+                    self.aborted_pids = grown
+                    self.pids_cap = 2 * self.pids_cap + 8
+                self.aborted_pids[self.npids] = pid
+                self.npids += 1
+            self.next_aborted += 1
+        return 0
+
+    cdef int first_control_type(self) except -2:
+        """The control type of the open control batch's first record (-1 when it has none),
+        read without moving the batch's cursor."""
+        cdef Cursor c = self.inner
         cdef V2Record r
-        cdef const unsigned char* data
-        cdef Py_ssize_t size
-        if self.batch.records_count <= 0:
-            return -1
-        if self.batch.compression != 0:
-            if self.decompressor is None:
-                self.decompressor = self.resp.ring.take_decompressor()
-            data = self.decompressor.decompress_into(
-                self.batch.compression, 2, entry + V2_HEADER_SIZE,
-                self.batch.size - V2_HEADER_SIZE, &size)
-            cursor_init(&c, data, size, self.batch.position + V2_HEADER_SIZE)
-        else:
-            cursor_init(&c, entry + V2_HEADER_SIZE, self.batch.size - V2_HEADER_SIZE,
-                        self.batch.position + V2_HEADER_SIZE)
-        if c.end == 0:
+        if self.batch_left == 0 or c.pos >= c.end:
             return -1
         read_v2_record(&c, &r)
-        return read_control_type(&r, self.batch.position)
-
-    cdef int next_partition(self) except -1:
-        cdef Cursor* cur = &self.top
-        cdef const unsigned char* entry
-        cdef Py_ssize_t n, length
-        cdef FetchRecord rec = self.rec
-        need(cur, 4 + 2 + 8 + 8, b"fetch partition")
-        rec.partition = get_int32(cur)
-        rec.error_code = get_int16(cur)
-        rec.high_watermark = get_int64(cur)
-        rec.last_stable_offset = get_int64(cur)
-        if self.version >= 5:
-            need(cur, 8, b"fetch partition log start offset")
-            rec.log_start_offset = get_int64(cur)
-        n = read_array_length(cur, self.flexible, True, 16, b"fetch aborted transactions")
-        self.naborted = 0
-        self.next_aborted = 0
-        self.npids = 0
-        while n > 0:
-            entry = take(cur, 16, b"fetch aborted transaction")
-            if self.read_committed:
-                self.add_aborted(<int64_t>load_u64(entry), <int64_t>load_u64(entry + 8))
-            if self.flexible:
-                skip_tagged_fields(cur)
-            n -= 1
-        if self.naborted > 1:
-            qsort(self.aborted, self.naborted, 2 * sizeof(int64_t), compare_first_offset)
-        if self.version >= 11:
-            need(cur, 4, b"fetch preferred read replica")
-            get_int32(cur)
-        length = read_bytes_length(cur, self.flexible, True, b"fetch records")
-        if length < 0:
-            length = 0                      # null records
-        need(cur, length, b"fetch records")
-        cursor_init(&self.records, cur.data + cur.pos, length, cur.base + cur.pos)
-        cur.pos += length
-        if self.flexible:
-            skip_tagged_fields(cur)
-        self.in_partition = True
-        return 0
-
-    cdef int next_topic(self) except -1:
-        cdef Cursor* cur = &self.top
-        cdef Py_ssize_t n
-        cdef const unsigned char* name
-        if self.version >= 13:
-            name = take(cur, 16, b"fetch topic id")
-            self.rec.topic = None
-            self.rec.topic_id = PyBytes_FromStringAndSize(<const char*>name, 16)
-        else:
-            self.rec.topic = read_string(cur, self.flexible, False, b"fetch topic name")
-        self.parts_left = read_array_length(cur, self.flexible, False, 8, b"fetch partitions")
-        if self.parts_left < 0:
-            self.parts_left = 0
-        return 0
-
-    cdef int end_topic(self) except -1:
-        if self.flexible:
-            skip_tagged_fields(&self.top)
-        return 0
-
-    cdef int next_batch(self) except -1:
-        """Frame the next entry of the partition; 1 = records to yield, 0 = partition done."""
-        cdef Cursor* cur = &self.records
-        cdef const unsigned char* entry
-        cdef uint32_t computed
-        cdef LegacyMessage msg
-        while True:
-            entry = cur.data + cur.pos
-            if not next_entry(cur, &self.batch):
-                return 0                    # end, or a trailing partial batch
-            if not crc_is_valid(entry, &self.batch):
-                computed = compute_crc(entry, &self.batch)
-                raise InvalidCrcError("record batch crc mismatch", stored=self.batch.crc,
-                                      computed=computed, position=self.batch.position,
-                                      offset=self.batch.base_offset)
-            if self.batch.magic >= 2:
-                if self.batch_is_skipped(entry):
-                    continue                # markers, and aborted data under read_committed
-                if self.batch.compression != 0:
-                    self.decompress(entry)
-                else:
-                    self.rec.chunk = None
-                    cursor_init(&self.inner, entry + V2_HEADER_SIZE,
-                                self.batch.size - V2_HEADER_SIZE,
-                                self.batch.position + V2_HEADER_SIZE)
-                if self.batch.records_count < 0:
-                    raise_corrupt(cur, b"record batch count (negative)")
-                self.batch_left = self.batch.records_count
-            elif self.batch.compression != 0:
-                self.decompress(entry)          # sets batch_left to the inner message count
-                if self.batch_left == 0:
-                    continue
-            else:
-                self.legacy_inner = False
-                self.rec.chunk = None
-                cursor_init(&self.inner, entry, self.batch.size, self.batch.position)
-                self.batch_left = 1
-            self.rec.batch = self.batch
-            return 1
-
-    cdef int decompress(self, const unsigned char* entry) except -1:
-        """Decompress the current batch (v2 records section, or a v0/v1 wrapper's value) into
-        the reusable buffer of the ring's Decompressor (KAFKA-2045's one extra buffer)."""
-        cdef const unsigned char* out
-        cdef Py_ssize_t out_size, size
-        cdef int64_t last = 0
-        cdef int32_t count = 0
-        cdef LegacyMessage wrapper
-        cdef Cursor scan
-        if self.decompressor is None:
-            self.decompressor = self.resp.ring.take_decompressor()
-        if self.batch.magic >= 2:
-            out = self.decompressor.decompress_into(
-                self.batch.compression, 2, entry + V2_HEADER_SIZE,
-                self.batch.size - V2_HEADER_SIZE, &out_size)
-            cursor_init(&self.inner, out, out_size, self.batch.position + V2_HEADER_SIZE)
-            self.rec.chunk = self.decompressor._chunk
-            return 0
-        read_legacy_message(entry, self.batch.size, self.batch.position, &wrapper)
-        if wrapper.value == NULL:
-            self.batch_left = 0
-            return 0
-        out = self.decompressor.decompress_into(
-            self.batch.compression, self.batch.magic, wrapper.value, wrapper.value_length,
-            &out_size)
-        cursor_init(&self.inner, out, out_size, self.batch.position)
-        self.rec.chunk = self.decompressor._chunk
-        scan = self.inner
-        while next_inner_entry(&scan, &size):
-            last = <int64_t>load_u64(scan.data + scan.pos)
-            scan.pos += size
-            count += 1
-        self.legacy_base = inner_base_offset(self.batch.magic, wrapper.offset, last, &scan)
-        self.legacy_inner = True
-        self.batch_left = count
-        return 0
-
-    cdef int next_record(self) except -1:
-        cdef FetchRecord rec = self.rec
-        cdef V2Record r
-        cdef LegacyMessage m
-        cdef Py_ssize_t size = 0
-        if self.batch.magic >= 2:
-            read_v2_record(&self.inner, &r)
-            rec.offset_ = self.batch.base_offset + r.offset_delta
-            rec.timestamp_ = record_timestamp(&self.batch, &r)
-            rec.key_ptr = r.key
-            rec.key_length_ = r.key_length
-            rec.value_ptr = r.value
-            rec.value_length_ = r.value_length
-            rec.headers_ptr = r.headers
-            rec.headers_size = r.headers_size
-            rec.header_count = r.header_count
-            self.batch_left -= 1
-            if self.batch_left == 0 and self.inner.pos != self.inner.end:
-                raise_corrupt(&self.inner,
-                              b"record batch (bytes left after its declared record count)")
-        elif self.legacy_inner:
-            next_inner_entry(&self.inner, &size)
-            read_legacy_message(self.inner.data + self.inner.pos, size,
-                                self.inner.base + self.inner.pos, &m)
-            self.inner.pos += size
-            rec.offset_ = m.offset + self.legacy_base
-            if self.batch.magic == 1 and self.batch.timestamp_type == TIMESTAMP_LOG_APPEND:
-                rec.timestamp_ = self.batch.max_timestamp     # the wrapper's time wins
-            else:
-                rec.timestamp_ = m.timestamp
-            rec.key_ptr = m.key
-            rec.key_length_ = m.key_length
-            rec.value_ptr = m.value
-            rec.value_length_ = m.value_length
-            rec.headers_ptr = NULL
-            rec.headers_size = 0
-            rec.header_count = 0
-            self.batch_left -= 1
-        else:
-            read_legacy_message(self.inner.data, self.batch.size, self.batch.position, &m)
-            rec.offset_ = m.offset
-            rec.timestamp_ = m.timestamp
-            rec.key_ptr = m.key
-            rec.key_length_ = m.key_length
-            rec.value_ptr = m.value
-            rec.value_length_ = m.value_length
-            rec.headers_ptr = NULL
-            rec.headers_size = 0
-            rec.header_count = 0
-            self.batch_left = 0
-        return 0
-
-    def __next__(self):
-        self.resp.check()
-        while True:
-            if self.batch_left > 0:
-                self.next_record()
-                return self.rec
-            if self.in_partition:
-                if self.next_batch():
-                    continue
-                self.in_partition = False
-            if self.parts_left > 0:
-                self.parts_left -= 1
-                self.next_partition()
-                continue
-            if self.parts_left == 0 and self.topics_left >= 0:
-                if self.topics_left < self.topics_total:
-                    self.end_topic()
-                if self.topics_left > 0:
-                    self.topics_left -= 1
-                    self.next_topic()
-                    continue
-                self.topics_left = -1
-                if self.flexible:
-                    skip_tagged_fields(&self.top)
-            if self.decompressor is not None:     # hand the buffer back for the next response
-                self.resp.ring.spare_decompressor = self.decompressor
-                self.decompressor = None
-            raise StopIteration
-
-    cdef Py_ssize_t topics_total
+        return read_control_type(&r, self.inner.base + self.inner.pos)
 
 
 @cython.final
 @cython.no_gc_clear
 cdef class FetchRecord:
-    """The flyweight: one object per iterator, refilled for every record.  Fields are valid
-    until the iterator moves on; touching it after the response's release raises
-    BufferReleasedError."""
+    """The flyweight: one object per iterator, refilled for every record.
+
+    It holds the record the iterator's last next() returned, and only that: the next call to
+    next() (also one that raises or ends the iteration), release() of the response and
+    close() of the ring make every field raise BufferReleasedError.  `copy()` what you keep.
+    Reading it needs no lock (the GIL is held throughout); the iterator is the part that must
+    stay in one thread."""
 
     cdef Response resp
-    cdef readonly object topic
-    cdef readonly object topic_id
-    cdef readonly int32_t partition
-    cdef readonly int16_t error_code
-    cdef readonly int64_t high_watermark
-    cdef readonly int64_t last_stable_offset
-    cdef readonly int64_t log_start_offset
+    cdef bint valid
+    cdef object topic_
+    cdef object topic_id_
+    cdef int32_t partition_
+    cdef int16_t error_code_
+    cdef int64_t high_watermark_
+    cdef int64_t last_stable_offset_
+    cdef int64_t log_start_offset_
     cdef int64_t offset_
     cdef int64_t timestamp_
+    cdef int8_t timestamp_type_
     cdef BatchHeader batch
     cdef const unsigned char* key_ptr
     cdef int32_t key_length_
@@ -1118,17 +1387,51 @@ cdef class FetchRecord:
     cdef const unsigned char* headers_ptr
     cdef Py_ssize_t headers_size
     cdef int32_t header_count
-    cdef _Chunk chunk               # decompressed data of the current batch (None: in the ring)
+    cdef _Chunk chunk               # decompressed data of the record (None: in the ring)
+
+    cdef inline void fill(self, const unsigned char* key, int32_t key_length,
+                          const unsigned char* value, int32_t value_length,
+                          const unsigned char* headers, Py_ssize_t headers_size,
+                          int32_t header_count) noexcept:
+        self.key_ptr = key
+        self.key_length_ = key_length
+        self.value_ptr = value
+        self.value_length_ = value_length
+        self.headers_ptr = headers
+        self.headers_size = headers_size
+        self.header_count = header_count
+
+    cdef inline void invalidate(self) noexcept:
+        self.valid = False
+        self.chunk = None
+        self.fill(NULL, -1, NULL, -1, NULL, 0, 0)
+
+    def __init__(self, *args, **kwargs):
+        not_from_a_ring(self)
+
+    cdef int check(self) except -1:
+        if self.resp is None:
+            not_from_a_ring(self)
+        self.resp.check()
+        if not self.valid:
+            raise BufferReleasedError(
+                "FetchRecord used after its iterator moved on (next(), an error or the end): "
+                "copy() the records you keep")
+        return 0
 
     cdef object view_of(self, const unsigned char* p, Py_ssize_t n):
         cdef RingView view
-        cdef ResponseRingBuffer ring = self.resp.ring
-        self.resp.check()
+        cdef ResponseRingBuffer ring
+        cdef _Chunk chunk = self.chunk
+        cdef Py_ssize_t start
+        self.check()
+        ring = self.resp.ring
         if p == NULL:
             return None
-        if self.chunk is not None:
-            # The Decompressor never reuses a buffer while a view of it is alive.
-            return memoryview(self.chunk)[p - self.chunk.buf:p - self.chunk.buf + n]
+        if chunk is not None:
+            # A view of the chunk pins it: the Decompressor then writes elsewhere.
+            start = p - chunk.buf
+            return memoryview(chunk)[start:start + n]
         view = RingView.__new__(RingView)
         view.ring = ring
         view.resp = self.resp
@@ -1136,6 +1439,41 @@ cdef class FetchRecord:
         view.start = p - ring.buf
         view.length = n
         return view
+
+    @property
+    def topic(self):
+        self.check()
+        return self.topic_
+
+    @property
+    def topic_id(self):
+        self.check()
+        return self.topic_id_
+
+    @property
+    def partition(self) -> int:
+        self.check()
+        return self.partition_
+
+    @property
+    def error_code(self) -> int:
+        self.check()
+        return self.error_code_
+
+    @property
+    def high_watermark(self) -> int:
+        self.check()
+        return self.high_watermark_
+
+    @property
+    def last_stable_offset(self) -> int:
+        self.check()
+        return self.last_stable_offset_
+
+    @property
+    def log_start_offset(self) -> int:
+        self.check()
+        return self.log_start_offset_
 
     @property
     def key_view(self):
@@ -1151,49 +1489,55 @@ cdef class FetchRecord:
 
     @property
     def offset(self) -> int:
-        self.resp.check()
+        self.check()
         return self.offset_
 
     @property
     def timestamp(self) -> int:
-        self.resp.check()
+        self.check()
         return self.timestamp_
 
     @property
     def timestamp_type(self) -> int:
-        return self.batch.timestamp_type
+        """-1 (none: magic 0), 0 CreateTime, 1 LogAppendTime."""
+        self.check()
+        return self.timestamp_type_
 
     @property
     def leader_epoch(self) -> int:
+        self.check()
         return self.batch.partition_leader_epoch
 
     @property
     def base_offset(self) -> int:
-        """The batch's base offset."""
+        """The batch's base offset (legacy: the entry's offset)."""
+        self.check()
         return self.batch.base_offset
 
     @property
     def magic(self) -> int:
+        self.check()
         return self.batch.magic
 
     @property
     def compression(self) -> int:
+        self.check()
         return self.batch.compression
 
     @property
     def key_length(self) -> int:
-        self.resp.check()
+        self.check()
         return self.key_length_
 
     @property
     def value_length(self) -> int:
-        self.resp.check()
+        self.check()
         return self.value_length_
 
     @property
     def key(self):
         """The key as bytes (a copy) or None."""
-        self.resp.check()
+        self.check()
         if self.key_ptr == NULL:
             return None
         return PyBytes_FromStringAndSize(<const char*>self.key_ptr, self.key_length_)
@@ -1201,69 +1545,80 @@ cdef class FetchRecord:
     @property
     def value(self):
         """The value as bytes (a copy) or None."""
-        self.resp.check()
+        self.check()
         if self.value_ptr == NULL:
             return None
         return PyBytes_FromStringAndSize(<const char*>self.value_ptr, self.value_length_)
 
     @property
     def headers(self) -> list:
-        """[(key str, value bytes or None)], parsed on request."""
+        """[(key str, value bytes or None)], parsed on request.  A key that is not UTF-8 gets
+        U+FFFD for its bad bytes, as Java's new String(bytes, UTF_8) (and MemoryRecords)."""
         cdef Cursor cur
         cdef const unsigned char* k
         cdef const unsigned char* v
         cdef int32_t kl, vl, i
-        self.resp.check()
-        out = []
+        cdef _Chunk chunk = self.chunk
+        cdef Response resp = self.resp
+        cdef list out
+        self.check()
+        if self.header_count == 0:
+            return []
         cursor_init(&cur, self.headers_ptr, self.headers_size, 0)
-        for i in range(self.header_count):
-            read_v2_header(&cur, &k, &kl, &v, &vl)
-            try:
-                key = k[:kl].decode("utf-8")
-            except UnicodeDecodeError:
-                raise CorruptRecordError("record header key is not UTF-8",
-                                         offset=self.offset_) from None
-            out.append((key,
-                        None if v == NULL else PyBytes_FromStringAndSize(<const char*>v, vl)))
+        # The tuples are GC-tracked: allocating them may run a collection, and with it any
+        # finaliser (one that moves the iterator on, or releases the response).  The bytes
+        # stay put meanwhile: `chunk` is held here, and the response's slot is pinned.
+        if chunk is not None:
+            pin(chunk)
+        else:
+            resp.ring.enter_reader(resp.seq)
+        try:
+            out = []
+            for i in range(self.header_count):
+                read_v2_header(&cur, &k, &kl, &v, &vl)
+                out.append((PyUnicode_DecodeUTF8(<const char*>k, kl, "replace"),
+                            None if v == NULL else PyBytes_FromStringAndSize(<const char*>v, vl)))
+        finally:
+            if chunk is not None:
+                unpin(chunk)
+            else:
+                resp.ring.leave_reader(resp.seq)
         return out
 
     def copy(self) -> tuple:
         """(topic, partition, offset, timestamp, key, value, headers) as new Python objects."""
-        return (self.topic, self.partition, self.offset, self.timestamp, self.key, self.value,
-                self.headers)
+        self.check()
+        return (self.topic_, self.partition_, self.offset_, self.timestamp_, self.key,
+                self.value, self.headers)
 
     def __repr__(self):
-        return (f"<FetchRecord {self.topic}-{self.partition}@{self.offset_} "
-                f"key={self.key_length_} value={self.value_length_} bytes>")
+        if not self.valid or self.resp is None or self.resp.released:
+            return "<FetchRecord (no record: its iterator moved on or the response was released)>"
+        return (f"<FetchRecord {self.topic_ if self.topic_id_ is None else self.topic_id_.hex()}"
+                f"-{self.partition_}@{self.offset_} key={self.key_length_} "
+                f"value={self.value_length_} bytes>")
 
 
-cdef FetchRecords fetch_records(Response resp, int api_version, int isolation_level):
+cdef FetchRecords fetch_records(Response resp, object api_version, object isolation_level):
     cdef FetchRecords it
     cdef const unsigned char* p = resp.check()
-    if api_version < 4 or api_version > 16:
-        raise UnsupportedVersionError(
-            f"Fetch version {api_version} is not supported by the ring iterator (4-16)")
+    cdef int32_t correlation_id, throttle_time_ms, session_id
+    cdef int16_t error_code
+    cdef int version = checked_version(api_version, b"Fetch", FETCH_MIN_VERSION,
+                                       FETCH_MAX_VERSION)
     if isolation_level not in (0, 1):
         raise ValueError(f"isolation_level must be 0 (read_uncommitted) or 1 (read_committed), "
-                         f"got {isolation_level}")
+                         f"got {isolation_level!r}")
     it = FetchRecords.__new__(FetchRecords)
     it.resp = resp
-    it.version = api_version
+    it.version = version
     it.read_committed = isolation_level == 1
-    it.flexible = api_version >= FETCH_FLEXIBLE
+    it.flexible = version >= FETCH_FLEXIBLE
     it.rec = FetchRecord.__new__(FetchRecord)
     it.rec.resp = resp
-    it.rec.log_start_offset = -1
+    it.rec.invalidate()
     cursor_init(&it.top, p, resp.size, 0)
-    read_response_header(&it.top, it.flexible)     # v1 (flexible) adds a tagged section
-    need(&it.top, 4, b"fetch throttle time")
-    get_int32(&it.top)
-    if api_version >= 7:
-        need(&it.top, 6, b"fetch error code and session id")
-        get_int16(&it.top)
-        get_int32(&it.top)
-    it.topics_total = read_array_length(&it.top, it.flexible, False, 2, b"fetch topics")
-    if it.topics_total < 0:
-        it.topics_total = 0
+    it.topics_total = read_fetch_start(&it.top, version, it.flexible, True, &correlation_id,
+                                       &throttle_time_ms, &error_code, &session_id)
     it.topics_left = it.topics_total
     return it

@@ -381,7 +381,7 @@ def test_librdkafka_consumes_our_zstd_batches():
     its mock cluster, consumed back record by record."""
     ck = pytest.importorskip("confluent_kafka")
     from kafkacodec import MemoryRecordsBuilder
-    from kafkacodec.protocol.client import BlockingClient
+    from blocking_client import BlockingClient
 
     # the mock cluster lives as long as this producer (it never produces itself)
     cluster = ck.Producer({"test.mock.num.brokers": 1})

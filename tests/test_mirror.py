@@ -252,7 +252,8 @@ def test_fetch_to_produce_forwards_every_batch_byte_for_byte(codec, fetch_versio
     next_offsets = {}
     frame = fetch_to_produce(response, api_version=produce_version, correlation_id=9, acks=-1,
                              timeout_ms=1234, next_offsets=next_offsets,
-                             topic_names={topic_id(n): n for n in "ab"})
+                             topic_names={topic_id(n): n for n in "ab"},
+                             max_batches_per_partition=-1)
     decoded = KProduceRequest.decode(bytes(frame)[4:], version=produce_version, header=True)
     assert decoded.header.correlation_id == 9
     assert decoded.acks == -1 and decoded.timeout_ms == 1234
@@ -260,6 +261,20 @@ def test_fetch_to_produce_forwards_every_batch_byte_for_byte(codec, fetch_versio
     parts = {p.index: bytes(p.records) for p in decoded.topic_data[0].partition_data}
     assert parts == {0: b"".join(p0), 1: p1[0]}
     assert next_offsets == {("a", 0): 30, ("a", 1): 10}
+
+
+def test_fetch_to_produce_defaults_to_one_batch_per_partition():
+    """Real brokers refuse a second batch of a partition in one ProduceRequest v3+
+    (INVALID_RECORD), so the default sends one and reports where to continue."""
+    p0 = [make_batch(2, 1, base, 10) for base in (0, 10, 20)]
+    p1 = [make_batch(2, 1, base, 5) for base in (7, 12)]
+    raw = kp_fetch_response(12, [("a", [(0, 0, b"".join(p0)), (1, 0, b"".join(p1))])])
+    next_offsets = {}
+    frame = fetch_to_produce(decode_fetch_response(raw, 12), next_offsets=next_offsets)
+    decoded = KProduceRequest.decode(bytes(frame)[4:], version=9, header=True)
+    parts = {p.index: bytes(p.records) for p in decoded.topic_data[0].partition_data}
+    assert parts == {0: p0[0], 1: p1[0]}
+    assert next_offsets == {("a", 0): 10, ("a", 1): 12}
 
 
 def test_fetch_to_produce_one_batch_per_partition_and_trimming():

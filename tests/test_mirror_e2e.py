@@ -13,7 +13,7 @@ ck = pytest.importorskip("confluent_kafka")
 from kafkacodec.mirror import fetch_to_produce, shallow_records  # noqa: E402
 from kafkacodec import CorruptRecordError  # noqa: E402
 from kafkacodec.protocol import decode_produce_response, encode_produce_request  # noqa: E402
-from kafkacodec.protocol.client import BlockingClient  # noqa: E402
+from blocking_client import BlockingClient  # noqa: E402
 
 TOPIC = "mirrored"
 PARTITIONS = (0, 1)

@@ -16,7 +16,7 @@ import pytest
 
 from kafkacodec import MemoryRecordsBuilder
 from kafkacodec.protocol import messages as m
-from kafkacodec.protocol.client import BlockingClient
+from blocking_client import BlockingClient
 from kafkacodec.serve import Server
 from kafkacodec.serve.network import FilePiece
 

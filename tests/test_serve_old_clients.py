@@ -146,7 +146,7 @@ def test_zstd_without_recompression_ends_the_data_before_it(tmp_path):
             assert error == 76 and data == b""
             assert [r[0] for r in records_of(old_fetch(srv.port, version, "z", 0, 12)[2])] == [12, 13, 14]
         # Fetch v4+ gets the stored bytes, zstd included
-        from kafkacodec.protocol.client import BlockingClient
+        from blocking_client import BlockingClient
         with BlockingClient("127.0.0.1", srv.port) as client:
             part = client.fetch([("z", [(0, 0, 1 << 20)])], api_version=11, max_wait_ms=0).responses[0].partitions[0]
             assert bytes(part.records) == b"".join(batches)

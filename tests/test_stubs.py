@@ -26,7 +26,8 @@ SEARCH_ROOT = PACKAGE_DIR.parent
 ALLOWLIST = Path(__file__).with_name("stubtest_allowlist.txt")
 # Optional extras: a module that cannot import because one of these is absent is left out of the
 # check (and named in the skip reason of test_optional_modules_import).
-OPTIONAL_DEPENDENCIES = {"pyspark", "pyarrow", "pandas", "tqdm", "atheris", "matplotlib"}
+OPTIONAL_DEPENDENCIES = {"pyspark", "pyarrow", "pandas", "tqdm", "atheris", "matplotlib", "kafka",
+                         "prometheus_client"}
 
 
 def _extension_modules() -> list[Path]:
@@ -116,7 +117,9 @@ def test_stubs_match_compiled_modules(tmp_path):
 
 
 # pyarrow ships no type information (pyproject.toml's [tool.mypy] says the same for the tree).
-MYPY_CONFIG = "[mypy]\n[mypy-pyarrow,pyarrow.*]\nignore_missing_imports = True\n"
+# The optional dependencies that ship no types (as pyproject's [tool.mypy] overrides).
+MYPY_CONFIG = ("[mypy]\n[mypy-pyarrow,pyarrow.*,kafka,kafka.*,tqdm,tqdm.*]\n"
+               "ignore_missing_imports = True\n")
 
 
 def _package_copy(tmp_path: Path) -> Path:

@@ -1,9 +1,12 @@
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TypeVar, overload
 
 from typing_extensions import Buffer
 
-from kafkacodec.protocol._types import AbortedTransaction, FetchResponse
+from kafkacodec.protocol._types import AbortedTransaction, FetchResponse, FetchTopicResponse
+
+_T = TypeVar("_T")
 
 class FetchPartitionData:
     """One partition of a FetchResponse; ``records`` is a zero-copy view of the decoded buffer."""
@@ -19,7 +22,7 @@ class FetchPartitionData:
     @property
     def log_start_offset(self) -> int: ...
     @property
-    def aborted_transactions(self) -> list[AbortedTransaction] | None: ...
+    def aborted_transactions(self) -> AbortedTransactions | None: ...
     @property
     def preferred_read_replica(self) -> int: ...
     @property
@@ -28,6 +31,33 @@ class FetchPartitionData:
     def records_size(self) -> int: ...
     @property
     def records(self) -> memoryview | None: ...
+
+class _LazySequence(Sequence[_T]):
+    """A read-only sequence whose items are made on access (new ones every time)."""
+
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, index: int, /) -> _T: ...
+    @overload
+    def __getitem__(self, index: slice, /) -> list[_T]: ...
+    def __iter__(self) -> Iterator[_T]: ...
+    def __reversed__(self) -> Iterator[_T]: ...
+    def index(self, value: object, start: int = 0, stop: int | None = None) -> int: ...
+    def count(self, value: object) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    __hash__: None  # type: ignore[assignment]
+
+class AbortedTransactions(_LazySequence[AbortedTransaction]):
+    """A partition's aborted transactions, kept as (producer_id, first_offset) pairs."""
+
+class _WalkedSequence(_LazySequence[_T]): ...
+
+class FetchTopics(_WalkedSequence[FetchTopicResponse]):
+    """The topics of a decoded FetchResponse, read from its buffer when looked at."""
+
+class FetchPartitions(_WalkedSequence[FetchPartitionData]):
+    """The partitions of one topic, read from the response's buffer when looked at."""
 
 MIN_VERSION: int
 MAX_VERSION: int

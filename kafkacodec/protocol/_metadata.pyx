@@ -5,15 +5,16 @@ learn what a broker speaks and which broker leads each partition."""
 import uuid as _uuid
 
 from libc.stdint cimport int8_t, int16_t, int32_t
+from cpython.buffer cimport PyBuffer_Release
 from kafkacodec._cursor cimport Cursor, cursor_init, need, get_int8, get_int16, get_int32
 from kafkacodec._writer cimport Writer, WriteBuffer, put_int8, put_int32, put_bytes
 from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tagged_fields,
                                         read_response_header, read_uuid, put_length, put_string,
                                         put_empty_tags, begin_request, end_frame, API_METADATA,
-                                        API_API_VERSIONS, METADATA_FLEXIBLE,
+                                        API_API_VERSIONS, METADATA_FLEXIBLE, checked_version,
+                                        open_response,
                                         API_VERSIONS_FLEXIBLE)
 
-from kafkacodec.errors import UnsupportedVersionError
 from kafkacodec.protocol._types import (ApiVersionRange, ApiVersionsResponse, MetadataBroker,
                                         MetadataPartition, MetadataTopic, MetadataResponse)
 
@@ -22,34 +23,20 @@ METADATA_MAX_VERSION = 12
 cdef bytes ZERO_UUID = bytes(16)
 
 
-cdef int check_version(const char* api, int version, int highest) except -1:
-    if version < 0 or version > highest:
-        raise UnsupportedVersionError(
-            f"{api.decode()} version {version} is not supported (kafkacodec speaks 0-{highest})")
-    return 0
-
-
-cdef Cursor open_cursor(const unsigned char[::1] buf, Py_ssize_t offset, Py_ssize_t size) except *:
-    cdef Cursor cur
-    cdef Py_ssize_t total = buf.shape[0]
-    if offset < 0 or offset > total:
-        raise ValueError(f"offset {offset} outside a buffer of {total} bytes")
-    if size < 0 or size > total - offset:
-        size = total - offset
-    cursor_init(&cur, &buf[0] + offset if total else NULL, size, offset)
-    return cur
+cdef int check_version(const char* api, object version, int highest) except -1:
+    return checked_version(version, api, 0, highest)
 
 
 # --- ApiVersions -----------------------------------------------------------------------------
-def encode_api_versions_request(*, int api_version=3, int32_t correlation_id=0,
+def encode_api_versions_request(*, api_version=3, int32_t correlation_id=0,
                                 client_id="kafkacodec", client_software_name="kafkacodec",
                                 client_software_version="0.1.0"):
     """A framed ApiVersionsRequest as bytes (versions 0-3; 3 carries the client software)."""
+    cdef int version = check_version(b"ApiVersions", api_version, API_VERSIONS_MAX_VERSION)
     cdef WriteBuffer out = WriteBuffer(64)
     cdef Writer* w = &out.w
-    cdef bint flexible = api_version >= API_VERSIONS_FLEXIBLE
-    check_version(b"ApiVersions", api_version, API_VERSIONS_MAX_VERSION)
-    frame = begin_request(w, API_API_VERSIONS, api_version, correlation_id, client_id, flexible)
+    cdef bint flexible = version >= API_VERSIONS_FLEXIBLE
+    frame = begin_request(w, API_API_VERSIONS, version, correlation_id, client_id, flexible)
     if flexible:
         put_string(w, client_software_name, True)
         put_string(w, client_software_version, True)
@@ -58,63 +45,73 @@ def encode_api_versions_request(*, int api_version=3, int32_t correlation_id=0,
     return out.getvalue()
 
 
-def decode_api_versions_response(data, int api_version, Py_ssize_t offset=0, Py_ssize_t size=-1,
+def decode_api_versions_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t size=-1,
                                  bint header=True):
-    """Decode an ApiVersionsResponse.  Its header is always v0 (no tagged section), even for
-    the flexible body versions (protocol.md §1)."""
-    cdef Cursor cur = open_cursor(data, offset, size)
+    """Decode an ApiVersionsResponse from any C-contiguous buffer (read as raw bytes).  Its
+    header is always v0 (no tagged section), even for the flexible body versions
+    (protocol.md §1)."""
+    cdef int version = check_version(b"ApiVersions", api_version, API_VERSIONS_MAX_VERSION)
+    cdef Py_buffer view
+    cdef Cursor cur
+    open_response(&view, data, offset, size, &cur)
+    try:
+        return read_api_versions_response(&cur, version, header)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef object read_api_versions_response(Cursor* cur, int api_version, bint header):
     cdef bint flexible = api_version >= API_VERSIONS_FLEXIBLE
     cdef object correlation_id = None
     cdef int16_t error_code
     cdef int32_t throttle_time_ms = 0
     cdef Py_ssize_t n, i
     cdef list api_keys = []
-    check_version(b"ApiVersions", api_version, API_VERSIONS_MAX_VERSION)
     if header:
-        correlation_id = read_response_header(&cur, False)
-    need(&cur, 2, b"api versions error code")
-    error_code = get_int16(&cur)
-    n = read_array_length(&cur, flexible, False, 6, b"api versions keys")
+        correlation_id = read_response_header(cur, False)
+    need(cur, 2, b"api versions error code")
+    error_code = get_int16(cur)
+    n = read_array_length(cur, flexible, False, 7 if flexible else 6, b"api versions keys")
     for i in range(n):
-        need(&cur, 6, b"api versions key")
-        api_keys.append(ApiVersionRange(get_int16(&cur), get_int16(&cur), get_int16(&cur)))
+        need(cur, 6, b"api versions key")
+        api_keys.append(ApiVersionRange(get_int16(cur), get_int16(cur), get_int16(cur)))
         if flexible:
-            skip_tagged_fields(&cur)
+            skip_tagged_fields(cur)
     if api_version >= 1:
-        need(&cur, 4, b"api versions throttle time")
-        throttle_time_ms = get_int32(&cur)
+        need(cur, 4, b"api versions throttle time")
+        throttle_time_ms = get_int32(cur)
     if flexible:
-        skip_tagged_fields(&cur)
+        skip_tagged_fields(cur)
     return ApiVersionsResponse(api_version, correlation_id, error_code, api_keys, throttle_time_ms)
 
 
 # --- Metadata --------------------------------------------------------------------------------
-def encode_metadata_request(topics=None, *, int api_version=12, int32_t correlation_id=0,
+def encode_metadata_request(topics=None, *, api_version=12, int32_t correlation_id=0,
                             client_id="kafkacodec", bint allow_auto_topic_creation=True,
                             bint include_topic_authorized_operations=False):
     """A framed MetadataRequest as bytes.  `topics` None asks for every topic (version 0 sends
     an empty array, which means the same there)."""
+    cdef int version = check_version(b"Metadata", api_version, METADATA_MAX_VERSION)
     cdef WriteBuffer out = WriteBuffer(128)
     cdef Writer* w = &out.w
-    cdef bint flexible = api_version >= METADATA_FLEXIBLE
-    check_version(b"Metadata", api_version, METADATA_MAX_VERSION)
-    frame = begin_request(w, API_METADATA, api_version, correlation_id, client_id, flexible)
+    cdef bint flexible = version >= METADATA_FLEXIBLE
+    frame = begin_request(w, API_METADATA, version, correlation_id, client_id, flexible)
     if topics is None:
-        put_length(w, 0 if api_version == 0 else -1, flexible, True)
+        put_length(w, 0 if version == 0 else -1, flexible, True)
     else:
         topics = list(topics)
         put_length(w, len(topics), flexible, True)
         for name in topics:
-            if api_version >= 10:
+            if version >= 10:
                 put_bytes(w, <const unsigned char*><char*>ZERO_UUID, 16)
             put_string(w, name, flexible)
             if flexible:
                 put_empty_tags(w)
-    if api_version >= 4:
+    if version >= 4:
         put_int8(w, allow_auto_topic_creation)
-    if 8 <= api_version <= 10:
+    if 8 <= version <= 10:
         put_int8(w, 0)                                   # IncludeClusterAuthorizedOperations
-    if api_version >= 8:
+    if version >= 8:
         put_int8(w, include_topic_authorized_operations)
     if flexible:
         put_empty_tags(w)
@@ -132,10 +129,20 @@ cdef list read_int32_array(Cursor* cur, bint flexible, const char* what):
     return out
 
 
-def decode_metadata_response(data, int api_version, Py_ssize_t offset=0, Py_ssize_t size=-1,
+def decode_metadata_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t size=-1,
                              bint header=True):
-    """Decode a MetadataResponse (versions 0-12)."""
-    cdef Cursor cur = open_cursor(data, offset, size)
+    """Decode a MetadataResponse (versions 0-12) from any C-contiguous buffer (raw bytes)."""
+    cdef int version = check_version(b"Metadata", api_version, METADATA_MAX_VERSION)
+    cdef Py_buffer view
+    cdef Cursor cur
+    open_response(&view, data, offset, size, &cur)
+    try:
+        return read_metadata_response(&cur, version, header)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef object read_metadata_response(Cursor* cur, int api_version, bint header):
     cdef bint flexible = api_version >= METADATA_FLEXIBLE
     cdef object correlation_id = None, cluster_id = None, rack, name, topic_id, host
     cdef int32_t throttle_time_ms = 0, controller_id = -1, node_id, port
@@ -144,69 +151,68 @@ def decode_metadata_response(data, int api_version, Py_ssize_t offset=0, Py_ssiz
     cdef bint is_internal
     cdef Py_ssize_t n, i, np, j
     cdef list brokers = [], topics = [], partitions, replicas, isr, offline
-    check_version(b"Metadata", api_version, METADATA_MAX_VERSION)
     if header:
-        correlation_id = read_response_header(&cur, flexible)
+        correlation_id = read_response_header(cur, flexible)
     if api_version >= 3:
-        need(&cur, 4, b"metadata throttle time")
-        throttle_time_ms = get_int32(&cur)
-    n = read_array_length(&cur, flexible, False, 8, b"metadata brokers")
+        need(cur, 4, b"metadata throttle time")
+        throttle_time_ms = get_int32(cur)
+    n = read_array_length(cur, flexible, False, 8, b"metadata brokers")
     for i in range(n):
-        need(&cur, 4, b"metadata broker node id")
-        node_id = get_int32(&cur)
-        host = read_string(&cur, flexible, False, b"metadata broker host")
-        need(&cur, 4, b"metadata broker port")
-        port = get_int32(&cur)
-        rack = read_string(&cur, flexible, True, b"metadata broker rack") if api_version >= 1 else None
+        need(cur, 4, b"metadata broker node id")
+        node_id = get_int32(cur)
+        host = read_string(cur, flexible, False, b"metadata broker host")
+        need(cur, 4, b"metadata broker port")
+        port = get_int32(cur)
+        rack = read_string(cur, flexible, True, b"metadata broker rack") if api_version >= 1 else None
         if flexible:
-            skip_tagged_fields(&cur)
+            skip_tagged_fields(cur)
         brokers.append(MetadataBroker(node_id, host, port, rack))
     if api_version >= 2:
-        cluster_id = read_string(&cur, flexible, True, b"metadata cluster id")
+        cluster_id = read_string(cur, flexible, True, b"metadata cluster id")
     if api_version >= 1:
-        need(&cur, 4, b"metadata controller id")
-        controller_id = get_int32(&cur)
-    n = read_array_length(&cur, flexible, False, 4, b"metadata topics")
+        need(cur, 4, b"metadata controller id")
+        controller_id = get_int32(cur)
+    n = read_array_length(cur, flexible, False, 4, b"metadata topics")
     for i in range(n):
-        need(&cur, 2, b"metadata topic error code")
-        error_code = get_int16(&cur)
-        name = read_string(&cur, flexible, api_version >= 12, b"metadata topic name")
+        need(cur, 2, b"metadata topic error code")
+        error_code = get_int16(cur)
+        name = read_string(cur, flexible, api_version >= 12, b"metadata topic name")
         topic_id = None
         if api_version >= 10:
-            topic_id = _uuid.UUID(bytes=read_uuid(&cur, b"metadata topic id"))
+            topic_id = _uuid.UUID(bytes=read_uuid(cur, b"metadata topic id"))
         is_internal = False
         if api_version >= 1:
-            need(&cur, 1, b"metadata topic is_internal")
-            is_internal = get_int8(&cur) != 0
-        np = read_array_length(&cur, flexible, False, 10, b"metadata partitions")
+            need(cur, 1, b"metadata topic is_internal")
+            is_internal = get_int8(cur) != 0
+        np = read_array_length(cur, flexible, False, 10, b"metadata partitions")
         partitions = []
         for j in range(np):
-            need(&cur, 10, b"metadata partition")
-            error_code_p = get_int16(&cur)
-            partition_index = get_int32(&cur)
-            leader_id = get_int32(&cur)
+            need(cur, 10, b"metadata partition")
+            error_code_p = get_int16(cur)
+            partition_index = get_int32(cur)
+            leader_id = get_int32(cur)
             leader_epoch = -1
             if api_version >= 7:
-                need(&cur, 4, b"metadata partition leader epoch")
-                leader_epoch = get_int32(&cur)
-            replicas = read_int32_array(&cur, flexible, b"metadata partition replicas")
-            isr = read_int32_array(&cur, flexible, b"metadata partition isr")
-            offline = (read_int32_array(&cur, flexible, b"metadata partition offline replicas")
+                need(cur, 4, b"metadata partition leader epoch")
+                leader_epoch = get_int32(cur)
+            replicas = read_int32_array(cur, flexible, b"metadata partition replicas")
+            isr = read_int32_array(cur, flexible, b"metadata partition isr")
+            offline = (read_int32_array(cur, flexible, b"metadata partition offline replicas")
                        if api_version >= 5 else [])
             if flexible:
-                skip_tagged_fields(&cur)
+                skip_tagged_fields(cur)
             partitions.append(MetadataPartition(error_code_p, partition_index, leader_id,
                                                 leader_epoch, replicas, isr, offline))
         if api_version >= 8:
-            need(&cur, 4, b"metadata topic authorized operations")
-            get_int32(&cur)
+            need(cur, 4, b"metadata topic authorized operations")
+            get_int32(cur)
         if flexible:
-            skip_tagged_fields(&cur)
+            skip_tagged_fields(cur)
         topics.append(MetadataTopic(error_code, name, topic_id, is_internal, partitions))
     if 8 <= api_version <= 10:
-        need(&cur, 4, b"metadata cluster authorized operations")
-        get_int32(&cur)
+        need(cur, 4, b"metadata cluster authorized operations")
+        get_int32(cur)
     if flexible:
-        skip_tagged_fields(&cur)
+        skip_tagged_fields(cur)
     return MetadataResponse(api_version, correlation_id, throttle_time_ms, brokers, cluster_id,
                             controller_id, topics)

@@ -14,10 +14,11 @@ from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int
 from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tagged_fields,
                                         read_response_header, put_length, put_string,
                                         put_empty_tags, begin_produce_request, produce_output,
-                                        end_frame, API_PRODUCE,
-                                        PRODUCE_FLEXIBLE)
+                                        end_frame, utf8_of, checked_version, open_response,
+                                        API_PRODUCE,
+                                        PRODUCE_FLEXIBLE, MAX_FRAME)
 
-from kafkacodec.errors import UnsupportedVersionError
+from kafkacodec.errors import RecordTooLargeError
 from kafkacodec.protocol._types import (ProducePartitionResponse, ProduceTopicResponse,
                                         ProduceResponse)
 
@@ -25,11 +26,8 @@ MIN_VERSION = 3
 MAX_VERSION = 11
 
 
-cdef int check_version(int version) except -1:
-    if version < MIN_VERSION or version > MAX_VERSION:
-        raise UnsupportedVersionError(
-            f"Produce version {version} is not supported (kafkacodec speaks {MIN_VERSION}-{MAX_VERSION})")
-    return 0
+cdef int check_version(object version) except -1:
+    return checked_version(version, b"Produce", MIN_VERSION, MAX_VERSION)
 
 
 cdef inline bint is_buffer_list(object records):
@@ -46,25 +44,43 @@ cdef Py_ssize_t records_size(object records) except -2:
         records = (records,)
     for part in records:
         PyObject_GetBuffer(part, &view, PyBUF_SIMPLE)
+        if view.len > MAX_FRAME - n:
+            PyBuffer_Release(&view)
+            raise RecordTooLargeError(f"records of more than {MAX_FRAME} bytes do not fit a "
+                                      f"ProduceRequest (int32 sizes)")
         n += view.len
         PyBuffer_Release(&view)
     return n
 
 
-cdef int put_records(Writer* w, object records) except -1:
+cdef int put_records(Writer* w, object records, Py_ssize_t expected) except -1:
+    """Append the buffers measured as `expected` bytes by records_size()."""
     cdef Py_buffer view
+    cdef Py_ssize_t start = w.length
     if not is_buffer_list(records):
         records = (records,)
     for part in records:
         PyObject_GetBuffer(part, &view, PyBUF_SIMPLE)
         try:
+            if view.len > expected - (w.length - start):
+                break
             put_bytes(w, <const unsigned char*>view.buf, view.len)
         finally:
             PyBuffer_Release(&view)
+    if w.length - start != expected:
+        raise ValueError("records changed size while the ProduceRequest was written "
+                         f"(measured {expected} bytes)")
     return 0
 
 
-def encode_produce_request(topic_data, *, int api_version=9, int32_t correlation_id=0,
+cdef inline Py_ssize_t grown_estimate(Py_ssize_t estimate, Py_ssize_t n) except -1:
+    if n > MAX_FRAME - estimate:
+        raise RecordTooLargeError(f"a ProduceRequest of more than {MAX_FRAME} bytes does not "
+                                  f"fit its int32 size")
+    return estimate + n
+
+
+def encode_produce_request(topic_data, *, api_version=9, int32_t correlation_id=0,
                            client_id="kafkacodec", int16_t acks=-1, int32_t timeout_ms=30000,
                            transactional_id=None, WriteBuffer out=None):
     """A framed ProduceRequest (int32 size + header + body) in a WriteBuffer.
@@ -74,33 +90,40 @@ def encode_produce_request(topic_data, *, int api_version=9, int32_t correlation
     Pass `out` to reuse a buffer (it is cleared first).  `bytes(result)` or
     `sock.sendall(result)` read it.
     """
-    cdef bint flexible = api_version >= PRODUCE_FLEXIBLE
+    cdef int version = check_version(api_version)
+    cdef bint flexible = version >= PRODUCE_FLEXIBLE
     cdef Py_ssize_t frame, n, estimate = 64
+    cdef int32_t index
     cdef Writer* w
     cdef list topics = [], partitions
-    check_version(api_version)
-    # Pass 1: sizes, so the buffer is allocated once and every batch copied once.
+    cdef bytes name
+    # Pass 1: everything that may run Python code (iteration, __index__, str subclasses) and
+    # the real sizes, so the buffer is allocated once and every batch copied once.
+    client_id = None if client_id is None else utf8_of(client_id)
+    transactional_id = None if transactional_id is None else utf8_of(transactional_id)
     for topic, parts in topic_data:
+        name = utf8_of(topic)
         partitions = []
-        for index, records in parts:
+        for entry, records in parts:
+            index = entry
             n = records_size(records)
             partitions.append((index, records, n))
-            estimate += 4 + 5 + 1 + (n if n > 0 else 0)
-        estimate += 2 + 5 + 1 + 4 * len(topic) + 5
-        topics.append((topic, partitions))
+            estimate = grown_estimate(estimate, 4 + 5 + 1 + (n if n > 0 else 0))
+        estimate = grown_estimate(estimate, 2 + 5 + 1 + len(name) + 5)
+        topics.append((name, partitions))
     out = produce_output(out, estimate, client_id, transactional_id)
     w = &out.w
     # Pass 2: write.
-    frame = begin_produce_request(w, api_version, correlation_id, client_id, transactional_id,
+    frame = begin_produce_request(w, version, correlation_id, client_id, transactional_id,
                                   acks, timeout_ms, len(topics))
-    for topic, partitions in topics:
-        put_string(w, topic, flexible)
+    for name, partitions in topics:
+        put_string(w, name, flexible)
         put_length(w, len(partitions), flexible, True)
         for index, records, n in partitions:
             put_int32(w, index)
             put_length(w, n, flexible, True)
             if n >= 0:
-                put_records(w, records)
+                put_records(w, records, n)
             if flexible:
                 put_empty_tags(w)
         if flexible:
@@ -111,13 +134,21 @@ def encode_produce_request(topic_data, *, int api_version=9, int32_t correlation
     return out
 
 
-def decode_produce_response(data, int api_version, Py_ssize_t offset=0, Py_ssize_t size=-1,
+def decode_produce_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t size=-1,
                             bint header=True):
-    """Decode a ProduceResponse from `data[offset:offset+size]` (starting at the correlation id
-    unless `header` is False)."""
-    cdef const unsigned char[::1] buf = data
-    cdef Py_ssize_t total = buf.shape[0]
+    """Decode a ProduceResponse from `data[offset:offset+size]` (any C-contiguous buffer, read
+    as raw bytes), starting at the correlation id unless `header` is False."""
+    cdef int version = check_version(api_version)
+    cdef Py_buffer view
     cdef Cursor cur
+    open_response(&view, data, offset, size, &cur)
+    try:
+        return read_produce_response(&cur, version, header)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef object read_produce_response(Cursor* cur, int api_version, bint header):
     cdef bint flexible = api_version >= PRODUCE_FLEXIBLE
     cdef Py_ssize_t ntopics, nparts, nerrors, t, p, e
     cdef int32_t index, batch_index, throttle_time_ms = 0
@@ -125,52 +156,60 @@ def decode_produce_response(data, int api_version, Py_ssize_t offset=0, Py_ssize
     cdef int64_t base_offset, log_append_time_ms, log_start_offset
     cdef object correlation_id = None, error_message, name
     cdef list responses, partitions, record_errors
-    check_version(api_version)
-    if offset < 0 or offset > total:
-        raise ValueError(f"offset {offset} outside a buffer of {total} bytes")
-    if size < 0 or size > total - offset:
-        size = total - offset
-    cursor_init(&cur, &buf[0] + offset if total else NULL, size, offset)
     if header:
-        correlation_id = read_response_header(&cur, flexible)
-    ntopics = read_array_length(&cur, flexible, False, 2, b"produce response topics")
+        correlation_id = read_response_header(cur, flexible)
+    ntopics = read_array_length(cur, flexible, False, 3 if flexible else 6,
+                                b"produce response topics")
     responses = []
     for t in range(ntopics):
-        name = read_string(&cur, flexible, False, b"produce response topic name")
-        nparts = read_array_length(&cur, flexible, False, 8, b"produce response partitions")
+        name = read_string(cur, flexible, False, b"produce response topic name")
+        nparts = read_array_length(cur, flexible, False, partition_min_size(api_version, flexible),
+                                   b"produce response partitions")
         partitions = []
         for p in range(nparts):
-            need(&cur, 4 + 2 + 8 + 8, b"produce response partition")
-            index = get_int32(&cur)
-            error_code = get_int16(&cur)
-            base_offset = get_int64(&cur)
-            log_append_time_ms = get_int64(&cur)
+            need(cur, 4 + 2 + 8 + 8, b"produce response partition")
+            index = get_int32(cur)
+            error_code = get_int16(cur)
+            base_offset = get_int64(cur)
+            log_append_time_ms = get_int64(cur)
             log_start_offset = -1
             if api_version >= 5:
-                need(&cur, 8, b"produce response log start offset")
-                log_start_offset = get_int64(&cur)
+                need(cur, 8, b"produce response log start offset")
+                log_start_offset = get_int64(cur)
             record_errors = []
             error_message = None
             if api_version >= 8:
-                nerrors = read_array_length(&cur, flexible, False, 5, b"produce response record errors")
+                nerrors = read_array_length(cur, flexible, False, 6,
+                                            b"produce response record errors")
                 for e in range(nerrors):
-                    need(&cur, 4, b"produce response batch index")
-                    batch_index = get_int32(&cur)
+                    need(cur, 4, b"produce response batch index")
+                    batch_index = get_int32(cur)
                     record_errors.append((batch_index, read_string(
-                        &cur, flexible, True, b"produce response batch index error message")))
+                        cur, flexible, True, b"produce response batch index error message")))
                     if flexible:
-                        skip_tagged_fields(&cur)
-                error_message = read_string(&cur, flexible, True, b"produce response error message")
+                        skip_tagged_fields(cur)
+                error_message = read_string(cur, flexible, True, b"produce response error message")
             if flexible:
-                skip_tagged_fields(&cur)
+                skip_tagged_fields(cur)
             partitions.append(ProducePartitionResponse(
                 index, error_code, base_offset, log_append_time_ms, log_start_offset,
                 record_errors, error_message))
         if flexible:
-            skip_tagged_fields(&cur)
+            skip_tagged_fields(cur)
         responses.append(ProduceTopicResponse(name, partitions))
-    need(&cur, 4, b"produce response throttle time")
-    throttle_time_ms = get_int32(&cur)
+    need(cur, 4, b"produce response throttle time")
+    throttle_time_ms = get_int32(cur)
     if flexible:
-        skip_tagged_fields(&cur)
+        skip_tagged_fields(cur)
     return ProduceResponse(api_version, correlation_id, responses, throttle_time_ms)
+
+
+cdef inline Py_ssize_t partition_min_size(int version, bint flexible) noexcept:
+    # index, error code, base offset, log append time, [log start offset], [record errors,
+    # error message], [tagged fields]
+    cdef Py_ssize_t n = 4 + 2 + 8 + 8
+    if version >= 5:
+        n += 8
+    if version >= 8:
+        n += 1 + 1 + 1 if flexible else 4 + 2
+    return n

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ class AbortedTransaction(NamedTuple):
 class FetchTopicResponse(NamedTuple):
     topic: str | None            # versions 0-12
     topic_id: uuid.UUID | None   # versions 13+
-    partitions: list[FetchPartitionData]
+    partitions: Sequence[FetchPartitionData]   # decoded: FetchPartitions, made on access
 
 
 class FetchResponse(NamedTuple):
@@ -41,7 +42,7 @@ class FetchResponse(NamedTuple):
     throttle_time_ms: int
     error_code: int
     session_id: int
-    responses: list[FetchTopicResponse]
+    responses: Sequence[FetchTopicResponse]   # decoded: FetchTopics, made on access
     size: int                    # bytes decoded (header included)
 
 

@@ -3,13 +3,16 @@
 # sections, uuids, and the request/response headers.  Every message module cimports these.
 
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
-from cpython.unicode cimport PyUnicode_DecodeUTF8
-from kafkacodec._cursor cimport (Cursor, need, take, get_int16, get_int32, read_uvarint,
+from cpython.number cimport PyNumber_Index
+from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_AsUTF8String
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from kafkacodec._cursor cimport (Cursor, cursor_init, need, take, get_int16, get_int32, read_uvarint,
                                  raise_corrupt, raise_short)
 from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int32, put_bytes,
                                  put_uvarint)
 
 cdef enum:
+    MAX_FRAME = 0x7FFFFFFF       # every size on the wire is an int32
     API_PRODUCE = 0
     API_FETCH = 1
     API_METADATA = 3
@@ -18,6 +21,33 @@ cdef enum:
     PRODUCE_FLEXIBLE = 9
     METADATA_FLEXIBLE = 9
     API_VERSIONS_FLEXIBLE = 3
+
+# --- versions ------------------------------------------------------------------------------------
+cdef inline int checked_version(object version, const char* api, int lowest,
+                                int highest) except -1:
+    """The api version as a C int; UnsupportedVersionError outside lowest..highest, for any
+    integer however large (never OverflowError)."""
+    cdef object number = PyNumber_Index(version)
+    if number < lowest or number > highest:
+        from kafkacodec.errors import UnsupportedVersionError
+        raise UnsupportedVersionError(f"{api.decode()} version {number} is not supported "
+                                      f"(kafkacodec speaks {lowest}-{highest})")
+    return <int>number
+
+# --- the buffer a response is decoded from ------------------------------------------------------
+cdef inline int open_response(Py_buffer* view, object data, Py_ssize_t offset, Py_ssize_t size,
+                              Cursor* cur) except -1:
+    """Borrow the raw bytes of `data` (any C-contiguous buffer, whatever its item format) and
+    aim `cur` at data[offset:offset + size] (size -1 or past the end: to the end; positions in
+    errors count from the start of `data`).  The caller releases `view`."""
+    PyObject_GetBuffer(data, view, PyBUF_SIMPLE)
+    if offset < 0 or offset > view.len:
+        PyBuffer_Release(view)
+        raise ValueError(f"offset {offset} outside a buffer of {view.len} bytes")
+    if size < 0 or size > view.len - offset:
+        size = view.len - offset       # the cursor reports a truncation with its position
+    cursor_init(cur, <const unsigned char*>view.buf + offset, size, offset)
+    return 0
 
 # --- lengths -----------------------------------------------------------------------------------
 cdef inline Py_ssize_t read_length(Cursor* cur, bint compact, bint nullable, int width,
@@ -88,12 +118,19 @@ cdef inline int put_length(Writer* w, Py_ssize_t n, bint compact, bint wide) exc
         return put_int32(w, <int32_t>n)
     return put_int16(w, <int16_t>n)
 
+cdef inline bytes utf8_of(object s):
+    """The bytes a string field carries: UTF-8 of a str (of its real characters: a str
+    subclass's __len__ or encode() are not consulted), else the bytes of a buffer."""
+    if isinstance(s, str):
+        return PyUnicode_AsUTF8String(s)
+    return bytes(s)
+
 cdef inline int put_string(Writer* w, object s, bint compact) except -1:
     """A (nullable) string; None writes null."""
     cdef bytes data
     if s is None:
         return put_length(w, -1, compact, False)
-    data = (<str>s).encode("utf-8") if isinstance(s, str) else bytes(s)
+    data = s if type(s) is bytes else utf8_of(s)
     if not compact and len(data) > 0x7FFF:
         raise ValueError(f"string of {len(data)} bytes does not fit an int16 length")
     put_length(w, len(data), compact, False)
@@ -123,9 +160,11 @@ cdef inline Py_ssize_t begin_request(Writer* w, int16_t api_key, int16_t api_ver
 cdef inline WriteBuffer produce_output(WriteBuffer out, Py_ssize_t estimate, object client_id,
                                        object transactional_id):
     """The buffer a ProduceRequest is written into: `out` emptied (a new one when None), with
-    room for `estimate` bytes plus the two ids (4 bytes a character covers any UTF-8)."""
-    estimate += 4 * (len(client_id) if client_id is not None else 0)
-    estimate += 4 * (len(transactional_id) if transactional_id is not None else 0)
+    room for `estimate` bytes plus the two ids (their real UTF-8 sizes)."""
+    if client_id is not None:
+        estimate += len(utf8_of(client_id))
+    if transactional_id is not None:
+        estimate += len(utf8_of(transactional_id))
     if out is None:
         out = WriteBuffer(estimate)
     else:

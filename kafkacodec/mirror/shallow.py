@@ -8,7 +8,7 @@
 - :class:`RawBatchesBuilder`: several raw batches into one record set, bounded by max_bytes.
 - :func:`fetch_to_produce`: a decoded FetchResponse straight into ProduceRequest bytes.
 
-See docs/mirroring.md.
+See docs/mirroring.md ("The pieces").
 """
 
 from kafkacodec._mirror import (

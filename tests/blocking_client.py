@@ -1,4 +1,4 @@
-"""A tiny blocking client for tests and benchmarks: connect, send a framed request, read one
+"""A tiny blocking client for the tests: connect, send a framed request, read one
 size-prefixed response.  No retries, no pipelining, no SASL/TLS: not a production client."""
 
 from __future__ import annotations

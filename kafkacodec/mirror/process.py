@@ -1,0 +1,324 @@
+"""The mirror process (``kafkacodec mirror``): shallow KIP-712 mirroring of topics from a source
+cluster to a target cluster.
+
+- The source is read by the consumer core (read_committed: control batches and aborted
+  transactions never reach the target) into rings from one pool of `buffer_memory` bytes.
+- Whole batches move without decompression; the first is trimmed when a start position lies
+  inside it.  Each is copied once into a ProduceRequest with the mirror's own idempotent
+  producer state (InitProducerId; per-partition sequences; the transactional flag cleared) and
+  its CRC-32C updated from the header alone.  acks=all; one batch per partition per request
+  unless `multi_batch`.
+- The source position after the last acknowledged batch is checkpointed atomically in the state
+  directory (and optionally committed to a source group): a crash and restart lose nothing and
+  write again at most what was acknowledged after the last checkpoint plus what was in flight.
+- Source partition p goes to target partition p of the (renamed) target topic; a target topic
+  with fewer partitions is refused.  `until_caught_up` ends once everything that was in the
+  source at start is acknowledged.
+
+See docs/mirroring.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import sys
+import time
+from typing import Any
+
+from kafkacodec.consumer import Consumer, Reactor
+from kafkacodec.consumer._cluster import BrokerError, Cluster
+from kafkacodec.consumer._forms import FetchedPartition
+from kafkacodec.mirror._checkpoint import Checkpoint
+from kafkacodec.mirror._producer import IdempotentProducer, Item
+
+__all__ = ["Mirror", "MirrorConfig", "MirrorError", "TARGET_RING_BYTES"]
+
+#: Each target connection's ring (ProduceResponses are small); taken from the pool with priority.
+TARGET_RING_BYTES = 256 << 10
+
+
+class MirrorError(Exception):
+    """A configuration the mirror refuses (missing topics, a target with fewer partitions...)."""
+
+
+@dataclasses.dataclass
+class MirrorConfig:
+    source: str
+    target: str
+    topics: list[str]
+    state_dir: str
+    rename: dict[str, str] = dataclasses.field(default_factory=dict)
+    until_caught_up: bool = False
+    buffer_memory: int = 64 << 20
+    multi_batch: bool = False
+    group_id: str | None = None          # also commit the positions to this source group
+    start: str = "earliest"              # without a checkpoint: earliest | latest | committed
+    checkpoint_interval: float = 1.0     # seconds between checkpoints (0: after every ack)
+    max_in_flight: int = 5               # unacknowledged batches per partition (<= 5)
+    max_request_bytes: int = 8 << 20
+    request_timeout: float = 30.0
+    metrics_listen: str | None = None
+    progress: bool | None = None         # None: when stderr is a terminal
+    client_id: str = "kafkacodec-mirror"
+
+
+class Mirror:
+    """One mirror run.  `run()` returns an exit status (0: done or stopped cleanly)."""
+
+    def __init__(self, config: MirrorConfig):
+        self.config = config
+        self.checkpoint = Checkpoint(config.state_dir)
+        self.consumer: Consumer | None = None
+        self.reactor: Reactor | None = None
+        self.target: Cluster | None = None
+        self.producer: IdempotentProducer | None = None
+        self.acked: dict[tuple[str, int], int] = {}        # source position acknowledged
+        self.ends: dict[tuple[str, int], int] = {}          # --until-caught-up targets
+        self.stopping = False
+        self.metrics_port: int | None = None
+        self._metrics_server: Any = None
+        self._dirty = False
+        self._copied_left: dict[int, int] = {}               # id(FetchedPartition) -> batches left
+        self._parts: dict[int, FetchedPartition] = {}
+
+    def target_topic(self, topic: str) -> str:
+        return self.config.rename.get(topic, topic)
+
+    def stop(self, *_: object) -> None:
+        """Finish the requests in flight, checkpoint, and return from run() (signal-safe)."""
+        self.stopping = True
+
+    # -- set-up --------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        cfg = self.config
+        self.reactor = reactor = Reactor()
+        self.consumer = Consumer(cfg.source, buffer_memory=cfg.buffer_memory,
+                                 isolation_level="read_committed", group_id=cfg.group_id,
+                                 client_id=cfg.client_id, request_timeout=cfg.request_timeout,
+                                 reactor=reactor, max_in_flight=2)
+        self.target = Cluster(cfg.target, pool=self.consumer.pool, ring_bytes=TARGET_RING_BYTES,
+                              client_id=cfg.client_id, request_timeout=cfg.request_timeout,
+                              reactor=reactor, priority=True, name="target")
+        counts = {topic: self.consumer.partitions_for(topic) for topic in cfg.topics}
+        targets = [self.target_topic(t) for t in cfg.topics]
+        for attempt in range(12):
+            # a topic just created may take a moment to reach every broker's metadata
+            self.target.refresh_metadata(targets)
+            if all(self.target.topic_errors.get(t, 3) == 0 for t in targets) or attempt == 11:
+                break
+            self.target.wait(min(0.1 * 2 ** attempt, 1.0))
+        for topic in cfg.topics:
+            name = self.target_topic(topic)
+            code = self.target.topic_errors.get(name, 3)
+            if code:
+                raise MirrorError(f"target topic {name!r} is not available on {cfg.target} "
+                                  f"(error {code}): create it with at least {counts[topic]} "
+                                  f"partitions")
+            have = self.target.partition_counts[name]
+            if have < counts[topic]:
+                raise MirrorError(f"target topic {name!r} has {have} partitions, fewer than the "
+                                  f"{counts[topic]} of source topic {topic!r}: each source "
+                                  f"partition needs its own target partition")
+        saved = self.checkpoint.load(self.consumer.cluster.cluster_id, self.target.cluster_id)
+        wanted: dict[tuple[str, int], Any] = {}
+        for topic, count in counts.items():
+            for p in range(count):
+                key = (topic, p)
+                wanted[key] = saved.get(key, cfg.start)
+        self.consumer.assign(wanted)
+        for key in wanted:
+            self.acked[key] = self.consumer.position(key)
+        if cfg.until_caught_up:
+            self.ends = self.consumer.end_offsets(list(wanted))
+        self.producer = IdempotentProducer(
+            self.target, max_in_flight=cfg.max_in_flight, max_request_bytes=cfg.max_request_bytes,
+            multi_batch=cfg.multi_batch, client_id=cfg.client_id, on_copied=self._on_copied,
+            on_acked=self._on_acked, timeout_ms=int(cfg.request_timeout * 1000))
+        self.producer.init_producer_id()
+        if cfg.metrics_listen:
+            from kafkacodec.mirror._metrics import start_metrics_server
+
+            self._metrics_server, self.metrics_port = start_metrics_server(self, cfg.metrics_listen)
+
+    # -- the flow of batches -------------------------------------------------------------------
+    def _take(self, part: FetchedPartition) -> None:
+        """Queue a fetched partition's batches for the target (or its new position only)."""
+        assert self.producer is not None
+        topic = self.target_topic(part.topic)
+        batches = part.batches
+        if not batches:
+            self.producer.enqueue(topic, part.partition, Item(None, part.next_offset, part))
+            part.release()
+            return
+        self._copied_left[id(part)] = len(batches)
+        self._parts[id(part)] = part
+        for i, batch in enumerate(batches):
+            following = batch.offset + 1 if i + 1 < len(batches) else part.next_offset
+            self.producer.enqueue(topic, part.partition, Item(batch, following, part))
+
+    def _on_copied(self, item: Item) -> None:
+        """A batch is in a request frame: its source bytes may go back to the ring."""
+        key = id(item.owner)
+        left = self._copied_left.get(key)
+        if left is None:
+            return
+        if left <= 1:
+            del self._copied_left[key]
+            self._parts.pop(key).release()
+        else:
+            self._copied_left[key] = left - 1
+
+    def _on_acked(self, topic: str, partition: int, item: Item) -> None:
+        source_topic = self._source_topic(topic)
+        self.acked[(source_topic, partition)] = item.source_next
+        self._dirty = True
+
+    def _source_topic(self, target_topic: str) -> str:
+        for source, target in self.config.rename.items():
+            if target == target_topic:
+                return source
+        return target_topic
+
+    def caught_up(self) -> bool:
+        return bool(self.ends) and all(self.acked.get(tp, -1) >= end for tp, end in self.ends.items())
+
+    def save_checkpoint(self, force: bool = False) -> None:
+        if not self._dirty and not force:
+            return
+        interval = self.config.checkpoint_interval
+        if not force and interval > 0 and time.monotonic() - self.checkpoint.written_at < interval:
+            return
+        positions = dict(self.acked)
+        self.checkpoint.save(positions, {t: self.target_topic(t) for t in self.config.topics})
+        self._dirty = False
+        if self.config.group_id and self.consumer is not None:
+            try:
+                self.consumer.commit(positions)
+            except (BrokerError, ConnectionError, TimeoutError, OSError) as exc:
+                print(f"kafkacodec mirror: commit to group {self.config.group_id!r} failed: "
+                      f"{exc}", file=sys.stderr)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self, install_signals: bool = False) -> int:
+        previous = {}
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, self.stop)
+        try:
+            self._setup()
+            return self._loop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.close()
+
+    def _loop(self) -> int:
+        consumer, producer = self.consumer, self.producer
+        assert consumer is not None and producer is not None
+        progress = _progress(self)
+        try:
+            while True:
+                if producer.fatal is not None:
+                    self.save_checkpoint(force=True)
+                    raise producer.fatal
+                if self.caught_up() and not producer.busy:
+                    self.save_checkpoint(force=True)
+                    return 0
+                if self.stopping:
+                    return self._drain()
+                timeout = 0.01 if producer.busy else 0.2
+                for part in consumer.poll(timeout):
+                    self._take(part)
+                producer.send_ready()
+                if producer.busy:
+                    consumer.reactor.poll(0)            # acknowledgements that already arrived
+                    producer.send_ready()
+                self.save_checkpoint()
+                progress.update()
+        finally:
+            progress.close()
+
+    def _drain(self, timeout: float = 30.0) -> int:
+        """Stop fetching; wait for what was sent; checkpoint."""
+        assert self.consumer is not None and self.producer is not None
+        deadline = time.monotonic() + timeout
+        for tp in self.consumer.assignment():
+            self.consumer.fetcher.states[tp].paused = True
+        while any(tp.in_flight for tp in self.producer.partitions.values()) and \
+                time.monotonic() < deadline and self.producer.fatal is None:
+            self.consumer.reactor.poll(0.05)
+        self.save_checkpoint(force=True)
+        return 0
+
+    def close(self) -> None:
+        for part in list(self._parts.values()):
+            part.release()
+        self._parts.clear()
+        if self.target is not None:
+            self.target.close()
+        if self.consumer is not None:
+            self.consumer.close()
+        if self.reactor is not None:
+            self.reactor.close()
+            self.reactor = None
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server = None
+
+
+class _NoProgress:
+    def update(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Progress:
+    """Progress on stderr with tqdm: records acknowledged (of the backlog at start with
+    --until-caught-up), bytes and the slowest partition's lag."""
+
+    def __init__(self, mirror: Mirror):
+        from tqdm import tqdm
+
+        self.mirror = mirror
+        total = None
+        if mirror.ends:
+            total = sum(max(0, end - mirror.acked.get(tp, end)) for tp, end in mirror.ends.items())
+        self.start = dict(mirror.acked)
+        self.bar = tqdm(total=total, unit="rec", unit_scale=True, desc="mirror", file=sys.stderr,
+                        dynamic_ncols=True)
+        self.last = 0.0
+
+    def update(self) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.2:
+            return
+        self.last = now
+        m = self.mirror
+        done = sum(max(0, m.acked[tp] - self.start.get(tp, m.acked[tp])) for tp in m.acked)
+        self.bar.n = done
+        producer = m.producer
+        self.bar.set_postfix_str(
+            f"{(producer.bytes_sent if producer else 0) / 1e6:.1f} MB sent, "
+            f"{producer.pending_batches() if producer else 0} batches queued", refresh=False)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.update()
+        self.bar.close()
+
+
+def _progress(mirror: Mirror) -> Any:
+    enabled = mirror.config.progress
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled:
+        return _NoProgress()
+    try:
+        return _Progress(mirror)
+    except ImportError:
+        print("kafkacodec mirror: progress needs tqdm (pip install kafkacodec[mirror])",
+              file=sys.stderr)
+        return _NoProgress()

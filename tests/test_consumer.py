@@ -1,0 +1,393 @@
+"""The consumer core against librdkafka's mock cluster (3 brokers, one per module): every codec
+in the three output forms (raw batches, Arrow, flyweight records) against confluent-kafka's
+consumer; read_committed with committed and aborted transactions although the mock lists no
+aborted transactions; commits through the group coordinator; KIP-81 muting and priority
+coordinator rings; retries after NOT_LEADER, disconnects and timeouts."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+ck = pytest.importorskip("confluent_kafka")
+pytest.importorskip("kafka")
+
+from mock_cluster import MockCluster  # noqa: E402
+
+from kafkacodec import ConcurrentUseError, MemoryRecords  # noqa: E402
+from kafkacodec.consumer import Consumer  # noqa: E402
+from kafkacodec.consumer._connection import BrokerConnection  # noqa: E402
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+PER_PARTITION = 60
+
+
+@pytest.fixture(scope="module")
+def mock():
+    return MockCluster(3)
+
+
+def make_records(partitions, n, seed=""):
+    out = []
+    for i in range(n):
+        for p in partitions:
+            out.append((p, None if i % 9 == 4 else b"%s-key-%d" % (seed.encode(), i),
+                        (b"%s value %d/%d " % (seed.encode(), p, i)) * (1 + i % 11),
+                        [("i", b"%d" % i), ("h", None)] if i % 3 == 0 else None,
+                        1_700_000_000_000 + 17 * i))
+    return out
+
+
+def debug_state(consumer, ends):
+    return ({tp: consumer.position(tp) for tp in ends},
+            [(k, c.state, c.muted, c.ring, len(c.in_flight), c.leases) for k, c in consumer.cluster.connections.items()],
+            [(st.topic, st.partition, st.position, st.fetch is not None, st.backoff_until - time.monotonic(), st.reset)
+             for st in consumer.fetcher.states.values()],
+            consumer.pool.available_memory, consumer.fetcher.in_flight, consumer.cluster.leaders,
+            len(consumer.cluster.closing))
+
+
+def consume_all(consumer, ends, form, timeout=30.0):
+    """Everything up to `ends` {tp: end offset} as (partition, offset, key, value, headers, ts)."""
+    out = []
+    deadline = time.monotonic() + timeout
+    while any(consumer.position(tp) < end for tp, end in ends.items()):
+        assert time.monotonic() < deadline, debug_state(consumer, ends)
+        if form == "records":
+            for rec in consumer.records(0.5):
+                out.append((rec.partition, rec.offset, rec.key, rec.value, rec.headers,
+                            rec.timestamp))
+            continue
+        for part in consumer.poll(0.5):
+            with part:
+                if form == "raw":
+                    for batch in part.batches:
+                        for r in MemoryRecords(bytes(batch.value)).records():
+                            if r.offset >= part.start_offset:
+                                out.append((part.partition, r.offset, r.key, r.value,
+                                            list(r.headers), r.timestamp))
+                else:
+                    for table in part.to_arrow():
+                        for row in table.to_pylist():
+                            assert row["topic"] == part.topic
+                            out.append((row["partition"], row["offset"], row["key"], row["value"],
+                                        [(h["key"], h["value"]) for h in row["headers"] or []],
+                                        int(row["timestamp"].timestamp() * 1000)))
+    return sorted(out, key=lambda m: (m[0], m[1]))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_every_codec_in_every_form_matches_confluent_kafka(mock, codec):
+    topic = f"codec-{codec}"
+    mock.create_topic(topic)
+    mock.produce(topic, make_records(range(4), PER_PARTITION, codec),
+                 **{"compression.type": codec, "batch.num.messages": 13})
+    expected = mock.consume(topic, range(4), 4 * PER_PARTITION)
+    assert len(expected) == 4 * PER_PARTITION
+    for form in ("raw", "arrow", "records"):
+        with Consumer(mock.bootstrap, buffer_memory=4 << 20, max_in_flight=2) as consumer:
+            consumer.assign_topics([topic])
+            ends = consumer.end_offsets(consumer.assignment())
+            got = consume_all(consumer, ends, form)
+            assert got == expected, form
+            # three brokers, one ring each, all from the pool
+            assert consumer.pool.size == 4 << 20
+
+
+def test_idempotent_producer_and_starting_inside_a_batch(mock):
+    topic = "idempotent"
+    mock.create_topic(topic)
+    mock.produce(topic, make_records([0], 40, "idem"),
+                 **{"enable.idempotence": True, "compression.type": "lz4",
+                    "batch.num.messages": 10, "linger.ms": 50})
+    expected = mock.consume(topic, [0], 40)
+    with Consumer(mock.bootstrap, buffer_memory=2 << 20) as consumer:
+        consumer.assign({(topic, 0): 0})
+        first = consumer.poll(5.0)[0]
+        batch = first.batches[0]
+        assert batch.producer_id >= 0 and batch.base_sequence == 0 and batch.record_count >= 2
+        inside = batch.base_offset + 1
+        first.release()
+        consumer.seek((topic, 0), inside)
+        parts = consumer.poll(5.0)
+        trimmed = parts[0].batches[0]
+        assert trimmed.trimmed and trimmed.base_offset == inside
+        assert trimmed.base_sequence == 1                 # the sequence moves with the offsets
+        for part in parts:
+            part.release()
+        consumer.seek((topic, 0), inside)
+        got = consume_all(consumer, {(topic, 0): 40}, "arrow")
+    assert got == [m for m in expected if m[1] >= inside]
+
+
+def transactional_history(mock, topic, partitions):
+    """Committed and aborted transactions interleaved with plain records on every partition;
+    returns the records a read_committed consumer must see, and all data records."""
+    outcome = {}
+    plain = ck.Producer({"bootstrap.servers": mock.bootstrap, "linger.ms": 1})
+    txn = ck.Producer({"bootstrap.servers": mock.bootstrap, "transactional.id": f"{topic}-tx",
+                       "linger.ms": 1, "batch.num.messages": 3, "compression.type": "zstd"})
+    txn.init_transactions(10)
+    committed_values, all_values = [], []
+    for t in range(8):
+        txn.begin_transaction()
+        values = []
+        for j in range(9):
+            for p in partitions:
+                value = b"txn %d record %d p%d" % (t, j, p)
+                txn.produce(topic, value=value, partition=p)
+                values.append((p, value))
+            txn.poll(0)
+            if j == 4:
+                for p in partitions:
+                    plain.produce(topic, value=b"plain %d p%d" % (t, p), partition=p)
+                    committed_values.append((p, b"plain %d p%d" % (t, p)))
+                    all_values.append((p, b"plain %d p%d" % (t, p)))
+                assert plain.flush(10) == 0
+        txn.flush(10)
+        if t % 3 == 1:
+            txn.abort_transaction(10)
+        else:
+            txn.commit_transaction(10)
+            committed_values += values
+        all_values += values
+        outcome[t] = t % 3 != 1
+    return sorted(committed_values), sorted(all_values)
+
+
+def test_read_committed_without_the_brokers_aborted_lists(mock):
+    topic = "transactions"
+    mock.create_topic(topic)
+    committed, everything = transactional_history(mock, topic, [0, 1])
+    for isolation, want in (("read_committed", committed), ("read_uncommitted", everything)):
+        with Consumer(mock.bootstrap, buffer_memory=2 << 20, isolation_level=isolation) as consumer:
+            consumer.assign({(topic, 0): "earliest", (topic, 1): "earliest"})
+            ends = consumer.end_offsets(consumer.assignment())
+            for form in ("raw", "arrow", "records"):
+                for tp in ends:
+                    consumer.seek(tp, 0)
+                got = consume_all(consumer, ends, form)
+                assert sorted((m[0], m[3]) for m in got) == want, (isolation, form)
+                # in offset order per partition
+                assert got == sorted(got, key=lambda m: (m[0], m[1]))
+    # the mock itself does not filter: its read_committed view still shows aborted records
+    oracle = mock.consume(topic, [0, 1], len(everything), isolation="read_committed", timeout=10)
+    assert len(oracle) == len(everything)
+
+
+def test_commit_and_committed_through_the_coordinator(mock):
+    topic = "commits"
+    mock.create_topic(topic)
+    mock.produce(topic, make_records([0, 1], 10, "c"))
+    with Consumer(mock.bootstrap, buffer_memory=2 << 20, group_id="g1") as consumer:
+        assert consumer.committed([(topic, 0), (topic, 1)]) == {(topic, 0): None, (topic, 1): None}
+        consumer.assign({(topic, 0): 3, (topic, 1): "earliest"})
+        consumer.commit({(topic, 0): 7, (topic, 1): 2})
+        assert consumer.committed([(topic, 0), (topic, 1)]) == {(topic, 0): 7, (topic, 1): 2}
+    # confluent-kafka's consumer of the same group starts there
+    oracle = ck.Consumer({"bootstrap.servers": mock.bootstrap, "group.id": "g1",
+                          "enable.auto.commit": False})
+    try:
+        got = oracle.committed([ck.TopicPartition(topic, 0), ck.TopicPartition(topic, 1)], timeout=10)
+        assert [(tp.partition, tp.offset) for tp in got] == [(0, 7), (1, 2)]
+    finally:
+        oracle.close()
+    with Consumer(mock.bootstrap, buffer_memory=2 << 20, group_id="g1") as consumer:
+        consumer.assign({(topic, 0): "committed", (topic, 1): "committed"})
+        assert consumer.position((topic, 0)) == 7 and consumer.position((topic, 1)) == 2
+
+
+def unread_bytes(sock):
+    try:
+        return len(sock.recv(1 << 16, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        return 0
+
+
+def test_a_connection_reads_only_when_the_pool_can_hold_it(mock):
+    """KIP-81: with the pool exhausted, the connection does not read the response waiting on
+    its socket (it is muted); once memory returns it reads it."""
+    topic = "muting"
+    mock.create_topic(topic)
+    mock.produce(topic, make_records([0], 100, "m"), **{"batch.num.messages": 5})
+    with Consumer(mock.bootstrap, buffer_memory=1 << 20, ring_bytes=1 << 20) as consumer:
+        consumer.assign({(topic, 0): 0})
+        consumer.pause([(topic, 0)])
+        first = consumer.poll(0)
+        assert first == [] and consumer.fetcher.fetches_sent == 0
+        consumer.resume([(topic, 0)])
+        consumer.poll(5.0)[0].release()
+        consumer.pause([(topic, 0)])
+        cluster = consumer.cluster
+        leader = cluster.leaders[(topic, 0)]
+        conn = cluster.connections[(leader, "data")]
+        while conn.in_flight:                      # the prefetch sent by poll() comes back
+            consumer.reactor.poll(0.05)
+        for part in consumer.fetcher.ready:
+            part.release()
+        consumer.fetcher.ready.clear()
+        # The idle ring goes back to the pool; then the whole pool is taken away.
+        cluster.prepare(time.monotonic())
+        assert conn.ring is None and consumer.pool.available_memory == 1 << 20
+        hog = consumer.pool.try_allocate(1 << 20)
+        consumer.resume([(topic, 0)])
+        consumer.fetcher.send_fetches()
+        deadline = time.monotonic() + 10
+        while not conn.muted:                      # the answer arrives: no ring for it
+            assert time.monotonic() < deadline
+            consumer.reactor.poll(0.05)
+        assert conn.ring is None and unread_bytes(conn.sock) > 0
+        assert consumer.poll(0.5) == []                # nothing read: the bytes wait in the kernel
+        assert unread_bytes(conn.sock) > 0 and consumer.metrics()["muted-connections"] == 1
+        assert consumer.pool.metrics()["memory-pool-used"] == 1 << 20
+        consumer.pool.release(hog)
+        parts = consumer.poll(5.0)
+        assert parts and parts[0].batches and not conn.muted
+        for part in parts:
+            part.release()
+
+
+def test_coordinator_rings_have_priority(mock):
+    """A fetch ring holding the whole pool does not stop a commit: the coordinator connection
+    takes its ring with priority=True (from the heap, outside the budget)."""
+    topic = "priority"
+    mock.create_topic(topic)
+    mock.produce(topic, make_records([0], 5, "p"))
+    with Consumer(mock.bootstrap, buffer_memory=1 << 20, ring_bytes=1 << 20, group_id="gp") as consumer:
+        consumer.assign({(topic, 0): 0})
+        held = consumer.poll(5.0)
+        assert consumer.pool.available_memory == 0       # the data ring holds the whole pool
+        consumer.commit({(topic, 0): 3})
+        assert consumer.committed([(topic, 0)]) == {(topic, 0): 3}
+        assert consumer.pool.available_memory == 0
+        for part in held:
+            part.release()
+
+
+def test_fewer_ring_bytes_than_brokers_need_mute_instead_of_growing(mock):
+    """Several leaders, one ring's worth of pool: connections take turns, the pool never grants
+    more than buffer_memory, and every record arrives."""
+    topic = "turns"
+    mock.create_topic(topic)
+    mock.produce(topic, make_records(range(4), 45, "turns"), **{"batch.num.messages": 5})
+    expected = mock.consume(topic, range(4), 180)
+    with Consumer(mock.bootstrap, buffer_memory=1 << 20, ring_bytes=1 << 20) as consumer:
+        consumer.assign_topics([topic])
+        ends = consumer.end_offsets(consumer.assignment())
+        assert len({consumer.cluster.leaders[tp] for tp in ends}) >= 2     # 2 or 3 brokers
+        used = []
+        real_poll = consumer.reactor.poll
+
+        def poll(timeout):
+            real_poll(timeout)
+            used.append(consumer.pool.size - consumer.pool.available_memory)
+
+        consumer.reactor.poll = poll
+        got = consume_all(consumer, ends, "raw")
+        assert got == expected
+        assert max(used) <= 1 << 20
+
+
+def test_not_leader_refreshes_metadata_and_retries(mock):
+    topic = "leaders"
+    mock.create_topic(topic)
+    mock.produce(topic, make_records([0], 10, "l"))
+    with Consumer(mock.bootstrap, buffer_memory=2 << 20) as consumer:
+        consumer.assign({(topic, 0): 0})
+        leader = consumer.cluster.leaders[(topic, 0)]
+        wrong = next(n for n in consumer.cluster.brokers if n != leader)
+        consumer.cluster.leaders[(topic, 0)] = wrong      # stale metadata
+        responses = consumer.fetcher.responses
+        got = consume_all(consumer, {(topic, 0): 10}, "raw")
+        assert len(got) == 10
+        assert consumer.cluster.leaders[(topic, 0)] == leader
+        assert consumer.fetcher.responses >= responses + 2     # the NOT_LEADER answer, then data
+
+
+class FakeBroker:
+    """A listening socket that accepts and then either closes at once or never answers."""
+
+    def __init__(self, mode):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.mode = mode
+        self.accepted = 0
+        self.held = []
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.mode == "close":
+                conn.close()
+            else:
+                self.held.append(conn)
+
+    def close(self):
+        self.server.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.parametrize("mode", ["close", "silent"])
+def test_disconnects_and_timeouts_are_retried(mock, mode):
+    topic = f"retry-{mode}"
+    mock.create_topic(topic)
+    mock.produce(topic, make_records([0], 10, mode))
+    fake = FakeBroker(mode)
+    try:
+        with Consumer(mock.bootstrap, buffer_memory=2 << 20, request_timeout=1.0,
+                      retry_backoff=0.05) as consumer:
+            consumer.assign({(topic, 0): 0})
+            # the leader's address points at the fake broker until Metadata is refreshed
+            consumer.cluster.brokers[99] = ("127.0.0.1", fake.port)
+            consumer.cluster.leaders[(topic, 0)] = 99
+            got = consume_all(consumer, {(topic, 0): 10}, "records", timeout=20)
+            assert len(got) == 10 and fake.accepted >= 1
+    finally:
+        fake.close()
+
+
+def test_one_thread_at_a_time(mock):
+    topic = "threads"
+    mock.create_topic(topic)
+    with Consumer(mock.bootstrap, buffer_memory=2 << 20) as consumer:
+        consumer.assign({(topic, 0): 0})
+        errors = []
+        started = threading.Event()
+
+        def other():
+            started.wait(5)
+            try:
+                consumer.poll(0)
+            except ConcurrentUseError as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        real = consumer.reactor.poll
+
+        def slow(timeout):
+            started.set()
+            time.sleep(0.2)
+            real(timeout)
+
+        consumer.reactor.poll = slow
+        consumer.poll(0.3)
+        thread.join()
+        assert len(errors) == 1 and "one thread at a time" in str(errors[0])
+
+
+def test_connection_rings_come_from_the_pool(mock):
+    conn = BrokerConnection(1, "127.0.0.1", 1, pool=__import__("kafkacodec").SimpleMemoryPool(1 << 20, 1 << 20, True),
+                            ring_bytes=1 << 20)
+    assert conn.take_ring() and conn.pool.available_memory == 0
+    assert conn.release_ring_if_idle() and conn.pool.available_memory == 1 << 20
