@@ -532,13 +532,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
             topic_downconversion=dict(args.topic_downconversion or []),
             zstd_codec=args.zstd_downconvert_codec, node_id=args.node_id,
             poll_interval_ms=args.poll_interval_ms,
-            group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms)
+            group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+            upstream=args.upstream, upstream_buffer_memory=args.upstream_buffer_memory,
+            upstream_cache_memory=args.upstream_cache_memory)
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    server = Server(config=config).start()
+    try:
+        server = Server(config=config).start()
+    except OSError as exc:                    # the upstream cluster unreachable, the port taken
+        raise CliError(str(exc), EXIT_INPUT) from None
     try:
         host, port = server.address
         print(f"listening on {host}:{port}", flush=True)
@@ -771,8 +776,18 @@ def build_parser() -> argparse.ArgumentParser:
                     "stop it (exit 0). See docs/serve.md.",
         epilog="examples:\n  kafkacodec serve /backups/kafka-logs --listen 127.0.0.1:9092\n"
                "  kafkacodec serve /var/kafka-logs --listen 0.0.0.0:9092 --advertised-listener "
-               "kafka-archive:9092 --state-dir /var/lib/kafkacodec --metrics-listen :9404\n\n" + EXIT_CODES)
-    sv.add_argument("log_dirs", nargs="+", metavar="LOG_DIR", help="Kafka log directories (log.dirs)")
+               "kafka-archive:9092 --state-dir /var/lib/kafkacodec --metrics-listen :9404\n"
+               "  kafkacodec serve --upstream kafka4:9092 --listen 0.0.0.0:9092 --advertised-listener "
+               "gateway:9092\n\n" + EXIT_CODES)
+    sv.add_argument("log_dirs", nargs="*", metavar="LOG_DIR", help="Kafka log directories (log.dirs)")
+    sv.add_argument("--upstream", metavar="BOOTSTRAP",
+                    help="serve this cluster instead of log directories: a gateway for old clients "
+                         "(down-converted) and new ones (the cluster's batches); groups are "
+                         "coordinated here and their offsets committed to the cluster")
+    sv.add_argument("--upstream-buffer-memory", type=_size_arg, default=64 << 20, metavar="BYTES",
+                    help="the upstream consumer's memory (KIP-81 pool of its rings, default 64MiB)")
+    sv.add_argument("--upstream-cache-memory", type=_size_arg, default=64 << 20, metavar="BYTES",
+                    help="fetched upstream data kept for clients (default 64MiB)")
     sv.add_argument("--listen", type=_address_arg, default=("127.0.0.1", 9092), metavar="HOST:PORT",
                     help="where to listen (port 0: any free port; default 127.0.0.1:9092)")
     sv.add_argument("--advertised-listener", type=_address_arg, metavar="HOST:PORT",

@@ -26,7 +26,10 @@ def parse_host_port(text: str, what: str = "address") -> tuple[str, int]:
 class ServeConfig:
     """Everything `Server` takes.
 
-    - `log_dirs`: Kafka log directories (`log.dirs`), served together.
+    - `log_dirs`: Kafka log directories (`log.dirs`), served together; or
+    - `upstream`: a cluster's bootstrap servers, served through the consumer core instead
+      (kafkacodec.serve.upstream), with `upstream_buffer_memory` (the consumer's KIP-81 pool),
+      `upstream_cache_memory` (fetched data kept for clients) and `upstream_timeout_s`.
     - `listen` / `advertised`: where to listen, and the address clients are told to connect to
       (Metadata, FindCoordinator); `advertised` defaults to the bound address.
     - `state_dir`: where group offsets persist (None: in memory only, lost at exit).
@@ -62,11 +65,17 @@ class ServeConfig:
     group_initial_rebalance_delay_ms: int = 0
     offset_metadata_max_bytes: int = 4096
     shutdown_timeout_s: float = 5.0
+    upstream: str | None = None
+    upstream_buffer_memory: int = 64 * MiB
+    upstream_cache_memory: int = 64 * MiB
+    upstream_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         self.log_dirs = [os.fspath(d) for d in self.log_dirs]
-        if not self.log_dirs:
-            raise ValueError("give at least one log directory")
+        if not self.log_dirs and not self.upstream:
+            raise ValueError("give at least one log directory, or an upstream cluster")
+        if self.log_dirs and self.upstream:
+            raise ValueError("serve log directories or an upstream cluster, not both")
         if self.max_conversion_memory < 1:
             raise ValueError("max_conversion_memory must be at least 1 byte")
         if self.socket_request_max_bytes < 1:

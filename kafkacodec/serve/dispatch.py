@@ -139,7 +139,7 @@ class Dispatcher:
         host, port = server.advertised
         topics: list[dict[str, Any]] = []
         for name, topic_id in entries:
-            topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)  # type: ignore[arg-type]
+            topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)
             if topic is None:
                 topics.append({"error_code": UNKNOWN_TOPIC_ID if name is None else UNKNOWN_TOPIC_OR_PARTITION,
                                "name": name, "topic_id": topic_id or ZERO_UUID, "partitions": []})
@@ -175,8 +175,8 @@ class Dispatcher:
                 else:
                     try:
                         part.refresh()
-                        found = self._offset(part, p["timestamp"], committed)
-                    except StorageError:
+                        found = part.list_offset(p["timestamp"], committed)
+                    except (StorageError, OSError):     # OSError: serve --upstream's cluster
                         answer["error_code"] = KAFKA_STORAGE_ERROR if version >= 1 else NOT_LEADER_OR_FOLLOWER
                         found = None
                     if found is not None:
@@ -185,22 +185,6 @@ class Dispatcher:
                 parts.append(answer)
             topics.append({"name": t["name"], "partitions": parts})
         req.respond(m.LIST_OFFSETS_RESPONSE.encode(version, {"topics": topics}))
-
-    @staticmethod
-    def _offset(part: Any, timestamp: int, committed: bool) -> tuple[int, int] | None:
-        """ListOffsets' answer as (timestamp, offset): -1 latest (the last stable offset for
-        read_committed), -2 and -4 earliest, -3 the largest timestamp, -5 (earliest not yet in
-        tiered storage: none here) nothing, else the first record at or after the time."""
-        if timestamp == -1:
-            return -1, part.last_stable_offset() if committed else part.log_end
-        if timestamp in (-2, -4):
-            return -1, part.log_start
-        if timestamp == -3:
-            return part.max_timestamp_offset() or (-1, -1)
-        if timestamp < 0:
-            return None
-        found: tuple[int, int] | None = part.offset_for_timestamp(timestamp)
-        return found
 
     # --- writes ------------------------------------------------------------------------------
     def refuse_write(self, req: Request, body: dict[str, Any]) -> None:

@@ -38,7 +38,7 @@ from kafkacodec.serve.dispatch import (KAFKA_STORAGE_ERROR, MESSAGE_TOO_LARGE, N
                                        NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE,
                                        UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
                                        UNSUPPORTED_COMPRESSION_TYPE, UNSUPPORTED_VERSION, Request)
-from kafkacodec.serve.logview import Partition, StorageError
+from kafkacodec.serve.logview import Partition, Segment, StorageError
 from kafkacodec.serve.network import BytesPiece, FilePiece, LazyPiece
 
 if TYPE_CHECKING:
@@ -71,6 +71,15 @@ class _Pending:
     req: Request
     fetch: FetchRequest
     deadline: float
+
+
+def _stored_piece(found: Any, on_bytes: Any) -> Any:
+    """The stored bytes of a range: sent with sendfile from a segment, or written from an
+    upstream chunk (serve --upstream)."""
+    if isinstance(found.segment, Segment):
+        return FilePiece(found.segment, found.position, found.size, on_bytes)
+    on_bytes(found.size)
+    return BytesPiece(memoryview(found.segment.data)[found.position:found.position + found.size])
 
 
 class FetchHandler:
@@ -138,7 +147,7 @@ class FetchHandler:
         view = self.server.view
         total = 0
         for name, topic_id, partitions in fetch.topics:
-            topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)  # type: ignore[arg-type]
+            topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)
             if topic is None:
                 return True
             for p in partitions:
@@ -147,7 +156,10 @@ class FetchHandler:
                     return True
                 try:
                     part.refresh()
-                    if not part.log_start <= p.fetch_offset <= part.log_end:
+                    in_range = part.in_range(p.fetch_offset)
+                    if in_range is None:
+                        continue
+                    if not in_range:
                         return True
                     upper = part.last_stable_offset() if fetch.isolation_level == 1 else part.log_end
                     if p.fetch_offset >= upper:
@@ -171,7 +183,7 @@ class FetchHandler:
         errors = False
         topics = []
         for name, topic_id, partitions in fetch.topics:
-            topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)  # type: ignore[arg-type]
+            topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)
             answers = []
             for p in partitions:
                 answer = _PartitionAnswer(p.partition)
@@ -216,7 +228,10 @@ class FetchHandler:
         # field) report it once known, else the high watermark.
         answer.last_stable = lso = part.last_stable_offset() if committed or part.txn is not None else hw
         offset = p.fetch_offset
-        if not answer.log_start <= offset <= hw:
+        in_range = part.in_range(offset)
+        if in_range is None:                    # not known yet (serve --upstream): no records
+            return
+        if not in_range:
             answer.error = OFFSET_OUT_OF_RANGE
             return
         upper = lso if committed else hw
@@ -229,8 +244,7 @@ class FetchHandler:
             found = part.read(offset, max_bytes, first, upper)
             if found is None or (not first and found.size < found.first_size):
                 return
-            answer.piece = FilePiece(found.segment, found.position, found.size,
-                                     self.server.metrics.bytes_out_counter(part.topic))
+            answer.piece = _stored_piece(found, self.server.metrics.bytes_out_counter(part.topic))
             answer.size = found.size
             if committed:
                 end = self._end_offset(found)

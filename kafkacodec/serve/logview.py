@@ -405,6 +405,24 @@ class Partition:
         last.ensure()
         return max(last.last_offset + 1, last.base_offset)
 
+    def in_range(self, offset: int) -> bool | None:
+        """Whether a fetch at `offset` is inside the log (None: not known yet, see upstream.py)."""
+        return self.log_start <= offset <= self.log_end
+
+    def list_offset(self, timestamp: int, committed: bool) -> tuple[int, int] | None:
+        """ListOffsets' answer as (timestamp, offset): -1 latest (the last stable offset for
+        read_committed), -2 and -4 earliest, -3 the largest timestamp, -5 (earliest not yet in
+        tiered storage: none here) nothing, else the first record at or after the time."""
+        if timestamp == -1:
+            return -1, self.last_stable_offset() if committed else self.log_end
+        if timestamp in (-2, -4):
+            return -1, self.log_start
+        if timestamp == -3:
+            return self.max_timestamp_offset() or (-1, -1)
+        if timestamp < 0:
+            return None
+        return self.offset_for_timestamp(timestamp)
+
     def segment_for(self, offset: int) -> int:
         """Index of the last segment whose base offset is <= offset (0 when none)."""
         bases = [s.base_offset for s in self.segments]

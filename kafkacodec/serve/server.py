@@ -60,7 +60,14 @@ class Server:
         if config is None:
             config = ServeConfig(log_dirs=list(log_dirs or []), **options)
         self.config = config
-        self.view = LogView(config.log_dirs)
+        if config.upstream:
+            from kafkacodec.serve.upstream import UpstreamView
+
+            self.view: Any = UpstreamView(config.upstream, buffer_memory=config.upstream_buffer_memory,
+                                          cache_memory=config.upstream_cache_memory,
+                                          timeout=config.upstream_timeout_s)
+        else:
+            self.view = LogView(config.log_dirs)
         self.loop = Loop()
         self.socket_request_max_bytes = config.socket_request_max_bytes
         if config.max_request_memory > 0:
@@ -72,8 +79,14 @@ class Server:
         # strict: outstanding conversion memory never exceeds max_conversion_memory
         self.conversion_pool = SimpleMemoryPool(config.max_conversion_memory,
                                                 config.max_conversion_memory, True)
-        self.offsets = OffsetStore(config.state_dir)
-        self.cluster_id = config.cluster_id or _meta_property(config.log_dirs, "cluster.id") or "kafkacodec-serve"
+        if config.upstream:
+            from kafkacodec.serve.upstream import UpstreamOffsetStore
+
+            self.offsets: Any = UpstreamOffsetStore(self.view)
+            self.cluster_id = config.cluster_id or self.view.cluster_id or "kafkacodec-serve"
+        else:
+            self.offsets = OffsetStore(config.state_dir)
+            self.cluster_id = config.cluster_id or _meta_property(config.log_dirs, "cluster.id") or "kafkacodec-serve"
         self.connections: set[Connection] = set()
         self._memory_muted: set[Connection] = set()
         self.dispatcher = Dispatcher(self)
