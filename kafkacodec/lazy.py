@@ -472,7 +472,10 @@ class _Send:
     """LazyDownConversionRecordsSend: chunks then overflow stubs, exactly `size` bytes."""
 
     def __init__(self, records: LazyDownConvertRecords):
-        self.records = records
+        # No reference to `records` beyond the chunk iterator, dropped at close(): the two
+        # would form a reference cycle, and the collector clearing one that holds a
+        # MemoryRecords over a memoryview crashed the process (tests/test_downconvert.py).
+        self.converts = records.converts
         self.remaining = records.size_in_bytes
         self.stats = RecordConversionStats()
         self.pool = records.pool if records.converts else None
@@ -496,7 +499,7 @@ class _Send:
                     self.block, stats = chunk
                     self.stats.add(stats)
                     return self.block[: min(self.block.nbytes, self.remaining)]
-                if self.records.converts:
+                if self.converts:
                     self.stats.add(chunk.stats)
                 data = chunk.records
         if data is None:

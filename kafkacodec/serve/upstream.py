@@ -91,9 +91,7 @@ class _ChunkRecords:
         self.data = data
 
     def slice(self, position: int, size: int) -> MemoryRecords:
-        # A copy of the range for the down-conversion: a MemoryRecords over a view of the chunk
-        # left memoryview cycles that the collector, on another thread, cleared under it.
-        return MemoryRecords(self.data[position:position + size])
+        return MemoryRecords(memoryview(self.data)[position:position + size])
 
 
 @dataclass
