@@ -202,6 +202,31 @@ def test_the_command_serves_a_cluster(mock_gateway, tmp_path):
         assert proc.wait(30) == 0
 
 
+def test_a_cluster_gone_answers_group_offsets_with_coordinator_not_available():
+    """The cluster stops answering: OffsetFetch and OffsetCommit through the gateway get
+    COORDINATOR_NOT_AVAILABLE (the client retries), never a hang or a crash."""
+    from mock_cluster import MockCluster
+    from test_serve_groups import request
+
+    from kafkacodec.protocol import messages as m
+
+    cluster = MockCluster(1)
+    cluster.create_topic("short-lived")
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0), upstream_timeout_s=2) as server:
+        commit = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
+                  "topics": [{"name": "short-lived", "partitions": [
+                      {"partition_index": 0, "committed_offset": 0, "committed_metadata": ""}]}]}
+        assert request(server.port, m.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 0
+        cluster.producer = None                  # the mock cluster goes with its producer
+        import gc
+        gc.collect()
+        answer = request(server.port, m.OFFSET_FETCH, 2, {"group_id": "g", "topics": [
+            {"name": "short-lived", "partition_indexes": [0]}]})
+        assert answer["error_code"] == 15
+        assert answer["topics"][0]["partitions"][0]["error_code"] == 15
+        assert request(server.port, m.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 15
+
+
 def test_log_dirs_and_upstream_are_exclusive(tmp_path):
     from kafkacodec.serve import ServeConfig
 

@@ -399,15 +399,26 @@ class GroupCoordinator:
     def fetch_offsets(self, req: Request, body: dict[str, Any]) -> None:
         version = req.api_version
         if version >= 8:
-            groups = [{"group_id": g["group_id"], "error_code": NONE,
-                       "topics": self._committed(g["group_id"], g["topics"])} for g in body["groups"]]
+            groups = []
+            for g in body["groups"]:
+                topics, error = self._committed(g["group_id"], g["topics"])
+                groups.append({"group_id": g["group_id"], "error_code": error, "topics": topics})
             req.respond(m.OFFSET_FETCH_RESPONSE.encode(version, {"groups": groups}))
             return
-        req.respond(m.OFFSET_FETCH_RESPONSE.encode(version, {
-            "topics": self._committed(body["group_id"], body["topics"]), "error_code": NONE}))
+        topics, error = self._committed(body["group_id"], body["topics"])
+        req.respond(m.OFFSET_FETCH_RESPONSE.encode(version, {"topics": topics, "error_code": error}))
 
-    def _committed(self, group_id: str, topics: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-        stored = self.server.offsets.get(group_id)
+    def _committed(self, group_id: str, topics: list[dict[str, Any]] | None
+                   ) -> tuple[list[dict[str, Any]], int]:
+        """The rows answering OffsetFetch, and the group's error code."""
+        try:
+            stored = self.server.offsets.get(group_id)
+        except OSError as exc:                   # serve --upstream: the cluster did not answer
+            log.warning("offsets of group %s: %s", group_id, exc)
+            return [{"name": t["name"], "partitions": [
+                {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                 "metadata": "", "error_code": COORDINATOR_NOT_AVAILABLE}
+                for p in t["partition_indexes"]]} for t in topics or []], COORDINATOR_NOT_AVAILABLE
         if topics is None:                       # every partition with an offset
             wanted: dict[str, list[int]] = {}
             for topic, partition in sorted(stored):
@@ -425,4 +436,4 @@ class GroupCoordinator:
                              "metadata": (found.metadata if found else "") or "",
                              "error_code": NONE})
             out.append({"name": topic, "partitions": rows})
-        return out
+        return out, NONE
