@@ -227,6 +227,24 @@ def test_a_cluster_gone_answers_group_offsets_with_coordinator_not_available():
         assert request(server.port, m.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 15
 
 
+def test_upstream_metrics(mock_gateway):
+    import urllib.request
+
+    cluster, _, expected, partitions = mock_gateway
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0),
+                metrics_listen=("127.0.0.1", 0), zstd_codec="lz4") as server:
+        def sample(name: str) -> float:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics",
+                                          timeout=10).read().decode()
+            return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
+
+        assert sample("kafkacodec_serve_upstream_cached_bytes") == 0
+        assert sample("kafkacodec_serve_upstream_pool_available_bytes") == 64 << 20
+        assert read_kafka_python(server.port, "orders", partitions, len(expected), (0, 10, 1)) == expected
+        assert sample("kafkacodec_serve_upstream_cached_bytes") > 0
+        assert sample("kafkacodec_serve_upstream_partitions") == partitions
+
+
 def test_log_dirs_and_upstream_are_exclusive(tmp_path):
     from kafkacodec.serve import ServeConfig
 

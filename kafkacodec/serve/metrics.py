@@ -15,7 +15,10 @@ one (as the JMX exporter renders them: `kafka_<domain>_<type>_<name>`):
 Ours (no Kafka counterpart): `kafkacodec_serve_conversion_pool_{available,used}_bytes`,
 `kafkacodec_serve_conversion_pool_depleted_time_ms_total`,
 `kafkacodec_serve_conversion_pool_refusals_total` (a chunk the pool refused: the partition's
-data ended there), `kafkacodec_serve_connections`, `kafkacodec_serve_waiting_fetches`.
+data ended there), `kafkacodec_serve_connections`, `kafkacodec_serve_waiting_fetches`; with
+`--upstream`: `kafkacodec_serve_upstream_pool_{available,used}_bytes` (the upstream consumer's
+KIP-81 pool), `kafkacodec_serve_upstream_cached_bytes` (chunks kept for clients) and
+`kafkacodec_serve_upstream_partitions` (partitions clients are reading).
 
 Each Server has its own registry; the HTTP endpoint runs in prometheus-client's thread.
 """
@@ -70,6 +73,21 @@ class ServeMetrics:
         Gauge("kafkacodec_serve_waiting_fetches", "Fetches waiting for data", registry=r).set_function(waiting)
         self._bytes_out: dict[str, Callable[[int], None]] = {}
         self.http: Any = None
+
+    def add_upstream(self, view: Any) -> None:
+        """Gauges of serve --upstream's consumer (its pool is safe to read from any thread)."""
+        from prometheus_client import Gauge
+
+        r = self.registry
+        pool = view.consumer.pool
+        Gauge("kafkacodec_serve_upstream_pool_available_bytes", "Upstream consumer pool: available",
+              registry=r).set_function(lambda: pool.available_memory)
+        Gauge("kafkacodec_serve_upstream_pool_used_bytes", "Upstream consumer pool: used",
+              registry=r).set_function(lambda: _used(pool))
+        Gauge("kafkacodec_serve_upstream_cached_bytes", "Upstream data kept for clients",
+              registry=r).set_function(lambda: view.cached_bytes)
+        Gauge("kafkacodec_serve_upstream_partitions", "Upstream partitions clients are reading",
+              registry=r).set_function(lambda: len(view.demanded))
 
     def request(self, name: str, version: int) -> None:
         self.requests.labels(name, str(version)).inc()

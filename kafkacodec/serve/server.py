@@ -113,8 +113,11 @@ class Server:
     def _metrics(self) -> Any:
         try:
             from kafkacodec.serve.metrics import ServeMetrics
-            return ServeMetrics(self.request_pool, self.conversion_pool, lambda: len(self.connections),
-                                lambda: len(self.fetches.parked))
+            metrics = ServeMetrics(self.request_pool, self.conversion_pool, lambda: len(self.connections),
+                                   lambda: len(self.fetches.parked))
+            if self.config.upstream:
+                metrics.add_upstream(self.view)
+            return metrics
         except ImportError:
             if self.config.metrics_listen is not None:
                 raise

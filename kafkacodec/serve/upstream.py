@@ -279,6 +279,10 @@ class UpstreamView:
                 client_id=consumer.client_id, request_timeout=self.timeout, reactor=consumer.reactor)
         return client
 
+    @property
+    def cached_bytes(self) -> int:
+        return self._cached
+
     def close(self) -> None:
         self._stop.set()
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
