@@ -227,6 +227,32 @@ def test_a_cluster_gone_answers_group_offsets_with_coordinator_not_available():
         assert request(server.port, m.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 15
 
 
+def test_readers_far_apart_through_a_small_cache(mock_gateway):
+    """Two old clients reading the same partitions at different places, with a cache that holds
+    about one chunk: the upstream consumer seeks between them, chunks are dropped and fetched
+    again, and each client still gets every record exactly."""
+    import threading
+
+    cluster, _, expected, partitions = mock_gateway
+    bound = 2 << 10
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0), zstd_codec="lz4",
+                upstream_cache_memory=bound) as server:
+        results: dict[tuple, list[tuple]] = {}
+
+        def read(api_version: tuple) -> None:
+            results[api_version] = read_kafka_python(server.port, "orders", partitions, len(expected),
+                                                     api_version)
+
+        first = threading.Thread(target=read, args=((0, 9),))
+        first.start()
+        time.sleep(0.5)                       # the second starts behind the first
+        read((0, 10, 1))
+        first.join(60)
+        view = server.view
+        assert view.cached_bytes <= bound or len(view._lru) == 1
+    assert results == {(0, 9): expected, (0, 10, 1): expected}
+
+
 def test_upstream_metrics(mock_gateway):
     import urllib.request
 
