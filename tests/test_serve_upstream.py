@@ -253,6 +253,36 @@ def test_readers_far_apart_through_a_small_cache(mock_gateway):
     assert results == {(0, 9): expected, (0, 10, 1): expected}
 
 
+def test_new_topics_and_appends_reach_clients(mock_gateway):
+    """A topic created after the gateway started is found; a consumer at the end long-polls and
+    gets records as they land upstream; an offset past the bounds the gateway last heard (but
+    inside the log now) is read, not refused."""
+    cluster, server, _, partitions = mock_gateway
+    cluster.create_topic("late")
+    first = cluster.produce("late", [(0, b"a%d" % i, b"first %d" % i, None, None) for i in range(10)])
+    consumer = kafka.KafkaConsumer(bootstrap_servers=f"127.0.0.1:{server.port}", api_version=(0, 9),
+                                   auto_offset_reset="earliest", consumer_timeout_ms=15000)
+    tp = kafka.TopicPartition("late", 0)
+    try:
+        consumer.assign([tp])
+        got = [next(consumer) for _ in range(10)]
+        assert [(m.offset, m.value) for m in got] == sorted((o, v) for (_, o), (_, v) in first.items())
+        later = cluster.produce("late", [(0, b"b%d" % i, b"later %d" % i, None, None) for i in range(10)])
+        got = [next(consumer) for _ in range(10)]
+        assert [(m.offset, m.value) for m in got] == sorted((o, v) for (_, o), (_, v) in later.items())
+        part = server.view.partition("late", 1)
+        stale = part.log_end
+        more = cluster.produce("late", [(1, b"c%d" % i, b"more %d" % i, None, None) for i in range(10)])
+        assert part.log_end == stale               # nobody read partition 1: bounds not heard
+        target = kafka.TopicPartition("late", 1)
+        consumer.assign([target])
+        consumer.seek(target, stale + 5)
+        got = [next(consumer) for _ in range(5)]
+        assert [(m.offset, m.value) for m in got] == sorted((o, v) for (_, o), (_, v) in more.items())[5:]
+    finally:
+        consumer.close()
+
+
 def test_upstream_metrics(mock_gateway):
     import urllib.request
 

@@ -14,9 +14,10 @@ KIP-81) on the thread `kafkacodec-upstream`; nothing else touches that consumer.
   Fetch v4+, lazily down-converted for v0-3.  A partition whose chunks run far enough past the
   demand is paused upstream; chunks beyond `upstream_cache_memory` are dropped oldest first.
   The upstream consumer reads read_uncommitted with control batches, so the chunks are the log.
-- Offsets out of range: a fetch offset outside the bounds last heard from the cluster waits
-  (it is demanded) until the cluster answers it or says it is out of range; only then does the
-  client get OFFSET_OUT_OF_RANGE.
+- Offsets out of range: below the log start last heard (it only grows) at once; past the end
+  last heard, the fetch waits (the offset is demanded) until the cluster answers it or says it
+  is out of range, and only then does the client get OFFSET_OUT_OF_RANGE.  A client at the end
+  demands it too, so the upstream consumer long-polls there and new data reaches it.
 - ListOffsets: asked of the cluster (ListOffsets of a current version) on the client's behalf.
 - Groups: the gateway coordinates them (kafkacodec.serve.groups), and their offsets are the
   cluster's: OffsetFetch reads the cluster's committed offsets of the group and OffsetCommit
@@ -55,7 +56,7 @@ log = logging.getLogger("kafkacodec.serve")
 CHUNKS_AHEAD = 2
 #: a partition no client fetched for this long is unassigned upstream and its chunks dropped
 IDLE_S = 60.0
-#: bounds heard from the cluster this recently are trusted for OFFSET_OUT_OF_RANGE
+#: how long the cluster's OFFSET_OUT_OF_RANGE for an offset is repeated to clients without asking
 FRESH_S = 1.0
 
 
@@ -117,22 +118,30 @@ class UpstreamPartition:
         self.log_start = 0
         self.log_end = 0
         self.stable = 0
-        self.bounds_at = 0.0                   # monotonic time the bounds were heard
         self.chunks: list[_Chunk] = []
         self.demand: int | None = None         # the offset clients want next
         self.demand_at = 0.0
-        self.out_of_range_at = -1              # a demand the cluster said is out of range
+        self.out_of_range_at = -1              # the last demand the cluster said is out of range
+        self.refused_at = 0.0                  # ...and when
 
     # --- the fetch path's interface -----------------------------------------------------------
     def refresh(self) -> None:
         """Bounds come from the upstream thread: nothing to look at here."""
 
     def in_range(self, offset: int) -> bool | None:
-        if self.log_start <= offset <= self.log_end:
-            return True
-        if self.out_of_range_at == offset or time.monotonic() - self.bounds_at < FRESH_S:
+        """True inside the bounds last heard (at their end, the offset is demanded: the upstream
+        consumer long-polls there and the bounds move); False below the log start (it only
+        grows) or where the cluster just refused this offset; None (demanded) past the end
+        heard, until the cluster answers."""
+        if offset < self.log_start:
             return False
-        self._want(offset)                     # stale bounds: ask the cluster before refusing
+        if offset <= self.log_end:
+            if offset == self.log_end:
+                self._want(offset)
+            return True
+        if offset == self.out_of_range_at and time.monotonic() - self.refused_at < FRESH_S:
+            return False
+        self._want(offset)
         return None
 
     def last_stable_offset(self) -> int:
@@ -188,7 +197,6 @@ class UpstreamPartition:
         if log_end >= 0:
             self.log_end = log_end
             self.stable = stable if stable >= 0 else log_end
-        self.bounds_at = time.monotonic()
 
     def close(self) -> None:
         self.chunks = []
@@ -397,15 +405,16 @@ class UpstreamView:
             if demand is None:
                 continue
             chunks = part.chunks
+            refused = demand == part.out_of_range_at and now - part.refused_at < FRESH_S
             if tp not in assigned:
-                if demand == part.out_of_range_at:
+                if refused:                    # the client hears OFFSET_OUT_OF_RANGE first
                     continue
                 consumer.assign({tp: demand})
                 assigned.add(tp)
                 continue
             covered = any(c.start <= demand < c.next_offset for c in chunks)
             coming = consumer.position(tp) == demand
-            if not covered and not coming and demand != part.out_of_range_at:
+            if not covered and not coming and not refused:
                 consumer.seek(tp, demand)
                 consumer.resume([tp])
                 continue
@@ -427,6 +436,7 @@ class UpstreamView:
         consumer.unassign([(part.topic, part.index)])
         if code == 1:                          # OFFSET_OUT_OF_RANGE: the client hears it
             part.out_of_range_at = part.demand if part.demand is not None else -1
+            part.refused_at = time.monotonic()
         try:
             self._load_bounds(consumer, [(part.topic, part.index)])
         except Exception as err:
