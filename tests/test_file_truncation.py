@@ -224,9 +224,9 @@ def test_cli_verify(tmp_path):
         total = write_segment(path, 50, 40, 1000, "zstd")
         scan_entries = arrow.scan_entries
 
-        def scan_after_a_truncation(data, **options):
+        def scan_after_a_truncation(data, *args, **options):
             os.truncate(path, total // 2 // 4096 * 4096)
-            return scan_entries(data, **options)
+            return scan_entries(data, *args, **options)
 
         arrow.scan_entries = scan_after_a_truncation
         sys.argv = ["kafkacodec", "verify", "--no-progress", directory]
