@@ -301,6 +301,18 @@ def test_upstream_metrics(mock_gateway):
         assert sample("kafkacodec_serve_upstream_partitions") == partitions
 
 
+def test_an_unreachable_cluster_is_an_error_at_start():
+    import socket
+
+    from kafkacodec.serve.upstream import UpstreamError
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]            # bound, not listening: connections refused
+        with pytest.raises(UpstreamError, match="did not answer|refused|upstream"):
+            Server(upstream=f"127.0.0.1:{port}", listen=("127.0.0.1", 0), upstream_timeout_s=1)
+
+
 def test_log_dirs_and_upstream_are_exclusive(tmp_path):
     from kafkacodec.serve import ServeConfig
 
