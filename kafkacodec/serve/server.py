@@ -51,7 +51,8 @@ class _NullMetrics:
 
 
 class Server:
-    """A read-only Kafka broker over log directories (see kafkacodec.serve).  Keyword
+    """A read-only Kafka broker over log directories, or a gateway in front of a cluster
+    (`upstream=BOOTSTRAP`, kafkacodec.serve.upstream; see kafkacodec.serve).  Keyword
     arguments are ServeConfig's fields; or pass `config=ServeConfig(...)`.  Start and stop it
     from one thread; everything else runs on its own loop thread."""
 
