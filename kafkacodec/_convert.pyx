@@ -119,6 +119,13 @@ cdef class DownConverter:
 
     `convert()` may be called several times (one call per lazy chunk); `take()` hands the
     output over as a WriteBuffer together with the stats gathered since the last take().
+
+    Beyond Kafka (both off by default, as Kafka behaves):
+    - `stop_before_unsupported`: a call that has taken a batch stops before a batch it cannot
+      convert (zstd or an unknown codec below magic 2) instead of failing whole, so the lazy
+      path sends what precedes it; the next call starting there raises.
+    - `zstd_codec` (-1: refuse, as Kafka): a zstd batch converted below magic 2 is rebuilt with
+      this codec instead (0 none, 1 gzip, 2 snappy, 3 lz4), every record kept.
     Not for concurrent use: one converter per thread."""
 
     cdef readonly int to_magic
@@ -128,6 +135,8 @@ cdef class DownConverter:
     cdef Decompressor decompressor       # reused output buffer for compressed batches
     cdef int64_t temporary_memory_bytes
     cdef int64_t records_converted
+    cdef public bint stop_before_unsupported
+    cdef int zstd_codec
 
     def __cinit__(self, int to_magic, int64_t first_offset=0):
         check_magic(to_magic)
@@ -135,6 +144,7 @@ cdef class DownConverter:
         self.first_offset = first_offset
         self.out = WriteBuffer()
         self.inner = WriteBuffer()
+        self.zstd_codec = -1
 
     def convert(self, data, Py_ssize_t max_bytes=-1, Py_ssize_t max_batches=-1,
                 Py_ssize_t position=0):
@@ -159,6 +169,17 @@ cdef class DownConverter:
         self.temporary_memory_bytes = 0
         self.records_converted = 0
         return result
+
+    @property
+    def zstd_codec(self):
+        return self.zstd_codec
+
+    @zstd_codec.setter
+    def zstd_codec(self, int codec):
+        if not -1 <= codec <= 3:
+            raise ValueError(f"zstd_codec must be -1 (refuse), 0 (none), 1 (gzip), 2 (snappy) "
+                             f"or 3 (lz4), got {codec}")
+        self.zstd_codec = codec
 
     @property
     def output_size(self):
@@ -198,11 +219,20 @@ cdef class DownConverter:
                 break
             if not next_entry(&cur, &h):
                 break
+            if batches > 0 and self.stop_before_unsupported and self.unsupported(&h):
+                cur.pos -= h.size               # ends this chunk; the next call raises
+                break
             entry = data + cur.pos - h.size
             taken += h.size
             batches += 1
             self.convert_entry(entry, &h)
         return taken
+
+    cdef bint unsupported(self, const BatchHeader* h) noexcept:
+        # what convert_entry refuses: zstd (unless recompressed) or an unknown codec below v2
+        if self.to_magic >= 2:
+            return False
+        return h.compression > CODEC_ZSTD or (h.compression == CODEC_ZSTD and self.zstd_codec < 0)
 
     cdef bint next_fits(self, const Cursor* cur, Py_ssize_t room) noexcept:
         # Kafka's chunk rule: the next batch joins while sizeSoFar + its size <= the limit.
@@ -215,7 +245,7 @@ cdef class DownConverter:
         if to_magic < 2:
             if h.magic >= 2 and h.attributes & CONTROL_FLAG:
                 return 0                 # transaction markers have no v0/v1 form: dropped
-            if h.compression == CODEC_ZSTD:
+            if h.compression == CODEC_ZSTD and self.zstd_codec < 0:
                 raise UnsupportedCompressionError(
                     f"cannot down-convert a zstd batch to magic {to_magic} (zstd needs magic 2)",
                     position=h.position, offset=h.base_offset)
@@ -297,7 +327,8 @@ cdef class DownConverter:
             plain = self.decompress(h.compression, h.magic, entry + V2_HEADER_SIZE,
                                     h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE, h,
                                     &plain_size)
-            return self.wrap_v2_records(plain, plain_size, h)
+            return self.wrap_v2_records(plain, plain_size, h,
+                                        self.zstd_codec if h.compression == CODEC_ZSTD else h.compression)
         read_legacy_message(entry, h.size, h.position, &m)
         if m.value == NULL:
             raise CorruptRecordError("invalid compressed wrapper (null value)",
@@ -318,10 +349,14 @@ cdef class DownConverter:
             raise
 
     cdef int wrap_v2_records(self, const unsigned char* plain, Py_ssize_t plain_size,
-                             const BatchHeader* h) except -1:
+                             const BatchHeader* h, int codec) except -1:
+        """The decompressed records of a v2 batch -> one wrapper compressed with `codec`, or
+        for codec none (a recompressed zstd batch) one standalone message per record."""
         cdef Cursor cur
         cdef V2Record rec
-        cdef Writer* inner = &self.inner.w
+        cdef bint standalone = codec == CODEC_NONE
+        cdef Writer* inner = &self.out.w if standalone else &self.inner.w
+        cdef Py_ssize_t start = self.out.w.length
         cdef int8_t to_magic = <int8_t>self.to_magic
         cdef bint log_append = h.timestamp_type == TIMESTAMP_LOG_APPEND
         cdef int8_t attributes = TIMESTAMP_TYPE_MASK if to_magic == 1 and log_append else 0
@@ -330,14 +365,15 @@ cdef class DownConverter:
         if h.records_count < 0:
             raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
                                      position=h.position + 57, offset=h.base_offset)
-        inner.length = 0
+        if not standalone:
+            inner.length = 0
         cursor_init(&cur, plain, plain_size, h.position)
         for i in range(h.records_count):
             read_v2_record(&cur, &rec)
             offset = h.base_offset + rec.offset_delta
             timestamp = record_timestamp(h, &rec)
             check_record(offset, timestamp, last, h)
-            if i == 0:
+            if i == 0 and not standalone:
                 base = offset            # v1 inner offsets are relative to the first record
             write_legacy_message(inner, to_magic, offset - base if to_magic == 1 else offset,
                                  timestamp, attributes, rec.key, rec.key_length,
@@ -351,8 +387,12 @@ cdef class DownConverter:
                 f"{h.records_count} records", position=h.position, offset=h.base_offset)
         if h.records_count == 0:
             return 0
+        if standalone:
+            self.temporary_memory_bytes += h.size + (self.out.w.length - start)
+            self.records_converted += h.records_count
+            return 0
         return self.write_wrapper(h, last, h.max_timestamp if log_append else max_timestamp,
-                                  h.records_count)
+                                  h.records_count, codec)
 
     cdef int wrap_v1_messages(self, const unsigned char* plain, Py_ssize_t plain_size,
                               const LegacyMessage* wrapper, const BatchHeader* h) except -1:
@@ -387,15 +427,15 @@ cdef class DownConverter:
             write_legacy_message(inner, 0, offset, NO_TIMESTAMP, 0, m.key, m.key_length,
                                  m.value, m.value_length)
             last = offset
-        return self.write_wrapper(h, last, NO_TIMESTAMP, count)
+        return self.write_wrapper(h, last, NO_TIMESTAMP, count, h.compression)
 
     cdef int write_wrapper(self, const BatchHeader* h, int64_t last_offset, int64_t timestamp,
-                           int32_t records) except -1:
-        """Compress the inner set and append the wrapper message (key null)."""
+                           int32_t records, int codec) except -1:
+        """Compress the inner set with `codec` and append the wrapper message (key null)."""
         cdef Writer* inner = &self.inner.w
         cdef int8_t to_magic = <int8_t>self.to_magic
-        cdef int8_t attributes = h.compression
-        cdef bytes value = compress(h.compression, to_magic, inner.buf, inner.length, LEVEL_DEFAULT)
+        cdef int8_t attributes = <int8_t>codec
+        cdef bytes value = compress(codec, to_magic, inner.buf, inner.length, LEVEL_DEFAULT)
         if to_magic == 1 and h.timestamp_type == TIMESTAMP_LOG_APPEND:
             attributes |= TIMESTAMP_TYPE_MASK
         write_legacy_message(&self.out.w, to_magic, last_offset, timestamp, attributes, NULL, -1,
@@ -443,12 +483,12 @@ cdef class ChunkReader:
         self.position = 0
         self.file_backed = file_backed
 
-    def step(self, Py_ssize_t max_bytes):
+    def step(self, Py_ssize_t max_bytes, bint again=True):
         """Convert the chunk at `position` (at least one whole entry, then more within
         `max_bytes`; 0: exactly one).  Returns None when no complete entry is left, else
         (output WriteBuffer, temporary_memory_bytes, records_converted, conversion_time_ns);
         the output may be empty.  For a file mapping (`file_backed`) the chunk's pages are
-        handed back afterwards (see release_file_pages)."""
+        handed back afterwards (see release_file_pages).  `again`: see DownConverter.take."""
         cdef int64_t started = monotonic_ns()
         cdef Py_ssize_t start = self.position
         cdef Py_ssize_t left = self.view.shape[0] - start
@@ -461,7 +501,7 @@ cdef class ChunkReader:
         if self.file_backed:
             kc_release_pages(&self.view[start], consumed)
         self.position = start + consumed
-        output, temp, converted = self.converter.take()
+        output, temp, converted = self.converter.take(again)
         return output, temp, converted, monotonic_ns() - started
 
 

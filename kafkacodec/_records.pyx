@@ -1275,6 +1275,11 @@ cdef class FileRecords(Records):
         return records
 
     @property
+    def position(self):
+        """Where this record set starts in its file (0 unless it is a slice)."""
+        return self._start
+
+    @property
     def closed(self):
         return self._buf.released
 

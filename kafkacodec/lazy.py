@@ -31,7 +31,10 @@ from kafkacodec._convert import (
 from kafkacodec._crc import crc32, crc32c
 from kafkacodec._records import FileRecords, MemoryRecords
 from kafkacodec.errors import (
+    FileTruncatedError,
     InvalidCrcError,
+    KafkaCodecError,
+    MemoryPoolError,
     RecordTooLargeError,
     UnsupportedCompressionError,
     UnsupportedVersionError,
@@ -75,13 +78,29 @@ def overflow_stub(remaining: int) -> bytes:
 
 class _BufferSource:
     """A record set in memory or mapped: windows are zero-copy slices.  For a FileRecords
-    mapping (`file_backed`), the pages of converted chunks are handed back to the page cache,
-    so the resident set stays about one chunk however large the slice."""
+    mapping (`records`), the pages of converted chunks are handed back to the page cache,
+    so the resident set stays about one chunk however large the slice, and every converted
+    chunk is checked against a cut of the file by another process (`check`)."""
 
-    def __init__(self, view: memoryview, file_backed: bool = False):
+    def __init__(self, view: memoryview, records: FileRecords | None = None):
         self.view = view
         self.size = view.nbytes
-        self.file_backed = file_backed
+        self.records = records
+        self.file_backed = records is not None
+
+    def check(self, position: int, size: int) -> None:
+        """FileTruncatedError when another process cut the mapped file under bytes
+        [position, +size): they were read as zeros (the guard turns the fault into zeros)."""
+        if self.records is None or size <= 0:
+            return
+        records = self.records
+        end = records.position + position + size
+        now = os.stat(records.path).st_size
+        if now < end:
+            raise FileTruncatedError(f"{os.fsdecode(records.path)}: the file shrank to {now} bytes "
+                                     f"while bytes up to {end} were converted",
+                                     path=os.fsdecode(records.path), size=now,
+                                     position=records.position + position)
 
     def window(self, position: int, size: int) -> memoryview:
         return self.view[position : position + size]
@@ -135,7 +154,7 @@ def _open_source(records: Any) -> _BufferSource | _FileSource:
         end = os.fstat(records.fileno()).st_size
         return _FileSource(records, start, end)
     # A FileRecords slice is a read-only shared mapping of a file: its pages may be dropped.
-    return _BufferSource(records_buffer(records), file_backed=isinstance(records, FileRecords))
+    return _BufferSource(records_buffer(records), records if isinstance(records, FileRecords) else None)
 
 
 class _Chunks:
@@ -147,9 +166,12 @@ class _Chunks:
     same, so a file, a mapping and bytes of the same data give the same result."""
 
     def __init__(self, source: _BufferSource | _FileSource, to_magic: int, first_offset: int,
-                 chunk_size: int, max_entry_size: int):
+                 chunk_size: int, max_entry_size: int, zstd_codec: int = -1, again: bool = True):
         self.source = source
         self.converter = DownConverter(to_magic, first_offset)
+        self.converter.stop_before_unsupported = True     # send what precedes a zstd batch
+        self.converter.zstd_codec = zstd_codec
+        self.again = again                                # keep a chunk-sized output buffer
         self.big = max(chunk_size, MAX_READ_SIZE)
         self.max_entry_size = max_entry_size
         self.reader = None
@@ -164,9 +186,16 @@ class _Chunks:
         big = self._check_big_entry(position)
         if self.reader is not None:
             self.reader.position = position
-            done = self.reader.step(max_bytes)
+            try:
+                done = self.reader.step(max_bytes, self.again)
+            except KafkaCodecError:
+                assert isinstance(self.source, _BufferSource)  # zeros past a cut: say so
+                self.source.check(position, self.source.size - position)
+                raise
             if done is None:
                 return 0, None, 0, 0, 0
+            assert isinstance(self.source, _BufferSource)
+            self.source.check(position, self.reader.position - position)
             return (self.reader.position - position, *done)
         source = self.source
         assert isinstance(source, _FileSource)       # a buffer source has a ChunkReader
@@ -184,7 +213,7 @@ class _Chunks:
                 entry = _LOG_OVERHEAD + struct.unpack_from(">i", data, 8)[0]
                 if entry <= left:
                     consumed = self.converter.convert(source.window(position, entry), -1, 1, position)
-        output, temp, converted = self.converter.take()
+        output, temp, converted = self.converter.take(self.again)
         return consumed, output, temp, converted, monotonic_ns() - started
 
     def _check_big_entry(self, position: int) -> int:
@@ -232,12 +261,27 @@ class LazyDownConvertRecords:
     An entry larger than the chunk (and than MAX_READ_SIZE) is converted on its own once it is
     known to be genuine: RecordTooLargeError above `max_entry_size` (default
     DEFAULT_MAX_ENTRY_SIZE), InvalidCrcError when its checksum, computed in pieces, does not
-    match.  Smaller entries are converted without a CRC check.  Not for concurrent use.
+    match.  Smaller entries are converted without a CRC check.
+
+    Beyond Kafka:
+    - batches sharing a chunk with a zstd batch are converted and sent; the zstd batch ends
+      the data (padding), so the consumer gets UNSUPPORTED_COMPRESSION_TYPE only when it
+      fetches from it; `zstd_codec` ("none", "gzip", "snappy", "lz4" or a codec id) rebuilds
+      zstd batches with that codec instead;
+    - `pool` (a SimpleMemoryPool) bounds the memory of every conversion sharing it: the first
+      chunk is kept in a block of the pool from construction until it is written (when the
+      pool refuses, `refused` is True, nothing is committed and `size_in_bytes` is 0: try again
+      when memory returns), each later chunk is copied into a block before it is written and
+      the block goes back as soon as it is out; when the pool refuses a later chunk, the
+      partition's data ends there (overflow stubs fill what was committed; the client fetches
+      the rest).  `close()` gives back any block still held (a client that went away).
+    Not for concurrent use.
     """
 
     def __init__(self, records: Any, to_magic: int, first_offset: int = 0,
                  chunk_size: int = MAX_READ_SIZE, enabled: bool = True,
-                 max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE):
+                 max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE, *, pool: Any = None,
+                 zstd_codec: str | int | None = None):
         if chunk_size < 0:
             raise ValueError(f"chunk_size must be >= 0, got {chunk_size}")
         if max_entry_size < _LOG_OVERHEAD + _V0_MIN_SIZE:
@@ -248,8 +292,13 @@ class LazyDownConvertRecords:
         self.chunk_size = chunk_size
         self.enabled = enabled
         self.max_entry_size = max_entry_size
+        self.pool = pool
+        self.zstd_codec = _codec_id(zstd_codec)
+        self.refused = False            # the pool refused the first chunk: nothing committed
+        self.pool_refusals = 0          # chunks the pool refused (the data ended there)
+        self._block: memoryview | None = None             # the first chunk, in the pool
         self._source = _open_source(records)
-        self._chunks = self._new_chunks()                 # validates to_magic
+        chunks = self._new_chunks()                       # validates to_magic
         self._first: ConvertedRecords | None = None
         self._first_end = 0
         self._send: _Send | None = None
@@ -267,7 +316,7 @@ class LazyDownConvertRecords:
         position = 0
         saw_batch = False
         while True:
-            consumed, output, temp, converted, elapsed = self._chunks.step(position, 0)
+            consumed, output, temp, converted, elapsed = chunks.step(position, 0)
             if consumed == 0:
                 break
             saw_batch = True
@@ -281,10 +330,57 @@ class LazyDownConvertRecords:
             self.size_in_bytes = max(self._source.size, self._first.records.size_in_bytes)
         else:
             self.size_in_bytes = MIN_OVERFLOW_MESSAGE_LENGTH if saw_batch else 0
+        if pool is not None and self._first is not None:
+            first = memoryview(self._first.records)
+            if first.nbytes > pool.size:
+                raise RecordTooLargeError(
+                    f"the first batch converts to {first.nbytes} bytes, more than the conversion "
+                    f"pool holds ({pool.size} bytes)", position=0, offset=first_offset)
+            block = _allocate(pool, first.nbytes)
+            if block is None:
+                self.refused = True
+                self.size_in_bytes = 0
+            else:
+                block[:] = first
+                self._block = block
+                self._first_stats = self._first.stats
+            first.release()
+            self._first = None                            # the heap copy goes now
 
     def _new_chunks(self) -> _Chunks:
         return _Chunks(self._source, self.to_magic, self.first_offset, self.chunk_size,
-                       self.max_entry_size)
+                       self.max_entry_size, self.zstd_codec, again=self.pool is None)
+
+    def _pooled_chunks(self) -> Iterator[tuple[memoryview, RecordConversionStats]]:
+        """The chunks of the send in pool blocks: the first one kept since construction, then
+        each converted chunk copied into a block (its heap output freed); ends early when the
+        pool refuses."""
+        if self._block is not None:
+            first, self._block = self._block, None
+            yield first, self._first_stats
+        chunks = self._new_chunks()
+        position = self._first_end
+        while True:
+            consumed, output, temp, converted, elapsed = chunks.step(position, self.chunk_size)
+            if consumed == 0:
+                return
+            position += consumed
+            if len(output):
+                block = _allocate(self.pool, len(output))
+                if block is None:
+                    self.pool_refusals += 1
+                    return
+                block[:] = memoryview(output)
+                output = None
+                yield block, RecordConversionStats(temp, converted, elapsed)
+
+    def close(self) -> None:
+        """Give back the pool blocks still held and stop converting (idempotent)."""
+        if self._send is not None:
+            self._send.close()
+        if self._block is not None:
+            self.pool.release(self._block)
+            self._block = None
 
     def _first_newer_entry(self) -> int | None:
         """The position of the first complete entry newer than `to_magic`, from the entry
@@ -322,9 +418,12 @@ class LazyDownConvertRecords:
                 piece = bytes(self._source.window(position, step))
                 yield ConvertedRecords(MemoryRecords(piece), RecordConversionStats())
             return
-        if self._first is None:
+        if self._block is not None:                       # pool mode: a copy of the block
+            yield ConvertedRecords(MemoryRecords(bytes(self._block)), self._first_stats)
+        elif self._first is None:
             return
-        yield self._first
+        else:
+            yield self._first
         chunks = self._new_chunks()
         position = self._first_end
         while True:
@@ -373,11 +472,17 @@ class _Send:
     """LazyDownConversionRecordsSend: chunks then overflow stubs, exactly `size` bytes."""
 
     def __init__(self, records: LazyDownConvertRecords):
-        self.records = records
+        # No reference to `records` beyond the chunk iterator, dropped at close(): the two
+        # would form a reference cycle, and the collector clearing one that holds a
+        # MemoryRecords over a memoryview crashed the process (tests/test_downconvert.py).
+        self.converts = records.converts
         self.remaining = records.size_in_bytes
         self.stats = RecordConversionStats()
-        self.chunks: Iterator[ConvertedRecords] | None = iter(records)
-        self.current = memoryview(b"")
+        self.pool = records.pool if records.converts else None
+        self.chunks: Iterator[Any] | None = (records._pooled_chunks() if self.pool is not None
+                                             else iter(records))
+        self.block: memoryview | None = None      # the pool block being written
+        self.current = _EMPTY
 
     def next_piece(self) -> memoryview:
         data: Any = None
@@ -390,18 +495,39 @@ class _Send:
                 # zstd after the first chunk: pad; the consumer gets the error on its next fetch.
                 self.chunks = None
             else:
-                if self.records.converts:
+                if self.pool is not None:
+                    self.block, stats = chunk
+                    self.stats.add(stats)
+                    return self.block[: min(self.block.nbytes, self.remaining)]
+                if self.converts:
                     self.stats.add(chunk.stats)
                 data = chunk.records
         if data is None:
+            self.chunks = None
             data = overflow_stub(self.remaining)
         view = memoryview(data).cast("B")
         return view[: min(view.nbytes, self.remaining)]
+
+    def release_block(self) -> None:
+        self.current = _EMPTY                     # no view of the block may outlive it
+        if self.block is not None and self.pool is not None:
+            block, self.block = self.block, None
+            try:
+                self.pool.release(block)
+            except MemoryPoolError:
+                # a slice is still referenced (a traceback being handled holds the frame that
+                # was writing it): the pool takes the block back when the last view goes
+                pass
+
+    def close(self) -> None:
+        self.release_block()
+        self.chunks = None
 
     def write_to(self, dest: Any) -> int:
         written = 0
         while self.remaining > 0:
             if not self.current.nbytes:
+                self.release_block()
                 self.current = self.next_piece()
             n = _write_some(dest, self.current)
             if n <= 0:
@@ -410,9 +536,34 @@ class _Send:
             self.remaining -= n
             written += n
         if self.remaining == 0:
-            self.current = memoryview(b"")
-            self.chunks = None
+            self.close()
         return written
+
+
+_EMPTY = memoryview(b"")
+_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3}
+
+
+def _codec_id(codec: str | int | None) -> int:
+    """The codec zstd batches are rebuilt with (-1: refuse them, as Kafka)."""
+    if codec is None:
+        return -1
+    if isinstance(codec, str):
+        if codec not in _CODECS:
+            raise ValueError(f"zstd_codec must be one of {', '.join(_CODECS)}, got {codec!r}")
+        return _CODECS[codec]
+    if not 0 <= codec <= 3:
+        raise ValueError(f"zstd_codec must be 0-3 (none, gzip, snappy, lz4), got {codec}")
+    return codec
+
+
+def _allocate(pool: Any, n: int) -> memoryview | None:
+    """A block of exactly n bytes from the pool, None when it refuses (or n is above what it
+    hands out at once)."""
+    if n > pool.max_single_allocation:
+        return None
+    block: memoryview | None = pool.try_allocate(n)
+    return block
 
 
 def _write_some(dest: Any, data: memoryview) -> int:

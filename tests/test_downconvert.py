@@ -836,3 +836,44 @@ def test_entries_larger_than_a_chunk_are_checked_then_converted(tmp_path, source
     small_corrupt = bytearray(good)
     small_corrupt[100] ^= 1                                  # inside the first, small batch
     assert len(convert(small_corrupt)) == len(convert(good))
+
+
+def test_a_finished_lazy_conversion_leaves_no_cycle_for_the_collector(tmp_path):
+    """LazyDownConvertRecords and its send state referenced each other; the collector clearing
+    that cycle, with a MemoryRecords over a memoryview inside, crashed the process (serve
+    --upstream hit it: kafka-python's own collections ran it)."""
+    import subprocess
+    import sys
+
+    from memory_probe import child_env
+
+    code = """
+import gc, socket
+from kafkacodec import MemoryRecords, MemoryRecordsBuilder
+from kafkacodec.lazy import LazyDownConvertRecords
+from kafkacodec._pool import SimpleMemoryPool
+builder = MemoryRecordsBuilder(magic=2, compression="lz4")
+for i in range(100):
+    builder.append(1000 + i, b"k%d" % i, b"v%d" % i * 10)
+data = bytes(builder.build())
+pool = SimpleMemoryPool(1 << 20, 1 << 20, True)
+a, b = socket.socketpair()
+gc.collect()
+gc.set_debug(gc.DEBUG_SAVEALL)
+lazy = LazyDownConvertRecords(MemoryRecords(memoryview(data)[0:len(data)]), 1, 0, pool=pool)
+while not lazy.completed:
+    lazy.write_to(a); b.recv(1 << 20)
+lazy.close(); del lazy; gc.collect()
+print("garbage", sorted({type(o).__name__ for o in gc.garbage}))
+gc.set_debug(0); gc.garbage.clear()
+for _ in range(100):
+    lazy = LazyDownConvertRecords(MemoryRecords(memoryview(data)[0:len(data)]), 1, 0, pool=pool)
+    while not lazy.completed:
+        lazy.write_to(a); b.recv(1 << 20)
+    lazy.close(); del lazy; gc.collect()
+print("done")
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=child_env(), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n")[:2] == ["garbage []", "done"], run.stdout

@@ -1,0 +1,352 @@
+"""The control-plane messages `kafkacodec serve` speaks, as schemas for protocol/_schema.py.
+
+Facts from Kafka's message definitions (`clients/src/main/resources/common/message/*.json`,
+Kafka 3.9, the last line that still lists the versions Kafka 4.0 removed): field names, types,
+the versions carrying each field, nullability and tags.  Names are snake_case of Kafka's.
+Version ranges are those of Kafka 3.9's broker, which old and new clients both negotiate
+within (Fetch is in protocol/_fetch_server.pyx).
+
+`REQUESTS[api_key]` / `RESPONSES[api_key]` give a Message; `FLEXIBLE[api_key]` the first
+flexible version (request header v2 and response header v1 from there; ApiVersions responses
+always use response header v0).
+"""
+
+from __future__ import annotations
+
+from kafkacodec.protocol._schema import (BOOL, BYTES, INT8, INT16, INT32, INT64, RECORDS, STRING, UUID,
+                                         Message, array, f, struct_field)
+
+__all__ = ["REQUESTS", "RESPONSES", "FLEXIBLE", "API_NAMES",
+           "PRODUCE", "FETCH", "LIST_OFFSETS", "METADATA", "OFFSET_COMMIT", "OFFSET_FETCH",
+           "FIND_COORDINATOR", "JOIN_GROUP", "HEARTBEAT", "LEAVE_GROUP", "SYNC_GROUP",
+           "API_VERSIONS", "CREATE_TOPICS", "DELETE_TOPICS", "DELETE_RECORDS", "INIT_PRODUCER_ID",
+           "CREATE_PARTITIONS"]
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP = 8, 9, 10, 11
+HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, API_VERSIONS = 12, 13, 14, 18
+CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, INIT_PRODUCER_ID = 19, 20, 21, 22
+CREATE_PARTITIONS = 37
+
+API_NAMES = {PRODUCE: "Produce", FETCH: "Fetch", LIST_OFFSETS: "ListOffsets", METADATA: "Metadata",
+             OFFSET_COMMIT: "OffsetCommit", OFFSET_FETCH: "OffsetFetch",
+             FIND_COORDINATOR: "FindCoordinator", JOIN_GROUP: "JoinGroup", HEARTBEAT: "Heartbeat",
+             LEAVE_GROUP: "LeaveGroup", SYNC_GROUP: "SyncGroup", API_VERSIONS: "ApiVersions",
+             CREATE_TOPICS: "CreateTopics", DELETE_TOPICS: "DeleteTopics",
+             DELETE_RECORDS: "DeleteRecords", INIT_PRODUCER_ID: "InitProducerId",
+             CREATE_PARTITIONS: "CreatePartitions"}
+
+# --- ApiVersions (18) ------------------------------------------------------------------------------
+API_VERSIONS_REQUEST = Message("ApiVersionsRequest", API_VERSIONS, "0-4", "3+", [
+    f("client_software_name", STRING, "3+"),
+    f("client_software_version", STRING, "3+"),
+])
+API_VERSIONS_RESPONSE = Message("ApiVersionsResponse", API_VERSIONS, "0-4", "3+", [
+    f("error_code", INT16),
+    array("api_keys", [f("api_key", INT16), f("min_version", INT16), f("max_version", INT16)]),
+    f("throttle_time_ms", INT32, "1+"),
+    array("supported_features", [f("name", STRING), f("min_version", INT16), f("max_version", INT16)],
+          "3+", tag=0),
+    f("finalized_features_epoch", INT64, "3+", tag=1, default=-1),
+    array("finalized_features", [f("name", STRING), f("max_version_level", INT16),
+                                 f("min_version_level", INT16)], "3+", tag=2),
+    f("zk_migration_ready", BOOL, "3+", tag=3),
+])
+
+# --- Metadata (3) ----------------------------------------------------------------------------------
+METADATA_REQUEST = Message("MetadataRequest", METADATA, "0-12", "9+", [
+    array("topics", [f("topic_id", UUID, "10+"), f("name", STRING, nullable="10+")], nullable="1+"),
+    f("allow_auto_topic_creation", BOOL, "4+", default=True),
+    f("include_cluster_authorized_operations", BOOL, "8-10"),
+    f("include_topic_authorized_operations", BOOL, "8+"),
+])
+METADATA_RESPONSE = Message("MetadataResponse", METADATA, "0-12", "9+", [
+    f("throttle_time_ms", INT32, "3+"),
+    array("brokers", [f("node_id", INT32), f("host", STRING), f("port", INT32),
+                      f("rack", STRING, "1+", nullable="1+")]),
+    f("cluster_id", STRING, "2+", nullable="2+"),
+    f("controller_id", INT32, "1+", default=-1),
+    array("topics", [
+        f("error_code", INT16),
+        f("name", STRING, nullable="12+"),
+        f("topic_id", UUID, "10+"),
+        f("is_internal", BOOL, "1+"),
+        array("partitions", [
+            f("error_code", INT16), f("partition_index", INT32), f("leader_id", INT32),
+            f("leader_epoch", INT32, "7+", default=-1),
+            array("replica_nodes", INT32), array("isr_nodes", INT32),
+            array("offline_replicas", INT32, "5+"),
+        ]),
+        f("topic_authorized_operations", INT32, "8+", default=-(2**31)),
+    ]),
+    f("cluster_authorized_operations", INT32, "8-10", default=-(2**31)),
+])
+
+# --- ListOffsets (2) -------------------------------------------------------------------------------
+LIST_OFFSETS_REQUEST = Message("ListOffsetsRequest", LIST_OFFSETS, "0-9", "6+", [
+    f("replica_id", INT32),
+    f("isolation_level", INT8, "2+"),
+    array("topics", [
+        f("name", STRING),
+        array("partitions", [
+            f("partition_index", INT32),
+            f("current_leader_epoch", INT32, "4+", default=-1),
+            f("timestamp", INT64),
+            f("max_num_offsets", INT32, "0", default=1),
+        ]),
+    ]),
+])
+LIST_OFFSETS_RESPONSE = Message("ListOffsetsResponse", LIST_OFFSETS, "0-9", "6+", [
+    f("throttle_time_ms", INT32, "2+"),
+    array("topics", [
+        f("name", STRING),
+        array("partitions", [
+            f("partition_index", INT32), f("error_code", INT16),
+            array("old_style_offsets", INT64, "0"),
+            f("timestamp", INT64, "1+", default=-1),
+            f("offset", INT64, "1+", default=-1),
+            f("leader_epoch", INT32, "4+", default=-1),
+        ]),
+    ]),
+])
+
+# --- FindCoordinator (10) --------------------------------------------------------------------------
+FIND_COORDINATOR_REQUEST = Message("FindCoordinatorRequest", FIND_COORDINATOR, "0-5", "3+", [
+    f("key", STRING, "0-3"),
+    f("key_type", INT8, "1+"),
+    array("coordinator_keys", STRING, "4+"),
+])
+FIND_COORDINATOR_RESPONSE = Message("FindCoordinatorResponse", FIND_COORDINATOR, "0-5", "3+", [
+    f("throttle_time_ms", INT32, "1+"),
+    f("error_code", INT16, "0-3"),
+    f("error_message", STRING, "1-3", nullable="1-3"),
+    f("node_id", INT32, "0-3"),
+    f("host", STRING, "0-3"),
+    f("port", INT32, "0-3"),
+    array("coordinators", [f("key", STRING), f("node_id", INT32), f("host", STRING),
+                           f("port", INT32), f("error_code", INT16),
+                           f("error_message", STRING, nullable="4+")], "4+"),
+])
+
+# --- JoinGroup (11), SyncGroup (14), Heartbeat (12), LeaveGroup (13) -------------------------------
+JOIN_GROUP_REQUEST = Message("JoinGroupRequest", JOIN_GROUP, "0-9", "6+", [
+    f("group_id", STRING),
+    f("session_timeout_ms", INT32),
+    f("rebalance_timeout_ms", INT32, "1+", default=-1),
+    f("member_id", STRING),
+    f("group_instance_id", STRING, "5+", nullable="5+"),
+    f("protocol_type", STRING),
+    array("protocols", [f("name", STRING), f("metadata", BYTES)]),
+    f("reason", STRING, "8+", nullable="8+"),
+])
+JOIN_GROUP_RESPONSE = Message("JoinGroupResponse", JOIN_GROUP, "0-9", "6+", [
+    f("throttle_time_ms", INT32, "2+"),
+    f("error_code", INT16),
+    f("generation_id", INT32, default=-1),
+    f("protocol_type", STRING, "7+", nullable="7+"),
+    f("protocol_name", STRING, nullable="7+"),
+    f("leader", STRING),
+    f("skip_assignment", BOOL, "9+"),
+    f("member_id", STRING),
+    array("members", [f("member_id", STRING), f("group_instance_id", STRING, "5+", nullable="5+"),
+                      f("metadata", BYTES)]),
+])
+SYNC_GROUP_REQUEST = Message("SyncGroupRequest", SYNC_GROUP, "0-5", "4+", [
+    f("group_id", STRING),
+    f("generation_id", INT32),
+    f("member_id", STRING),
+    f("group_instance_id", STRING, "3+", nullable="3+"),
+    f("protocol_type", STRING, "5+", nullable="5+"),
+    f("protocol_name", STRING, "5+", nullable="5+"),
+    array("assignments", [f("member_id", STRING), f("assignment", BYTES)]),
+])
+SYNC_GROUP_RESPONSE = Message("SyncGroupResponse", SYNC_GROUP, "0-5", "4+", [
+    f("throttle_time_ms", INT32, "1+"),
+    f("error_code", INT16),
+    f("protocol_type", STRING, "5+", nullable="5+"),
+    f("protocol_name", STRING, "5+", nullable="5+"),
+    f("assignment", BYTES),
+])
+HEARTBEAT_REQUEST = Message("HeartbeatRequest", HEARTBEAT, "0-4", "4+", [
+    f("group_id", STRING),
+    f("generation_id", INT32),
+    f("member_id", STRING),
+    f("group_instance_id", STRING, "3+", nullable="3+"),
+])
+HEARTBEAT_RESPONSE = Message("HeartbeatResponse", HEARTBEAT, "0-4", "4+", [
+    f("throttle_time_ms", INT32, "1+"),
+    f("error_code", INT16),
+])
+LEAVE_GROUP_REQUEST = Message("LeaveGroupRequest", LEAVE_GROUP, "0-5", "4+", [
+    f("group_id", STRING),
+    f("member_id", STRING, "0-2"),
+    array("members", [f("member_id", STRING), f("group_instance_id", STRING, nullable="3+"),
+                      f("reason", STRING, "5+", nullable="5+")], "3+"),
+])
+LEAVE_GROUP_RESPONSE = Message("LeaveGroupResponse", LEAVE_GROUP, "0-5", "4+", [
+    f("throttle_time_ms", INT32, "1+"),
+    f("error_code", INT16),
+    array("members", [f("member_id", STRING), f("group_instance_id", STRING, nullable="3+"),
+                      f("error_code", INT16)], "3+"),
+])
+
+# --- OffsetCommit (8), OffsetFetch (9) -------------------------------------------------------------
+OFFSET_COMMIT_REQUEST = Message("OffsetCommitRequest", OFFSET_COMMIT, "0-9", "8+", [
+    f("group_id", STRING),
+    f("generation_id_or_member_epoch", INT32, "1+", default=-1),
+    f("member_id", STRING, "1+"),
+    f("group_instance_id", STRING, "7+", nullable="7+"),
+    f("retention_time_ms", INT64, "2-4", default=-1),
+    array("topics", [
+        f("name", STRING),
+        array("partitions", [
+            f("partition_index", INT32),
+            f("committed_offset", INT64),
+            f("committed_leader_epoch", INT32, "6+", default=-1),
+            f("commit_timestamp", INT64, "1", default=-1),
+            f("committed_metadata", STRING, nullable="0+"),
+        ]),
+    ]),
+])
+OFFSET_COMMIT_RESPONSE = Message("OffsetCommitResponse", OFFSET_COMMIT, "0-9", "8+", [
+    f("throttle_time_ms", INT32, "3+"),
+    array("topics", [f("name", STRING),
+                     array("partitions", [f("partition_index", INT32), f("error_code", INT16)])]),
+])
+OFFSET_FETCH_REQUEST = Message("OffsetFetchRequest", OFFSET_FETCH, "0-9", "6+", [
+    f("group_id", STRING, "0-7"),
+    array("topics", [f("name", STRING), array("partition_indexes", INT32)], "0-7", nullable="2-7"),
+    array("groups", [
+        f("group_id", STRING),
+        f("member_id", STRING, "9+", nullable="9+"),
+        f("member_epoch", INT32, "9+", default=-1),
+        array("topics", [f("name", STRING), array("partition_indexes", INT32)], nullable="8+"),
+    ], "8+"),
+    f("require_stable", BOOL, "7+"),
+])
+_OFFSET_FETCH_PARTITION = [
+    f("partition_index", INT32),
+    f("committed_offset", INT64),
+    f("committed_leader_epoch", INT32, "5+", default=-1),
+    f("metadata", STRING, nullable="0+"),
+    f("error_code", INT16),
+]
+OFFSET_FETCH_RESPONSE = Message("OffsetFetchResponse", OFFSET_FETCH, "0-9", "6+", [
+    f("throttle_time_ms", INT32, "3+"),
+    array("topics", [f("name", STRING), array("partitions", _OFFSET_FETCH_PARTITION)], "0-7"),
+    f("error_code", INT16, "2-7"),
+    array("groups", [
+        f("group_id", STRING),
+        array("topics", [f("name", STRING), array("partitions", _OFFSET_FETCH_PARTITION)]),
+        f("error_code", INT16),
+    ], "8+"),
+])
+
+# --- writes: answered with an error (the server is read-only) --------------------------------------
+PRODUCE_REQUEST = Message("ProduceRequest", PRODUCE, "0-11", "9+", [
+    f("transactional_id", STRING, "3+", nullable="3+"),
+    f("acks", INT16),
+    f("timeout_ms", INT32),
+    array("topic_data", [
+        f("name", STRING),
+        array("partition_data", [f("index", INT32), f("records", RECORDS, nullable="0+")]),
+    ]),
+])
+PRODUCE_RESPONSE = Message("ProduceResponse", PRODUCE, "0-11", "9+", [
+    array("responses", [
+        f("name", STRING),
+        array("partition_responses", [
+            f("index", INT32), f("error_code", INT16), f("base_offset", INT64),
+            f("log_append_time_ms", INT64, "2+", default=-1),
+            f("log_start_offset", INT64, "5+", default=-1),
+            array("record_errors", [f("batch_index", INT32),
+                                    f("batch_index_error_message", STRING, nullable="8+")], "8+"),
+            f("error_message", STRING, "8+", nullable="8+"),
+            struct_field("current_leader", [f("leader_id", INT32, default=-1),
+                                            f("leader_epoch", INT32, default=-1)], "10+", tag=0),
+        ]),
+    ]),
+    f("throttle_time_ms", INT32, "1+"),
+])
+CREATE_TOPICS_REQUEST = Message("CreateTopicsRequest", CREATE_TOPICS, "0-7", "5+", [
+    array("topics", [
+        f("name", STRING), f("num_partitions", INT32), f("replication_factor", INT16),
+        array("assignments", [f("partition_index", INT32), array("broker_ids", INT32)]),
+        array("configs", [f("name", STRING), f("value", STRING, nullable="0+")]),
+    ]),
+    f("timeout_ms", INT32, default=60000),
+    f("validate_only", BOOL, "1+"),
+])
+CREATE_TOPICS_RESPONSE = Message("CreateTopicsResponse", CREATE_TOPICS, "0-7", "5+", [
+    f("throttle_time_ms", INT32, "2+"),
+    array("topics", [
+        f("name", STRING), f("topic_id", UUID, "7+"), f("error_code", INT16),
+        f("error_message", STRING, "1+", nullable="0+"),
+        f("topic_config_error_code", INT16, "5+", tag=0),
+        f("num_partitions", INT32, "5+", default=-1),
+        f("replication_factor", INT16, "5+", default=-1),
+        array("configs", [f("name", STRING), f("value", STRING, nullable="5+"), f("read_only", BOOL),
+                          f("config_source", INT8, default=-1), f("is_sensitive", BOOL)],
+              "5+", nullable="5+"),
+    ]),
+])
+DELETE_TOPICS_REQUEST = Message("DeleteTopicsRequest", DELETE_TOPICS, "0-6", "4+", [
+    array("topics", [f("name", STRING, nullable="6+"), f("topic_id", UUID)], "6+"),
+    array("topic_names", STRING, "0-5"),
+    f("timeout_ms", INT32),
+])
+DELETE_TOPICS_RESPONSE = Message("DeleteTopicsResponse", DELETE_TOPICS, "0-6", "4+", [
+    f("throttle_time_ms", INT32, "1+"),
+    array("responses", [f("name", STRING, nullable="6+"), f("topic_id", UUID, "6+"),
+                        f("error_code", INT16), f("error_message", STRING, "5+", nullable="5+")]),
+])
+DELETE_RECORDS_REQUEST = Message("DeleteRecordsRequest", DELETE_RECORDS, "0-2", "2+", [
+    array("topics", [f("name", STRING),
+                     array("partitions", [f("partition_index", INT32), f("offset", INT64)])]),
+    f("timeout_ms", INT32),
+])
+DELETE_RECORDS_RESPONSE = Message("DeleteRecordsResponse", DELETE_RECORDS, "0-2", "2+", [
+    f("throttle_time_ms", INT32),
+    array("topics", [f("name", STRING),
+                     array("partitions", [f("partition_index", INT32), f("low_watermark", INT64),
+                                          f("error_code", INT16)])]),
+])
+INIT_PRODUCER_ID_REQUEST = Message("InitProducerIdRequest", INIT_PRODUCER_ID, "0-5", "2+", [
+    f("transactional_id", STRING, nullable="0+"),
+    f("transaction_timeout_ms", INT32),
+    f("producer_id", INT64, "3+", default=-1),
+    f("producer_epoch", INT16, "3+", default=-1),
+])
+INIT_PRODUCER_ID_RESPONSE = Message("InitProducerIdResponse", INIT_PRODUCER_ID, "0-5", "2+", [
+    f("throttle_time_ms", INT32),
+    f("error_code", INT16),
+    f("producer_id", INT64, default=-1),
+    f("producer_epoch", INT16),
+])
+CREATE_PARTITIONS_REQUEST = Message("CreatePartitionsRequest", CREATE_PARTITIONS, "0-3", "2+", [
+    array("topics", [f("name", STRING), f("count", INT32),
+                     array("assignments", [array("broker_ids", INT32)], nullable="0+")]),
+    f("timeout_ms", INT32),
+    f("validate_only", BOOL),
+])
+CREATE_PARTITIONS_RESPONSE = Message("CreatePartitionsResponse", CREATE_PARTITIONS, "0-3", "2+", [
+    f("throttle_time_ms", INT32),
+    array("results", [f("name", STRING), f("error_code", INT16),
+                      f("error_message", STRING, nullable="0+")]),
+])
+
+REQUESTS = {m.api_key: m for m in (
+    API_VERSIONS_REQUEST, METADATA_REQUEST, LIST_OFFSETS_REQUEST, FIND_COORDINATOR_REQUEST,
+    JOIN_GROUP_REQUEST, SYNC_GROUP_REQUEST, HEARTBEAT_REQUEST, LEAVE_GROUP_REQUEST,
+    OFFSET_COMMIT_REQUEST, OFFSET_FETCH_REQUEST, PRODUCE_REQUEST, CREATE_TOPICS_REQUEST,
+    DELETE_TOPICS_REQUEST, DELETE_RECORDS_REQUEST, INIT_PRODUCER_ID_REQUEST,
+    CREATE_PARTITIONS_REQUEST)}
+RESPONSES = {m.api_key: m for m in (
+    API_VERSIONS_RESPONSE, METADATA_RESPONSE, LIST_OFFSETS_RESPONSE, FIND_COORDINATOR_RESPONSE,
+    JOIN_GROUP_RESPONSE, SYNC_GROUP_RESPONSE, HEARTBEAT_RESPONSE, LEAVE_GROUP_RESPONSE,
+    OFFSET_COMMIT_RESPONSE, OFFSET_FETCH_RESPONSE, PRODUCE_RESPONSE, CREATE_TOPICS_RESPONSE,
+    DELETE_TOPICS_RESPONSE, DELETE_RECORDS_RESPONSE, INIT_PRODUCER_ID_RESPONSE,
+    CREATE_PARTITIONS_RESPONSE)}
+#: First flexible version of every API the server speaks (Fetch included).
+FLEXIBLE = {key: m.flexible[0] for key, m in REQUESTS.items()}
+FLEXIBLE[FETCH] = 12

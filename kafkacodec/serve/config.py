@@ -1,0 +1,91 @@
+"""The server's settings (the `kafkacodec serve` options; Kafka's broker config names where one
+exists) and HOST:PORT parsing."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+__all__ = ["ServeConfig", "parse_host_port", "MiB"]
+
+MiB = 1 << 20
+
+
+def parse_host_port(text: str, what: str = "address") -> tuple[str, int]:
+    """"HOST:PORT", "[v6 address]:PORT" or ":PORT" (all interfaces) -> (host, port);
+    ValueError naming `what` otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{what} {text!r} is not HOST:PORT")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host or "0.0.0.0", int(port)
+
+
+@dataclass
+class ServeConfig:
+    """Everything `Server` takes.
+
+    - `log_dirs`: Kafka log directories (`log.dirs`), served together; or
+    - `upstream`: a cluster's bootstrap servers, served through the consumer core instead
+      (kafkacodec.serve.upstream), with `upstream_buffer_memory` (the consumer's KIP-81 pool),
+      `upstream_cache_memory` (fetched data kept for clients) and `upstream_timeout_s`.
+    - `listen` / `advertised`: where to listen, and the address clients are told to connect to
+      (Metadata, FindCoordinator); `advertised` defaults to the bound address.
+    - `state_dir`: where group offsets persist (None: in memory only, lost at exit).
+    - `metrics_listen`: Prometheus text format over HTTP there (None: off).
+    - `max_conversion_memory`: one pool bounds every down-conversion at once (KIP-283 chunks).
+    - `max_request_memory` (Kafka's queued.max.request.bytes; 0: unbounded) and
+      `socket_request_max_bytes` (socket.request.max.bytes): KIP-72 request memory.
+    - `downconversion` (log.message.downconversion.enable) and `topic_downconversion`
+      (message.downconversion.enable per topic).
+    - `zstd_codec`: rebuild zstd batches with this codec for Fetch v0-3 (None: refuse them with
+      UNSUPPORTED_COMPRESSION_TYPE, as Kafka).
+    - `chunk_size`: input bytes converted per chunk (Kafka's 128 KiB).
+    - `poll_interval_ms`: how often waiting fetches look at the files for new data.
+    - `group_initial_rebalance_delay_ms`: group.initial.rebalance.delay.ms.
+    - `shutdown_timeout_s`: how long stop() lets responses in flight finish.
+    """
+
+    log_dirs: list[str]
+    listen: tuple[str, int] = ("127.0.0.1", 9092)
+    advertised: tuple[str, int] | None = None
+    state_dir: str | None = None
+    metrics_listen: tuple[str, int] | None = None
+    max_conversion_memory: int = 64 * MiB
+    max_request_memory: int = 200 * MiB
+    socket_request_max_bytes: int = 100 * MiB
+    downconversion: bool = True
+    topic_downconversion: dict[str, bool] = field(default_factory=dict)
+    zstd_codec: str | None = None
+    chunk_size: int = 128 * 1024
+    node_id: int = 0
+    cluster_id: str | None = None
+    poll_interval_ms: int = 10
+    group_initial_rebalance_delay_ms: int = 0
+    offset_metadata_max_bytes: int = 4096
+    shutdown_timeout_s: float = 5.0
+    upstream: str | None = None
+    upstream_buffer_memory: int = 64 * MiB
+    upstream_cache_memory: int = 64 * MiB
+    upstream_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        self.log_dirs = [os.fspath(d) for d in self.log_dirs]
+        if not self.log_dirs and not self.upstream:
+            raise ValueError("give at least one log directory, or an upstream cluster")
+        if self.log_dirs and self.upstream:
+            raise ValueError("serve log directories or an upstream cluster, not both")
+        if self.max_conversion_memory < 1:
+            raise ValueError("max_conversion_memory must be at least 1 byte")
+        if self.socket_request_max_bytes < 1:
+            raise ValueError("socket_request_max_bytes must be at least 1 byte")
+        if 0 < self.max_request_memory < self.socket_request_max_bytes:
+            # Kafka refuses to start too: a request of the maximum size could never be read.
+            raise ValueError(f"max_request_memory ({self.max_request_memory}) must be at least "
+                             f"socket_request_max_bytes ({self.socket_request_max_bytes}), or 0")
+        if self.zstd_codec not in (None, "none", "gzip", "snappy", "lz4"):
+            raise ValueError(f"zstd_codec must be none, gzip, snappy or lz4, got {self.zstd_codec!r}")
+
+    def downconversion_enabled(self, topic: str) -> bool:
+        return self.topic_downconversion.get(topic, self.downconversion)

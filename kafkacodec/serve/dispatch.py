@@ -1,0 +1,217 @@
+"""Request dispatch: the request header, the versions served, and the APIs that need no state
+of their own (ApiVersions, Metadata, ListOffsets, and the writes a read-only server refuses).
+
+Kafka's rules for what cannot be served (spec server.md): an unknown API key, a version outside
+the range served (except ApiVersions), a header or body that does not parse: the connection is
+closed.  An ApiVersions request of a newer version than served is answered in the v0 layout
+with UNSUPPORTED_VERSION and the ranges, so the client retries with one it can use (KIP-511).
+
+Writes (Produce, CreateTopics, DeleteTopics, DeleteRecords, InitProducerId, CreatePartitions)
+are answered with POLICY_VIOLATION (44), with the message "kafkacodec serve is read-only"
+where the version has a message field; a Produce with acks=0 gets no response, as Kafka.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kafkacodec.errors import CorruptRecordError
+from kafkacodec.protocol import messages as m
+from kafkacodec.protocol._schema import ZERO_UUID, Reader
+
+if TYPE_CHECKING:
+    from kafkacodec.serve.network import Connection
+    from kafkacodec.serve.server import Server
+
+__all__ = ["API_RANGES", "Request", "parse_header", "frame_response", "Dispatcher", "READ_ONLY"]
+
+# Error codes (Kafka's Errors)
+NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 3
+NOT_LEADER_OR_FOLLOWER, MESSAGE_TOO_LARGE = 6, 10
+UNSUPPORTED_VERSION, POLICY_VIOLATION = 35, 44
+KAFKA_STORAGE_ERROR, UNSUPPORTED_COMPRESSION_TYPE, UNKNOWN_TOPIC_ID = 56, 76, 100
+READ_ONLY = "kafkacodec serve is read-only"
+
+#: api key -> (min, max) version served (Kafka 3.9's ranges; Fetch in _fetch_server.pyx).
+API_RANGES = {
+    m.PRODUCE: (0, 11), m.FETCH: (0, 17), m.LIST_OFFSETS: (0, 9), m.METADATA: (0, 12),
+    m.OFFSET_COMMIT: (0, 9), m.OFFSET_FETCH: (0, 9), m.FIND_COORDINATOR: (0, 5),
+    m.JOIN_GROUP: (0, 9), m.HEARTBEAT: (0, 4), m.LEAVE_GROUP: (0, 5), m.SYNC_GROUP: (0, 5),
+    m.API_VERSIONS: (0, 4), m.CREATE_TOPICS: (0, 7), m.DELETE_TOPICS: (0, 6),
+    m.DELETE_RECORDS: (0, 2), m.INIT_PRODUCER_ID: (0, 5), m.CREATE_PARTITIONS: (0, 3),
+}
+_HEADER = struct.Struct(">hhih")
+
+
+@dataclass
+class Request:
+    """One request being handled: answer it with `respond(body)` (a response body, framed
+    here) or `send(pieces)`, or `done()` when it gets no response."""
+    conn: Connection
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    received: float
+
+    @property
+    def flexible(self) -> bool:
+        return self.api_version >= m.FLEXIBLE[self.api_key]
+
+    def respond(self, body: bytes | bytearray) -> None:
+        # ApiVersions answers always use response header v0 (KIP-511)
+        tagged = self.flexible and self.api_key != m.API_VERSIONS
+        self.conn.send([_pieces(frame_response(self.correlation_id, body, tagged))])
+
+    def done(self) -> None:
+        self.conn.request_done()
+
+
+def _pieces(data: bytes | bytearray) -> Any:
+    from kafkacodec.serve.network import BytesPiece
+
+    return BytesPiece(data)
+
+
+def frame_response(correlation_id: int, body: bytes | bytearray, tagged: bool) -> bytearray:
+    head = struct.pack(">ii", 4 + (1 if tagged else 0) + len(body), correlation_id)
+    out = bytearray(head)
+    if tagged:
+        out.append(0)                             # response header v1: no tagged fields
+    out += body
+    return out
+
+
+def parse_header(body: memoryview) -> tuple[int, int, int, str | None, int]:
+    """(api_key, api_version, correlation_id, client_id, where the request body starts).
+    CorruptRecordError when malformed; the tagged section of header v2 is skipped for the
+    APIs served."""
+    if len(body) < _HEADER.size:
+        raise CorruptRecordError("request header shorter than 10 bytes", position=0)
+    api_key, api_version, correlation_id, length = _HEADER.unpack_from(body, 0)
+    reader = Reader(body, _HEADER.size)
+    client_id: str | None = None
+    if length >= 0:
+        raw = reader.take(length, "request header client id")
+        client_id = bytes(raw).decode("utf-8", "replace")
+    elif length != -1:
+        raise CorruptRecordError(f"request header client id length {length}", position=8)
+    flexible_from = m.FLEXIBLE.get(api_key)
+    if flexible_from is not None and api_version >= flexible_from:
+        reader.skip_tags()
+    return api_key, api_version, correlation_id, client_id, reader.pos
+
+
+class Dispatcher:
+    """Routes decoded requests to their handlers."""
+
+    def __init__(self, server: Server):
+        self.server = server
+
+    # --- ApiVersions -----------------------------------------------------------------------
+    def api_versions(self, req: Request, body: dict[str, Any]) -> None:
+        keys = [{"api_key": k, "min_version": lo, "max_version": hi}
+                for k, (lo, hi) in sorted(API_RANGES.items())]
+        req.respond(m.API_VERSIONS_RESPONSE.encode(req.api_version, {
+            "error_code": NONE, "api_keys": keys, "throttle_time_ms": 0}))
+
+    def api_versions_fallback(self, req: Request) -> None:
+        """A newer ApiVersions than served: the v0 layout, UNSUPPORTED_VERSION, the ranges."""
+        keys = [{"api_key": k, "min_version": lo, "max_version": hi}
+                for k, (lo, hi) in sorted(API_RANGES.items())]
+        body = m.API_VERSIONS_RESPONSE.encode(0, {"error_code": UNSUPPORTED_VERSION, "api_keys": keys})
+        req.conn.send([_pieces(frame_response(req.correlation_id, body, False))])
+
+    # --- Metadata --------------------------------------------------------------------------
+    def metadata(self, req: Request, body: dict[str, Any]) -> None:
+        server = self.server
+        view = server.view
+        view.refresh()
+        version = req.api_version
+        wanted = body["topics"]
+        if wanted is None or (version == 0 and not wanted):
+            entries: list[tuple[str | None, uuid.UUID | None]] = [(name, None) for name in sorted(view.topics)]
+        else:
+            entries = [(t["name"], t["topic_id"] if t["topic_id"] != ZERO_UUID else None) for t in wanted]
+        host, port = server.advertised
+        topics: list[dict[str, Any]] = []
+        for name, topic_id in entries:
+            topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)
+            if topic is None:
+                topics.append({"error_code": UNKNOWN_TOPIC_ID if name is None else UNKNOWN_TOPIC_OR_PARTITION,
+                               "name": name, "topic_id": topic_id or ZERO_UUID, "partitions": []})
+                continue
+            node = server.config.node_id
+            topics.append({
+                "error_code": NONE, "name": topic.name, "topic_id": topic.topic_id,
+                "is_internal": topic.is_internal,
+                "partitions": [{"error_code": NONE, "partition_index": p, "leader_id": node,
+                                "leader_epoch": -1, "replica_nodes": [node], "isr_nodes": [node],
+                                "offline_replicas": []}
+                               for p in sorted(topic.partitions)]})
+        req.respond(m.METADATA_RESPONSE.encode(version, {
+            "brokers": [{"node_id": server.config.node_id, "host": host, "port": port, "rack": None}],
+            "cluster_id": server.cluster_id, "controller_id": server.config.node_id, "topics": topics}))
+
+    # --- ListOffsets -----------------------------------------------------------------------
+    def list_offsets(self, req: Request, body: dict[str, Any]) -> None:
+        from kafkacodec.serve.logview import StorageError
+
+        version = req.api_version
+        committed = body["isolation_level"] == 1
+        topics = []
+        for t in body["topics"]:
+            parts = []
+            for p in t["partitions"]:
+                answer: dict[str, Any] = {"partition_index": p["partition_index"], "error_code": NONE,
+                                          "old_style_offsets": [], "timestamp": -1, "offset": -1,
+                                          "leader_epoch": -1}
+                part = self.server.view.partition(t["name"], p["partition_index"])
+                if part is None:
+                    answer["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    try:
+                        part.refresh()
+                        found = part.list_offset(p["timestamp"], committed)
+                    except (StorageError, OSError):     # OSError: serve --upstream's cluster
+                        answer["error_code"] = KAFKA_STORAGE_ERROR if version >= 1 else NOT_LEADER_OR_FOLLOWER
+                        found = None
+                    if found is not None:
+                        answer["timestamp"], answer["offset"] = found
+                        answer["old_style_offsets"] = [found[1]]
+                parts.append(answer)
+            topics.append({"name": t["name"], "partitions": parts})
+        req.respond(m.LIST_OFFSETS_RESPONSE.encode(version, {"topics": topics}))
+
+    # --- writes ------------------------------------------------------------------------------
+    def refuse_write(self, req: Request, body: dict[str, Any]) -> None:
+        key, version = req.api_key, req.api_version
+        if key == m.PRODUCE:
+            if body["acks"] == 0:
+                req.done()                            # Kafka sends nothing for acks=0
+                return
+            answer: dict[str, Any] = {"responses": [
+                {"name": t["name"], "partition_responses": [
+                    {"index": p["index"], "error_code": POLICY_VIOLATION, "base_offset": -1,
+                     "error_message": READ_ONLY} for p in t["partition_data"]]}
+                for t in body["topic_data"]]}
+        elif key == m.CREATE_TOPICS:
+            answer = {"topics": [{"name": t["name"], "error_code": POLICY_VIOLATION,
+                                  "error_message": READ_ONLY} for t in body["topics"]]}
+        elif key == m.DELETE_TOPICS:
+            names = [t["name"] for t in body["topics"]] if version >= 6 else body["topic_names"]
+            answer = {"responses": [{"name": n, "error_code": POLICY_VIOLATION, "error_message": READ_ONLY}
+                                    for n in names]}
+        elif key == m.DELETE_RECORDS:
+            answer = {"topics": [{"name": t["name"], "partitions": [
+                {"partition_index": p["partition_index"], "low_watermark": -1,
+                 "error_code": POLICY_VIOLATION} for p in t["partitions"]]} for t in body["topics"]]}
+        elif key == m.INIT_PRODUCER_ID:
+            answer = {"error_code": POLICY_VIOLATION, "producer_id": -1, "producer_epoch": -1}
+        else:                                         # CreatePartitions
+            answer = {"results": [{"name": t["name"], "error_code": POLICY_VIOLATION,
+                                   "error_message": READ_ONLY} for t in body["topics"]]}
+        req.respond(m.RESPONSES[key].encode(version, answer))

@@ -1,0 +1,333 @@
+"""The Fetch path: which bytes answer each partition, the long poll, and the response pieces.
+
+Per partition (Kafka's ReplicaManager.readFromLog and LogSegment.read): the segment holding the
+fetch offset, from the entry holding it, at most the partition's bytes and what is left of the
+response's `max_bytes`; never an entry at or above the high watermark (read_uncommitted) or the
+last stable offset (read_committed, with the aborted transactions of the range).  The first
+partition with data gets its whole first batch even when larger (KIP-74), for every version
+(Kafka holds Fetch v0-2 to the hard limit, which leaves such a consumer stuck); a later
+partition whose first batch does not fit what is left sends nothing rather than a partial batch
+(clients fail on a partition holding only a partial batch).
+
+Fetch v4+ gets the stored bytes as they are: a byte range of the segment, sent with sendfile.
+Fetch v0-3 gets them lazily down-converted (magic 0 for v0-1, magic 1 for v2-3) with KIP-283's
+framing (LazyDownConvertRecords), every conversion's memory from one pool
+(`max_conversion_memory`).  When the pool cannot hold a partition's first chunk, the partition
+waits like one without data.  A range that converts to nothing (transaction markers) is skipped
+and the next batches are taken, so an old consumer is never sent only an overflow stub (Kafka
+3.8 sends one and kafka-python stops with "Failed to make progress"); at the end of the log it
+gets no records until more arrive.
+
+Long poll: a fetch whose data is below `min_bytes` waits up to `max_wait_ms`, looking at the
+files every `poll_interval_ms`; it is answered as soon as enough data lands (or memory returns).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kafkacodec.errors import (FileTruncatedError, KafkaCodecError, RecordTooLargeError,
+                               UnsupportedCompressionError, UnsupportedVersionError)
+from kafkacodec.lazy import LazyDownConvertRecords
+from kafkacodec.protocol._fetch_server import FetchRequest, encode_fetch_response
+from kafkacodec.serve.dispatch import (KAFKA_STORAGE_ERROR, MESSAGE_TOO_LARGE, NONE,
+                                       NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE,
+                                       UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
+                                       UNSUPPORTED_COMPRESSION_TYPE, UNSUPPORTED_VERSION, Request)
+from kafkacodec.serve.logview import Partition, Segment, StorageError
+from kafkacodec.serve.network import BytesPiece, FilePiece, LazyPiece
+
+if TYPE_CHECKING:
+    from kafkacodec.serve.server import Server
+
+__all__ = ["FetchHandler"]
+
+log = logging.getLogger("kafkacodec.serve")
+_CONTROL = 0x20
+
+
+@dataclass
+class _PartitionAnswer:
+    index: int
+    error: int = NONE
+    high_watermark: int = -1
+    last_stable: int = -1
+    log_start: int = -1
+    aborted: list[tuple[int, int]] | None = None
+    piece: Any = None              # FilePiece / LazyPiece, None for no records
+    size: int = 0                  # committed records size
+
+    def row(self) -> tuple[int, int, int, int, int, Any, int]:
+        return (self.index, self.error, self.high_watermark, self.last_stable, self.log_start,
+                self.aborted, self.size)
+
+
+@dataclass
+class _Pending:
+    req: Request
+    fetch: FetchRequest
+    deadline: float
+
+
+def _stored_piece(found: Any, on_bytes: Any) -> Any:
+    """The stored bytes of a range: sent with sendfile from a segment, or written from an
+    upstream chunk (serve --upstream)."""
+    if isinstance(found.segment, Segment):
+        return FilePiece(found.segment, found.position, found.size, on_bytes)
+    on_bytes(found.size)
+    return BytesPiece(memoryview(found.segment.data)[found.position:found.position + found.size])
+
+
+class FetchHandler:
+    def __init__(self, server: Server):
+        self.server = server
+        self.parked: list[_Pending] = []
+        self._timer: Any = None
+
+    # --- entry ---------------------------------------------------------------------------------
+    def handle(self, req: Request, fetch: FetchRequest) -> None:
+        pending = _Pending(req, fetch, time.monotonic() + max(0, fetch.max_wait_ms) / 1000)
+        if not self._try(pending, force=fetch.max_wait_ms <= 0 or not fetch.topics):
+            self.parked.append(pending)
+            self._schedule()
+
+    def _schedule(self) -> None:
+        if self._timer is None and self.parked:
+            self._timer = self.server.loop.call_later(self.server.config.poll_interval_ms / 1000, self.poll)
+
+    def poll(self) -> None:
+        """Look again at every waiting fetch (new data, memory back, or its time is up)."""
+        self._timer = None
+        now = time.monotonic()
+        parked, self.parked = self.parked, []
+        for pending in parked:
+            if pending.req.conn.closed:
+                continue
+            try:
+                if not self._try(pending, force=now >= pending.deadline):
+                    self.parked.append(pending)
+            except Exception:
+                log.exception("a waiting fetch failed; closing its connection")
+                pending.req.conn.close("fetch failed")
+        self._schedule()
+
+    def connection_closed(self, conn: Any) -> None:
+        self.parked = [p for p in self.parked if p.req.conn is not conn]
+
+    def answer_all_now(self) -> None:
+        """Shutting down: answer every waiting fetch with what there is."""
+        parked, self.parked = self.parked, []
+        for pending in parked:
+            if not pending.req.conn.closed:
+                self._try(pending, force=True)
+
+    # --- building ------------------------------------------------------------------------------
+    def _try(self, pending: _Pending, force: bool) -> bool:
+        """Answer the fetch if it may be answered now; False when it waits."""
+        fetch = pending.fetch
+        if not force and not self._enough(fetch):
+            return False
+        topics, total, errors = self._build(pending.req, fetch)
+        if not force and not errors and total < max(fetch.min_bytes, 1):
+            # e.g. the conversion pool refused every first chunk: wait for memory like for data
+            for _, _, answers in topics:
+                for answer in answers:
+                    if answer.piece is not None:
+                        answer.piece.release()
+            return False
+        self._send(pending.req, topics)
+        return True
+
+    def _enough(self, fetch: FetchRequest) -> bool:
+        """Cheap look before building: enough bytes at the fetch offsets, or an error to report."""
+        view = self.server.view
+        total = 0
+        for name, topic_id, partitions in fetch.topics:
+            topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)
+            if topic is None:
+                return True
+            for p in partitions:
+                part = topic.partitions.get(p.partition)
+                if part is None:
+                    return True
+                try:
+                    part.refresh()
+                    in_range = part.in_range(p.fetch_offset)
+                    if in_range is None:
+                        continue
+                    if not in_range:
+                        return True
+                    upper = part.last_stable_offset() if fetch.isolation_level == 1 else part.log_end
+                    if p.fetch_offset >= upper:
+                        continue
+                    found = part.read(p.fetch_offset, p.partition_max_bytes, True, upper)
+                except (StorageError, FileTruncatedError):
+                    return True
+                if found is not None:
+                    total += found.size
+                if total >= max(fetch.min_bytes, 1):
+                    return True
+        return False
+
+    def _build(self, req: Request, fetch: FetchRequest
+               ) -> tuple[list[tuple[str | None, uuid.UUID | None, list[_PartitionAnswer]]], int, bool]:
+        view = self.server.view
+        version = fetch.api_version
+        budget = fetch.max_bytes if version >= 3 else 1 << 62
+        have_data = False
+        total = 0
+        errors = False
+        topics = []
+        for name, topic_id, partitions in fetch.topics:
+            topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)
+            answers = []
+            for p in partitions:
+                answer = _PartitionAnswer(p.partition)
+                answers.append(answer)
+                part = topic.partitions.get(p.partition) if topic is not None else None
+                if part is None:
+                    answer.error = UNKNOWN_TOPIC_ID if topic is None and version >= 13 else UNKNOWN_TOPIC_OR_PARTITION
+                    errors = True
+                    continue
+                try:
+                    self._partition(part, p, fetch, answer, min(p.partition_max_bytes, budget), not have_data)
+                except (StorageError, FileTruncatedError) as exc:
+                    log.warning("fetch from %s-%d: %s", part.topic, part.index, exc)
+                    if isinstance(exc, FileTruncatedError):
+                        try:
+                            part.reload()
+                        except StorageError:
+                            pass
+                    answer.error = KAFKA_STORAGE_ERROR if version >= 6 else NOT_LEADER_OR_FOLLOWER
+                    answer.piece, answer.size = None, 0
+                    errors = True
+                    continue
+                if answer.error != NONE:
+                    errors = True
+                if answer.size > 0:
+                    have_data = True
+                    budget = max(0, budget - answer.size)
+                    total += answer.size
+            topics.append((topic.name if topic is not None and version < 13 else name,
+                           topic.topic_id if topic is not None else topic_id, answers))
+        return topics, total, errors
+
+    def _partition(self, part: Partition, p: Any, fetch: FetchRequest, answer: _PartitionAnswer,
+                   max_bytes: int, first: bool) -> None:
+        """Fill `answer` for one partition: an error, no records, or a piece and its size."""
+        part.refresh()
+        answer.high_watermark = hw = part.log_end
+        answer.log_start = part.log_start
+        committed = fetch.isolation_level == 1
+        # The last stable offset needs every transactional batch header of the partition: a
+        # read_committed fetch pays for that scan once; read_uncommitted ones (which ignore the
+        # field) report it once known, else the high watermark.
+        answer.last_stable = lso = part.last_stable_offset() if committed or part.txn is not None else hw
+        offset = p.fetch_offset
+        in_range = part.in_range(offset)
+        if in_range is None:                    # not known yet (serve --upstream): no records
+            return
+        if not in_range:
+            answer.error = OFFSET_OUT_OF_RANGE
+            return
+        upper = lso if committed else hw
+        if committed:
+            answer.aborted = []
+        if offset >= upper:
+            return
+        config = self.server.config
+        if fetch.api_version >= 4:
+            found = part.read(offset, max_bytes, first, upper)
+            if found is None or (not first and found.size < found.first_size):
+                return
+            answer.piece = _stored_piece(found, self.server.metrics.bytes_out_counter(part.topic))
+            answer.size = found.size
+            if committed:
+                end = self._end_offset(found)
+                answer.aborted = part.aborted_between(offset, end)
+            return
+        # Fetch v0-3: lazy down-conversion, skipping ranges that convert to nothing
+        to_magic = 0 if fetch.api_version <= 1 else 1
+        start = offset
+        while True:
+            found = part.read(start, max_bytes, first, upper)
+            if found is None or (not first and found.size < found.first_size):
+                return
+            assert found.segment.records is not None
+            records = found.segment.records.slice(found.position, found.size)
+            try:
+                lazy = LazyDownConvertRecords(
+                    records, to_magic, offset, config.chunk_size,
+                    enabled=config.downconversion_enabled(part.topic),
+                    pool=self.server.conversion_pool, zstd_codec=config.zstd_codec)
+            except UnsupportedVersionError:
+                answer.error = UNSUPPORTED_VERSION
+                return
+            except UnsupportedCompressionError:
+                answer.error = UNSUPPORTED_COMPRESSION_TYPE
+                return
+            except RecordTooLargeError:
+                answer.error = MESSAGE_TOO_LARGE
+                return
+            except FileTruncatedError:
+                raise
+            except KafkaCodecError as exc:
+                log.warning("cannot down-convert %s-%d at offset %d: %s", part.topic, part.index, start, exc)
+                answer.error = KAFKA_STORAGE_ERROR if fetch.api_version >= 6 else NOT_LEADER_OR_FOLLOWER
+                return
+            if lazy.refused:
+                self.server.metrics.conversion_refused()
+                return
+            if lazy.size_in_bytes == 12 and lazy.converts:
+                # nothing in the range converts (markers): take the batches after it
+                lazy.close()
+                rows = records.index(check_crc=False)
+                if not len(rows):
+                    return
+                start = int(rows["last_offset"][-1]) + 1
+                if start >= upper:
+                    return
+                continue
+            answer.piece = LazyPiece(lazy, self._converted(part.topic),
+                                     self.server.metrics.bytes_out_counter(part.topic))
+            answer.size = lazy.size_in_bytes
+            if committed:
+                answer.aborted = part.aborted_between(offset, self._end_offset(found))
+            return
+
+    @staticmethod
+    def _end_offset(found: Any) -> int:
+        """The offset after the last entry that starts inside the range sent."""
+        rows = found.segment.records.slice(found.position, found.size).index(check_crc=False)
+        if len(rows):
+            return int(rows["last_offset"][-1]) + 1
+        return int(found.segment.last_offset) + 1
+
+    def _converted(self, topic: str) -> Any:
+        metrics = self.server.metrics
+
+        def done(lazy: LazyDownConvertRecords) -> None:
+            metrics.conversion_done(topic, lazy.stats, lazy.pool_refusals)
+        return done
+
+    # --- sending -------------------------------------------------------------------------------
+    def _send(self, req: Request, topics: list[tuple[str | None, uuid.UUID | None, list[_PartitionAnswer]]]) -> None:
+        head, cuts, _ = encode_fetch_response(
+            req.api_version, req.correlation_id,
+            [(name, topic_id, [a.row() for a in answers]) for name, topic_id, answers in topics])
+        pieces: list[Any] = []
+        view = memoryview(head)
+        at = 0
+        answers = [a for _, _, items in topics for a in items]
+        for cut, answer in zip(cuts, answers):
+            if answer.piece is None:
+                continue
+            pieces.append(BytesPiece(view[at:cut]))
+            pieces.append(answer.piece)
+            at = cut
+        pieces.append(BytesPiece(view[at:]))
+        req.conn.send(pieces)

@@ -1,0 +1,612 @@
+"""The log directories as the server sees them: topics, partitions and segments, kept up to
+date while another process appends, rolls, deletes or truncates.
+
+Discovery is `kafkacodec.logdir._layout.find_partitions` (a broker's `log.dirs` layout, Kafka's
+tiered-storage names, several directories merged); topic ids come from `partition.metadata`
+(logdir/partition_metadata.py), the log start from `log-start-offset-checkpoint`.
+
+Per segment, where offsets are found (`.txnindex` is not read: the last stable offset needs
+every transactional batch header anyway, so aborted transactions come from those headers):
+- a rolled segment with a valid `.index` (entries checked against the segment: the first and
+  the last point at entry headers holding their offsets) is searched through it plus a short
+  header walk, as Kafka does (`.timeindex` likewise for timestamps);
+- otherwise, and always for the active (last) segment, the index is rebuilt in memory: a table
+  of every entry header (position, size, last offset, max timestamp, magic, attributes), read
+  once and extended as the file grows.
+Header walks go through `FileRecords.index()` on the segment's guarded mapping, so a file cut
+by another process raises FileTruncatedError (never SIGBUS); the partition is then reloaded.
+
+Not thread-safe: the server's network thread owns it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kafkacodec._convert import release_file_pages
+from kafkacodec._records import FileRecords
+from kafkacodec.errors import FileTruncatedError, KafkaCodecError
+from kafkacodec.logdir._layout import PartitionFiles, find_partitions
+from kafkacodec.logdir.indexes import (OffsetIndex, TimeIndex, parse_offset_index, parse_time_index,
+                                       parse_txn_index)
+from kafkacodec.logdir.partition_metadata import read_partition_metadata
+
+__all__ = ["LogView", "Topic", "Partition", "Segment", "ReadRange", "StorageError",
+           "stable_topic_id"]
+
+log = logging.getLogger("kafkacodec.serve")
+
+WINDOW = 256 * 1024                 # bytes of entry headers walked per FileRecords.index() call
+_TRANSACTIONAL, _CONTROL = 0x10, 0x20
+_COLUMNS: tuple[tuple[str, type], ...] = (
+    ("position", np.int64), ("size", np.int64), ("last_offset", np.int64),
+    ("max_timestamp", np.int64), ("magic", np.int8), ("attributes", np.int16))
+_ENTRY_HEAD = struct.Struct(">qi")
+
+
+class StorageError(Exception):
+    """A partition's files cannot be read right now (removed, cut, unreadable); the fetch
+    answers KAFKA_STORAGE_ERROR (NOT_LEADER_OR_FOLLOWER before Fetch v6) and the client
+    retries."""
+
+
+def stable_topic_id(name: str) -> uuid.UUID:
+    """The topic id of a topic without partition.metadata: derived from its name, so it is the
+    same after a restart (Fetch v13+ and Metadata v10+ name topics by id)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"kafkacodec-serve:{name}")
+
+
+class _Table:
+    """Entry headers of a segment in growable numpy columns (the index rebuilt in memory)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.cols: dict[str, Any] = {name: np.zeros(64, dtype) for name, dtype in _COLUMNS}
+
+    def append(self, rows: Any) -> None:
+        k = len(rows)
+        if not k:
+            return
+        if self.n + k > len(self.cols["position"]):
+            capacity = max(2 * len(self.cols["position"]), self.n + k)
+            for name, column in self.cols.items():
+                grown = np.zeros(capacity, column.dtype)
+                grown[:self.n] = column[:self.n]
+                self.cols[name] = grown
+        end = self.n + k
+        self.cols["position"][self.n:end] = rows["position"]
+        self.cols["size"][self.n:end] = rows["size_in_bytes"]
+        self.cols["last_offset"][self.n:end] = rows["last_offset"]
+        self.cols["max_timestamp"][self.n:end] = rows["max_timestamp"]
+        self.cols["magic"][self.n:end] = rows["magic"]
+        self.cols["attributes"][self.n:end] = rows["attributes"]
+        self.n = end
+
+    def __getitem__(self, name: str) -> Any:
+        return self.cols[name][:self.n]
+
+
+@dataclass
+class ReadRange:
+    """Bytes [position, position + size) of a segment answer a fetch; `first_size` is the size
+    of the first entry (the one holding the fetch offset)."""
+    segment: Segment
+    position: int
+    size: int
+    first_size: int
+
+
+class Segment:
+    """One `.log` file and what is known of its entries."""
+
+    def __init__(self, path: str, base_offset: int, indexes: dict[str, str]):
+        self.path = path
+        self.base_offset = base_offset
+        self.indexes = indexes                  # ".index"/".timeindex"/".txnindex" -> path
+        self.inode: tuple[int, int] | None = None
+        self.size = -1                          # bytes the mapping covers
+        self.records: FileRecords | None = None
+        self.table: _Table | None = None        # the index rebuilt in memory
+        self.sparse: OffsetIndex | None = None  # Kafka's .index (rolled segments)
+        self.times: TimeIndex | None = None
+        self.end = 0                            # after the last complete entry
+        self.last_offset = base_offset - 1
+        self.fd: int | None = None              # for sendfile, opened on first use
+        self.damaged: str | None = None
+        self.active = False                     # the last segment: always indexed in memory
+
+    # --- loading -------------------------------------------------------------------------------
+    def ensure(self) -> None:
+        """Load on first use (a segment nobody reads is never walked)."""
+        if self.inode is None:
+            self.refresh()
+
+    def refresh(self) -> bool:
+        """Follow the file: a new inode or a smaller size reloads, a larger size extends.
+        True when what was known of it was dropped (the partition's transactions too)."""
+        active = self.active
+        dropped = False
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise StorageError(f"{self.path} was removed") from None
+        inode = (st.st_dev, st.st_ino)
+        if self.inode is not None and (inode != self.inode or st.st_size < self.size):
+            log.info("%s was %s: reloading", self.path,
+                     "replaced" if inode != self.inode else f"cut to {st.st_size} bytes")
+            self.reset()
+            dropped = True
+        if self.inode is None:
+            self.inode = inode
+            self._load(active)
+        elif st.st_size > self.size:
+            self._map()
+            if self.sparse is not None:         # a rolled segment grew: index it in memory
+                self.sparse, self.times = None, None
+                self._scan_all()
+            else:
+                self._extend()
+        return dropped
+
+    def reset(self) -> None:
+        self.close()
+        self.inode, self.size, self.records = None, -1, None
+        self.table, self.sparse, self.times = None, None, None
+        self.end, self.last_offset, self.damaged = 0, self.base_offset - 1, None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def _map(self) -> None:
+        self.records = FileRecords.open(self.path)
+        self.size = self.records.size_in_bytes
+
+    def _load(self, active: bool) -> None:
+        self._map()
+        if not active and ".index" in self.indexes and self._use_index():
+            return
+        self._scan_all()
+
+    def _scan_all(self) -> None:
+        self.table = _Table()
+        self.end, self.last_offset = 0, self.base_offset - 1
+        self._extend()
+
+    def _extend(self) -> None:
+        assert self.table is not None
+        for rows in self.walk(self.end, self.size):
+            self.table.append(rows)
+            self.end = int(rows["position"][-1] + rows["size_in_bytes"][-1])
+            self.last_offset = max(self.last_offset, int(rows["last_offset"][-1]))
+
+    def _use_index(self) -> bool:
+        """Kafka's .index and .timeindex when valid: parsed, the first and last entries checked
+        against the segment; the end found by a walk from the last entry."""
+        try:
+            with open(self.indexes[".index"], "rb") as file:
+                index = parse_offset_index(file.read(), self.base_offset, self.size, self.indexes[".index"])
+        except (OSError, KafkaCodecError) as exc:
+            log.warning("%s; read without it (as Kafka rebuilds a corrupt index)", exc)
+            return False
+        for i in sorted({0, len(index.positions) - 1} if len(index.positions) else set()):
+            previous = int(index.offsets[i - 1]) if i else self.base_offset - 1
+            first = next(self.walk(int(index.positions[i]), self.size, max_entries=1), None)
+            if (first is None or int(first["position"][0]) != int(index.positions[i])
+                    or not previous < int(first["last_offset"][0]) <= int(index.offsets[i])):
+                log.warning("%s does not match its segment (an entry points off a batch boundary or at "
+                            "other offsets); read without it", self.indexes[".index"])
+                return False
+        self.sparse = index
+        start = int(index.positions[-1]) if len(index.positions) else 0
+        self.end, self.last_offset = start, self.base_offset - 1
+        for rows in self.walk(start, self.size):
+            self.end = int(rows["position"][-1] + rows["size_in_bytes"][-1])
+            self.last_offset = max(self.last_offset, int(rows["last_offset"][-1]))
+        if ".timeindex" in self.indexes:
+            try:
+                with open(self.indexes[".timeindex"], "rb") as file:
+                    self.times = parse_time_index(file.read(), self.base_offset, self.indexes[".timeindex"])
+            except (OSError, KafkaCodecError) as exc:
+                log.warning("%s; read without it", exc)
+        return True
+
+    # --- walking entry headers -----------------------------------------------------------------
+    def walk(self, start: int, end: int, max_entries: int = -1) -> Iterator[Any]:
+        """Rows of FileRecords.index() for the complete entries in [start, end), a window at a
+        time; stops at a partial entry (a live writer's tail) or a malformed one (noted)."""
+        records = self.records
+        if records is None:
+            return
+        end = min(end, self.size)
+        position = start
+        while position < end:
+            window = min(WINDOW, end - position)
+            try:
+                rows = records.slice(position, window).index(check_crc=False)
+            except FileTruncatedError:
+                raise                           # the partition reloads
+            except KafkaCodecError as exc:
+                self.damaged = f"{self.path}: {exc}"
+                log.warning("%s; the partition's data ends there", self.damaged)
+                return
+            if not len(rows):
+                if end - position < 12:
+                    return
+                head = bytes(memoryview(records)[position:position + 12])
+                entry = 12 + _ENTRY_HEAD.unpack(head)[1]
+                if entry <= window or entry > end - position:
+                    return                      # a partial entry (or a cut file: zeros)
+                rows = records.slice(position, entry).index(check_crc=False)
+                if not len(rows):
+                    return
+            if max_entries >= 0:
+                yield rows[:max_entries]
+                return
+            yield rows
+            end_of_rows = int(rows["position"][-1] + rows["size_in_bytes"][-1])
+            # the headers were read through the mapping: hand its pages back to the page cache
+            release_file_pages(records.slice(position, end_of_rows - position))
+            position = end_of_rows
+
+    def locate(self, offset: int) -> tuple[int, int] | None:
+        """(position, size) of the first entry whose last offset is >= `offset`, or None."""
+        self.ensure()
+        if offset > self.last_offset:
+            return None
+        if self.table is not None:
+            last = self.table["last_offset"]
+            i = int(np.searchsorted(last, offset, side="left"))
+            if i < len(last):
+                return int(self.table["position"][i]), int(self.table["size"][i])
+            return None
+        assert self.sparse is not None
+        for rows in self.walk(self.sparse.start_position(offset), self.end):
+            hits = np.flatnonzero(rows["last_offset"] >= offset)
+            if len(hits):
+                j = int(hits[0])
+                return int(rows["position"][j]), int(rows["size_in_bytes"][j])
+        return None
+
+    def position_of(self, offset: int) -> int:
+        """Where the entries holding offsets >= `offset` start (the end when there are none)."""
+        found = self.locate(offset)
+        return self.end if found is None else found[0]
+
+    def entries(self, start: int = 0) -> Iterator[Any]:
+        """Entry rows from `start` (an entry boundary) to the end, in windows."""
+        self.ensure()
+        if self.table is not None:
+            i = int(np.searchsorted(self.table["position"], start, side="left"))
+            if i < self.table.n:
+                yield {name: self.table[name][i:] for name, _ in _COLUMNS}
+            return
+        for rows in self.walk(start, self.end):
+            yield {"position": rows["position"], "size": rows["size_in_bytes"],
+                   "last_offset": rows["last_offset"], "max_timestamp": rows["max_timestamp"],
+                   "magic": rows["magic"], "attributes": rows["attributes"]}
+
+    def max_timestamp(self) -> int | None:
+        """The largest batch timestamp, when known without a walk."""
+        self.ensure()
+        if self.table is not None:
+            return int(self.table["max_timestamp"].max()) if self.table.n else -1
+        if self.times is not None and self.times.largest is not None:
+            return self.times.largest
+        return None
+
+    def file_handle(self) -> int:
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return self.fd
+
+
+@dataclass
+class _Txn:
+    """read_committed state of a partition, from its transactional batch headers in order."""
+    open: dict[int, int]                            # producer id -> first offset of its open txn
+    aborted: list[tuple[int, int, int]]             # (producer id, first offset, marker offset)
+    segment: int = 0                                # scanned up to: segment index and position
+    position: int = 0
+
+
+class Partition:
+    """One partition directory: its segments, log start, log end and transactions."""
+
+    def __init__(self, topic: str, index: int, files: PartitionFiles):
+        self.topic = topic
+        self.index = index
+        self.directory = os.path.dirname(files.segments[0].path) if files.segments else ""
+        self.segments: list[Segment] = []
+        self.checkpoint: int | None = files.log_start
+        self.dir_stamp: int | None = None
+        self.txn: _Txn | None = None
+        self._adopt(files)
+
+    def _adopt(self, files: PartitionFiles) -> None:
+        known = {s.path: s for s in self.segments}
+        segments = []
+        for found in files.segments:
+            if found.unreadable:
+                log.warning("%s is %s: not served", found.path, found.unreadable)
+                continue
+            current = known.pop(found.path, None) or Segment(
+                found.path, found.base_offset, {suffix: entry.path for suffix, entry in found.indexes})
+            segments.append(current)
+        for gone in known.values():
+            gone.close()
+        # a base offset twice (a copy in two log dirs): the first is served
+        deduplicated: list[Segment] = []
+        for seg in segments:
+            if deduplicated and deduplicated[-1].base_offset == seg.base_offset:
+                log.warning("%s duplicates %s: not served", seg.path, deduplicated[-1].path)
+                continue
+            deduplicated.append(seg)
+        if deduplicated != self.segments:
+            self.txn = None
+        for i, seg in enumerate(deduplicated):
+            seg.active = i == len(deduplicated) - 1
+        self.segments = deduplicated
+        if files.log_start is not None:
+            self.checkpoint = files.log_start
+
+    def refresh(self) -> None:
+        """Follow the directory: new, removed or replaced segments; appends to the last one.
+        StorageError when the files cannot be read."""
+        try:
+            stamp = os.stat(self.directory).st_mtime_ns if self.directory else None
+            if stamp != self.dir_stamp:
+                self.dir_stamp = stamp
+                parts, _ = find_partitions([self.directory])
+                if parts:
+                    self._adopt(parts[0])
+            # the last segment grows; the one before may have taken its last appends
+            for seg in self.segments[-2:]:
+                if (seg.active or seg.inode is not None) and seg.refresh():
+                    self.txn = None
+        except FileTruncatedError as exc:
+            log.info("%s; reloading %s-%d", exc, self.topic, self.index)
+            self.reload()
+        except (OSError, KafkaCodecError) as exc:
+            raise StorageError(f"{self.topic}-{self.index}: {exc}") from exc
+
+    def reload(self) -> None:
+        for seg in self.segments:
+            seg.reset()
+        self.txn = None
+        self.dir_stamp = None
+        try:
+            self.refresh()
+        except FileTruncatedError as exc:
+            raise StorageError(f"{self.topic}-{self.index}: {exc}") from exc
+
+    # --- offsets -------------------------------------------------------------------------------
+    @property
+    def log_start(self) -> int:
+        first = self.segments[0].base_offset if self.segments else self.log_end
+        return max(first, self.checkpoint) if self.checkpoint is not None else first
+
+    @property
+    def log_end(self) -> int:
+        """The high watermark: the offset after the last complete entry (the last segment's
+        base offset while it holds none)."""
+        if not self.segments:
+            return self.checkpoint or 0
+        last = self.segments[-1]
+        last.ensure()
+        return max(last.last_offset + 1, last.base_offset)
+
+    def in_range(self, offset: int) -> bool | None:
+        """Whether a fetch at `offset` is inside the log (None: not known yet, see upstream.py)."""
+        return self.log_start <= offset <= self.log_end
+
+    def list_offset(self, timestamp: int, committed: bool) -> tuple[int, int] | None:
+        """ListOffsets' answer as (timestamp, offset): -1 latest (the last stable offset for
+        read_committed), -2 and -4 earliest, -3 the largest timestamp, -5 (earliest not yet in
+        tiered storage: none here) nothing, else the first record at or after the time."""
+        if timestamp == -1:
+            return -1, self.last_stable_offset() if committed else self.log_end
+        if timestamp in (-2, -4):
+            return -1, self.log_start
+        if timestamp == -3:
+            return self.max_timestamp_offset() or (-1, -1)
+        if timestamp < 0:
+            return None
+        return self.offset_for_timestamp(timestamp)
+
+    def segment_for(self, offset: int) -> int:
+        """Index of the last segment whose base offset is <= offset (0 when none)."""
+        bases = [s.base_offset for s in self.segments]
+        return max(0, int(np.searchsorted(bases, offset, side="right")) - 1)
+
+    def read(self, offset: int, max_bytes: int, min_one: bool, upper: int) -> ReadRange | None:
+        """The bytes answering a fetch at `offset` (< upper): from the entry holding it, at most
+        `max_bytes` (or the whole first entry when `min_one`) and no entry at or above `upper`
+        (the high watermark or the last stable offset).  Kafka reads one segment per fetch.
+        None when no entry holds an offset in [offset, upper)."""
+        i = self.segment_for(offset)
+        while i < len(self.segments):
+            seg = self.segments[i]
+            found = seg.locate(offset)
+            if found is not None:
+                position, first_size = found
+                limit = seg.position_of(upper) if upper <= seg.last_offset else seg.end
+                if limit <= position:
+                    return None
+                size = min(max_bytes, limit - position)
+                if min_one:
+                    size = max(size, min(first_size, limit - position))
+                return ReadRange(seg, position, max(size, 0), first_size)
+            i += 1
+            if i < len(self.segments) and self.segments[i].base_offset >= upper:
+                return None
+        return None
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """Kafka's ListOffsets by time: (timestamp, offset) of the first record at or after the
+        log start whose timestamp is >= `timestamp` (the .timeindex narrows the walk)."""
+        start = self.log_start
+        for seg in self.segments[self.segment_for(start):]:
+            largest = seg.max_timestamp()
+            if largest is not None and largest < timestamp and seg is not self.segments[-1]:
+                continue
+            position = 0
+            if seg.times is not None:
+                position = seg.position_of(max(seg.times.lookup(timestamp), start))
+            for rows in seg.entries(position):
+                for j in np.flatnonzero(rows["max_timestamp"] >= timestamp):
+                    found = self._first_record(seg, int(rows["position"][j]), int(rows["size"][j]),
+                                               lambda r: r.timestamp >= timestamp and r.offset >= start)
+                    if found is not None:
+                        return found
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """ListOffsets MAX_TIMESTAMP (-3): (timestamp, offset) of the first record holding the
+        log's largest timestamp."""
+        best: tuple[int, Segment, int, int] | None = None
+        for seg in self.segments:
+            for rows in seg.entries(0):
+                if not len(rows["max_timestamp"]):
+                    continue
+                j = int(np.argmax(rows["max_timestamp"]))
+                ts = int(rows["max_timestamp"][j])
+                if ts >= 0 and (best is None or ts > best[0]):
+                    best = (ts, seg, int(rows["position"][j]), int(rows["size"][j]))
+        if best is None:
+            return None
+        ts = best[0]
+        return self._first_record(best[1], best[2], best[3], lambda r: r.timestamp == ts)
+
+    @staticmethod
+    def _first_record(seg: Segment, position: int, size: int, wanted: Any) -> tuple[int, int] | None:
+        assert seg.records is not None
+        for record in seg.records.slice(position, size).records():
+            if wanted(record):
+                return int(record.timestamp), int(record.offset)
+        return None
+
+    # --- transactions --------------------------------------------------------------------------
+    def transactions(self) -> _Txn:
+        """Open and aborted transactions, from every transactional batch header (scanned once,
+        then as the log grows)."""
+        txn = self.txn
+        if txn is None:
+            txn = self.txn = _Txn({}, [])
+        while txn.segment < len(self.segments):
+            seg = self.segments[txn.segment]
+            for rows in seg.entries(txn.position):
+                flagged = np.flatnonzero((rows["magic"] == 2) & ((rows["attributes"] & _TRANSACTIONAL) != 0))
+                for j in flagged:
+                    self._transaction_batch(seg, int(rows["position"][j]), int(rows["size"][j]), txn)
+                txn.position = int(rows["position"][-1] + rows["size"][-1])
+            if txn.segment == len(self.segments) - 1:
+                break
+            txn.segment += 1
+            txn.position = 0
+        return txn
+
+    @staticmethod
+    def _transaction_batch(seg: Segment, position: int, size: int, txn: _Txn) -> None:
+        assert seg.records is not None
+        for batch in seg.records.slice(position, size).batches():
+            pid = batch.producer_id
+            if batch.is_control:
+                record = next(iter(batch), None)
+                first = txn.open.pop(pid, None)
+                if record is not None and record.control_type == 0 and first is not None:   # ABORT
+                    txn.aborted.append((pid, first, batch.base_offset))
+            else:
+                txn.open.setdefault(pid, batch.base_offset)
+
+    def last_stable_offset(self) -> int:
+        txn = self.transactions()
+        return min(txn.open.values()) if txn.open else self.log_end
+
+    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping [start, end)."""
+        return [(pid, first) for pid, first, last in self.transactions().aborted
+                if last >= start and first < end]
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()
+
+
+class Topic:
+    def __init__(self, name: str):
+        self.name = name
+        self.topic_id = stable_topic_id(name)
+        self.partitions: dict[int, Partition] = {}
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name in ("__consumer_offsets", "__transaction_state")
+
+
+class LogView:
+    """Every topic-partition under the given log directories.  `refresh()` picks up new
+    partitions (cheap when no directory changed); a partition follows its own files
+    (Partition.refresh)."""
+
+    def __init__(self, log_dirs: list[str]):
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        for d in self.log_dirs:
+            if not os.path.isdir(d):
+                raise FileNotFoundError(f"{d}: not a directory (give a Kafka log directory holding "
+                                        "<topic>-<partition>/<base offset>.log files)")
+        self.topics: dict[str, Topic] = {}
+        self.by_id: dict[uuid.UUID, Topic] = {}
+        self._stamps: dict[str, int] = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        stamps = {}
+        for d in self.log_dirs:
+            try:
+                stamps[d] = os.stat(d).st_mtime_ns
+            except OSError:
+                stamps[d] = -1
+        if stamps == self._stamps:
+            return
+        self._stamps = stamps
+        parts, problems = find_partitions(list(self.log_dirs))
+        for problem in problems:
+            log.warning("%s", problem.message)
+        for files in parts:
+            topic = self.topics.get(files.topic)
+            if topic is None:
+                topic = self.topics[files.topic] = Topic(files.topic)
+            if files.partition not in topic.partitions and files.segments:
+                part = Partition(files.topic, files.partition, files)
+                topic.partitions[files.partition] = part
+                self._topic_id(topic, part)
+        self.by_id = {t.topic_id: t for t in self.topics.values()}
+
+    @staticmethod
+    def _topic_id(topic: Topic, part: Partition) -> None:
+        try:
+            found = read_partition_metadata(part.directory) if part.directory else None
+        except (OSError, ValueError) as exc:
+            log.warning("%s; the topic id of %s is derived from its name", exc, topic.name)
+            return
+        if found is not None:
+            topic.topic_id = found
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        t = self.topics.get(topic)
+        return None if t is None else t.partitions.get(index)
+
+    def close(self) -> None:
+        for topic in self.topics.values():
+            for part in topic.partitions.values():
+                part.close()

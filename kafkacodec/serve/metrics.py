@@ -1,0 +1,132 @@
+"""Metrics in Prometheus' text format (prometheus-client), named after Kafka's where Kafka has
+one (as the JMX exporter renders them: `kafka_<domain>_<type>_<name>`):
+
+| metric | Kafka's |
+|---|---|
+| kafka_network_requestmetrics_requests_total{request,version} | RequestMetrics RequestsPerSec |
+| kafka_server_brokertopicmetrics_bytesout_total{topic} | BrokerTopicMetrics BytesOutPerSec |
+| kafka_server_brokertopicmetrics_fetchmessageconversions_total{topic} | FetchMessageConversionsPerSec |
+| kafka_network_requestmetrics_messageconversionstimems{request="Fetch"} | MessageConversionsTimeMs |
+| kafka_network_requestmetrics_temporarymemorybytes{request="Fetch"} | TemporaryMemoryBytes |
+| kafka_network_socketserver_memorypoolavailable, ..._memorypoolused | MemoryPoolAvailable / Used |
+| kafka_network_socketserver_memorypooldepletedtimetotal | MemoryPoolDepletedTimeTotal (ms) |
+| kafka_network_socketserver_memorypoolavgdepletedpercent | MemoryPoolAvgDepletedPercent (0..1) |
+
+Ours (no Kafka counterpart): `kafkacodec_serve_conversion_pool_{available,used}_bytes`,
+`kafkacodec_serve_conversion_pool_depleted_time_ms_total`,
+`kafkacodec_serve_conversion_pool_refusals_total` (a chunk the pool refused: the partition's
+data ended there), `kafkacodec_serve_connections`, `kafkacodec_serve_waiting_fetches`; with
+`--upstream`: `kafkacodec_serve_upstream_pool_{available,used}_bytes` (the upstream consumer's
+KIP-81 pool), `kafkacodec_serve_upstream_cached_bytes` (chunks kept for clients) and
+`kafkacodec_serve_upstream_partitions` (partitions clients are reading).
+
+Each Server has its own registry; the HTTP endpoint runs in prometheus-client's thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["ServeMetrics"]
+
+
+class ServeMetrics:
+    def __init__(self, request_pool: Any, conversion_pool: Any, connections: Callable[[], int],
+                 waiting: Callable[[], int]):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("kafka_network_requestmetrics_requests", "Requests received",
+                                ["request", "version"], registry=r)
+        self.bytes_out = Counter("kafka_server_brokertopicmetrics_bytesout", "Record bytes sent",
+                                 ["topic"], registry=r)
+        self.conversions = Counter("kafka_server_brokertopicmetrics_fetchmessageconversions",
+                                   "Partition fetches down-converted", ["topic"], registry=r)
+        self.conversion_time = Histogram(
+            "kafka_network_requestmetrics_messageconversionstimems", "Down-conversion time per "
+            "partition fetch (ms)", ["request"], registry=r,
+            buckets=(0.1, 0.5, 1, 2, 5, 10, 25, 50, 100, 250, 1000))
+        self.temporary_memory = Histogram(
+            "kafka_network_requestmetrics_temporarymemorybytes", "Temporary memory of a "
+            "down-converted partition fetch (bytes)", ["request"], registry=r,
+            buckets=(1 << 10, 16 << 10, 128 << 10, 1 << 20, 8 << 20, 64 << 20))
+        self.refusals = Counter("kafkacodec_serve_conversion_pool_refusals",
+                                "Conversion chunks the pool refused (the partition's data ended there)",
+                                registry=r)
+        for prefix, pool, doc in (("kafka_network_socketserver_memorypool", request_pool, "Request pool"),
+                                  ("kafkacodec_serve_conversion_pool", conversion_pool, "Conversion pool")):
+            ours = prefix.startswith("kafkacodec")
+            gauges = {
+                "available_bytes" if ours else "available": lambda p=pool: p.available_memory,
+                "used_bytes" if ours else "used": lambda p=pool: _used(p),
+                "depleted_time_ms_total" if ours else "depletedtimetotal":
+                    lambda p=pool: _pool_metric(p, "memory-pool-depleted-time-total"),
+            }
+            if not ours:
+                gauges["avgdepletedpercent"] = lambda p=pool: _pool_metric(p, "memory-pool-avg-depleted-percent")
+            for suffix, fn in gauges.items():
+                name = f"{prefix}_{suffix}" if ours else f"{prefix}{suffix}"
+                Gauge(name, f"{doc}: {suffix}", registry=r).set_function(fn)
+        Gauge("kafkacodec_serve_connections", "Open client connections", registry=r).set_function(connections)
+        Gauge("kafkacodec_serve_waiting_fetches", "Fetches waiting for data", registry=r).set_function(waiting)
+        self._bytes_out: dict[str, Callable[[int], None]] = {}
+        self.http: Any = None
+
+    def add_upstream(self, view: Any) -> None:
+        """Gauges of serve --upstream's consumer (its pool is safe to read from any thread)."""
+        from prometheus_client import Gauge
+
+        r = self.registry
+        pool = view.consumer.pool
+        Gauge("kafkacodec_serve_upstream_pool_available_bytes", "Upstream consumer pool: available",
+              registry=r).set_function(lambda: pool.available_memory)
+        Gauge("kafkacodec_serve_upstream_pool_used_bytes", "Upstream consumer pool: used",
+              registry=r).set_function(lambda: _used(pool))
+        Gauge("kafkacodec_serve_upstream_cached_bytes", "Upstream data kept for clients",
+              registry=r).set_function(lambda: view.cached_bytes)
+        Gauge("kafkacodec_serve_upstream_partitions", "Upstream partitions clients are reading",
+              registry=r).set_function(lambda: len(view.demanded))
+
+    def request(self, name: str, version: int) -> None:
+        self.requests.labels(name, str(version)).inc()
+
+    def bytes_out_counter(self, topic: str) -> Callable[[int], None]:
+        counter = self._bytes_out.get(topic)
+        if counter is None:
+            counter = self._bytes_out[topic] = self.bytes_out.labels(topic).inc
+        return counter
+
+    def conversion_done(self, topic: str, stats: Any, refusals: int) -> None:
+        self.conversions.labels(topic).inc()
+        self.conversion_time.labels("Fetch").observe(stats.conversion_time_ns / 1e6)
+        self.temporary_memory.labels("Fetch").observe(stats.temporary_memory_bytes)
+        if refusals:
+            self.refusals.inc(refusals)
+
+    def conversion_refused(self) -> None:
+        self.refusals.inc()
+
+    def serve_http(self, host: str, port: int) -> int:
+        from prometheus_client import start_http_server
+
+        server, _thread = start_http_server(port, host, registry=self.registry)
+        self.http = server
+        return int(server.server_address[1])
+
+    def close(self) -> None:
+        if self.http is not None:
+            self.http.shutdown()
+            self.http.server_close()
+            self.http = None
+
+
+def _used(pool: Any) -> int:
+    size = getattr(pool, "size", None)
+    return 0 if size is None else int(size - pool.available_memory)
+
+
+def _pool_metric(pool: Any, name: str) -> float:
+    metrics = getattr(pool, "metrics", None)
+    return float(metrics()[name]) if metrics is not None else 0.0

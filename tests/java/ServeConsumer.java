@@ -1,0 +1,97 @@
+// Kafka's own consumer (org.apache.kafka:kafka-clients) reading from a broker, for
+// tests/test_serve_java.py: by assign (every partition from offset 0) or through a consumer
+// group (subscribe, commitSync at the end).
+//
+// args: BOOTSTRAP GROUP|- ISOLATION TOPIC:PARTITION:COUNT[,...] TIMEOUT_MS
+// stdout: one line per record, "topic partition offset key value" (key and value in hex, "-"
+// for null); exit 0 once COUNT records of every partition were read, 2 on timeout.
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+
+public class ServeConsumer {
+    static String hex(byte[] data) {
+        if (data == null) {
+            return "-";
+        }
+        StringBuilder out = new StringBuilder(data.length * 2);
+        for (byte b : data) {
+            out.append(String.format("%02x", b));
+        }
+        return out.length() == 0 ? "" : out.toString();
+    }
+
+    public static void main(String[] args) throws Exception {
+        String bootstrap = args[0];
+        String group = args[1];
+        String isolation = args[2];
+        long timeoutMs = Long.parseLong(args[4]);
+        Map<TopicPartition, Integer> want = new HashMap<>();
+        Set<String> topics = new HashSet<>();
+        for (String spec : args[3].split(",")) {
+            String[] parts = spec.split(":");
+            want.put(new TopicPartition(parts[0], Integer.parseInt(parts[1])), Integer.parseInt(parts[2]));
+            topics.add(parts[0]);
+        }
+        Properties props = new Properties();
+        props.put("bootstrap.servers", bootstrap);
+        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("enable.auto.commit", "false");
+        props.put("auto.offset.reset", "earliest");
+        props.put("isolation.level", isolation);
+        props.put("fetch.max.wait.ms", "100");
+        if (!group.equals("-")) {
+            props.put("group.id", group);
+        }
+        Map<TopicPartition, Integer> got = new HashMap<>();
+        StringBuilder lines = new StringBuilder();
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
+            if (group.equals("-")) {
+                List<TopicPartition> assigned = new ArrayList<>(want.keySet());
+                consumer.assign(assigned);
+                consumer.seekToBeginning(assigned);
+            } else {
+                consumer.subscribe(topics);
+            }
+            long deadline = System.currentTimeMillis() + timeoutMs;
+            while (System.currentTimeMillis() < deadline) {
+                boolean done = true;
+                for (Map.Entry<TopicPartition, Integer> entry : want.entrySet()) {
+                    if (got.getOrDefault(entry.getKey(), 0) < entry.getValue()) {
+                        done = false;
+                    }
+                }
+                if (done) {
+                    if (!group.equals("-")) {
+                        consumer.commitSync();
+                    }
+                    System.out.print(lines);
+                    System.out.flush();
+                    return;
+                }
+                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(200));
+                for (ConsumerRecord<byte[], byte[]> r : records) {
+                    TopicPartition tp = new TopicPartition(r.topic(), r.partition());
+                    got.merge(tp, 1, Integer::sum);
+                    lines.append(r.topic()).append(' ').append(r.partition()).append(' ').append(r.offset())
+                         .append(' ').append(hex(r.key())).append(' ').append(hex(r.value())).append('\n');
+                }
+            }
+        }
+        System.out.print(lines);
+        System.err.println("timed out: " + got + " of " + want);
+        System.exit(2);
+    }
+}

@@ -1,0 +1,355 @@
+"""`serve --upstream`: the gateway in front of a cluster (kafkacodec/serve/upstream.py).
+
+Old clients (kafka-python at api_version (0, 9): Fetch v1, magic 0; (0, 10, 1): Fetch v3,
+magic 1) and new ones (confluent-kafka, kafka-python negotiated) read every record of the
+cluster through the gateway, exactly as confluent-kafka reads them from the cluster directly;
+an old client's group is coordinated by the gateway and its offsets are committed upstream, so
+a consumer of the cluster itself resumes there.  The librdkafka mock cluster gives the fast
+cases; a real Kafka 4.1 broker (which refuses every pre-2.1 protocol version, the point of the
+gateway) the real one."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+ck = pytest.importorskip("confluent_kafka")
+kafka = pytest.importorskip("kafka")
+
+from kafkacodec.serve import Server  # noqa: E402
+
+OLD_APIS = [(0, 9), (0, 10, 1)]
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def produce_every_codec(bootstrap: str, topic: str, partitions: int, per_codec: int = 40) -> None:
+    for codec in CODECS:
+        producer = ck.Producer({"bootstrap.servers": bootstrap, "compression.type": codec,
+                                "linger.ms": 5})
+        for i in range(per_codec):
+            producer.produce(topic, key=b"%s-%d" % (codec.encode(), i),
+                             value=b"%s value %d " % (codec.encode(), i) * (1 + i % 7),
+                             partition=i % partitions)
+        assert producer.flush(30) == 0
+
+
+def read_direct(bootstrap: str, topic: str, partitions: int, count: int) -> list[tuple]:
+    """The oracle: confluent-kafka reading the cluster itself."""
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "oracle",
+                            "enable.auto.commit": False})
+    consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[tuple] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(out) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                out.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return sorted(out)
+
+
+def read_kafka_python(port: int, topic: str, partitions: int, count: int, api_version=None,
+                      group: str | None = None) -> list[tuple]:
+    options = {"api_version": api_version} if api_version else {}
+    consumer = kafka.KafkaConsumer(bootstrap_servers=f"127.0.0.1:{port}", group_id=group,
+                                   auto_offset_reset="earliest", enable_auto_commit=False,
+                                   consumer_timeout_ms=15000, **options)
+    if group is None:
+        consumer.assign([kafka.TopicPartition(topic, p) for p in range(partitions)])
+    else:
+        consumer.subscribe([topic])
+    out: list[tuple] = []
+    try:
+        for msg in consumer:
+            out.append((msg.partition, msg.offset, msg.key, msg.value))
+            if len(out) >= count:
+                break
+        if group is not None:
+            consumer.commit()
+    finally:
+        consumer.close()
+    return sorted(out)
+
+
+def read_confluent(port: int, topic: str, partitions: int, count: int, **config) -> list[tuple]:
+    consumer = ck.Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "via-gateway",
+                            "enable.auto.commit": False, **config})
+    consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[tuple] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(out) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                out.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return sorted(out)
+
+
+def committed_upstream(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        found = consumer.committed([ck.TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in found}
+
+
+# --- the librdkafka mock cluster ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mock_gateway():
+    from mock_cluster import MOCK_PARTITIONS, MockCluster
+
+    cluster = MockCluster(3)
+    cluster.create_topic("orders")
+    produce_every_codec(cluster.bootstrap, "orders", MOCK_PARTITIONS)
+    expected = read_direct(cluster.bootstrap, "orders", MOCK_PARTITIONS, 40 * len(CODECS))
+    assert len(expected) == 40 * len(CODECS)
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0),
+                zstd_codec="lz4") as server:
+        yield cluster, server, expected, MOCK_PARTITIONS
+
+
+@pytest.mark.parametrize("api_version", OLD_APIS + [None], ids=["0.9", "0.10.1", "negotiated"])
+def test_kafka_python_reads_the_cluster_through_the_gateway(mock_gateway, api_version):
+    cluster, server, expected, partitions = mock_gateway
+    got = read_kafka_python(server.port, "orders", partitions, len(expected), api_version)
+    assert got == expected
+
+
+def test_confluent_kafka_gets_the_upstream_batches(mock_gateway):
+    cluster, server, expected, partitions = mock_gateway
+    assert read_confluent(server.port, "orders", partitions, len(expected)) == expected
+    assert read_confluent(server.port, "orders", partitions, len(expected),
+                          **{"api.version.request": False,
+                             "broker.version.fallback": "0.9.0.1"}) == expected
+
+
+def test_metadata_names_the_gateway_for_every_partition(mock_gateway):
+    cluster, server, expected, partitions = mock_gateway
+    consumer = kafka.KafkaConsumer(bootstrap_servers=f"127.0.0.1:{server.port}", api_version=(0, 9))
+    try:
+        assert consumer.partitions_for_topic("orders") == set(range(partitions))
+        brokers = consumer._client.cluster.brokers()
+        assert [(b.host, b.port) for b in brokers] == [("127.0.0.1", server.port)]
+        ends = consumer.end_offsets([kafka.TopicPartition("orders", p) for p in range(partitions)])
+    finally:
+        consumer.close()
+    last = {}
+    for p, offset, _, _ in expected:
+        last[p] = max(last.get(p, -1), offset)
+    assert {tp.partition: o for tp, o in ends.items()} == {p: o + 1 for p, o in last.items()}
+
+
+def test_an_old_group_commits_upstream_and_resumes_on_the_cluster(mock_gateway):
+    cluster, server, expected, partitions = mock_gateway
+    half = len(expected) // 2
+    got = read_kafka_python(server.port, "orders", partitions, half, (0, 10, 1), group="legacy")
+    assert len(got) == half and set(got) <= set(expected)
+    upstream = committed_upstream(cluster.bootstrap, "legacy", "orders", partitions)
+    read_to = {}
+    for p, offset, _, _ in got:
+        read_to[p] = max(read_to.get(p, -1), offset + 1)
+    assert {p: o for p, o in upstream.items() if o >= 0} == read_to
+    # the same group, now on the cluster directly, reads exactly the rest
+    consumer = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "legacy",
+                            "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.subscribe(["orders"])
+    rest: list[tuple] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(rest) < len(expected) - half and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                rest.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    assert sorted(got + rest) == expected
+
+
+def test_an_offset_beyond_the_log_is_out_of_range(mock_gateway):
+    cluster, server, expected, partitions = mock_gateway
+    consumer = kafka.KafkaConsumer(bootstrap_servers=f"127.0.0.1:{server.port}", api_version=(0, 10, 1),
+                                   auto_offset_reset="earliest", consumer_timeout_ms=15000)
+    tp = kafka.TopicPartition("orders", 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 10_000)                 # the gateway asks the cluster, which refuses it
+    try:
+        first = next(iter(consumer))
+    finally:
+        consumer.close()
+    assert (first.partition, first.offset) == (0, 0)      # reset to earliest, as from a broker
+
+
+def test_the_command_serves_a_cluster(mock_gateway, tmp_path):
+    cluster, server, expected, partitions = mock_gateway
+    from test_serve import serve_command
+
+    proc = serve_command("--upstream", cluster.bootstrap, "--listen", "127.0.0.1:0",
+                         "--zstd-downconvert-codec", "lz4")
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on 127.0.0.1:"), (line, proc.stderr.read() if proc.poll() else "")
+        port = int(line.rsplit(":", 1)[1])
+        assert read_kafka_python(port, "orders", partitions, len(expected), (0, 9)) == expected
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
+
+
+def test_a_cluster_gone_answers_group_offsets_with_coordinator_not_available():
+    """The cluster stops answering: OffsetFetch and OffsetCommit through the gateway get
+    COORDINATOR_NOT_AVAILABLE (the client retries), never a hang or a crash."""
+    from mock_cluster import MockCluster
+    from test_serve_groups import request
+
+    from kafkacodec.protocol import messages as m
+
+    cluster = MockCluster(1)
+    cluster.create_topic("short-lived")
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0), upstream_timeout_s=2) as server:
+        commit = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
+                  "topics": [{"name": "short-lived", "partitions": [
+                      {"partition_index": 0, "committed_offset": 0, "committed_metadata": ""}]}]}
+        assert request(server.port, m.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 0
+        cluster.producer = None                  # the mock cluster goes with its producer
+        import gc
+        gc.collect()
+        answer = request(server.port, m.OFFSET_FETCH, 2, {"group_id": "g", "topics": [
+            {"name": "short-lived", "partition_indexes": [0]}]})
+        assert answer["error_code"] == 15
+        assert answer["topics"][0]["partitions"][0]["error_code"] == 15
+        assert request(server.port, m.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 15
+
+
+def test_readers_far_apart_through_a_small_cache(mock_gateway):
+    """Two old clients reading the same partitions at different places, with a cache that holds
+    about one chunk: the upstream consumer seeks between them, chunks are dropped and fetched
+    again, and each client still gets every record exactly."""
+    import threading
+
+    cluster, _, expected, partitions = mock_gateway
+    bound = 2 << 10
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0), zstd_codec="lz4",
+                upstream_cache_memory=bound) as server:
+        results: dict[tuple, list[tuple]] = {}
+
+        def read(api_version: tuple) -> None:
+            results[api_version] = read_kafka_python(server.port, "orders", partitions, len(expected),
+                                                     api_version)
+
+        first = threading.Thread(target=read, args=((0, 9),))
+        first.start()
+        time.sleep(0.5)                       # the second starts behind the first
+        read((0, 10, 1))
+        first.join(60)
+        view = server.view
+        assert view.cached_bytes <= bound or len(view._lru) == 1
+    assert results == {(0, 9): expected, (0, 10, 1): expected}
+
+
+def test_new_topics_and_appends_reach_clients(mock_gateway):
+    """A topic created after the gateway started is found; a consumer at the end long-polls and
+    gets records as they land upstream; an offset past the bounds the gateway last heard (but
+    inside the log now) is read, not refused."""
+    cluster, server, _, partitions = mock_gateway
+    cluster.create_topic("late")
+    first = cluster.produce("late", [(0, b"a%d" % i, b"first %d" % i, None, None) for i in range(10)])
+    consumer = kafka.KafkaConsumer(bootstrap_servers=f"127.0.0.1:{server.port}", api_version=(0, 9),
+                                   auto_offset_reset="earliest", consumer_timeout_ms=15000)
+    tp = kafka.TopicPartition("late", 0)
+    try:
+        consumer.assign([tp])
+        got = [next(consumer) for _ in range(10)]
+        assert [(m.offset, m.value) for m in got] == sorted((o, v) for (_, o), (_, v) in first.items())
+        later = cluster.produce("late", [(0, b"b%d" % i, b"later %d" % i, None, None) for i in range(10)])
+        got = [next(consumer) for _ in range(10)]
+        assert [(m.offset, m.value) for m in got] == sorted((o, v) for (_, o), (_, v) in later.items())
+        part = server.view.partition("late", 1)
+        stale = part.log_end
+        more = cluster.produce("late", [(1, b"c%d" % i, b"more %d" % i, None, None) for i in range(10)])
+        assert part.log_end == stale               # nobody read partition 1: bounds not heard
+        target = kafka.TopicPartition("late", 1)
+        consumer.assign([target])
+        consumer.seek(target, stale + 5)
+        got = [next(consumer) for _ in range(5)]
+        assert [(m.offset, m.value) for m in got] == sorted((o, v) for (_, o), (_, v) in more.items())[5:]
+    finally:
+        consumer.close()
+
+
+def test_upstream_metrics(mock_gateway):
+    import urllib.request
+
+    cluster, _, expected, partitions = mock_gateway
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0),
+                metrics_listen=("127.0.0.1", 0), zstd_codec="lz4") as server:
+        def sample(name: str) -> float:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics",
+                                          timeout=10).read().decode()
+            return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
+
+        assert sample("kafkacodec_serve_upstream_cached_bytes") == 0
+        assert sample("kafkacodec_serve_upstream_pool_available_bytes") == 64 << 20
+        assert read_kafka_python(server.port, "orders", partitions, len(expected), (0, 10, 1)) == expected
+        assert sample("kafkacodec_serve_upstream_cached_bytes") > 0
+        assert sample("kafkacodec_serve_upstream_partitions") == partitions
+
+
+def test_an_unreachable_cluster_is_an_error_at_start():
+    import socket
+
+    from kafkacodec.serve.upstream import UpstreamError
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]            # bound, not listening: connections refused
+        with pytest.raises(UpstreamError, match="did not answer|refused|upstream"):
+            Server(upstream=f"127.0.0.1:{port}", listen=("127.0.0.1", 0), upstream_timeout_s=1)
+
+
+def test_log_dirs_and_upstream_are_exclusive(tmp_path):
+    from kafkacodec.serve import ServeConfig
+
+    with pytest.raises(ValueError, match="not both"):
+        ServeConfig(log_dirs=[str(tmp_path)], upstream="127.0.0.1:9")
+    with pytest.raises(ValueError, match="upstream cluster"):
+        ServeConfig(log_dirs=[])
+
+
+# --- a real Kafka 4.1 broker -----------------------------------------------------------------
+
+def test_old_clients_read_kafka_4_through_the_gateway(kafka_broker):
+    topic, partitions = "gateway-k4", 3
+    kafka_broker.create_topic(topic, partitions)
+    produce_every_codec(kafka_broker.bootstrap, topic, partitions, per_codec=30)
+    expected = read_direct(kafka_broker.bootstrap, topic, partitions, 30 * len(CODECS))
+    assert len(expected) == 30 * len(CODECS)
+    # Kafka 4 itself refuses the old protocol: that is why the gateway exists
+    with pytest.raises(kafka.errors.KafkaError):
+        old = kafka.KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, api_version=(0, 9),
+                                  request_timeout_ms=5000, consumer_timeout_ms=3000)
+        try:
+            old.assign([kafka.TopicPartition(topic, 0)])
+            old.seek_to_beginning()
+            records = list(old)
+            if not records:
+                raise kafka.errors.KafkaError("nothing read")
+        finally:
+            old.close()
+    with Server(upstream=kafka_broker.bootstrap, listen=("127.0.0.1", 0), zstd_codec="gzip") as server:
+        for api_version in OLD_APIS:
+            assert read_kafka_python(server.port, topic, partitions, len(expected), api_version) == expected
+        assert read_confluent(server.port, topic, partitions, len(expected)) == expected
+        half = len(expected) // 2
+        got = read_kafka_python(server.port, topic, partitions, half, (0, 9), group="legacy-k4")
+        upstream = committed_upstream(kafka_broker.bootstrap, "legacy-k4", topic, partitions)
+    read_to = {}
+    for p, offset, _, _ in got:
+        read_to[p] = max(read_to.get(p, -1), offset + 1)
+    assert {p: o for p, o in upstream.items() if o >= 0} == read_to
