@@ -98,8 +98,9 @@ def test_two_members_split_the_partitions_and_one_takes_over(server, log_dir):
     from kafka import KafkaConsumer
 
     bootstrap = f"127.0.0.1:{server.port}"
+    # a session long enough that a loaded machine never expires a member: the take-over here is by LeaveGroup
     members = [KafkaConsumer("mixed", bootstrap_servers=bootstrap, group_id="split", enable_auto_commit=False,
-                             auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=500)
+                             auto_offset_reset="earliest", session_timeout_ms=30000, heartbeat_interval_ms=500)
                for _ in range(2)]
     stops = [threading.Event(), threading.Event()]
 
