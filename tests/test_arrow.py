@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from kafka_oracle import kafka_python_rows  # noqa: E402
 
 from kafkacodec._arrow import SCHEMA, ArrowDecoder, encode_v2, scan_entries  # noqa: E402
-from kafkacodec.errors import CorruptRecordError, InvalidCrcError  # noqa: E402
+from kafkacodec.errors import CorruptRecordError, InvalidCrcError, RecordTooLargeError  # noqa: E402
 from kafkacodec.logdir import discover, plan  # noqa: E402
 from kafkacodec.cli import generate  # noqa: E402
 
@@ -289,3 +289,63 @@ def test_hostile_record_count_reserves_nothing_it_cannot_fill(tmp_path):
                          timeout=120, env=env, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "corrupt: " in run.stdout and "truncated record" in run.stdout
+
+
+@pytest.mark.parametrize("columns", [["offset", "timestamp"], ["timestamp", "offset", "partition"],
+                                     ["value"], ["headers", "key"], list(SCHEMA.names)])
+def test_pruned_columns_match_the_full_decode(log_dir, columns):
+    root, _ = log_dir
+    for seg, data in segments(root):
+        full = ArrowDecoder(seg.topic, seg.partition, keep_control=True).decode(data)[0]
+        dec = ArrowDecoder(seg.topic, seg.partition, keep_control=True, columns=columns)
+        pruned = dec.decode(data)[0]
+        pruned.validate(full=True)
+        assert dec.schema.names == pruned.schema.names == columns      # in the order given
+        assert pruned.equals(full.select(columns))
+
+
+def test_unselected_bytes_are_neither_copied_nor_counted():
+    big = b"v" * 100_000
+    log = encode_v2(pa.array([big]), pa.array([big]), np.array([5], dtype=np.int64),
+                    pa.array([[{"key": "h", "value": big}]], type=SCHEMA.field("headers").type))[0]
+    full = ArrowDecoder("t", 0)
+    full._set_output_limit(1000)            # a record's key, value and headers pass the limit
+    with pytest.raises(RecordTooLargeError):
+        full.decode(log)
+    for columns in (["offset", "timestamp", "topic"], ["key", "offset"], ["value"], ["headers"]):
+        dec = ArrowDecoder("t", 0, columns=columns)
+        dec._set_output_limit(150_000)      # one of the three fits, never two
+        assert dec.decode(log)[0].num_rows == 1
+        dec._set_output_limit(1000)
+        if columns[0] == "offset":
+            assert dec.decode(log)[0].column("offset").to_pylist() == [0]
+        else:
+            with pytest.raises(RecordTooLargeError):
+                dec.decode(log)
+
+
+@pytest.mark.parametrize("columns,error", [
+    (["offset", "nope"], "unknown column 'nope'"),
+    (["offset", "offset"], "selected twice"),
+    ([], "no column"),
+])
+def test_bad_column_selections_are_refused(columns, error):
+    with pytest.raises(ValueError, match=error):
+        ArrowDecoder(columns=columns)
+    with pytest.raises(ValueError, match="include_headers is False"):
+        ArrowDecoder(include_headers=False, columns=["offset", "headers"])
+    with pytest.raises(TypeError):
+        ArrowDecoder(columns="offset")
+
+
+def test_read_split_decodes_only_the_columns_it_needs(log_dir):
+    from kafkacodec.logdir._problems import Reporter
+    from kafkacodec.logdir._pushdown import Pushdown, Predicate
+    from kafkacodec.logdir._read import _SplitReader
+
+    root, _ = log_dir
+    split = plan(root)[0][0]
+    reader = _SplitReader(split, Reporter(), validate_crc=True, include_headers=True, keep_control=False,
+                          max_rows=100, corrupt_column="_corrupt_record", columns=["timestamp"],
+                          pushdown=Pushdown([Predicate("partition", ">=", 0)]))
+    assert reader.decoder().schema.names == ["partition", "offset", "timestamp"]

@@ -393,7 +393,8 @@ def _read_run(store: Store, run: Run, chunk_rows: int) -> Iterator[Any]:
 
     for seg in run.segments:
         with store.mapped(seg.path) as data, memoryview(data) as view:
-            dec = ArrowDecoder(run.topic, run.partition, max_rows=chunk_rows, source=store.describe(seg.path))
+            dec = ArrowDecoder(run.topic, run.partition, max_rows=chunk_rows, source=store.describe(seg.path),
+                               columns=["offset", "timestamp", "key", "value", "headers"])
             pos = 0
             while pos < len(view):
                 rb, new_pos = dec.decode(view, pos)     # columns are copies: the map may close
