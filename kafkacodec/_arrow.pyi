@@ -58,4 +58,5 @@ def encode_v2(
     max_records: int = 1 << 20,
     base_offset: int = 0,
     level: int = -1,
+    offsets: np.ndarray | None = None,
 ) -> tuple[bytes, int]: ...

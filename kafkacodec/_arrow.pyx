@@ -1302,14 +1302,18 @@ cdef inline int64_t wrap_sub(int64_t a, int64_t b) noexcept nogil:
 
 
 def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t batch_bytes=16384,
-              Py_ssize_t max_records=1 << 20, int64_t base_offset=0, int level=LEVEL_DEFAULT):
+              Py_ssize_t max_records=1 << 20, int64_t base_offset=0, int level=LEVEL_DEFAULT,
+              offsets=None):
     """Encode rows into v2 batches: `key`, `value` pyarrow binary or string arrays (large_*,
     sliced and chunked ones too), `timestamp_ms` an int64 numpy array, `headers` None or a
     pyarrow list (or large_list) array of struct<key: string, value: binary> (either may be
     large_*).  A batch closes before the record that would take its records section past
-    `batch_bytes` (every batch holds at least one record).  Offsets are dense from base_offset;
-    CreateTime, no producer.  Returns (bytes, number of batches).  Safe to call from several
-    threads at once."""
+    `batch_bytes` (every batch holds at least one record).  Offsets are dense from base_offset,
+    or `offsets` (an int64 array, one per row, >= 0 and increasing; gaps allowed, as compaction
+    leaves them: a batch's base offset is its first record's, its lastOffsetDelta its last
+    record's delta, and a batch closes before an offset delta would pass 2^31-1).  As Kafka's
+    MemoryRecordsBuilder, a timestamp below -1 (none) is refused (ValueError).  CreateTime, no
+    producer.  Returns (bytes, number of batches).  Safe to call from several threads at once."""
     cdef Py_ssize_t n, i, batch_start, h, h0, h1, size, j, entry_count = 0, first = 0
     cdef ArrowBinary k, v, hk, hv
     cdef const int64_t[::1] ts = timestamp_ms
@@ -1322,11 +1326,14 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
     cdef const unsigned char* hkp
     cdef const unsigned char* hvp
     cdef int32_t klen, vlen, hklen, hvlen
-    cdef int64_t first_ts, max_ts
+    cdef int64_t first_ts, max_ts, delta
     cdef Writer* w
     cdef Writer* hw
     cdef WriteBuffer out = WriteBuffer(), records = WriteBuffer(), hdrs = WriteBuffer()
     cdef Py_ssize_t batches = 0, start
+    cdef const int64_t[::1] given_view = None
+    cdef const int64_t* given = NULL          # the offsets given (NULL: dense from base_offset)
+    cdef int64_t batch_base
     cdef BatchHeader bh
     cdef bytes packed
     cdef const unsigned char* section
@@ -1342,8 +1349,31 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
         raise UnsupportedCompressionError(f"unknown compression type id {codec}")
     if not 1 <= max_records <= INT32_MAX:
         raise ValueError(f"max_records must be within 1..2**31-1, got {max_records}")
-    if base_offset < 0 or (n and base_offset > INT64_MAX - (n - 1)):
-        raise ValueError(f"base_offset {base_offset}: {n} records would not fit below offset 2^63-1")
+    if offsets is None:
+        if base_offset < 0 or (n and base_offset > INT64_MAX - (n - 1)):
+            raise ValueError(f"base_offset {base_offset}: {n} records would not fit below offset 2^63-1")
+    else:
+        if base_offset != 0:
+            raise ValueError("give base_offset or offsets, not both")
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        if offsets.ndim != 1 or len(offsets) != n:
+            raise ValueError(f"offsets must be a one-dimensional array of the {n} rows' offsets")
+        if n:
+            # Kafka's MemoryRecordsBuilder: offsets increase monotonically (and a log holds none below 0)
+            back = np.flatnonzero(offsets[1:] <= offsets[:-1])
+            if offsets[0] < 0:
+                raise ValueError(f"offsets 0: {offsets[0]} is negative")
+            if len(back):
+                i = int(back[0]) + 1
+                raise ValueError(f"offsets {i}: {offsets[i]} does not follow {offsets[i - 1]} (offsets must increase)")
+            given_view = offsets
+            given = &given_view[0]
+    if n:
+        low = np.flatnonzero(np.asarray(ts) < -1)
+        if len(low):
+            # Kafka's MemoryRecordsBuilder: no negative timestamp but -1 (NO_TIMESTAMP)
+            raise ValueError(f"timestamp_ms {int(low[0])}: {ts[low[0]]} is negative; Kafka accepts no "
+                             "negative timestamp but -1 (none)")
     keep = [binary_column(&k, key, n, "key"), binary_column(&v, value, n, "value")]
     has_headers = headers is not None and headers.null_count < n
     if has_headers:
@@ -1379,10 +1409,15 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
     i = 0
     while i < n:
         batch_start = i
+        batch_base = given[i] if given != NULL else base_offset + i
         w.length = 0
         first_ts = ts[i]
         max_ts = -1
         while i < n and i - batch_start < max_records:
+            # a v2 record's offset delta is an int32: a larger gap starts a new batch
+            delta = given[i] - batch_base if given != NULL else i - batch_start
+            if delta > INT32_MAX:
+                break
             klen = row_bytes(&k, i, &kp, b"key")
             vlen = row_bytes(&v, i, &vp, b"value")
             h0 = h1 = 0
@@ -1413,11 +1448,11 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
             if (<int64_t>(klen if klen > 0 else 0) + (vlen if vlen > 0 else 0) + hw.length
                     > <int64_t>INT32_MAX - 32 or h1 - h0 > INT32_MAX):
                 raise RecordTooLargeError(f"row {i} exceeds Kafka's 2 GiB record limit")
-            size = v2_record_body_size(<int32_t>(i - batch_start), wrap_sub(ts[i], first_ts),
+            size = v2_record_body_size(<int32_t>delta, wrap_sub(ts[i], first_ts),
                                        klen, vlen, hw.length, <int32_t>(h1 - h0))
             if i > batch_start and w.length + size + 5 > batch_bytes:
                 break
-            write_v2_record(w, <int32_t>(i - batch_start), wrap_sub(ts[i], first_ts),
+            write_v2_record(w, <int32_t>delta, wrap_sub(ts[i], first_ts),
                             kp, klen, vp, vlen, hw.buf, hw.length, <int32_t>(h1 - h0))
             if ts[i] > max_ts:
                 max_ts = ts[i]
@@ -1430,11 +1465,11 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
             section = w.buf
             section_size = w.length
         if section_size > INT32_MAX - V2_HEADER_SIZE:
-            raise RecordTooLargeError("a batch exceeds Kafka's 2 GiB limit", offset=base_offset + batch_start)
+            raise RecordTooLargeError("a batch exceeds Kafka's 2 GiB limit", offset=batch_base)
         start = reserve(&out.w, V2_HEADER_SIZE)
         put_bytes(&out.w, section, section_size)
-        bh.base_offset = base_offset + batch_start
-        bh.last_offset_delta = <int32_t>(i - 1 - batch_start)
+        bh.base_offset = batch_base
+        bh.last_offset_delta = <int32_t>((given[i - 1] - batch_base) if given != NULL else i - 1 - batch_start)
         bh.base_timestamp = first_ts
         bh.max_timestamp = max_ts
         bh.records_count = <int32_t>(i - batch_start)

@@ -181,6 +181,49 @@ def test_encode_v2_read_by_kafka_python(codec):
     assert ArrowDecoder("t", 0).decode(data)[0].to_pylist() == rows
 
 
+@pytest.mark.parametrize("codec", [0, 3])
+def test_encode_v2_keeps_given_offsets(codec):
+    from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
+
+    rng = np.random.default_rng(7)
+    n = 400
+    # gaps of every size, one past a v2 offset delta's int32 range
+    offsets = np.cumsum(rng.choice([1, 1, 2, 17, 1000], size=n)).astype(np.int64)
+    offsets[200:] += 2**31
+    key = pa.array([b"k%d" % i for i in range(n)], pa.binary())
+    value = pa.array([b"v" * (i % 50) for i in range(n)], pa.binary())
+    ts = np.full(n, -1, dtype=np.int64)                       # -1: no timestamp, allowed
+    ts[::3] = np.arange(0, n, 3) + 1_700_000_000_000
+    data, batches = encode_v2(key, value, ts, codec=codec, batch_bytes=2048, offsets=offsets)
+    rows = kafka_python_rows(data, "t", 0)
+    assert [r["offset"] for r in rows] == offsets.tolist()
+    assert [r["value"] for r in rows] == value.to_pylist()
+    assert ArrowDecoder("t", 0).decode(data)[0].to_pylist() == rows
+    mr, bounds = KpMemoryRecords(data), []
+    while mr.has_next():
+        batch = mr.next_batch()
+        records = list(batch)
+        bounds.append((batch.base_offset, batch.base_offset + batch.last_offset_delta))
+        assert (records[0].offset, records[-1].offset) == bounds[-1]    # the gaps stay inside
+    assert len(bounds) == batches > 2 and bounds[0][0] == offsets[0]
+    assert not any(a <= offsets[199] and offsets[200] <= b for a, b in bounds)   # the 2^31 gap splits
+
+
+@pytest.mark.parametrize("kwargs,error", [
+    (dict(offsets=np.array([5, 5])), "offsets 1: 5 does not follow 5"),
+    (dict(offsets=np.array([7, 6])), "offsets 1: 6 does not follow 7"),
+    (dict(offsets=np.array([-1, 6])), "offsets 0: -1 is negative"),
+    (dict(offsets=np.array([1])), "offsets must be a one-dimensional array of the 2"),
+    (dict(offsets=np.array([1, 2]), base_offset=3), "not both"),
+    (dict(timestamps=[1, -2]), "timestamp_ms 1: -2 is negative"),
+    (dict(timestamps=[-2**63, 5]), "timestamp_ms 0"),
+])
+def test_encode_v2_refuses_what_kafkas_builder_refuses(kwargs, error):
+    ts = np.array(kwargs.pop("timestamps", [1, 2]), dtype=np.int64)
+    with pytest.raises(ValueError, match=error):
+        encode_v2(pa.array([b"a", b"b"]), pa.array([b"a", b"b"]), ts, **kwargs)
+
+
 def test_read_split_modes_on_broken_framing(log_dir, tmp_path):
     from kafkacodec.logdir import Split, read_split
 
