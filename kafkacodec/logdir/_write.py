@@ -166,10 +166,9 @@ def normalize(rb: Any, *, topic: str | None, partition: int) -> tuple[Any, bool]
 
 
 def encode_rows(rows: Any, offsets: np.ndarray, *, codec: int, batch_bytes: int) -> bytes:
-    """The v2 batches of `rows` (key, value, ts, headers columns) at
-    `offsets` (increasing), encoded column-wise by encode_v2 with the offsets given: a batch
-    holds gaps exactly as the log cleaner's batches do (records count = rows, lastOffsetDelta =
-    last offset - base)."""
+    """The v2 batches of `rows` (key, value, ts, headers columns) at `offsets` (increasing),
+    encoded column-wise with the offsets given: a batch holds gaps exactly as the log cleaner's
+    batches do (records count = rows, lastOffsetDelta = last offset - base)."""
     from kafkacodec._arrow import encode_v2
 
     key, value = rows.column("key").combine_chunks(), rows.column("value").combine_chunks()
