@@ -1,6 +1,6 @@
 """Columnar decode of Kafka log entries into Arrow record batches (compiled module)."""
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +33,7 @@ class ArrowDecoder:
         max_rows: int = 65536,
         max_bytes: int = 16 << 20,
         source: str = "<buffer>",
+        columns: Sequence[str] | None = None,
     ) -> None: ...
     @property
     def schema(self) -> pa.Schema: ...
@@ -57,4 +58,5 @@ def encode_v2(
     max_records: int = 1 << 20,
     base_offset: int = 0,
     level: int = -1,
+    offsets: np.ndarray | None = None,
 ) -> tuple[bytes, int]: ...

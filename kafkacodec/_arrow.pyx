@@ -72,6 +72,26 @@ SCHEMA = pa.schema([
 SCHEMA_NO_HEADERS = SCHEMA.remove(SCHEMA.get_field_index("headers"))
 
 
+cdef object selected_schema(object full, object columns):
+    """The schema of ArrowDecoder(columns=...): full's fields named by `columns`, in that order."""
+    if columns is None:
+        return full
+    if isinstance(columns, (str, bytes)):
+        raise TypeError("columns must be a sequence of column names, not one string")
+    names = list(columns)
+    if not names:
+        raise ValueError("columns selects no column (None selects them all)")
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"column names are strings, not {type(name).__name__}")
+        if name not in full.names:
+            hint = " (include_headers is False)" if name == "headers" else ""
+            raise ValueError(f"unknown column {name!r}{hint}; the columns are {', '.join(full.names)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"a column is selected twice: {', '.join(names)}")
+    return pa.schema([full.field(name) for name in names])
+
+
 # --------------------------------------------------------------------------------------------
 # Growable C buffers and the object that hands them to Arrow.
 
@@ -413,14 +433,16 @@ cdef struct State:
     int64_t entry_offset        # base offset of the entry being decoded
     # options
     int validate_crc
-    int include_headers
+    int include_headers         # the headers column is selected: header sections are parsed
+    int want_key                # the key / value columns are selected: their bytes are copied
+    int want_value
     int keep_control
     int64_t start_offset        # the offsets emitted: start_offset..last_offset (inclusive)
     int64_t last_offset
     Py_ssize_t max_rows
     Py_ssize_t max_bytes
     Py_ssize_t output_limit     # hard: variable-width bytes of one output (int32 offsets)
-    Py_ssize_t topic_size       # bytes of the topic string, repeated on every row
+    Py_ssize_t topic_size       # bytes of the topic string, repeated on every row (0: no topic column)
     const int64_t* aborted      # triples (producer id, first offset, last offset)
     Py_ssize_t n_aborted
     # an entry that ended the previous output inside it
@@ -547,13 +569,13 @@ cdef int reserve_rows(State* s, Py_ssize_t rows) except -1 nogil:
     """Room for `rows` more rows in every fixed-width column, the variable columns' offsets
     and the validity bitmaps, so a batch's records are appended without per-row checks."""
     cdef Py_ssize_t bits = (rows >> 3) + 2
-    if (buf_ensure(&s.key.offsets, 4 * rows) < 0 or buf_ensure(&s.value.offsets, 4 * rows) < 0
-            or buf_ensure(&s.key.valid, bits) < 0 or buf_ensure(&s.value.valid, bits) < 0
+    if ((s.want_key and varcol_reserve(&s.key, rows) < 0) or (s.want_value and varcol_reserve(&s.value, rows) < 0)
             or buf_ensure(&s.offset, 8 * rows) < 0 or buf_ensure(&s.timestamp, 8 * rows) < 0
             or buf_ensure(&s.ts_type, 4 * rows) < 0 or buf_ensure(&s.magic, rows) < 0
             or buf_ensure(&s.producer_id, 8 * rows) < 0 or buf_ensure(&s.transactional, rows) < 0
-            or buf_ensure(&s.control, rows) < 0 or buf_ensure(&s.hdr_offsets, 4 * rows) < 0
-            or buf_ensure(&s.hdr_valid, bits) < 0):
+            or buf_ensure(&s.control, rows) < 0
+            or (s.include_headers and (buf_ensure(&s.hdr_offsets, 4 * rows) < 0
+                                       or buf_ensure(&s.hdr_valid, bits) < 0))):
         return no_memory()
     return 0
 
@@ -576,18 +598,23 @@ cdef void fill_batch_columns(State* s, const Batch* b, Py_ssize_t first_row) noe
     s.control.len += n
 
 
+cdef inline Py_ssize_t row_bytes_selected(const State* s, int32_t key_length, int32_t value_length) noexcept nogil:
+    """The variable-width bytes a row's key, value (null: length < 0) and topic add to the
+    selected columns."""
+    return ((key_length if s.want_key and key_length > 0 else 0)
+            + (value_length if s.want_value and value_length > 0 else 0) + s.topic_size)
+
+
 cdef inline Py_ssize_t v2_record_bound(const State* s, const V2Record* rec) noexcept nogil:
     """An upper bound of the variable-width bytes the record adds (a header key that is not
     UTF-8 grows to at most 3 bytes a byte when repaired)."""
-    cdef Py_ssize_t size = ((rec.key_length if rec.key_length > 0 else 0)
-                            + (rec.value_length if rec.value_length > 0 else 0) + s.topic_size)
+    cdef Py_ssize_t size = row_bytes_selected(s, rec.key_length, rec.value_length)
     return size + 3 * rec.headers_size if s.include_headers else size
 
 
 cdef Py_ssize_t v2_record_size(const State* s, const V2Record* rec) except -1 nogil:
     """The variable-width bytes the record adds (walks its headers: only near the limit)."""
-    cdef Py_ssize_t size = ((rec.key_length if rec.key_length > 0 else 0)
-                            + (rec.value_length if rec.value_length > 0 else 0) + s.topic_size)
+    cdef Py_ssize_t size = row_bytes_selected(s, rec.key_length, rec.value_length)
     cdef Cursor hc
     cdef const unsigned char* hk
     cdef const unsigned char* hv
@@ -653,7 +680,8 @@ cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
                 s.stop_index = i
                 stopped = 1
                 break
-            if varcol_put(&s.key, rec.key, rec.key_length) < 0 or varcol_put(&s.value, rec.value, rec.value_length) < 0:
+            if ((s.want_key and varcol_put(&s.key, rec.key, rec.key_length) < 0)
+                    or (s.want_value and varcol_put(&s.value, rec.value, rec.value_length) < 0)):
                 return no_memory()
             (<int64_t*>(s.offset.ptr + s.offset.len))[0] = offset
             s.offset.len += 8
@@ -687,7 +715,8 @@ cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
         # every column keeps one entry per emitted row, also when a record fails to parse
         s.key.valid.len = (s.key.n + 7) >> 3
         s.value.valid.len = (s.value.n + 7) >> 3
-        s.hdr_valid.len = (s.rows + 7) >> 3
+        if s.include_headers:
+            s.hdr_valid.len = (s.rows + 7) >> 3
         fill_batch_columns(s, b, first_row)
     if stopped:
         return ENTRY_STOPPED
@@ -748,10 +777,10 @@ cdef int emit_legacy(State* s, const BatchHeader* h, const Batch* b, int32_t ts_
     """One v0/v1 message: ENTRY_DONE (emitted or filtered out) or ENTRY_STOPPED (full)."""
     if not (s.start_offset <= offset and offset <= s.last_offset):
         return ENTRY_DONE
-    if not room_for(s, h, (m.key_length if m.key_length > 0 else 0)
-                    + (m.value_length if m.value_length > 0 else 0) + s.topic_size):
+    if not room_for(s, h, row_bytes_selected(s, m.key_length, m.value_length)):
         return ENTRY_STOPPED
-    if varcol_append(&s.key, m.key, m.key_length) < 0 or varcol_append(&s.value, m.value, m.value_length) < 0:
+    if ((s.want_key and varcol_append(&s.key, m.key, m.key_length) < 0)
+            or (s.want_value and varcol_append(&s.value, m.value, m.value_length) < 0)):
         return no_memory()
     emit_fixed(s, b, ts_type, offset, timestamp)
     if s.include_headers:
@@ -866,7 +895,7 @@ cdef int run(State* s) except -1 nogil:
 
 
 cdef class ArrowDecoder:
-    """ArrowDecoder(topic="", partition=0, *, validate_crc=True, include_headers=True, keep_control=False, start_offset=None, end_offset=None, aborted=None, max_rows=65536, max_bytes=16777216, source="<buffer>")
+    """ArrowDecoder(topic="", partition=0, *, validate_crc=True, include_headers=True, keep_control=False, start_offset=None, end_offset=None, aborted=None, max_rows=65536, max_bytes=16777216, source="<buffer>", columns=None)
 
     Decode log entries into `pyarrow.RecordBatch`es with Spark's Kafka schema.
 
@@ -881,6 +910,14 @@ cdef class ArrowDecoder:
     keys, values, headers and topic strings (checked between entries), and never holds more
     than 2^31-1 such bytes (Arrow's int32 offsets; see decode()).
 
+    `columns` (None: all) selects output columns by name from SCHEMA (SCHEMA_NO_HEADERS when
+    include_headers is False); the batches hold them in the order given.  The key and value
+    bytes of an unselected column are never copied, and header sections are not parsed unless
+    "headers" is selected; only selected bytes count towards max_bytes and the 2^31-1 limit.
+    Every entry is still validated as in a full decode (CRC, framing, record and header
+    lengths), so bad input raises the same errors.  An unknown or repeated name, or none,
+    raises ValueError.
+
     Not for concurrent use: decode() runs without the GIL on the decoder's buffers, and a call
     while another runs (from another thread) raises ConcurrentUseError.  Use one per thread.
     """
@@ -891,6 +928,7 @@ cdef class ArrowDecoder:
     cdef Decompressor _decompressor
     cdef readonly str source
     cdef object _aborted_arr
+    cdef object _schema
     cdef readonly Py_ssize_t trailing_bytes
     cdef readonly Py_ssize_t failed_entry
     cdef Guard guard
@@ -899,10 +937,11 @@ cdef class ArrowDecoder:
     def __init__(self, str topic="", int partition=0, *, bint validate_crc=True,
                  bint include_headers=True, bint keep_control=False, start_offset=None,
                  end_offset=None, aborted=None, Py_ssize_t max_rows=65536,
-                 Py_ssize_t max_bytes=16 << 20, str source="<buffer>"):
+                 Py_ssize_t max_bytes=16 << 20, str source="<buffer>", columns=None):
         cdef const int64_t[:, ::1] mv
         if max_rows < 1 or max_bytes < 1 or max_bytes > (1 << 30):
             raise ValueError("max_rows must be >= 1 and max_bytes within 1..2**30")
+        schema = selected_schema(SCHEMA if include_headers else SCHEMA_NO_HEADERS, columns)
         arr = np.ascontiguousarray(np.asarray(aborted if aborted else [], dtype=np.int64).reshape(-1, 3))
         mv = arr
         guard_enter(&self.guard, b"ArrowDecoder")
@@ -914,7 +953,10 @@ cdef class ArrowDecoder:
             self.s.decompressor = <PyObject*>self._decompressor
             self.source = source
             self.s.validate_crc = validate_crc
-            self.s.include_headers = include_headers
+            self._schema = schema
+            self.s.include_headers = "headers" in schema.names
+            self.s.want_key = "key" in schema.names
+            self.s.want_value = "value" in schema.names
             self.s.keep_control = keep_control
             self.s.start_offset = INT64_MIN if start_offset is None else start_offset
             self.s.last_offset = INT64_MAX
@@ -927,7 +969,7 @@ cdef class ArrowDecoder:
             self.s.max_rows = max_rows
             self.s.max_bytes = max_bytes
             self.s.output_limit = INT32_MAX
-            self.s.topic_size = len(self._topic)
+            self.s.topic_size = len(self._topic) if "topic" in schema.names else 0
             self.s.resume_pos = -1
             self._aborted_arr = arr
             self.s.aborted = &mv[0, 0] if mv.shape[0] else NULL
@@ -965,7 +1007,8 @@ cdef class ArrowDecoder:
 
     @property
     def schema(self):
-        return SCHEMA if self.s.include_headers else SCHEMA_NO_HEADERS
+        """The schema of the batches decode() returns (the selected columns)."""
+        return self._schema
 
     @property
     def crc_checked(self) -> int:
@@ -1034,14 +1077,16 @@ cdef class ArrowDecoder:
         cdef State* s = &self.s
         cdef Py_ssize_t rows = min(s.max_rows, size // 7 + 1)
         cdef Py_ssize_t data = min(size, s.max_bytes) + 16
-        if (buf_presize(&s.value.data, data) < 0 or buf_presize(&s.key.data, data // 4) < 0
-                or buf_presize(&s.value.offsets, 4 * rows + 8) < 0 or buf_presize(&s.key.offsets, 4 * rows + 8) < 0
+        if ((s.want_value and (buf_presize(&s.value.data, data) < 0 or buf_presize(&s.value.offsets, 4 * rows + 8) < 0
+                               or buf_presize(&s.value.valid, rows // 8 + 1) < 0))
+                or (s.want_key and (buf_presize(&s.key.data, data // 4) < 0 or buf_presize(&s.key.offsets, 4 * rows + 8) < 0
+                                    or buf_presize(&s.key.valid, rows // 8 + 1) < 0))
                 or buf_presize(&s.offset, 8 * rows) < 0 or buf_presize(&s.timestamp, 8 * rows) < 0
                 or buf_presize(&s.producer_id, 8 * rows) < 0 or buf_presize(&s.ts_type, 4 * rows) < 0
                 or buf_presize(&s.magic, rows) < 0 or buf_presize(&s.transactional, rows) < 0
-                or buf_presize(&s.control, rows) < 0 or buf_presize(&s.hdr_offsets, 4 * rows + 8) < 0
-                or buf_presize(&s.hdr_valid, rows // 8 + 1) < 0 or buf_presize(&s.key.valid, rows // 8 + 1) < 0
-                or buf_presize(&s.value.valid, rows // 8 + 1) < 0):
+                or buf_presize(&s.control, rows) < 0
+                or (s.include_headers and (buf_presize(&s.hdr_offsets, 4 * rows + 8) < 0
+                                           or buf_presize(&s.hdr_valid, rows // 8 + 1) < 0))):
             return -1
         return 0
 
@@ -1062,41 +1107,57 @@ cdef class ArrowDecoder:
         return type(exc)(where + exc.reason, position=position, offset=offset)
 
     def _finish(self):
-        cdef Py_ssize_t n = self.s.rows, ts_nulls = self.s.ts_nulls.len // 8, nulls
+        cdef Py_ssize_t n = self.s.rows
+        names = self._schema.names
+        columns = [self._column(name, n) for name in names]
+        self._reset()
+        return pa.RecordBatch.from_arrays(columns, schema=self._schema)
+
+    cdef object _column(self, str name, Py_ssize_t n):
+        """One selected output column of the n rows decoded (takes its buffers)."""
+        cdef Py_ssize_t ts_nulls, nulls
         cdef bytes topic = self._topic
-        key = varcol_take(&self.s.key, pa.binary())
-        value = varcol_take(&self.s.value, pa.binary())
-        # n * len(topic) <= output_limit < 2^31 (room_for): the int32 offsets cannot wrap
-        topic_offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(topic))
-        topic_col = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(topic_offsets),
-                                                           pa.py_buffer(topic * n)])
-        partition = pa.array(np.full(n, self.partition, dtype=np.int32))
-        offset = pa.Array.from_buffers(pa.int64(), n, [None, take_buffer(&self.s.offset)])
-        ts_valid = None
-        if ts_nulls:
-            valid = np.ones(n, dtype=np.bool_)
-            valid[np.frombuffer(take_buffer(&self.s.ts_nulls), dtype=np.int64, count=ts_nulls)] = False
-            ts_valid = pa.py_buffer(np.packbits(valid, bitorder="little"))
-        timestamp = pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n,
-                                          [ts_valid, take_buffer(&self.s.timestamp)], null_count=ts_nulls)
-        ts_type = pa.Array.from_buffers(pa.int32(), n, [None, take_buffer(&self.s.ts_type)])
-        magic = pa.Array.from_buffers(pa.int8(), n, [None, take_buffer(&self.s.magic)])
-        producer_id = pa.Array.from_buffers(pa.int64(), n, [None, take_buffer(&self.s.producer_id)])
-        transactional = pa.array(np.frombuffer(take_buffer(&self.s.transactional), dtype=np.bool_, count=n))
-        control = pa.array(np.frombuffer(take_buffer(&self.s.control), dtype=np.bool_, count=n))
-        columns = [key, value, topic_col, partition, offset, timestamp, ts_type]
-        if self.s.include_headers:
+        if name == "key":
+            return varcol_take(&self.s.key, pa.binary())
+        if name == "value":
+            return varcol_take(&self.s.value, pa.binary())
+        if name == "topic":
+            # n * len(topic) <= output_limit < 2^31 (room_for): the int32 offsets cannot wrap
+            topic_offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(topic))
+            return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(topic_offsets),
+                                                          pa.py_buffer(topic * n)])
+        if name == "partition":
+            return pa.array(np.full(n, self.partition, dtype=np.int32))
+        if name == "offset":
+            return pa.Array.from_buffers(pa.int64(), n, [None, take_buffer(&self.s.offset)])
+        if name == "timestamp":
+            ts_nulls = self.s.ts_nulls.len // 8
+            ts_valid = None
+            if ts_nulls:
+                valid = np.ones(n, dtype=np.bool_)
+                valid[np.frombuffer(take_buffer(&self.s.ts_nulls), dtype=np.int64, count=ts_nulls)] = False
+                ts_valid = pa.py_buffer(np.packbits(valid, bitorder="little"))
+            return pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n,
+                                         [ts_valid, take_buffer(&self.s.timestamp)], null_count=ts_nulls)
+        if name == "timestampType":
+            return pa.Array.from_buffers(pa.int32(), n, [None, take_buffer(&self.s.ts_type)])
+        if name == "headers":
             hkey = varcol_take(&self.s.hkey, pa.string())
             hvalue = varcol_take(&self.s.hvalue, pa.binary())
             entries = pa.StructArray.from_arrays([hkey, hvalue], fields=list(HEADERS_TYPE.value_type))
             nulls = self.s.hdr_nulls
             valid = take_buffer(&self.s.hdr_valid) if nulls else None
-            headers = pa.Array.from_buffers(HEADERS_TYPE, n, [valid, take_buffer(&self.s.hdr_offsets)],
-                                            null_count=nulls, children=[entries])
-            columns.append(headers)
-        columns += [magic, producer_id, transactional, control]
-        self._reset()
-        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+            return pa.Array.from_buffers(HEADERS_TYPE, n, [valid, take_buffer(&self.s.hdr_offsets)],
+                                         null_count=nulls, children=[entries])
+        if name == "magic":
+            return pa.Array.from_buffers(pa.int8(), n, [None, take_buffer(&self.s.magic)])
+        if name == "producerId":
+            return pa.Array.from_buffers(pa.int64(), n, [None, take_buffer(&self.s.producer_id)])
+        if name == "isTransactional":
+            return pa.array(np.frombuffer(take_buffer(&self.s.transactional), dtype=np.bool_, count=n))
+        if name == "isControl":
+            return pa.array(np.frombuffer(take_buffer(&self.s.control), dtype=np.bool_, count=n))
+        raise AssertionError(name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1241,14 +1302,18 @@ cdef inline int64_t wrap_sub(int64_t a, int64_t b) noexcept nogil:
 
 
 def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t batch_bytes=16384,
-              Py_ssize_t max_records=1 << 20, int64_t base_offset=0, int level=LEVEL_DEFAULT):
+              Py_ssize_t max_records=1 << 20, int64_t base_offset=0, int level=LEVEL_DEFAULT,
+              offsets=None):
     """Encode rows into v2 batches: `key`, `value` pyarrow binary or string arrays (large_*,
     sliced and chunked ones too), `timestamp_ms` an int64 numpy array, `headers` None or a
     pyarrow list (or large_list) array of struct<key: string, value: binary> (either may be
     large_*).  A batch closes before the record that would take its records section past
-    `batch_bytes` (every batch holds at least one record).  Offsets are dense from base_offset;
-    CreateTime, no producer.  Returns (bytes, number of batches).  Safe to call from several
-    threads at once."""
+    `batch_bytes` (every batch holds at least one record).  Offsets are dense from base_offset,
+    or `offsets` (an int64 array, one per row, >= 0 and increasing; gaps allowed, as compaction
+    leaves them: a batch's base offset is its first record's, its lastOffsetDelta its last
+    record's delta, and a batch closes before an offset delta would pass 2^31-1).  As Kafka's
+    MemoryRecordsBuilder, a timestamp below -1 (none) is refused (ValueError).  CreateTime, no
+    producer.  Returns (bytes, number of batches).  Safe to call from several threads at once."""
     cdef Py_ssize_t n, i, batch_start, h, h0, h1, size, j, entry_count = 0, first = 0
     cdef ArrowBinary k, v, hk, hv
     cdef const int64_t[::1] ts = timestamp_ms
@@ -1261,11 +1326,14 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
     cdef const unsigned char* hkp
     cdef const unsigned char* hvp
     cdef int32_t klen, vlen, hklen, hvlen
-    cdef int64_t first_ts, max_ts
+    cdef int64_t first_ts, max_ts, delta
     cdef Writer* w
     cdef Writer* hw
     cdef WriteBuffer out = WriteBuffer(), records = WriteBuffer(), hdrs = WriteBuffer()
     cdef Py_ssize_t batches = 0, start
+    cdef const int64_t[::1] given_view = None
+    cdef const int64_t* given = NULL          # the offsets given (NULL: dense from base_offset)
+    cdef int64_t batch_base
     cdef BatchHeader bh
     cdef bytes packed
     cdef const unsigned char* section
@@ -1281,8 +1349,31 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
         raise UnsupportedCompressionError(f"unknown compression type id {codec}")
     if not 1 <= max_records <= INT32_MAX:
         raise ValueError(f"max_records must be within 1..2**31-1, got {max_records}")
-    if base_offset < 0 or (n and base_offset > INT64_MAX - (n - 1)):
-        raise ValueError(f"base_offset {base_offset}: {n} records would not fit below offset 2^63-1")
+    if offsets is None:
+        if base_offset < 0 or (n and base_offset > INT64_MAX - (n - 1)):
+            raise ValueError(f"base_offset {base_offset}: {n} records would not fit below offset 2^63-1")
+    else:
+        if base_offset != 0:
+            raise ValueError("give base_offset or offsets, not both")
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        if offsets.ndim != 1 or len(offsets) != n:
+            raise ValueError(f"offsets must be a one-dimensional array of the {n} rows' offsets")
+        if n:
+            # Kafka's MemoryRecordsBuilder: offsets increase monotonically (and a log holds none below 0)
+            back = np.flatnonzero(offsets[1:] <= offsets[:-1])
+            if offsets[0] < 0:
+                raise ValueError(f"offsets 0: {offsets[0]} is negative")
+            if len(back):
+                i = int(back[0]) + 1
+                raise ValueError(f"offsets {i}: {offsets[i]} does not follow {offsets[i - 1]} (offsets must increase)")
+            given_view = offsets
+            given = &given_view[0]
+    if n:
+        low = np.flatnonzero(np.asarray(ts) < -1)
+        if len(low):
+            # Kafka's MemoryRecordsBuilder: no negative timestamp but -1 (NO_TIMESTAMP)
+            raise ValueError(f"timestamp_ms {int(low[0])}: {ts[low[0]]} is negative; Kafka accepts no "
+                             "negative timestamp but -1 (none)")
     keep = [binary_column(&k, key, n, "key"), binary_column(&v, value, n, "value")]
     has_headers = headers is not None and headers.null_count < n
     if has_headers:
@@ -1318,10 +1409,15 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
     i = 0
     while i < n:
         batch_start = i
+        batch_base = given[i] if given != NULL else base_offset + i
         w.length = 0
         first_ts = ts[i]
         max_ts = -1
         while i < n and i - batch_start < max_records:
+            # a v2 record's offset delta is an int32: a larger gap starts a new batch
+            delta = given[i] - batch_base if given != NULL else i - batch_start
+            if delta > INT32_MAX:
+                break
             klen = row_bytes(&k, i, &kp, b"key")
             vlen = row_bytes(&v, i, &vp, b"value")
             h0 = h1 = 0
@@ -1352,11 +1448,11 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
             if (<int64_t>(klen if klen > 0 else 0) + (vlen if vlen > 0 else 0) + hw.length
                     > <int64_t>INT32_MAX - 32 or h1 - h0 > INT32_MAX):
                 raise RecordTooLargeError(f"row {i} exceeds Kafka's 2 GiB record limit")
-            size = v2_record_body_size(<int32_t>(i - batch_start), wrap_sub(ts[i], first_ts),
+            size = v2_record_body_size(<int32_t>delta, wrap_sub(ts[i], first_ts),
                                        klen, vlen, hw.length, <int32_t>(h1 - h0))
             if i > batch_start and w.length + size + 5 > batch_bytes:
                 break
-            write_v2_record(w, <int32_t>(i - batch_start), wrap_sub(ts[i], first_ts),
+            write_v2_record(w, <int32_t>delta, wrap_sub(ts[i], first_ts),
                             kp, klen, vp, vlen, hw.buf, hw.length, <int32_t>(h1 - h0))
             if ts[i] > max_ts:
                 max_ts = ts[i]
@@ -1369,11 +1465,11 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
             section = w.buf
             section_size = w.length
         if section_size > INT32_MAX - V2_HEADER_SIZE:
-            raise RecordTooLargeError("a batch exceeds Kafka's 2 GiB limit", offset=base_offset + batch_start)
+            raise RecordTooLargeError("a batch exceeds Kafka's 2 GiB limit", offset=batch_base)
         start = reserve(&out.w, V2_HEADER_SIZE)
         put_bytes(&out.w, section, section_size)
-        bh.base_offset = base_offset + batch_start
-        bh.last_offset_delta = <int32_t>(i - 1 - batch_start)
+        bh.base_offset = batch_base
+        bh.last_offset_delta = <int32_t>((given[i - 1] - batch_base) if given != NULL else i - 1 - batch_start)
         bh.base_timestamp = first_ts
         bh.max_timestamp = max_ts
         bh.records_count = <int32_t>(i - batch_start)

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from kafka_oracle import kafka_python_rows  # noqa: E402
 
 from kafkacodec._arrow import SCHEMA, ArrowDecoder, encode_v2, scan_entries  # noqa: E402
-from kafkacodec.errors import CorruptRecordError, InvalidCrcError  # noqa: E402
+from kafkacodec.errors import CorruptRecordError, InvalidCrcError, RecordTooLargeError  # noqa: E402
 from kafkacodec.logdir import discover, plan  # noqa: E402
 from kafkacodec.cli import generate  # noqa: E402
 
@@ -181,6 +181,49 @@ def test_encode_v2_read_by_kafka_python(codec):
     assert ArrowDecoder("t", 0).decode(data)[0].to_pylist() == rows
 
 
+@pytest.mark.parametrize("codec", [0, 3])
+def test_encode_v2_keeps_given_offsets(codec):
+    from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
+
+    rng = np.random.default_rng(7)
+    n = 400
+    # gaps of every size, one past a v2 offset delta's int32 range
+    offsets = np.cumsum(rng.choice([1, 1, 2, 17, 1000], size=n)).astype(np.int64)
+    offsets[200:] += 2**31
+    key = pa.array([b"k%d" % i for i in range(n)], pa.binary())
+    value = pa.array([b"v" * (i % 50) for i in range(n)], pa.binary())
+    ts = np.full(n, -1, dtype=np.int64)                       # -1: no timestamp, allowed
+    ts[::3] = np.arange(0, n, 3) + 1_700_000_000_000
+    data, batches = encode_v2(key, value, ts, codec=codec, batch_bytes=2048, offsets=offsets)
+    rows = kafka_python_rows(data, "t", 0)
+    assert [r["offset"] for r in rows] == offsets.tolist()
+    assert [r["value"] for r in rows] == value.to_pylist()
+    assert ArrowDecoder("t", 0).decode(data)[0].to_pylist() == rows
+    mr, bounds = KpMemoryRecords(data), []
+    while mr.has_next():
+        batch = mr.next_batch()
+        records = list(batch)
+        bounds.append((batch.base_offset, batch.base_offset + batch.last_offset_delta))
+        assert (records[0].offset, records[-1].offset) == bounds[-1]    # the gaps stay inside
+    assert len(bounds) == batches > 2 and bounds[0][0] == offsets[0]
+    assert not any(a <= offsets[199] and offsets[200] <= b for a, b in bounds)   # the 2^31 gap splits
+
+
+@pytest.mark.parametrize("kwargs,error", [
+    (dict(offsets=np.array([5, 5])), "offsets 1: 5 does not follow 5"),
+    (dict(offsets=np.array([7, 6])), "offsets 1: 6 does not follow 7"),
+    (dict(offsets=np.array([-1, 6])), "offsets 0: -1 is negative"),
+    (dict(offsets=np.array([1])), "offsets must be a one-dimensional array of the 2"),
+    (dict(offsets=np.array([1, 2]), base_offset=3), "not both"),
+    (dict(timestamps=[1, -2]), "timestamp_ms 1: -2 is negative"),
+    (dict(timestamps=[-2**63, 5]), "timestamp_ms 0"),
+])
+def test_encode_v2_refuses_what_kafkas_builder_refuses(kwargs, error):
+    ts = np.array(kwargs.pop("timestamps", [1, 2]), dtype=np.int64)
+    with pytest.raises(ValueError, match=error):
+        encode_v2(pa.array([b"a", b"b"]), pa.array([b"a", b"b"]), ts, **kwargs)
+
+
 def test_read_split_modes_on_broken_framing(log_dir, tmp_path):
     from kafkacodec.logdir import Split, read_split
 
@@ -287,3 +330,63 @@ def test_hostile_record_count_reserves_nothing_it_cannot_fill(tmp_path):
                          timeout=120, env=child_env(), cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "corrupt: " in run.stdout and "truncated record" in run.stdout
+
+
+@pytest.mark.parametrize("columns", [["offset", "timestamp"], ["timestamp", "offset", "partition"],
+                                     ["value"], ["headers", "key"], list(SCHEMA.names)])
+def test_pruned_columns_match_the_full_decode(log_dir, columns):
+    root, _ = log_dir
+    for seg, data in segments(root):
+        full = ArrowDecoder(seg.topic, seg.partition, keep_control=True).decode(data)[0]
+        dec = ArrowDecoder(seg.topic, seg.partition, keep_control=True, columns=columns)
+        pruned = dec.decode(data)[0]
+        pruned.validate(full=True)
+        assert dec.schema.names == pruned.schema.names == columns      # in the order given
+        assert pruned.equals(full.select(columns))
+
+
+def test_unselected_bytes_are_neither_copied_nor_counted():
+    big = b"v" * 100_000
+    log = encode_v2(pa.array([big]), pa.array([big]), np.array([5], dtype=np.int64),
+                    pa.array([[{"key": "h", "value": big}]], type=SCHEMA.field("headers").type))[0]
+    full = ArrowDecoder("t", 0)
+    full._set_output_limit(1000)            # a record's key, value and headers pass the limit
+    with pytest.raises(RecordTooLargeError):
+        full.decode(log)
+    for columns in (["offset", "timestamp", "topic"], ["key", "offset"], ["value"], ["headers"]):
+        dec = ArrowDecoder("t", 0, columns=columns)
+        dec._set_output_limit(150_000)      # one of the three fits, never two
+        assert dec.decode(log)[0].num_rows == 1
+        dec._set_output_limit(1000)
+        if columns[0] == "offset":
+            assert dec.decode(log)[0].column("offset").to_pylist() == [0]
+        else:
+            with pytest.raises(RecordTooLargeError):
+                dec.decode(log)
+
+
+@pytest.mark.parametrize("columns,error", [
+    (["offset", "nope"], "unknown column 'nope'"),
+    (["offset", "offset"], "selected twice"),
+    ([], "no column"),
+])
+def test_bad_column_selections_are_refused(columns, error):
+    with pytest.raises(ValueError, match=error):
+        ArrowDecoder(columns=columns)
+    with pytest.raises(ValueError, match="include_headers is False"):
+        ArrowDecoder(include_headers=False, columns=["offset", "headers"])
+    with pytest.raises(TypeError):
+        ArrowDecoder(columns="offset")
+
+
+def test_read_split_decodes_only_the_columns_it_needs(log_dir):
+    from kafkacodec.logdir._problems import Reporter
+    from kafkacodec.logdir._pushdown import Pushdown, Predicate
+    from kafkacodec.logdir._read import _SplitReader
+
+    root, _ = log_dir
+    split = plan(root)[0][0]
+    reader = _SplitReader(split, Reporter(), validate_crc=True, include_headers=True, keep_control=False,
+                          max_rows=100, corrupt_column="_corrupt_record", columns=["timestamp"],
+                          pushdown=Pushdown([Predicate("partition", ">=", 0)]))
+    assert reader.decoder().schema.names == ["partition", "offset", "timestamp"]

@@ -328,3 +328,51 @@ def test_control_records_are_checked_as_memory_records_does(key, value, corrupt)
     fix_entry_crc(batch)
     assert (by_memory_records(bytes(batch)) is CorruptRecordError) == corrupt
     assert_same(bytes(batch))
+
+
+# --- column pruning: ArrowDecoder(columns=...) against the full decode --------------------------
+
+def decode_all(log, columns=None, max_rows=65536):
+    """Every batch of one decoder (keeping control records) as one table, or the error raised
+    (class, message, position, offset)."""
+    dec = ArrowDecoder("t", 0, keep_control=True, columns=columns, max_rows=max_rows)
+    batches, pos = [], 0
+    try:
+        while pos < len(log):
+            rb, new = dec.decode(log, pos)
+            rb.validate(full=True)
+            batches.append(rb)
+            if dec.trailing_bytes or (new == pos and not rb.num_rows):
+                break
+            pos = new
+    except KafkaCodecError as exc:
+        return type(exc), str(exc), exc.position, exc.offset
+    return pa.Table.from_batches(batches, schema=dec.schema)
+
+
+COLUMN_SUBSETS = [["offset"], ["timestamp", "offset"], ["key"], ["value", "partition"],
+                  ["headers"], ["offset", "headers", "topic"], ["magic", "producerId", "isControl"]]
+
+
+def assert_pruned_like_full(log, columns, max_rows=65536):
+    full = decode_all(log, max_rows=max_rows)
+    pruned = decode_all(log, columns, max_rows)
+    if isinstance(full, pa.Table):
+        assert isinstance(pruned, pa.Table), pruned
+        assert pruned.schema.names == columns
+        assert pruned.equals(full.select(columns))
+    else:
+        assert pruned == full
+
+
+@pytest.mark.parametrize("columns", COLUMN_SUBSETS)
+def test_pruned_columns_equal_the_full_decode_on_every_magic_and_codec(columns):
+    log = b"".join(BASES)
+    assert_pruned_like_full(log, columns)
+    assert_pruned_like_full(log, columns, max_rows=3)       # resuming inside entries too
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hostile_logs(), st.sampled_from(COLUMN_SUBSETS), st.sampled_from([2, 65536]))
+def test_hostile_input_reads_alike_with_pruned_columns(log, columns, max_rows):
+    assert_pruned_like_full(log, columns, max_rows)

@@ -340,6 +340,15 @@ def test_user_schema_decodes_only_its_columns(spark, log_dir):
     assert "offset is bigint, not string" in text
 
 
+def test_pruned_schema_gives_the_full_reads_rows(spark, log_dir):
+    root, summary = log_dir
+    pruned = spark.read.format("kafkalog").schema("offset bigint, timestamp timestamp").load(str(root))
+    full = spark.read.format("kafkalog").load(str(root)).select("offset", "timestamp")
+    rows = sorted(tuple(r) for r in pruned.collect())
+    assert pruned.columns == ["offset", "timestamp"] and len(rows) == summary["records"]
+    assert rows == sorted(tuple(r) for r in full.collect())
+
+
 def test_damage_and_data_loss_in_spark(spark, log_dir, tmp_path):
     import shutil
 

@@ -323,8 +323,8 @@ class Planner:
                 pos, size = int(scan["position"][j]), int(scan["size"][j])
                 view, base, src = self._view(seg, pos, pos + size)
                 try:
-                    rb = ArrowDecoder(part.topic, part.partition, keep_control=True, include_headers=False,
-                                      validate_crc=False, source=seg.uri).decode(view, pos - base, pos - base + size, base)[0]
+                    rb = ArrowDecoder(part.topic, part.partition, keep_control=True, validate_crc=False,
+                                      columns=["offset", "timestamp"], source=seg.uri).decode(view, pos - base, pos - base + size, base)[0]
                 except KafkaCodecError:
                     continue                       # the executors report it
                 finally:

@@ -139,25 +139,13 @@ class _SplitReader:
         self.kwargs: dict[str, Any] = dict(validate_crc=validate_crc, include_headers=include_headers, keep_control=keep_control,
                            start_offset=start, end_offset=end, aborted=split.aborted, max_rows=max_rows,
                            source=split.uri)
-        self.select: bool | None = None     # True: the decoder cannot skip columns itself
         self.dedupe = False                 # offsets went back in this split: read each once
         self.running_max = -(2**63)         # the largest offset yielded
 
     def decoder(self) -> Any:
-        from kafkacodec._arrow import ArrowDecoder as decoder_type
+        """A decoder of the columns wanted only (unselected keys, values and headers are skipped)."""
+        from kafkacodec._arrow import ArrowDecoder
 
-        ArrowDecoder: Any = decoder_type            # `columns` may be missing (see docs/spark-and-cli.md)
-
-        if self.select is None:
-            try:
-                dec = ArrowDecoder(self.split.topic, self.split.partition, columns=self.decode_columns,
-                                   **self.kwargs)
-                self.select = False
-                return dec
-            except TypeError:                       # an ArrowDecoder without column pruning
-                self.select = True
-        if self.select:
-            return ArrowDecoder(self.split.topic, self.split.partition, **self.kwargs)
         return ArrowDecoder(self.split.topic, self.split.partition, columns=self.decode_columns, **self.kwargs)
 
     # ---------------------------------------------------------------------- output
@@ -166,8 +154,6 @@ class _SplitReader:
         import numpy as np
         import pyarrow as pa
 
-        if self.select:
-            rb = rb.select(self.decode_columns)
         if reason is None and rb.num_rows:
             offsets = rb.column("offset").to_numpy()
             if self.dedupe:                  # offsets went back: keep each offset's first row
@@ -192,11 +178,7 @@ class _SplitReader:
         fixed = {"topic": s.topic, "partition": s.partition, "offset": offset}
         columns = [pa.array([fixed[n]], SCHEMA.field(n).type) if n in fixed else pa.nulls(1, SCHEMA.field(n).type)
                    for n in self.decode_columns]
-        saved, self.select = self.select, False
-        try:
-            return self.finish(pa.RecordBatch.from_arrays(columns, names=self.decode_columns), reason)
-        finally:
-            self.select = saved
+        return self.finish(pa.RecordBatch.from_arrays(columns, names=self.decode_columns), reason)
 
     def damage(self, problem: Problem) -> Iterator[Any]:
         self.reporter.damage(problem)

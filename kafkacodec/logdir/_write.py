@@ -165,61 +165,16 @@ def normalize(rb: Any, *, topic: str | None, partition: int) -> tuple[Any, bool]
     return pa.table(columns), by_offset
 
 
-# Dense stretches at least this long go to the columnar encoder; rows between them (offsets
-# with gaps, as compaction leaves them) go into batches that keep the gaps.
-_DENSE_MIN = 32
-_MAX_DELTA = (1 << 31) - 1           # a v2 record's offset delta is an int32
-
-
-def encode_rows(rows: Any, offsets: np.ndarray, *, codec: int, batch_bytes: int) -> Iterator[tuple[int, bytes]]:
-    """v2 batches (base offset, bytes) of `rows` (key, value, ts, headers columns) at
-    `offsets` (increasing).  Runs of consecutive offsets are encoded column-wise (encode_v2
-    numbers a batch's records densely); rows around gaps are appended one by one with their
-    offsets (v2: offset = base offset + offset delta), so a batch holds gaps exactly as the
-    log cleaner's batches do: records count = rows, lastOffsetDelta = last offset - base."""
+def encode_rows(rows: Any, offsets: np.ndarray, *, codec: int, batch_bytes: int) -> bytes:
+    """The v2 batches of `rows` (key, value, ts, headers columns) at `offsets` (increasing),
+    encoded column-wise with the offsets given: a batch holds gaps exactly as the log cleaner's
+    batches do (records count = rows, lastOffsetDelta = last offset - base)."""
     from kafkacodec._arrow import encode_v2
 
     key, value = rows.column("key").combine_chunks(), rows.column("value").combine_chunks()
     ts = np.ascontiguousarray(rows.column("ts").to_numpy(), dtype=np.int64)
     headers = rows.column("headers").combine_chunks() if "headers" in rows.column_names else None
-    breaks = np.flatnonzero(np.diff(offsets) != 1) + 1
-    bounds = [0, *breaks.tolist(), len(offsets)]
-    gappy_from = None                  # start of the rows waiting for _encode_with_gaps
-    for a, b in zip(bounds, bounds[1:]):
-        if b - a < _DENSE_MIN:
-            gappy_from = a if gappy_from is None else gappy_from
-            continue
-        if gappy_from is not None:
-            yield from _encode_with_gaps(rows.slice(gappy_from, a - gappy_from), offsets[gappy_from:a],
-                                         codec, batch_bytes)
-            gappy_from = None
-        data, _ = encode_v2(key[a:b], value[a:b], ts[a:b], None if headers is None else headers[a:b],
-                            codec=codec, batch_bytes=batch_bytes, base_offset=int(offsets[a]))
-        yield int(offsets[a]), data
-    if gappy_from is not None:
-        yield from _encode_with_gaps(rows.slice(gappy_from), offsets[gappy_from:], codec, batch_bytes)
-
-
-def _encode_with_gaps(rows: Any, offsets: np.ndarray, codec: int, batch_bytes: int) -> Iterator[tuple[int, bytes]]:
-    from kafkacodec._builder import MemoryRecordsBuilder
-
-    keys = rows.column("key").to_pylist()
-    values = rows.column("value").to_pylist()
-    stamps = rows.column("ts").to_pylist()
-    headers = rows.column("headers").to_pylist() if "headers" in rows.column_names else None
-    builder = None
-    base = 0
-    for i, offset in enumerate(offsets.tolist()):
-        if builder is not None and (builder.estimated_size_in_bytes >= batch_bytes or offset - base > _MAX_DELTA):
-            yield base, builder.build()
-            builder = None
-        if builder is None:
-            builder = MemoryRecordsBuilder(magic=2, compression=codec, base_offset=offset)
-            base = offset
-        record_headers = [(h["key"], h["value"]) for h in headers[i]] if headers and headers[i] else ()
-        builder.append_with_offset(offset, stamps[i], keys[i], values[i], record_headers)
-    if builder is not None:
-        yield base, builder.build()
+    return encode_v2(key, value, ts, headers, codec=codec, batch_bytes=batch_bytes, offsets=offsets)[0]
 
 
 class _RunWriter:
@@ -231,7 +186,7 @@ class _RunWriter:
         self._file: Any = None
         self._ctx: Any = None
 
-    def write(self, base_offset: int, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         from kafkacodec._arrow import scan_entries
 
         scan = scan_entries(data)
@@ -356,8 +311,7 @@ class TaskWriter:
             self.runs.append(run)
             writer = self._open[tp] = _RunWriter(self.store, self.folder, run, self.segment_bytes)
         assert writer is not None and run is not None
-        for base, data in encode_rows(rows, offsets, codec=self.codec, batch_bytes=self.batch_bytes):
-            writer.write(base, data)
+        writer.write(encode_rows(rows, offsets, codec=self.codec, batch_bytes=self.batch_bytes))
         run.last_offset = int(offsets[-1])
         run.first_timestamp = min(run.first_timestamp, int(ts.min()))
         run.last_timestamp = int(ts[-1]) if not self._by_offset else max(run.last_timestamp, int(ts.max()))
@@ -393,7 +347,8 @@ def _read_run(store: Store, run: Run, chunk_rows: int) -> Iterator[Any]:
 
     for seg in run.segments:
         with store.mapped(seg.path) as data, memoryview(data) as view:
-            dec = ArrowDecoder(run.topic, run.partition, max_rows=chunk_rows, source=store.describe(seg.path))
+            dec = ArrowDecoder(run.topic, run.partition, max_rows=chunk_rows, source=store.describe(seg.path),
+                               columns=["offset", "timestamp", "key", "value", "headers"])
             pos = 0
             while pos < len(view):
                 rb, new_pos = dec.decode(view, pos)     # columns are copies: the map may close
@@ -472,8 +427,7 @@ def merge_runs(store: Store, runs: list[Run], folder: str, *, codec: int = 0, ba
             if window.num_rows:
                 if out.first_offset < 0:
                     out.first_offset = int(offsets[0])
-                for base, data in encode_rows(window, offsets, codec=codec, batch_bytes=batch_bytes):
-                    writer.write(base, data)
+                writer.write(encode_rows(window, offsets, codec=codec, batch_bytes=batch_bytes))
                 out.last_offset = int(offsets[-1])
                 out.records += window.num_rows
             for i in range(len(ranked)):
