@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     owned = SparkSession.getActiveSession() is None
     spark = make_session(args.master, conf=conf)
     try:
-        with Progress(None, "spark", enabled=False if args.no_progress else None) as bar, \
+        with Progress(None, "spark", unit="task", enabled=False if args.no_progress else None) as bar, \
                 StageProgress(spark, bar):
             s = convert(spark, src, args.output, compression=args.compression, mode=args.mode,
                         validate_crc=not args.no_crc, overwrite=args.overwrite)
