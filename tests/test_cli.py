@@ -110,6 +110,23 @@ def test_dump_reports_trailing_bytes_and_missing_file(log_dir, tmp_path, capsys)
     assert code == EXIT_INPUT and "no such file" in err
 
 
+def test_version(capsys):
+    import kafkacodec
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    out, _ = capsys.readouterr()
+    assert info.value.code == 0 and out.startswith(f"kafkacodec {kafkacodec.__version__} (compiled core, Python ")
+
+
+def test_convert_refuses_a_file_that_is_not_kafka(tmp_path, capsys):
+    text = tmp_path / "notes.log"
+    text.write_bytes(b"not a segment, just some text that is long enough\n" * 10)
+    code, out, err = run(capsys, "convert", "--to-magic", "1", "--no-progress", text, tmp_path / "out.log")
+    assert code == EXIT_DATA and out == "" and "this is not a Kafka segment" in err and "at byte" not in err
+    assert not (tmp_path / "out.log").exists()
+
+
 def test_usage_errors(capsys):
     with pytest.raises(SystemExit) as info:
         main(["verify"])

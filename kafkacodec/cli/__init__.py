@@ -13,6 +13,7 @@ the documented exit code."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -28,6 +29,17 @@ __all__ = ["main", "build_parser", "generate", "CliError", "COMMANDS", "EXIT_OK"
 COMMANDS = (dump, verify, convert, _generate, spark)
 
 
+def _version() -> str:
+    """`kafkacodec X.Y.Z (Python ..., compiled core at PATH)`: what a bug report needs."""
+    import platform
+
+    import kafkacodec
+
+    where = os.path.dirname(kafkacodec.__file__)
+    core = "compiled core" if kafkacodec.__compiled__ else "NO compiled core"
+    return f"kafkacodec {kafkacodec.__version__} ({core}, Python {platform.python_version()}, {where})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kafkacodec", formatter_class=FORMATTER,
@@ -39,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                "  kafkacodec convert --to-magic 1 in.log out.log\n"
                "  kafkacodec spark convert /tmp/log /tmp/parquet\n"
                "  kafkacodec spark convert --sample /tmp/log /tmp/parquet\n\n" + EXIT_CODES)
+    p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.add_parser(sub)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from kafkacodec._records import Record, RecordBatch, Records
     from kafkacodec.cli.dump import Dump
 
-__all__ = ["dump_log", "DECODERS", "not_a_segment", "ParseRecord"]
+__all__ = ["dump_log", "DECODERS", "ParseRecord"]
 
 TS_NAMES = {-1: "NoTimestampType", 0: "CreateTime", 1: "LogAppendTime"}
 # kafka-dump-log's ControlRecordType names (the key's int16 type after its int16 version)
@@ -35,19 +35,6 @@ DECODERS: dict[str, Callable[[bytes], str]] = {
 
 # key, value, offset -> (key text or None, payload text or None)
 ParseRecord = Callable[[bytes | None, bytes | None, int], tuple[str | None, str | None]]
-
-
-def not_a_segment(head: bytes, size: int) -> str | None:
-    """Why a file whose first bytes are `head` cannot be a Kafka segment, or None.  An entry
-    starts with int64 offset, int32 size (at least 14), and has its magic (0, 1 or 2) at byte 16."""
-    if size < 17:
-        return None                       # too short to tell: a partial entry at most
-    _, length, _, magic = struct.unpack_from(">qiib", head)
-    if magic not in (0, 1, 2):
-        return f"byte 16 would be the magic (0, 1 or 2) of its first entry and is {magic}"
-    if length < 14:
-        return f"its first entry would declare {length} bytes, below the minimum of 14"
-    return None
 
 
 def batch_fields(batch: RecordBatch) -> dict[str, Any]:
@@ -239,6 +226,7 @@ class _LogDumper:
 
 def dump_log(dump: Dump, path: str) -> int:
     from kafkacodec.logdir._layout import segment_base
+    from kafkacodec.logdir._problems import not_a_segment
 
     with open_segment(path, "dump") as segment:
         reason = not_a_segment(bytes(segment.buffer[:17]), segment.size_in_bytes)

@@ -22,12 +22,16 @@ def run(args: argparse.Namespace) -> int:
     from kafkacodec._atomic import atomic_output
     from kafkacodec._progress import Progress
     from kafkacodec.errors import InvalidCrcError
+    from kafkacodec.logdir._problems import not_a_segment
 
     src = args.input
     warnings = []
     with open_segment(src, "convert") as segment, \
             atomic_output(args.output, inputs=[src]) as out, open(src, "rb") as f:
         total = segment.size_in_bytes
+        reason = not_a_segment(bytes(segment.buffer[:17]), total)
+        if reason is not None:
+            raise CliError(f"{src}: this is not a Kafka segment: {reason}")
         if not args.no_verify:
             try:
                 segment.validate()

@@ -16,6 +16,7 @@ def run(args: argparse.Namespace) -> int:
     "kafkalog" read in PERMISSIVE mode with failOnDataLoss=false."""
     from kafkacodec._progress import Progress
     from kafkacodec.logdir import Problem, ReadOptions, read_split
+    from kafkacodec.logdir._counts import COUNT_COLUMNS, RecordCounts
     from kafkacodec.logdir._plan import Planner
     from kafkacodec.logdir._problems import Reporter
 
@@ -30,19 +31,20 @@ def run(args: argparse.Namespace) -> int:
                 planner.check_indexes(seg)
     except FileNotFoundError as exc:
         raise CliError(str(exc), EXIT_INPUT) from None
-    segments = {s.uri for s in splits}
+    segments = {s.uri for s in splits if s.problem is None}
     total = sum(s.end - s.start for s in splits)
-    records = 0
+    aborted = {(p.topic, p.partition): planner.aborted_and_lso(p)[0] for p in planner.partitions()}
+    counted = RecordCounts()
     with Progress(total, "verify", unit="B", enabled=False if args.no_progress else None) as bar:
         for split in splits:
             for rb in read_split(split, include_headers=False, keep_control=True, mode="DROPMALFORMED",
-                                 fail_on_data_loss=False, columns=["offset"], on_problem=problems.append):
-                records += rb.num_rows
+                                 fail_on_data_loss=False, columns=COUNT_COLUMNS, on_problem=problems.append):
+                counted.add(rb, aborted.get((split.topic, split.partition), []))
             bar.update(split.end - split.start, note=f"{split.topic}-{split.partition}")
     counts: dict[str, int] = {}
     for p in problems:
         counts[p.kind] = counts.get(p.kind, 0) + 1
-    result = {"path": str(args.path), "segments": len(segments), "bytes": total, "records": records,
+    result = {"path": str(args.path), "segments": len(segments), "bytes": total, **counted.as_dict(),
               "problems": [p.as_dict() for p in problems], "counts": counts, "ok": not problems}
     if args.json:
         emit_json(result)
@@ -51,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"{p.kind}: {p.message}")
         verdict = "OK" if not problems else f"{len(problems)} problem(s): " + ", ".join(
             f"{n} {kind}" for kind, n in sorted(counts.items()))
-        print(f"verified {len(segments)} segment(s), {records} records, {total} bytes: {verdict}")
+        print(f"verified {len(segments)} segment(s), {total} bytes: {counted.records} records "
+              f"({counted.aborted_records} in aborted transactions) and {counted.control_records} "
+              f"transaction markers: {verdict}")
     return EXIT_OK if not problems else EXIT_DATA
 
 
