@@ -440,32 +440,45 @@ def test_generate_summary_matches_an_independent_count(tmp_path, capsys):
     assert {k: result[k] for k in expected if k != "corrupt"} == {k: v for k, v in expected.items() if k != "corrupt"}
 
 
-BLOCK_PYARROW = """\
-class _NoPyarrow:
+BLOCK_OPTIONAL = """\
+class _CoreInstall:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "pyarrow":
+        if name.split(".")[0] in ("pyarrow", "pyspark", "pandas"):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 import sys
-sys.meta_path.insert(0, _NoPyarrow())
+sys.meta_path.insert(0, _CoreInstall())
 """
 
 
 def test_core_install_without_pyarrow(log_dir, tmp_path):
-    """dump, convert and generate need only the core; verify needs pyarrow: exit 4 and how
-    to install it, never an ImportError traceback."""
+    """A core install (no pyarrow, pyspark, pandas): dump (every file kind), convert, generate
+    and --version work; verify and read exit 4 with the pip hint for kafkacodec[arrow], spark
+    for kafkacodec[spark]; never an ImportError traceback (generate used to crash after writing
+    its files, exit 1)."""
+    from kafkacodec.logdir.indexes import build_indexes
+
     seg = sorted((log_dir / "orders-0").glob("*.log"))[-1]
-    run = cli("dump", "--deep", "--json", seg, prelude=BLOCK_PYARROW)
+    run = cli("dump", "--deep", "--json", seg, prelude=BLOCK_OPTIONAL)
     assert run.returncode == EXIT_OK and run.stderr == ""
     scan = scan_entries(seg.read_bytes())
     assert [json.loads(line)["position"] for line in run.stdout.splitlines()] == list(scan["position"])
-    run = cli("generate", tmp_path / "g", "--json", prelude=BLOCK_PYARROW)
+    index = tmp_path / seg.with_suffix(".index").name
+    index.write_bytes(build_indexes(scan, int(seg.stem), interval=512)[0])
+    (tmp_path / seg.name).write_bytes(seg.read_bytes())
+    run = cli("dump", "--offsets-decoder", "--files", f"{index},{tmp_path / seg.name}", prelude=BLOCK_OPTIONAL)
+    assert run.returncode == EXIT_OK and run.stdout.count("offset: ") > len(scan["position"]), run.stderr
+    run = cli("generate", tmp_path / "g", "--json", prelude=BLOCK_OPTIONAL)
     assert run.returncode == EXIT_OK and json.loads(run.stdout)["records"] > 0, run.stderr
     run = cli("convert", "--to-magic", "1", "--no-progress", convertible(log_dir), tmp_path / "v1.log",
-              prelude=BLOCK_PYARROW)
+              prelude=BLOCK_OPTIONAL)
     assert run.returncode == EXIT_OK, run.stderr
-    run = cli("verify", "--no-progress", log_dir, prelude=BLOCK_PYARROW)
-    assert run.returncode == 4
-    assert 'pip install "kafkacodec[arrow]"' in one_line_error(run)
+    run = cli("--version", prelude=BLOCK_OPTIONAL)
+    assert run.returncode == EXIT_OK and run.stdout.startswith("kafkacodec ")
+    for argv, extra in ((["verify", "--no-progress", log_dir], "arrow"), (["read", log_dir], "arrow"),
+                        (["cat", "-J", log_dir], "arrow"), (["spark", "convert", log_dir, tmp_path / "pq"], "spark")):
+        run = cli(*argv, prelude=BLOCK_OPTIONAL)
+        assert run.returncode == 4, (argv, run.stderr)
+        assert f'pip install "kafkacodec[{extra}]"' in one_line_error(run)
 
 
 def test_every_kafkacodec_error_is_one_line_and_exit_1(tmp_path):

@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from kafkacodec.cli import convert, dump, generate as _generate, spark, verify
+from kafkacodec.cli import convert, dump, generate as _generate, read, spark, verify
 from kafkacodec.cli._exit import (EXIT_CODES, EXIT_DATA, EXIT_INPUT, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE,
                                   CliError, run_reporting_errors)
 from kafkacodec.cli._output import FORMATTER
@@ -26,7 +26,7 @@ from kafkacodec.cli.generate import generate
 __all__ = ["main", "build_parser", "generate", "CliError", "COMMANDS", "EXIT_OK", "EXIT_DATA", "EXIT_USAGE",
            "EXIT_INPUT", "EXIT_UNAVAILABLE"]
 
-COMMANDS = (dump, verify, convert, _generate, spark)
+COMMANDS = (dump, read, verify, convert, _generate, spark)
 
 
 def _version() -> str:
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
                "  kafkacodec generate /tmp/log                 # a sample log directory\n"
                "  kafkacodec dump --deep /tmp/log/events-0/00000000000000000000.log\n"
+               "  kafkacodec read /tmp/log -t orders -o -5 -f '%p %o %k %s\\n'   # kcat-style records\n"
                "  kafkacodec verify /tmp/log                   # CRC check, exit 1 on corruption\n"
                "  kafkacodec convert --to-magic 1 in.log out.log\n"
                "  kafkacodec spark convert /tmp/log /tmp/parquet\n"

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from kafkacodec.cli._exit import EXIT_CODES, EXIT_DATA, EXIT_INPUT, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, CliError
+from kafkacodec.cli._exit import EXIT_CODES, EXIT_DATA, EXIT_INPUT, EXIT_OK, EXIT_USAGE, CliError
 from kafkacodec.cli._output import FORMATTER, emit_json
 from kafkacodec.cli.generate import generate
 
@@ -14,11 +14,8 @@ CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        raise CliError("`kafkacodec spark` needs PySpark: pip install 'kafkacodec[spark]'",
-                       EXIT_UNAVAILABLE) from None
+    import pyspark  # noqa: F401  (before any work: exit 4 with the install hint when missing)
+
     from kafkacodec._progress import Progress
     from kafkacodec.spark.job import StageProgress, convert, make_session
 

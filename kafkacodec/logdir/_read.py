@@ -360,7 +360,7 @@ def describe(path: Paths) -> dict[str, Any]:
     planner = Planner(ro, Reporter(ro.mode, False, problems.append))
     splits = planner.splits()
     aborted = {(p.topic, p.partition): planner.aborted_and_lso(p)[0] for p in planner.partitions()}
-    total, per_topic = RecordCounts(), {}
+    total, per_topic = RecordCounts(), dict[str, RecordCounts]()
     size = 0
     for s in splits:
         if s.start == 0 and s.problem is None:
