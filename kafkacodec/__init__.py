@@ -3,7 +3,8 @@ at memory speed by a typed Cython core."""
 
 from kafkacodec import _crc
 from kafkacodec._builder import MemoryRecordsBuilder
-from kafkacodec._convert import ConvertedRecords, RecordConversionStats, down_convert
+from kafkacodec._convert import ConvertedRecords, RecordConversionStats
+from kafkacodec._recompress import down_convert
 from kafkacodec._pool import MemoryPool, SimpleMemoryPool
 from kafkacodec._records import FileRecords, MemoryRecords, Record, RecordBatch, Records
 from kafkacodec._ring import ResponseRingBuffer

@@ -29,7 +29,9 @@ from kafkacodec._convert import (
     records_buffer,
 )
 from kafkacodec._crc import crc32, crc32c
+from kafkacodec._recompress import is_zstd_v2, next_zstd_batch, recompress_batch, recompress_codec
 from kafkacodec._records import FileRecords, MemoryRecords
+from kafkacodec._types import Compression
 from kafkacodec.errors import (
     InvalidCrcError,
     RecordTooLargeError,
@@ -147,8 +149,9 @@ class _Chunks:
     same, so a file, a mapping and bytes of the same data give the same result."""
 
     def __init__(self, source: _BufferSource | _FileSource, to_magic: int, first_offset: int,
-                 chunk_size: int, max_entry_size: int):
+                 chunk_size: int, max_entry_size: int, recompress: Compression | None = None):
         self.source = source
+        self.recompress = recompress if to_magic < 2 else None
         self.converter = DownConverter(to_magic, first_offset)
         self.big = max(chunk_size, MAX_READ_SIZE)
         self.max_entry_size = max_entry_size
@@ -162,6 +165,21 @@ class _Chunks:
         0 bytes consumed when no complete entry is left."""
         started = monotonic_ns()
         big = self._check_big_entry(position)
+        if self.recompress is not None:
+            # --- recompress=: a zstd batch is converted on its own, after recompress_batch();
+            # a chunk before it stops short of it (kafkacodec._recompress)
+            entry = big or self._entry_size(position)
+            if entry and is_zstd_v2(self.source.window(position, _RECORD_BATCH_OVERHEAD), 0):
+                source = self.source
+                whole = source.entry(position, entry) if isinstance(source, _FileSource) else source.window(position, entry)
+                self.converter.convert(recompress_batch(whole, self.recompress, position), -1, 1, position)
+                output, temp, converted = self.converter.take()
+                return entry, output, temp, converted, monotonic_ns() - started
+            if max_bytes > 0:
+                window = self.source.window(position, max_bytes)
+                zstd = next_zstd_batch(window, 0, window.nbytes)
+                max_bytes = zstd if zstd is not None else max_bytes
+            # --- end of recompress=
         if self.reader is not None:
             self.reader.position = position
             done = self.reader.step(max_bytes)
@@ -186,6 +204,14 @@ class _Chunks:
                     consumed = self.converter.convert(source.window(position, entry), -1, 1, position)
         output, temp, converted = self.converter.take()
         return consumed, output, temp, converted, monotonic_ns() - started
+
+    def _entry_size(self, position: int) -> int:
+        """The size of the complete entry at `position` from its header, or 0."""
+        left = self.source.size - position
+        if left < _LOG_OVERHEAD:
+            return 0
+        entry: int = _LOG_OVERHEAD + struct.unpack_from(">i", self.source.window(position, _LOG_OVERHEAD), 8)[0]
+        return entry if _LOG_OVERHEAD + _V0_MIN_SIZE <= entry <= left else 0
 
     def _check_big_entry(self, position: int) -> int:
         """The size of the complete entry at `position` when it is larger than `big` and
@@ -233,11 +259,17 @@ class LazyDownConvertRecords:
     known to be genuine: RecordTooLargeError above `max_entry_size` (default
     DEFAULT_MAX_ENTRY_SIZE), InvalidCrcError when its checksum, computed in pieces, does not
     match.  Smaller entries are converted without a CRC check.  Not for concurrent use.
+
+    `recompress` ("lz4", "gzip", "snappy", "none"): zstd batches, which magic 0 and 1 cannot
+    hold, are recompressed with that codec and converted (kafkacodec._recompress; their CRC
+    is checked first); without it they raise UnsupportedCompressionError, as Kafka answers
+    UNSUPPORTED_COMPRESSION_TYPE.
     """
 
     def __init__(self, records: Any, to_magic: int, first_offset: int = 0,
                  chunk_size: int = MAX_READ_SIZE, enabled: bool = True,
-                 max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE):
+                 max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE,
+                 recompress: Compression | int | str | None = None):
         if chunk_size < 0:
             raise ValueError(f"chunk_size must be >= 0, got {chunk_size}")
         if max_entry_size < _LOG_OVERHEAD + _V0_MIN_SIZE:
@@ -248,6 +280,7 @@ class LazyDownConvertRecords:
         self.chunk_size = chunk_size
         self.enabled = enabled
         self.max_entry_size = max_entry_size
+        self.recompress = recompress_codec(recompress)
         self._source = _open_source(records)
         self._chunks = self._new_chunks()                 # validates to_magic
         self._first: ConvertedRecords | None = None
@@ -284,7 +317,7 @@ class LazyDownConvertRecords:
 
     def _new_chunks(self) -> _Chunks:
         return _Chunks(self._source, self.to_magic, self.first_offset, self.chunk_size,
-                       self.max_entry_size)
+                       self.max_entry_size, self.recompress)
 
     def _first_newer_entry(self) -> int | None:
         """The position of the first complete entry newer than `to_magic`, from the entry

@@ -115,8 +115,8 @@ def test_stubs_match_compiled_modules(tmp_path):
     assert result.returncode == 0, f"stubs drifted from the compiled modules:\n{output[-6000:]}"
 
 
-# pyarrow ships no type information (pyproject.toml's [tool.mypy] says the same for the tree).
-MYPY_CONFIG = "[mypy]\n[mypy-pyarrow,pyarrow.*]\nignore_missing_imports = True\n"
+# pyarrow and tqdm ship no type information (pyproject.toml's [tool.mypy] says the same for the tree).
+MYPY_CONFIG = "[mypy]\n[mypy-pyarrow,pyarrow.*,tqdm,tqdm.*]\nignore_missing_imports = True\n"
 
 
 def _package_copy(tmp_path: Path) -> Path:

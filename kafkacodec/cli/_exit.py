@@ -57,8 +57,9 @@ def run_reporting_errors(command: str, run: Callable[[], int]) -> int:
     except SameFileError as exc:
         code, message = EXIT_USAGE, str(exc)
     except UnsupportedCompressionError as exc:
+        hint = "; `convert --recompress lz4` (or gzip, snappy, none) converts them" if command == "convert" else ""
         code, message = EXIT_DATA, (f"{exc}; Kafka refuses this too (UNSUPPORTED_COMPRESSION_TYPE): "
-                                    "old clients cannot read such batches")
+                                    f"old clients cannot read such batches{hint}")
     except KafkaCodecError as exc:
         code, message = EXIT_DATA, f"{exc}; `kafkacodec verify PATH` lists every problem"
     except ImportError as exc:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 import sys
+from typing import Any
 
 from kafkacodec.cli._exit import EXIT_CODES, EXIT_OK, CliError
 from kafkacodec.cli._files import name_output, open_segment
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"kafkacodec: warning: {warnings[-1]}", file=sys.stderr)
         converted = out_bytes = 0
         with Progress(total, "convert", unit="B", enabled=False if args.no_progress else None) as bar:
-            for chunk in LazyDownConvertRecords(f, args.to_magic):
+            for chunk in LazyDownConvertRecords(f, args.to_magic, recompress=args.recompress):
                 try:
                     out_bytes += out.write(chunk.records.buffer)
                 except OSError as exc:
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
                 bar.set(min(out_bytes, total))      # output bytes: about the input's
     result = {"input": str(src), "output": str(args.output), "to_magic": args.to_magic,
               "input_bytes": total, "output_bytes": out_bytes, "records_converted": converted,
-              "crc_checked": not args.no_verify, "partial_tail_bytes": tail,
+              "crc_checked": not args.no_verify, "recompress": args.recompress, "partial_tail_bytes": tail,
               "partial_tail_position": total - tail if tail else None, "warnings": warnings}
     if args.json:
         emit_json(result)
@@ -78,7 +78,8 @@ def add_parser(subparsers: Any) -> None:
                                           "to a temporary file beside it and renamed into place: on any "
                                           "failure it is left as it was.",
                               epilog="examples:\n  kafkacodec convert --to-magic 1 in.log out.log\n"
-                                     "  kafkacodec convert --to-magic 0 --allow-partial-tail active.log out.log\n\n"
+                                     "  kafkacodec convert --to-magic 0 --allow-partial-tail active.log out.log\n"
+                              "  kafkacodec convert --to-magic 1 --recompress lz4 zstd.log out.log\n\n"
                                      + EXIT_CODES)
     c.add_argument("--to-magic", type=int, choices=(0, 1), required=True)
     c.add_argument("input", metavar="IN")
@@ -88,6 +89,10 @@ def add_parser(subparsers: Any) -> None:
     c.add_argument("--allow-partial-tail", action="store_true",
                    help="convert the complete batches of a segment whose last batch is cut "
                         "(a warning, exit 0) instead of exit 1")
+    c.add_argument("--recompress", choices=("lz4", "gzip", "snappy", "none"), metavar="CODEC",
+                   help="zstd batches (which magic 0 and 1 cannot hold; Kafka answers old clients "
+                        "UNSUPPORTED_COMPRESSION_TYPE) are recompressed with CODEC (lz4, gzip, snappy, none) "
+                        "and converted; without it they stop the command (exit 1)")
     c.add_argument("--json", action="store_true", help="print one JSON result on stdout")
     c.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     c.set_defaults(run=run)
