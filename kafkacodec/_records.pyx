@@ -230,6 +230,20 @@ cdef class Record:
         """The coordinator epoch of an ABORT/COMMIT marker, else None."""
         return None if self._coordinator_epoch == -1 else self._coordinator_epoch
 
+    def _fields(self):
+        return (self.offset, self.timestamp, self._timestamp_type, self.sequence, self.key, self.value,
+                self.headers, self._control_type, self._coordinator_epoch)
+
+    def __eq__(self, other):
+        """Value equality: every field a reader sees (whichever buffer or batch it came from)."""
+        if not isinstance(other, Record):
+            return NotImplemented
+        return self is other or self._fields() == (<Record>other)._fields()
+
+    def __hash__(self):
+        """Consistent with ==: a Record is an immutable value (its fields are read-only)."""
+        return hash(self._fields())
+
     def __repr__(self):
         extra = f", control_type={self.control_type!r}" if self._control_type != -1 else ""
         return (f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
