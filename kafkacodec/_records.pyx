@@ -995,11 +995,13 @@ cdef packed struct IndexEntry:
     uint8_t _pad0
     uint8_t _pad1
 
-INDEX_DTYPE = _np.dtype([
-    ("position", "i8"), ("size_in_bytes", "i8"), ("base_offset", "i8"), ("last_offset", "i8"),
-    ("max_timestamp", "i8"), ("records_count", "i4"), ("crc", "u4"), ("attributes", "i2"),
-    ("magic", "i1"), ("compression", "i1"), ("timestamp_type", "i1"), ("crc_valid", "?"),
-    ("_pad", "V2")])
+# The fields of IndexEntry at their offsets; its two padding bytes are unnamed (itemsize).
+INDEX_DTYPE = _np.dtype({
+    "names": ["position", "size_in_bytes", "base_offset", "last_offset", "max_timestamp", "records_count",
+              "crc", "attributes", "magic", "compression", "timestamp_type", "crc_valid"],
+    "formats": ["i8", "i8", "i8", "i8", "i8", "i4", "u4", "i2", "i1", "i1", "i1", "?"],
+    "offsets": [0, 8, 16, 24, 32, 40, 44, 48, 50, 51, 52, 53],
+    "itemsize": 56})
 
 
 cdef class Records:
