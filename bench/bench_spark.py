@@ -26,6 +26,7 @@ mapInArrow path is fed from no longer fits the 3g driver.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -33,8 +34,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = str(Path(__file__).resolve().parents[1])
-sys.path.insert(0, ROOT)
+HERE = Path(__file__).resolve().parent
+ROOT = str(HERE.parent)
+# The checkout's kafkacodec when it is built in place, else the installed one (a fresh clone
+# after the README's setup has only the installed wheel: the bare source tree cannot import).
+IN_TREE = any(p.suffix in (".so", ".pyd") for p in (HERE.parent / "kafkacodec").glob("_crc*"))
+if IN_TREE:
+    sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
@@ -73,7 +79,11 @@ def raw_batches(directory: Path):
     return rows
 
 
-def timed(label, records, fn, rounds=3):
+ROUNDS = 3
+
+
+def timed(label, records, fn, rounds=None):
+    rounds = rounds or ROUNDS
     best = min(_once(fn) for _ in range(rounds))
     print(f"{label:<22} {records / best / 1e6:7.2f} M rows/s  ({best:.2f} s, best of {rounds})", flush=True)
     return records / best
@@ -85,7 +95,9 @@ def _once(fn):
     return time.perf_counter() - t
 
 
-def main(records: int = 4_000_000) -> None:
+def main(records: int = 4_000_000, json_path: str | None = None, rounds: int = 3) -> dict:
+    """Prints the rates; returns them (and writes them to `json_path`, for bench/report.py's
+    chart): rows/s per path, the pushdown speed-ups, the load average."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -97,9 +109,12 @@ def main(records: int = 4_000_000) -> None:
     spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", "3g")          # the raw-batch DataFrame is built here
-             .config("spark.executorEnv.PYTHONPATH", ROOT).getOrCreate())
+             .config(map={"spark.executorEnv.PYTHONPATH": ROOT} if IN_TREE else {}).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    global ROUNDS
+    ROUNDS = rounds
+    load_start = os.getloadavg()[0]
     tmp = Path(tempfile.mkdtemp(prefix="kc-bench-spark-"))
     try:
         write_log(tmp / "log", records)
@@ -138,7 +153,7 @@ def main(records: int = 4_000_000) -> None:
         speedups = {}
         for label, make in ranges.items():
             assert make().count() == 4 * width, label
-            best = min(_once(lambda: noop(make())) for _ in range(3))
+            best = min(_once(lambda: noop(make())) for _ in range(ROUNDS))
             speedups[label] = full_seconds / best
             print(f"{label:<30} {best:.2f} s: x{full_seconds / best:.1f} faster than the full scan", flush=True)
         spark.conf.unset("spark.sql.python.filterPushdown.enabled")
@@ -194,19 +209,35 @@ def main(records: int = 4_000_000) -> None:
                 return [InputPartition(i) for i in range(4)]
 
             def read(self, partition):
-                for _ in range(records // 4 // 65536):
+                for _ in range(max(1, records // 4 // 65536)):
                     yield template
 
         spark.dataSource.register(Ceiling)
-        ceiling_records = records // 4 // 65536 * 4 * 65536
+        ceiling_records = max(1, records // 4 // 65536) * 4 * template.num_rows
         ceiling = timed("ceiling (no decode)", ceiling_records,
                         lambda: noop(spark.read.format("kc_ceiling").load()))
         print(f"kafkalog source: x{source / peer:.1f} the kafka-python UDF, "
               f"{source / ceiling:.0%} of the no-decode ceiling; mapInArrow x{arrow / peer:.1f}")
+        result = {"records": records, "rounds": ROUNDS, "load_average": [load_start, os.getloadavg()[0]],
+                  "rows_per_s": {"kafkalog source": source, "mapInArrow decode": arrow,
+                                 "kafka-python UDF": peer, "Parquet (vectorized)": parquet,
+                                 "no-decode ceiling": ceiling},
+                  "pushdown_speedup": speedups}
+        if json_path:
+            Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(json_path).write_text(json.dumps(result, indent=1))
+        return result
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 4_000_000)
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("records", nargs="?", type=int, default=4_000_000)
+    parser.add_argument("--rounds", type=int, default=3, help="best of this many (default 3)")
+    parser.add_argument("--json", help="also write the rates here (bench/report.py --spark-json)")
+    args = parser.parse_args()
+    main(args.records, args.json, args.rounds)

@@ -29,9 +29,15 @@ import tempfile
 from itertools import count
 from pathlib import Path
 
-ROOT = str(Path(__file__).resolve().parents[1])
-sys.path.insert(0, ROOT)
+HERE = Path(__file__).resolve().parent
+ROOT = str(HERE.parent)
+# The checkout's kafkacodec when it is built in place, else the installed one (a fresh clone
+# after the README's setup has only the installed wheel: the bare source tree cannot import).
+IN_TREE = any(p.suffix in (".so", ".pyd") for p in (HERE.parent / "kafkacodec").glob("_crc*"))
+if IN_TREE:
+    sys.path.insert(0, ROOT)
 
+sys.path.insert(0, str(HERE))                   # its sibling bench_spark.py, under pytest too
 from bench_spark import timed  # noqa: E402
 from bench_spark import write_log as make_log  # noqa: E402
 
@@ -49,7 +55,7 @@ def main(records: int = 4_000_000, rounds: int = 2) -> None:
     spark = (SparkSession.builder.master("local[2]").appName("bench-spark-write")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", "3g").config("spark.sql.shuffle.partitions", "4")
-             .config("spark.executorEnv.PYTHONPATH", ROOT).getOrCreate())
+             .config(map={"spark.executorEnv.PYTHONPATH": ROOT} if IN_TREE else {}).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     tmp = Path(tempfile.mkdtemp(prefix="kc-bench-spark-write-"))

@@ -17,13 +17,15 @@ EXIT_INPUT = 3         # a file that cannot be read or written (missing, not reg
 EXIT_UNAVAILABLE = 4   # an optional part is not installed (pyarrow, pyspark)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
-EXIT_CODES = """exit codes:
-  0  success
-  1  corrupt data found (verify), or corrupt data stopped the command
+EXIT_CODES = """exit codes (docs/cli.md):
+  0  success, and no problem found in the data
+  1  a problem in the data: found (verify; dump: a bad CRC, broken framing, a partial
+     last batch, index entries that do not match; read: any problem reported) or
+     stopping the command
   2  bad arguments (also: OUT is the input, or generate would replace other segments)
   3  a file could not be read or written: missing, not a regular file, no permission,
      no space left (OUT is then left as it was)
-  4  optional part missing: pip install "kafkacodec[arrow]" (verify),
+  4  optional part missing: pip install "kafkacodec[arrow]" (verify, read),
      "kafkacodec[spark]" (spark)"""
 
 # The extra that provides each optional top-level module.
