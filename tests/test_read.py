@@ -123,6 +123,8 @@ def test_offsets_counts_and_filters(log_dir, capsys):
     first = next(i for i, r in enumerate(recs) if r.timestamp >= low)
     last = next(i for i, r in enumerate(recs) if r.timestamp >= high)
     assert [r["offset"] for r in rows] == [r.offset for r in recs[first:last]]
+    code, rows, _ = read_json(capsys, "-o", "-4", "-X", "kafka.isolation.level=read_committed", log_dir)
+    assert code == EXIT_OK and 0 < len(rows) <= 4 * len(expected)
     code, rows, _ = read_json(capsys, "-o", "end", log_dir)
     assert code == EXIT_OK and rows == []
     code, rows, _ = read_json(capsys, "-c", "0", log_dir)

@@ -241,11 +241,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         ro = ReadOptions.parse(options)
         planner = Planner(ro, Reporter(ro.mode, ro.fail_on_data_loss, report))
-        if special == "end" or tail is not None:
+        if special == "end":                     # a log directory ends: nothing after its end
+            planner.partitions()                 # (the paths and filters are still checked)
+            return EXIT_OK
+        if tail is not None:                     # the last N of each partition (of what is stable)
             starts = {}
             for part in planner.partitions():
                 end = planner.log_end(part)
-                starts[(part.topic, part.partition)] = end if tail is None else max(planner.earliest(part), end - tail)
+                if ro.read_committed:
+                    lso = planner.aborted_and_lso(part)[1]
+                    end = end if lso is None else min(end, lso)
+                starts[(part.topic, part.partition)] = max(planner.earliest(part), end - tail)
             ro.starting = OffsetBound("offsets", starts)
         splits = planner.splits()
     except ValueError as exc:
