@@ -134,7 +134,7 @@ def test_usage_errors(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--help"])
     out, _ = capsys.readouterr()
-    assert info.value.code == 0 and "examples:" in out and "exit codes:" in out
+    assert info.value.code == 0 and "examples:" in out and "exit codes (docs/cli.md):" in out
 
 
 def test_convert_to_magic_1_read_by_kafka_python(log_dir, tmp_path, capsys):
