@@ -50,6 +50,22 @@ def test_offset_index_entries_and_a_mismatch(segment, capsys):
                                                            f"log offset: {found}"]
 
 
+def test_max_message_size_bounds_the_batch_an_entry_may_point_at(segment, capsys):
+    """An entry whose batch is larger than --max-message-size cannot be checked: a mismatch
+    with log offset -1 (kafka-dump-log's slice of that size holds no whole batch)."""
+    seg, scan = segment
+    index = seg.with_suffix(".index")
+    pointed = [struct.unpack(">ii", index.read_bytes()[i:i + 8]) for i in range(0, index.stat().st_size, 8)]
+    sizes = {int(p): int(n) for p, n in zip(scan["position"], scan["size"])}
+    largest = max(sizes[p] for _, p in pointed)
+    code, _, err = run(capsys, "dump", "--verify-index-only", "--max-message-size", largest, index)
+    assert code == EXIT_OK and err == ""
+    code, _, err = run(capsys, "dump", "--verify-index-only", "--max-message-size", largest - 1, index)
+    too_big = [int(seg.stem) + r for r, p in pointed if sizes[p] == largest]
+    assert code == EXIT_DATA
+    assert err.splitlines()[1:] == [f"  Index offset: {o}, log offset: -1" for o in too_big]
+
+
 def test_preallocated_index_slots_end_the_dump(segment, capsys):
     """An active segment's index holds zero slots after its entries: the dump stops there."""
     seg, _ = segment
