@@ -101,3 +101,4 @@ def test_every_readme_command_in_a_fresh_clone(clone):
     assert (clone / "docs" / "results.md").read_text().startswith("# Benchmark results")
     assert (clone / "docs" / "results.png").stat().st_size > 10_000
     assert (clone / "out" / "v1.log").exists() and list((clone / "out" / "log").glob("*-*/*.log"))
+    assert list((clone / "out" / "log-parquet").glob("*.parquet"))
