@@ -106,10 +106,18 @@ def main(records: int = 4_000_000, json_path: str | None = None, rounds: int = 3
 
     from kafkacodec.spark import decode, kafka_schema, register
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.memory", "3g")          # the raw-batch DataFrame is built here
-             .config(map={"spark.executorEnv.PYTHONPATH": ROOT} if IN_TREE else {}).getOrCreate())
+    # Python workers run `python -m pyspark.daemon` in the JVM's working directory, which `-m`
+    # puts first on their sys.path: from the repository root they would import the unbuilt
+    # source tree instead of the installed kafkacodec.  Start the JVM elsewhere.
+    cwd = os.getcwd()
+    os.chdir(tempfile.gettempdir())
+    try:
+        spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.driver.memory", "3g")          # the raw-batch DataFrame is built here
+                 .config(map={"spark.executorEnv.PYTHONPATH": ROOT} if IN_TREE else {}).getOrCreate())
+    finally:
+        os.chdir(cwd)
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     global ROUNDS

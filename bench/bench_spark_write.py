@@ -52,10 +52,18 @@ def main(records: int = 4_000_000, rounds: int = 2) -> None:
     from kafkacodec.spark import register, write_log
     from kafkacodec.spark.job import convert
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench-spark-write")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.memory", "3g").config("spark.sql.shuffle.partitions", "4")
-             .config(map={"spark.executorEnv.PYTHONPATH": ROOT} if IN_TREE else {}).getOrCreate())
+    # Python workers run `python -m pyspark.daemon` in the JVM's working directory, which `-m`
+    # puts first on their sys.path: from the repository root they would import the unbuilt
+    # source tree instead of the installed kafkacodec.  Start the JVM elsewhere.
+    cwd = os.getcwd()
+    os.chdir(tempfile.gettempdir())
+    try:
+        spark = (SparkSession.builder.master("local[2]").appName("bench-spark-write")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.driver.memory", "3g").config("spark.sql.shuffle.partitions", "4")
+                 .config(map={"spark.executorEnv.PYTHONPATH": ROOT} if IN_TREE else {}).getOrCreate())
+    finally:
+        os.chdir(cwd)
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     tmp = Path(tempfile.mkdtemp(prefix="kc-bench-spark-write-"))
