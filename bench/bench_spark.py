@@ -95,29 +95,35 @@ def _once(fn):
     return time.perf_counter() - t
 
 
+def local_session(app: str, conf: dict[str, str]):
+    """A local[2] SparkSession started outside the checkout: Python workers run `python -m
+    pyspark.daemon` in the JVM's working directory, which `-m` puts first on their sys.path, so
+    from a fresh clone's root they would import the unbuilt source tree, not the installed
+    kafkacodec."""
+    from pyspark.sql import SparkSession
+
+    settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", **conf}
+    if IN_TREE:
+        settings["spark.executorEnv.PYTHONPATH"] = ROOT
+    cwd = os.getcwd()
+    os.chdir(tempfile.gettempdir())
+    try:
+        return SparkSession.builder.master("local[2]").appName(app).config(map=settings).getOrCreate()
+    finally:
+        os.chdir(cwd)
+
+
 def main(records: int = 4_000_000, json_path: str | None = None, rounds: int = 3) -> dict:
     """Prints the rates; returns them (and writes them to `json_path`, for bench/report.py's
     chart): rows/s per path, the pushdown speed-ups, the load average."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     from kafkacodec.spark import decode, kafka_schema, register
 
-    # Python workers run `python -m pyspark.daemon` in the JVM's working directory, which `-m`
-    # puts first on their sys.path: from the repository root they would import the unbuilt
-    # source tree instead of the installed kafkacodec.  Start the JVM elsewhere.
-    cwd = os.getcwd()
-    os.chdir(tempfile.gettempdir())
-    try:
-        spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.memory", "3g")          # the raw-batch DataFrame is built here
-                 .config(map={"spark.executorEnv.PYTHONPATH": ROOT} if IN_TREE else {}).getOrCreate())
-    finally:
-        os.chdir(cwd)
+    spark = local_session("bench-spark", {"spark.driver.memory": "3g"})   # the raw-batch DataFrame is built here
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     global ROUNDS
