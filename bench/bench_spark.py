@@ -31,6 +31,7 @@ fits the 3g driver.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -38,8 +39,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = str(Path(__file__).resolve().parents[1])
-sys.path.insert(0, ROOT)
+HERE = Path(__file__).resolve().parent
+ROOT = str(HERE.parent)
+# The checkout's kafkacodec when it is built in place, else the installed one (a fresh clone
+# after the README's setup has only the installed wheel: the bare source tree cannot import).
+IN_TREE = any(p.suffix in (".so", ".pyd") for p in (HERE.parent / "kafkacodec").glob("_crc*"))
+if IN_TREE:
+    sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
@@ -94,7 +100,11 @@ def raw_batches(directory: Path):
     return rows
 
 
-def timed(label, records, fn, rounds=3):
+ROUNDS = 3
+
+
+def timed(label, records, fn, rounds=None):
+    rounds = rounds or ROUNDS
     best = min(_once(fn) for _ in range(rounds))
     print(f"{label:<22} {records / best / 1e6:7.2f} M rows/s  ({best:.2f} s, best of {rounds})", flush=True)
     return records / best
@@ -131,21 +141,41 @@ def prepared(cache: Path | None, records: int) -> tuple[Path, bool]:
     return folder, owned
 
 
-def main(records: int = 4_000_000, cache: Path | None = None) -> None:
+def local_session(app: str, conf: dict[str, str]):
+    """A local[2] SparkSession started outside the checkout: Python workers run `python -m
+    pyspark.daemon` in the JVM's working directory, which `-m` puts first on their sys.path, so
+    from a fresh clone's root they would import the unbuilt source tree, not the installed
+    kafkacodec."""
+    from pyspark.sql import SparkSession
+
+    settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", **conf}
+    if IN_TREE:
+        settings["spark.executorEnv.PYTHONPATH"] = ROOT
+    cwd = os.getcwd()
+    os.chdir(tempfile.gettempdir())
+    try:
+        return SparkSession.builder.master("local[2]").appName(app).config(map=settings).getOrCreate()
+    finally:
+        os.chdir(cwd)
+
+
+def main(records: int = 4_000_000, cache: Path | None = None, json_path: str | None = None,
+         rounds: int = 3) -> dict:
+    """Prints the rates; returns them (and writes them to `json_path`, for bench/report.py's
+    chart): rows/s per path, the pushdown speed-ups, the load average."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     from kafkacodec.spark import decode, kafka_schema, register
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.memory", "3g")          # the raw-batch DataFrame is built here
-             .config("spark.executorEnv.PYTHONPATH", ROOT).getOrCreate())
+    spark = local_session("bench-spark", {"spark.driver.memory": "3g"})   # the raw-batch DataFrame is built here
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    global ROUNDS
+    ROUNDS = rounds
+    load_start = os.getloadavg()[0]
     tmp, owned = prepared(cache, records)
     try:
         print(f"{records:,} records, uncompressed v2, 100-byte values, local[2]; {load()}", flush=True)
@@ -183,14 +213,17 @@ def main(records: int = 4_000_000, cache: Path | None = None) -> None:
         speedups = {}
         for label, make in ranges.items():
             assert make().count() == 4 * width, label
-            best = min(_once(lambda: noop(make())) for _ in range(3))
+            best = min(_once(lambda: noop(make())) for _ in range(ROUNDS))
             speedups[label] = full_seconds / best
             print(f"{label:<30} {best:.2f} s: x{full_seconds / best:.1f} faster than the full scan", flush=True)
         spark.conf.unset("spark.sql.python.filterPushdown.enabled")
         print(f"kafkalog full scan: {source / parquet:.0%} of Parquet's rows/s; {load()}", flush=True)
+        result = {"records": records, "rounds": ROUNDS, "load_average": [load_start, os.getloadavg()[0]],
+                  "rows_per_s": {"kafkalog source": source, "Parquet (vectorized)": parquet},
+                  "pushdown_speedup": speedups}
         if records > RAW_BATCH_LIMIT:
             print(f"(the raw-batch paths are skipped above {RAW_BATCH_LIMIT:,} records)")
-            return
+            return _written(result, json_path)
 
         raw = spark.createDataFrame(raw_batches(tmp / "log"), "topic string, partition int, batch binary")
         raw = raw.repartition(4).cache()
@@ -242,19 +275,30 @@ def main(records: int = 4_000_000, cache: Path | None = None) -> None:
                 return [InputPartition(i) for i in range(4)]
 
             def read(self, partition):
-                for _ in range(records // 4 // 65536):
+                for _ in range(max(1, records // 4 // 65536)):
                     yield template
 
         spark.dataSource.register(Ceiling)
-        ceiling_records = records // 4 // 65536 * 4 * 65536
+        ceiling_records = max(1, records // 4 // 65536) * 4 * template.num_rows
         ceiling = timed("ceiling (no decode)", ceiling_records,
                         lambda: noop(spark.read.format("kc_ceiling").load()))
         print(f"kafkalog source: x{source / peer:.1f} the kafka-python UDF, "
               f"{source / ceiling:.0%} of the no-decode ceiling; mapInArrow x{arrow / peer:.1f}")
+        result["load_average"][1] = os.getloadavg()[0]
+        result["rows_per_s"].update({"mapInArrow decode": arrow, "kafka-python UDF": peer,
+                                     "no-decode ceiling": ceiling})
+        return _written(result, json_path)
     finally:
         spark.stop()
         if owned:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _written(result: dict, json_path: str | None) -> dict:
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(result, indent=1))
+    return result
 
 
 if __name__ == "__main__":
@@ -263,5 +307,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("records", type=int, nargs="?", default=4_000_000)
     parser.add_argument("--cache", type=Path, help="keep the log and its Parquet copy in DIR/<records> for later runs")
+    parser.add_argument("--rounds", type=int, default=3, help="best of this many (default 3)")
+    parser.add_argument("--json", help="also write the rates here (bench/report.py --spark-json)")
     args = parser.parse_args()
-    main(args.records, args.cache)
+    main(args.records, args.cache, args.json, args.rounds)

@@ -29,27 +29,29 @@ import tempfile
 from itertools import count
 from pathlib import Path
 
-ROOT = str(Path(__file__).resolve().parents[1])
-sys.path.insert(0, ROOT)
+HERE = Path(__file__).resolve().parent
+ROOT = str(HERE.parent)
+# The checkout's kafkacodec when it is built in place, else the installed one (a fresh clone
+# after the README's setup has only the installed wheel: the bare source tree cannot import).
+IN_TREE = any(p.suffix in (".so", ".pyd") for p in (HERE.parent / "kafkacodec").glob("_crc*"))
+if IN_TREE:
+    sys.path.insert(0, ROOT)
 
-from bench_spark import timed  # noqa: E402
+sys.path.insert(0, str(HERE))                   # its sibling bench_spark.py, under pytest too
+from bench_spark import local_session, timed  # noqa: E402
 from bench_spark import write_log as make_log  # noqa: E402
 
 
 def main(records: int = 4_000_000, rounds: int = 2) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
     from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
     from kafkacodec.spark import register, write_log
     from kafkacodec.spark.job import convert
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench-spark-write")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.memory", "3g").config("spark.sql.shuffle.partitions", "4")
-             .config("spark.executorEnv.PYTHONPATH", ROOT).getOrCreate())
+    spark = local_session("bench-spark-write", {"spark.driver.memory": "3g", "spark.sql.shuffle.partitions": "4"})
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     tmp = Path(tempfile.mkdtemp(prefix="kc-bench-spark-write-"))
@@ -60,7 +62,7 @@ def main(records: int = 4_000_000, rounds: int = 2) -> None:
               f"load average {os.getloadavg()[0]:.1f}", flush=True)
 
         def source():
-            return spark.read.format("kafkalog").load(str(tmp / "log")).select(
+            return spark.read.format("kafkalog").option("includeHeaders", "true").load(str(tmp / "log")).select(
                 "key", "value", "topic", "partition", "offset", "timestamp", "headers")
 
         source().write.parquet(str(tmp / "pq"))

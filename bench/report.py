@@ -2,8 +2,12 @@
 kafka-python and the machine's limits, from one pytest-benchmark run, and a section against
 Kafka's own Java code (bench/bench_java.py).
 
-  python bench/report.py                          run bench/ now, write docs/results.md + .png
-  python bench/report.py --json out/benchmark.json   render a saved run instead
+  python bench/report.py                          run bench/ (and bench_spark.py when PySpark is
+                                                  there) now, write docs/results.md + .png
+  python bench/report.py --json out/benchmark.json [--spark-json build/bench/spark.json]
+                                                  render a saved run instead
+  python bench/report.py --quick --out /tmp/r.md  a smoke run (the chart's workloads only, tiny data,
+                                                  one round): checks the pipeline; numbers mean nothing
   python bench/report.py --java-json build/bench/java.json   only the Kafka-Java section of
                                                   docs/results.md, from a bench_java.py run
   python bench/report.py --compare OLD.json NEW.json [--threshold 1.5]   regressions table
@@ -24,6 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -34,12 +39,48 @@ COLORS = {"kafkacodec": "#1f77b4", "aiokafka": "#ff7f0e", "kafka-python": "#2ca0
 JAVA_BEGIN, JAVA_END = "<!-- kafka-java:begin -->", "<!-- kafka-java:end -->"
 
 
-def run_benchmarks(json_path: Path, extra: list[str]) -> None:
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "bench"), "-p", "no:cacheprovider", "-q",
+QUICK_ENV = {"KC_BENCH_MB": "1", "KAFKACODEC_BENCH_SHALLOW_MB": "1"}
+QUICK_PYTEST = ["--benchmark-min-rounds=1", "--benchmark-max-time=0", "--benchmark-warmup=off",
+                "-k", "not gzip and not snappy"]
+QUICK_MODULES = ["bench_decode.py", "bench_arrow.py", "bench_build.py", "bench_downconvert.py"]
+QUICK_SPARK_RECORDS = 40_000
+
+
+def _env(quick: bool) -> dict[str, str]:
+    """The benchmarks' environment: this checkout's kafkacodec when it is built in place (setup.py
+    build_ext --inplace), else the installed one (the bare source tree cannot import)."""
+    env = dict(os.environ, **(QUICK_ENV if quick else {}))
+    if any(p.suffix in (".so", ".pyd") for p in (ROOT / "kafkacodec").glob("_crc*")):
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def run_benchmarks(json_path: Path, extra: list[str], quick: bool = False) -> None:
+    targets = [str(ROOT / "bench" / m) for m in QUICK_MODULES] if quick else [str(ROOT / "bench")]
+    cmd = [sys.executable, "-m", "pytest", *targets, "-p", "no:cacheprovider", "-q",
            "--benchmark-enable", "--benchmark-only", f"--benchmark-json={json_path}",
-           "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), *extra]
+           "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), *(QUICK_PYTEST if quick else []), *extra]
     print("report: running", " ".join(cmd), file=sys.stderr)
-    subprocess.run(cmd, check=True, cwd=tempfile.gettempdir())
+    subprocess.run(cmd, check=True, cwd=tempfile.gettempdir(), env=_env(quick))
+
+
+def run_spark(json_path: Path, quick: bool = False) -> bool:
+    """bench_spark.py in the same run (False when PySpark is not installed)."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        print("report: no PySpark, no Spark rows/s", file=sys.stderr)
+        return False
+    cmd = [sys.executable, str(ROOT / "bench" / "bench_spark.py"), "--json", str(json_path)]
+    if quick:
+        cmd += [str(QUICK_SPARK_RECORDS), "--rounds", "1"]
+    env = _env(quick)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    print("report: running", " ".join(cmd), file=sys.stderr)
+    subprocess.run(cmd, check=True, cwd=tempfile.gettempdir(), env=env)
+    return True
 
 
 def slim(path: Path) -> None:
@@ -53,8 +94,9 @@ def slim(path: Path) -> None:
 def impl_of(bench: dict) -> str:
     extra = bench.get("extra_info") or {}
     impl = extra.get("impl") or extra.get("library")
-    if impl:
-        return str(impl)
+    if impl:                          # "kafkacodec validate()", "machine: bytes copy": the variant says which
+        impl = str(impl)
+        return "kafkacodec" if impl.startswith("kafkacodec") else "limit" if impl.startswith("machine") else impl
     name = (bench["name"] + " " + str(bench.get("param") or "")).lower().replace("_", "-")
     for candidate in ("kafka-python", "aiokafka", "confluent-kafka", "kafkacodec"):
         if candidate in name or candidate.replace("-", "") in name:
@@ -100,7 +142,17 @@ def human_time(seconds: float) -> str:
     return f"{seconds / 1e-9:.0f} ns"
 
 
-def markdown(data: dict, png_name: str | None, command: str) -> str:
+def spark_section(spark: dict) -> list[str]:
+    lines = ["## Spark (bench/bench_spark.py, same run)", "",
+             f"{spark['records']:,} records, local[2], the noop sink, best of {spark.get('rounds', 3)}; "
+             f"load average {spark['load_average'][0]:.1f} to {spark['load_average'][1]:.1f}.", "",
+             "| path | rows/s |", "|---|---:|"]
+    lines += [f"| {name} | {rate / 1e6:.2f} M |" for name, rate in spark["rows_per_s"].items()]
+    lines += [f"| {name} | x{x:.1f} the full scan |" for name, x in spark.get("pushdown_speedup", {}).items()]
+    return lines + [""]
+
+
+def markdown(data: dict, png_name: str | None, command: str, spark: dict | None = None) -> str:
     info = data.get("machine_info", {})
     facts = info.get("kafkacodec_facts", {})
     env = " ".join(f"{k}={v}" for k, v in (facts.get("env") or {}).items() if v)
@@ -139,6 +191,8 @@ def markdown(data: dict, png_name: str | None, command: str) -> str:
                          f"{human_time(row['median_s'])} ({human_time(row['min_s'])}) | "
                          f"{fmt(row['mb_s'])} | {fmt(row['krec_s'])} | {ratio} |")
     lines.append("")
+    if spark:
+        lines += spark_section(spark)
     if any("kafka_java_s" in (b.get("extra_info") or {}) for b in data["benchmarks"]):
         lines += [java_section(data, command), ""]
     return "\n".join(lines)
@@ -231,47 +285,98 @@ def replace_java_section(path: Path, section: str) -> None:
     path.write_text(text)
 
 
-def chart(data: dict, png: Path) -> None:
-    """One row per workload, one bar per other implementation: its median time / kafkacodec's
-    fastest (log scale). Right of 1x: kafkacodec is that many times faster; a `limit` bar left
-    of 1x: how far kafkacodec is from the machine's limit."""
+# The README chart's workloads: (group name pattern, label), those of the run that match.
+HEADLINE = [
+    (r"^decode v2 100k records none$", "decode v2 to records, none"),
+    (r"^decode v2 100k records lz4$", "decode v2 to records, lz4"),
+    (r"^decode v2 100k records zstd$", "decode v2 to records, zstd"),
+    (r"^decode v2 none, 100-byte values$", "decode v2 to Arrow columns"),
+    (r"^shallow\+CRC", "walk + check CRCs"),
+    (r"^build v2 none:", "build v2, none"),
+    (r"^build v2 lz4:", "build v2, lz4"),
+    (r"^v2->v1 1KiB none$", "down-convert v2 to v1"),
+]
+PEERS = ["aiokafka", "kafka-python"]
+
+
+def speedups(data: dict) -> list[tuple[str, dict[str, float]]]:
+    """(label, {peer: the peer's best median / kafkacodec's best median}) per headline workload."""
+    groups = rows_of(data)
+    out = []
+    for pattern, label in HEADLINE:
+        name = next((g for g in sorted(groups) if re.search(pattern, g)), None)
+        if name is None:
+            continue
+        best: dict[str, float] = {}
+        for r in groups[name]:
+            best[r["impl"]] = min(best.get(r["impl"], float("inf")), r["median_s"])
+        if "kafkacodec" in best:
+            ratios = {p: best[p] / best["kafkacodec"] for p in PEERS if p in best}
+            if ratios:
+                out.append((label, ratios))
+    return out
+
+
+def chart(data: dict, png: Path, spark: dict | None = None) -> None:
+    """The README chart, about 1000 x 420 px: left, kafkacodec's speed-up over aiokafka and
+    kafka-python on the headline workloads (bars from 1x; a log axis labelled 1x, 2x, 5x...,
+    each bar with its value); right, Spark rows/s per path (linear), from the same run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = []  # (group, impl, ratio)
-    for group, entries in sorted(rows_of(data).items()):
-        ours = min((r for r in entries if r["impl"] == "kafkacodec"),
-                   key=lambda r: r["median_s"], default=None)
-        if ours is None:
-            continue
-        best: dict[str, float] = {}
-        for r in entries:
-            if r["impl"] != "kafkacodec":
-                best[r["impl"]] = min(best.get(r["impl"], float("inf")), r["median_s"])
-        for impl, seconds in best.items():
-            rows.append((group, impl, seconds / ours["median_s"]))
-    groups = sorted({g for g, _, _ in rows})
-    impls = [i for i in IMPLS if any(r[1] == i for r in rows)]
+    rows = speedups(data)
     if not rows:
         return
-    height = 0.8 / max(1, len(impls))
-    fig, ax = plt.subplots(figsize=(10, 0.22 * len(groups) * max(1, len(impls)) + 1.6))
-    for k, impl in enumerate(impls):
-        ys = [groups.index(g) + k * height for g, i, _ in rows if i == impl]
-        xs = [ratio for _, i, ratio in rows if i == impl]
-        ax.barh(ys, xs, height=height, label=impl, color=COLORS.get(impl))
-    ax.set_yticks([y + height * (len(impls) - 1) / 2 for y in range(len(groups))])
-    ax.set_yticklabels(groups, fontsize=7)
-    ax.invert_yaxis()
+    panels = 2 if spark else 1
+    fig, axes = plt.subplots(1, panels, figsize=(10, 0.34 * len(rows) + 1.9), dpi=100,
+                             gridspec_kw={"width_ratios": [3, 2][:panels]}, squeeze=False)
+    ax = axes[0][0]
+    height = 0.38
+    top = max(v for _, ratios in rows for v in ratios.values())
+    for k, peer in enumerate(PEERS):
+        ys = [i + (k - 0.5) * height for i, (_, ratios) in enumerate(rows) if peer in ratios]
+        values = [ratios[peer] for _, ratios in rows if peer in ratios]
+        ax.barh(ys, [max(v - 1, 0.001) for v in values], left=1, height=height, label=f"vs {peer}",
+                color=COLORS[peer])
+        for y, v in zip(ys, values):
+            ax.text(v * 1.05, y, f"{v:.1f}x" if v < 10 else f"{v:.0f}x", va="center", fontsize=7)
     ax.set_xscale("log")
-    ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.set_xlabel("time / kafkacodec's time (log scale; > 1: kafkacodec is faster)")
-    ax.set_title("kafkacodec vs aiokafka, kafka-python and the machine's limits (one run, medians)")
-    ax.grid(axis="x", which="both", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    ax.set_xlim(1, top * 2.2)
+    ticks = [t for t in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if t <= top * 2.2]
+    ax.set_xticks(ticks, [f"{t}x" for t in ticks])
+    ax.minorticks_off()
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(1, color="black", linewidth=0.8)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel("kafkacodec's speed-up (peer's time / ours; log axis from 1x = as fast)", fontsize=8)
+    ax.set_title("kafkacodec vs Python peers", fontsize=10, pad=20)
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, fontsize=8, frameon=False,
+              borderaxespad=0.2)
+    if spark:
+        ax2 = axes[0][1]
+        paths = list(spark["rows_per_s"].items())
+        colors = [COLORS["kafkacodec"] if "kafka-python" not in name and "ceiling" not in name
+                  and "Parquet" not in name else COLORS["kafka-python"] if "kafka-python" in name
+                  else COLORS["limit"] for name, _ in paths]
+        values = [v / 1e6 for _, v in paths]
+        ax2.barh(range(len(paths)), values, color=colors, height=0.6)
+        for i, v in enumerate(values):
+            ax2.text(v + max(values) * 0.02, i, f"{v:.2f}", va="center", fontsize=7)
+        ax2.set_xlim(0, max(values) * 1.25)
+        ax2.set_yticks(range(len(paths)), [name for name, _ in paths], fontsize=8)
+        ax2.invert_yaxis()
+        ax2.grid(axis="x", alpha=0.3)
+        low, high = spark.get("load_average", [0, 0])
+        ax2.set_xlabel(f"million rows/s (linear; load average {low:.1f}-{high:.1f})", fontsize=8)
+        ax2.set_title(f"Spark local[2], {spark['records'] / 1e6:g}M records", fontsize=10, pad=20)
+    facts = data.get("machine_info", {}).get("kafkacodec_facts", {})
+    fig.text(0.01, 0.01, f"one run, {data.get('datetime', '?')[:10]}, {facts.get('cpu_model') or '?'} "
+                         f"({facts.get('cpu_count', '?')} cores), Python {facts.get('python', '?')}; medians; "
+                         "bench/report.py", fontsize=6, color="#555555")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(png, dpi=100)
     plt.close(fig)
 
@@ -299,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, help="a saved pytest-benchmark JSON (else: run now)")
+    parser.add_argument("--spark-json", type=Path, help="a saved bench_spark.py --json run (with --json)")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny data, one round: a smoke run of the whole pipeline (numbers mean nothing)")
+    parser.add_argument("--no-spark", action="store_true", help="do not run bench_spark.py")
     parser.add_argument("--java-json", type=Path,
                         help="a saved bench_java.py run: replace only its section of --out")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
@@ -322,23 +431,28 @@ def main(argv: list[str] | None = None) -> int:
         replace_java_section(args.out, section)
         print(f"report: wrote the Kafka-Java section of {args.out}", file=sys.stderr)
         return 0
-    command = "python bench/report.py" + (" " + " ".join(args.pytest_args) if args.pytest_args else "")
+    command = "python bench/report.py" + (" --quick" if args.quick else "") + \
+        (" " + " ".join(args.pytest_args) if args.pytest_args else "")
     if args.json:
         command += f"   # rendered from {args.json}"
+    spark_path = args.spark_json
     if args.json:
         json_path = args.json
     else:
         json_path = ROOT / "build" / "bench" / "benchmark.json"
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        run_benchmarks(json_path, args.pytest_args)
+        run_benchmarks(json_path, args.pytest_args, args.quick)
         slim(json_path)
         print(f"report: raw results in {json_path}", file=sys.stderr)
+        if not args.no_spark and run_spark(json_path.with_name("spark.json"), args.quick):
+            spark_path = json_path.with_name("spark.json")
     data = json.loads(json_path.read_text())
+    spark = json.loads(spark_path.read_text()) if spark_path else None
     png = args.png or args.out.with_suffix(".png")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    chart(data, png)
+    chart(data, png, spark)
     rel_png = os.path.relpath(png, args.out.parent)
-    args.out.write_text(markdown(data, rel_png, command))
+    args.out.write_text(markdown(data, rel_png, command, spark))
     print(f"report: wrote {args.out} and {png}", file=sys.stderr)
     return 0
 

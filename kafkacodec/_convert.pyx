@@ -24,6 +24,7 @@ from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._compression cimport Decompressor, compress, LEVEL_DEFAULT
 
 from kafkacodec._records import MemoryRecords
+from kafkacodec._types import recompress_codec_id
 from kafkacodec.errors import (CorruptRecordError, KafkaCodecError, UnsupportedCompressionError,
                                UnsupportedVersionError)
 
@@ -522,15 +523,18 @@ cdef inline int check_record(int64_t offset, int64_t timestamp, int64_t last,
     return 0
 
 
-def down_convert(records, int to_magic, int64_t first_offset=0):
+def down_convert(records, int to_magic, int64_t first_offset=0, *, recompress=None):
     """Convert a record set to `to_magic` exactly as Kafka's RecordsUtil.downConvert does.
 
     Batches at or below `to_magic` are copied byte for byte; newer ones are rebuilt with the
     same codec; control batches vanish; records below `first_offset` are dropped from
     uncompressed source batches only; a zstd batch raises UnsupportedCompressionError for a
-    v0/v1 target.  A trailing partial entry is ignored.  Returns ConvertedRecords."""
+    v0/v1 target, as Kafka answers UNSUPPORTED_COMPRESSION_TYPE, unless `recompress` names
+    the codec to rebuild it with ("none", "gzip", "snappy", "lz4", a Compression or its id).
+    A trailing partial entry is ignored.  Returns ConvertedRecords."""
     cdef int64_t started = monotonic_ns()
     cdef DownConverter converter = DownConverter(to_magic, first_offset)
+    converter.zstd_codec = recompress_codec_id(recompress)
     view = records_buffer(records)
     converter.reserve(view.nbytes + (view.nbytes >> 3) + 64)
     converter.convert(view)

@@ -1,74 +1,72 @@
-"""A small progress bar on stderr (shown only on a terminal unless forced)."""
+"""Progress bars on stderr, drawn by tqdm: as wide as the terminal (each redraw overwrites the
+line, so nothing scrolls), with the rate and, when the total is known, the time left.  Nothing
+is drawn when the stream is not a terminal (a pipe, a file, CI) unless forced."""
 
 from __future__ import annotations
 
 import sys
-import time
-from typing import TextIO
+from typing import Any, TextIO
 
-
-def _human(n: float) -> str:
-    for unit in ("", "K", "M", "G", "T"):
-        if abs(n) < 1000:
-            return f"{n:.0f}{unit}" if unit == "" else f"{n:.1f}{unit}"
-        n /= 1000
-    return f"{n:.1f}P"
+__all__ = ["Progress"]
 
 
 class Progress:
-    """`with Progress(total, "verify", unit="B") as bar: bar.update(n)`; `bar.set(done, total)`."""
+    """`with Progress(total, "verify", unit="B") as bar: bar.update(n)`; `bar.set(done, total)`.
+
+    `total` None: a count and a rate, no bar.  `unit` "B" scales to kB/MB/GB; other units
+    scale with k/M.  `enabled` None: only when `stream` (stderr) is a terminal.  Not for
+    concurrent use from several threads."""
 
     def __init__(self, total: float | None, label: str, *, unit: str = "", enabled: bool | None = None,
                  stream: TextIO | None = None):
+        from tqdm import tqdm
+
         self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty() if enabled is None else enabled
-        self.total = total
-        self.done = 0.0
-        self.label = label
-        self.unit = unit
-        self.start = time.monotonic()
-        self._last = 0.0
+        self.enabled = _is_terminal(self.stream) if enabled is None else enabled
         self.note = ""
+        self.done = 0.0
+        self._bar: Any = tqdm(total=total or None, desc=label, unit=unit or "it", unit_scale=unit == "B",
+                              file=self.stream,
+                              disable=not self.enabled, dynamic_ncols=True, leave=True,
+                              smoothing=0.1)
 
     def __enter__(self) -> Progress:
-        self._draw(force=True)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._draw(force=True)
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
+        self._bar.close()
 
     def update(self, n: float = 1, note: str | None = None) -> None:
+        """`n` more done."""
+        self._set_note(note)
         self.done += n
-        if note is not None:
-            self.note = note
-        self._draw()
+        if not self._bar.disable:
+            self._bar.update(n)
 
     def set(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """`done` in all (and a new total, when it is known now)."""
+        self._set_note(note)
         self.done = done
-        if total is not None:
-            self.total = total
-        if note is not None:
-            self.note = note
-        self._draw()
+        if self._bar.disable:
+            return
+        if total is not None and total != self._bar.total:
+            self._bar.total = total
+            self._bar.refresh()
+        if done >= self._bar.n:
+            self._bar.update(done - self._bar.n)      # keeps the rate and the redraw interval
+        else:                                          # went back (new work was counted)
+            self._bar.n = done
+            self._bar.refresh()
 
-    def _draw(self, force: bool = False) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not force and now - self._last < 0.1:
-            return
-        self._last = now
-        elapsed = max(now - self.start, 1e-9)
-        rate = f"{_human(self.done / elapsed)}{self.unit}/s"
-        if self.total:
-            frac = min(self.done / self.total, 1.0)
-            bar = "#" * int(frac * 30)
-            line = (f"{self.label} [{bar:<30}] {frac:6.1%} {_human(self.done)}/{_human(self.total)}"
-                    f"{self.unit} {rate} {self.note}")
-        else:
-            line = f"{self.label} {_human(self.done)}{self.unit} {rate} {self.note}"
-        self.stream.write("\r" + line[:120].ljust(120))
-        self.stream.flush()
+    def _set_note(self, note: str | None) -> None:
+        if note is not None and note != self.note:
+            self.note = note
+            if not self._bar.disable:
+                self._bar.set_postfix_str(note, refresh=False)
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):          # closed or not a real stream
+        return False

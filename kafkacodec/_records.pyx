@@ -230,6 +230,20 @@ cdef class Record:
         """The coordinator epoch of an ABORT/COMMIT marker, else None."""
         return None if self._coordinator_epoch == -1 else self._coordinator_epoch
 
+    def _fields(self):
+        return (self.offset, self.timestamp, self._timestamp_type, self.sequence, self.key, self.value,
+                self.headers, self._control_type, self._coordinator_epoch)
+
+    def __eq__(self, other):
+        """Value equality: every field a reader sees (whichever buffer or batch it came from)."""
+        if not isinstance(other, Record):
+            return NotImplemented
+        return self is other or self._fields() == (<Record>other)._fields()
+
+    def __hash__(self):
+        """Consistent with ==: a Record is an immutable value (its fields are read-only)."""
+        return hash(self._fields())
+
     def __repr__(self):
         extra = f", control_type={self.control_type!r}" if self._control_type != -1 else ""
         return (f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
@@ -981,11 +995,13 @@ cdef packed struct IndexEntry:
     uint8_t _pad0
     uint8_t _pad1
 
-INDEX_DTYPE = _np.dtype([
-    ("position", "i8"), ("size_in_bytes", "i8"), ("base_offset", "i8"), ("last_offset", "i8"),
-    ("max_timestamp", "i8"), ("records_count", "i4"), ("crc", "u4"), ("attributes", "i2"),
-    ("magic", "i1"), ("compression", "i1"), ("timestamp_type", "i1"), ("crc_valid", "?"),
-    ("_pad", "V2")])
+# The fields of IndexEntry at their offsets; its two padding bytes are unnamed (itemsize).
+INDEX_DTYPE = _np.dtype({
+    "names": ["position", "size_in_bytes", "base_offset", "last_offset", "max_timestamp", "records_count",
+              "crc", "attributes", "magic", "compression", "timestamp_type", "crc_valid"],
+    "formats": ["i8", "i8", "i8", "i8", "i8", "i4", "u4", "i2", "i1", "i1", "i1", "?"],
+    "offsets": [0, 8, 16, 24, 32, 40, 44, 48, 50, 51, 52, 53],
+    "itemsize": 56})
 
 
 cdef class Records:

@@ -52,3 +52,15 @@ def compression_of(codec: Compression | int | str | None) -> Compression:
         return Compression(int(codec))
     except ValueError:
         raise UnsupportedCompressionError(f"unknown compression type id {codec}") from None
+
+
+def recompress_codec_id(codec: Compression | int | str | None) -> int:
+    """The codec id zstd batches are rebuilt with when converted to magic 0 or 1 (which have
+    no zstd); -1 for None: refuse them, as Kafka does (UNSUPPORTED_COMPRESSION_TYPE)."""
+    if codec is None:
+        return -1
+    chosen = compression_of(codec)
+    if chosen == Compression.ZSTD:
+        raise ValueError("recompress: zstd batches need another codec for magic 0 and 1 "
+                         "(none, gzip, snappy or lz4)")
+    return int(chosen)

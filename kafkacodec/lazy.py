@@ -30,6 +30,7 @@ from kafkacodec._convert import (
 )
 from kafkacodec._crc import crc32, crc32c
 from kafkacodec._records import FileRecords, MemoryRecords
+from kafkacodec._types import Compression, recompress_codec_id
 from kafkacodec.errors import (
     FileTruncatedError,
     InvalidCrcError,
@@ -216,6 +217,14 @@ class _Chunks:
         output, temp, converted = self.converter.take(self.again)
         return consumed, output, temp, converted, monotonic_ns() - started
 
+    def _entry_size(self, position: int) -> int:
+        """The size of the complete entry at `position` from its header, or 0."""
+        left = self.source.size - position
+        if left < _LOG_OVERHEAD:
+            return 0
+        entry: int = _LOG_OVERHEAD + struct.unpack_from(">i", self.source.window(position, _LOG_OVERHEAD), 8)[0]
+        return entry if _LOG_OVERHEAD + _V0_MIN_SIZE <= entry <= left else 0
+
     def _check_big_entry(self, position: int) -> int:
         """The size of the complete entry at `position` when it is larger than `big` and
         passes the checks (RecordTooLargeError, InvalidCrcError otherwise); 0 for any other
@@ -266,8 +275,9 @@ class LazyDownConvertRecords:
     Beyond Kafka:
     - batches sharing a chunk with a zstd batch are converted and sent; the zstd batch ends
       the data (padding), so the consumer gets UNSUPPORTED_COMPRESSION_TYPE only when it
-      fetches from it; `zstd_codec` ("none", "gzip", "snappy", "lz4" or a codec id) rebuilds
-      zstd batches with that codec instead;
+      fetches from it; `recompress` ("none", "gzip", "snappy", "lz4", a Compression or its
+      id) rebuilds zstd batches with that codec instead (every record kept; Kafka refuses them
+      with UNSUPPORTED_COMPRESSION_TYPE);
     - `pool` (a SimpleMemoryPool) bounds the memory of every conversion sharing it: the first
       chunk is kept in a block of the pool from construction until it is written (when the
       pool refuses, `refused` is True, nothing is committed and `size_in_bytes` is 0: try again
@@ -281,7 +291,7 @@ class LazyDownConvertRecords:
     def __init__(self, records: Any, to_magic: int, first_offset: int = 0,
                  chunk_size: int = MAX_READ_SIZE, enabled: bool = True,
                  max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE, *, pool: Any = None,
-                 zstd_codec: str | int | None = None):
+                 recompress: Compression | int | str | None = None):
         if chunk_size < 0:
             raise ValueError(f"chunk_size must be >= 0, got {chunk_size}")
         if max_entry_size < _LOG_OVERHEAD + _V0_MIN_SIZE:
@@ -293,7 +303,7 @@ class LazyDownConvertRecords:
         self.enabled = enabled
         self.max_entry_size = max_entry_size
         self.pool = pool
-        self.zstd_codec = _codec_id(zstd_codec)
+        self.zstd_codec = recompress_codec_id(recompress)
         self.refused = False            # the pool refused the first chunk: nothing committed
         self.pool_refusals = 0          # chunks the pool refused (the data ended there)
         self._block: memoryview | None = None             # the first chunk, in the pool
@@ -541,22 +551,6 @@ class _Send:
 
 
 _EMPTY = memoryview(b"")
-_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3}
-
-
-def _codec_id(codec: str | int | None) -> int:
-    """The codec zstd batches are rebuilt with (-1: refuse them, as Kafka)."""
-    if codec is None:
-        return -1
-    if isinstance(codec, str):
-        if codec not in _CODECS:
-            raise ValueError(f"zstd_codec must be one of {', '.join(_CODECS)}, got {codec!r}")
-        return _CODECS[codec]
-    if not 0 <= codec <= 3:
-        raise ValueError(f"zstd_codec must be 0-3 (none, gzip, snappy, lz4), got {codec}")
-    return codec
-
-
 def _allocate(pool: Any, n: int) -> memoryview | None:
     """A block of exactly n bytes from the pool, None when it refuses (or n is above what it
     hands out at once)."""

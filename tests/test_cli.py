@@ -94,7 +94,8 @@ def test_dump_json_and_legacy(log_dir, capsys):
     assert {b["magic"] for b in batches} == {0, 1, 2}
     wrapper = next(b for b in batches if b["magic"] == 1 and b["compresscodec"] == "gzip"
                    and b["timestampType"] == "LogAppendTime")
-    assert all(r["LogAppendTime"] == wrapper["timestamp"] for r in wrapper["records"])
+    assert all(r["timestamp"] == wrapper["timestamp"] and r["timestampType"] == "LogAppendTime"
+               for r in wrapper["records"])
     assert wrapper["records"][-1]["offset"] == wrapper["offset"]     # wrapper offset = last inner
     assert any(r.get("endTxnMarker") == "COMMIT" for b in batches for r in b.get("records", []))
 
@@ -103,10 +104,27 @@ def test_dump_reports_trailing_bytes_and_missing_file(log_dir, tmp_path, capsys)
     seg = sorted((log_dir / "clicks-1").glob("*.log"))[0]
     cut = tmp_path / seg.name
     cut.write_bytes(seg.read_bytes()[:-10])
-    code, out, _ = run(capsys, "dump", cut)
-    assert code == EXIT_OK and out.rstrip().endswith(f"invalid bytes at the end of {seg.name}")
+    code, out, _ = run(capsys, "dump", cut)      # kafka-dump-log's line; a partial batch is damage: exit 1
+    assert code == EXIT_DATA and out.rstrip().endswith(f"invalid bytes at the end of {seg.name}")
     code, _, err = run(capsys, "dump", tmp_path / "missing.log")
     assert code == EXIT_INPUT and "no such file" in err
+
+
+def test_version(capsys):
+    import kafkacodec
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    out, _ = capsys.readouterr()
+    assert info.value.code == 0 and out.startswith(f"kafkacodec {kafkacodec.__version__} (compiled core, Python ")
+
+
+def test_convert_refuses_a_file_that_is_not_kafka(tmp_path, capsys):
+    text = tmp_path / "notes.log"
+    text.write_bytes(b"not a segment, just some text that is long enough\n" * 10)
+    code, out, err = run(capsys, "convert", "--to-magic", "1", "--no-progress", text, tmp_path / "out.log")
+    assert code == EXIT_DATA and out == "" and "this is not a Kafka segment" in err and "at byte" not in err
+    assert not (tmp_path / "out.log").exists()
 
 
 def test_usage_errors(capsys):
@@ -116,7 +134,7 @@ def test_usage_errors(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--help"])
     out, _ = capsys.readouterr()
-    assert info.value.code == 0 and "examples:" in out and "exit codes:" in out
+    assert info.value.code == 0 and "examples:" in out and "exit codes (docs/cli.md):" in out
 
 
 def test_convert_to_magic_1_read_by_kafka_python(log_dir, tmp_path, capsys):
@@ -264,7 +282,7 @@ def test_dump_deep_prints_any_int64_timestamp(tmp_path, capsys):
     assert records[1].startswith(f"| offset: 1 CreateTime: {-2**63} ") and "payload: oldest" in records[1]
     code, out, err = run(capsys, "dump", "--deep", "--json", seg)
     assert code == EXIT_OK, err
-    assert [b["records"][0]["CreateTime"] for b in map(json.loads, out.splitlines())] == [2**63 - 1, -2**63]
+    assert [b["records"][0]["timestamp"] for b in map(json.loads, out.splitlines())] == [2**63 - 1, -2**63]
 
 
 @pytest.mark.parametrize("link", ["same path", "symlink", "hard link"])
@@ -422,32 +440,45 @@ def test_generate_summary_matches_an_independent_count(tmp_path, capsys):
     assert {k: result[k] for k in expected if k != "corrupt"} == {k: v for k, v in expected.items() if k != "corrupt"}
 
 
-BLOCK_PYARROW = """\
-class _NoPyarrow:
+BLOCK_OPTIONAL = """\
+class _CoreInstall:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "pyarrow":
+        if name.split(".")[0] in ("pyarrow", "pyspark", "pandas"):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 import sys
-sys.meta_path.insert(0, _NoPyarrow())
+sys.meta_path.insert(0, _CoreInstall())
 """
 
 
 def test_core_install_without_pyarrow(log_dir, tmp_path):
-    """dump, convert and generate need only the core; verify needs pyarrow: exit 4 and how
-    to install it, never an ImportError traceback."""
+    """A core install (no pyarrow, pyspark, pandas): dump (every file kind), convert, generate
+    and --version work; verify and read exit 4 with the pip hint for kafkacodec[arrow], spark
+    for kafkacodec[spark]; never an ImportError traceback (generate used to crash after writing
+    its files, exit 1)."""
+    from kafkacodec.logdir.indexes import build_indexes
+
     seg = sorted((log_dir / "orders-0").glob("*.log"))[-1]
-    run = cli("dump", "--deep", "--json", seg, prelude=BLOCK_PYARROW)
+    run = cli("dump", "--deep", "--json", seg, prelude=BLOCK_OPTIONAL)
     assert run.returncode == EXIT_OK and run.stderr == ""
     scan = scan_entries(seg.read_bytes())
     assert [json.loads(line)["position"] for line in run.stdout.splitlines()] == list(scan["position"])
-    run = cli("generate", tmp_path / "g", "--json", prelude=BLOCK_PYARROW)
+    index = tmp_path / seg.with_suffix(".index").name
+    index.write_bytes(build_indexes(scan, int(seg.stem), interval=512)[0])
+    (tmp_path / seg.name).write_bytes(seg.read_bytes())
+    run = cli("dump", "--offsets-decoder", "--files", f"{index},{tmp_path / seg.name}", prelude=BLOCK_OPTIONAL)
+    assert run.returncode == EXIT_OK and run.stdout.count("offset: ") > len(scan["position"]), run.stderr
+    run = cli("generate", tmp_path / "g", "--json", prelude=BLOCK_OPTIONAL)
     assert run.returncode == EXIT_OK and json.loads(run.stdout)["records"] > 0, run.stderr
     run = cli("convert", "--to-magic", "1", "--no-progress", convertible(log_dir), tmp_path / "v1.log",
-              prelude=BLOCK_PYARROW)
+              prelude=BLOCK_OPTIONAL)
     assert run.returncode == EXIT_OK, run.stderr
-    run = cli("verify", "--no-progress", log_dir, prelude=BLOCK_PYARROW)
-    assert run.returncode == 4
-    assert 'pip install "kafkacodec[arrow]"' in one_line_error(run)
+    run = cli("--version", prelude=BLOCK_OPTIONAL)
+    assert run.returncode == EXIT_OK and run.stdout.startswith("kafkacodec ")
+    for argv, extra in ((["verify", "--no-progress", log_dir], "arrow"), (["read", log_dir], "arrow"),
+                        (["cat", "-J", log_dir], "arrow"), (["spark", "convert", log_dir, tmp_path / "pq"], "spark")):
+        run = cli(*argv, prelude=BLOCK_OPTIONAL)
+        assert run.returncode == 4, (argv, run.stderr)
+        assert f'pip install "kafkacodec[{extra}]"' in one_line_error(run)
 
 
 def test_every_kafkacodec_error_is_one_line_and_exit_1(tmp_path):
@@ -458,7 +489,7 @@ def test_every_kafkacodec_error_is_one_line_and_exit_1(tmp_path):
         list(records.batches())
     run = cli("dump", seg)
     assert run.returncode == EXIT_DATA
-    assert one_line_error(run).endswith(f"{seg}: {error.value}")
+    assert f"{seg}: {error.value}; the rest of the file cannot be read" in one_line_error(run)
 
 
 def test_generate_refuses_topic_names_kafka_refuses(tmp_path, capsys):

@@ -263,6 +263,36 @@ def test_cli_spark_convert_round_trip(spark, log_dir, tmp_path, capsys):
     assert values == sorted(r.value for r in parquet.select("value").collect() if r.value is not None)
 
 
+def test_cli_spark_convert_counts_damage_as_verify_does(spark, log_dir, tmp_path, capsys):
+    """On a damaged directory `spark convert` reported 1 problem where `verify` reported 3
+    (issue 19): its corrupt entries are verify's damage problems, its records verify's less
+    the aborted ones (it reads read_committed)."""
+    import shutil
+
+    from kafkacodec.cli import EXIT_DATA, main
+
+    root, _ = log_dir
+    bad = tmp_path / "bad"
+    shutil.copytree(root, bad)
+    seg = sorted((bad / "orders-0").glob("*.log"))[1]                  # a CRC mismatch
+    data = bytearray(seg.read_bytes())
+    data[int(scan_entries(data)["position"][2]) - 1] ^= 0x55            # batch 1's last byte
+    seg.write_bytes(data)
+    seg = sorted((bad / "clicks-1").glob("*.log"))[1]                  # a cut last entry
+    data = seg.read_bytes()
+    seg.write_bytes(data[:int(scan_entries(data)["position"][-1]) + 20])
+    last = sorted((bad / "orders-1").glob("*.log"))[-1]                # an unreadable segment
+    (bad / "orders-1" / f"{int(scan_entries(last.read_bytes())['last_offset'][-1]) + 1:020d}.log").mkdir()
+    assert main(["verify", "--json", "--no-progress", str(bad)]) == EXIT_DATA
+    verified = json.loads(capsys.readouterr().out)
+    assert {k: verified["counts"].get(k) for k in ("corrupt", "partial", "unreadable")} == \
+        {"corrupt": 1, "partial": 1, "unreadable": 1}, verified["problems"]
+    assert main(["spark", "convert", "--json", "--no-progress", str(bad), str(tmp_path / "pq")]) == EXIT_DATA
+    result = json.loads(capsys.readouterr().out)
+    assert result["corrupt_entries"] == 3 and result["crc_failures"] == 1, result["problems"]
+    assert result["records"] == verified["records"] - verified["aborted_records"]
+
+
 # --- reading: Spark's Kafka-source options, pushdown, schemas, damage, remote storage ---------
 
 def spark_error(fn):

@@ -116,8 +116,7 @@ def test_stubs_match_compiled_modules(tmp_path):
     assert result.returncode == 0, f"stubs drifted from the compiled modules:\n{output[-6000:]}"
 
 
-# pyarrow ships no type information (pyproject.toml's [tool.mypy] says the same for the tree).
-# The optional dependencies that ship no types (as pyproject's [tool.mypy] overrides).
+# The dependencies that ship no types (as pyproject's [tool.mypy] overrides).
 MYPY_CONFIG = ("[mypy]\n[mypy-pyarrow,pyarrow.*,kafka,kafka.*,tqdm,tqdm.*]\n"
                "ignore_missing_imports = True\n")
 

@@ -80,7 +80,7 @@ def test_verify_counts_match_a_permissive_read(damaged, capsys):
             rows += bad
     damage = sum(result["counts"].get(k, 0) for k in ("corrupt", "partial", "unreadable"))
     assert marked == damage                        # one _corrupt_record row per damage problem
-    assert rows == result["records"]
+    assert rows == result["records"] + result["control_records"]
     # the same problems, but for the index file the read did not need (verify checks every one)
     assert sorted(p.kind for p in problems) == sorted(p["kind"] for p in result["problems"] if p["kind"] != "index")
 
@@ -90,6 +90,32 @@ def test_verify_clean_and_remote_paths(tmp_path, capsys):
     summary = generate(root, batches_per_segment=6)
     assert main(["verify", "--json", "--no-progress", f"file://{root}"]) == EXIT_OK
     result = json.loads(capsys.readouterr().out)
-    assert result["ok"] and result["records"] == summary["records"] + summary["control_records"]
+    assert result["ok"]
+    assert {k: result[k] for k in ("records", "control_records", "aborted_records")} == \
+        {k: summary[k] for k in ("records", "control_records", "aborted_records")}
     assert main(["verify", "--no-progress", str(root / "*-1")]) == EXIT_OK
     assert "OK" in capsys.readouterr().out
+
+
+def test_verify_a_segment_under_any_name(tmp_path, capsys):
+    """`verify seg.log` was refused ("not a segment file name") while `dump --help` used it."""
+    root = tmp_path / "log"
+    generate(root, ("t",), partitions=1, batches_per_segment=6)
+    named = sorted(root.glob("t-0/*.log"))[1]
+    copy = tmp_path / "seg.log"
+    copy.write_bytes(named.read_bytes())
+    assert main(["verify", "--json", "--no-progress", str(named)]) == EXIT_OK
+    expected = json.loads(capsys.readouterr().out)
+    assert main(["verify", "--json", "--no-progress", str(copy)]) == EXIT_OK
+    got = json.loads(capsys.readouterr().out)
+    assert got["ok"] and got["records"] == expected["records"] > 0 and got["segments"] == 1
+
+
+def test_verify_a_file_that_is_not_kafka(tmp_path, capsys):
+    """A text file: one problem saying so, not a size "at byte 8" with a garbage batch offset."""
+    text = tmp_path / "server.log"
+    text.write_bytes(b"[2024-01-01 00:00:00,000] INFO [KafkaServer id=1] started (kafka.server.KafkaServer)\n" * 30)
+    assert main(["verify", "--json", "--no-progress", str(text)]) == EXIT_DATA
+    [problem] = json.loads(capsys.readouterr().out)["problems"]
+    assert problem["kind"] == "corrupt" and problem["position"] == 0 and problem["offset"] is None
+    assert "this is not a Kafka segment" in problem["error"] and problem["error"].count("at byte") == 0

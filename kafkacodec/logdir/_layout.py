@@ -134,12 +134,16 @@ def find_partitions(paths: list[str], storage_options: dict[str, str] | None = N
                 f"{storage.uri(path)}: no such file or directory; give a Kafka log directory (holding "
                 "<topic>-<partition>/<base offset>.log files), a partition directory or a .log file")
         if entry.kind != "dir":
-            if segment_base(entry.name) is None:
-                raise FileNotFoundError(f"{storage.uri(path)}: not a segment file name (<20-digit base "
-                                        "offset>.log) nor a directory")
             parent = storage.parent(path)
             topic, partition = partition_of(parent.rstrip("/").rsplit("/", 1)[-1]) or (
                 parent.rstrip("/").rsplit("/", 1)[-1], 0)
+            if segment_base(entry.name) is None:
+                # a file named otherwise, given by its name (a copy such as seg.log): one segment
+                # whose name says no base offset (0), without index files
+                note = "" if entry.kind == "file" else (entry.note or "not a regular file")
+                add(topic, partition, [Segment(entry.path, topic, partition, 0, entry.size if not note else 0,
+                                               storage, note)], {})
+                continue
             add(topic, partition, _segments_in(storage, parent, topic, partition, [entry] + [
                 e for e in storage.list(parent) if e.name.startswith(entry.name[:-4] + ".")
                 and e.name != entry.name]), {})

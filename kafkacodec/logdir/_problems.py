@@ -15,13 +15,14 @@ Warnings go to stderr (the executor's log under Spark) unless a callback collect
 
 from __future__ import annotations
 
+import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError, LogLayoutError
 
-__all__ = ["Problem", "Reporter", "warn", "DAMAGE", "DATA_LOSS", "NOTE"]
+__all__ = ["Problem", "Reporter", "warn", "not_a_segment", "DAMAGE", "DATA_LOSS", "NOTE"]
 
 DAMAGE = ("corrupt", "partial", "unreadable")
 DATA_LOSS = ("overlap", "gap", "range")
@@ -45,6 +46,20 @@ class Problem:
     def as_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "file": self.path, "position": self.position, "offset": self.offset,
                 "error": self.message}
+
+
+def not_a_segment(head: bytes, size: int) -> str | None:
+    """Why a file of `size` bytes starting with `head` (17 bytes or more) cannot be a Kafka
+    segment, or None.  An entry starts with int64 offset, int32 size (at least 14: a v0
+    message's smallest), and has its magic (0, 1 or 2) at byte 16."""
+    if size < 17 or len(head) < 17:
+        return None                       # too short to tell: a partial entry at most
+    _, length, _, magic = struct.unpack_from(">qiib", head)
+    if magic not in (0, 1, 2):
+        return f"byte 16 would be the magic (0, 1 or 2) of its first entry and is {magic}"
+    if length < 14:
+        return f"its first entry would declare {length} bytes, below the minimum of 14"
+    return None
 
 
 def warn(problem: Problem) -> None:

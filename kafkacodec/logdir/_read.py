@@ -14,7 +14,7 @@ from kafkacodec.errors import CorruptRecordError, KafkaCodecError
 from kafkacodec.logdir._layout import PARTITION_RE, SEGMENT_RE, Segment, find_partitions
 from kafkacodec.logdir._options import Options
 from kafkacodec.logdir._plan import WINDOW, Planner, Split
-from kafkacodec.logdir._problems import DAMAGE, Problem, Reporter, warn
+from kafkacodec.logdir._problems import DAMAGE, Problem, Reporter, not_a_segment, warn
 from kafkacodec.logdir._pushdown import Pushdown
 from kafkacodec.logdir._readopts import MODES, ReadOptions
 
@@ -223,6 +223,11 @@ class _SplitReader:
                 last_seen = int(scan["last_offset"][-1]) if last_seen is None else max(last_seen, int(scan["last_offset"].max()))
             yield from self._decode(view, base, pos, stop, scan)
             if error:
+                reason = not_a_segment(bytes(memoryview(view)[0 - base:17 - base]), src.size) if stop == 0 else None
+                if reason is not None:              # the first entry is not one: not a Kafka file at all
+                    yield from self.damage(Problem("corrupt", s.uri, f"{s.uri}: this is not a Kafka segment: "
+                                                   f"{reason}", 0))
+                    return
                 try:
                     scan_entries(view, stop - base, window_end - base, source=s.uri, base=base)
                     exc: KafkaCodecError = CorruptRecordError(error, position=stop)
@@ -328,33 +333,27 @@ class _SplitReader:
 
 
 def describe(path: Paths) -> dict[str, Any]:
-    """Counts for a log directory: segments, bytes, data records per topic (aborted ones
-    included), records in aborted transactions, control records, problems found."""
-    import dataclasses
+    """Counts for a log directory (logdir._counts: data records per topic and in all, control
+    records, records of aborted transactions), segments, bytes and the damage found."""
+    from kafkacodec.logdir._counts import COUNT_COLUMNS, RecordCounts
 
-    import pyarrow.compute as pc
-
-    ro = read_options(path, {"mode": "DROPMALFORMED", "kafka.isolation.level": "read_committed",
-                             "failOnDataLoss": "false"})
+    ro = read_options(path, {"mode": "DROPMALFORMED", "failOnDataLoss": "false"})
     problems: list[Problem] = []
-    splits, _ = plan(path, ro, on_problem=problems.append)
-    per_topic: dict[str, int] = {}
-    result: dict[str, Any] = {"segments": len({s.path for s in splits}), "bytes": 0, "records": 0,
-                              "aborted_records": 0, "control_records": 0, "per_topic": per_topic}
-    quiet = dict(include_headers=False, mode="DROPMALFORMED", fail_on_data_loss=False)
+    planner = Planner(ro, Reporter(ro.mode, False, problems.append))
+    splits = planner.splits()
+    aborted = {(p.topic, p.partition): planner.aborted_and_lso(p)[0] for p in planner.partitions()}
+    total, per_topic = RecordCounts(), dict[str, RecordCounts]()
+    size = 0
     for s in splits:
-        if s.start == 0:
-            result["bytes"] += s.storage.info(s.path).size
-        every = control = 0
-        for rb in read_split(dataclasses.replace(s, aborted=[]), keep_control=True, columns=["isControl"],
-                             on_problem=problems.append, **quiet):        # type: ignore[arg-type]
-            every += rb.num_rows
-            control += pc.sum(rb.column("isControl")).as_py() or 0
-        kept = sum(rb.num_rows for rb in read_split(s, columns=["offset"], on_problem=lambda p: None,
-                                                    **quiet))                # type: ignore[arg-type]
-        result["control_records"] += control
-        result["records"] += every - control
-        result["aborted_records"] += every - control - kept
-        per_topic[s.topic] = per_topic.get(s.topic, 0) + every - control
-    result["corrupt"] = sum(p.kind in DAMAGE for p in problems)
-    return result
+        if s.start == 0 and s.problem is None:
+            size += s.storage.info(s.path).size
+        counts = per_topic.setdefault(s.topic, RecordCounts())
+        for rb in read_split(s, include_headers=False, keep_control=True, mode="DROPMALFORMED",
+                             fail_on_data_loss=False, columns=COUNT_COLUMNS, on_problem=problems.append):
+            counts.add(rb, aborted.get((s.topic, s.partition), []))
+    for counts in per_topic.values():
+        for name, value in counts.as_dict().items():
+            setattr(total, name, getattr(total, name) + value)
+    return {"segments": len({s.path for s in splits if s.problem is None}), "bytes": size, **total.as_dict(),
+            "per_topic": {t: c.records for t, c in per_topic.items()},
+            "corrupt": sum(p.kind in DAMAGE for p in problems)}

@@ -27,8 +27,8 @@ import numpy as np
 
 from kafkacodec.errors import CorruptRecordError
 
-__all__ = ["OffsetIndex", "TimeIndex", "parse_offset_index", "parse_time_index",
-           "parse_txn_index", "build_indexes", "INDEX_SUFFIXES"]
+__all__ = ["OffsetIndex", "TimeIndex", "AbortedTxn", "parse_offset_index", "parse_time_index",
+           "parse_txn_index", "read_txn_index", "sanity_check", "build_indexes", "INDEX_SUFFIXES"]
 
 OFFSET_ENTRY, TIME_ENTRY, TXN_ENTRY = 8, 12, 34
 INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
@@ -125,15 +125,25 @@ def parse_time_index(data: Any, base_offset: int, source: str) -> TimeIndex:
     return TimeIndex(timestamps, relative + base_offset, base_offset)
 
 
-def parse_txn_index(data: Any, base_offset: int, source: str) -> list[tuple[int, int, int]]:
-    """(producer id, first offset, last offset) of each aborted transaction."""
+@dataclass(frozen=True)
+class AbortedTxn:
+    """One `.txnindex` entry: an aborted transaction whose ABORT marker is in the segment."""
+    version: int
+    producer_id: int
+    first_offset: int
+    last_offset: int              # the ABORT marker's offset
+    last_stable_offset: int       # the partition's last stable offset when it was aborted
+
+
+def read_txn_index(data: Any, base_offset: int, source: str) -> list[AbortedTxn]:
+    """Every entry of a `.txnindex`, checked (version 0, first <= last, ending in this segment)."""
     raw = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
     if len(raw) % TXN_ENTRY:
         raise CorruptRecordError(f"{source}: {len(raw)} bytes is not a multiple of the {TXN_ENTRY}-byte "
                                  "entry size", position=len(raw) - len(raw) % TXN_ENTRY)
     rows = raw.reshape(-1, TXN_ENTRY)
     version = _field(rows, 0, ">i2")
-    pid, first, last = (_field(rows, start, ">i8") for start in (2, 10, 18))
+    pid, first, last, lso = (_field(rows, start, ">i8") for start in (2, 10, 18, 26))
     for i in range(len(rows)):
         if version[i] != 0:
             raise CorruptRecordError(f"{source}: entry {i} has version {int(version[i])} (Kafka writes 0)",
@@ -142,7 +152,42 @@ def parse_txn_index(data: Any, base_offset: int, source: str) -> list[tuple[int,
             raise CorruptRecordError(f"{source}: entry {i} spans offsets {int(first[i])}..{int(last[i])}, "
                                      f"not ending in this segment (base offset {base_offset})",
                                      position=i * TXN_ENTRY + 10)
-    return [(int(p), int(f), int(la)) for p, f, la in zip(pid, first, last)]
+    return [AbortedTxn(*map(int, row)) for row in zip(version, pid, first, last, lso)]
+
+
+def parse_txn_index(data: Any, base_offset: int, source: str) -> list[tuple[int, int, int]]:
+    """(producer id, first offset, last offset) of each aborted transaction."""
+    return [(t.producer_id, t.first_offset, t.last_offset) for t in read_txn_index(data, base_offset, source)]
+
+
+def sanity_check(suffix: str, data: Any, base_offset: int, source: str) -> int:
+    """Kafka's own check of an index file when a broker loads a segment (OffsetIndex and
+    TimeIndex `sanityCheck()`: a file that fails it is rebuilt): the size is a multiple of the
+    entry; the last entry's offset is not below the base offset; a time index's last timestamp
+    is not below its first.  As Kafka, every slot counts, the preallocated zero ones of an
+    active segment's index too.  Returns the number of slots; CorruptRecordError otherwise."""
+    size = {".index": OFFSET_ENTRY, ".timeindex": TIME_ENTRY}[suffix]
+    raw = memoryview(data).cast("B")
+    if len(raw) % size:
+        raise CorruptRecordError(f"{source} is corrupt: {len(raw)} bytes is not a multiple of the {size}-byte "
+                                 "entry size", position=len(raw) - len(raw) % size)
+    slots = len(raw) // size
+    if not slots:
+        return 0
+    last = bytes(raw[(slots - 1) * size:])
+    if suffix == ".index":
+        last_offset = base_offset + int.from_bytes(last[:4], "big", signed=True)
+    else:
+        first_ts = int.from_bytes(raw[:8], "big", signed=True)
+        last_ts = int.from_bytes(last[:8], "big", signed=True)
+        if last_ts < first_ts:
+            raise CorruptRecordError(f"{source} is corrupt: its last timestamp {last_ts} is below its first "
+                                     f"{first_ts}", position=(slots - 1) * size)
+        last_offset = base_offset + int.from_bytes(last[8:], "big", signed=True)
+    if last_offset < base_offset:
+        raise CorruptRecordError(f"{source} is corrupt: its last offset {last_offset} is below the base offset "
+                                 f"{base_offset}", position=(slots - 1) * size)
+    return slots
 
 
 def build_indexes(scan: dict[str, Any], base_offset: int, *, interval: int = INDEX_INTERVAL_BYTES,

@@ -263,7 +263,7 @@ class FetchHandler:
                 lazy = LazyDownConvertRecords(
                     records, to_magic, offset, config.chunk_size,
                     enabled=config.downconversion_enabled(part.topic),
-                    pool=self.server.conversion_pool, zstd_codec=config.zstd_codec)
+                    pool=self.server.conversion_pool, recompress=config.zstd_codec)
             except UnsupportedVersionError:
                 answer.error = UNSUPPORTED_VERSION
                 return

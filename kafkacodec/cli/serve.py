@@ -1,0 +1,132 @@
+"""`kafkacodec serve`: a read-only Kafka broker over log directories, or a gateway to a cluster
+(--upstream) for clients old and new (docs/serve.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from kafkacodec.cli._exit import EXIT_CODES, EXIT_INPUT, EXIT_OK, EXIT_USAGE, CliError
+from kafkacodec.cli._output import FORMATTER, count_arg, size_arg
+
+
+def _address_arg(text: str) -> tuple[str, int]:
+    from kafkacodec.serve.config import parse_host_port
+
+    try:
+        return parse_host_port(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _topic_switch_arg(text: str) -> tuple[str, bool]:
+    topic, sep, value = text.rpartition("=")
+    if not sep or not topic or value.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not TOPIC=true or TOPIC=false")
+    return topic, value.lower() == "true"
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    import threading
+
+    from kafkacodec.serve import Server, ServeConfig
+
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for path in args.log_dirs:
+        if not os.path.isdir(path):
+            raise CliError(f"{path}: not a directory; give Kafka log directories (holding "
+                           "<topic>-<partition>/<base offset>.log files)", EXIT_INPUT)
+    try:
+        config = ServeConfig(
+            log_dirs=args.log_dirs, listen=args.listen, advertised=args.advertised_listener,
+            state_dir=args.state_dir, metrics_listen=args.metrics_listen,
+            max_conversion_memory=args.max_conversion_memory,
+            max_request_memory=args.max_request_memory,
+            socket_request_max_bytes=args.socket_request_max_bytes,
+            downconversion=not args.no_downconversion,
+            topic_downconversion=dict(args.topic_downconversion or []),
+            zstd_codec=args.zstd_downconvert_codec, node_id=args.node_id,
+            poll_interval_ms=args.poll_interval_ms,
+            group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+            upstream=args.upstream, upstream_buffer_memory=args.upstream_buffer_memory,
+            upstream_cache_memory=args.upstream_cache_memory)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        server = Server(config=config).start()
+    except OSError as exc:                    # the upstream cluster unreachable, the port taken
+        raise CliError(str(exc), EXIT_INPUT) from None
+    try:
+        host, port = server.address
+        print(f"listening on {host}:{port}", flush=True)
+        while not stop.wait(0.5) and not server.wait(0):
+            pass
+    finally:
+        server.stop()
+    return EXIT_OK
+
+
+
+def add_parser(subparsers: Any) -> None:
+    sv = subparsers.add_parser(
+        "serve", formatter_class=FORMATTER,
+        help="serve log directories to Kafka clients (a read-only broker, old and new clients)",
+        description="A read-only Kafka broker over log directories: any consumer (kafka-python, "
+                    "librdkafka, aiokafka, the Java client; Fetch v0 to v17) reads the topics "
+                    "found there, by assign or in a consumer group. Clients that only speak "
+                    "message formats v0/v1 get the data down-converted. Appends to the "
+                    "directories are served as they land. Writes are refused (POLICY_VIOLATION). "
+                    "The first line on stdout is `listening on HOST:PORT`; SIGTERM and SIGINT "
+                    "stop it (exit 0). See docs/serve.md.",
+        epilog="examples:\n  kafkacodec serve /backups/kafka-logs --listen 127.0.0.1:9092\n"
+               "  kafkacodec serve /var/kafka-logs --listen 0.0.0.0:9092 --advertised-listener "
+               "kafka-archive:9092 --state-dir /var/lib/kafkacodec --metrics-listen :9404\n"
+               "  kafkacodec serve --upstream kafka4:9092 --listen 0.0.0.0:9092 --advertised-listener "
+               "gateway:9092\n\n" + EXIT_CODES)
+    sv.add_argument("log_dirs", nargs="*", metavar="LOG_DIR", help="Kafka log directories (log.dirs)")
+    sv.add_argument("--upstream", metavar="BOOTSTRAP",
+                    help="serve this cluster instead of log directories: a gateway for old clients "
+                         "(down-converted) and new ones (the cluster's batches); groups are "
+                         "coordinated here and their offsets committed to the cluster")
+    sv.add_argument("--upstream-buffer-memory", type=size_arg(0), default=64 << 20, metavar="BYTES",
+                    help="the upstream consumer's memory (KIP-81 pool of its rings, default 64MiB)")
+    sv.add_argument("--upstream-cache-memory", type=size_arg(0), default=64 << 20, metavar="BYTES",
+                    help="fetched upstream data kept for clients (default 64MiB)")
+    sv.add_argument("--listen", type=_address_arg, default=("127.0.0.1", 9092), metavar="HOST:PORT",
+                    help="where to listen (port 0: any free port; default 127.0.0.1:9092)")
+    sv.add_argument("--advertised-listener", type=_address_arg, metavar="HOST:PORT",
+                    help="the address clients are told to connect to (default: the listen address)")
+    sv.add_argument("--state-dir", metavar="DIR",
+                    help="where consumer group offsets are kept (default: in memory, lost at exit)")
+    sv.add_argument("--metrics-listen", type=_address_arg, metavar="HOST:PORT",
+                    help="serve Prometheus metrics over HTTP here")
+    sv.add_argument("--max-conversion-memory", type=size_arg(0), default=64 << 20, metavar="BYTES",
+                    help="memory for every down-conversion at once (default 64MiB)")
+    sv.add_argument("--max-request-memory", type=size_arg(0), default=200 << 20, metavar="BYTES",
+                    help="memory for requests being received, Kafka's queued.max.request.bytes "
+                         "(0: unbounded; default 200MiB)")
+    sv.add_argument("--socket-request-max-bytes", type=size_arg(0), default=100 << 20, metavar="BYTES",
+                    help="the largest request accepted (socket.request.max.bytes, default 100MiB)")
+    sv.add_argument("--no-downconversion", action="store_true",
+                    help="log.message.downconversion.enable=false: Fetch v0-3 of newer data gets "
+                         "UNSUPPORTED_VERSION")
+    sv.add_argument("--topic-downconversion", type=_topic_switch_arg, action="append", metavar="TOPIC=BOOL",
+                    help="message.downconversion.enable for one topic (repeatable)")
+    sv.add_argument("--zstd-downconvert-codec", choices=("none", "gzip", "snappy", "lz4"),
+                    help="rebuild zstd batches with this codec for old clients (default: refuse them "
+                         "with UNSUPPORTED_COMPRESSION_TYPE, as Kafka)")
+    sv.add_argument("--node-id", type=int, default=0, help="the broker id clients see (default 0)")
+    sv.add_argument("--poll-interval-ms", type=count_arg(1), default=10,
+                    help="how often waiting fetches look for new data (default 10)")
+    sv.add_argument("--group-initial-rebalance-delay-ms", type=count_arg(0), default=0,
+                    help="group.initial.rebalance.delay.ms (default 0)")
+    sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    sv.set_defaults(run=run)
