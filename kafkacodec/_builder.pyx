@@ -118,6 +118,7 @@ cdef struct Column:
 
 cdef extern from "Python.h":
     PyObject** PySequence_Fast_ITEMS(object seq)
+    PyObject** items_of "PySequence_Fast_ITEMS"(PyObject* seq)     # no reference taken
     bint bytes_exact "PyBytes_CheckExact"(PyObject* o)
     bint int_exact "PyLong_CheckExact"(PyObject* o)
     char* bytes_data "PyBytes_AS_STRING"(PyObject* o)
@@ -178,7 +179,7 @@ cdef inline int column_span(const Column* c, Py_ssize_t i, Span* s, const char* 
     s.data = NULL
     s.length = -1
     if c.kind == COLUMN_LIST or c.kind == COLUMN_TUPLE:
-        item = PySequence_Fast_ITEMS(<object>c.items)[i]
+        item = items_of(c.items)[i]
         if item == <PyObject*>None:
             return SPAN_OK
         if not bytes_exact(item):
@@ -203,6 +204,63 @@ cdef inline int column_span(const Column* c, Py_ssize_t i, Span* s, const char* 
         raise RecordTooLargeError(f"{what.decode()} of {size} bytes exceeds Kafka's 2 GiB limit")
     s.length = size
     return SPAN_OK
+
+
+cdef extern from *:
+    """
+    #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+    /* GCC 12 drops some __builtin_prefetch calls (those after an inlined switch); asm stays */
+    #define kc_prefetch(p) __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)(p)))
+    #elif defined(__GNUC__) || defined(__clang__)
+    #define kc_prefetch(p) __builtin_prefetch((const void *)(p), 0, 3)
+    #else
+    #define kc_prefetch(p) ((void)(p))
+    #endif
+    """
+    void kc_prefetch(const void* p) noexcept nogil
+
+cdef enum:
+    PREFETCH_ROWS = 8        # rows ahead: about one memory latency of appending
+
+cdef inline void column_prefetch(const Column* c, Py_ssize_t i) noexcept:
+    """Start loading row i's object (its header and first bytes): a list's items lie wherever
+    Python allocated them, and each row would otherwise wait for memory in turn."""
+    cdef const char* item
+    if c.kind == COLUMN_LIST or c.kind == COLUMN_TUPLE:
+        item = <const char*>items_of(c.items)[i]
+        kc_prefetch(item)
+        kc_prefetch(item + 64)
+
+
+cdef inline bint row_of(const Column* c, Py_ssize_t i, const unsigned char** data,
+                        Py_ssize_t* length) noexcept:
+    """Row i in place when that runs no Python code and needs no check beyond this one: null,
+    an exact bytes item of a list or tuple, an Arrow row whose offsets hold; False for anything
+    else (column_span then reads it, or raises what is wrong with it)."""
+    cdef PyObject* item
+    cdef int64_t size
+    cdef int found
+    data[0] = NULL
+    length[0] = -1
+    if c.kind == COLUMN_LIST or c.kind == COLUMN_TUPLE:
+        item = items_of(c.items)[i]
+        if item == <PyObject*>None:
+            return True
+        if not bytes_exact(item) or bytes_size(item) > INT32_MAX:
+            return False
+        data[0] = <const unsigned char*>bytes_data(item)
+        length[0] = bytes_size(item)
+        return True
+    if c.kind == COLUMN_NULL:
+        return True
+    found = arrow_binary_row(&c.arrow, i, data, &size)
+    if found == 0:
+        data[0] = NULL
+        return True
+    if found < 0 or size > INT32_MAX:
+        return False
+    length[0] = size
+    return True
 
 
 cdef object arrow_int64_view(object obj):
@@ -583,6 +641,27 @@ cdef class MemoryRecordsBuilder:
             self.max_timestamp = timestamp
         return 0
 
+    @cython.final
+    cdef inline int _write_v2(self, int64_t timestamp, const unsigned char* key,
+                              Py_ssize_t key_length, const unsigned char* value,
+                              Py_ssize_t value_length) except -1:
+        """_write() of a v2 record without headers at the next offset (checked by the caller);
+        key_length and value_length are at most INT32_MAX, -1 for null."""
+        cdef int64_t offset = self.last_offset + 1
+        if not self.has_base_timestamp:
+            self.base_timestamp = timestamp
+            self.has_base_timestamp = True
+        if key_length + value_length > <Py_ssize_t>INT32_MAX - 32:   # 26 bytes of varints at most
+            raise RecordTooLargeError("record exceeds Kafka's 2 GiB limit", offset=offset)
+        write_v2_record(&self.w, <int32_t>(offset - self.base_offset),
+                        wrap_sub(timestamp, self.base_timestamp), key, <int32_t>key_length,
+                        value, <int32_t>value_length, NULL, 0, 0)
+        self.count += 1
+        self.last_offset = offset
+        if timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+        return 0
+
     cdef int _append(self, bint at_next, int64_t offset, int64_t timestamp, object key,
                      object value, object headers) except -1:
         """append / append_with_offset (offset used unless at_next), under the guard."""
@@ -697,9 +776,13 @@ cdef class MemoryRecordsBuilder:
     cdef int _append_many(self, Py_ssize_t n, int64_t ts, const int64_t* ts_values,
                           const int64_t[::1] ts_view, Column* key_col, Column* value_col,
                           object headers, list keep) except -1:
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, key_length, value_length
+        cdef const unsigned char* key
+        cdef const unsigned char* value
         cdef Span k, v
         cdef object header_obj = None
+        # the common rows (v2, no headers, bytes/None/Arrow) go straight to the record writer
+        cdef bint direct = self.magic == 2 and headers is None
         # saved state for the all-or-nothing rollback
         cdef Py_ssize_t saved_length = self.w.length
         cdef int32_t saved_count = self.count
@@ -708,12 +791,19 @@ cdef class MemoryRecordsBuilder:
         cdef bint saved_has_base = self.has_base_timestamp
         try:
             for i in range(n):
+                if i + PREFETCH_ROWS < n:
+                    column_prefetch(key_col, i + PREFETCH_ROWS)
+                    column_prefetch(value_col, i + PREFETCH_ROWS)
                 if ts_values != NULL:
                     ts = ts_values[i]
                 elif ts_view is not None:
                     ts = ts_view[i]
                     if ts < NO_TIMESTAMP:
                         raise ValueError(f"invalid negative timestamp {ts} at index {i}: use -1 for none")
+                if (direct and row_of(key_col, i, &key, &key_length)
+                        and row_of(value_col, i, &value, &value_length)):
+                    self._write_v2(ts, key, key_length, value, value_length)
+                    continue
                 if headers is not None:
                     header_obj = <object>PyTuple_GET_ITEM(headers, i)        # a tuple (copied)
                 k.release = v.release = False

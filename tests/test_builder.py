@@ -447,6 +447,20 @@ def test_append_many_matches_append():
     assert [r[1] for r in peer_records(AioMemoryRecords, same_ts.build())] == [5] * 300
 
 
+def test_append_many_mixes_direct_and_buffer_rows():
+    # bytes and None rows are written in place, other buffers through their export: any mix
+    # in one call gives the bytes one append() per record gives
+    kinds = [lambda b: b, bytearray, memoryview, lambda b: np.frombuffer(b, np.uint8), lambda b: None]
+    values = [kinds[i % 5](b"value-%d" % i) for i in range(200)]
+    keys = [kinds[(i // 3) % 5](b"k%d" % i) for i in range(200)]
+    one = MemoryRecordsBuilder(base_offset=3)
+    for i, (k, v) in enumerate(zip(keys, values)):
+        one.append(100 + i, k, v)
+    many = MemoryRecordsBuilder(base_offset=3)
+    many.append_many(list(range(100, 300)), keys, values)
+    assert many.build() == one.build()
+
+
 def test_append_many_is_all_or_nothing():
     builder = MemoryRecordsBuilder()
     builder.append(1, b"k", b"v")
