@@ -4,7 +4,8 @@ Kafka 3.8's MemoryRecordsBuilder does (spec record-formats.md; docs/building.md 
 
 Records are encoded straight into one C write buffer (`_writer.pxd`) by the `_v2.pxd` /
 `_legacy.pxd` primitives; `build()` fills the batch header (or the compressed wrapper) and
-returns the bytes, then the builder continues with the next batch.
+returns the bytes (`build_into()` writes them into the caller's buffer instead), then the
+builder continues with the next batch.
 
 Errors: a wrong Python type raises TypeError; a value out of range for its argument (negative
 timestamp other than -1, offsets that do not increase, bad producer state) raises ValueError;
@@ -18,7 +19,8 @@ import sys
 import time
 
 cimport cython
-from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.buffer cimport (PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release,
+                             PyBUF_SIMPLE, PyBUF_WRITABLE)
 from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize,
                             PyBytes_GET_SIZE)
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -33,8 +35,8 @@ from libc.string cimport memcpy
 from kafkacodec._columns cimport ArrowBinary, arrow_binary_init, arrow_binary_row
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
-from kafkacodec._writer cimport (Writer, ensure, reserve, store_u16, store_u32, store_uvarint,
-                                 varint_size)
+from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_bytes, reserve, store_u16,
+                                 store_u32, store_uvarint, varint_size)
 from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, V2_HEADER_SIZE, V0_RECORD_OVERHEAD,
                                  V1_RECORD_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG,
                                  CONTROL_FLAG, DELETE_HORIZON_FLAG, NO_TIMESTAMP)
@@ -48,6 +50,7 @@ from kafkacodec.errors import (RecordTooLargeError, UnsupportedCompressionError,
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+    const Py_ssize_t PY_SSIZE_T_MAX
 
 kc_crc_init()
 
@@ -136,6 +139,11 @@ cdef int column_snapshot(Column* c, list keep) except -1:
     return 0
 
 
+# pyarrow's binary and string array classes -> whether their offsets are int64 (filled when the
+# first Arrow column comes): one dict lookup instead of four type tests a call.
+cdef dict ARROW_BINARY_CLASSES = {}
+
+
 cdef object column_of(object obj, Column* c, str name, list keep):
     """Set up c over obj; returns its length (-1 for None).  What c points into is appended to
     `keep`, which the caller holds for the call."""
@@ -147,8 +155,15 @@ cdef object column_of(object obj, Column* c, str name, list keep):
         c.kind = COLUMN_LIST if type(obj) is list else COLUMN_TUPLE
         c.items = <PyObject*>obj
         return len(obj)
-    pa = sys.modules.get("pyarrow")
-    if pa is not None and isinstance(obj, pa.Array):
+    wide = ARROW_BINARY_CLASSES.get(type(obj))
+    if wide is None:
+        pa = sys.modules.get("pyarrow")
+        if pa is None or not isinstance(obj, pa.Array):
+            raise TypeError(f"{name} must be a list, a tuple or a pyarrow binary/string array"
+                            f"{' (or None)' if name == 'keys' else ''}, not {type(obj).__name__}")
+        if not ARROW_BINARY_CLASSES:
+            ARROW_BINARY_CLASSES.update({pa.BinaryArray: False, pa.StringArray: False,
+                                         pa.LargeBinaryArray: True, pa.LargeStringArray: True})
         t = obj.type
         if pa.types.is_binary(t) or pa.types.is_string(t):
             wide = False
@@ -156,13 +171,11 @@ cdef object column_of(object obj, Column* c, str name, list keep):
             wide = True
         else:
             raise TypeError(f"{name} as an Arrow array must be binary or string, not {t}")
-        keep.append(obj)
-        n = len(obj)
-        keep.append(arrow_binary_init(&c.arrow, obj, wide, n, name))
-        c.kind = COLUMN_ARROW
-        return n
-    raise TypeError(f"{name} must be a list, a tuple or a pyarrow binary/string array"
-                    f"{' (or None)' if name == 'keys' else ''}, not {type(obj).__name__}")
+    keep.append(obj)
+    n = len(obj)
+    keep.append(arrow_binary_init(&c.arrow, obj, wide, n, name))
+    c.kind = COLUMN_ARROW
+    return n
 
 
 cdef enum:
@@ -362,7 +375,8 @@ cdef int64_t check_int(object v, str name, int64_t low, int64_t high) except? -1
 cdef class MemoryRecordsBuilder:
     """MemoryRecordsBuilder(magic=2, compression="none", timestamp_type=TimestampType.CREATE_TIME, base_offset=0, producer_id=-1, producer_epoch=-1, base_sequence=-1, is_transactional=False, log_append_time=None, partition_leader_epoch=-1, compression_level=None, *, is_control_batch=False, delete_horizon_ms=None, max_batch_size=None)
 
-    Write one batch at a time; `build()` returns it and starts the next one.
+    Write one batch at a time; `build()` returns it (`build_into(buffer)` writes it into a
+    buffer the caller owns) and starts the next one.
 
     The next batch starts at the offset after the last one written (and, for an idempotent
     producer, the base sequence after its last sequence), so the outputs of several builds
@@ -926,24 +940,83 @@ cdef class MemoryRecordsBuilder:
     def build(self) -> bytes:
         """Close the batch and return its bytes (b"" when empty, as Kafka builds nothing);
         the builder then continues with the next batch."""
+        cdef const unsigned char* data
+        cdef Py_ssize_t size
         guard_enter(&self.guard, b"MemoryRecordsBuilder")   # codecs run without the GIL
         try:
-            return self._build()
+            if self.count == 0:
+                return b""
+            out = self._close(&data, &size)
+            if out is None:
+                out = PyBytes_FromStringAndSize(<const char*>data, size)
+            self._advance()
+            return out
         finally:
             guard_leave(&self.guard)
 
-    cdef bytes _build(self):
-        cdef bytes out
-        cdef int32_t span
-        if self.count == 0:
-            return b""
+    def build_into(self, buffer, position=None) -> int:
+        """Close the batch and write its bytes into `buffer` instead of a new bytes object;
+        returns the position after them (nothing is written for an empty batch, as Kafka builds
+        nothing).  The builder then continues with the next batch.
+
+        `buffer`: a WriteBuffer (the batch is appended to it: several builds make a log in one
+        growable buffer; `position`, when given, must be its length), or any writable
+        C-contiguous buffer (bytearray, memoryview, numpy array, mmap), written at `position`
+        (default 0).  A batch that does not fit in buffer[position:] raises ValueError and
+        stays in the builder (build it again into a larger buffer)."""
+        cdef const unsigned char* data
+        cdef Py_ssize_t size, at
+        cdef WriteBuffer out
+        cdef Py_buffer view
+        guard_enter(&self.guard, b"MemoryRecordsBuilder")
+        try:
+            if isinstance(buffer, WriteBuffer):
+                out = <WriteBuffer>buffer
+                if position is not None and position != out.w.length:
+                    raise ValueError(f"a WriteBuffer is written at its end ({out.w.length}), not "
+                                     f"at {position}")
+                if self.count:
+                    keep = self._close(&data, &size)
+                    put_bytes(&out.w, data, size)        # BufferError under a live view
+                    self._advance()
+                return out.w.length
+            at = 0 if position is None else check_int(position, "position", 0, PY_SSIZE_T_MAX)
+            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE)
+            try:
+                if at > view.len:
+                    raise ValueError(f"position {at} is past the end of the buffer ({view.len} bytes)")
+                if self.count == 0:
+                    return at
+                keep = self._close(&data, &size)
+                if size > view.len - at:
+                    raise ValueError(f"the batch takes {size} bytes, {view.len - at} are left in "
+                                     f"the buffer after position {at}")
+                memcpy(<unsigned char*>view.buf + at, data, size)
+                self._advance()
+                return at + size
+            finally:
+                PyBuffer_Release(&view)
+        finally:
+            guard_leave(&self.guard)
+
+    cdef object _close(self, const unsigned char** data, Py_ssize_t* size):
+        """The bytes of the (non-empty) batch, without starting the next one: *data, *size
+        point into the builder's buffers or into the returned bytes object (None otherwise),
+        valid until the next call that changes the builder."""
         if self.magic == 2:
-            out = self._build_v2()
-        elif self.codec == CODEC_NONE:
-            out = PyBytes_FromStringAndSize(<const char*>self.w.buf, self.w.length)
-        else:
-            out = self._build_legacy_wrapper()
-        span = <int32_t>(self.last_offset - self.base_offset) + 1
+            return self._close_v2(data, size)
+        if self.codec == CODEC_NONE:
+            data[0] = self.w.buf
+            size[0] = self.w.length
+            return None
+        self._close_legacy_wrapper()
+        data[0] = self.scratch.buf
+        size[0] = self.scratch.length
+        return None
+
+    cdef int _advance(self) except -1:
+        """Start the next batch after the one just closed."""
+        cdef int32_t span = <int32_t>(self.last_offset - self.base_offset) + 1
         if self.base_sequence >= 0:          # DefaultRecordBatch.incrementSequence: wraps to 0
             self.base_sequence = <int32_t>((<int64_t>self.base_sequence + span) % (<int64_t>INT32_MAX + 1))
         if self.last_offset == INT64_MAX:       # nothing can follow offset 2^63-1
@@ -951,9 +1024,9 @@ cdef class MemoryRecordsBuilder:
         else:
             self.base_offset = self.last_offset + 1
         self._start_batch()
-        return out
+        return 0
 
-    cdef bytes _build_v2(self):
+    cdef object _close_v2(self, const unsigned char** data, Py_ssize_t* size):
         cdef BatchHeader h
         cdef bytes out, compressed
         cdef unsigned char* p
@@ -975,9 +1048,11 @@ cdef class MemoryRecordsBuilder:
         h.producer_epoch = <int16_t>self.producer_epoch
         h.base_sequence = self.base_sequence
         h.records_count = self.count
-        if self.codec == CODEC_NONE:
+        if self.codec == CODEC_NONE:             # the header goes in front of the records
             write_v2_batch_header(self.w.buf, self.w.length, &h)
-            return PyBytes_FromStringAndSize(<const char*>self.w.buf, self.w.length)
+            data[0] = self.w.buf
+            size[0] = self.w.length
+            return None
         compressed = compress(self.codec, 2, self.w.buf + V2_HEADER_SIZE,
                               self.w.length - V2_HEADER_SIZE, self.level)
         if PyBytes_GET_SIZE(compressed) > INT32_MAX - V2_HEADER_SIZE:
@@ -987,11 +1062,14 @@ cdef class MemoryRecordsBuilder:
         p = <unsigned char*>PyBytes_AS_STRING(out)
         memcpy(p + V2_HEADER_SIZE, PyBytes_AS_STRING(compressed), PyBytes_GET_SIZE(compressed))
         write_v2_batch_header(p, PyBytes_GET_SIZE(out), &h)
+        data[0] = p
+        size[0] = PyBytes_GET_SIZE(out)
         return out
 
-    cdef bytes _build_legacy_wrapper(self):
-        # Kafka's writeLegacyCompressedWrapperHeader: wrapper offset = last (absolute) offset,
-        # null key, v1 timestamp = the append time or the max inner timestamp.
+    cdef int _close_legacy_wrapper(self) except -1:
+        """The compressed wrapper message, into scratch.  Kafka's
+        writeLegacyCompressedWrapperHeader: wrapper offset = last (absolute) offset, null key,
+        v1 timestamp = the append time or the max inner timestamp."""
         cdef bytes compressed = compress(self.codec, self.magic, self.w.buf, self.w.length, self.level)
         cdef int8_t attributes = <int8_t>self.codec
         cdef int64_t timestamp = self.max_timestamp
@@ -1005,7 +1083,7 @@ cdef class MemoryRecordsBuilder:
         write_legacy_message(&self.scratch, <int8_t>self.magic, self.last_offset, timestamp,
                              attributes, NULL, -1, <const unsigned char*>PyBytes_AS_STRING(compressed),
                              <int32_t>PyBytes_GET_SIZE(compressed))
-        return PyBytes_FromStringAndSize(<const char*>self.scratch.buf, self.scratch.length)
+        return 0
 
     def __repr__(self):
         return (f"MemoryRecordsBuilder(magic={self.magic}, compression={self.compression.name.lower()!r}, "
