@@ -6,6 +6,7 @@ from typing import Any
 from typing_extensions import Buffer
 
 from kafkacodec._records import MemoryRecords
+from kafkacodec._writer import WriteBuffer
 
 __all__ = ["DownConverter", "RecordConversionStats", "ConvertedRecords", "down_convert",
            "first_entry_above", "records_buffer", "release_file_pages"]
@@ -37,7 +38,8 @@ class DownConverter:
 
 def records_buffer(records: Any) -> memoryview: ...
 def first_entry_above(data: Any, to_magic: int, position: int = 0) -> tuple[int, bool]: ...
-def down_convert(records: Any, to_magic: int, first_offset: int = 0) -> ConvertedRecords: ...
+def down_convert(records: Any, to_magic: int, first_offset: int = 0,
+                 out: WriteBuffer | None = None) -> ConvertedRecords: ...
 def release_file_pages(data: Any) -> None: ...
 
 class ChunkReader:

@@ -206,6 +206,33 @@ def test_v1_messages_convert_to_v0():
     assert result.stats.records_converted == 1
 
 
+def test_conversions_append_to_a_callers_write_buffer():
+    batch = v2_batch(SAMPLE, base_offset=100)
+    later = v2_batch([(0, 2000, b"k", b"later " * 40)], base_offset=200, codec=GZIP)
+    out = kafkacodec.WriteBuffer(4096)
+    out.write(b"prefix")
+    first = down_convert(batch, 1, out=out)
+    second = down_convert(later, 0, out=out)            # spare capacity: the first view stays
+    assert bytes(first.records) == bytes(down_convert(batch, 1).records)
+    assert bytes(second.records) == bytes(down_convert(later, 0).records)
+    assert bytes(out) == b"prefix" + bytes(first.records) + bytes(second.records)
+    assert decoded(second.records) == expect(0, [(200, 2000, CREATE, b"k", b"later " * 40)])
+    assert first.stats.records_converted == 4 and second.stats.records_converted == 1
+    with pytest.raises(BufferError):                    # the results view it
+        out.clear()
+    zstd = v2_batch([(0, 1, None, b"z" * 100)], base_offset=7, codec=ZSTD)
+    with pytest.raises(UnsupportedCompressionError):
+        down_convert(batch + zstd, 1, out=out)
+    with pytest.raises(BufferError):                    # would outgrow the viewed buffer
+        down_convert(batch * 100, 1, out=out)
+    assert bytes(out) == b"prefix" + bytes(first.records) + bytes(second.records)
+    del first, second
+    out.clear()                                         # reused, fetch after fetch
+    assert bytes(down_convert(batch, 0, out=out).records) == bytes(down_convert(batch, 0).records)
+    with pytest.raises(TypeError):
+        down_convert(batch, 1, out=bytearray(100))
+
+
 def test_zstd_batch_fails_the_whole_conversion_below_v2():
     value = b"compressible " * 50
     zstd = v2_batch([(0, 1, None, value)] * 1, base_offset=7, codec=ZSTD)
