@@ -35,6 +35,7 @@ from libc.string cimport memcpy
 from kafkacodec._columns cimport ArrowBinary, arrow_binary_init, arrow_binary_row
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
+from kafkacodec._prefetch cimport kc_prefetch
 from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_bytes, reserve, store_u16,
                                  store_u32, store_uvarint, varint_size)
 from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, V2_HEADER_SIZE, V0_RECORD_OVERHEAD,
@@ -218,19 +219,6 @@ cdef inline int column_span(const Column* c, Py_ssize_t i, Span* s, const char* 
     s.length = size
     return SPAN_OK
 
-
-cdef extern from *:
-    """
-    #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-    /* GCC 12 drops some __builtin_prefetch calls (those after an inlined switch); asm stays */
-    #define kc_prefetch(p) __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)(p)))
-    #elif defined(__GNUC__) || defined(__clang__)
-    #define kc_prefetch(p) __builtin_prefetch((const void *)(p), 0, 3)
-    #else
-    #define kc_prefetch(p) ((void)(p))
-    #endif
-    """
-    void kc_prefetch(const void* p) noexcept nogil
 
 cdef enum:
     PREFETCH_ROWS = 8        # rows ahead: about one memory latency of appending
