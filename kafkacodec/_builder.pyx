@@ -20,7 +20,7 @@ import time
 
 cimport cython
 from cpython.buffer cimport (PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release,
-                             PyBUF_SIMPLE, PyBUF_WRITABLE)
+                             PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBUF_SIMPLE, PyBUF_WRITABLE)
 from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize,
                             PyBytes_GET_SIZE)
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -264,10 +264,14 @@ cdef inline bint row_of(const Column* c, Py_ssize_t i, const unsigned char** dat
     return True
 
 
-cdef object arrow_int64_view(object obj):
-    """A contiguous int64 buffer of obj: numpy arrays and buffers as they are; a pyarrow int64
-    or timestamp[ms] array without nulls zero-copy."""
-    cdef const int64_t[::1] view
+cdef bint LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+cdef int int64_column(object obj, Py_buffer* view) except -1:
+    """Export obj's int64 values into view (the caller releases it): a 1-D C-contiguous buffer
+    of native int64 (numpy arrays...) as it is, a pyarrow int64 or timestamp[ms] array without
+    nulls zero-copy.  The raw buffer protocol: a typed memoryview costs several times more."""
+    cdef const char* f
     pa = sys.modules.get("pyarrow")
     if pa is not None and isinstance(obj, pa.Array):
         t = obj.type
@@ -277,11 +281,21 @@ cdef object arrow_int64_view(object obj):
             raise ValueError("Arrow timestamps must not contain nulls (use -1 for no timestamp)")
         obj = obj.view(pa.int64()).to_numpy(zero_copy_only=True)
     try:
-        view = obj
+        PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
     except (TypeError, ValueError, BufferError):
         raise TypeError("timestamps must be an int, a list/tuple of ints or a contiguous int64 "
                         f"buffer, not {type(obj).__name__}") from None
-    return view
+    f = view.format
+    if f == NULL:                        # unsigned bytes (PEP 3118)
+        f = b"B"
+    if f[0] == b"@" or f[0] == b"=" or (f[0] == b"<" and LITTLE_ENDIAN):
+        f += 1                           # native order ('=': standard sizes, itemsize says)
+    if (view.ndim != 1 or view.itemsize != 8 or f[1] != 0
+            or not (f[0] == b"q" or (f[0] == b"l" and sizeof(long) == 8))):
+        PyBuffer_Release(view)
+        raise TypeError("timestamps must be an int, a list/tuple of ints or a contiguous int64 "
+                        f"buffer, not {type(obj).__name__}")
+    return 0
 
 
 cdef int32_t encode_headers(Writer* w, object headers) except -1:
@@ -720,7 +734,9 @@ cdef class MemoryRecordsBuilder:
         cdef list keep = []                # what the columns point into, for the whole call
         cdef int64_t ts = 0
         cdef int64_t* ts_values = NULL
-        cdef const int64_t[::1] ts_view = None
+        cdef Py_buffer ts_buffer
+        cdef bint ts_held = False
+        cdef const int64_t* ts_column = NULL
         cdef PyObject* item
         if self.is_control_batch:
             raise ValueError("this builder writes a control batch: use append_control_record()")
@@ -744,39 +760,45 @@ cdef class MemoryRecordsBuilder:
         elif isinstance(timestamps, int):
             ts = check_timestamp(timestamps)
         else:
-            ts_view = arrow_int64_view(timestamps)
-            if ts_view.shape[0] != n:
-                raise ValueError(f"{ts_view.shape[0]} timestamps for {n} values")
-        guard_enter(&self.guard, b"MemoryRecordsBuilder")
+            int64_column(timestamps, &ts_buffer)
+            ts_held = True
+            ts_column = <const int64_t*>ts_buffer.buf
         try:
-            if n and (self.exhausted or self.last_offset > INT64_MAX - n):
-                raise ValueError(f"{n} more records would pass offset 2^63-1")
-            if n and self.last_offset + n - self.base_offset > INT32_MAX:
-                raise ValueError(f"{n} more records would end more than 2^31-1 past the batch base "
-                                 f"offset {self.base_offset}: build() this batch first")
-            if <int64_t>self.count + n > INT32_MAX:
-                raise RecordTooLargeError("a batch cannot hold more than 2^31-1 records")
-            if type(timestamps) is list or type(timestamps) is tuple:
-                # converted before any record is read
-                ts_values = <int64_t*>PyMem_Malloc(max(n, 1) * sizeof(int64_t))
-                if ts_values == NULL:
-                    raise MemoryError()
-                for i in range(n):
-                    item = PySequence_Fast_ITEMS(timestamps)[i]
-                    if not int_exact(item):
-                        # its __index__ may run Python code: copies from here on
-                        if type(timestamps) is list:
-                            timestamps = tuple(timestamps)
-                        column_snapshot(&key_col, keep)
-                        column_snapshot(&value_col, keep)
-                    ts_values[i] = check_timestamp(<object>PySequence_Fast_ITEMS(timestamps)[i])
-            self._append_many(n, ts, ts_values, ts_view, &key_col, &value_col, headers, keep)
+            if ts_held and ts_buffer.len // 8 != n:
+                raise ValueError(f"{ts_buffer.len // 8} timestamps for {n} values")
+            guard_enter(&self.guard, b"MemoryRecordsBuilder")
+            try:
+                if n and (self.exhausted or self.last_offset > INT64_MAX - n):
+                    raise ValueError(f"{n} more records would pass offset 2^63-1")
+                if n and self.last_offset + n - self.base_offset > INT32_MAX:
+                    raise ValueError(f"{n} more records would end more than 2^31-1 past the batch base "
+                                     f"offset {self.base_offset}: build() this batch first")
+                if <int64_t>self.count + n > INT32_MAX:
+                    raise RecordTooLargeError("a batch cannot hold more than 2^31-1 records")
+                if type(timestamps) is list or type(timestamps) is tuple:
+                    # converted before any record is read
+                    ts_values = <int64_t*>PyMem_Malloc(max(n, 1) * sizeof(int64_t))
+                    if ts_values == NULL:
+                        raise MemoryError()
+                    for i in range(n):
+                        item = PySequence_Fast_ITEMS(timestamps)[i]
+                        if not int_exact(item):
+                            # its __index__ may run Python code: copies from here on
+                            if type(timestamps) is list:
+                                timestamps = tuple(timestamps)
+                            column_snapshot(&key_col, keep)
+                            column_snapshot(&value_col, keep)
+                        ts_values[i] = check_timestamp(<object>PySequence_Fast_ITEMS(timestamps)[i])
+                self._append_many(n, ts, ts_values, ts_column, &key_col, &value_col, headers, keep)
+            finally:
+                PyMem_Free(ts_values)
+                guard_leave(&self.guard)
         finally:
-            PyMem_Free(ts_values)
-            guard_leave(&self.guard)
+            if ts_held:                          # the column stays exported for the call
+                PyBuffer_Release(&ts_buffer)
 
     cdef int _append_many(self, Py_ssize_t n, int64_t ts, const int64_t* ts_values,
-                          const int64_t[::1] ts_view, Column* key_col, Column* value_col,
+                          const int64_t* ts_column, Column* key_col, Column* value_col,
                           object headers, list keep) except -1:
         cdef Py_ssize_t i, key_length, value_length
         cdef const unsigned char* key
@@ -798,8 +820,8 @@ cdef class MemoryRecordsBuilder:
                     column_prefetch(value_col, i + PREFETCH_ROWS)
                 if ts_values != NULL:
                     ts = ts_values[i]
-                elif ts_view is not None:
-                    ts = ts_view[i]
+                elif ts_column != NULL:
+                    ts = ts_column[i]
                     if ts < NO_TIMESTAMP:
                         raise ValueError(f"invalid negative timestamp {ts} at index {i}: use -1 for none")
                 if (direct and row_of(key_col, i, &key, &key_length)

@@ -707,6 +707,29 @@ def test_append_many_from_arrow_arrays(binary_type):
     assert arrow.build() == plain.build()
 
 
+def test_append_many_reads_native_int64_timestamp_buffers_and_releases_them():
+    import array
+
+    expected = MemoryRecordsBuilder()
+    expected.append_many([5, 6, 7], None, [b"a", b"b", b"c"])
+    batch = expected.build()
+    stamps = array.array("q", [5, 6, 7])
+    for column in (np.array([5, 6, 7], dtype=np.int64), np.array([5, 6, 7], dtype="<i8"),
+                   memoryview(stamps), stamps, memoryview(bytes(stamps)).cast("q")):
+        builder = MemoryRecordsBuilder()
+        builder.append_many(column, None, [b"a", b"b", b"c"])
+        assert builder.build() == batch
+    stamps.append(8)                                    # no export left behind
+    with pytest.raises(ValueError, match="4 timestamps for 3 values"):
+        MemoryRecordsBuilder().append_many(stamps, None, [b"a", b"b", b"c"])
+    stamps.append(9)                                    # not after an error either
+    for bad in (np.array([5, 6, 7], dtype=">i8"), np.array([5, 6, 7], dtype=np.uint64),
+                np.array([5, 6, 7], dtype=np.int32), np.arange(6, dtype=np.int64)[::2],
+                np.arange(3, dtype=np.int64).reshape(3, 1), bytearray(24)):
+        with pytest.raises(TypeError, match="contiguous int64 buffer"):
+            MemoryRecordsBuilder().append_many(bad, None, [b"a", b"b", b"c"])
+
+
 def test_append_many_rejects_unsuitable_arrow_arrays():
     pa = pytest.importorskip("pyarrow")
     builder = MemoryRecordsBuilder()
