@@ -58,6 +58,7 @@ WARM_MS = int(os.environ.get("KC_BENCH_JAVA_WARM_MS", "3000"))
 JVM_FLAGS = ["-Xms1g", "-Xmx2g"]
 TIMESTAMP = 1_700_000_000_000
 CHUNK = 128 * 1024                    # Kafka's LazyDownConversionRecordsSend.MAX_READ_SIZE
+POOLED_BUFFER = 64 * 1024             # KafkaBench.POOLED_BUFFER: one batch's reused buffer
 SIZES = {"100B": (100, 128), "1KiB": (1024, 16)}   # value bytes, records per batch
 CODECS = ["none", "lz4", "zstd", "snappy", "gzip"]
 
@@ -191,6 +192,7 @@ class Workloads:
         self.folder = folder
         self._records: dict[str, tuple[list[bytes], list[bytes]]] = {}
         self._files: dict[tuple[str, str], Path] = {}
+        self._columns: dict[tuple[str, str], list[Any]] = {}
 
     def records(self, size: str) -> tuple[list[bytes], list[bytes]]:
         if size not in self._records:
@@ -205,6 +207,17 @@ class Workloads:
         per_batch = SIZES[size][1]
         return [(keys[s:s + per_batch], values[s:s + per_batch])
                 for s in range(0, len(keys), per_batch)]
+
+    def arrow_batches(self, size: str) -> list[tuple[Any, Any, Any]]:
+        """batches() as columns: numpy int64 timestamps, pyarrow binary keys and values."""
+        import numpy as np
+        import pyarrow as pa
+
+        if (size, "arrow") not in self._columns:
+            self._columns[size, "arrow"] = [
+                (np.full(len(values), TIMESTAMP, dtype=np.int64), pa.array(keys, pa.binary()),
+                 pa.array(values, pa.binary())) for keys, values in self.batches(size)]
+        return self._columns[size, "arrow"]
 
     def records_file(self, size: str) -> Path:
         """[i32 count] then ([i32 klen][key][i32 vlen][value]) per record (KafkaBench reads it)."""
@@ -298,6 +311,36 @@ def ours_append_many(batches: list, codec: str) -> int:
     return total
 
 
+def ours_build_into(batches: list, codec: str) -> int:
+    """The bulk path: append_many over the lists, each batch built into one reused 64 KiB
+    buffer (as Kafka's producer builds into a pooled one)."""
+    from kafkacodec import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(2, codec)
+    append_many, build_into = builder.append_many, builder.build_into
+    out = bytearray(POOLED_BUFFER)
+    total = 0
+    for keys, values in batches:
+        append_many(TIMESTAMP, keys, values)
+        total += build_into(out)
+    return total
+
+
+def ours_build_into_arrow(batches: list, codec: str) -> int:
+    """The same from columns: keys and values as pyarrow binary arrays, timestamps as a numpy
+    int64 array (read in place: no Python object per record)."""
+    from kafkacodec import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(2, codec)
+    append_many, build_into = builder.append_many, builder.build_into
+    out = bytearray(POOLED_BUFFER)
+    total = 0
+    for timestamps, keys, values in batches:
+        append_many(timestamps, keys, values)
+        total += build_into(out)
+    return total
+
+
 def ours_built(batches: list, codec: str) -> bytes:
     from kafkacodec import MemoryRecordsBuilder
 
@@ -338,6 +381,11 @@ class Case:
         return f"{self.group} [{self.variant}]".replace(" ", "_")
 
 
+BUILD_VARIANTS = {"append_many + build_into": ours_build_into,
+                  "append_many (Arrow) + build_into": ours_build_into_arrow,
+                  "append_many": ours_append_many, "append": ours_append}
+
+
 def _cases() -> list[Case]:
     cases = []
     for size in SIZES:
@@ -350,7 +398,7 @@ def _cases() -> list[Case]:
                 cases.append(Case(f"deep iteration {size} {codec}", variant, "deep", size, codec))
     for size in SIZES:
         for codec in CODECS:
-            for variant in ("append_many", "append"):
+            for variant in BUILD_VARIANTS:
                 cases.append(Case(f"build v2 {size} {codec}", variant, "build", size, codec))
     conversions = [(size, "none", magic) for size in SIZES for magic in (1, 0)]
     conversions.append(("100B", "lz4", 1))
@@ -370,9 +418,11 @@ def prepare(case: Case, workloads: Workloads) -> tuple[list[Any], Callable[[], i
     """(Java op, our pass, records per pass, input bytes per pass)."""
     if case.kind == "build":
         batches = workloads.batches(case.size)
-        ours = ours_append_many if case.variant == "append_many" else ours_append
-        java = ["build", workloads.records_file(case.size), case.codec, SIZES[case.size][1]]
         nbytes = sum(len(k) + len(v) for keys, values in batches for k, v in zip(keys, values))
+        if "Arrow" in case.variant:
+            batches = workloads.arrow_batches(case.size)
+        ours = BUILD_VARIANTS[case.variant]
+        java = ["build", workloads.records_file(case.size), case.codec, SIZES[case.size][1]]
         return java, lambda: ours(batches, case.codec), len(workloads.records(case.size)[0]), nbytes
     path = workloads.log(case.size, case.codec)
     data = path.read_bytes()

@@ -242,7 +242,8 @@ def java_section(data: dict, command: str) -> str:
              "append()` per record into one pooled 64 KiB buffer (the producer's `BufferPool`); "
              "eager `MemoryRecords.downConvert()`; lazy `LazyDownConversionRecords.iterator("
              "128 KiB)`. Ours as the variant says: `ArrowDecoder` checks CRCs and fills Arrow "
-             "columns, `records()` makes one Python `Record` per record, `build()` returns a new "
+             "columns, `records()` makes one Python `Record` per record, `build_into()` writes each "
+             "batch into one reused 64 KiB buffer (as Kafka's side) and `build()` returns a new "
              "`bytes` per batch, `LazyDownConvertRecords` uses 128 KiB chunks.", "",
              "| workload | Kafka (Java) | kafkacodec | kafkacodec variant | ratio |",
              "|---|---:|---:|---|---:|"]

@@ -8,6 +8,7 @@ from kafkacodec._pool import MemoryPool, SimpleMemoryPool
 from kafkacodec._records import FileRecords, MemoryRecords, Record, RecordBatch, Records
 from kafkacodec._ring import ResponseRingBuffer
 from kafkacodec._types import Compression, ControlType, TimestampType
+from kafkacodec._writer import WriteBuffer
 from kafkacodec.mirror import RawBatchesBuilder, RawBytesBatchRecord, shallow_records
 from kafkacodec.errors import (
     BufferReleasedError,
@@ -36,6 +37,7 @@ __all__ = [
     "RecordBatch",
     "Record",
     "MemoryRecordsBuilder",
+    "WriteBuffer",
     "Compression",
     "ControlType",
     "TimestampType",

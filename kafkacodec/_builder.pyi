@@ -6,6 +6,7 @@ import numpy.typing as npt
 from typing_extensions import Buffer
 
 from kafkacodec._types import Compression, ControlType, TimestampType
+from kafkacodec._writer import WriteBuffer
 
 _BytesLike = Buffer
 _Header = tuple[str, Buffer | None]
@@ -132,3 +133,4 @@ class MemoryRecordsBuilder:
         headers: Iterable[_Header] = (),
     ) -> bool: ...
     def build(self) -> bytes: ...
+    def build_into(self, buffer: WriteBuffer | Buffer, position: int | None = None) -> int: ...

@@ -4,7 +4,8 @@ Kafka 3.8's MemoryRecordsBuilder does (spec record-formats.md; docs/building.md 
 
 Records are encoded straight into one C write buffer (`_writer.pxd`) by the `_v2.pxd` /
 `_legacy.pxd` primitives; `build()` fills the batch header (or the compressed wrapper) and
-returns the bytes, then the builder continues with the next batch.
+returns the bytes (`build_into()` writes them into the caller's buffer instead), then the
+builder continues with the next batch.
 
 Errors: a wrong Python type raises TypeError; a value out of range for its argument (negative
 timestamp other than -1, offsets that do not increase, bad producer state) raises ValueError;
@@ -18,7 +19,8 @@ import sys
 import time
 
 cimport cython
-from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.buffer cimport (PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release,
+                             PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBUF_SIMPLE, PyBUF_WRITABLE)
 from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize,
                             PyBytes_GET_SIZE)
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -33,8 +35,9 @@ from libc.string cimport memcpy
 from kafkacodec._columns cimport ArrowBinary, arrow_binary_init, arrow_binary_row
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
-from kafkacodec._writer cimport (Writer, ensure, reserve, store_u16, store_u32, store_uvarint,
-                                 varint_size)
+from kafkacodec._prefetch cimport kc_prefetch
+from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_bytes, reserve, store_u16,
+                                 store_u32, store_uvarint, varint_size)
 from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, V2_HEADER_SIZE, V0_RECORD_OVERHEAD,
                                  V1_RECORD_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG,
                                  CONTROL_FLAG, DELETE_HORIZON_FLAG, NO_TIMESTAMP)
@@ -48,6 +51,7 @@ from kafkacodec.errors import (RecordTooLargeError, UnsupportedCompressionError,
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+    const Py_ssize_t PY_SSIZE_T_MAX
 
 kc_crc_init()
 
@@ -118,6 +122,7 @@ cdef struct Column:
 
 cdef extern from "Python.h":
     PyObject** PySequence_Fast_ITEMS(object seq)
+    PyObject** items_of "PySequence_Fast_ITEMS"(PyObject* seq)     # no reference taken
     bint bytes_exact "PyBytes_CheckExact"(PyObject* o)
     bint int_exact "PyLong_CheckExact"(PyObject* o)
     char* bytes_data "PyBytes_AS_STRING"(PyObject* o)
@@ -135,6 +140,11 @@ cdef int column_snapshot(Column* c, list keep) except -1:
     return 0
 
 
+# pyarrow's binary and string array classes -> whether their offsets are int64 (filled when the
+# first Arrow column comes): one dict lookup instead of four type tests a call.
+cdef dict ARROW_BINARY_CLASSES = {}
+
+
 cdef object column_of(object obj, Column* c, str name, list keep):
     """Set up c over obj; returns its length (-1 for None).  What c points into is appended to
     `keep`, which the caller holds for the call."""
@@ -146,8 +156,15 @@ cdef object column_of(object obj, Column* c, str name, list keep):
         c.kind = COLUMN_LIST if type(obj) is list else COLUMN_TUPLE
         c.items = <PyObject*>obj
         return len(obj)
-    pa = sys.modules.get("pyarrow")
-    if pa is not None and isinstance(obj, pa.Array):
+    wide = ARROW_BINARY_CLASSES.get(type(obj))
+    if wide is None:
+        pa = sys.modules.get("pyarrow")
+        if pa is None or not isinstance(obj, pa.Array):
+            raise TypeError(f"{name} must be a list, a tuple or a pyarrow binary/string array"
+                            f"{' (or None)' if name == 'keys' else ''}, not {type(obj).__name__}")
+        if not ARROW_BINARY_CLASSES:
+            ARROW_BINARY_CLASSES.update({pa.BinaryArray: False, pa.StringArray: False,
+                                         pa.LargeBinaryArray: True, pa.LargeStringArray: True})
         t = obj.type
         if pa.types.is_binary(t) or pa.types.is_string(t):
             wide = False
@@ -155,13 +172,11 @@ cdef object column_of(object obj, Column* c, str name, list keep):
             wide = True
         else:
             raise TypeError(f"{name} as an Arrow array must be binary or string, not {t}")
-        keep.append(obj)
-        n = len(obj)
-        keep.append(arrow_binary_init(&c.arrow, obj, wide, n, name))
-        c.kind = COLUMN_ARROW
-        return n
-    raise TypeError(f"{name} must be a list, a tuple or a pyarrow binary/string array"
-                    f"{' (or None)' if name == 'keys' else ''}, not {type(obj).__name__}")
+    keep.append(obj)
+    n = len(obj)
+    keep.append(arrow_binary_init(&c.arrow, obj, wide, n, name))
+    c.kind = COLUMN_ARROW
+    return n
 
 
 cdef enum:
@@ -178,7 +193,7 @@ cdef inline int column_span(const Column* c, Py_ssize_t i, Span* s, const char* 
     s.data = NULL
     s.length = -1
     if c.kind == COLUMN_LIST or c.kind == COLUMN_TUPLE:
-        item = PySequence_Fast_ITEMS(<object>c.items)[i]
+        item = items_of(c.items)[i]
         if item == <PyObject*>None:
             return SPAN_OK
         if not bytes_exact(item):
@@ -205,10 +220,58 @@ cdef inline int column_span(const Column* c, Py_ssize_t i, Span* s, const char* 
     return SPAN_OK
 
 
-cdef object arrow_int64_view(object obj):
-    """A contiguous int64 buffer of obj: numpy arrays and buffers as they are; a pyarrow int64
-    or timestamp[ms] array without nulls zero-copy."""
-    cdef const int64_t[::1] view
+cdef enum:
+    PREFETCH_ROWS = 8        # rows ahead: about one memory latency of appending
+
+cdef inline void column_prefetch(const Column* c, Py_ssize_t i) noexcept:
+    """Start loading row i's object (its header and first bytes): a list's items lie wherever
+    Python allocated them, and each row would otherwise wait for memory in turn."""
+    cdef const char* item
+    if c.kind == COLUMN_LIST or c.kind == COLUMN_TUPLE:
+        item = <const char*>items_of(c.items)[i]
+        kc_prefetch(item)
+        kc_prefetch(item + 64)
+
+
+cdef inline bint row_of(const Column* c, Py_ssize_t i, const unsigned char** data,
+                        Py_ssize_t* length) noexcept:
+    """Row i in place when that runs no Python code and needs no check beyond this one: null,
+    an exact bytes item of a list or tuple, an Arrow row whose offsets hold; False for anything
+    else (column_span then reads it, or raises what is wrong with it)."""
+    cdef PyObject* item
+    cdef int64_t size
+    cdef int found
+    data[0] = NULL
+    length[0] = -1
+    if c.kind == COLUMN_LIST or c.kind == COLUMN_TUPLE:
+        item = items_of(c.items)[i]
+        if item == <PyObject*>None:
+            return True
+        if not bytes_exact(item) or bytes_size(item) > INT32_MAX:
+            return False
+        data[0] = <const unsigned char*>bytes_data(item)
+        length[0] = bytes_size(item)
+        return True
+    if c.kind == COLUMN_NULL:
+        return True
+    found = arrow_binary_row(&c.arrow, i, data, &size)
+    if found == 0:
+        data[0] = NULL
+        return True
+    if found < 0 or size > INT32_MAX:
+        return False
+    length[0] = size
+    return True
+
+
+cdef bint LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+cdef int int64_column(object obj, Py_buffer* view) except -1:
+    """Export obj's int64 values into view (the caller releases it): a 1-D C-contiguous buffer
+    of native int64 (numpy arrays...) as it is, a pyarrow int64 or timestamp[ms] array without
+    nulls zero-copy.  The raw buffer protocol: a typed memoryview costs several times more."""
+    cdef const char* f
     pa = sys.modules.get("pyarrow")
     if pa is not None and isinstance(obj, pa.Array):
         t = obj.type
@@ -218,11 +281,21 @@ cdef object arrow_int64_view(object obj):
             raise ValueError("Arrow timestamps must not contain nulls (use -1 for no timestamp)")
         obj = obj.view(pa.int64()).to_numpy(zero_copy_only=True)
     try:
-        view = obj
+        PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
     except (TypeError, ValueError, BufferError):
         raise TypeError("timestamps must be an int, a list/tuple of ints or a contiguous int64 "
                         f"buffer, not {type(obj).__name__}") from None
-    return view
+    f = view.format
+    if f == NULL:                        # unsigned bytes (PEP 3118)
+        f = b"B"
+    if f[0] == b"@" or f[0] == b"=" or (f[0] == b"<" and LITTLE_ENDIAN):
+        f += 1                           # native order ('=': standard sizes, itemsize says)
+    if (view.ndim != 1 or view.itemsize != 8 or f[1] != 0
+            or not (f[0] == b"q" or (f[0] == b"l" and sizeof(long) == 8))):
+        PyBuffer_Release(view)
+        raise TypeError("timestamps must be an int, a list/tuple of ints or a contiguous int64 "
+                        f"buffer, not {type(obj).__name__}")
+    return 0
 
 
 cdef int32_t encode_headers(Writer* w, object headers) except -1:
@@ -304,7 +377,8 @@ cdef int64_t check_int(object v, str name, int64_t low, int64_t high) except? -1
 cdef class MemoryRecordsBuilder:
     """MemoryRecordsBuilder(magic=2, compression="none", timestamp_type=TimestampType.CREATE_TIME, base_offset=0, producer_id=-1, producer_epoch=-1, base_sequence=-1, is_transactional=False, log_append_time=None, partition_leader_epoch=-1, compression_level=None, *, is_control_batch=False, delete_horizon_ms=None, max_batch_size=None)
 
-    Write one batch at a time; `build()` returns it and starts the next one.
+    Write one batch at a time; `build()` returns it (`build_into(buffer)` writes it into a
+    buffer the caller owns) and starts the next one.
 
     The next batch starts at the offset after the last one written (and, for an idempotent
     producer, the base sequence after its last sequence), so the outputs of several builds
@@ -583,6 +657,27 @@ cdef class MemoryRecordsBuilder:
             self.max_timestamp = timestamp
         return 0
 
+    @cython.final
+    cdef inline int _write_v2(self, int64_t timestamp, const unsigned char* key,
+                              Py_ssize_t key_length, const unsigned char* value,
+                              Py_ssize_t value_length) except -1:
+        """_write() of a v2 record without headers at the next offset (checked by the caller);
+        key_length and value_length are at most INT32_MAX, -1 for null."""
+        cdef int64_t offset = self.last_offset + 1
+        if not self.has_base_timestamp:
+            self.base_timestamp = timestamp
+            self.has_base_timestamp = True
+        if key_length + value_length > <Py_ssize_t>INT32_MAX - 32:   # 26 bytes of varints at most
+            raise RecordTooLargeError("record exceeds Kafka's 2 GiB limit", offset=offset)
+        write_v2_record(&self.w, <int32_t>(offset - self.base_offset),
+                        wrap_sub(timestamp, self.base_timestamp), key, <int32_t>key_length,
+                        value, <int32_t>value_length, NULL, 0, 0)
+        self.count += 1
+        self.last_offset = offset
+        if timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+        return 0
+
     cdef int _append(self, bint at_next, int64_t offset, int64_t timestamp, object key,
                      object value, object headers) except -1:
         """append / append_with_offset (offset used unless at_next), under the guard."""
@@ -639,7 +734,9 @@ cdef class MemoryRecordsBuilder:
         cdef list keep = []                # what the columns point into, for the whole call
         cdef int64_t ts = 0
         cdef int64_t* ts_values = NULL
-        cdef const int64_t[::1] ts_view = None
+        cdef Py_buffer ts_buffer
+        cdef bint ts_held = False
+        cdef const int64_t* ts_column = NULL
         cdef PyObject* item
         if self.is_control_batch:
             raise ValueError("this builder writes a control batch: use append_control_record()")
@@ -663,43 +760,53 @@ cdef class MemoryRecordsBuilder:
         elif isinstance(timestamps, int):
             ts = check_timestamp(timestamps)
         else:
-            ts_view = arrow_int64_view(timestamps)
-            if ts_view.shape[0] != n:
-                raise ValueError(f"{ts_view.shape[0]} timestamps for {n} values")
-        guard_enter(&self.guard, b"MemoryRecordsBuilder")
+            int64_column(timestamps, &ts_buffer)
+            ts_held = True
+            ts_column = <const int64_t*>ts_buffer.buf
         try:
-            if n and (self.exhausted or self.last_offset > INT64_MAX - n):
-                raise ValueError(f"{n} more records would pass offset 2^63-1")
-            if n and self.last_offset + n - self.base_offset > INT32_MAX:
-                raise ValueError(f"{n} more records would end more than 2^31-1 past the batch base "
-                                 f"offset {self.base_offset}: build() this batch first")
-            if <int64_t>self.count + n > INT32_MAX:
-                raise RecordTooLargeError("a batch cannot hold more than 2^31-1 records")
-            if type(timestamps) is list or type(timestamps) is tuple:
-                # converted before any record is read
-                ts_values = <int64_t*>PyMem_Malloc(max(n, 1) * sizeof(int64_t))
-                if ts_values == NULL:
-                    raise MemoryError()
-                for i in range(n):
-                    item = PySequence_Fast_ITEMS(timestamps)[i]
-                    if not int_exact(item):
-                        # its __index__ may run Python code: copies from here on
-                        if type(timestamps) is list:
-                            timestamps = tuple(timestamps)
-                        column_snapshot(&key_col, keep)
-                        column_snapshot(&value_col, keep)
-                    ts_values[i] = check_timestamp(<object>PySequence_Fast_ITEMS(timestamps)[i])
-            self._append_many(n, ts, ts_values, ts_view, &key_col, &value_col, headers, keep)
+            if ts_held and ts_buffer.len // 8 != n:
+                raise ValueError(f"{ts_buffer.len // 8} timestamps for {n} values")
+            guard_enter(&self.guard, b"MemoryRecordsBuilder")
+            try:
+                if n and (self.exhausted or self.last_offset > INT64_MAX - n):
+                    raise ValueError(f"{n} more records would pass offset 2^63-1")
+                if n and self.last_offset + n - self.base_offset > INT32_MAX:
+                    raise ValueError(f"{n} more records would end more than 2^31-1 past the batch base "
+                                     f"offset {self.base_offset}: build() this batch first")
+                if <int64_t>self.count + n > INT32_MAX:
+                    raise RecordTooLargeError("a batch cannot hold more than 2^31-1 records")
+                if type(timestamps) is list or type(timestamps) is tuple:
+                    # converted before any record is read
+                    ts_values = <int64_t*>PyMem_Malloc(max(n, 1) * sizeof(int64_t))
+                    if ts_values == NULL:
+                        raise MemoryError()
+                    for i in range(n):
+                        item = PySequence_Fast_ITEMS(timestamps)[i]
+                        if not int_exact(item):
+                            # its __index__ may run Python code: copies from here on
+                            if type(timestamps) is list:
+                                timestamps = tuple(timestamps)
+                            column_snapshot(&key_col, keep)
+                            column_snapshot(&value_col, keep)
+                        ts_values[i] = check_timestamp(<object>PySequence_Fast_ITEMS(timestamps)[i])
+                self._append_many(n, ts, ts_values, ts_column, &key_col, &value_col, headers, keep)
+            finally:
+                PyMem_Free(ts_values)
+                guard_leave(&self.guard)
         finally:
-            PyMem_Free(ts_values)
-            guard_leave(&self.guard)
+            if ts_held:                          # the column stays exported for the call
+                PyBuffer_Release(&ts_buffer)
 
     cdef int _append_many(self, Py_ssize_t n, int64_t ts, const int64_t* ts_values,
-                          const int64_t[::1] ts_view, Column* key_col, Column* value_col,
+                          const int64_t* ts_column, Column* key_col, Column* value_col,
                           object headers, list keep) except -1:
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, key_length, value_length
+        cdef const unsigned char* key
+        cdef const unsigned char* value
         cdef Span k, v
         cdef object header_obj = None
+        # the common rows (v2, no headers, bytes/None/Arrow) go straight to the record writer
+        cdef bint direct = self.magic == 2 and headers is None
         # saved state for the all-or-nothing rollback
         cdef Py_ssize_t saved_length = self.w.length
         cdef int32_t saved_count = self.count
@@ -708,12 +815,19 @@ cdef class MemoryRecordsBuilder:
         cdef bint saved_has_base = self.has_base_timestamp
         try:
             for i in range(n):
+                if i + PREFETCH_ROWS < n:
+                    column_prefetch(key_col, i + PREFETCH_ROWS)
+                    column_prefetch(value_col, i + PREFETCH_ROWS)
                 if ts_values != NULL:
                     ts = ts_values[i]
-                elif ts_view is not None:
-                    ts = ts_view[i]
+                elif ts_column != NULL:
+                    ts = ts_column[i]
                     if ts < NO_TIMESTAMP:
                         raise ValueError(f"invalid negative timestamp {ts} at index {i}: use -1 for none")
+                if (direct and row_of(key_col, i, &key, &key_length)
+                        and row_of(value_col, i, &value, &value_length)):
+                    self._write_v2(ts, key, key_length, value, value_length)
+                    continue
                 if headers is not None:
                     header_obj = <object>PyTuple_GET_ITEM(headers, i)        # a tuple (copied)
                 k.release = v.release = False
@@ -836,24 +950,83 @@ cdef class MemoryRecordsBuilder:
     def build(self) -> bytes:
         """Close the batch and return its bytes (b"" when empty, as Kafka builds nothing);
         the builder then continues with the next batch."""
+        cdef const unsigned char* data
+        cdef Py_ssize_t size
         guard_enter(&self.guard, b"MemoryRecordsBuilder")   # codecs run without the GIL
         try:
-            return self._build()
+            if self.count == 0:
+                return b""
+            out = self._close(&data, &size)
+            if out is None:
+                out = PyBytes_FromStringAndSize(<const char*>data, size)
+            self._advance()
+            return out
         finally:
             guard_leave(&self.guard)
 
-    cdef bytes _build(self):
-        cdef bytes out
-        cdef int32_t span
-        if self.count == 0:
-            return b""
+    def build_into(self, buffer, position=None) -> int:
+        """Close the batch and write its bytes into `buffer` instead of a new bytes object;
+        returns the position after them (nothing is written for an empty batch, as Kafka builds
+        nothing).  The builder then continues with the next batch.
+
+        `buffer`: a WriteBuffer (the batch is appended to it: several builds make a log in one
+        growable buffer; `position`, when given, must be its length), or any writable
+        C-contiguous buffer (bytearray, memoryview, numpy array, mmap), written at `position`
+        (default 0).  A batch that does not fit in buffer[position:] raises ValueError and
+        stays in the builder (build it again into a larger buffer)."""
+        cdef const unsigned char* data
+        cdef Py_ssize_t size, at
+        cdef WriteBuffer out
+        cdef Py_buffer view
+        guard_enter(&self.guard, b"MemoryRecordsBuilder")
+        try:
+            if isinstance(buffer, WriteBuffer):
+                out = <WriteBuffer>buffer
+                if position is not None and position != out.w.length:
+                    raise ValueError(f"a WriteBuffer is written at its end ({out.w.length}), not "
+                                     f"at {position}")
+                if self.count:
+                    keep = self._close(&data, &size)
+                    put_bytes(&out.w, data, size)        # BufferError under a live view
+                    self._advance()
+                return out.w.length
+            at = 0 if position is None else check_int(position, "position", 0, PY_SSIZE_T_MAX)
+            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE)
+            try:
+                if at > view.len:
+                    raise ValueError(f"position {at} is past the end of the buffer ({view.len} bytes)")
+                if self.count == 0:
+                    return at
+                keep = self._close(&data, &size)
+                if size > view.len - at:
+                    raise ValueError(f"the batch takes {size} bytes, {view.len - at} are left in "
+                                     f"the buffer after position {at}")
+                memcpy(<unsigned char*>view.buf + at, data, size)
+                self._advance()
+                return at + size
+            finally:
+                PyBuffer_Release(&view)
+        finally:
+            guard_leave(&self.guard)
+
+    cdef object _close(self, const unsigned char** data, Py_ssize_t* size):
+        """The bytes of the (non-empty) batch, without starting the next one: *data, *size
+        point into the builder's buffers or into the returned bytes object (None otherwise),
+        valid until the next call that changes the builder."""
         if self.magic == 2:
-            out = self._build_v2()
-        elif self.codec == CODEC_NONE:
-            out = PyBytes_FromStringAndSize(<const char*>self.w.buf, self.w.length)
-        else:
-            out = self._build_legacy_wrapper()
-        span = <int32_t>(self.last_offset - self.base_offset) + 1
+            return self._close_v2(data, size)
+        if self.codec == CODEC_NONE:
+            data[0] = self.w.buf
+            size[0] = self.w.length
+            return None
+        self._close_legacy_wrapper()
+        data[0] = self.scratch.buf
+        size[0] = self.scratch.length
+        return None
+
+    cdef int _advance(self) except -1:
+        """Start the next batch after the one just closed."""
+        cdef int32_t span = <int32_t>(self.last_offset - self.base_offset) + 1
         if self.base_sequence >= 0:          # DefaultRecordBatch.incrementSequence: wraps to 0
             self.base_sequence = <int32_t>((<int64_t>self.base_sequence + span) % (<int64_t>INT32_MAX + 1))
         if self.last_offset == INT64_MAX:       # nothing can follow offset 2^63-1
@@ -861,9 +1034,9 @@ cdef class MemoryRecordsBuilder:
         else:
             self.base_offset = self.last_offset + 1
         self._start_batch()
-        return out
+        return 0
 
-    cdef bytes _build_v2(self):
+    cdef object _close_v2(self, const unsigned char** data, Py_ssize_t* size):
         cdef BatchHeader h
         cdef bytes out, compressed
         cdef unsigned char* p
@@ -885,9 +1058,11 @@ cdef class MemoryRecordsBuilder:
         h.producer_epoch = <int16_t>self.producer_epoch
         h.base_sequence = self.base_sequence
         h.records_count = self.count
-        if self.codec == CODEC_NONE:
+        if self.codec == CODEC_NONE:             # the header goes in front of the records
             write_v2_batch_header(self.w.buf, self.w.length, &h)
-            return PyBytes_FromStringAndSize(<const char*>self.w.buf, self.w.length)
+            data[0] = self.w.buf
+            size[0] = self.w.length
+            return None
         compressed = compress(self.codec, 2, self.w.buf + V2_HEADER_SIZE,
                               self.w.length - V2_HEADER_SIZE, self.level)
         if PyBytes_GET_SIZE(compressed) > INT32_MAX - V2_HEADER_SIZE:
@@ -897,11 +1072,14 @@ cdef class MemoryRecordsBuilder:
         p = <unsigned char*>PyBytes_AS_STRING(out)
         memcpy(p + V2_HEADER_SIZE, PyBytes_AS_STRING(compressed), PyBytes_GET_SIZE(compressed))
         write_v2_batch_header(p, PyBytes_GET_SIZE(out), &h)
+        data[0] = p
+        size[0] = PyBytes_GET_SIZE(out)
         return out
 
-    cdef bytes _build_legacy_wrapper(self):
-        # Kafka's writeLegacyCompressedWrapperHeader: wrapper offset = last (absolute) offset,
-        # null key, v1 timestamp = the append time or the max inner timestamp.
+    cdef int _close_legacy_wrapper(self) except -1:
+        """The compressed wrapper message, into scratch.  Kafka's
+        writeLegacyCompressedWrapperHeader: wrapper offset = last (absolute) offset, null key,
+        v1 timestamp = the append time or the max inner timestamp."""
         cdef bytes compressed = compress(self.codec, self.magic, self.w.buf, self.w.length, self.level)
         cdef int8_t attributes = <int8_t>self.codec
         cdef int64_t timestamp = self.max_timestamp
@@ -915,7 +1093,7 @@ cdef class MemoryRecordsBuilder:
         write_legacy_message(&self.scratch, <int8_t>self.magic, self.last_offset, timestamp,
                              attributes, NULL, -1, <const unsigned char*>PyBytes_AS_STRING(compressed),
                              <int32_t>PyBytes_GET_SIZE(compressed))
-        return PyBytes_FromStringAndSize(<const char*>self.scratch.buf, self.scratch.length)
+        return 0
 
     def __repr__(self):
         return (f"MemoryRecordsBuilder(magic={self.magic}, compression={self.compression.name.lower()!r}, "

@@ -7,6 +7,7 @@ from typing_extensions import Buffer
 
 from kafkacodec._records import MemoryRecords
 from kafkacodec._types import Compression
+from kafkacodec._writer import WriteBuffer
 
 __all__ = ["DownConverter", "RecordConversionStats", "ConvertedRecords", "down_convert",
            "first_entry_above", "records_buffer", "release_file_pages"]
@@ -40,7 +41,8 @@ class DownConverter:
 
 def records_buffer(records: Any) -> memoryview: ...
 def first_entry_above(data: Any, to_magic: int, position: int = 0) -> tuple[int, bool]: ...
-def down_convert(records: Any, to_magic: int, first_offset: int = 0, *,
+def down_convert(records: Any, to_magic: int, first_offset: int = 0,
+                 out: WriteBuffer | None = None, *,
                  recompress: Compression | int | str | None = None) -> ConvertedRecords: ...
 def release_file_pages(data: Any) -> None: ...
 

@@ -523,7 +523,8 @@ cdef inline int check_record(int64_t offset, int64_t timestamp, int64_t last,
     return 0
 
 
-def down_convert(records, int to_magic, int64_t first_offset=0, *, recompress=None):
+def down_convert(records, int to_magic, int64_t first_offset=0, WriteBuffer out=None, *,
+                 recompress=None):
     """Convert a record set to `to_magic` exactly as Kafka's RecordsUtil.downConvert does.
 
     Batches at or below `to_magic` are copied byte for byte; newer ones are rebuilt with the
@@ -531,15 +532,27 @@ def down_convert(records, int to_magic, int64_t first_offset=0, *, recompress=No
     uncompressed source batches only; a zstd batch raises UnsupportedCompressionError for a
     v0/v1 target, as Kafka answers UNSUPPORTED_COMPRESSION_TYPE, unless `recompress` names
     the codec to rebuild it with ("none", "gzip", "snappy", "lz4", a Compression or its id).
-    A trailing partial entry is ignored.  Returns ConvertedRecords."""
+    A trailing partial entry is ignored.  Returns ConvertedRecords.
+
+    `out`: a WriteBuffer the converted set is appended to (reuse one, clear()ed, for fetch
+    after fetch; or collect several conversions in it) instead of a new output.  The result's
+    records are a view of what this call appended: `out` cannot grow or be cleared while they
+    are alive (BufferError).  On an error `out` is left as it was."""
     cdef int64_t started = monotonic_ns()
     cdef DownConverter converter = DownConverter(to_magic, first_offset)
+    cdef Py_ssize_t start = 0
     converter.zstd_codec = recompress_codec_id(recompress)
     view = records_buffer(records)
-    converter.reserve(view.nbytes + (view.nbytes >> 3) + 64)
+    if out is not None:
+        converter.out = out
+        start = out.w.length
+    if converter.out.w.exports == 0:    # an estimate: a viewed `out` grows only if it must
+        converter.reserve(view.nbytes + (view.nbytes >> 3) + 64)
     converter.convert(view)
     output, temp, converted = converter.take(False)
     stats = RecordConversionStats(temp, converted, monotonic_ns() - started)
+    if out is not None:
+        output = memoryview(out)[start:]
     return ConvertedRecords(MemoryRecords(output), stats)
 
 

@@ -32,6 +32,7 @@ from cpython.ref cimport Py_INCREF
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, load_u64
 from kafkacodec._format cimport (
@@ -48,6 +49,7 @@ from kafkacodec._legacy cimport LegacyMessage, read_legacy_message, next_inner_e
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._compression cimport _Chunk, Decompressor, DEFAULT_MAX_DECOMPRESSED
 from kafkacodec._mapguard cimport Guard, KC_INTACT, ensure_handler, kc_guard_cut
+from kafkacodec._prefetch cimport kc_prefetch
 cimport numpy as cnp
 
 import os as _os
@@ -1004,6 +1006,58 @@ INDEX_DTYPE = _np.dtype({
     "itemsize": 56})
 
 
+# index(): rows are filled INDEX_FIRST_ROWS at most before the array is first doubled.
+cdef enum:
+    INDEX_FIRST_ROWS = 65536
+    INDEX_AHEAD = 12             # entries index_rows() loads ahead
+
+
+cdef int index_rows(const unsigned char* data, Py_ssize_t size, Py_ssize_t start, bint file_rules,
+                    bint check_crc, IndexEntry* rows, Py_ssize_t cap, Py_ssize_t* n,
+                    Py_ssize_t* pos, Py_ssize_t* first_bad) noexcept nogil:
+    """Fill rows[*n:cap] with the entries from data[*pos] on, advancing *n and *pos; returns
+    FRAME_OK when the rows are full (more entries may follow), else the frame_entry() code
+    that ended the walk (*pos: the entry it stopped at)."""
+    cdef Py_ssize_t entry_size = 0
+    cdef int code
+    cdef BatchHeader h
+    cdef IndexEntry* row
+    while n[0] < cap:
+        code = frame_entry(data + pos[0], size - pos[0], file_rules, &entry_size)
+        if code != FRAME_OK:
+            return code
+        # Each header is a cache (and TLB) miss found only from the one before; a log's batches
+        # are mostly alike, so load the header INDEX_AHEAD entries of this size ahead (a wrong
+        # guess only wastes the load).
+        if entry_size <= (size - pos[0]) // (INDEX_AHEAD + 1):
+            kc_prefetch(data + pos[0] + INDEX_AHEAD * entry_size)
+        parse_entry_header(data + pos[0], entry_size, start + pos[0], &h)
+        row = rows + n[0]
+        row.position = h.position
+        row.size_in_bytes = entry_size
+        row.last_offset = h.last_offset
+        row.max_timestamp = h.max_timestamp
+        if h.magic < 2 and h.compression != 0:
+            row.base_offset = -1
+            row.records_count = -1
+        else:
+            row.base_offset = h.base_offset
+            row.records_count = h.records_count
+        row.crc = h.crc
+        row.attributes = h.attributes
+        row.magic = h.magic
+        row.compression = h.compression
+        row.timestamp_type = h.timestamp_type
+        row.crc_valid = check_crc and compute_crc(data + pos[0], &h) == h.crc
+        row._pad0 = 0
+        row._pad1 = 0
+        if check_crc and not row.crc_valid and first_bad[0] < 0:
+            first_bad[0] = pos[0]
+        pos[0] += entry_size
+        n[0] += 1
+    return FRAME_OK
+
+
 cdef class Records:
     """A record set: a sequence of entries (v2 batches, v0/v1 messages) in one buffer.
     Use MemoryRecords(buffer) or FileRecords.open(path)."""
@@ -1145,65 +1199,39 @@ cdef class Records:
         max_timestamp, records_count, crc, attributes, magic, compression, timestamp_type,
         crc_valid.  Legacy compressed wrappers have base_offset and records_count -1 (unknown
         without decompressing).  With check_crc=False, crc_valid is False everywhere."""
-        cdef Py_ssize_t n = 0, pos = 0, size = 0, filled = 0, first_bad = -1, end
+        cdef Py_ssize_t n = 0, cap, pos = 0, first = 0, first_bad = -1, end
         cdef const unsigned char* data
-        cdef int code = FRAME_END
-        cdef BatchHeader h
-        cdef IndexEntry* row
-        cdef cnp.ndarray result
+        cdef int code
+        cdef cnp.ndarray result, grown
         assert INDEX_DTYPE.itemsize == sizeof(IndexEntry)
         self._check()
         data = self._buf.data + self._start
         self._buf.enter()
         try:
-            with nogil:                      # pass 1: count the entries
-                while True:
-                    code = frame_entry(data + pos, self._size - pos, self._file_rules, &size)
-                    if code != FRAME_OK:
-                        break
-                    pos += size
-                    n += 1
+            # One walk, into rows sized from the first entry (a log's batches are alike):
+            # doubled when short, trimmed in place at the end.
+            cap = 1                              # (also what ends an empty walk)
+            if frame_entry(data, self._size, self._file_rules, &first) == FRAME_OK:
+                cap = min(self._size // first + 1, INDEX_FIRST_ROWS)
+            result = _np.empty(cap, dtype=INDEX_DTYPE)
+            while True:
+                with nogil:
+                    code = index_rows(data, self._size, self._start, self._file_rules, check_crc,
+                                      <IndexEntry*>cnp.PyArray_DATA(result), cap, &n, &pos,
+                                      &first_bad)
+                if code != FRAME_OK:
+                    break
+                cap *= 2
+                grown = _np.empty(cap, dtype=INDEX_DTYPE)
+                memcpy(cnp.PyArray_DATA(grown), cnp.PyArray_DATA(result), n * sizeof(IndexEntry))
+                result = grown
             self._settle(code, data, pos)
-            result = _np.zeros(n, dtype=INDEX_DTYPE)
-            if n == 0:
-                return result
-            row = <IndexEntry*>cnp.PyArray_DATA(result)
-            pos = 0
-            filled = 0
-            with nogil:                      # pass 2: fill the rows
-                for _ in range(n):
-                    # re-checked: a writable buffer may be changed by another thread meanwhile
-                    if frame_entry(data + pos, self._size - pos, self._file_rules,
-                                   &size) != FRAME_OK:
-                        break
-                    filled += 1
-                    parse_entry_header(data + pos, size, self._start + pos, &h)
-                    row.position = h.position
-                    row.size_in_bytes = size
-                    row.last_offset = h.last_offset
-                    row.max_timestamp = h.max_timestamp
-                    if h.magic < 2 and h.compression != 0:
-                        row.base_offset = -1
-                        row.records_count = -1
-                    else:
-                        row.base_offset = h.base_offset
-                        row.records_count = h.records_count
-                    row.crc = h.crc
-                    row.attributes = h.attributes
-                    row.magic = h.magic
-                    row.compression = h.compression
-                    row.timestamp_type = h.timestamp_type
-                    row.crc_valid = check_crc and compute_crc(data + pos, &h) == h.crc
-                    if check_crc and not row.crc_valid and first_bad < 0:
-                        first_bad = pos
-                    pos += size
-                    row += 1
+            if n < cap:
+                result.resize(n, refcheck=False)     # nobody else holds it yet
             end = self._start + min(self._size, pos + <Py_ssize_t>V2_HEADER_SIZE)
-            self._buf.check_cut(end, self._start + pos, None)
-            if filled != n or first_bad >= 0:    # zeros past a cut in the file's last page?
-                self._buf.explain(None, end, self._start + (pos if first_bad < 0 else first_bad),
-                                  None)
-            return result if filled == n else result[:filled]
+            if first_bad >= 0:                   # zeros past a cut in the file's last page?
+                self._buf.explain(None, end, self._start + first_bad, None)
+            return result
         finally:
             self._buf.leave()
 

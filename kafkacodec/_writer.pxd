@@ -13,6 +13,8 @@ cdef struct Writer:
     int exports              # live buffer-protocol views (growth is refused while > 0)
 
 cdef int writer_grow(Writer* w, Py_ssize_t extra) except -1
+# Free w's block (a large one is kept for the next large buffer, see _writer.pyx); w is empty.
+cdef void writer_release(Writer* w) noexcept
 
 cdef inline int ensure(Writer* w, Py_ssize_t extra) except -1:
     if w.capacity - w.length < extra:

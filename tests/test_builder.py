@@ -447,6 +447,20 @@ def test_append_many_matches_append():
     assert [r[1] for r in peer_records(AioMemoryRecords, same_ts.build())] == [5] * 300
 
 
+def test_append_many_mixes_direct_and_buffer_rows():
+    # bytes and None rows are written in place, other buffers through their export: any mix
+    # in one call gives the bytes one append() per record gives
+    kinds = [lambda b: b, bytearray, memoryview, lambda b: np.frombuffer(b, np.uint8), lambda b: None]
+    values = [kinds[i % 5](b"value-%d" % i) for i in range(200)]
+    keys = [kinds[(i // 3) % 5](b"k%d" % i) for i in range(200)]
+    one = MemoryRecordsBuilder(base_offset=3)
+    for i, (k, v) in enumerate(zip(keys, values)):
+        one.append(100 + i, k, v)
+    many = MemoryRecordsBuilder(base_offset=3)
+    many.append_many(list(range(100, 300)), keys, values)
+    assert many.build() == one.build()
+
+
 def test_append_many_is_all_or_nothing():
     builder = MemoryRecordsBuilder()
     builder.append(1, b"k", b"v")
@@ -460,6 +474,61 @@ def test_append_many_is_all_or_nothing():
     assert builder.record_count == 1 and builder.uncompressed_size_in_bytes == size
     builder.append(2, None, b"w")
     assert [r[4] for r in peer_records(KpMemoryRecords, builder.build())] == [b"v", b"w"]
+
+
+@pytest.mark.parametrize("magic", MAGICS)
+@pytest.mark.parametrize("codec", CODECS)
+def test_build_into_writes_what_build_returns(magic, codec):
+    if magic < 2 and codec == "zstd":
+        pytest.skip("zstd needs magic 2")
+    rows = [[(1000 + i, b"k%d" % i, b"value %d" % i * (1 + i % 4)) for i in range(n)] for n in (3, 1, 40)]
+    expected_builder = MemoryRecordsBuilder(magic=magic, compression=codec, base_offset=10)
+    out = kafkacodec.WriteBuffer()
+    flat = bytearray(b"\xee" * 100_000)
+    builder, into_flat = (MemoryRecordsBuilder(magic=magic, compression=codec, base_offset=10)
+                          for _ in range(2))
+    log, position = b"", 7
+    for batch in rows:
+        for b in (expected_builder, builder, into_flat):
+            b.append_many([r[0] for r in batch], [r[1] for r in batch], [r[2] for r in batch])
+        built = expected_builder.build()
+        assert builder.build_into(out) == len(out) == len(log) + len(built)
+        end = into_flat.build_into(flat, position)
+        assert flat[position:end] == built and end == position + len(built)
+        log += built
+        position = end
+    assert bytes(out) == log and flat[:7] == flat[position:][:7] == b"\xee" * 7
+    assert builder.next_offset == into_flat.next_offset == 10 + 44 and builder.record_count == 0
+    for reader in readers_for(magic, codec):             # independent readers of the log
+        assert [r[4] for r in peer_records(reader, log)] == [r[2] for batch in rows for r in batch]
+
+
+def test_build_into_refuses_a_buffer_it_does_not_fit_and_keeps_the_batch():
+    builder = MemoryRecordsBuilder(base_offset=5)
+    builder.append_many(1, None, [b"x" * 50] * 4)
+    reference = MemoryRecordsBuilder(base_offset=5)
+    reference.append_many(1, None, [b"x" * 50] * 4)
+    batch = reference.build()
+    small = bytearray(len(batch) + 9)
+    with pytest.raises(ValueError, match=f"the batch takes {len(batch)} bytes, {len(batch) - 1} are left"):
+        builder.build_into(small, 10)
+    with pytest.raises(ValueError, match="past the end"):
+        builder.build_into(small, len(small) + 1)
+    with pytest.raises(BufferError):
+        builder.build_into(b"read-only" * 100)
+    with pytest.raises(ValueError, match="is written at its end"):
+        builder.build_into(kafkacodec.WriteBuffer(), 3)
+    out = kafkacodec.WriteBuffer()
+    view = memoryview(out)                              # a live view: the buffer cannot grow
+    with pytest.raises(BufferError):
+        builder.build_into(out)
+    view.release()
+    assert small == bytearray(len(small)) and builder.record_count == 4
+    assert builder.build_into(np.zeros(len(batch), np.uint8)) == len(batch)    # exactly enough
+    assert builder.record_count == 0 and builder.build_into(small, 3) == 3     # empty: nothing
+    builder = MemoryRecordsBuilder(base_offset=5)
+    builder.append_many(1, None, [b"x" * 50] * 4)
+    assert builder.build_into(out) == len(batch) and bytes(out) == batch
 
 
 def test_state_and_batch_size_limit():
@@ -636,6 +705,29 @@ def test_append_many_from_arrow_arrays(binary_type):
     plain = MemoryRecordsBuilder(base_offset=3)
     plain.append_many(list(range(1000, 1051)), raw_keys, raw_values)
     assert arrow.build() == plain.build()
+
+
+def test_append_many_reads_native_int64_timestamp_buffers_and_releases_them():
+    import array
+
+    expected = MemoryRecordsBuilder()
+    expected.append_many([5, 6, 7], None, [b"a", b"b", b"c"])
+    batch = expected.build()
+    stamps = array.array("q", [5, 6, 7])
+    for column in (np.array([5, 6, 7], dtype=np.int64), np.array([5, 6, 7], dtype="<i8"),
+                   memoryview(stamps), stamps, memoryview(bytes(stamps)).cast("q")):
+        builder = MemoryRecordsBuilder()
+        builder.append_many(column, None, [b"a", b"b", b"c"])
+        assert builder.build() == batch
+    stamps.append(8)                                    # no export left behind
+    with pytest.raises(ValueError, match="4 timestamps for 3 values"):
+        MemoryRecordsBuilder().append_many(stamps, None, [b"a", b"b", b"c"])
+    stamps.append(9)                                    # not after an error either
+    for bad in (np.array([5, 6, 7], dtype=">i8"), np.array([5, 6, 7], dtype=np.uint64),
+                np.array([5, 6, 7], dtype=np.int32), np.arange(6, dtype=np.int64)[::2],
+                np.arange(3, dtype=np.int64).reshape(3, 1), bytearray(24)):
+        with pytest.raises(TypeError, match="contiguous int64 buffer"):
+            MemoryRecordsBuilder().append_many(bad, None, [b"a", b"b", b"c"])
 
 
 def test_append_many_rejects_unsuitable_arrow_arrays():

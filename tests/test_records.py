@@ -569,6 +569,28 @@ def test_index_matches_the_batch_objects():
     assert len(MemoryRecords(b"").index()) == 0
 
 
+def test_index_grows_past_its_first_guess():
+    # index() sizes its rows from the first entry: one large batch, then many small ones (more
+    # rows than the guess) and a partial tail; every row equals its batch object, padding zero.
+    builder = kafkacodec.MemoryRecordsBuilder()
+    builder.append_many(1, None, [b"v" * 100] * 400)
+    log = builder.build()
+    for i in range(700):
+        builder.append(2 + i, b"k", b"x" * (i % 5))
+        log += builder.build()
+    records = MemoryRecords(log + log[:30])
+    for check_crc in (True, False):
+        index = records.index(check_crc=check_crc)
+        batches = list(records.batches())
+        assert len(index) == len(batches) == 701 and index.flags.owndata
+        assert index["position"].tolist() == [b.position for b in batches]
+        assert index["size_in_bytes"].tolist() == [b.size_in_bytes for b in batches]
+        assert index["base_offset"].tolist() == [b.base_offset for b in batches]
+        assert index["crc"].tolist() == [b.crc for b in batches]
+        assert index["crc_valid"].all() == check_crc
+        assert set(index["_pad"].tolist()) == {b"\0\0"}
+
+
 # --- buffers and lifetimes ----------------------------------------------------------------
 
 def test_any_buffer_type_is_read_in_place():

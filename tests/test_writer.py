@@ -103,3 +103,22 @@ def test_write_takes_any_contiguous_buffer_as_its_raw_bytes():
     assert out.write(memoryview(raw).cast("i")) == 16
     assert out.write(memoryview(raw).cast("B", (4, 4))) == 16
     assert out.getvalue() == raw + raw
+
+
+def test_freed_large_blocks_are_kept_within_the_bound_and_hand_out_no_old_bytes():
+    from kafkacodec import _writer
+
+    big = [WriteBuffer(2 << 20) for _ in range(40)]         # 80 MiB, more than the pool keeps
+    for buffer in big:
+        buffer.write(b"old" * 1000)
+    del buffer, big
+    kept = _writer._pooled_bytes()
+    assert 0 < kept <= 64 << 20
+    reused = WriteBuffer(2 << 20)                            # takes a kept block
+    assert _writer._pooled_bytes() == kept - (2 << 20)
+    assert len(reused) == 0 and reused.getvalue() == b""
+    reused.write(b"new")
+    assert bytes(memoryview(reused)) == b"new"
+    small = WriteBuffer(4096)                                # small ones never touch the pool
+    del small
+    assert _writer._pooled_bytes() == kept - (2 << 20)

@@ -50,23 +50,35 @@ int main(void) {
     hardware = kc_crc32c_is_hardware();
 
     static const size_t sizes[] = {1, 7, 8, 9, 15, 16, 63, 64, 65, 127, 128, 129, 255, 256,
-                                   767, 768, 769, 24575, 24576, 24577};
+                                   257, 271, 272, 511, 512, 513, 767, 768, 769, 16387, 24575,
+                                   24576, 24577};
     for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
         for (size_t align = 0; align < 8; align++) {
             size_t n = sizes[s];
             uint32_t want_c = ref_crc(KC_CRC32C_POLY, buf + align, n);
             uint32_t want_z = ref_crc(KC_CRC32_POLY, buf + align, n);
             uint32_t got_default = kc_crc32c(0, buf + align, n);
-            kc_crc_hw = 0; /* force the portable paths */
-            uint32_t got_soft = kc_crc32c(0, buf + align, n);
-            kc_crc_hw = hardware;
+            uint32_t got_soft;
 #if defined(KC_X86)
             {
+                /* every fold width the CPU has (3: 512-bit, 2: 256-bit, 1: 128-bit), then none */
                 int clmul = kc_crc32_clmul;
-                kc_crc32_clmul = 0;
-                CHECK(kc_crc32(0, buf + align, n) == want_z, "crc32 portable n=%zu align=%zu", n, align);
+                for (int level = clmul; level >= 0; level--) {
+                    kc_crc32_clmul = level;
+                    CHECK(kc_crc32(0, buf + align, n) == want_z, "crc32 clmul=%d n=%zu align=%zu",
+                          level, n, align);
+                    CHECK(kc_crc32c(0, buf + align, n) == want_c, "crc32c clmul=%d n=%zu align=%zu",
+                          level, n, align);
+                }
+                kc_crc_hw = 0; /* force the portable paths */
+                got_soft = kc_crc32c(0, buf + align, n);
+                kc_crc_hw = hardware;
                 kc_crc32_clmul = clmul;
             }
+#else
+            kc_crc_hw = 0; /* force the portable path */
+            got_soft = kc_crc32c(0, buf + align, n);
+            kc_crc_hw = hardware;
 #endif
             CHECK(got_default == want_c, "crc32c n=%zu align=%zu: %08x != %08x", n, align,
                   (unsigned)got_default, (unsigned)want_c);
@@ -88,6 +100,10 @@ int main(void) {
                 hardware);
         return 1;
     }
+#if defined(KC_X86)
+    printf("kc_crc: %d checks passed (hardware=%d, clmul=%d)\n", checks, hardware, kc_crc32_clmul);
+#else
     printf("kc_crc: %d checks passed (hardware=%d)\n", checks, hardware);
+#endif
     return 0;
 }
