@@ -1,0 +1,152 @@
+"""The cyclic garbage collector clearing a reference cycle that holds kafkacodec objects over a
+caller's buffer never crashes (issue 14).
+
+The collector clears the objects of a dead cycle one at a time, in the order they were tracked,
+and every buffer export released along the way calls back into its exporter: an exporter
+whose fields were already cleared (set to None) then worked on None and the process died
+(SIGSEGV).  Each scenario builds such cycles, with the kafkacodec objects created before the
+object that closes the cycle (so they are cleared first), while they hold live exports, and
+collects them: from the thread that made them, and from another thread with a threshold of 1
+(collections run at every allocation, in whatever thread allocates).  The child prints what it
+read from the objects before dropping them, checked against the builder's input."""
+
+from __future__ import annotations
+
+import pytest
+from isolated import run_python
+
+PRELUDE = """
+import gc, sys, threading, tempfile, os
+import kafkacodec
+from kafkacodec import MemoryRecords, MemoryRecordsBuilder, FileRecords
+
+def build(codec):
+    b = MemoryRecordsBuilder(magic=2, compression=codec, base_offset=100)
+    for i in range(20):
+        b.append(1000 + i, b"k%d" % i, b"v%d" % i * 5)
+    return bytes(b.build())
+
+PLAIN, LZ4 = build("none"), build("lz4")
+DIR = tempfile.mkdtemp()
+PATH = os.path.join(DIR, "00000000000000000100.log")
+with open(PATH, "wb") as f:
+    f.write(PLAIN + LZ4)
+
+class Cycle:
+    # Made after the objects it holds: the collector clears them before it.
+    def __init__(self, *held):
+        self.held = held
+        self.me = self
+
+def run(make, rounds):
+    seen = set()
+    for _ in range(rounds):
+        seen.add(make())
+    return seen
+"""
+
+SCENARIOS = {
+    # Records.__releasebuffer__ on a cleared record set (its _buf set to None)
+    "memory_records_buffer": """
+def make():
+    records = MemoryRecords(memoryview(bytearray(PLAIN)))
+    view = records.buffer
+    Cycle(records, view)
+    return bytes(view[-4:]) == PLAIN[-4:]
+""",
+    # a batch's raw view and the shallow iterator, over a slice of a memoryview
+    "batches": """
+def make():
+    records = MemoryRecords(memoryview(PLAIN + LZ4)[0:len(PLAIN) + len(LZ4)])
+    it = records.batches()
+    batch = next(it)
+    raw = batch.raw
+    Cycle(records, it, batch, raw, records.buffer)
+    return (batch.base_offset, len(raw))
+""",
+    # a record iterator inside a compressed batch: it pins the Decompressor's chunk
+    "records_iterator": """
+def make():
+    records = MemoryRecords(memoryview(bytearray(LZ4)))
+    it = records.records()
+    first = next(it)
+    Cycle(records, it, first, records.buffer)
+    return (first.offset, first.value)
+""",
+    # FileRecords: a mapping, its guard, and views of it
+    "file_records": """
+def make():
+    records = FileRecords.open(PATH)
+    batch = next(records.batches())
+    it = records.records()
+    first = next(it)
+    Cycle(records, batch, batch.raw, records.buffer, it, records.slice(0, len(PLAIN)))
+    return (first.offset, batch.size_in_bytes)
+""",
+    # record sets over the Decompressor's output and over a pool block
+    "decompressor_and_pool": """
+from kafkacodec._compression import Decompressor
+from kafkacodec._pool import SimpleMemoryPool
+pool = SimpleMemoryPool(1 << 20, 1 << 16, True)
+def make():
+    block = pool.try_allocate(len(PLAIN))
+    block[:] = PLAIN
+    in_pool = MemoryRecords(block)
+    inner = next(MemoryRecords(LZ4).batches())
+    out = Decompressor().decompress("lz4", 2, memoryview(LZ4)[61:])
+    decompressed = MemoryRecords(out)
+    Cycle(in_pool, in_pool.buffer, block, decompressed, decompressed.buffer, out, inner)
+    return (next(in_pool.batches()).base_offset, out.nbytes > 0)
+""",
+    # an ArrowDecoder and its input
+    "arrow_decoder": """
+from kafkacodec._arrow import ArrowDecoder
+def make():
+    records = MemoryRecords(memoryview(bytearray(PLAIN + LZ4)))
+    decoder = ArrowDecoder("t", 0)
+    batch, position = decoder.decode(records.buffer)
+    Cycle(records, decoder, records.buffer, batch)
+    return (batch.num_rows, position == records.size_in_bytes)
+""",
+}
+
+MAIN = """
+gc.disable()
+same = run(make, 300)
+gc.enable()
+gc.set_threshold(1)
+other = []
+def worker():
+    other.append(run(make, 300))
+    gc.collect()
+t = threading.Thread(target=worker)
+t.start()
+while t.is_alive():
+    gc.collect()
+t.join()
+gc.collect()
+print(sorted(same), sorted(other[0]))
+"""
+
+EXPECTED = {
+    "memory_records_buffer": "[True]",
+    "batches": "[(100, %d)]",
+    "records_iterator": "[(100, b'v0v0v0v0v0')]",
+    "file_records": "[(100, %d)]",
+    "decompressor_and_pool": "[(100, True)]",
+    "arrow_decoder": "[(40, True)]",
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_collecting_a_cycle_that_holds_exports_does_not_crash(scenario: str) -> None:
+    import kafkacodec
+
+    plain = kafkacodec.MemoryRecordsBuilder(magic=2, base_offset=100)
+    for i in range(20):
+        plain.append(1000 + i, b"k%d" % i, b"v%d" % i * 5)
+    plain_size = len(plain.build())
+    expected = EXPECTED[scenario].replace("%d", str(plain_size))
+    run = run_python(PRELUDE + SCENARIOS[scenario] + MAIN, timeout=120)
+    assert run.returncode == 0, (run.returncode, run.stderr[-3000:])
+    assert run.stdout.strip() == f"{expected} {expected}", run.stdout
