@@ -12,6 +12,9 @@ read from the objects before dropping them, checked against the builder's input.
 
 from __future__ import annotations
 
+import os
+import pathlib
+
 import pytest
 from isolated import run_python
 
@@ -53,6 +56,16 @@ def make():
     view = records.buffer
     Cycle(records, view)
     return bytes(view[-4:]) == PLAIN[-4:]
+""",
+    # the same over a bytearray (no memoryview for the collector to clear), with a batch's view
+    "bytearray_records_buffer": """
+def make():
+    records = MemoryRecords(bytearray(PLAIN + LZ4))
+    view = records.buffer
+    batch = next(records.batches())
+    raw = batch.raw
+    Cycle(records, view, batch, raw)
+    return (bytes(view[-4:]) == LZ4[-4:], batch.base_offset)
 """,
     # a batch's raw view and the shallow iterator, over a slice of a memoryview
     "batches": """
@@ -131,6 +144,7 @@ print(sorted(same), sorted(other[0]))
 EXPECTED = {
     "memory_records_buffer": "[True]",
     "batches": "[(100, %d)]",
+    "bytearray_records_buffer": "[(True, 100)]",
     "records_iterator": "[(100, b'v0v0v0v0v0')]",
     "file_records": "[(100, %d)]",
     "decompressor_and_pool": "[(100, True)]",
@@ -150,3 +164,42 @@ def test_collecting_a_cycle_that_holds_exports_does_not_crash(scenario: str) -> 
     run = run_python(PRELUDE + SCENARIOS[scenario] + MAIN, timeout=120)
     assert run.returncode == 0, (run.returncode, run.stderr[-3000:])
     assert run.stdout.strip() == f"{expected} {expected}", run.stdout
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/self/maps")
+@pytest.mark.parametrize("exporter", ["records.buffer", "next(records.batches()).raw"])
+def test_a_view_released_by_the_collector_still_counts_on_the_shared_mapping(
+        exporter: str, tmp_path: pathlib.Path) -> None:
+    """The collector cleared a FileRecords (or RecordBatch) before releasing the view it
+    exported: the release then decremented a count in None instead of the shared mapping's, so
+    closing a slice of the same file never unmapped it (or crashed, depending on what lay there)."""
+    import kafkacodec
+
+    builder = kafkacodec.MemoryRecordsBuilder(magic=2)
+    for i in range(10):
+        builder.append(1000 + i, b"k%d" % i, b"v%d" % i)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(builder.build())
+    run = run_python(f"""
+        import gc
+        from kafkacodec import FileRecords
+        PATH = {str(path)!r}
+        class Cycle:
+            def __init__(self, *held):
+                self.held = held
+                self.me = self
+        def mapped():
+            with open("/proc/self/maps") as maps:
+                return PATH in maps.read()
+        gc.disable()
+        records = FileRecords.open(PATH)
+        part = records.slice(0, records.size_in_bytes)
+        Cycle(records, {exporter})
+        del records
+        before = mapped()
+        gc.collect()
+        part.close()
+        print(before, mapped())
+        """, timeout=60)
+    assert run.returncode == 0, (run.returncode, run.stderr[-3000:])
+    assert run.stdout.split() == ["True", "False"], run.stdout
