@@ -74,10 +74,28 @@ cdef tuple _NO_HEADERS = ()
 
 
 # --- the caller's buffer --------------------------------------------------------------------
+# The cyclic GC and the buffers we hold or export (a dead cycle torn down by the collector
+# crashed the process, issue 14):
+# - it must not clear (set to None) the fields of an object that exports or holds a buffer:
+#   the releases that run while the collector tears the cycle down call back into it
+#   (Records/RecordBatch.__releasebuffer__ -> _buf.leave(); _Buffer.free() closes its mapping;
+#   _RecordIterator.__dealloc__ unpins its chunk).  These classes keep tp_traverse and drop
+#   tp_clear (no_gc_clear): the collector breaks such a cycle at its other members;
+# - it must not reach the caller's object through our export of it: CPython's memoryview
+#   tp_clear drops its managed buffer even while exported (it only reports "memoryview has 1
+#   exported buffer"), and our release then crashed in the cleared view.  So the Py_buffer sits
+#   in a struct, which Cython's tp_traverse does not look into: the export is a strong
+#   reference the collector does not see, like ResponseRingBuffer.pool_view.  A cycle through
+#   the caller's object back to the records is then never collected (a leak, not a crash).
+cdef struct Export:
+    Py_buffer view
+
+
 @cython.final
+@cython.no_gc_clear
 cdef class _Buffer:
     """One export of the caller's buffer (or a file we mapped) and the count of our users."""
-    cdef Py_buffer view
+    cdef Export export             # .view: not traversed by the cyclic GC (see above)
     cdef bint has_view
     cdef const unsigned char* data
     cdef Py_ssize_t size
@@ -87,10 +105,10 @@ cdef class _Buffer:
     cdef Guard guard               # ...and its truncation guard (None for MemoryRecords)
 
     cdef int attach(self, object obj) except -1:
-        PyObject_GetBuffer(obj, &self.view, PyBUF_SIMPLE)
+        PyObject_GetBuffer(obj, &self.export.view, PyBUF_SIMPLE)
         self.has_view = True
-        self.data = <const unsigned char*>self.view.buf
-        self.size = self.view.len
+        self.data = <const unsigned char*>self.export.view.buf
+        self.size = self.export.view.len
         return 0
 
     cdef inline int enter(self) except -1:
@@ -112,7 +130,7 @@ cdef class _Buffer:
     cdef void free(self) noexcept:
         if self.has_view:
             self.has_view = False
-            PyBuffer_Release(&self.view)
+            PyBuffer_Release(&self.export.view)
         self.data = NULL
         self.guard = None
         if self.mapping is not None:
@@ -157,7 +175,7 @@ cdef class _Buffer:
 
     def __dealloc__(self):
         if self.has_view:
-            PyBuffer_Release(&self.view)
+            PyBuffer_Release(&self.export.view)
 
 
 cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:
@@ -437,6 +455,7 @@ cdef object with_context(object err, const BatchHeader* h, Py_ssize_t data_posit
 
 # --- batches ---------------------------------------------------------------------------------
 @cython.final
+@cython.no_gc_clear    # see _Buffer
 cdef class RecordBatch:
     """One entry of a record set (a v2 batch, or a v0/v1 message / compressed wrapper), read
     without decoding its records.  Iterating it yields its records."""
@@ -651,6 +670,7 @@ cdef str ITERATOR_BUSY = ("this records iterator is in use by another thread: on
 
 
 @cython.final
+@cython.no_gc_clear    # see _Buffer
 cdef class _RecordIterator:
     """Records of one batch, or of every batch of a record set (then `_records` is set),
     decoded one per next() as Kafka's record iterators do: a corrupt record ends the
@@ -1058,6 +1078,7 @@ cdef int index_rows(const unsigned char* data, Py_ssize_t size, Py_ssize_t start
     return FRAME_OK
 
 
+@cython.no_gc_clear    # see _Buffer
 cdef class Records:
     """A record set: a sequence of entries (v2 batches, v0/v1 messages) in one buffer.
     Use MemoryRecords(buffer) or FileRecords.open(path)."""
@@ -1247,6 +1268,7 @@ cdef inline Py_ssize_t max_size_of(object max_decompressed_size) except -1:
     return max_decompressed_size
 
 
+@cython.no_gc_clear    # see _Buffer
 cdef class MemoryRecords(Records):
     """MemoryRecords(buffer, *, max_decompressed_size=None)
 
@@ -1264,6 +1286,7 @@ cdef class MemoryRecords(Records):
         self._valid_bytes = -1
 
 
+@cython.no_gc_clear    # see _Buffer
 cdef class FileRecords(Records):
     """A log segment, memory-mapped read-only and walked with Kafka's file reader rules
     (FileLogInputStream, spec §9.2).  close() (or leaving the `with` block) releases the
