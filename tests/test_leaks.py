@@ -153,11 +153,14 @@ def test_write_buffer_and_crc_loops_keep_memory_flat():
 @pytest.mark.skipif(sys.platform != "linux" or SANITIZED, reason="RSS read from /proc")
 def test_rss_probe_sees_a_real_leak():
     """The RSS check is not vacuous: holding 64 MB shows up."""
+    import mmap
+
     before = rss_bytes()
-    hold = bytearray(64 * 1024 * 1024)
+    # fresh anonymous pages (a bytearray may reuse memory a long suite already made resident)
+    hold = mmap.mmap(-1, 64 * 1024 * 1024)
     hold[::4096] = b"x" * len(hold[::4096])  # touch every page
     assert rss_bytes() - before > RSS_LIMIT
-    del hold
+    hold.close()
 
 
 def test_tracemalloc_probe_sees_a_real_leak():
