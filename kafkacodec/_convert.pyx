@@ -227,6 +227,14 @@ cdef class DownConverter:
             put_bytes(&self.out.w, entry, h.size)
             self.temporary_memory_bytes += h.size
             return 0
+        if h.magic >= 2:
+            # DefaultRecordBatch.iterator(): the count is checked before anything is read
+            # (decompressed), and a batch of none is not read at all
+            if h.records_count < 0:
+                raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
+                                         position=h.position + 57, offset=h.base_offset)
+            if h.records_count == 0:
+                return 0
         if h.compression == CODEC_NONE:
             if h.magic >= 2:
                 return self.convert_v2_plain(entry, h)
@@ -245,9 +253,6 @@ cdef class DownConverter:
         cdef int64_t first_offset = self.first_offset
         cdef int32_t i, kept = 0
         cdef Py_ssize_t start = w.length
-        if h.records_count < 0:
-            raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
-                                     position=h.position + 57, offset=h.base_offset)
         if to_magic == 1 and h.timestamp_type == TIMESTAMP_LOG_APPEND:
             attributes = TIMESTAMP_TYPE_MASK
         cursor_init(&cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE)
@@ -327,9 +332,6 @@ cdef class DownConverter:
         cdef int8_t attributes = TIMESTAMP_TYPE_MASK if to_magic == 1 and log_append else 0
         cdef int64_t offset, timestamp, base = 0, last = INT64_MIN, max_timestamp = NO_TIMESTAMP
         cdef int32_t i
-        if h.records_count < 0:
-            raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
-                                     position=h.position + 57, offset=h.base_offset)
         inner.length = 0
         cursor_init(&cur, plain, plain_size, h.position)
         for i in range(h.records_count):
@@ -349,8 +351,6 @@ cdef class DownConverter:
             raise CorruptRecordError(
                 f"compressed v2 batch has {cur.end - cur.pos} bytes left after its "
                 f"{h.records_count} records", position=h.position, offset=h.base_offset)
-        if h.records_count == 0:
-            return 0
         return self.write_wrapper(h, last, h.max_timestamp if log_append else max_timestamp,
                                   h.records_count)
 
