@@ -11,6 +11,7 @@ checked in pieces, holds.  Rules: spec downconvert.md §3; guide: docs/down-conv
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import socket
@@ -29,6 +30,7 @@ from kafkacodec._convert import (
     records_buffer,
 )
 from kafkacodec._crc import crc32, crc32c
+from kafkacodec._inuse import InUse
 from kafkacodec._records import FileRecords, MemoryRecords
 from kafkacodec.errors import (
     InvalidCrcError,
@@ -232,7 +234,11 @@ class LazyDownConvertRecords:
     An entry larger than the chunk (and than MAX_READ_SIZE) is converted on its own once it is
     known to be genuine: RecordTooLargeError above `max_entry_size` (default
     DEFAULT_MAX_ENTRY_SIZE), InvalidCrcError when its checksum, computed in pieces, does not
-    match.  Smaller entries are converted without a CRC check.  Not for concurrent use.
+    match.  Smaller entries are converted without a CRC check.
+
+    Not for concurrent use: a write_to(), or a step of an iteration, while another runs (in
+    another thread, or from a callback of the running one: `dest.write`) raises
+    ConcurrentUseError and changes nothing.
     """
 
     def __init__(self, records: Any, to_magic: int, first_offset: int = 0,
@@ -243,6 +249,7 @@ class LazyDownConvertRecords:
         if max_entry_size < _LOG_OVERHEAD + _V0_MIN_SIZE:
             raise ValueError(f"max_entry_size must be at least {_LOG_OVERHEAD + _V0_MIN_SIZE}, "
                              f"got {max_entry_size}")
+        self._in_use = InUse("LazyDownConvertRecords")
         self.to_magic = to_magic
         self.first_offset = first_offset
         self.chunk_size = chunk_size
@@ -316,10 +323,16 @@ class LazyDownConvertRecords:
     def __iter__(self) -> Iterator[ConvertedRecords]:
         """Yield the converted chunks (ConvertedRecords), the committed first chunk first; each
         call starts over.  Pass-through data is yielded in `chunk_size` pieces, untouched."""
+        return self._chunks_from_start(self._in_use)
+
+    def _chunks_from_start(self, in_use: Any) -> Iterator[ConvertedRecords]:
+        """The chunks; each step inside `in_use` (the guard, or a null one for the send,
+        whose write_to() holds the guard already)."""
         if not self.converts:
             step = max(self.chunk_size, 1)
             for position in range(0, self._source.size, step):
-                piece = bytes(self._source.window(position, step))
+                with in_use:
+                    piece = bytes(self._source.window(position, step))
                 yield ConvertedRecords(MemoryRecords(piece), RecordConversionStats())
             return
         if self._first is None:
@@ -328,7 +341,9 @@ class LazyDownConvertRecords:
         chunks = self._new_chunks()
         position = self._first_end
         while True:
-            consumed, output, temp, converted, elapsed = chunks.step(position, self.chunk_size)
+            with in_use:
+                consumed, output, temp, converted, elapsed = chunks.step(position,
+                                                                         self.chunk_size)
             if consumed == 0:
                 return
             position += consumed
@@ -343,9 +358,10 @@ class LazyDownConvertRecords:
         `dest`: a socket (blocking or not), a file object, or anything with `write`.  Writes
         until everything committed (`size_in_bytes`) is out or `dest` would block; call again
         to resume.  Returns 0 once complete."""
-        if self._send is None:
-            self._send = _Send(self)
-        return self._send.write_to(dest)
+        with self._in_use:
+            if self._send is None:
+                self._send = _Send(self)
+            return self._send.write_to(dest)
 
     @property
     def completed(self) -> bool:
@@ -376,7 +392,8 @@ class _Send:
         self.records = records
         self.remaining = records.size_in_bytes
         self.stats = RecordConversionStats()
-        self.chunks: Iterator[ConvertedRecords] | None = iter(records)
+        self.chunks: Iterator[ConvertedRecords] | None = records._chunks_from_start(
+            contextlib.nullcontext())
         self.current = memoryview(b"")
 
     def next_piece(self) -> memoryview:
