@@ -25,7 +25,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, P
 from cpython.object cimport PyObject
 
 from kafkacodec._columns cimport ArrowBinary, arrow_binary_init, arrow_binary_row
-from kafkacodec._compression cimport Decompressor, LEVEL_DEFAULT, compress
+from kafkacodec._compression cimport Decompressor, LEVEL_DEFAULT, _Chunk, compress
 from kafkacodec._crc cimport kc_crc32c, kc_crc_init
 from kafkacodec._cursor cimport Cursor, cursor_init, load_u16, load_u32, load_u64, raise_corrupt, remaining
 from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, MAGIC_OFFSET, V2_HEADER_SIZE,
@@ -1025,6 +1025,11 @@ cdef class ArrowDecoder:
             self.failed_entry = self.s.pos
             self.s.resume_pos = -1
             raise self._located(exc) from None
+        finally:
+            if self._decompressor is not None:
+                # the rows are copied out: a buffer a big batch inflated into goes now, not
+                # with the decoder (kept up to 8 MiB for the next call)
+                self._decompressor._chunk.shrink()
         self.trailing_bytes = self.s.end - self.s.pos if status == S_END else 0
         return self._finish(), self.s.pos
 
