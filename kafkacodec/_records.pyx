@@ -27,6 +27,7 @@ Shape of the module
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.exc cimport PyErr_Fetch, PyErr_Restore
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF
 from cpython.object cimport PyObject
@@ -108,6 +109,12 @@ cdef class _Buffer:
             self.free()
 
     cdef void free(self) noexcept:
+        # Also runs from __releasebuffer__ when a failing call drops its argument, with the
+        # call's error pending: the Python code below must neither see nor clear that error.
+        cdef PyObject* kind
+        cdef PyObject* error
+        cdef PyObject* traceback
+        PyErr_Fetch(&kind, &error, &traceback)
         if self.has_view:
             self.has_view = False
             PyBuffer_Release(&self.view)
@@ -119,6 +126,7 @@ cdef class _Buffer:
                 mapping._release()     # unregister from the guard, unmap
             except BaseException:      # already closed: nothing left to free
                 pass
+        PyErr_Restore(kind, error, traceback)
 
     cdef inline bint intact(self) noexcept:
         """No cut seen in the mapped file (always, for a caller's buffer): a load and a
