@@ -24,6 +24,7 @@ from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legac
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._compression cimport Decompressor, compress, LEVEL_DEFAULT, RETAINED_CHUNK
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
+from kafkacodec._mapguard cimport check_read
 
 from kafkacodec._records import MemoryRecords
 from kafkacodec.errors import (CorruptRecordError, KafkaCodecError, UnsupportedCompressionError,
@@ -132,6 +133,7 @@ cdef class DownConverter:
     cdef int64_t temporary_memory_bytes
     cdef int64_t records_converted
     cdef Guard guard                     # one call at a time (convert, take, reserve)
+    cdef Py_ssize_t read_end             # bytes of the last convert_range()'s data read
 
     def __cinit__(self, int to_magic, int64_t first_offset=0):
         check_magic(to_magic)
@@ -151,7 +153,14 @@ cdef class DownConverter:
         On error the output is left as it was before the call."""
         cdef const unsigned char[::1] view = records_buffer(data)
         cdef Py_ssize_t n = view.shape[0]
-        return self.convert_range(&view[0] if n else NULL, n, position, max_bytes, max_batches)
+        try:
+            consumed = self.convert_range(&view[0] if n else NULL, n, position, max_bytes,
+                                          max_batches)
+        except KafkaCodecError as error:
+            check_read(data, self.read_end, error.position, error.offset, error)
+            raise
+        check_read(data, self.read_end)      # a mapped segment cut under what was read
+        return consumed
 
     def take(self, bint again=True):
         """(output WriteBuffer, temporary_memory_bytes, records_converted) since the last take.
@@ -224,10 +233,12 @@ cdef class DownConverter:
         cdef Py_ssize_t batches = 0
         cursor_init(&cur, data, size, position)
         while max_batches < 0 or batches < max_batches:
+            self.read_end = min(size, cur.pos + <Py_ssize_t>V2_HEADER_SIZE)   # framing reads
             if batches > 0 and max_bytes >= 0 and not self.next_fits(&cur, max_bytes - taken):
                 break
             if not next_entry(&cur, &h):
                 break
+            self.read_end = cur.pos
             entry = data + cur.pos - h.size
             taken += h.size
             batches += 1
@@ -464,6 +475,7 @@ cdef class ChunkReader:
     concurrent use: a step() while another runs raises ConcurrentUseError."""
 
     cdef const unsigned char[::1] view
+    cdef object data                     # what the view reads (a mapped segment is checked)
     cdef DownConverter converter
     cdef public Py_ssize_t position
     cdef readonly bint file_backed
@@ -471,6 +483,7 @@ cdef class ChunkReader:
 
     def __cinit__(self, data, DownConverter converter, bint file_backed=False):
         self.view = records_buffer(data)
+        self.data = data
         self.converter = converter
         self.position = 0
         self.file_backed = file_backed
@@ -489,7 +502,14 @@ cdef class ChunkReader:
             left = self.view.shape[0] - start
             if left <= 0:
                 return None
-            consumed = self.converter.convert_range(&self.view[start], left, start, max_bytes, -1)
+            try:
+                consumed = self.converter.convert_range(&self.view[start], left, start,
+                                                        max_bytes, -1)
+            except KafkaCodecError as error:
+                check_read(self.data, start + self.converter.read_end, error.position,
+                           error.offset, error)
+                raise
+            check_read(self.data, start + self.converter.read_end)
             if consumed == 0:
                 return None
             if self.file_backed:

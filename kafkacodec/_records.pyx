@@ -81,6 +81,7 @@ cdef class _Buffer:
     cdef const unsigned char* data
     cdef Py_ssize_t size
     cdef Py_ssize_t users          # live memoryviews we exported + reads in progress (see enter)
+    cdef Py_ssize_t verified_end   # a mapped file: read intact up to here at the last fstat
     cdef bint released             # closed: refuse access from now on
     cdef object mapping            # FileRecords: the MappedFile to close once nobody uses it
     cdef Guard guard               # ...and its truncation guard (None for MemoryRecords)
@@ -136,10 +137,18 @@ cdef class _Buffer:
 
     cdef int check_cut(self, Py_ssize_t end, Py_ssize_t position, object offset) except -1:
         """After reading the buffer up to `end` (while a user, or with nothing run since the
-        read): FileTruncatedError when another process cut the mapped file before `end`."""
-        if not self.intact():
-            return self.guard.check(self.mapping, end, position, offset, None)
+        read): FileTruncatedError when another process cut the mapped file before `end`: a
+        fault past the cut, or (one fstat, when `end` passes what the last one saw) a file now
+        shorter than `end`, whose last page reads zeros without a fault."""
+        if self.guard is not None and (end > self.verified_end or not self.intact()):
+            self.verified_end = self.guard.check(self.mapping, end, position, offset, None)
         return 0
+
+    cdef int check_all(self, Py_ssize_t end, Py_ssize_t position) except -1:
+        """At the end of a walk that read up to `end`: one fstat whatever the last one saw (the
+        file may have been cut meanwhile inside what the walk had checked before)."""
+        self.verified_end = 0
+        return self.check_cut(end, position, None)
 
     cdef int explain(self, object cause, Py_ssize_t end, Py_ssize_t position,
                      object offset) except -1:
@@ -148,7 +157,7 @@ cdef class _Buffer:
         last page reads zeros past the new end without any fault).  Returns 0 otherwise, and
         the caller raises its own error."""
         if self.guard is not None and self.mapping is not None:
-            return self.guard.check(self.mapping, end, position, offset, cause)
+            self.guard.check(self.mapping, end, position, offset, cause)
         return 0
 
     cdef int frame_error(self, int code, const unsigned char* entry, Py_ssize_t position,
@@ -748,7 +757,10 @@ cdef class _RecordIterator:
         if code == FRAME_OK:
             parse_entry_header(entry, size, position, &self._h)
         try:
-            self._buf.check_cut(end, position, None)
+            if code == FRAME_END:
+                self._buf.check_all(end, position)
+            else:
+                self._buf.check_cut(end, position, None)
         except FileTruncatedError:
             self._records = None
             raise
@@ -963,7 +975,10 @@ cdef class _BatchIterator:
             parse_entry_header(entry, size, position, &h)
             self._pos += size
         try:
-            records._buf.check_cut(end, position, None)
+            if code == FRAME_END:
+                records._buf.check_all(end, position)
+            else:
+                records._buf.check_cut(end, position, None)
         except FileTruncatedError:
             self._records = None
             raise
@@ -1014,6 +1029,7 @@ cdef class Records:
             raise BufferReleasedError("the records' file was closed", position=self._start)
         if self._buf.guard is not None:
             ensure_handler()           # faulthandler & co. may have replaced the SIGBUS guard
+            self._buf.verified_end = 0     # a new walk: its first read looks at the file size
         return 0
 
     cdef int _settle(self, int code, const unsigned char* data, Py_ssize_t pos) except -1:
@@ -1256,6 +1272,14 @@ cdef class FileRecords(Records):
         records._valid_bytes = -1
         records.path = _os.fspath(path)
         return records
+
+    def _check_read(self, size_t end_address, position, offset, cause):
+        """_mapguard.check_read() for a view of this segment read up to `end_address`."""
+        cdef Py_ssize_t end
+        if self._buf.data == NULL:           # unmapped: nobody read it after the close
+            return
+        end = <Py_ssize_t>min(end_address - <size_t>self._buf.data, <size_t>self._buf.size)
+        self._buf.explain(cause, end, end if position is None else position, offset)
 
     def slice(self, Py_ssize_t position, Py_ssize_t size):
         """The records from `position` (relative to this set) for up to `size` bytes (clamped

@@ -31,9 +31,12 @@ from kafkacodec._convert import (
 )
 from kafkacodec._crc import crc32, crc32c
 from kafkacodec._inuse import InUse
+from kafkacodec._mapguard import check_read
 from kafkacodec._records import FileRecords, MemoryRecords
 from kafkacodec.errors import (
+    FileTruncatedError,
     InvalidCrcError,
+    KafkaCodecError,
     RecordTooLargeError,
     UnsupportedCompressionError,
     UnsupportedVersionError,
@@ -123,7 +126,14 @@ class _FileSource:
                 self.file.seek(self.start + position + done)
                 n = self.file.readinto(view[done:])
             if not n:
-                break
+                # the file ends before the size it had when the conversion began: another
+                # process truncated it (a live segment); the committed size cannot be met
+                size = os.fstat(self.fd).st_size
+                raise FileTruncatedError(
+                    f"{getattr(self.file, 'name', '<file>')}: the file shrank to {size} bytes "
+                    f"(from {self.start + self.size}) while being converted",
+                    path=os.fsdecode(getattr(self.file, "name", "<file>")), size=size,
+                    position=self.start + position + done)
             done += n
         return view[:done]
 
@@ -163,7 +173,13 @@ class _Chunks:
         stays within `max_bytes`.  Returns (bytes consumed, output, temp bytes, records, ns);
         0 bytes consumed when no complete entry is left."""
         started = monotonic_ns()
-        big = self._check_big_entry(position)
+        try:
+            big = self._check_big_entry(position)
+        except KafkaCodecError as error:
+            if isinstance(self.source, _BufferSource):    # zeros read past a cut of a mapping
+                check_read(self.source.view, self.source.size, error.position, error.offset,
+                           error)
+            raise
         if self.reader is not None:
             self.reader.position = position
             done = self.reader.step(max_bytes)

@@ -303,3 +303,67 @@ def test_a_foreign_sigbus_still_kills_the_process(tmp_path, how, options):
         assert "Fatal Python error: Bus error" in proc.stderr or SANITIZED
     if how == "faulthandler_after":
         assert proc.stdout.split() == ["FileTruncatedError"], proc.stdout
+
+
+# -- readers that take any buffer, over a segment cut inside its last page (no fault at all:
+# the bytes past the cut read zeros).  Found by the file-system harness: each of these read
+# the zeros as data (a CorruptRecordError, an InvalidCrcError, or worse, records with zeros
+# in them and no error), where FileRecords itself said FileTruncatedError.
+TORN = '''
+path, reader = sys.argv[1], sys.argv[2]
+size = write_segment(path, 3, 5, 300)
+records = FileRecords.open(path)
+last = list(records.batches())[-1]
+# inside the last batch's last record value, within the same page: zeros, no SIGBUS
+cut = last.position + last.size_in_bytes - 40
+os.truncate(path, cut)
+'''
+
+
+@pytest.mark.parametrize("reader", ["records", "down_convert", "lazy", "arrow", "scan_entries",
+                                    "lazy_file"])
+def test_readers_of_a_segment_cut_inside_its_last_page(tmp_path, reader):
+    path = tmp_path / "00000000000000000000.log"
+    proc = run(TORN + '''
+        import io
+        from kafkacodec import LazyDownConvertRecords, down_convert
+        from kafkacodec._arrow import ArrowDecoder, scan_entries
+        try:
+            if reader == "records":
+                result = [(r.offset, r.value) for r in records.records()]
+            elif reader == "down_convert":
+                result = bytes(down_convert(records, 1).records.buffer)
+            elif reader == "lazy":
+                sink = io.BytesIO()
+                lazy = LazyDownConvertRecords(records, 0)
+                while lazy.write_to(sink):
+                    pass
+                result = sink.getvalue()
+            elif reader == "lazy_file":          # an open file, read with pread: a short read
+                class Sink(io.BytesIO):          # takes 100 bytes, then would block
+                    budget = 100
+                    def write(self, data):
+                        n = min(len(data), self.budget)
+                        self.budget -= n
+                        return super().write(data[:n])
+                with open(path, "rb") as f:
+                    lazy = LazyDownConvertRecords(f, 0, chunk_size=64)
+                    sink = Sink()
+                    lazy.write_to(sink)          # the first chunk, before the cut
+                    os.truncate(path, 300)
+                    sink.budget = 1 << 30
+                    while lazy.write_to(sink):
+                        pass
+                result = sink.getvalue()
+            elif reader == "arrow":
+                result = ArrowDecoder().decode(records.buffer)[0].num_rows
+            else:
+                result = scan_entries(records.buffer)["stop"]
+        except Exception as exc:
+            ended(exc, cut=300 if reader == "lazy_file" else cut)
+        else:
+            print(json.dumps({"error": None, "result": repr(result)[:200]}))
+    '''.replace("\n        ", "\n"), path, reader)
+    info = outcome(proc)
+    assert info["error"] == "FileTruncatedError", info      # not data with zeros in it
+    assert_truncated(info, path, info["cut"])
