@@ -240,6 +240,26 @@ def hostile(data: bytes, rng: random.Random, rounds: int = 2) -> bytes:
     return fix_crcs(bytes(log))
 
 
+def fetch_frame(records: bytes, correlation_id: int = 1, topic: bytes = b"t") -> bytes:
+    """A FetchResponse v4 (response header v0) with one partition holding `records`, framed."""
+    body = struct.pack(">ii", correlation_id, 0)                      # throttle_time_ms
+    body += struct.pack(">ih", 1, len(topic)) + topic                 # one topic
+    body += struct.pack(">iihqqi", 1, 0, 0, 100, 100, -1)             # one partition, no aborts
+    body += struct.pack(">i", len(records)) + records
+    return struct.pack(">i", len(body)) + body
+
+
+def arrow_rows(batch: Any) -> list[dict[str, Any]]:
+    """An Arrow record batch's rows, timestamps as integers (datetime ends at year 9999)."""
+    import pyarrow as pa
+
+    stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()
+    rows = batch.drop_columns(["timestamp"]).to_pylist()
+    for row, stamp in zip(rows, stamps):
+        row["timestamp"] = stamp
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------
 # Outcomes
 

@@ -28,7 +28,7 @@ import struct
 import tempfile
 from typing import Any, Callable
 
-from _harness import Missing, Target, api, entry_spans, hostile, rng_of
+from _harness import Missing, Target, api, entry_spans, fetch_frame, hostile, rng_of
 from kafkacodec.errors import KafkaCodecError
 
 Rec = tuple                      # (offset, ts, ts_type, key, value, headers, is_control)
@@ -146,15 +146,6 @@ def arrow(data: bytes) -> Outcome:
     except KafkaCodecError as exc:
         return [], type(exc)
     return rows, None
-
-
-def fetch_frame(records: bytes, correlation_id: int = 1, topic: bytes = b"t") -> bytes:
-    """A FetchResponse v4 (response header v0) with one partition holding `records`, framed."""
-    body = struct.pack(">ii", correlation_id, 0)                      # throttle_time_ms
-    body += struct.pack(">ih", 1, len(topic)) + topic                 # one topic
-    body += struct.pack(">iihqqi", 1, 0, 0, 100, 100, -1)             # one partition, no aborts
-    body += struct.pack(">i", len(records)) + records
-    return struct.pack(">i", len(body)) + body
 
 
 def ring(data: bytes) -> Outcome:
