@@ -84,6 +84,8 @@ cdef class Guard:
             size = mapping.size()                     # fstat of the mapped file
         except (OSError, ValueError):                 # closed meanwhile: nothing to tell
             return self.length
+        if self.slot == NULL:          # unregistered by a close() while fstat let threads run
+            return self.length
         if size < self.length:
             kc_guard_note(self.slot, <size_t>size)    # the new end's page reads zeros too
         cut = kc_guard_cut(self.slot)

@@ -140,8 +140,10 @@ cdef class _Buffer:
         read): FileTruncatedError when another process cut the mapped file before `end`: a
         fault past the cut, or (one fstat, when `end` passes what the last one saw) a file now
         shorter than `end`, whose last page reads zeros without a fault."""
-        if self.guard is not None and (end > self.verified_end or not self.intact()):
-            self.verified_end = self.guard.check(self.mapping, end, position, offset, None)
+        cdef Guard guard = self.guard      # held: a close() while the check runs drops ours
+        mapping = self.mapping
+        if guard is not None and (end > self.verified_end or not self.intact()):
+            self.verified_end = guard.check(mapping, end, position, offset, None)
         return 0
 
     cdef int check_all(self, Py_ssize_t end, Py_ssize_t position) except -1:
@@ -156,8 +158,10 @@ cdef class _Buffer:
         FileTruncatedError, chained to it, when the mapped file is now shorter than `end` (its
         last page reads zeros past the new end without any fault).  Returns 0 otherwise, and
         the caller raises its own error."""
-        if self.guard is not None and self.mapping is not None:
-            self.guard.check(self.mapping, end, position, offset, cause)
+        cdef Guard guard = self.guard
+        mapping = self.mapping
+        if guard is not None and mapping is not None:
+            guard.check(mapping, end, position, offset, cause)
         return 0
 
     cdef int frame_error(self, int code, const unsigned char* entry, Py_ssize_t position,

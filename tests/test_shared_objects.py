@@ -248,3 +248,41 @@ def test_a_blocking_client_shared_by_threads_gives_each_request_its_own_response
     server.close()
     assert wrong == []
     assert busy and all("in use by another thread" in m for m in busy), busy
+
+
+CLOSED_DURING_TRUNCATION_CHECK = r"""
+import mmap, os, tempfile
+from kafkacodec import BufferReleasedError, FileRecords, MemoryRecordsBuilder
+from kafkacodec._mapguard import MappedFile
+
+builder = MemoryRecordsBuilder()
+for i in range(3):
+    builder.append(i, b"k", b"v")
+fd, path = tempfile.mkstemp(suffix=".log")
+os.write(fd, builder.build())
+os.close(fd)
+os.truncate(path, os.path.getsize(path) - 1)   # shorter than mapped: the check looks closer
+records = FileRecords.open(path)
+os.truncate(path, os.path.getsize(path) + 1)
+
+def size_then_close(self):
+    # the truncation check's fstat lets other threads run: one closes the FileRecords there
+    size = mmap.mmap.size(self)
+    records.close()
+    return size - 1
+
+MappedFile.size = size_then_close
+try:
+    print(sum(1 for _ in records.records()))
+except BufferReleasedError as exc:
+    print("released:", exc)
+os.unlink(path)
+"""
+
+
+def test_a_file_records_closed_during_its_truncation_check_raises_released():
+    """The check's fstat releases the GIL; a FileRecords closed there unregistered the guard the
+    check went on to read (SIGSEGV; found by the concurrency harness)."""
+    proc = run_python(CLOSED_DURING_TRUNCATION_CHECK)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "released:" in proc.stdout or proc.stdout.strip().isdigit(), proc.stdout
