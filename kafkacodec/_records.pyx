@@ -74,6 +74,8 @@ cdef tuple _NO_HEADERS = ()
 
 # --- the caller's buffer --------------------------------------------------------------------
 @cython.final
+@cython.no_gc      # no cycle goes through it (its fields: a MappedFile and its Guard); seen by
+                   # the collector, `view` would let it clear the exported memoryview (a crash)
 cdef class _Buffer:
     """One export of the caller's buffer (or a file we mapped) and the count of our users."""
     cdef Py_buffer view

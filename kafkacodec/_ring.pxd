@@ -16,7 +16,8 @@ cdef class ResponseRingBuffer:
     cdef readonly Py_ssize_t capacity
     cdef object pool                # SimpleMemoryPool or None
     cdef object pool_view           # the memoryview the pool handed out
-    cdef Py_buffer pool_buffer
+    cdef Py_buffer* pool_buffer     # our export of it (heap-allocated, so the collector
+                                    # never sees the memoryview it holds: see __cinit__)
     cdef bint has_pool_buffer
     cdef bint owns_buf              # buf came from PyMem_RawMalloc (no pool)
     # writer (network) side
