@@ -29,6 +29,7 @@ class Missing(Exception):
 class Target:
     fn: Callable[[bytes], None]
     kind: str  # which seed corpus feeds it (fuzz/make_corpus.py)
+    timeout: float = HANG_SECONDS  # an input running longer is a hang (at least --timeout)
 
 
 def api(*paths: str) -> Any:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import io
 import os
 import random
@@ -80,7 +81,7 @@ def op_records(path: str, hook: Callable[[int], None], opened: Any) -> Any:
 
 def op_batches(path: str, hook: Callable[[int], None], opened: Any) -> Any:
     return _collect(opened.batches(), lambda b: (b.position, b.base_offset, b.is_valid(),
-                                                 bytes(b.raw)), hook)
+                                                 hashlib.sha1(b.raw).digest()), hook)
 
 
 def op_validate(path: str, hook: Callable[[int], None], opened: Any) -> Any:
@@ -114,7 +115,8 @@ def op_lazy(path: str, hook: Callable[[int], None], opened: Any) -> Any:
 def op_lazy_file(path: str, hook: Callable[[int], None], opened: Any) -> Any:
     Lazy = api("kafkacodec.LazyDownConvertRecords")
     sink = io.BytesIO()
-    with open(path, "rb") as f:
+    # O_NONBLOCK: a FIFO named like a segment must not block the open itself (as map_file)
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
         lazy = Lazy(f, 0, chunk_size=200)
         i = 0
         while lazy.write_to(sink):
@@ -255,8 +257,11 @@ def allowed(name: str, got: tuple, before: tuple, after: tuple, torn: bool) -> b
         return True
     done = got[1]
     for reference in (before, after):
-        if reference[0] == "ok" and isinstance(reference[1], list):
-            full = reference[1]
+        if reference[0] == "ok":
+            # logdir: (plan, corrupt, rows); the other readers: their list of results
+            full = reference[1][2] if name == "logdir" else reference[1]
+            if not isinstance(full, list):
+                continue
         elif reference[0] == "partial":
             full = reference[1]
         else:
@@ -420,8 +425,12 @@ def special(data: bytes) -> None:
                     opened.close()
     if name in ("verify", "dump", "convert"):
         code, stdout, stderr = got[1][:3]
-        if "Traceback" in stderr or (code not in (0, 1, 3)) or (code and "kafkacodec: error:"
-                                                               not in stderr):
+        # bad data is reported on stdout with exit 1: dump as Kafka's tool does ("isvalid:
+        # false", "| error: ..."), verify --json in its "problems"; anything else on stderr
+        reported = "kafkacodec: error:" in stderr or (
+            name == "dump" and ("isvalid: false" in stdout or "| error:" in stdout)) or (
+            name == "verify" and '"problems": [{' in stdout)
+        if "Traceback" in stderr or (code not in (0, 1, 3)) or (code and not reported):
             raise AssertionError(f"kafkacodec {name} on a {kind} segment: exit {code}, "
                                  f"stderr {stderr[-500:]!r}")
         if kind != "sparse" and code == 0 and name != "verify":
@@ -456,5 +465,5 @@ def replaced_then_read(path: str, data: bytes, name: str, rng: random.Random) ->
 
 TARGETS: dict[str, Target] = {
     "truncate": Target(truncate, "records"),
-    "special": Target(special, "records"),
+    "special": Target(special, "records", timeout=60),   # a 2 GiB entry's CRC, read whole
 }

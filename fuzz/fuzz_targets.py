@@ -420,7 +420,14 @@ def kind_of(name: str) -> str:
 # Open findings, reported but not failing a run until fixed: target -> (message regex, note).
 # Each has a reproducer in fuzz/known/<target>/; when fixed, delete the entry here and move the
 # reproducer to fuzz/regressions/<target>/.
-KNOWN_FINDINGS: dict[str, list[tuple[str, str]]] = {}
+KNOWN_FINDINGS: dict[str, list[tuple[str, str]]] = {
+    "filesystem.truncate": [
+        (r"^(describe|logdir), truncated",
+         "kafkacodec.logdir (describe, read_split) reads the zeros past a cut made while it "
+         "reads as data (corrupt entries, records) instead of raising FileTruncatedError; "
+         "logdir is another helper's area: reported, not fixed here"),
+    ],
+}
 KNOWN_HITS: dict[str, int] = {}
 
 
@@ -594,9 +601,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _rss_bytes(pid: int) -> int:
+    """Resident memory not backed by a file: pages of a mapped segment read whole are not
+    memory taken in proportion to a size field."""
     try:
         with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            fields = f.read().split()
+        return (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
 
@@ -713,6 +723,12 @@ def pick_engine(requested: str) -> str:
 MAX_FINDINGS_PER_TARGET = 3
 
 
+def hang_after(name: str, args: argparse.Namespace) -> float:
+    """Seconds one input may run: --timeout, or more for a target whose inputs are big by
+    design (a sparse segment of several GiB read whole)."""
+    return max(args.timeout, ALL_TARGETS[name].timeout)
+
+
 def _campaign_one(name: str, engine: str, share: float, args: argparse.Namespace
                   ) -> tuple[int, list[dict[str, Any]]]:
     """Executions and findings of one target over `share` seconds."""
@@ -723,7 +739,7 @@ def _campaign_one(name: str, engine: str, share: float, args: argparse.Namespace
         artifacts = CRASHES / name
         artifacts.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, str(Path(__file__).resolve()), "run", name,
-               f"-max_total_time={int(share)}", f"-timeout={args.timeout}",
+               f"-max_total_time={int(share)}", f"-timeout={int(hang_after(name, args))}",
                f"-rss_limit_mb={args.rss_limit_mb}", "-print_final_stats=1",
                f"-artifact_prefix={artifacts}{os.sep}", str(work)]
         if seeds_dir.is_dir():
@@ -744,7 +760,7 @@ def _campaign_one(name: str, engine: str, share: float, args: argparse.Namespace
         left = deadline - time.monotonic()
         if left < 0.5:
             break
-        result = run_worker(name, seconds=left, seed=seed, timeout=args.timeout,
+        result = run_worker(name, seconds=left, seed=seed, timeout=hang_after(name, args),
                             rss_limit_mb=args.rss_limit_mb)
         runs += result["executions"]
         seed += 1
@@ -821,7 +837,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         files = [str(p) for p in replay_files(name, args.paths)]
         skip = 0
         while skip < len(files):
-            result = run_worker(name, replay=files, skip=skip, timeout=args.timeout)
+            result = run_worker(name, replay=files, skip=skip, timeout=hang_after(name, args))
             executed += result["executions"]
             finding = result["finding"]
             if not finding:

@@ -78,6 +78,18 @@ def overflow_stub(remaining: int) -> bytes:
     return bytes(stub[: min(piece, remaining)])
 
 
+def _name_of(file: Any, fd: int) -> str:
+    """What an error calls an open file: its name, or where that is its descriptor (os.fdopen)
+    the path the descriptor has (Linux), else "<fd N>"."""
+    name = getattr(file, "name", None)
+    if isinstance(name, (str, bytes, os.PathLike)):
+        return os.fsdecode(name)
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return f"<fd {fd}>"
+
+
 class _BufferSource:
     """A record set in memory or mapped: windows are zero-copy slices.  For a FileRecords
     mapping (`file_backed`), the pages of converted chunks are handed back to the page cache,
@@ -129,10 +141,10 @@ class _FileSource:
                 # the file ends before the size it had when the conversion began: another
                 # process truncated it (a live segment); the committed size cannot be met
                 size = os.fstat(self.fd).st_size
+                path = _name_of(self.file, self.fd)
                 raise FileTruncatedError(
-                    f"{getattr(self.file, 'name', '<file>')}: the file shrank to {size} bytes "
-                    f"(from {self.start + self.size}) while being converted",
-                    path=os.fsdecode(getattr(self.file, "name", "<file>")), size=size,
+                    f"{path}: the file shrank to {size} bytes (from {self.start + self.size}) "
+                    f"while being converted", path=path, size=size,
                     position=self.start + position + done)
             done += n
         return view[:done]

@@ -321,7 +321,7 @@ os.truncate(path, cut)
 
 
 @pytest.mark.parametrize("reader", ["records", "down_convert", "lazy", "arrow", "scan_entries",
-                                    "lazy_file"])
+                                    "lazy_file", "lazy_fd"])
 def test_readers_of_a_segment_cut_inside_its_last_page(tmp_path, reader):
     path = tmp_path / "00000000000000000000.log"
     proc = run(TORN + '''
@@ -339,14 +339,16 @@ def test_readers_of_a_segment_cut_inside_its_last_page(tmp_path, reader):
                 while lazy.write_to(sink):
                     pass
                 result = sink.getvalue()
-            elif reader == "lazy_file":          # an open file, read with pread: a short read
+            elif reader in ("lazy_file", "lazy_fd"):   # an open file, read with pread: short
+                # lazy_fd: os.fdopen's file is named by its descriptor (an int: TypeError)
                 class Sink(io.BytesIO):          # takes 100 bytes, then would block
                     budget = 100
                     def write(self, data):
                         n = min(len(data), self.budget)
                         self.budget -= n
                         return super().write(data[:n])
-                with open(path, "rb") as f:
+                with (open(path, "rb") if reader == "lazy_file"
+                      else os.fdopen(os.open(path, os.O_RDONLY), "rb")) as f:
                     lazy = LazyDownConvertRecords(f, 0, chunk_size=64)
                     sink = Sink()
                     lazy.write_to(sink)          # the first chunk, before the cut
@@ -360,7 +362,7 @@ def test_readers_of_a_segment_cut_inside_its_last_page(tmp_path, reader):
             else:
                 result = scan_entries(records.buffer)["stop"]
         except Exception as exc:
-            ended(exc, cut=300 if reader == "lazy_file" else cut)
+            ended(exc, cut=300 if reader.startswith("lazy_f") else cut)
         else:
             print(json.dumps({"error": None, "result": repr(result)[:200]}))
     '''.replace("\n        ", "\n"), path, reader)
