@@ -20,8 +20,8 @@ from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, V2_HEADE
 from kafkacodec._v2 cimport V2Record, read_v2_record, write_v2_record, write_v2_batch_header
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
                                  next_inner_entry, inner_base_offset)
-from kafkacodec.protocol._wire cimport (put_length, put_string, put_empty_tags, begin_produce_request,
-                                        produce_output,
+from kafkacodec.protocol._wire cimport (utf8_of, put_length, put_string, put_empty_tags,
+                                        begin_produce_request, produce_output,
                                         end_frame, API_PRODUCE, PRODUCE_FLEXIBLE)
 
 from kafkacodec._compression cimport compress, decompress, DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT
@@ -542,8 +542,9 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
                 partitions.append(plan)
                 total += plan.size + 16
         if partitions:
+            name = utf8_of(name)       # the bytes sent: sized by them, never by __len__
             topics.append((name, partitions))
-            total += 16 + 4 * len(name)
+            total += 16 + len(<bytes>name)
     if not topics:
         return None
     out = produce_output(out, total + 16, client_id, transactional_id)
