@@ -237,7 +237,10 @@ def conversion_of(data: bytes, to_magic: int) -> tuple[list[tuple], type | None]
                 last = r[0]
                 kept.append(r)
             records = kept
-        out += [(o, k, v) + ((ts, tt) if to_magic == 1 else (-1, -1))
+        # a copied entry reads as before (a magic-1 message inside a magic-0 wrapper keeps
+        # the timestamp the reader gives it); a converted one holds what its magic holds
+        copied = batch.magic <= to_magic
+        out += [(o, k, v) + ((ts, tt) if to_magic == 1 or copied else (-1, -1))
                 for o, ts, tt, k, v, _, control in records if not control]
     return out, None
 
