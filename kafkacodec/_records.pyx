@@ -795,9 +795,11 @@ cdef class _RecordIterator:
             decompressed = self._chunk is not None
             self._records = None         # a corrupt batch ends the whole iteration
             self._end_batch()
-            if not decompressed and not isinstance(err, FileTruncatedError):
-                # zeros read past a cut in the file's last page look like corrupt data
-                position = self._h.position if err.position is None else err.position
+            if not isinstance(err, FileTruncatedError):
+                # zeros read past a cut in the file's last page look like corrupt data (and
+                # compressed zeros inflate to garbage: the batch's own position then)
+                position = (self._h.position if decompressed or err.position is None
+                            else err.position)
                 self._buf.explain(err, self._h.position + self._h.size, position,
                                   self._h.base_offset)
             raise with_context(err, &self._h, self._data_position, decompressed)

@@ -369,3 +369,32 @@ def test_readers_of_a_segment_cut_inside_its_last_page(tmp_path, reader):
     info = outcome(proc)
     assert info["error"] == "FileTruncatedError", info      # not data with zeros in it
     assert_truncated(info, path, info["cut"])
+
+
+@pytest.mark.parametrize("magic", [1, 2])
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4"])
+def test_a_compressed_batch_cut_inside_its_last_page_reads_as_truncated(tmp_path, magic, codec):
+    """The compressed bytes past the cut read zeros: what they inflate to is garbage, and the
+    error it caused was reported as corrupt data (found by the file-system harness through
+    RecordBatch.base_offset of a legacy wrapper, which reads its first inner record)."""
+    path = tmp_path / "00000000000000000000.log"
+    proc = run('''
+        import random
+        rnd = random.Random(3)
+        with open(sys.argv[1], "wb") as f:
+            builder = MemoryRecordsBuilder(magic=int(sys.argv[2]), compression=sys.argv[3])
+            for i in range(20):
+                builder.append(1_700_000_000_000 + i, b"k", rnd.randbytes(100))
+            f.write(builder.build())
+        size = os.path.getsize(sys.argv[1])
+        records = FileRecords.open(sys.argv[1])
+        batch = next(iter(records.batches()))
+        cut = size - 200                     # inside the compressed bytes, in the same page
+        os.truncate(sys.argv[1], cut)
+        try:
+            print(json.dumps({"error": None, "result": [r.offset for r in batch]}))
+        except Exception as exc:
+            ended(exc, cut=cut)
+    ''', path, magic, codec)
+    info = outcome(proc)
+    assert_truncated(info, path, info["cut"])
