@@ -1,17 +1,26 @@
-"""Fuzz targets: one per kafkacodec entry point that takes bytes, in one table.
+"""Fuzz targets and the engine every harness kind shares.
 
-Contract checked for every input: the call ends in a result or a ``KafkaCodecError``. Any other
-exception, a crash (segfault, sanitizer report) or a hang is a finding.
+Kinds (one module each, one `TARGETS` table of functions taking bytes; adding a case is one
+entry): `bytes` (this file: one entry point fed one byte string), `differential`, `lifetime`,
+`concurrency`, `reentrancy`, `filesystem` (fuzz/<kind>.py; what each checks: docs/reliability.md).
+A target's name is `<kind>.<case>` except for the bytes kind.
 
-Adding a target is one entry in ``TARGETS`` (a function taking ``bytes``; the seed ``kind`` says
-which corpus from fuzz/make_corpus.py feeds it). A target whose entry point is not in this
-build of kafkacodec raises ``Missing`` and is reported as skipped, never as passed.
+Contract checked for every input: the call ends in a result or a ``KafkaCodecError`` (and
+whatever the kind checks besides). Any other exception, a crash (segfault, sanitizer report),
+a hang or runaway memory is a finding. Campaigns run each target in a worker process that
+records the input in flight, so a crash or a hang is saved as a reproducer under
+fuzz/crashes/<target>/ and the campaign goes on.
+
+A target whose entry point is not in this build of kafkacodec raises ``Missing`` and is
+reported as skipped, never as passed.
 
 Usage:
-  python fuzz/fuzz_targets.py list                          targets and whether they are wired
-  python fuzz/fuzz_targets.py run TARGET [libFuzzer args]   atheris campaign on one target
-  python fuzz/fuzz_targets.py campaign --seconds 90         every target, time split evenly
-  python fuzz/fuzz_targets.py replay [--target T] [DIR]     run saved inputs (corpus, crashes)
+  python fuzz/fuzz_targets.py list [--kind K]                 targets, seeds, wired or skipped
+  python fuzz/fuzz_targets.py run TARGET [libFuzzer args]     atheris campaign on one target
+  python fuzz/fuzz_targets.py campaign --seconds 90 [--kind K] [--target T]
+                                    every selected kind gets `seconds`, split over its targets
+  python fuzz/fuzz_targets.py replay [--kind K] [--target T] [PATH...]
+                                    saved inputs (corpus, regressions, crashes), in a worker
 (scripts/fuzz.sh wraps the long campaign; .ci/run the short one.)
 """
 
@@ -19,105 +28,42 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
 import io
+import json
+import mmap
 import os
 import random
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "corpus"
 CRASHES = HERE / "crashes"          # new findings (not committed)
 REGRESSIONS = HERE / "regressions"  # reproducers of fixed findings, replayed by the tests
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
 
-import kafkacodec  # noqa: E402  (after the path constants, before the targets)
+import kafkacodec  # noqa: E402,F401  (after the path constants, before the targets)
 from kafkacodec.errors import KafkaCodecError  # noqa: E402
 
-
-HANG_SECONDS = 10.0  # an input that takes longer than this is a finding (libFuzzer: -timeout)
-
-
-class Missing(Exception):
-    """The entry point a target needs is not in this build (yet)."""
-
-
-def api(*paths: str) -> Any:
-    """The first of the dotted names that exists, e.g. api("kafkacodec.MemoryRecords")."""
-    for path in paths:
-        module_name, _, attr = path.rpartition(".")
-        try:
-            obj: Any = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        for part in attr.split("."):
-            obj = getattr(obj, part, None)
-            if obj is None:
-                break
-        if obj is not None:
-            return obj
-    raise Missing(" / ".join(paths))
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers
-
-
-def touch_batch(batch: Any) -> None:
-    for name in ("magic", "base_offset", "last_offset", "record_count", "compression",
-                 "timestamp_type", "max_timestamp", "crc", "producer_id", "producer_epoch",
-                 "base_sequence", "is_transactional", "is_control", "partition_leader_epoch",
-                 "size_in_bytes"):
-        getattr(batch, name, None)
-    raw = getattr(batch, "raw", None)
-    if raw is not None:
-        bytes(raw[:16])
-    if hasattr(batch, "is_valid"):
-        batch.is_valid()
-
-
-def touch_record(record: Any) -> None:
-    for name in ("offset", "timestamp", "timestamp_type", "key", "value", "headers"):
-        value = getattr(record, name, None)
-        if isinstance(value, memoryview):
-            bytes(value)
-    headers = getattr(record, "headers", None)
-    if headers:
-        for item in headers:
-            tuple(item)
-
-
-def fix_crcs(data: bytes) -> bytes:
-    """Recompute every entry's checksum so mutations reach the decoders behind the CRC check."""
-    from kafkacodec import _crc
-
-    out = bytearray(data)
-    pos = 0
-    while pos + 17 <= len(out):
-        (size,) = struct.unpack_from(">i", out, pos + 8)
-        end = pos + 12 + size
-        if size < 0 or end > len(out):
-            break
-        magic = out[pos + 16]
-        if magic == 2 and size >= 9:
-            struct.pack_into(">I", out, pos + 17, _crc.crc32c(bytes(out[pos + 21:end])))
-        elif magic in (0, 1):
-            struct.pack_into(">I", out, pos + 12, _crc.crc32(bytes(out[pos + 16:end])))
-        pos = end
-    return bytes(out)
-
-
-def split(data: bytes) -> tuple[int, bytes]:
-    """First byte: a small parameter (version, codec, offset); the rest: the payload."""
-    return (data[0], data[1:]) if data else (0, b"")
+from _harness import (  # noqa: E402,F401  (re-exported: tests and kinds use them from here)
+    HANG_SECONDS,
+    Missing,
+    Target,
+    api,
+    fix_crcs,
+    split,
+    touch_batch,
+    touch_record,
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,33 +273,6 @@ def mirror_fetch_to_produce(data: bytes) -> None:
         bytes(memoryview(out)[:16])
 
 
-def _walk(obj: Any, depth: int = 0) -> Any:
-    """Visit what a parser returned (lists, dicts, objects with records) without knowing it."""
-    if depth > 6 or obj is None or isinstance(obj, (bytes, str, int, float, bool)):
-        return
-    if isinstance(obj, memoryview):
-        bytes(obj[:8])
-        return
-    if isinstance(obj, dict):
-        for value in obj.values():
-            yield from _walk(value, depth + 1)
-        return
-    if isinstance(obj, (list, tuple)):
-        for value in obj:
-            yield from _walk(value, depth + 1)
-        return
-    if hasattr(obj, "batches") and callable(obj.batches):
-        for batch in obj.batches():
-            touch_batch(batch)
-            for record in batch:
-                yield record
-        return
-    for name in ("topics", "partitions", "responses", "records"):
-        value = getattr(obj, name, None)
-        if value is not None and not callable(value):
-            yield from _walk(value, depth + 1)
-
-
 def ring_feed(data: bytes) -> None:
     """KAFKA-2045 ring: feed in random chunk sizes, take responses, release them; a released
     response's payload must refuse access instead of showing someone else's bytes."""
@@ -450,12 +369,6 @@ def crc(data: bytes) -> None:
         raise AssertionError("chained crc32c differs from one-shot crc32c")
 
 
-@dataclass(frozen=True)
-class Target:
-    fn: Callable[[bytes], None]
-    kind: str  # which seed corpus feeds it (fuzz/make_corpus.py)
-
-
 TARGETS: dict[str, Target] = {
     "crc": Target(crc, "records"),
     "records_shallow": Target(memory_records_shallow, "records"),
@@ -481,10 +394,41 @@ TARGETS: dict[str, Target] = {
 }
 
 
+
+# The other kinds: fuzz/<kind>.py, each with a TARGETS table of its own.
+KIND_MODULES = ("differential", "lifetime", "concurrency", "reentrancy", "filesystem")
+
+
+def _kinds() -> dict[str, dict[str, Target]]:
+    import importlib
+
+    kinds = {"bytes": TARGETS}
+    for kind in KIND_MODULES:
+        module = importlib.import_module(kind)
+        kinds[kind] = {f"{kind}.{case}": target for case, target in module.TARGETS.items()}
+    return kinds
+
+
+KINDS: dict[str, dict[str, Target]] = _kinds()
+ALL_TARGETS: dict[str, Target] = {name: t for table in KINDS.values() for name, t in table.items()}
+
+
+def kind_of(name: str) -> str:
+    return next(kind for kind, table in KINDS.items() if name in table)
+
+
 # Open findings, reported but not failing a run until fixed: target -> (message regex, note).
 # Each has a reproducer in fuzz/known/<target>/; when fixed, delete the entry here and move the
 # reproducer to fuzz/regressions/<target>/.
-KNOWN_FINDINGS: dict[str, list[tuple[str, str]]] = {}
+KNOWN_FINDINGS: dict[str, list[tuple[str, str]]] = {
+    "filesystem.truncate": [
+        (r"^(describe|logdir|verify), truncated",
+         "kafkacodec.logdir (describe, read_split; verify's record pass is read_split) reads "
+         "the zeros past a cut made while it reads as data (corrupt entries, records) or "
+         "nothing, instead of raising FileTruncatedError; logdir is another helper's area: "
+         "reported, not fixed here"),
+    ],
+}
 KNOWN_HITS: dict[str, int] = {}
 
 
@@ -494,7 +438,7 @@ def check_one(name: str, data: bytes) -> None:
     import re
 
     try:
-        TARGETS[name].fn(data)
+        ALL_TARGETS[name].fn(data)
     except KafkaCodecError:
         pass
     except AssertionError as error:
@@ -517,11 +461,19 @@ def availability(name: str) -> str | None:
 
 
 def corpus_dir(name: str) -> Path:
-    return CORPUS / TARGETS[name].kind.replace("+", "_")
+    return CORPUS / ALL_TARGETS[name].kind.replace("+", "_")
+
+
+def selected(args: argparse.Namespace) -> list[str]:
+    kinds = getattr(args, "kind", None) or list(KINDS)
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise SystemExit(f"unknown kind {unknown}; kinds: {', '.join(KINDS)}")
+    return [n for k in kinds for n in KINDS[k] if not args.target or n in args.target]
 
 
 # ---------------------------------------------------------------------------------------------
-# Drivers
+# Mutation
 
 
 def run_atheris(name: str, argv: list[str]) -> None:
@@ -558,31 +510,10 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     return bytes(buf)
 
 
-def run_builtin(name: str, seconds: float, seeds: list[bytes], seed: int = 0) -> int:
-    """Mutational fuzzing without coverage feedback (fallback); returns executions."""
-    rng = random.Random(seed)
-    pool = seeds or [b""]
-    deadline = time.monotonic() + seconds
-    runs = 0
-    while time.monotonic() < deadline:
-        data = mutate(rng.choice(pool), rng)
-        t0 = time.monotonic()
-        try:
-            check_one(name, data)
-        except Exception:
-            save_crash(name, data)
-            raise
-        if time.monotonic() - t0 > HANG_SECONDS:
-            save_crash(name, data)
-            raise AssertionError(f"{name}: one input took {time.monotonic() - t0:.1f}s (hang)")
-        runs += 1
-    return runs
-
-
-def save_crash(name: str, data: bytes) -> Path:
+def save_crash(name: str, data: bytes, prefix: str = "crash") -> Path:
     out = CRASHES / name
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"crash-{hashlib.sha1(data).hexdigest()}"
+    path = out / f"{prefix}-{hashlib.sha1(data).hexdigest()}"
     path.write_bytes(data)
     print(f"[{name}] finding saved to {path}", file=sys.stderr)
     return path
@@ -601,11 +532,169 @@ def load_seeds(name: str) -> list[bytes]:
     return [p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()]
 
 
-def cmd_list(_: argparse.Namespace) -> int:
-    for name, target in TARGETS.items():
+# ---------------------------------------------------------------------------------------------
+# Workers: a target runs in a process of its own, which writes each input to a state file
+# before running it ([uint64 inputs started][uint32 length][input]). When the process dies
+# (signal, sanitizer abort), stops making progress (a hang) or grows past the memory limit,
+# the driver saves the input in flight as the reproducer and starts a new worker.
+
+_STATE = struct.Struct("<QI")
+EXIT_FINDING = 3       # a worker that saved a finding itself (a Python-level failure)
+
+
+class _State:
+    def __init__(self, path: str):
+        self.fd = os.open(path, os.O_RDWR)
+        self.started = 0
+
+    def begin(self, data: bytes) -> None:
+        self.started += 1
+        os.pwrite(self.fd, _STATE.pack(self.started, len(data)) + data, 0)
+
+
+def read_state(path: str) -> tuple[int, bytes]:
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < _STATE.size:
+        return 0, b""
+    started, length = _STATE.unpack_from(raw)
+    return started, raw[_STATE.size:_STATE.size + length]
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """One target in this process (started by the driver, not by hand)."""
+    name = args.target
+    state = _State(args.state)
+    done = 0
+    result: dict[str, Any] = {"executions": 0, "finding": None}
+
+    def one(data: bytes) -> None:
+        nonlocal done
+        state.begin(data)
+        try:
+            check_one(name, data)
+        except Exception as error:
+            traceback.print_exc()
+            prefix = "replay-failure" if args.replay else "crash"
+            if not args.replay:
+                result["finding"] = str(save_crash(name, data, prefix))
+            result["error"] = f"{type(error).__name__}: {error}"[:2000]
+            raise
+        done += 1
+
+    try:
+        if args.replay:
+            for path in args.replay[args.skip:]:
+                one(Path(path).read_bytes())
+        else:
+            rng = random.Random(args.seed)
+            pool = load_seeds(name) + regression_inputs(name) or [b""]
+            deadline = time.monotonic() + args.seconds
+            while time.monotonic() < deadline:
+                one(mutate(rng.choice(pool), rng))
+    except Exception:
+        result["executions"] = done
+        print(json.dumps(result))
+        return EXIT_FINDING
+    result["executions"] = done
+    print(json.dumps(result))
+    return 0
+
+
+def _rss_bytes(pid: int) -> int:
+    """Resident memory not backed by a file: pages of a mapped segment read whole are not
+    memory taken in proportion to a size field."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            fields = f.read().split()
+        return (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def run_worker(name: str, *, seconds: float = 0, seed: int = 0, replay: list[str] | None = None,
+               skip: int = 0, timeout: float = HANG_SECONDS, rss_limit_mb: int = 2048
+               ) -> dict[str, Any]:
+    """Run one worker to its end; returns executions, and a finding (kind, path, detail) if
+    the worker died, hung, ran away with memory or failed a check."""
+    fd, state_path = tempfile.mkstemp(prefix=f"kc-fuzz-{name}-")
+    os.close(fd)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "worker", name, "--state", state_path]
+    if replay is not None:
+        cmd += ["--skip", str(skip), "--replay", *replay]
+    else:
+        cmd += ["--seconds", str(seconds), "--seed", str(seed)]
+    out_f = tempfile.TemporaryFile()
+    err_f = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, start_new_session=True)
+    last_started, last_change = -1, time.monotonic()
+    why = None
+    try:
+        while proc.poll() is None:
+            time.sleep(0.2)
+            started, _ = read_state(state_path)
+            now = time.monotonic()
+            if started != last_started:
+                last_started, last_change = started, now
+            elif now - last_change > timeout:
+                why = f"hang: one input ran over {timeout:.0f} s"
+            if _rss_bytes(proc.pid) > rss_limit_mb << 20:
+                why = f"memory: the worker passed {rss_limit_mb} MiB"
+            if why:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                break
+        started, inflight = read_state(state_path)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        os.unlink(state_path)
+    out_f.seek(0)
+    err_f.seek(0)
+    stdout = out_f.read().decode(errors="replace")
+    stderr = err_f.read().decode(errors="replace")
+    summary: dict[str, Any] = {}
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            summary = json.loads(line)
+            break
+    result: dict[str, Any] = {"executions": summary.get("executions", max(started - 1, 0)),
+                              "started": started, "finding": None}
+    rc = proc.returncode
+    if why is None and rc == 0:
+        return result
+    tail = "\n".join(stderr.splitlines()[-40:])
+    if why is None and rc == EXIT_FINDING:
+        why = summary.get("error", "a check failed")
+        path = summary.get("finding")
+    else:
+        why = why or f"crash: the worker died (exit {rc}{_signal_name(rc)})"
+        prefix = why.split(":")[0] if why.startswith(("hang", "memory")) else "crash"
+        path = None if replay is not None else str(save_crash(name, inflight, prefix))
+    result["finding"] = {"why": why, "path": path, "stderr": tail, "input": inflight}
+    return result
+
+
+def _signal_name(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f", {signal.Signals(-rc).name}"
+        except ValueError:
+            return ""
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    for name in selected(args):
+        target = ALL_TARGETS[name]
         why = availability(name)
         seeds = len(load_seeds(name))
-        print(f"{name:26} {target.kind:14} seeds={seeds:<5} {'SKIP ' + why if why else 'ok'}")
+        print(f"{name:40} {target.kind:14} seeds={seeds:<5} {'SKIP ' + why if why else 'ok'}")
     return 0
 
 
@@ -632,12 +721,61 @@ def pick_engine(requested: str) -> str:
     return "atheris" if os.environ.get("KC_FUZZ_NATIVE") == "1" else "builtin"
 
 
+MAX_FINDINGS_PER_TARGET = 3
+
+
+def hang_after(name: str, args: argparse.Namespace) -> float:
+    """Seconds one input may run: --timeout, or more for a target whose inputs are big by
+    design (a sparse segment of several GiB read whole)."""
+    return max(args.timeout, ALL_TARGETS[name].timeout)
+
+
+def _campaign_one(name: str, engine: str, share: float, args: argparse.Namespace
+                  ) -> tuple[int, list[dict[str, Any]]]:
+    """Executions and findings of one target over `share` seconds."""
+    findings: list[dict[str, Any]] = []
+    if engine == "atheris":
+        seeds_dir = corpus_dir(name)
+        work = Path(tempfile.mkdtemp(prefix=f"kc-corpus-{name}-"))
+        artifacts = CRASHES / name
+        artifacts.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "run", name,
+               f"-max_total_time={int(share)}", f"-timeout={int(hang_after(name, args))}",
+               f"-rss_limit_mb={args.rss_limit_mb}", "-print_final_stats=1",
+               f"-artifact_prefix={artifacts}{os.sep}", str(work)]
+        if seeds_dir.is_dir():
+            cmd.append(str(seeds_dir))
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              timeout=share + args.timeout + 120)
+        shutil.rmtree(work, ignore_errors=True)
+        runs = next((int(line.rsplit(":", 1)[1]) for line in proc.stderr.splitlines()
+                     if line.startswith("stat::number_of_executed_units")), 0)
+        if proc.returncode != 0:
+            findings.append({"why": f"libFuzzer exit {proc.returncode}", "path": str(artifacts),
+                             "stderr": "\n".join(proc.stderr.splitlines()[-40:])})
+        return runs, findings
+    runs = 0
+    deadline = time.monotonic() + share
+    seed = args.seed
+    while len(findings) < MAX_FINDINGS_PER_TARGET:
+        left = deadline - time.monotonic()
+        if left < 0.5:
+            break
+        result = run_worker(name, seconds=left, seed=seed, timeout=hang_after(name, args),
+                            rss_limit_mb=args.rss_limit_mb)
+        runs += result["executions"]
+        seed += 1
+        if result["finding"]:
+            findings.append(result["finding"])
+    return runs, findings
+
+
 def cmd_campaign(args: argparse.Namespace) -> int:
-    """Every available target for an equal share of `seconds`."""
+    """Every selected kind for `seconds`, split evenly over its available targets."""
     engine = pick_engine(args.engine)
     print(f"fuzz: engine {engine}"
           f"{' (coverage from the instrumented core)' if engine == 'atheris' else ''}")
-    names = [n for n in TARGETS if not args.target or n in args.target]
+    names = selected(args)
     live = [n for n in names if availability(n) is None]
     for name in names:
         if name not in live:
@@ -645,78 +783,71 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     if not live:
         print("fuzz: no target is wired in this build")
         return 0
-    share = max(2.0, args.seconds / len(live))
     failed: list[str] = []
-    total_runs = 0
+    report: dict[str, dict[str, Any]] = {}
+    by_kind: dict[str, list[str]] = {}
     for name in live:
-        seeds_dir = corpus_dir(name)
-        t0 = time.monotonic()
-        if engine == "atheris":
-            work = Path(tempfile.mkdtemp(prefix=f"kc-corpus-{name}-"))
-            artifacts = CRASHES / name
-            artifacts.mkdir(parents=True, exist_ok=True)
-            cmd = [sys.executable, str(Path(__file__).resolve()), "run", name,
-                   f"-max_total_time={int(share)}", f"-timeout={args.timeout}",
-                   f"-rss_limit_mb={args.rss_limit_mb}", "-print_final_stats=1",
-                   f"-artifact_prefix={artifacts}{os.sep}", str(work)]
-            if seeds_dir.is_dir():
-                cmd.append(str(seeds_dir))
-            proc = subprocess.run(cmd, capture_output=True, text=True,
-                                  timeout=share + args.timeout + 120)
-            shutil.rmtree(work, ignore_errors=True)
-            runs = next((int(line.rsplit(":", 1)[1]) for line in proc.stderr.splitlines()
-                         if line.startswith("stat::number_of_executed_units")), 0)
-            ok = proc.returncode == 0
-            if not ok:
-                tail = "\n".join(proc.stderr.splitlines()[-40:])
-                print(f"[{name}] FINDING (exit {proc.returncode}):\n{tail}")
-        else:
-            try:
-                runs = run_builtin(name, share, load_seeds(name) + regression_inputs(name))
-                ok = True
-            except Exception:
-                traceback.print_exc()
-                runs, ok = 0, False
-        total_runs += runs
-        known = f", {KNOWN_HITS[name]} hits of known open findings" if KNOWN_HITS.get(name) else ""
-        print(f"[{name}] {engine}: {runs} executions in {time.monotonic() - t0:.1f}s "
-              f"{'ok' if ok else 'FAILED'}{known}")
-        if not ok:
-            failed.append(name)
-    print(f"fuzz: {len(live)} targets, {total_runs} executions, "
+        by_kind.setdefault(kind_of(name), []).append(name)
+    for kind, members in by_kind.items():
+        share = max(2.0, args.seconds / len(members))
+        for name in members:
+            t0 = time.monotonic()
+            runs, findings = _campaign_one(name, engine, share, args)
+            for finding in findings:
+                print(f"[{name}] FINDING: {finding['why']}\n  reproducer: {finding['path']}\n"
+                      + "\n".join("    " + line for line in finding["stderr"].splitlines()))
+            known = f", {KNOWN_HITS[name]} hits of known open findings" if KNOWN_HITS.get(name) else ""
+            print(f"[{name}] {engine}: {runs} executions in {time.monotonic() - t0:.1f}s "
+                  f"{'ok' if not findings else 'FAILED'}{known}", flush=True)
+            report[name] = {"kind": kind, "executions": runs, "seconds": time.monotonic() - t0,
+                            "findings": [{k: f[k] for k in ("why", "path")} for f in findings]}
+            if findings:
+                failed.append(name)
+    print("fuzz: executions per kind:")
+    for kind, members in by_kind.items():
+        total = sum(report[n]["executions"] for n in members)
+        print(f"  {kind:14} {len(members):3} targets {total:>10} executions")
+    total = sum(r["executions"] for r in report.values())
+    print(f"fuzz: {len(live)} targets, {total} executions, "
           f"{len(names) - len(live)} skipped, {len(failed)} with findings {failed or ''}")
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=1))
     return 1 if failed else 0
 
 
+def replay_files(name: str, paths: list[str]) -> list[Path]:
+    if paths:
+        return [p for d in paths for p in (sorted(Path(d).rglob("*")) if Path(d).is_dir()
+                                           else [Path(d)]) if p.is_file()]
+    files = [p for p in sorted(corpus_dir(name).glob("*")) if p.is_file()] \
+        if kind_of(name) == "bytes" else []
+    for extra in (REGRESSIONS / name, CRASHES / name):
+        if extra.is_dir():
+            files += sorted(p for p in extra.iterdir() if p.is_file())
+    return files
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
-    """Run saved inputs through their targets (no mutation): corpus regression, crash repro."""
-    names = [n for n in TARGETS if not args.target or n in args.target]
+    """Run saved inputs through their targets (no mutation), in a worker per target: corpus
+    (bytes kind), regressions and crashes; a crash or hang is reported with its file."""
     failures = 0
     executed = 0
-    for name in names:
+    for name in selected(args):
         if availability(name):
             continue
-        if args.paths:
-            files = [p for d in args.paths for p in (sorted(Path(d).rglob("*"))
-                     if Path(d).is_dir() else [Path(d)]) if p.is_file()]
-        else:
-            files = [p for p in sorted(corpus_dir(name).glob("*")) if p.is_file()]
-            for extra in (REGRESSIONS / name, CRASHES / name):
-                if extra.is_dir():
-                    files += sorted(p for p in extra.iterdir() if p.is_file())
-        for path in files:
-            data = path.read_bytes()
-            t0 = time.monotonic()
-            try:
-                check_one(name, data)
-            except Exception as error:
-                failures += 1
-                print(f"[{name}] {path}: {type(error).__name__}: {error}")
-            elapsed = time.monotonic() - t0
-            if elapsed > args.timeout:
-                failures += 1
-                print(f"[{name}] {path}: took {elapsed:.1f}s (> {args.timeout}s)")
+        files = [str(p) for p in replay_files(name, args.paths)]
+        skip = 0
+        while skip < len(files):
+            result = run_worker(name, replay=files, skip=skip, timeout=hang_after(name, args))
+            executed += result["executions"]
+            finding = result["finding"]
+            if not finding:
+                break
+            failed_at = skip + max(result["started"] - 1, 0)
+            failures += 1
+            print(f"[{name}] {files[failed_at]}: {finding['why']}\n" + finding["stderr"])
             executed += 1
+            skip = failed_at + 1
     print(f"replay: {executed} inputs, {failures} failures")
     return 1 if failures else 0
 
@@ -725,23 +856,41 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list").set_defaults(func=cmd_list)
+
+    def selection(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--kind", action="append", help=f"one of {', '.join(KINDS)} (repeatable)")
+        p.add_argument("--target", action="append")
+
+    listing = sub.add_parser("list")
+    selection(listing)
+    listing.set_defaults(func=cmd_list)
     run = sub.add_parser("run")
-    run.add_argument("target", choices=list(TARGETS))
+    run.add_argument("target", choices=list(ALL_TARGETS))
     run.add_argument("libfuzzer_args", nargs=argparse.REMAINDER)
     run.set_defaults(func=cmd_run)
     campaign = sub.add_parser("campaign")
-    campaign.add_argument("--seconds", type=float, default=90)
-    campaign.add_argument("--target", action="append")
-    campaign.add_argument("--timeout", type=int, default=10, help="seconds per input (hang)")
+    campaign.add_argument("--seconds", type=float, default=90, help="per kind")
+    selection(campaign)
+    campaign.add_argument("--timeout", type=float, default=HANG_SECONDS,
+                          help="seconds per input (hang)")
     campaign.add_argument("--rss-limit-mb", type=int, default=2048)
     campaign.add_argument("--engine", choices=["auto", "atheris", "builtin"], default="auto")
+    campaign.add_argument("--seed", type=int, default=0)
+    campaign.add_argument("--report", help="write executions and findings per target (JSON)")
     campaign.set_defaults(func=cmd_campaign)
     replay = sub.add_parser("replay")
-    replay.add_argument("--target", action="append")
-    replay.add_argument("--timeout", type=float, default=10)
+    selection(replay)
+    replay.add_argument("--timeout", type=float, default=HANG_SECONDS)
     replay.add_argument("paths", nargs="*")
     replay.set_defaults(func=cmd_replay)
+    worker = sub.add_parser("worker")
+    worker.add_argument("target", choices=list(ALL_TARGETS))
+    worker.add_argument("--state", required=True)
+    worker.add_argument("--seconds", type=float, default=0)
+    worker.add_argument("--seed", type=int, default=0)
+    worker.add_argument("--skip", type=int, default=0)
+    worker.add_argument("--replay", nargs="*")
+    worker.set_defaults(func=cmd_worker)
     args = parser.parse_args(argv)
     return args.func(args)
 

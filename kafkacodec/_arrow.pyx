@@ -25,13 +25,14 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, P
 from cpython.object cimport PyObject
 
 from kafkacodec._columns cimport ArrowBinary, arrow_binary_init, arrow_binary_row
-from kafkacodec._compression cimport Decompressor, LEVEL_DEFAULT, compress
+from kafkacodec._compression cimport Decompressor, LEVEL_DEFAULT, _Chunk, compress
 from kafkacodec._crc cimport kc_crc32c, kc_crc_init
 from kafkacodec._cursor cimport Cursor, cursor_init, load_u16, load_u32, load_u64, raise_corrupt, remaining
 from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, MAGIC_OFFSET, V2_HEADER_SIZE,
                                  V2_RECORDS_COUNT_OFFSET, CONTROL_FLAG, TRANSACTIONAL_FLAG,
                                  TIMESTAMP_LOG_APPEND, compute_crc, next_entry)
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
+from kafkacodec._mapguard cimport check_read
 from kafkacodec._legacy cimport (LegacyMessage, inner_base_offset, next_inner_entry,
                                  read_legacy_message)
 from kafkacodec._v2 cimport (V2Record, read_control_type, read_v2_header, read_v2_record,
@@ -1039,11 +1040,28 @@ cdef class ArrowDecoder:
                     end = view.len
                 if start < 0 or start > end:
                     raise ValueError(f"start {start} outside 0..{end}")
-                return self._decode(<const unsigned char*>view.buf, start, end, base)
+                try:
+                    result = self._decode(<const unsigned char*>view.buf, start, end, base)
+                except KafkaCodecError as error:
+                    # zeros read past a cut of a mapped segment look like corrupt data
+                    check_read(data, self._entry_end(<const unsigned char*>view.buf, end),
+                               error.position, error.offset, error)
+                    raise
+                check_read(data, min(end, self.s.pos + <Py_ssize_t>V2_HEADER_SIZE))
+                return result
             finally:
                 PyBuffer_Release(&view)
         finally:
             guard_leave(&self.guard)
+
+    cdef Py_ssize_t _entry_end(self, const unsigned char* data, Py_ssize_t end) noexcept:
+        """Where the entry a failed decode stopped in ends (as far as it was read)."""
+        cdef Py_ssize_t at = self.s.pos
+        cdef int32_t size
+        if end - at < 12:
+            return end
+        size = <int32_t>load_u32(data + at + 8)
+        return min(end, at + 12 + size) if size >= 0 else min(end, at + <Py_ssize_t>V2_HEADER_SIZE)
 
     cdef object _decode(self, const unsigned char* data, Py_ssize_t start, Py_ssize_t end,
                         Py_ssize_t base):
@@ -1068,6 +1086,11 @@ cdef class ArrowDecoder:
             self.failed_entry = self.s.pos
             self.s.resume_pos = -1
             raise self._located(exc) from None
+        finally:
+            if self._decompressor is not None:
+                # the rows are copied out: a buffer a big batch inflated into goes now, not
+                # with the decoder (kept up to 8 MiB for the next call)
+                self._decompressor._chunk.shrink()
         self.trailing_bytes = self.s.end - self.s.pos if status == S_END else 0
         return self._finish(), self.s.pos
 
@@ -1221,7 +1244,14 @@ def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<bu
             end = view.len
         if start < 0 or start > end:
             raise ValueError(f"start {start} outside 0..{end}")
-        return scan(<const unsigned char*>view.buf, start, end, source, base, strict)
+        try:
+            result = scan(<const unsigned char*>view.buf, start, end, source, base, strict)
+        except KafkaCodecError as error:
+            check_read(data, end, error.position, error.offset, error)
+            raise
+        # the entries up to "stop" were judged complete: they must still be there
+        check_read(data, min(end, result["stop"] - base + <Py_ssize_t>V2_HEADER_SIZE))
+        return result
     finally:
         PyBuffer_Release(&view)
 

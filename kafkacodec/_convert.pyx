@@ -9,6 +9,7 @@ spec downconvert.md §2 for the rules implemented here.
 """
 
 from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t, INT64_MIN
+from libc.stdlib cimport free
 from cpython.time cimport monotonic_ns
 
 from kafkacodec._cursor cimport Cursor, cursor_init, load_u32
@@ -21,7 +22,9 @@ from kafkacodec._v2 cimport V2Record, read_v2_record, record_timestamp
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
                                  next_inner_entry, inner_base_offset)
 from kafkacodec._crc cimport kc_crc_init
-from kafkacodec._compression cimport Decompressor, compress, LEVEL_DEFAULT
+from kafkacodec._compression cimport Decompressor, compress, LEVEL_DEFAULT, RETAINED_CHUNK
+from kafkacodec._guard cimport Guard, guard_enter, guard_leave
+from kafkacodec._mapguard cimport check_read
 
 from kafkacodec._records import MemoryRecords
 from kafkacodec._types import recompress_codec_id
@@ -127,7 +130,8 @@ cdef class DownConverter:
       path sends what precedes it; the next call starting there raises.
     - `zstd_codec` (-1: refuse, as Kafka): a zstd batch converted below magic 2 is rebuilt with
       this codec instead (0 none, 1 gzip, 2 snappy, 3 lz4), every record kept.
-    Not for concurrent use: one converter per thread."""
+    Not for concurrent use (it decompresses without the GIL): a call while another runs
+    raises ConcurrentUseError; use one converter per thread."""
 
     cdef readonly int to_magic
     cdef readonly int64_t first_offset
@@ -138,6 +142,8 @@ cdef class DownConverter:
     cdef int64_t records_converted
     cdef public bint stop_before_unsupported
     cdef int zstd_codec
+    cdef Guard guard                     # one call at a time (convert, take, reserve)
+    cdef Py_ssize_t read_end             # bytes of the last convert_range()'s data read
 
     def __cinit__(self, int to_magic, int64_t first_offset=0):
         check_magic(to_magic)
@@ -158,18 +164,30 @@ cdef class DownConverter:
         On error the output is left as it was before the call."""
         cdef const unsigned char[::1] view = records_buffer(data)
         cdef Py_ssize_t n = view.shape[0]
-        return self.convert_range(&view[0] if n else NULL, n, position, max_bytes, max_batches)
+        try:
+            consumed = self.convert_range(&view[0] if n else NULL, n, position, max_bytes,
+                                          max_batches)
+        except KafkaCodecError as error:
+            check_read(data, self.read_end, error.position, error.offset, error)
+            raise
+        check_read(data, self.read_end)      # a mapped segment cut under what was read
+        return consumed
 
     def take(self, bint again=True):
         """(output WriteBuffer, temporary_memory_bytes, records_converted) since the last take.
         `again`: more output follows (the next buffer is allocated at this one's size)."""
         cdef WriteBuffer done = self.out
-        result = (done, self.temporary_memory_bytes, self.records_converted)
-        # A chunk's output is likely the size of the last one: allocate it once, no growth copies.
-        self.out = WriteBuffer(done.w.length + (done.w.length >> 3) + 256 if again else 0)
-        self.temporary_memory_bytes = 0
-        self.records_converted = 0
-        return result
+        guard_enter(&self.guard, b"DownConverter")
+        try:
+            result = (done, self.temporary_memory_bytes, self.records_converted)
+            # A chunk's output is likely the size of the last one: allocate it once, no
+            # growth copies.
+            self.out = WriteBuffer(done.w.length + (done.w.length >> 3) + 256 if again else 0)
+            self.temporary_memory_bytes = 0
+            self.records_converted = 0
+            return result
+        finally:
+            guard_leave(&self.guard)
 
     @property
     def zstd_codec(self):
@@ -188,16 +206,23 @@ cdef class DownConverter:
 
     def reserve(self, Py_ssize_t capacity):
         """Pre-size the output buffer (an estimate; it grows as needed)."""
-        if capacity > self.out.w.capacity - self.out.w.length:
-            writer_grow(&self.out.w, capacity)
+        guard_enter(&self.guard, b"DownConverter")
+        try:
+            if capacity > self.out.w.capacity - self.out.w.length:
+                writer_grow(&self.out.w, capacity)
+        finally:
+            guard_leave(&self.guard)
 
     # --- the loop -------------------------------------------------------------------------
     cdef Py_ssize_t convert_range(self, const unsigned char* data, Py_ssize_t size,
                                   Py_ssize_t position, Py_ssize_t max_bytes,
                                   Py_ssize_t max_batches) except -1:
         """convert() on a pointer: on error the output and stats are rolled back."""
-        cdef Py_ssize_t mark = self.out.w.length
-        cdef int64_t temp = self.temporary_memory_bytes, converted = self.records_converted
+        cdef Py_ssize_t mark
+        cdef int64_t temp, converted
+        guard_enter(&self.guard, b"DownConverter")
+        mark = self.out.w.length
+        temp, converted = self.temporary_memory_bytes, self.records_converted
         try:
             return self.convert_entries(data, size, position, max_bytes, max_batches)
         except BaseException:
@@ -205,6 +230,20 @@ cdef class DownConverter:
             self.temporary_memory_bytes = temp
             self.records_converted = converted
             raise
+        finally:
+            self.let_go_of_big_buffers()
+            guard_leave(&self.guard)
+
+    cdef void let_go_of_big_buffers(self) noexcept:
+        """A batch that inflated to hundreds of MiB must not stay resident with the converter:
+        the decompression buffer and the inner-set scratch above 8 MiB go (as _records does)."""
+        if self.decompressor is not None:
+            self.decompressor._chunk.shrink()
+        if self.inner.w.capacity > RETAINED_CHUNK and self.inner.w.exports == 0:
+            free(self.inner.w.buf)
+            self.inner.w.buf = NULL
+            self.inner.w.capacity = 0
+            self.inner.w.length = 0
 
     cdef Py_ssize_t convert_entries(self, const unsigned char* data, Py_ssize_t size,
                                     Py_ssize_t position, Py_ssize_t max_bytes,
@@ -216,10 +255,12 @@ cdef class DownConverter:
         cdef Py_ssize_t batches = 0
         cursor_init(&cur, data, size, position)
         while max_batches < 0 or batches < max_batches:
+            self.read_end = min(size, cur.pos + <Py_ssize_t>V2_HEADER_SIZE)   # framing reads
             if batches > 0 and max_bytes >= 0 and not self.next_fits(&cur, max_bytes - taken):
                 break
             if not next_entry(&cur, &h):
                 break
+            self.read_end = cur.pos
             if batches > 0 and self.stop_before_unsupported and self.unsupported(&h):
                 cur.pos -= h.size               # ends this chunk; the next call raises
                 break
@@ -258,6 +299,14 @@ cdef class DownConverter:
             put_bytes(&self.out.w, entry, h.size)
             self.temporary_memory_bytes += h.size
             return 0
+        if h.magic >= 2:
+            # DefaultRecordBatch.iterator(): the count is checked before anything is read
+            # (decompressed), and a batch of none is not read at all
+            if h.records_count < 0:
+                raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
+                                         position=h.position + 57, offset=h.base_offset)
+            if h.records_count == 0:
+                return 0
         if h.compression == CODEC_NONE:
             if h.magic >= 2:
                 return self.convert_v2_plain(entry, h)
@@ -276,9 +325,6 @@ cdef class DownConverter:
         cdef int64_t first_offset = self.first_offset
         cdef int32_t i, kept = 0
         cdef Py_ssize_t start = w.length
-        if h.records_count < 0:
-            raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
-                                     position=h.position + 57, offset=h.base_offset)
         if to_magic == 1 and h.timestamp_type == TIMESTAMP_LOG_APPEND:
             attributes = TIMESTAMP_TYPE_MASK
         cursor_init(&cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE)
@@ -471,15 +517,19 @@ cdef class ChunkReader:
     """ChunkReader(data, converter, file_backed=False)
 
     Walks an in-memory (or mapped) record set chunk by chunk for the lazy path: each
-    step() converts one chunk at the current position and moves past it."""
+    step() converts one chunk at the current position and moves past it.  Not for
+    concurrent use: a step() while another runs raises ConcurrentUseError."""
 
     cdef const unsigned char[::1] view
+    cdef object data                     # what the view reads (a mapped segment is checked)
     cdef DownConverter converter
     cdef public Py_ssize_t position
     cdef readonly bint file_backed
+    cdef Guard guard
 
     def __cinit__(self, data, DownConverter converter, bint file_backed=False):
         self.view = records_buffer(data)
+        self.data = data
         self.converter = converter
         self.position = 0
         self.file_backed = file_backed
@@ -491,19 +541,30 @@ cdef class ChunkReader:
         the output may be empty.  For a file mapping (`file_backed`) the chunk's pages are
         handed back afterwards (see release_file_pages).  `again`: see DownConverter.take."""
         cdef int64_t started = monotonic_ns()
-        cdef Py_ssize_t start = self.position
-        cdef Py_ssize_t left = self.view.shape[0] - start
-        cdef Py_ssize_t consumed
-        if left <= 0:
-            return None
-        consumed = self.converter.convert_range(&self.view[start], left, start, max_bytes, -1)
-        if consumed == 0:
-            return None
-        if self.file_backed:
-            kc_release_pages(&self.view[start], consumed)
-        self.position = start + consumed
-        output, temp, converted = self.converter.take(again)
-        return output, temp, converted, monotonic_ns() - started
+        cdef Py_ssize_t start, left, consumed
+        guard_enter(&self.guard, b"ChunkReader")
+        try:
+            start = self.position
+            left = self.view.shape[0] - start
+            if left <= 0:
+                return None
+            try:
+                consumed = self.converter.convert_range(&self.view[start], left, start,
+                                                        max_bytes, -1)
+            except KafkaCodecError as error:
+                check_read(self.data, start + self.converter.read_end, error.position,
+                           error.offset, error)
+                raise
+            check_read(self.data, start + self.converter.read_end)
+            if consumed == 0:
+                return None
+            if self.file_backed:
+                kc_release_pages(&self.view[start], consumed)
+            self.position = start + consumed
+            output, temp, converted = self.converter.take(again)
+            return output, temp, converted, monotonic_ns() - started
+        finally:
+            guard_leave(&self.guard)
 
 
 cdef inline int check_record(int64_t offset, int64_t timestamp, int64_t last,

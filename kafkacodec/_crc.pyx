@@ -4,9 +4,20 @@
 kc_crc_init()
 
 
+cdef object byte_view(object data):
+    """`data` as one dimension of unsigned bytes: any C-contiguous buffer is read as its raw
+    bytes (memoryview.cast refuses a non-contiguous one with TypeError)."""
+    if type(data) is bytes or type(data) is bytearray:
+        return data
+    view = memoryview(data)
+    if view.ndim != 1 or view.format != "B":
+        view = view.cast("B")
+    return view
+
+
 def crc32c(data, unsigned int crc=0) -> int:
-    """CRC-32C (Castagnoli) of any contiguous buffer, continuing from `crc`."""
-    cdef const unsigned char[::1] view = data
+    """CRC-32C (Castagnoli) of any C-contiguous buffer (its raw bytes), continuing from `crc`."""
+    cdef const unsigned char[::1] view = byte_view(data)
     cdef size_t n = view.shape[0]
     with nogil:
         crc = kc_crc32c(crc, &view[0] if n else NULL, n)
@@ -14,8 +25,9 @@ def crc32c(data, unsigned int crc=0) -> int:
 
 
 def crc32(data, unsigned int crc=0) -> int:
-    """CRC-32 (IEEE, as zlib.crc32) of any contiguous buffer, continuing from `crc`."""
-    cdef const unsigned char[::1] view = data
+    """CRC-32 (IEEE, as zlib.crc32) of any C-contiguous buffer (its raw bytes), continuing from
+    `crc`."""
+    cdef const unsigned char[::1] view = byte_view(data)
     cdef size_t n = view.shape[0]
     with nogil:
         crc = kc_crc32(crc, &view[0] if n else NULL, n)

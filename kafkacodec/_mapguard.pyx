@@ -75,20 +75,24 @@ cdef class Guard:
             kc_guard_unregister(self.slot)
             self.slot = NULL
 
-    cdef int check(self, object mapping, Py_ssize_t end, object position, object offset,
-                   object cause) except -1:
+    cdef Py_ssize_t check(self, object mapping, Py_ssize_t end, object position, object offset,
+                          object cause) except -1:
         cdef size_t cut
         if self.slot == NULL:
-            return 0
+            return self.length
         try:
             size = mapping.size()                     # fstat of the mapped file
         except (OSError, ValueError):                 # closed meanwhile: nothing to tell
-            return 0
+            return self.length
+        if self.slot == NULL:          # unregistered by a close() while fstat let threads run
+            return self.length
         if size < self.length:
             kc_guard_note(self.slot, <size_t>size)    # the new end's page reads zeros too
         cut = kc_guard_cut(self.slot)
-        if cut == KC_INTACT or cut >= <size_t>end:
-            return 0
+        if cut == KC_INTACT:
+            return self.length
+        if cut >= <size_t>end:
+            return <Py_ssize_t>cut
         error = FileTruncatedError(
             f"{self.path}: the file shrank to {size} bytes (from {self.length}) while being read",
             path=self.path, size=size, position=cut if position is None else position,
@@ -132,6 +136,24 @@ cdef object open_regular(object path):
     return fd, status.st_size
 
 
+cpdef int check_read(object data, Py_ssize_t end, object position=None, object offset=None,
+                     object cause=None) except -1:
+    cdef Py_buffer view
+    cdef size_t address
+    target = data.obj if isinstance(data, memoryview) else data
+    check = getattr(target, "_check_read", None)
+    if check is None:
+        return 0
+    try:
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    except (ValueError, BufferError, KafkaCodecError):   # released or closed: nothing read now
+        return 0
+    address = <size_t>view.buf
+    PyBuffer_Release(&view)
+    check(address + <size_t>max(end, 0), position, offset, cause)
+    return 0
+
+
 class MappedFile(_mmap.mmap):
     """A regular file mapped read-only (an mmap.mmap) and registered with the truncation
     guard; made by map_file().  `path` is the file's path."""
@@ -156,6 +178,18 @@ class MappedFile(_mmap.mmap):
         self._release()
         if error is not None:
             raise error
+
+    def _check_read(self, size_t end_address, position, offset, cause):
+        """check_read() for a view of this mapping read up to `end_address`."""
+        cdef Guard guard = self._guard
+        cdef Py_buffer view
+        if self.closed or guard.slot == NULL:
+            return
+        PyObject_GetBuffer(self, &view, PyBUF_SIMPLE)
+        start = <size_t>view.buf
+        PyBuffer_Release(&view)
+        guard.check(self, <Py_ssize_t>min(end_address - start, <size_t>guard.length),
+                    position, offset, cause)
 
     def _release(self):
         """Unregister, then unmap (the guard never covers an address range that is unmapped);
@@ -204,4 +238,4 @@ def map_file(path):
     return mapping
 
 
-__all__ = ["MappedFile", "map_file"]
+__all__ = ["MappedFile", "map_file", "check_read"]

@@ -20,8 +20,8 @@ from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, V2_HEADE
 from kafkacodec._v2 cimport V2Record, read_v2_record, write_v2_record, write_v2_batch_header
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
                                  next_inner_entry, inner_base_offset)
-from kafkacodec.protocol._wire cimport (put_length, put_string, put_empty_tags, begin_produce_request,
-                                        produce_output,
+from kafkacodec.protocol._wire cimport (utf8_of, put_length, put_string, put_empty_tags,
+                                        begin_produce_request, produce_output,
                                         end_frame, API_PRODUCE, PRODUCE_FLEXIBLE)
 
 from kafkacodec._compression cimport compress, decompress, DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT
@@ -36,6 +36,8 @@ kc_crc_init()      # kc_crc.h keeps its dispatch state per extension module
 
 
 cdef object as_byte_view(object data):
+    """Any C-contiguous buffer as one dimension of its raw bytes (a non-contiguous one:
+    TypeError from memoryview.cast)."""
     cdef object view = memoryview(data)
     if view.ndim != 1 or view.format != "B":
         view = view.cast("B")
@@ -127,13 +129,13 @@ def shallow_records(records, fetch_offset=None):
     before it is replaced by a new batch holding only the records at or after it (trim_batch);
     every later batch is passed through byte for byte.
     """
-    cdef const unsigned char[::1] buf = records
+    cdef object view = as_byte_view(records)
+    cdef const unsigned char[::1] buf = view
     cdef Cursor cur
     cdef BatchHeader h
     cdef Py_ssize_t n = buf.shape[0]
     cdef bint check = fetch_offset is not None
     cdef int64_t start_offset = fetch_offset if check else 0
-    cdef object view = as_byte_view(records)
     cdef object trimmed
     cursor_init(&cur, &buf[0] if n else NULL, n, 0)
     while next_entry(&cur, &h):
@@ -161,7 +163,7 @@ def trim_batch(batch, int64_t fetch_offset):
     """Return a RawBytesBatchRecord for the records of one complete batch at or after
     `fetch_offset`: the batch itself (a view) when nothing is before the offset, a new batch
     otherwise, or None when no record is left."""
-    cdef const unsigned char[::1] buf = batch
+    cdef const unsigned char[::1] buf = as_byte_view(batch)
     cdef Cursor cur
     cdef BatchHeader h
     cdef object result
@@ -378,7 +380,7 @@ cdef class RawBatchesBuilder:
 
     def append(self, batch) -> bool:
         cdef object source = batch.value if isinstance(batch, RawBytesBatchRecord) else batch
-        cdef const unsigned char[::1] buf = source
+        cdef const unsigned char[::1] buf = as_byte_view(source)
         cdef Py_ssize_t n = buf.shape[0], end = 0, count
         cdef const unsigned char* p = &buf[0] if n else NULL
         count = count_entries(p, n, &end)
@@ -543,8 +545,9 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
                 partitions.append(plan)
                 total += plan.size + 16
         if partitions:
+            name = utf8_of(name)       # the bytes sent: sized by them, never by __len__
             topics.append((name, partitions))
-            total += 16 + 4 * len(name)
+            total += 16 + len(<bytes>name)
     if not topics:
         return None
     out = produce_output(out, total + 16, client_id, transactional_id)

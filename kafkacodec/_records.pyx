@@ -27,6 +27,7 @@ Shape of the module
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.exc cimport PyErr_Fetch, PyErr_Restore
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF
 from cpython.object cimport PyObject
@@ -100,6 +101,7 @@ cdef class _Buffer:
     cdef const unsigned char* data
     cdef Py_ssize_t size
     cdef Py_ssize_t users          # live memoryviews we exported + reads in progress (see enter)
+    cdef Py_ssize_t verified_end   # a mapped file: read intact up to here at the last fstat
     cdef bint released             # closed: refuse access from now on
     cdef object mapping            # FileRecords: the MappedFile to close once nobody uses it
     cdef Guard guard               # ...and its truncation guard (None for MemoryRecords)
@@ -128,6 +130,12 @@ cdef class _Buffer:
             self.free()
 
     cdef void free(self) noexcept:
+        # Also runs from __releasebuffer__ when a failing call drops its argument, with the
+        # call's error pending: the Python code below must neither see nor clear that error.
+        cdef PyObject* kind
+        cdef PyObject* error
+        cdef PyObject* traceback
+        PyErr_Fetch(&kind, &error, &traceback)
         if self.has_view:
             self.has_view = False
             PyBuffer_Release(&self.export.view)
@@ -139,6 +147,7 @@ cdef class _Buffer:
                 mapping._release()     # unregister from the guard, unmap
             except BaseException:      # already closed: nothing left to free
                 pass
+        PyErr_Restore(kind, error, traceback)
 
     cdef inline bint intact(self) noexcept:
         """No cut seen in the mapped file (always, for a caller's buffer): a load and a
@@ -148,10 +157,20 @@ cdef class _Buffer:
 
     cdef int check_cut(self, Py_ssize_t end, Py_ssize_t position, object offset) except -1:
         """After reading the buffer up to `end` (while a user, or with nothing run since the
-        read): FileTruncatedError when another process cut the mapped file before `end`."""
-        if not self.intact():
-            return self.guard.check(self.mapping, end, position, offset, None)
+        read): FileTruncatedError when another process cut the mapped file before `end`: a
+        fault past the cut, or (one fstat, when `end` passes what the last one saw) a file now
+        shorter than `end`, whose last page reads zeros without a fault."""
+        cdef Guard guard = self.guard      # held: a close() while the check runs drops ours
+        mapping = self.mapping
+        if guard is not None and (end > self.verified_end or not self.intact()):
+            self.verified_end = guard.check(mapping, end, position, offset, None)
         return 0
+
+    cdef int check_all(self, Py_ssize_t end, Py_ssize_t position) except -1:
+        """At the end of a walk that read up to `end`: one fstat whatever the last one saw (the
+        file may have been cut meanwhile inside what the walk had checked before)."""
+        self.verified_end = 0
+        return self.check_cut(end, position, None)
 
     cdef int explain(self, object cause, Py_ssize_t end, Py_ssize_t position,
                      object offset) except -1:
@@ -159,8 +178,10 @@ cdef class _Buffer:
         FileTruncatedError, chained to it, when the mapped file is now shorter than `end` (its
         last page reads zeros past the new end without any fault).  Returns 0 otherwise, and
         the caller raises its own error."""
-        if self.guard is not None and self.mapping is not None:
-            return self.guard.check(self.mapping, end, position, offset, cause)
+        cdef Guard guard = self.guard
+        mapping = self.mapping
+        if guard is not None and mapping is not None:
+            guard.check(mapping, end, position, offset, cause)
         return 0
 
     cdef int frame_error(self, int code, const unsigned char* entry, Py_ssize_t position,
@@ -776,7 +797,10 @@ cdef class _RecordIterator:
         if code == FRAME_OK:
             parse_entry_header(entry, size, position, &self._h)
         try:
-            self._buf.check_cut(end, position, None)
+            if code == FRAME_END:
+                self._buf.check_all(end, position)
+            else:
+                self._buf.check_cut(end, position, None)
         except FileTruncatedError:
             self._records = None
             raise
@@ -805,9 +829,11 @@ cdef class _RecordIterator:
             decompressed = self._chunk is not None
             self._records = None         # a corrupt batch ends the whole iteration
             self._end_batch()
-            if not decompressed and not isinstance(err, FileTruncatedError):
-                # zeros read past a cut in the file's last page look like corrupt data
-                position = self._h.position if err.position is None else err.position
+            if not isinstance(err, FileTruncatedError):
+                # zeros read past a cut in the file's last page look like corrupt data (and
+                # compressed zeros inflate to garbage: the batch's own position then)
+                position = (self._h.position if decompressed or err.position is None
+                            else err.position)
                 self._buf.explain(err, self._h.position + self._h.size, position,
                                   self._h.base_offset)
             raise with_context(err, &self._h, self._data_position, decompressed)
@@ -991,7 +1017,10 @@ cdef class _BatchIterator:
             parse_entry_header(entry, size, position, &h)
             self._pos += size
         try:
-            records._buf.check_cut(end, position, None)
+            if code == FRAME_END:
+                records._buf.check_all(end, position)
+            else:
+                records._buf.check_cut(end, position, None)
         except FileTruncatedError:
             self._records = None
             raise
@@ -1097,6 +1126,7 @@ cdef class Records:
             raise BufferReleasedError("the records' file was closed", position=self._start)
         if self._buf.guard is not None:
             ensure_handler()           # faulthandler & co. may have replaced the SIGBUS guard
+            self._buf.verified_end = 0     # a new walk: its first read looks at the file size
         return 0
 
     cdef int _settle(self, int code, const unsigned char* data, Py_ssize_t pos) except -1:
@@ -1315,6 +1345,14 @@ cdef class FileRecords(Records):
         records._valid_bytes = -1
         records.path = _os.fspath(path)
         return records
+
+    def _check_read(self, size_t end_address, position, offset, cause):
+        """_mapguard.check_read() for a view of this segment read up to `end_address`."""
+        cdef Py_ssize_t end
+        if self._buf.data == NULL:           # unmapped: nobody read it after the close
+            return
+        end = <Py_ssize_t>min(end_address - <size_t>self._buf.data, <size_t>self._buf.size)
+        self._buf.explain(cause, end, end if position is None else position, offset)
 
     def slice(self, Py_ssize_t position, Py_ssize_t size):
         """The records from `position` (relative to this set) for up to `size` bytes (clamped

@@ -19,7 +19,8 @@ cdef class ResponseRingBuffer:
     cdef PyObject* pool_view        # the memoryview the pool handed out: a strong reference
                                     # the cyclic GC does not traverse (it would clear the view
                                     # under pool_buffer's export, and the dealloc then crashed)
-    cdef Py_buffer pool_buffer
+    cdef Py_buffer* pool_buffer     # our export of it (heap-allocated, so Cython's traverse
+                                    # never shows the collector the memoryview it holds)
     cdef bint has_pool_buffer
     cdef bint owns_buf              # buf came from PyMem_RawMalloc (no pool)
     # writer (network) side

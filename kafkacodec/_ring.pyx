@@ -146,7 +146,13 @@ cdef class ResponseRingBuffer:
             self.pool = pool
             Py_INCREF(view)
             self.pool_view = <PyObject*>view
-            PyObject_GetBuffer(view, &self.pool_buffer, PyBUF_WRITABLE)
+            # Not a Py_buffer member: Cython's tp_traverse would show its memoryview to the
+            # collector, which clears an exported memoryview left in a cycle with the ring (and
+            # CPython crashes when it is then freed).  Unseen, it lives until we release it.
+            self.pool_buffer = <Py_buffer*>PyMem_RawMalloc(sizeof(Py_buffer))
+            if self.pool_buffer == NULL:
+                raise MemoryError()
+            PyObject_GetBuffer(view, self.pool_buffer, PyBUF_WRITABLE)
             self.has_pool_buffer = True
             self.buf = <unsigned char*>self.pool_buffer.buf
         else:
@@ -164,7 +170,7 @@ cdef class ResponseRingBuffer:
     def __dealloc__(self):
         # Views hold a reference to the ring, so nothing points into it any more.
         if self.has_pool_buffer:
-            PyBuffer_Release(&self.pool_buffer)
+            PyBuffer_Release(self.pool_buffer)
             self.has_pool_buffer = False
             try:
                 self.pool.release(<object>self.pool_view)
@@ -172,6 +178,8 @@ cdef class ResponseRingBuffer:
                 pass                          # the pool reclaims a dropped buffer itself
         elif self.owns_buf:
             PyMem_RawFree(self.buf)
+        PyMem_RawFree(self.pool_buffer)
+        self.pool_buffer = NULL
         self.buf = NULL
         Py_XDECREF(self.pool_view)
         self.pool_view = NULL
@@ -461,7 +469,7 @@ cdef class ResponseRingBuffer:
 
     cdef int release_memory(self) except -1:
         if self.has_pool_buffer:
-            PyBuffer_Release(&self.pool_buffer)
+            PyBuffer_Release(self.pool_buffer)
             self.has_pool_buffer = False
             view = <object>self.pool_view
             Py_XDECREF(self.pool_view)

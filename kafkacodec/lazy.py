@@ -11,6 +11,7 @@ checked in pieces, holds.  Rules: spec downconvert.md §3; guide: docs/down-conv
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import socket
@@ -29,6 +30,8 @@ from kafkacodec._convert import (
     records_buffer,
 )
 from kafkacodec._crc import crc32, crc32c
+from kafkacodec._inuse import InUse
+from kafkacodec._mapguard import check_read
 from kafkacodec._records import FileRecords, MemoryRecords
 from kafkacodec._types import Compression, recompress_codec_id
 from kafkacodec.errors import (
@@ -75,6 +78,18 @@ def overflow_stub(remaining: int) -> bytes:
     stub = bytearray(piece)
     struct.pack_into(">qi", stub, 0, -1, declared)
     return bytes(stub[: min(piece, remaining)])
+
+
+def _name_of(file: Any, fd: int) -> str:
+    """What an error calls an open file: its name, or where that is its descriptor (os.fdopen)
+    the path the descriptor has (Linux), else "<fd N>"."""
+    name = getattr(file, "name", None)
+    if isinstance(name, (str, bytes, os.PathLike)):
+        return os.fsdecode(name)
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return f"<fd {fd}>"
 
 
 class _BufferSource:
@@ -141,7 +156,14 @@ class _FileSource:
                 self.file.seek(self.start + position + done)
                 n = self.file.readinto(view[done:])
             if not n:
-                break
+                # the file ends before the size it had when the conversion began: another
+                # process truncated it (a live segment); the committed size cannot be met
+                size = os.fstat(self.fd).st_size
+                path = _name_of(self.file, self.fd)
+                raise FileTruncatedError(
+                    f"{path}: the file shrank to {size} bytes (from {self.start + self.size}) "
+                    f"while being converted", path=path, size=size,
+                    position=self.start + position + done)
             done += n
         return view[:done]
 
@@ -184,7 +206,13 @@ class _Chunks:
         stays within `max_bytes`.  Returns (bytes consumed, output, temp bytes, records, ns);
         0 bytes consumed when no complete entry is left."""
         started = monotonic_ns()
-        big = self._check_big_entry(position)
+        try:
+            big = self._check_big_entry(position)
+        except KafkaCodecError as error:
+            if isinstance(self.source, _BufferSource):    # zeros read past a cut of a mapping
+                check_read(self.source.view, self.source.size, error.position, error.offset,
+                           error)
+            raise
         if self.reader is not None:
             self.reader.position = position
             try:
@@ -285,7 +313,9 @@ class LazyDownConvertRecords:
       the block goes back as soon as it is out; when the pool refuses a later chunk, the
       partition's data ends there (overflow stubs fill what was committed; the client fetches
       the rest).  `close()` gives back any block still held (a client that went away).
-    Not for concurrent use.
+    Not for concurrent use: a write_to(), or a step of an iteration, while another runs (in
+    another thread, or from a callback of the running one: `dest.write`) raises
+    ConcurrentUseError and changes nothing.
     """
 
     def __init__(self, records: Any, to_magic: int, first_offset: int = 0,
@@ -297,6 +327,7 @@ class LazyDownConvertRecords:
         if max_entry_size < _LOG_OVERHEAD + _V0_MIN_SIZE:
             raise ValueError(f"max_entry_size must be at least {_LOG_OVERHEAD + _V0_MIN_SIZE}, "
                              f"got {max_entry_size}")
+        self._in_use = InUse("LazyDownConvertRecords")
         self.to_magic = to_magic
         self.first_offset = first_offset
         self.chunk_size = chunk_size
@@ -422,10 +453,16 @@ class LazyDownConvertRecords:
     def __iter__(self) -> Iterator[ConvertedRecords]:
         """Yield the converted chunks (ConvertedRecords), the committed first chunk first; each
         call starts over.  Pass-through data is yielded in `chunk_size` pieces, untouched."""
+        return self._chunks_from_start(self._in_use)
+
+    def _chunks_from_start(self, in_use: Any) -> Iterator[ConvertedRecords]:
+        """The chunks; each step inside `in_use` (the guard, or a null one for the send,
+        whose write_to() holds the guard already)."""
         if not self.converts:
             step = max(self.chunk_size, 1)
             for position in range(0, self._source.size, step):
-                piece = bytes(self._source.window(position, step))
+                with in_use:
+                    piece = bytes(self._source.window(position, step))
                 yield ConvertedRecords(MemoryRecords(piece), RecordConversionStats())
             return
         if self._block is not None:                       # pool mode: a copy of the block
@@ -437,7 +474,9 @@ class LazyDownConvertRecords:
         chunks = self._new_chunks()
         position = self._first_end
         while True:
-            consumed, output, temp, converted, elapsed = chunks.step(position, self.chunk_size)
+            with in_use:
+                consumed, output, temp, converted, elapsed = chunks.step(position,
+                                                                         self.chunk_size)
             if consumed == 0:
                 return
             position += consumed
@@ -452,9 +491,10 @@ class LazyDownConvertRecords:
         `dest`: a socket (blocking or not), a file object, or anything with `write`.  Writes
         until everything committed (`size_in_bytes`) is out or `dest` would block; call again
         to resume.  Returns 0 once complete."""
-        if self._send is None:
-            self._send = _Send(self)
-        return self._send.write_to(dest)
+        with self._in_use:
+            if self._send is None:
+                self._send = _Send(self)
+            return self._send.write_to(dest)
 
     @property
     def completed(self) -> bool:
@@ -490,7 +530,7 @@ class _Send:
         self.stats = RecordConversionStats()
         self.pool = records.pool if records.converts else None
         self.chunks: Iterator[Any] | None = (records._pooled_chunks() if self.pool is not None
-                                             else iter(records))
+                                             else records._chunks_from_start(contextlib.nullcontext()))
         self.block: memoryview | None = None      # the pool block being written
         self.current = _EMPTY
 

@@ -2,6 +2,7 @@
 # Build the core with AddressSanitizer + UndefinedBehaviorSanitizer and run the test suite and
 # the fuzz corpus (replay + a short campaign) under it.
 #   bash scripts/sanitize.sh                  tests (not spark) + corpus replay + 60 s of fuzzing
+#                                             per harness kind (fuzz/fuzz_targets.py: 6 kinds)
 #   bash scripts/sanitize.sh -k v2            extra arguments go to pytest
 #   SANITIZE_FUZZ_SECONDS=0 bash scripts/sanitize.sh      no fuzz campaign
 #   bash scripts/sanitize.sh --fuzz-only --fuzz-seconds 600   (what FUZZ_SANITIZE=1 fuzz.sh runs)
@@ -26,6 +27,7 @@ while [ $# -gt 0 ]; do
     --fuzz-only) FUZZ_ONLY=1 ;;
     --fuzz-seconds) FUZZ_SECONDS=$2; shift ;;
     --target) FUZZ_ARGS+=(--target "$2"); shift ;;
+    --kind) FUZZ_ARGS+=(--kind "$2"); shift ;;
     *) PYTEST_ARGS+=("$1") ;;
   esac
   shift

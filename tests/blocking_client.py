@@ -8,6 +8,7 @@ import struct
 from collections.abc import Iterable
 from typing import Any, Protocol, TypeVar, Union
 
+from kafkacodec._inuse import InUse
 from kafkacodec._writer import WriteBuffer
 from kafkacodec.errors import CorruptRecordError, RecordTooLargeError
 from kafkacodec.protocol._fetch import decode_fetch_response, encode_fetch_request
@@ -44,7 +45,11 @@ _R = TypeVar("_R", bound=_Response)
 
 class BlockingClient:
     """One TCP connection to one broker.  ``request(frame)`` returns the response payload
-    (starting at the correlation id) as a bytearray, the buffer the decoders slice into."""
+    (starting at the correlation id) as a bytearray, the buffer the decoders slice into.
+
+    Not for concurrent use: a request and its response are two socket calls, so a second
+    thread's send(), receive() or request() while one runs raises ConcurrentUseError instead
+    of taking another thread's response."""
 
     def __init__(self, host: str, port: int, *, client_id: str = "kafkacodec",
                  timeout: float = 10.0, max_response_bytes: int = 256 * 1024 * 1024):
@@ -53,6 +58,7 @@ class BlockingClient:
         self._sock = socket.create_connection((host, port), timeout=timeout)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._correlation_id = 0
+        self._in_use = InUse("BlockingClient")
 
     @classmethod
     def from_bootstrap(cls, bootstrap: str, **kwargs: Any) -> BlockingClient:
@@ -74,10 +80,15 @@ class BlockingClient:
         return self._correlation_id
 
     def send(self, frame: _Frame) -> None:
-        self._sock.sendall(frame)
+        with self._in_use:
+            self._sock.sendall(frame)
 
     def receive(self) -> bytearray:
         """Read one int32-size-prefixed response; return the bytes after the size."""
+        with self._in_use:
+            return self._receive()
+
+    def _receive(self) -> bytearray:
         size = _SIZE.unpack(self._recv_exactly(4))[0]
         if size < 4:
             raise CorruptRecordError(f"response size {size} is below a correlation id", position=0)
@@ -99,8 +110,9 @@ class BlockingClient:
         return buf
 
     def request(self, frame: _Frame) -> bytearray:
-        self.send(frame)
-        return self.receive()
+        with self._in_use:
+            self._sock.sendall(frame)
+            return self._receive()
 
     # --- conveniences ---------------------------------------------------------------------
     def api_versions(self, api_version: int = 2) -> ApiVersionsResponse:

@@ -265,6 +265,37 @@ def test_empty_batch_and_trailing_partial_entry_produce_nothing():
     assert bytes(down_convert(b"", 1).records) == b""
 
 
+@pytest.mark.parametrize("codec", [NONE, GZIP, LZ4])
+def test_a_batch_declaring_no_records_is_not_examined(codec):
+    # Kafka's DefaultRecordBatch.iterator() is empty for count 0 (nothing after the header is
+    # read, compressed or not), so RecordsUtil.downConvert converts nothing; the reader agrees
+    # (found by the differential harness: the converter read the bytes anyway and raised).
+    batch = bytearray(compressed_batch(codec))
+    struct.pack_into(">i", batch, 57, 0)
+    if codec:
+        batch[61:] = b"\xff" * (len(batch) - 61)     # not even valid compressed data
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    assert list(kafkacodec.MemoryRecords(bytes(batch)).records()) == []
+    for magic in (0, 1):
+        assert bytes(down_convert(bytes(batch), magic).records) == b""
+
+
+def compressed_batch(codec):
+    builder = kafkacodec.MemoryRecordsBuilder(compression=codec, base_offset=3)
+    for i in range(3):
+        builder.append(1000 + i, b"k", b"v%d" % i * 50)
+    return builder.build()
+
+
+def test_a_negative_record_count_is_refused_before_decompressing():
+    batch = bytearray(compressed_batch(GZIP))
+    struct.pack_into(">i", batch, 57, -1)
+    batch[61:] = b"\xff" * (len(batch) - 61)         # a decompression error if it got there
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    with pytest.raises(CorruptRecordError, match="record count -1"):
+        down_convert(bytes(batch), 1)
+
+
 def test_invalid_records_raise_with_their_position():
     batch = bytearray(v2_batch(SAMPLE, base_offset=3))
     struct.pack_into(">i", batch, 57, 5)              # one record more than present

@@ -375,3 +375,38 @@ def test_open_refuses_what_is_not_a_regular_file_without_blocking(tmp_path, kind
         if error == "NotRegularFileError":
             assert "not a regular file" in message and ("FIFO" if kind == "fifo" else
                                                         "character device") in message
+
+
+@pytest.mark.parametrize("reader", ["arrow", "down_convert"])
+def test_a_close_from_an_argument_keeps_the_error_of_the_call(tmp_path, reader):
+    # An argument's __index__ closes the FileRecords while its only memoryview is the call's
+    # own argument: when the failed call drops that view, the release unmaps the file, and
+    # the unmapping (Python code) ran with the call's error pending and cleared it: the caller
+    # got "SystemError: error return without exception set" (found by the re-entrancy harness).
+    from kafkacodec._crc import crc32c
+
+    batch = bytearray(v2(3, 0))
+    struct.pack_into(">i", batch, 57, 4)                # one record more than there is
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(bytes(batch))
+    records = FileRecords.open(path)
+
+    class Closes:
+        def __index__(self):
+            records.close()
+            return 0
+
+        __int__ = __index__
+
+    if reader == "arrow":
+        from kafkacodec._arrow import ArrowDecoder
+
+        with pytest.raises(CorruptRecordError):
+            ArrowDecoder().decode(records.buffer, Closes())
+    else:
+        from kafkacodec import down_convert
+
+        with pytest.raises(CorruptRecordError):
+            down_convert(records.buffer, 1, Closes())
+    assert records.closed

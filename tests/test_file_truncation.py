@@ -303,3 +303,98 @@ def test_a_foreign_sigbus_still_kills_the_process(tmp_path, how, options):
         assert "Fatal Python error: Bus error" in proc.stderr or SANITIZED
     if how == "faulthandler_after":
         assert proc.stdout.split() == ["FileTruncatedError"], proc.stdout
+
+
+# -- readers that take any buffer, over a segment cut inside its last page (no fault at all:
+# the bytes past the cut read zeros).  Found by the file-system harness: each of these read
+# the zeros as data (a CorruptRecordError, an InvalidCrcError, or worse, records with zeros
+# in them and no error), where FileRecords itself said FileTruncatedError.
+TORN = '''
+path, reader = sys.argv[1], sys.argv[2]
+size = write_segment(path, 3, 5, 300)
+records = FileRecords.open(path)
+last = list(records.batches())[-1]
+# inside the last batch's last record value, within the same page: zeros, no SIGBUS
+cut = last.position + last.size_in_bytes - 40
+os.truncate(path, cut)
+'''
+
+
+@pytest.mark.parametrize("reader", ["records", "down_convert", "lazy", "arrow", "scan_entries",
+                                    "lazy_file", "lazy_fd"])
+def test_readers_of_a_segment_cut_inside_its_last_page(tmp_path, reader):
+    path = tmp_path / "00000000000000000000.log"
+    proc = run(TORN + '''
+        import io
+        from kafkacodec import LazyDownConvertRecords, down_convert
+        from kafkacodec._arrow import ArrowDecoder, scan_entries
+        try:
+            if reader == "records":
+                result = [(r.offset, r.value) for r in records.records()]
+            elif reader == "down_convert":
+                result = bytes(down_convert(records, 1).records.buffer)
+            elif reader == "lazy":
+                sink = io.BytesIO()
+                lazy = LazyDownConvertRecords(records, 0)
+                while lazy.write_to(sink):
+                    pass
+                result = sink.getvalue()
+            elif reader in ("lazy_file", "lazy_fd"):   # an open file, read with pread: short
+                # lazy_fd: os.fdopen's file is named by its descriptor (an int: TypeError)
+                class Sink(io.BytesIO):          # takes 100 bytes, then would block
+                    budget = 100
+                    def write(self, data):
+                        n = min(len(data), self.budget)
+                        self.budget -= n
+                        return super().write(data[:n])
+                with (open(path, "rb") if reader == "lazy_file"
+                      else os.fdopen(os.open(path, os.O_RDONLY), "rb")) as f:
+                    lazy = LazyDownConvertRecords(f, 0, chunk_size=64)
+                    sink = Sink()
+                    lazy.write_to(sink)          # the first chunk, before the cut
+                    os.truncate(path, 300)
+                    sink.budget = 1 << 30
+                    while lazy.write_to(sink):
+                        pass
+                result = sink.getvalue()
+            elif reader == "arrow":
+                result = ArrowDecoder().decode(records.buffer)[0].num_rows
+            else:
+                result = scan_entries(records.buffer)["stop"]
+        except Exception as exc:
+            ended(exc, cut=300 if reader.startswith("lazy_f") else cut)
+        else:
+            print(json.dumps({"error": None, "result": repr(result)[:200]}))
+    '''.replace("\n        ", "\n"), path, reader)
+    info = outcome(proc)
+    assert info["error"] == "FileTruncatedError", info      # not data with zeros in it
+    assert_truncated(info, path, info["cut"])
+
+
+@pytest.mark.parametrize("magic", [1, 2])
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4"])
+def test_a_compressed_batch_cut_inside_its_last_page_reads_as_truncated(tmp_path, magic, codec):
+    """The compressed bytes past the cut read zeros: what they inflate to is garbage, and the
+    error it caused was reported as corrupt data (found by the file-system harness through
+    RecordBatch.base_offset of a legacy wrapper, which reads its first inner record)."""
+    path = tmp_path / "00000000000000000000.log"
+    proc = run('''
+        import random
+        rnd = random.Random(3)
+        with open(sys.argv[1], "wb") as f:
+            builder = MemoryRecordsBuilder(magic=int(sys.argv[2]), compression=sys.argv[3])
+            for i in range(20):
+                builder.append(1_700_000_000_000 + i, b"k", rnd.randbytes(100))
+            f.write(builder.build())
+        size = os.path.getsize(sys.argv[1])
+        records = FileRecords.open(sys.argv[1])
+        batch = next(iter(records.batches()))
+        cut = size - 200                     # inside the compressed bytes, in the same page
+        os.truncate(sys.argv[1], cut)
+        try:
+            print(json.dumps({"error": None, "result": [r.offset for r in batch]}))
+        except Exception as exc:
+            ended(exc, cut=cut)
+    ''', path, magic, codec)
+    info = outcome(proc)
+    assert_truncated(info, path, info["cut"])

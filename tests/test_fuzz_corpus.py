@@ -47,9 +47,9 @@ def test_harness_accepts_only_kafka_codec_errors(monkeypatch):
         return target
 
     Target = fuzz_targets.Target
-    monkeypatch.setitem(fuzz_targets.TARGETS, "_codec_error",
+    monkeypatch.setitem(fuzz_targets.ALL_TARGETS, "_codec_error",
                         Target(raises(kafkacodec.CorruptRecordError("bad", position=3)), "records"))
-    monkeypatch.setitem(fuzz_targets.TARGETS, "_value_error",
+    monkeypatch.setitem(fuzz_targets.ALL_TARGETS, "_value_error",
                         Target(raises(ValueError("not ours")), "records"))
     fuzz_targets.check_one("_codec_error", b"x")  # a valid outcome
     with pytest.raises(ValueError):

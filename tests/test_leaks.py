@@ -222,3 +222,59 @@ def test_per_thread_decompression_buffers_shrink_after_a_big_batch():
     assert info["decoded"] == [inflated] * 4 and info["batch"] < 64 * 1024, info
     growth = info["after"] - info["before"]
     assert growth < 4 * RSS_LIMIT, f"RSS stayed {growth / 2**20:.0f} MiB above the baseline"
+
+
+BIG_BATCH_KEPT_BY = '''
+import gc, json, os, sys
+from kafkacodec import MemoryRecordsBuilder
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+inflated, user = int(sys.argv[1]), sys.argv[2]
+builder = MemoryRecordsBuilder(compression="gzip")
+value = bytes(1 << 20)
+for i in range(inflated >> 20):
+    builder.append(i, None, value)
+batch = builder.build()                # ~128 KiB of gzip that inflate to `inflated` bytes
+del builder, value
+if user == "DownConverter":
+    from kafkacodec._convert import DownConverter
+    kept = DownConverter(1)
+    before = rss()
+    kept.convert(batch)
+    out = kept.take()[0]
+    done = len(out)
+    del out
+else:
+    from kafkacodec._arrow import ArrowDecoder
+    kept = ArrowDecoder()
+    kept.decode(batch[:0])                 # pyarrow's first batch loads code: not ours
+    before = rss()
+    rb, _ = kept.decode(batch)
+    done = sum(len(v) for v in rb.column("value").to_pylist())
+    del rb
+gc.collect()
+print(json.dumps({"before": before, "after": rss(), "done": done}))
+'''
+
+
+@pytest.mark.skipif(sys.platform != "linux" or SANITIZED, reason="RSS read from /proc")
+@pytest.mark.parametrize("user", ["DownConverter", "ArrowDecoder"])
+def test_a_big_batch_is_not_kept_by_the_object_that_decompressed_it(user):
+    # Kept alive after converting / decoding one batch that inflates to 128 MiB, the object
+    # must not keep its decompression buffer (or its inner-set scratch) that size.
+    import json
+    import subprocess
+
+    inflated = 128 << 20
+    root = os.path.dirname(os.path.dirname(os.path.abspath(kafkacodec.__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", BIG_BATCH_KEPT_BY, str(inflated), user],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads(proc.stdout)
+    assert info["done"] > 0, info
+    growth = info["after"] - info["before"]
+    assert growth < 2 * RSS_LIMIT, f"{user} kept {growth / 2**20:.0f} MiB after the batch"

@@ -363,3 +363,22 @@ def test_trimming_matches_kafka_python_for_any_cut(magic_codec, count, data):
     assert our_records(b"".join(bytes(r.value) for r in out)) == expected
     if fetch_offset <= base + count and (magic == 2 or codec):
         assert bytes(out[-1].value) == second           # the batch after a trimmed one is intact
+
+
+class _LyingName(str):
+    """A topic name whose __len__ says it is huge (or nothing): the request's size must come
+    from its real UTF-8 bytes."""
+
+    def __len__(self):
+        return self.claim
+
+
+@pytest.mark.parametrize("claim", [0, 1 << 40])
+def test_fetch_to_produce_sizes_topic_names_by_their_utf8_bytes(claim):
+    name = _LyingName("töpic-ü" * 40)
+    name.claim = claim
+    raw = kp_fetch_response(16, [("a", [(0, 0, make_batch(2, 0, 0, 3))])])
+    response = decode_fetch_response(raw, 16)
+    frame = fetch_to_produce(response, api_version=11, topic_names={topic_id("a"): name})
+    decoded = KProduceRequest.decode(bytes(frame)[4:], version=11, header=True)
+    assert [t.name for t in decoded.topic_data] == [str.__str__(name)]
