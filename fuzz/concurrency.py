@@ -22,7 +22,6 @@ import io
 import os
 import random
 import socket
-import struct
 import sys
 import tempfile
 import threading
@@ -701,48 +700,6 @@ def fetch_response(data: bytes) -> None:
              shareable=True)
 
 
-def blocking_client(data: bytes) -> None:
-    """One protocol.client.BlockingClient (one request at a time: ConcurrentUseError): each
-    request() gets its own response, never another thread's."""
-    rng = rng_of(data, "client")
-    Client = api("kafkacodec.protocol.client.BlockingClient")
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-
-    def echo() -> None:
-        conn, _ = server.accept()
-        with conn:
-            while True:
-                head = _recv(conn, 4)
-                if head is None:
-                    return
-                body = _recv(conn, struct.unpack(">i", head)[0])
-                if body is None:
-                    return
-                conn.sendall(head + body)          # the request back as its response
-
-    thread = threading.Thread(target=echo, daemon=True)
-    thread.start()
-    client = Client("127.0.0.1", port, timeout=20)
-
-    def work(i: int) -> None:
-        for j in range(10):
-            payload = struct.pack(">ii", i, j) + data[:rng.randint(0, 3000)]
-            got = outcome(lambda: bytes(client.request(struct.pack(">i", len(payload)) + payload)))
-            if busy(got):
-                continue
-            if got != ("ok", payload):
-                raise AssertionError(f"BlockingClient shared: request {i}/{j} got "
-                                     f"{_short(got)}")
-
-    try:
-        reraise(race(THREADS, work))
-    finally:
-        client.close()
-        server.close()
-        thread.join(10)
-
-
 def _recv(conn: socket.socket, n: int) -> bytes | None:
     out = bytearray()
     while len(out) < n:
@@ -768,7 +725,6 @@ TARGETS: dict[str, Target] = {
     "ring": Target(ring, "records"),
     "ring_records": Target(ring_records, "records"),
     "fetch_response": Target(fetch_response, "records"),
-    "blocking_client": Target(blocking_client, "records"),
 }
 
 
@@ -812,7 +768,6 @@ COVERAGE: dict[str, str] = {
     "kafkacodec.protocol._fetch.FetchTopics": "fetch_response",
     "kafkacodec.protocol._fetch.FetchPartitions": "fetch_response",
     "kafkacodec.protocol._fetch.AbortedTransactions": "fetch_response",
-    "kafkacodec.protocol.client.BlockingClient": "blocking_client",
     "kafkacodec._types.Compression": VALUE,
     "kafkacodec._types.ControlType": VALUE,
     "kafkacodec._types.TimestampType": VALUE,
@@ -831,6 +786,25 @@ for _name in ("AbortedTransaction", "ApiVersionRange", "ApiVersionsResponse", "M
               "MetadataPartition", "MetadataResponse", "MetadataTopic",
               "ProducePartitionResponse", "ProduceResponse", "ProduceTopicResponse"):
     COVERAGE[f"kafkacodec.protocol._types.{_name}"] = VALUE
+
+
+# The pure-Python packages hold the GIL in every step; their objects' contract is one owner
+# thread (documented in each module), and the public entry points say how they are shared.
+_OWNED = {
+    "kafkacodec.serve.": "internal to serve: owned by the server's loop thread (a Server is "
+                         "started and stopped from the thread that made it)",
+    "kafkacodec.consumer.": "internal to the consumer core: used by the one thread inside its "
+                            "Consumer (Consumer refuses a second one with ConcurrentUseError: "
+                            "tests/test_consumer.py)",
+    **{f"kafkacodec.mirror.{m}.": "internal to the mirror process: one thread drives it"
+       for m in ("_checkpoint", "_metrics", "_producer", "process")},
+    "kafkacodec.logdir.": "internal to the log-directory reader and writer: made and used by one "
+                          "call (plan, read_split, describe, write_log) or one task",
+    "kafkacodec.cli.": "the CLI: made and used by one command",
+    "kafkacodec.protocol._schema.": "a value: the message schemas, read-only after import",
+    "kafkacodec.protocol._fetch_server.": "a value: a decoded request, fields only",
+    "kafkacodec.spark.": "Spark: one per task or query plan",
+}
 
 
 def public_classes() -> dict[str, type]:
@@ -865,7 +839,8 @@ def public_classes() -> dict[str, type]:
 
 def uncovered() -> list[str]:
     """Public classes with no entry in COVERAGE, and entries naming no scenario."""
-    missing = sorted(set(public_classes()) - set(COVERAGE))
+    missing = sorted(n for n in set(public_classes()) - set(COVERAGE)
+                     if not any(n.startswith(prefix) for prefix in _OWNED))
     unknown = sorted(n for n, how in COVERAGE.items()
                      if how.split(" ")[0] not in TARGETS and not _explained(how))
     return missing + [f"{n}: scenario {COVERAGE[n].split(' ')[0]!r} does not exist"

@@ -383,7 +383,7 @@ def test_one_thread_at_a_time(mock):
         consumer.reactor.poll = slow
         consumer.poll(0.3)
         thread.join()
-        assert len(errors) == 1 and "one thread at a time" in str(errors[0])
+        assert len(errors) == 1 and str(errors[0]) == "Consumer is in use by another thread: use one per thread"
 
 
 def test_connection_rings_come_from_the_pool(mock):

@@ -1,7 +1,7 @@
 """Objects that are not safe to share refuse a second thread with ConcurrentUseError, instead of
 mixing two calls' state (found by the concurrency harness, fuzz/concurrency.py): DownConverter
 and ChunkReader (conversion releases the GIL while decompressing), LazyDownConvertRecords
-(write_to() resumes a shared send), protocol.client.BlockingClient (a request and its response
+(write_to() resumes a shared send), the tests' BlockingClient (a request and its response
 are two socket calls). Each runs in a subprocess: the failure before the guards was wrong data,
 or a crash."""
 
@@ -221,7 +221,7 @@ def echo_server():
 
 def test_a_blocking_client_shared_by_threads_gives_each_request_its_own_response():
     from kafkacodec import ConcurrentUseError
-    from kafkacodec.protocol.client import BlockingClient
+    from blocking_client import BlockingClient
 
     server = echo_server()
     client = BlockingClient("127.0.0.1", server.getsockname()[1], timeout=30)

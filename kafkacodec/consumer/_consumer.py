@@ -3,17 +3,16 @@ Arrow, or flyweight records), look up and commit offsets.  See docs/consumer.md.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from kafkacodec._inuse import InUse
 from kafkacodec._pool import SimpleMemoryPool
 from kafkacodec._ring import FetchRecord, Response
 from kafkacodec.consumer._cluster import RETRIABLE_ERRORS, BrokerError, Cluster, Reactor
 from kafkacodec.consumer._fetcher import Fetcher
 from kafkacodec.consumer._forms import FetchedPartition, records_filter
-from kafkacodec.errors import ConcurrentUseError
 from kafkacodec.protocol import control
 
 __all__ = ["Consumer", "DEFAULT_BUFFER_MEMORY", "COORDINATOR_RING_BYTES"]
@@ -96,7 +95,7 @@ class Consumer:
         self.retry_backoff = retry_backoff
         self._returned: dict[TopicPartition, int] = {}     # next offset after what poll() gave
         self._coordinator: int | None = None
-        self._busy: threading.Thread | None = None
+        self._in_use = InUse("Consumer")     # one thread at a time (ConcurrentUseError)
         self._last_metadata = 0.0
         self.closed = False
 
@@ -104,13 +103,10 @@ class Consumer:
     def _enter(self) -> None:
         if self.closed:
             raise RuntimeError("the consumer is closed")
-        if self._busy is not None:
-            raise ConcurrentUseError(
-                f"Consumer is in use by another thread ({self._busy.name}): one thread at a time")
-        self._busy = threading.current_thread()
+        self._in_use.__enter__()
 
     def _leave(self) -> None:
-        self._busy = None
+        self._in_use.__exit__(None, None, None)
 
     def __enter__(self) -> Consumer:
         return self
