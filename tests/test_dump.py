@@ -198,3 +198,4 @@ def test_schema_reader_flexible_versions_and_tagged_fields():
     assert transaction_record(key, value[:20], 5)[0].startswith("Error at offset 5, skipping.")
     assert transaction_record(struct.pack(">h", 7) + key[2:], value, 5) == (
         "Unknown record type 7 at offset 5, skipping.", None)
+
