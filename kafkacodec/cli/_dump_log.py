@@ -85,6 +85,8 @@ def _legacy_checks(batch: RecordBatch) -> list[tuple[bool, int]]:
     pos = 18 + (8 if batch.magic == 1 else 0)            # offset, size, crc, magic, attributes[, ts]
     key_len = struct.unpack_from(">i", raw, pos)[0]
     pos += 4 + max(key_len, 0)
+    if pos + 4 > len(raw):       # a key past the entry: reading its records reports the damage
+        return []
     value_len = struct.unpack_from(">i", raw, pos)[0]
     inner = decompress(int(batch.compression), batch.magic, raw[pos + 4:pos + 4 + max(value_len, 0)])
     return [(m.is_valid(), m.crc) for m in MemoryRecords(inner).batches()]
