@@ -100,7 +100,9 @@ def read_split(split: Split, *, validate_crc: bool = True, include_headers: bool
     (null on every good row).  Offsets outside the segment's range (overlapping copies), going
     back, or missing before the next segment follow `fail_on_data_loss`: raise, or report and
     read each offset once.  Problems go to `on_problem`, else damage to `on_error(exc)`, else
-    stderr.  `columns` selects (and orders) the output columns; `pushdown` rows are filtered."""
+    stderr.  `columns` selects (and orders) the output columns; `pushdown` rows are filtered.
+    A segment that another process cuts while it is read, or since it was planned, is not damage:
+    FileTruncatedError in every mode (the zeros read past the cut are never rows)."""
     def tell(problem: Problem) -> None:
         if on_problem is not None:
             on_problem(problem)
