@@ -420,15 +420,7 @@ def kind_of(name: str) -> str:
 # Open findings, reported but not failing a run until fixed: target -> (message regex, note).
 # Each has a reproducer in fuzz/known/<target>/; when fixed, delete the entry here and move the
 # reproducer to fuzz/regressions/<target>/.
-KNOWN_FINDINGS: dict[str, list[tuple[str, str]]] = {
-    "filesystem.truncate": [
-        (r"^(describe|logdir|verify), truncated",
-         "kafkacodec.logdir (describe, read_split; verify's record pass is read_split) reads "
-         "the zeros past a cut made while it reads as data (corrupt entries, records) or "
-         "nothing, instead of raising FileTruncatedError; logdir is another helper's area: "
-         "reported, not fixed here"),
-    ],
-}
+KNOWN_FINDINGS: dict[str, list[tuple[str, str]]] = {}
 KNOWN_HITS: dict[str, int] = {}
 
 

@@ -1,6 +1,7 @@
 """The `kafkacodec` command (no Spark here; `spark convert` is in test_spark.py)."""
 
 import json
+import re
 import struct
 
 import pytest
@@ -509,3 +510,21 @@ def test_dump_into_a_closed_pipe_stops_quietly(log_dir):
     child.stdout.close()
     assert child.wait(timeout=60) == EXIT_OK
     assert child.stderr.read() == b""
+
+
+def test_dump_deep_legacy_wrapper_whose_key_runs_past_it(tmp_path, capsys):
+    # a v0/v1 compressed wrapper's key length past its end: the entry's records are
+    # reported as damage (exit 1), not a struct.error traceback (found by the file-system harness)
+    from kafkacodec import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(magic=1, compression="gzip", base_offset=5)
+    for i in range(3):
+        builder.append(1_700_000_000_000 + i, b"k", b"v%d" % i)
+    entry = bytearray(builder.build())
+    struct.pack_into(">i", entry, 26, 2**31 - 8)        # offset, size, crc, magic, attributes, ts | key
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(bytes(entry))
+    code, out, err = run(capsys, "dump", "--deep", "--print-data", path)
+    assert code == EXIT_DATA, (out, err)
+    assert "Traceback" not in err and "struct.error" not in out + err
+    assert re.search(r"\n\| error: truncated message .* at byte \d+ \(batch offset 7\)\n", out), out

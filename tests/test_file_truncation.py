@@ -398,3 +398,59 @@ def test_a_compressed_batch_cut_inside_its_last_page_reads_as_truncated(tmp_path
     ''', path, magic, codec)
     info = outcome(proc)
     assert_truncated(info, path, info["cut"])
+
+
+# -- the log directory reader (describe, read_split; `kafkacodec verify`'s record pass): the
+# segment is cut inside its last page (zeros, no fault) between the scan of its entries and
+# their decoding, or between the plan and the read.  Found by the file-system harness: the
+# zeros were damage (a corrupt entry, a partial one, rows dropped) in DROPMALFORMED and
+# PERMISSIVE, or noticed only when the mapping closed.
+LOGDIR = '''
+import kafkacodec._arrow as arrow
+from kafkacodec.logdir import describe, plan, read_split
+path, reader, when = sys.argv[1], sys.argv[2], sys.argv[3]
+write_segment(path, 3, 5, 300)
+with open(path, "rb") as f:
+    data = f.read()
+positions = [b.position for b in FileRecords.open(path).batches()]
+cut = positions[2] + (len(data) - positions[2]) // 2      # inside the last batch, same page
+root = os.path.dirname(os.path.dirname(path))
+scan_entries = arrow.scan_entries
+
+def scan_then_cut(*args, **options):                      # the scan saw the intact entries
+    result = scan_entries(*args, **options)
+    os.truncate(path, cut)
+    return result
+
+if when == "scan":
+    arrow.scan_entries = scan_then_cut
+problems = []
+try:
+    if reader == "describe":
+        if when == "plan":
+            raise SystemExit("describe plans and reads in one call")
+        result = describe(root)
+    else:
+        splits, _ = plan(root)
+        if when == "plan":
+            os.truncate(path, cut)
+        result = sum(rb.num_rows for rb in read_split(splits[0], mode=reader,
+                                                       on_problem=problems.append))
+except Exception as exc:
+    ended(exc, cut=cut, problems=[p.message for p in problems])
+else:
+    print(json.dumps({"error": None, "result": repr(result), "problems": [p.message for p in problems]}))
+'''
+
+
+@pytest.mark.parametrize("reader, when", [
+    ("describe", "scan"), ("DROPMALFORMED", "scan"), ("PERMISSIVE", "scan"), ("FAILFAST", "scan"),
+    ("DROPMALFORMED", "plan"), ("FAILFAST", "plan")])
+def test_logdir_segment_cut_inside_its_last_page(tmp_path, reader, when):
+    part = tmp_path / "log" / "t-0"
+    part.mkdir(parents=True)
+    path = part / "00000000000000000000.log"
+    info = outcome(run(LOGDIR, path, reader, when))
+    assert info["error"] == "FileTruncatedError", info      # not damage, nor rows of zeros
+    assert_truncated(info, path, info["cut"])
+    assert not info.get("problems"), info                   # and no problem reported before it

@@ -81,21 +81,13 @@ def _legacy_checks(batch: RecordBatch) -> list[tuple[bool, int]]:
 
     if int(batch.compression) == 0:
         return [(batch.is_valid(), batch.crc)]
-    from kafkacodec.errors import CorruptRecordError
-
     raw = batch.raw
-
-    def length_at(pos: int, what: str) -> int:
-        # a message's key and value: int32 length (-1: null), then the bytes, inside the entry
-        length = struct.unpack_from(">i", raw, pos)[0] if pos + 4 <= len(raw) else None
-        if length is None or pos + 4 + max(length, 0) > len(raw):
-            raise CorruptRecordError(f"the compressed wrapper's {what} runs past its entry",
-                                     position=batch.position + pos, offset=batch.base_offset)
-        return length
-
     pos = 18 + (8 if batch.magic == 1 else 0)            # offset, size, crc, magic, attributes[, ts]
-    pos += 4 + max(length_at(pos, "key"), 0)
-    value_len = length_at(pos, "value")
+    key_len = struct.unpack_from(">i", raw, pos)[0]
+    pos += 4 + max(key_len, 0)
+    if pos + 4 > len(raw):       # a key past the entry: reading its records reports the damage
+        return []
+    value_len = struct.unpack_from(">i", raw, pos)[0]
     inner = decompress(int(batch.compression), batch.magic, raw[pos + 4:pos + 4 + max(value_len, 0)])
     return [(m.is_valid(), m.crc) for m in MemoryRecords(inner).batches()]
 

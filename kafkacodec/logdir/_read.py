@@ -10,7 +10,7 @@ import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Union
 
-from kafkacodec.errors import CorruptRecordError, KafkaCodecError
+from kafkacodec.errors import CorruptRecordError, FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import PARTITION_RE, SEGMENT_RE, Segment, find_partitions
 from kafkacodec.logdir._options import Options
 from kafkacodec.logdir._plan import WINDOW, Planner, Split
@@ -100,7 +100,9 @@ def read_split(split: Split, *, validate_crc: bool = True, include_headers: bool
     (null on every good row).  Offsets outside the segment's range (overlapping copies), going
     back, or missing before the next segment follow `fail_on_data_loss`: raise, or report and
     read each offset once.  Problems go to `on_problem`, else damage to `on_error(exc)`, else
-    stderr.  `columns` selects (and orders) the output columns; `pushdown` rows are filtered."""
+    stderr.  `columns` selects (and orders) the output columns; `pushdown` rows are filtered.
+    A segment that another process cuts while it is read, or since it was planned, is not damage:
+    FileTruncatedError in every mode (the zeros read past the cut are never rows)."""
     def tell(problem: Problem) -> None:
         if on_problem is not None:
             on_problem(problem)
@@ -141,6 +143,8 @@ class _SplitReader:
                            source=split.uri)
         self.dedupe = False                 # offsets went back in this split: read each once
         self.running_max = -(2**63)         # the largest offset yielded
+        self.src: Any = None                # the open segment (a storage.Source)
+        self.read_end = 0                   # the end of the window being read
 
     def decoder(self) -> Any:
         """A decoder of the columns wanted only (unselected keys, values and headers are skipped)."""
@@ -180,8 +184,18 @@ class _SplitReader:
                    for n in self.decode_columns]
         return self.finish(pa.RecordBatch.from_arrays(columns, names=self.decode_columns), reason)
 
-    def damage(self, problem: Problem) -> Iterator[Any]:
+    def report(self, problem: Problem) -> None:
+        """Damage found in the segment, unless another process cut it while it was read: the
+        zeros past the cut are not data, FileTruncatedError (docs/reading.md, "Truncated live
+        segments").  Every damage found while reading passes here."""
+        if isinstance(problem.error, FileTruncatedError):
+            raise problem.error
+        if self.src is not None:
+            self.src.check(self.read_end, problem.position, problem.offset, problem.error)
         self.reporter.damage(problem)
+
+    def damage(self, problem: Problem) -> Iterator[Any]:
+        self.report(problem)
         if self.permissive:
             rb = self.corrupt_row(problem.message, problem.offset)
             if rb.num_rows:
@@ -198,9 +212,11 @@ class _SplitReader:
         except OSError as exc:
             yield from self.damage(Problem("unreadable", s.uri, f"{s.uri} cannot be read: {exc}"))
             return
+        self.src = src
         try:
             yield from self._read(src)
         finally:
+            self.src = None
             src.close()
 
     def _read(self, src: Any) -> Iterator[Any]:
@@ -208,13 +224,12 @@ class _SplitReader:
 
         s = self.split
         end = s.end
-        if src.size < s.end:
-            yield from self.damage(Problem("partial", s.uri, f"{s.uri} has {src.size} bytes, fewer than the {s.end} "
-                                           "planned (it was truncated while being read)", position=src.size))
-            end = src.size
+        if src.size < s.end:                        # cut since the plan: what it planned is gone
+            raise FileTruncatedError(f"{s.uri}: the file shrank to {src.size} bytes (the plan read {s.end}) "
+                                     "while being read", path=s.uri, size=src.size, position=src.size)
         pos, want, last_seen, prev_last = s.start, WINDOW, None, None
         while pos < end:
-            window_end = min(end, pos + want)          # bounds the scan table, not only the reads
+            window_end = self.read_end = min(end, pos + want)   # bounds the scan table, not only the reads
             view, base = src.view(pos, window_end)
             scan = scan_entries(view, pos - base, window_end - base, source=s.uri, base=base, strict=False)
             stop, error = int(scan["stop"]), scan["error"]
@@ -262,7 +277,7 @@ class _SplitReader:
                 rb, nxt = dec.decode(view, pos - base, stop - base, base)
             except KafkaCodecError as exc:
                 failed = dec.failed_entry + base
-                self.reporter.damage(Problem("corrupt", self.split.uri, str(exc), exc.position, exc.offset, exc))
+                self.report(Problem("corrupt", self.split.uri, str(exc), exc.position, exc.offset, exc))
                 dec = self.decoder()
                 while pos < failed:                  # the rows before the failed entry
                     rb, nxt = dec.decode(view, pos - base, failed - base, base)

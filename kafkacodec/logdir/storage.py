@@ -73,6 +73,16 @@ class Source:
             return self._map, 0
         return self._file.read_at(max(0, end - start), start), start
 
+    def check(self, end: int, position: int | None = None, offset: int | None = None,
+              cause: BaseException | None = None) -> None:
+        """FileTruncatedError (chained to `cause`) when another process cut the mapped file
+        before byte `end` of what was read (kafkacodec._mapguard.check_read: the bytes past the
+        cut read as zeros).  Remote files are read by range into owned buffers: not checked."""
+        if self._map is not None:
+            from kafkacodec._mapguard import check_read
+
+            check_read(self._map, end, position, offset, cause)
+
     def close(self) -> None:
         if self._map is not None and hasattr(self._map, "close"):
             self._map.close()
