@@ -454,3 +454,23 @@ def test_logdir_segment_cut_inside_its_last_page(tmp_path, reader, when):
     assert info["error"] == "FileTruncatedError", info      # not damage, nor rows of zeros
     assert_truncated(info, path, info["cut"])
     assert not info.get("problems"), info                   # and no problem reported before it
+
+
+def test_a_segment_emptied_before_the_cli_reads_its_head_is_named_truncated(tmp_path):
+    """convert and dump read a segment's first bytes to tell a Kafka segment from other files;
+    emptied by another process after it was mapped, it read as zeros: "not a Kafka segment"
+    (found by the file-system harness).  Now FileTruncatedError, which the CLI reports as an
+    unreadable file."""
+    from kafkacodec import FileRecords, MemoryRecordsBuilder
+    from kafkacodec.cli._files import segment_head
+    from kafkacodec.errors import FileTruncatedError
+
+    builder = MemoryRecordsBuilder()
+    builder.append(1, b"k", b"v" * 100)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(builder.build())
+    with FileRecords.open(path) as segment:
+        assert len(segment_head(segment)) == 17
+        os.truncate(path, 0)
+        with pytest.raises(FileTruncatedError):
+            segment_head(segment)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kafkacodec.cli._exit import EXIT_DATA, EXIT_OK
-from kafkacodec.cli._files import open_segment
+from kafkacodec.cli._files import open_segment, segment_head
 
 if TYPE_CHECKING:
     from kafkacodec._records import Record, RecordBatch, Records
@@ -231,7 +231,7 @@ def dump_log(dump: Dump, path: str) -> int:
     from kafkacodec.logdir._problems import not_a_segment
 
     with open_segment(path, "dump") as segment:
-        reason = not_a_segment(bytes(segment.buffer[:17]), segment.size_in_bytes)
+        reason = not_a_segment(segment_head(segment), segment.size_in_bytes)
         if reason is not None:
             dump.problem(path, f"this is not a Kafka segment: {reason}")
             status = EXIT_DATA

@@ -13,7 +13,7 @@ from kafkacodec.cli._exit import EXIT_INPUT, CliError
 if TYPE_CHECKING:
     from kafkacodec._records import FileRecords
 
-__all__ = ["file_kind", "check_regular", "open_segment", "name_output"]
+__all__ = ["file_kind", "check_regular", "open_segment", "segment_head", "name_output"]
 
 
 def file_kind(mode: int) -> str:
@@ -44,6 +44,17 @@ def open_segment(path: str | Path, command: str) -> FileRecords:
 
     check_regular(path, command)
     return FileRecords.open(path)
+
+
+def segment_head(segment: FileRecords) -> bytes:
+    """The first 17 bytes of a mapped segment (offset, size, CRC or epoch, magic: what tells a
+    Kafka segment), or FileTruncatedError when another process cut the file under them (the
+    mapping then reads zeros, which would look like "not a Kafka segment")."""
+    from kafkacodec._mapguard import check_read
+
+    head = bytes(segment.buffer[:17])
+    check_read(segment.buffer, len(head))
+    return head
 
 
 def name_output(error: OSError, path: str | Path) -> OSError:

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from kafkacodec.cli._exit import EXIT_CODES, EXIT_OK, CliError
-from kafkacodec.cli._files import name_output, open_segment
+from kafkacodec.cli._files import name_output, open_segment, segment_head
 from kafkacodec.cli._output import FORMATTER, emit_json
 
 
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     with open_segment(src, "convert") as segment, \
             atomic_output(args.output, inputs=[src]) as out, open(src, "rb") as f:
         total = segment.size_in_bytes
-        reason = not_a_segment(bytes(segment.buffer[:17]), total)
+        reason = not_a_segment(segment_head(segment), total)
         if reason is not None:
             raise CliError(f"{src}: this is not a Kafka segment: {reason}")
         if not args.no_verify:
