@@ -81,8 +81,47 @@ def aborted_transactions(size):
             + part), 4
 
 
+def produce_v3_partitions(size):
+    """ProduceResponse v3: one topic of partitions with distinct large offsets (22 bytes each)."""
+    n = size // 22
+    parts = b"".join(struct.pack(">ihqq", i, 0, 10**12 + i, 10**12 + i) for i in range(n))
+    return (struct.pack(">ii", 1, 1) + struct.pack(">h", 1) + b"t" + struct.pack(">i", n)
+            + parts + struct.pack(">i", 0)), 3
+
+
+def metadata_v0_partitions(size):
+    """MetadataResponse v0: one topic of partitions without replicas (18 bytes each)."""
+    n = size // 18
+    parts = b"".join(struct.pack(">hiiii", 0, i, 10**6 + i, 0, 0) for i in range(n))
+    return (struct.pack(">iii", 1, 0, 1) + struct.pack(">h", 0) + struct.pack(">h", 1) + b"t"
+            + struct.pack(">i", n) + parts), 0
+
+
+def walk_fetch(response):
+    n = 0
+    for topic in response.responses:
+        n += 1
+        for part in topic.partitions:
+            n += len(part.aborted_transactions or ())
+            n += 1
+    return n
+
+
+def walk_produce(response):
+    return sum(1 + len(part.record_errors) for topic in response.responses
+               for part in topic.partition_responses)
+
+
+def walk_metadata(response):
+    return sum(1 + len(part.replica_nodes) + len(part.isr_nodes) for topic in response.topics
+               for part in topic.partitions) + len(response.brokers)
+
+
 SHAPES = [flexible_empty_topics, topic_id_topics, v4_partitions, flexible_partitions,
-          aborted_transactions]
+          aborted_transactions, produce_v3_partitions, metadata_v0_partitions]
+# How each shape is decoded and walked (default: a FetchResponse).
+DECODERS = {produce_v3_partitions: (decode_produce_response, walk_produce),
+            metadata_v0_partitions: (decode_metadata_response, walk_metadata)}
 
 
 def traced_peak(fn):
@@ -99,21 +138,15 @@ def traced_peak(fn):
 def test_decoding_a_5_mib_response_of_tiny_arrays_stays_within_5x(shape):
     # 5x: decode keeps 8 bytes per topic (the smallest topic is 3 bytes: 2.7x) and no
     # per-partition or per-transaction object; the rest is constant.  Before, the same bytes
-    # became one namedtuple + list (+ str/UUID) per topic: 45x for the 3-byte topics.
+    # became one namedtuple + list (+ str/UUID) per topic: 45x for the 3-byte topics (Produce:
+    # 12x, Metadata: 17x for their partitions).
+    decode, walk = DECODERS.get(shape, (decode_fetch_response, walk_fetch))
     body, version = shape(5 * MIB)
-    peak, response = traced_peak(lambda: decode_fetch_response(body, version))
+    peak, response = traced_peak(lambda: decode(body, version))
     assert peak < 5 * len(body), f"{peak / len(body):.1f}x"
     # Walking every topic, partition and aborted transaction (keeping nothing) stays within
     # the same bound: objects are made one at a time (the 16-byte pairs are kept as 16 bytes).
-    def walk():
-        n = 0
-        for topic in response.responses:
-            n += 1
-            for part in topic.partitions:
-                n += len(part.aborted_transactions or ())
-                n += 1
-        return n
-    peak, walked = traced_peak(walk)
+    peak, walked = traced_peak(lambda: walk(response))
     assert walked > 0
     assert peak < 5 * len(body), f"{peak / len(body):.1f}x"
 
