@@ -183,6 +183,62 @@ def test_the_lazy_view_shows_what_kafka_python_encoded():
         assert ours.responses[-1].partitions[-1].partition_index == 2
 
 
+@pytest.mark.parametrize("version", [3, 8, 9, 11])
+def test_the_lazy_produce_view_shows_what_kafka_python_encoded(version):
+    from kafka.protocol.producer.produce import ProduceResponse as KpProduceResponse
+
+    T = KpProduceResponse.TopicProduceResponse
+    P = T.PartitionProduceResponse
+    errors = dict(record_errors=[P.BatchIndexAndErrorMessage(batch_index=1,
+                                                            batch_index_error_message="bad")],
+                  error_message="oops") if version >= 8 else {}
+    msg = KpProduceResponse[version](responses=[T(name=f"t{i}", partition_responses=[
+        P(index=p, error_code=p, base_offset=10**12 + p, log_append_time_ms=-1,
+          log_start_offset=p, **errors) for p in range(i + 1)]) for i in range(3)],
+        throttle_time_ms=9)
+    ours = decode_produce_response(bytearray(msg.encode()), version, header=False)
+    assert [t.name for t in ours.responses] == ["t0", "t1", "t2"]
+    for i, topic in enumerate(ours.responses):
+        assert [(p.partition_index, p.base_offset) for p in topic.partition_responses] == [
+            (p, 10**12 + p) for p in range(i + 1)]
+        assert all(p.record_errors == ([(1, "bad")] if version >= 8 else [])
+                   for p in topic.partition_responses)
+    assert ours.responses[-1].partition_responses[-1].partition_index == 2
+    assert ours.responses[1:] == list(ours.responses)[1:]
+    assert ours == decode_produce_response(msg.encode(), version, header=False)
+
+
+@pytest.mark.parametrize("version", [0, 7, 9, 12])
+def test_the_lazy_metadata_view_shows_what_kafka_python_encoded(version):
+    from kafka.protocol.metadata.metadata import MetadataResponse as KpMetadataResponse
+
+    B = KpMetadataResponse.MetadataResponseBroker
+    T = KpMetadataResponse.MetadataResponseTopic
+    P = T.MetadataResponsePartition
+    def since(first, **fields):
+        return fields if version >= first else {}
+    msg = KpMetadataResponse[version](
+        brokers=[B(node_id=n, host=f"h{n}", port=9092 + n, **since(1, rack=None))
+                 for n in range(3)],
+        topics=[T(error_code=0, name=f"t{i}", **since(10, topic_id=__import__("uuid").UUID(int=i)),
+                  **since(1, is_internal=False), **since(8, authorized_operations=set()),
+                  partitions=[P(error_code=0, partition_index=p, leader_id=p % 3,
+                                replica_nodes=[p, i], isr_nodes=[p], **since(7, leader_epoch=p),
+                                **since(5, offline_replicas=[]))
+                              for p in range(i + 1)]) for i in range(3)],
+        **since(3, throttle_time_ms=4), **since(2, cluster_id="c"), **since(1, controller_id=1),
+        **({"authorized_operations": set()} if 8 <= version <= 10 else {}))
+    ours = decode_metadata_response(bytearray(msg.encode()), version, header=False)
+    assert [(b.node_id, b.host, b.port) for b in ours.brokers] == [(n, f"h{n}", 9092 + n)
+                                                                    for n in range(3)]
+    assert [t.name for t in ours.topics] == ["t0", "t1", "t2"]
+    for i, topic in enumerate(ours.topics):
+        assert [(p.partition_index, p.leader_id, p.replica_nodes, p.isr_nodes)
+                for p in topic.partitions] == [(p, p % 3, [p, i], [p]) for p in range(i + 1)]
+    assert ours.leader("t2", 2) == ours.brokers[2]
+    assert ours == decode_metadata_response(msg.encode(), version, header=False)
+
+
 @pytest.mark.parametrize("version", [4, 12, 13])
 def test_an_array_count_larger_than_the_bytes_left_is_refused_before_allocating(version):
     # A count the bytes cannot hold is refused, naming its position: 2**31 - 1 topics,

@@ -17,7 +17,6 @@ from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tag
                                         end_frame, utf8_of, checked_version, open_response,
                                         API_PRODUCE,
                                         PRODUCE_FLEXIBLE, MAX_FRAME)
-
 from kafkacodec.protocol._fetch cimport _WalkedSequence
 
 from collections.abc import Sequence as _Sequence
@@ -180,7 +179,7 @@ def decode_produce_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t s
 
 cdef object read_topic(Cursor* cur, int version, ProducePartitions partitions):
     """One topic, its tagged fields included: its name, and where each partition starts in
-    `partitions` (allocated here; NULL: walk only)."""
+    `partitions` (allocated here; None: walked and checked only)."""
     cdef bint flexible = version >= PRODUCE_FLEXIBLE
     cdef Py_ssize_t n, p
     name = read_string(cur, flexible, False, b"produce response topic name")
