@@ -239,6 +239,21 @@ def test_the_lazy_metadata_view_shows_what_kafka_python_encoded(version):
     assert ours == decode_metadata_response(msg.encode(), version, header=False)
 
 
+@pytest.mark.parametrize("shape", [produce_v3_partitions, metadata_v0_partitions],
+                         ids=lambda f: f.__name__)
+def test_produce_and_metadata_results_keep_no_hold_on_the_callers_buffer(shape):
+    # Their lazy sequences read a copy of the response: the caller may reuse or resize its
+    # buffer (a ring slot released, a bytearray grown) and the result still reads the same.
+    decode, walk = DECODERS[shape]
+    body, version = shape(220)
+    buf = bytearray(body)
+    response = decode(buf, version)
+    before = repr(response)
+    buf[:] = bytes(len(buf))
+    buf += b"grown"                          # BufferError while an export is alive
+    assert repr(response) == before and walk(response) > 0
+
+
 @pytest.mark.parametrize("version", [4, 12, 13])
 def test_an_array_count_larger_than_the_bytes_left_is_refused_before_allocating(version):
     # A count the bytes cannot hold is refused, naming its position: 2**31 - 1 topics,

@@ -7,6 +7,7 @@ from collections.abc import Sequence as _Sequence
 
 from libc.stdint cimport int8_t, int16_t, int32_t
 from cpython.buffer cimport PyBuffer_Release
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from kafkacodec._cursor cimport Cursor, cursor_init, need, get_int8, get_int16, get_int32
 from kafkacodec._writer cimport Writer, WriteBuffer, put_int8, put_int32, put_bytes
 from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tagged_fields,
@@ -140,8 +141,8 @@ def decode_metadata_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t 
     """Decode a MetadataResponse (versions 0-12) from any C-contiguous buffer (raw bytes).
 
     The response is walked (and checked) once; `brokers` and `topics` keep where each item
-    starts and make it when looked at (see MetadataTopics), so the result keeps a read-only
-    export of `data` alive.
+    starts in one bytes copy of the response and make it when looked at (see MetadataTopics).
+    The result does not hold `data` (e.g. a ring slot may be released).
     """
     cdef int version = check_version(b"Metadata", api_version, METADATA_MAX_VERSION)
     cdef bint flexible = version >= METADATA_FLEXIBLE
@@ -162,7 +163,7 @@ def decode_metadata_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t 
         brokers.allocate(max(0, read_array_length(&cur, flexible, False, 8,
                                                   b"metadata brokers")))
         for i in range(brokers._count):
-            brokers._starts[i] = cur.base + cur.pos
+            brokers._starts[i] = cur.pos
             read_broker(&cur, version, False)
         if version >= 2:
             cluster_id = read_string(&cur, flexible, True, b"metadata cluster id")
@@ -171,19 +172,20 @@ def decode_metadata_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t 
             controller_id = get_int32(&cur)
         topics.allocate(max(0, read_array_length(&cur, flexible, False, 4, b"metadata topics")))
         for i in range(topics._count):
-            topics._starts[i] = cur.base + cur.pos
+            topics._starts[i] = cur.pos
             read_topic(&cur, version, None)
         if 8 <= version <= 10:
             need(&cur, 4, b"metadata cluster authorized operations")
             get_int32(&cur)
         if flexible:
             skip_tagged_fields(&cur)
-        brokers._end = topics._end = cur.base + cur.end
+        brokers._end = topics._end = cur.end
+        if brokers._count or topics._count:
+            brokers._buffer = topics._buffer = PyBytes_FromStringAndSize(<const char*>cur.data,
+                                                                         cur.end)
     finally:
         PyBuffer_Release(&view)
     brokers._version = topics._version = version
-    if brokers._count or topics._count:
-        brokers._buffer = topics._buffer = memoryview(data).cast("B")
     return MetadataResponse(version, correlation_id, throttle_time_ms, brokers, cluster_id,
                             controller_id, topics)
 

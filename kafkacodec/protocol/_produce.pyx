@@ -7,6 +7,7 @@ sized before the first byte is written so it never re-allocates.
 """
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from kafkacodec._cursor cimport Cursor, cursor_init, need, get_int16, get_int32, get_int64
 from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int32, put_bytes,
@@ -142,9 +143,9 @@ def decode_produce_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t s
     """Decode a ProduceResponse from `data[offset:offset+size]` (any C-contiguous buffer, read
     as raw bytes), starting at the correlation id unless `header` is False.
 
-    The response is walked (and checked) once; `responses` keeps where each topic starts and
-    makes a topic, and its partitions, when looked at (see ProduceTopics), so the result keeps
-    a read-only export of `data` alive.
+    The response is walked (and checked) once; `responses` keeps where each topic starts in
+    one bytes copy of the response and makes a topic, and its partitions, when looked at (see
+    ProduceTopics).  The result does not hold `data` (e.g. a ring slot may be released).
     """
     cdef int version = check_version(api_version)
     cdef bint flexible = version >= PRODUCE_FLEXIBLE
@@ -162,18 +163,18 @@ def decode_produce_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t s
                                     b"produce response topics")
         topics.allocate(ntopics if ntopics > 0 else 0)
         for t in range(topics._count):
-            topics._starts[t] = cur.base + cur.pos
+            topics._starts[t] = cur.pos
             read_topic(&cur, version, None)
         need(&cur, 4, b"produce response throttle time")
         throttle_time_ms = get_int32(&cur)
         if flexible:
             skip_tagged_fields(&cur)
-        topics._end = cur.base + cur.end
+        topics._end = cur.end
+        if topics._count:
+            topics._buffer = PyBytes_FromStringAndSize(<const char*>cur.data, cur.end)
     finally:
         PyBuffer_Release(&view)
     topics._version = version
-    if topics._count:
-        topics._buffer = memoryview(data).cast("B")
     return ProduceResponse(version, correlation_id, topics, throttle_time_ms)
 
 
