@@ -22,6 +22,7 @@ import io
 import os
 import random
 import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -700,6 +701,37 @@ def fetch_response(data: bytes) -> None:
              shareable=True)
 
 
+def produce_metadata_responses(data: bytes) -> None:
+    """A decoded ProduceResponse and MetadataResponse (topics, partitions and brokers made on
+    access) read from every thread: the same objects' contents as alone."""
+    rng, _ = _input(data, "produce_metadata")
+    topics = [(f"t{i}", [rng.randrange(1 << 31) for _ in range(rng.randrange(4))])
+              for i in range(rng.randrange(1, 4))]
+    produce = struct.pack(">i", len(topics)) + b"".join(
+        struct.pack(">h", len(name)) + name.encode() + struct.pack(">i", len(parts))
+        + b"".join(struct.pack(">ihqq", p, 0, p, -1) for p in parts) for name, parts in topics)
+    metadata = struct.pack(">ii", 1, 1) + struct.pack(">h", 1) + b"h" + struct.pack(">ii", 9092,
+                                                                                 len(topics))
+    metadata += b"".join(
+        struct.pack(">hh", 0, len(name)) + name.encode() + struct.pack(">i", len(parts))
+        + b"".join(struct.pack(">hiiii", 0, p, 1, 1, 1) + struct.pack(">ii", 1, 1) for p in parts)
+        for name, parts in topics)
+    decode_produce = api("kafkacodec.protocol.decode_produce_response")
+    decode_metadata = api("kafkacodec.protocol.decode_metadata_response")
+
+    def walk_produce(response: Any) -> list:
+        return [(t.name, list(t.partition_responses)) for t in response.responses]
+
+    def walk_metadata(response: Any) -> list:
+        return [list(response.brokers)] + [(t.name, list(t.partitions)) for t in response.topics]
+
+    ops_race("ProduceResponse", lambda: decode_produce(produce + struct.pack(">i", 0), 3,
+                                                       header=False),
+             {"walk": walk_produce, "repr": repr}, rng, shareable=True)
+    ops_race("MetadataResponse", lambda: decode_metadata(metadata, 0, header=False),
+             {"walk": walk_metadata, "repr": repr}, rng, shareable=True)
+
+
 def _recv(conn: socket.socket, n: int) -> bytes | None:
     out = bytearray()
     while len(out) < n:
@@ -725,6 +757,7 @@ TARGETS: dict[str, Target] = {
     "ring": Target(ring, "records"),
     "ring_records": Target(ring_records, "records"),
     "fetch_response": Target(fetch_response, "records"),
+    "produce_metadata_responses": Target(produce_metadata_responses, "records"),
 }
 
 
@@ -768,6 +801,11 @@ COVERAGE: dict[str, str] = {
     "kafkacodec.protocol._fetch.FetchTopics": "fetch_response",
     "kafkacodec.protocol._fetch.FetchPartitions": "fetch_response",
     "kafkacodec.protocol._fetch.AbortedTransactions": "fetch_response",
+    "kafkacodec.protocol._produce.ProduceTopics": "produce_metadata_responses",
+    "kafkacodec.protocol._produce.ProducePartitions": "produce_metadata_responses",
+    "kafkacodec.protocol._metadata.MetadataBrokers": "produce_metadata_responses",
+    "kafkacodec.protocol._metadata.MetadataTopics": "produce_metadata_responses",
+    "kafkacodec.protocol._metadata.MetadataPartitions": "produce_metadata_responses",
     "kafkacodec._types.Compression": VALUE,
     "kafkacodec._types.ControlType": VALUE,
     "kafkacodec._types.TimestampType": VALUE,

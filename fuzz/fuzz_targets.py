@@ -255,7 +255,10 @@ def produce_response(data: bytes) -> None:
 def metadata_response(data: bytes) -> None:
     param, payload = split(data)
     decode = api("kafkacodec.protocol.decode_metadata_response")
-    decode(payload, param % 13)
+    response = decode(payload, param % 13)
+    list(response.brokers)                   # made on access, like every topic and partition
+    for topic in response.topics:
+        list(topic.partitions)
 
 
 def api_versions_response(data: bytes) -> None:

@@ -81,8 +81,47 @@ def aborted_transactions(size):
             + part), 4
 
 
+def produce_v3_partitions(size):
+    """ProduceResponse v3: one topic of partitions with distinct large offsets (22 bytes each)."""
+    n = size // 22
+    parts = b"".join(struct.pack(">ihqq", i, 0, 10**12 + i, 10**12 + i) for i in range(n))
+    return (struct.pack(">ii", 1, 1) + struct.pack(">h", 1) + b"t" + struct.pack(">i", n)
+            + parts + struct.pack(">i", 0)), 3
+
+
+def metadata_v0_partitions(size):
+    """MetadataResponse v0: one topic of partitions without replicas (18 bytes each)."""
+    n = size // 18
+    parts = b"".join(struct.pack(">hiiii", 0, i, 10**6 + i, 0, 0) for i in range(n))
+    return (struct.pack(">iii", 1, 0, 1) + struct.pack(">h", 0) + struct.pack(">h", 1) + b"t"
+            + struct.pack(">i", n) + parts), 0
+
+
+def walk_fetch(response):
+    n = 0
+    for topic in response.responses:
+        n += 1
+        for part in topic.partitions:
+            n += len(part.aborted_transactions or ())
+            n += 1
+    return n
+
+
+def walk_produce(response):
+    return sum(1 + len(part.record_errors) for topic in response.responses
+               for part in topic.partition_responses)
+
+
+def walk_metadata(response):
+    return sum(1 + len(part.replica_nodes) + len(part.isr_nodes) for topic in response.topics
+               for part in topic.partitions) + len(response.brokers)
+
+
 SHAPES = [flexible_empty_topics, topic_id_topics, v4_partitions, flexible_partitions,
-          aborted_transactions]
+          aborted_transactions, produce_v3_partitions, metadata_v0_partitions]
+# How each shape is decoded and walked (default: a FetchResponse).
+DECODERS = {produce_v3_partitions: (decode_produce_response, walk_produce),
+            metadata_v0_partitions: (decode_metadata_response, walk_metadata)}
 
 
 def traced_peak(fn):
@@ -99,21 +138,15 @@ def traced_peak(fn):
 def test_decoding_a_5_mib_response_of_tiny_arrays_stays_within_5x(shape):
     # 5x: decode keeps 8 bytes per topic (the smallest topic is 3 bytes: 2.7x) and no
     # per-partition or per-transaction object; the rest is constant.  Before, the same bytes
-    # became one namedtuple + list (+ str/UUID) per topic: 45x for the 3-byte topics.
+    # became one namedtuple + list (+ str/UUID) per topic: 45x for the 3-byte topics (Produce:
+    # 12x, Metadata: 17x for their partitions).
+    decode, walk = DECODERS.get(shape, (decode_fetch_response, walk_fetch))
     body, version = shape(5 * MIB)
-    peak, response = traced_peak(lambda: decode_fetch_response(body, version))
+    peak, response = traced_peak(lambda: decode(body, version))
     assert peak < 5 * len(body), f"{peak / len(body):.1f}x"
     # Walking every topic, partition and aborted transaction (keeping nothing) stays within
     # the same bound: objects are made one at a time (the 16-byte pairs are kept as 16 bytes).
-    def walk():
-        n = 0
-        for topic in response.responses:
-            n += 1
-            for part in topic.partitions:
-                n += len(part.aborted_transactions or ())
-                n += 1
-        return n
-    peak, walked = traced_peak(walk)
+    peak, walked = traced_peak(lambda: walk(response))
     assert walked > 0
     assert peak < 5 * len(body), f"{peak / len(body):.1f}x"
 
@@ -148,6 +181,77 @@ def test_the_lazy_view_shows_what_kafka_python_encoded():
                 assert (bytes(part.records) if p else part.records) == (records if p else None)
         assert [t.topic for t in ours.responses[::-1]] == [t.topic for t in reversed(ours.responses)]
         assert ours.responses[-1].partitions[-1].partition_index == 2
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 11])
+def test_the_lazy_produce_view_shows_what_kafka_python_encoded(version):
+    from kafka.protocol.producer.produce import ProduceResponse as KpProduceResponse
+
+    T = KpProduceResponse.TopicProduceResponse
+    P = T.PartitionProduceResponse
+    errors = dict(record_errors=[P.BatchIndexAndErrorMessage(batch_index=1,
+                                                            batch_index_error_message="bad")],
+                  error_message="oops") if version >= 8 else {}
+    msg = KpProduceResponse[version](responses=[T(name=f"t{i}", partition_responses=[
+        P(index=p, error_code=p, base_offset=10**12 + p, log_append_time_ms=-1,
+          log_start_offset=p, **errors) for p in range(i + 1)]) for i in range(3)],
+        throttle_time_ms=9)
+    ours = decode_produce_response(bytearray(msg.encode()), version, header=False)
+    assert [t.name for t in ours.responses] == ["t0", "t1", "t2"]
+    for i, topic in enumerate(ours.responses):
+        assert [(p.partition_index, p.base_offset) for p in topic.partition_responses] == [
+            (p, 10**12 + p) for p in range(i + 1)]
+        assert all(p.record_errors == ([(1, "bad")] if version >= 8 else [])
+                   for p in topic.partition_responses)
+    assert ours.responses[-1].partition_responses[-1].partition_index == 2
+    assert ours.responses[1:] == list(ours.responses)[1:]
+    assert ours == decode_produce_response(msg.encode(), version, header=False)
+
+
+@pytest.mark.parametrize("version", [0, 7, 9, 12])
+def test_the_lazy_metadata_view_shows_what_kafka_python_encoded(version):
+    from kafka.protocol.metadata.metadata import MetadataResponse as KpMetadataResponse
+
+    B = KpMetadataResponse.MetadataResponseBroker
+    T = KpMetadataResponse.MetadataResponseTopic
+    P = T.MetadataResponsePartition
+    def since(first, **fields):
+        return fields if version >= first else {}
+    msg = KpMetadataResponse[version](
+        brokers=[B(node_id=n, host=f"h{n}", port=9092 + n, **since(1, rack=None))
+                 for n in range(3)],
+        topics=[T(error_code=0, name=f"t{i}", **since(10, topic_id=__import__("uuid").UUID(int=i)),
+                  **since(1, is_internal=False), **since(8, authorized_operations=set()),
+                  partitions=[P(error_code=0, partition_index=p, leader_id=p % 3,
+                                replica_nodes=[p, i], isr_nodes=[p], **since(7, leader_epoch=p),
+                                **since(5, offline_replicas=[]))
+                              for p in range(i + 1)]) for i in range(3)],
+        **since(3, throttle_time_ms=4), **since(2, cluster_id="c"), **since(1, controller_id=1),
+        **({"authorized_operations": set()} if 8 <= version <= 10 else {}))
+    ours = decode_metadata_response(bytearray(msg.encode()), version, header=False)
+    assert [(b.node_id, b.host, b.port) for b in ours.brokers] == [(n, f"h{n}", 9092 + n)
+                                                                    for n in range(3)]
+    assert [t.name for t in ours.topics] == ["t0", "t1", "t2"]
+    for i, topic in enumerate(ours.topics):
+        assert [(p.partition_index, p.leader_id, p.replica_nodes, p.isr_nodes)
+                for p in topic.partitions] == [(p, p % 3, [p, i], [p]) for p in range(i + 1)]
+    assert ours.leader("t2", 2) == ours.brokers[2]
+    assert ours == decode_metadata_response(msg.encode(), version, header=False)
+
+
+@pytest.mark.parametrize("shape", [produce_v3_partitions, metadata_v0_partitions],
+                         ids=lambda f: f.__name__)
+def test_produce_and_metadata_results_keep_no_hold_on_the_callers_buffer(shape):
+    # Their lazy sequences read a copy of the response: the caller may reuse or resize its
+    # buffer (a ring slot released, a bytearray grown) and the result still reads the same.
+    decode, walk = DECODERS[shape]
+    body, version = shape(220)
+    buf = bytearray(body)
+    response = decode(buf, version)
+    before = repr(response)
+    buf[:] = bytes(len(buf))
+    buf += b"grown"                          # BufferError while an export is alive
+    assert repr(response) == before and walk(response) > 0
 
 
 @pytest.mark.parametrize("version", [4, 12, 13])

@@ -3,9 +3,11 @@
 learn what a broker speaks and which broker leads each partition."""
 
 import uuid as _uuid
+from collections.abc import Sequence as _Sequence
 
 from libc.stdint cimport int8_t, int16_t, int32_t
 from cpython.buffer cimport PyBuffer_Release
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from kafkacodec._cursor cimport Cursor, cursor_init, need, get_int8, get_int16, get_int32
 from kafkacodec._writer cimport Writer, WriteBuffer, put_int8, put_int32, put_bytes
 from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tagged_fields,
@@ -14,6 +16,7 @@ from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tag
                                         API_API_VERSIONS, METADATA_FLEXIBLE, checked_version,
                                         open_response,
                                         API_VERSIONS_FLEXIBLE)
+from kafkacodec.protocol._fetch cimport _WalkedSequence
 
 from kafkacodec.protocol._types import (ApiVersionRange, ApiVersionsResponse, MetadataBroker,
                                         MetadataPartition, MetadataTopic, MetadataResponse)
@@ -119,11 +122,15 @@ def encode_metadata_request(topics=None, *, api_version=12, int32_t correlation_
     return out.getvalue()
 
 
-cdef list read_int32_array(Cursor* cur, bint flexible, const char* what):
+cdef list read_int32_array(Cursor* cur, bint flexible, bint make, const char* what):
+    """An int32 array: a list when `make`, else None (walked and checked only)."""
     cdef Py_ssize_t n = read_array_length(cur, flexible, False, 4, what), i
-    cdef list out = []
+    cdef list out = [] if make else None
     if n > 0:
         need(cur, 4 * n, what)
+        if not make:
+            cur.pos += 4 * n
+            return None
         for i in range(n):
             out.append(get_int32(cur))
     return out
@@ -131,88 +138,169 @@ cdef list read_int32_array(Cursor* cur, bint flexible, const char* what):
 
 def decode_metadata_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t size=-1,
                              bint header=True):
-    """Decode a MetadataResponse (versions 0-12) from any C-contiguous buffer (raw bytes)."""
+    """Decode a MetadataResponse (versions 0-12) from any C-contiguous buffer (raw bytes).
+
+    The response is walked (and checked) once; `brokers` and `topics` keep where each item
+    starts in one bytes copy of the response and make it when looked at (see MetadataTopics).
+    The result does not hold `data` (e.g. a ring slot may be released).
+    """
     cdef int version = check_version(b"Metadata", api_version, METADATA_MAX_VERSION)
+    cdef bint flexible = version >= METADATA_FLEXIBLE
     cdef Py_buffer view
     cdef Cursor cur
+    cdef object correlation_id = None, cluster_id = None
+    cdef int32_t throttle_time_ms = 0, controller_id = -1
+    cdef Py_ssize_t i
+    cdef MetadataBrokers brokers = MetadataBrokers.__new__(MetadataBrokers)
+    cdef MetadataTopics topics = MetadataTopics.__new__(MetadataTopics)
     open_response(&view, data, offset, size, &cur)
     try:
-        return read_metadata_response(&cur, version, header)
+        if header:
+            correlation_id = read_response_header(&cur, flexible)
+        if version >= 3:
+            need(&cur, 4, b"metadata throttle time")
+            throttle_time_ms = get_int32(&cur)
+        brokers.allocate(max(0, read_array_length(&cur, flexible, False, 8,
+                                                  b"metadata brokers")))
+        for i in range(brokers._count):
+            brokers._starts[i] = cur.pos
+            read_broker(&cur, version, False)
+        if version >= 2:
+            cluster_id = read_string(&cur, flexible, True, b"metadata cluster id")
+        if version >= 1:
+            need(&cur, 4, b"metadata controller id")
+            controller_id = get_int32(&cur)
+        topics.allocate(max(0, read_array_length(&cur, flexible, False, 4, b"metadata topics")))
+        for i in range(topics._count):
+            topics._starts[i] = cur.pos
+            read_topic(&cur, version, None)
+        if 8 <= version <= 10:
+            need(&cur, 4, b"metadata cluster authorized operations")
+            get_int32(&cur)
+        if flexible:
+            skip_tagged_fields(&cur)
+        brokers._end = topics._end = cur.end
+        if brokers._count or topics._count:
+            brokers._buffer = topics._buffer = PyBytes_FromStringAndSize(<const char*>cur.data,
+                                                                         cur.end)
     finally:
         PyBuffer_Release(&view)
+    brokers._version = topics._version = version
+    return MetadataResponse(version, correlation_id, throttle_time_ms, brokers, cluster_id,
+                            controller_id, topics)
 
 
-cdef object read_metadata_response(Cursor* cur, int api_version, bint header):
-    cdef bint flexible = api_version >= METADATA_FLEXIBLE
-    cdef object correlation_id = None, cluster_id = None, rack, name, topic_id, host
-    cdef int32_t throttle_time_ms = 0, controller_id = -1, node_id, port
-    cdef int32_t partition_index, leader_id, leader_epoch
+cdef object read_broker(Cursor* cur, int version, bint make):
+    """One broker, its tagged fields included: a MetadataBroker when `make`, else None."""
+    cdef bint flexible = version >= METADATA_FLEXIBLE
+    cdef int32_t node_id, port
+    need(cur, 4, b"metadata broker node id")
+    node_id = get_int32(cur)
+    host = read_string(cur, flexible, False, b"metadata broker host")
+    need(cur, 4, b"metadata broker port")
+    port = get_int32(cur)
+    rack = read_string(cur, flexible, True, b"metadata broker rack") if version >= 1 else None
+    if flexible:
+        skip_tagged_fields(cur)
+    return MetadataBroker(node_id, host, port, rack) if make else None
+
+
+cdef object read_topic(Cursor* cur, int version, MetadataPartitions partitions):
+    """One topic, its tagged fields included: a MetadataTopic of `partitions` (their starts
+    recorded there), or None when `partitions` is None (walked and checked only)."""
+    cdef bint flexible = version >= METADATA_FLEXIBLE
     cdef int16_t error_code
-    cdef bint is_internal
-    cdef Py_ssize_t n, i, np, j
-    cdef list brokers = [], topics = [], partitions, replicas, isr, offline
-    if header:
-        correlation_id = read_response_header(cur, flexible)
-    if api_version >= 3:
-        need(cur, 4, b"metadata throttle time")
-        throttle_time_ms = get_int32(cur)
-    n = read_array_length(cur, flexible, False, 8, b"metadata brokers")
-    for i in range(n):
-        need(cur, 4, b"metadata broker node id")
-        node_id = get_int32(cur)
-        host = read_string(cur, flexible, False, b"metadata broker host")
-        need(cur, 4, b"metadata broker port")
-        port = get_int32(cur)
-        rack = read_string(cur, flexible, True, b"metadata broker rack") if api_version >= 1 else None
-        if flexible:
-            skip_tagged_fields(cur)
-        brokers.append(MetadataBroker(node_id, host, port, rack))
-    if api_version >= 2:
-        cluster_id = read_string(cur, flexible, True, b"metadata cluster id")
-    if api_version >= 1:
-        need(cur, 4, b"metadata controller id")
-        controller_id = get_int32(cur)
-    n = read_array_length(cur, flexible, False, 4, b"metadata topics")
-    for i in range(n):
-        need(cur, 2, b"metadata topic error code")
-        error_code = get_int16(cur)
-        name = read_string(cur, flexible, api_version >= 12, b"metadata topic name")
-        topic_id = None
-        if api_version >= 10:
-            topic_id = _uuid.UUID(bytes=read_uuid(cur, b"metadata topic id"))
-        is_internal = False
-        if api_version >= 1:
-            need(cur, 1, b"metadata topic is_internal")
-            is_internal = get_int8(cur) != 0
-        np = read_array_length(cur, flexible, False, 10, b"metadata partitions")
-        partitions = []
-        for j in range(np):
-            need(cur, 10, b"metadata partition")
-            error_code_p = get_int16(cur)
-            partition_index = get_int32(cur)
-            leader_id = get_int32(cur)
-            leader_epoch = -1
-            if api_version >= 7:
-                need(cur, 4, b"metadata partition leader epoch")
-                leader_epoch = get_int32(cur)
-            replicas = read_int32_array(cur, flexible, b"metadata partition replicas")
-            isr = read_int32_array(cur, flexible, b"metadata partition isr")
-            offline = (read_int32_array(cur, flexible, b"metadata partition offline replicas")
-                       if api_version >= 5 else [])
-            if flexible:
-                skip_tagged_fields(cur)
-            partitions.append(MetadataPartition(error_code_p, partition_index, leader_id,
-                                                leader_epoch, replicas, isr, offline))
-        if api_version >= 8:
-            need(cur, 4, b"metadata topic authorized operations")
-            get_int32(cur)
-        if flexible:
-            skip_tagged_fields(cur)
-        topics.append(MetadataTopic(error_code, name, topic_id, is_internal, partitions))
-    if 8 <= api_version <= 10:
-        need(cur, 4, b"metadata cluster authorized operations")
+    cdef bint is_internal = False
+    cdef Py_ssize_t n, j
+    need(cur, 2, b"metadata topic error code")
+    error_code = get_int16(cur)
+    name = read_string(cur, flexible, version >= 12, b"metadata topic name")
+    topic_id = None
+    if version >= 10:
+        topic_id = read_uuid(cur, b"metadata topic id")
+    if version >= 1:
+        need(cur, 1, b"metadata topic is_internal")
+        is_internal = get_int8(cur) != 0
+    n = max(0, read_array_length(cur, flexible, False, 10, b"metadata partitions"))
+    if partitions is not None:
+        partitions.allocate(n)
+    for j in range(n):
+        if partitions is not None:
+            partitions._starts[j] = cur.pos
+        read_partition(cur, version, False)
+    if version >= 8:
+        need(cur, 4, b"metadata topic authorized operations")
         get_int32(cur)
     if flexible:
         skip_tagged_fields(cur)
-    return MetadataResponse(api_version, correlation_id, throttle_time_ms, brokers, cluster_id,
-                            controller_id, topics)
+    if partitions is None:
+        return None
+    return MetadataTopic(error_code, name, None if topic_id is None else _uuid.UUID(bytes=topic_id),
+                         is_internal, partitions)
+
+
+cdef object read_partition(Cursor* cur, int version, bint make):
+    """One partition, its tagged fields included: a MetadataPartition when `make`, else
+    None."""
+    cdef bint flexible = version >= METADATA_FLEXIBLE
+    cdef int16_t error_code
+    cdef int32_t partition_index, leader_id, leader_epoch = -1
+    need(cur, 10, b"metadata partition")
+    error_code = get_int16(cur)
+    partition_index = get_int32(cur)
+    leader_id = get_int32(cur)
+    if version >= 7:
+        need(cur, 4, b"metadata partition leader epoch")
+        leader_epoch = get_int32(cur)
+    replicas = read_int32_array(cur, flexible, make, b"metadata partition replicas")
+    isr = read_int32_array(cur, flexible, make, b"metadata partition isr")
+    offline = (read_int32_array(cur, flexible, make, b"metadata partition offline replicas")
+               if version >= 5 else [])
+    if flexible:
+        skip_tagged_fields(cur)
+    if not make:
+        return None
+    return MetadataPartition(error_code, partition_index, leader_id, leader_epoch, replicas,
+                             isr, offline)
+
+
+cdef class MetadataBrokers(_WalkedSequence):
+    """The brokers of a decoded MetadataResponse: a read-only sequence of MetadataBroker, made
+    when looked at.  Safe to share between threads (it only reads its buffer)."""
+
+    cdef object read_item(self, Cursor* cur):
+        return read_broker(cur, self._version, True)
+
+    def __repr__(self):
+        return repr(list(self))
+
+
+cdef class MetadataTopics(_WalkedSequence):
+    """The topics of a decoded MetadataResponse: a read-only sequence of MetadataTopic, made
+    when looked at (its partitions too, one MetadataPartition at a time).  Safe to share
+    between threads (it only reads its buffer)."""
+
+    cdef object read_item(self, Cursor* cur):
+        cdef MetadataPartitions partitions = MetadataPartitions.__new__(MetadataPartitions)
+        topic = read_topic(cur, self._version, partitions)
+        partitions._buffer = self._buffer
+        partitions._version = self._version
+        partitions._end = self._end
+        return topic
+
+    def __repr__(self):
+        return repr(list(self))
+
+
+cdef class MetadataPartitions(_WalkedSequence):
+    """The partitions of one topic: a read-only sequence of MetadataPartition."""
+
+    cdef object read_item(self, Cursor* cur):
+        return read_partition(cur, self._version, True)
+
+    def __repr__(self):
+        return repr(list(self))
+
+
+for _cls in (MetadataBrokers, MetadataTopics, MetadataPartitions):
+    _Sequence.register(_cls)

@@ -7,6 +7,7 @@ sized before the first byte is written so it never re-allocates.
 """
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from kafkacodec._cursor cimport Cursor, cursor_init, need, get_int16, get_int32, get_int64
 from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int32, put_bytes,
@@ -17,6 +18,9 @@ from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tag
                                         end_frame, utf8_of, checked_version, open_response,
                                         API_PRODUCE,
                                         PRODUCE_FLEXIBLE, MAX_FRAME)
+from kafkacodec.protocol._fetch cimport _WalkedSequence
+
+from collections.abc import Sequence as _Sequence
 
 from kafkacodec.errors import RecordTooLargeError
 from kafkacodec.protocol._types import (ProducePartitionResponse, ProduceTopicResponse,
@@ -137,71 +141,131 @@ def encode_produce_request(topic_data, *, api_version=9, int32_t correlation_id=
 def decode_produce_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t size=-1,
                             bint header=True):
     """Decode a ProduceResponse from `data[offset:offset+size]` (any C-contiguous buffer, read
-    as raw bytes), starting at the correlation id unless `header` is False."""
+    as raw bytes), starting at the correlation id unless `header` is False.
+
+    The response is walked (and checked) once; `responses` keeps where each topic starts in
+    one bytes copy of the response and makes a topic, and its partitions, when looked at (see
+    ProduceTopics).  The result does not hold `data` (e.g. a ring slot may be released).
+    """
     cdef int version = check_version(api_version)
+    cdef bint flexible = version >= PRODUCE_FLEXIBLE
     cdef Py_buffer view
     cdef Cursor cur
+    cdef Py_ssize_t ntopics, t
+    cdef int32_t throttle_time_ms
+    cdef object correlation_id = None
+    cdef ProduceTopics topics = ProduceTopics.__new__(ProduceTopics)
     open_response(&view, data, offset, size, &cur)
     try:
-        return read_produce_response(&cur, version, header)
+        if header:
+            correlation_id = read_response_header(&cur, flexible)
+        ntopics = read_array_length(&cur, flexible, False, 3 if flexible else 6,
+                                    b"produce response topics")
+        topics.allocate(ntopics if ntopics > 0 else 0)
+        for t in range(topics._count):
+            topics._starts[t] = cur.pos
+            read_topic(&cur, version, None)
+        need(&cur, 4, b"produce response throttle time")
+        throttle_time_ms = get_int32(&cur)
+        if flexible:
+            skip_tagged_fields(&cur)
+        topics._end = cur.end
+        if topics._count:
+            topics._buffer = PyBytes_FromStringAndSize(<const char*>cur.data, cur.end)
     finally:
         PyBuffer_Release(&view)
+    topics._version = version
+    return ProduceResponse(version, correlation_id, topics, throttle_time_ms)
 
 
-cdef object read_produce_response(Cursor* cur, int api_version, bint header):
-    cdef bint flexible = api_version >= PRODUCE_FLEXIBLE
-    cdef Py_ssize_t ntopics, nparts, nerrors, t, p, e
-    cdef int32_t index, batch_index, throttle_time_ms = 0
-    cdef int16_t error_code
-    cdef int64_t base_offset, log_append_time_ms, log_start_offset
-    cdef object correlation_id = None, error_message, name
-    cdef list responses, partitions, record_errors
-    if header:
-        correlation_id = read_response_header(cur, flexible)
-    ntopics = read_array_length(cur, flexible, False, 3 if flexible else 6,
-                                b"produce response topics")
-    responses = []
-    for t in range(ntopics):
-        name = read_string(cur, flexible, False, b"produce response topic name")
-        nparts = read_array_length(cur, flexible, False, partition_min_size(api_version, flexible),
-                                   b"produce response partitions")
-        partitions = []
-        for p in range(nparts):
-            need(cur, 4 + 2 + 8 + 8, b"produce response partition")
-            index = get_int32(cur)
-            error_code = get_int16(cur)
-            base_offset = get_int64(cur)
-            log_append_time_ms = get_int64(cur)
-            log_start_offset = -1
-            if api_version >= 5:
-                need(cur, 8, b"produce response log start offset")
-                log_start_offset = get_int64(cur)
-            record_errors = []
-            error_message = None
-            if api_version >= 8:
-                nerrors = read_array_length(cur, flexible, False, 6,
-                                            b"produce response record errors")
-                for e in range(nerrors):
-                    need(cur, 4, b"produce response batch index")
-                    batch_index = get_int32(cur)
-                    record_errors.append((batch_index, read_string(
-                        cur, flexible, True, b"produce response batch index error message")))
-                    if flexible:
-                        skip_tagged_fields(cur)
-                error_message = read_string(cur, flexible, True, b"produce response error message")
-            if flexible:
-                skip_tagged_fields(cur)
-            partitions.append(ProducePartitionResponse(
-                index, error_code, base_offset, log_append_time_ms, log_start_offset,
-                record_errors, error_message))
-        if flexible:
-            skip_tagged_fields(cur)
-        responses.append(ProduceTopicResponse(name, partitions))
-    need(cur, 4, b"produce response throttle time")
-    throttle_time_ms = get_int32(cur)
+cdef object read_topic(Cursor* cur, int version, ProducePartitions partitions):
+    """One topic, its tagged fields included: its name, and where each partition starts in
+    `partitions` (allocated here; None: walked and checked only)."""
+    cdef bint flexible = version >= PRODUCE_FLEXIBLE
+    cdef Py_ssize_t n, p
+    name = read_string(cur, flexible, False, b"produce response topic name")
+    n = read_array_length(cur, flexible, False, partition_min_size(version, flexible),
+                          b"produce response partitions")
+    if n < 0:
+        n = 0
+    if partitions is not None:
+        partitions.allocate(n)
+    for p in range(n):
+        if partitions is not None:
+            partitions._starts[p] = cur.pos
+        read_partition(cur, version, False)
     if flexible:
         skip_tagged_fields(cur)
-    return ProduceResponse(api_version, correlation_id, responses, throttle_time_ms)
+    return name
+
+
+cdef object read_partition(Cursor* cur, int version, bint make):
+    """One partition, its tagged fields included: a ProducePartitionResponse when `make`,
+    else None (walked and checked only)."""
+    cdef bint flexible = version >= PRODUCE_FLEXIBLE
+    cdef Py_ssize_t nerrors, e
+    cdef int32_t index, batch_index
+    cdef int16_t error_code
+    cdef int64_t base_offset, log_append_time_ms, log_start_offset = -1
+    cdef object error_message = None, message
+    cdef list record_errors = [] if make else None
+    need(cur, 4 + 2 + 8 + 8, b"produce response partition")
+    index = get_int32(cur)
+    error_code = get_int16(cur)
+    base_offset = get_int64(cur)
+    log_append_time_ms = get_int64(cur)
+    if version >= 5:
+        need(cur, 8, b"produce response log start offset")
+        log_start_offset = get_int64(cur)
+    if version >= 8:
+        nerrors = read_array_length(cur, flexible, False, 6, b"produce response record errors")
+        for e in range(nerrors):
+            need(cur, 4, b"produce response batch index")
+            batch_index = get_int32(cur)
+            message = read_string(cur, flexible, True,
+                                  b"produce response batch index error message")
+            if make:
+                record_errors.append((batch_index, message))
+            if flexible:
+                skip_tagged_fields(cur)
+        error_message = read_string(cur, flexible, True, b"produce response error message")
+    if flexible:
+        skip_tagged_fields(cur)
+    if not make:
+        return None
+    return ProducePartitionResponse(index, error_code, base_offset, log_append_time_ms,
+                                    log_start_offset, record_errors, error_message)
+
+
+cdef class ProduceTopics(_WalkedSequence):
+    """The topics of a decoded ProduceResponse: a read-only sequence of ProduceTopicResponse,
+    made when looked at (its partitions too, one ProducePartitionResponse at a time).  Safe to
+    share between threads (it only reads the buffer it was decoded from)."""
+
+    cdef object read_item(self, Cursor* cur):
+        cdef ProducePartitions partitions = ProducePartitions.__new__(ProducePartitions)
+        name = read_topic(cur, self._version, partitions)
+        partitions._buffer = self._buffer
+        partitions._version = self._version
+        partitions._end = self._end
+        return ProduceTopicResponse(name, partitions)
+
+    def __repr__(self):
+        return repr(list(self))
+
+
+cdef class ProducePartitions(_WalkedSequence):
+    """The partitions of one topic: a read-only sequence of ProducePartitionResponse."""
+
+    cdef object read_item(self, Cursor* cur):
+        return read_partition(cur, self._version, True)
+
+    def __repr__(self):
+        return repr(list(self))
+
+
+for _cls in (ProduceTopics, ProducePartitions):
+    _Sequence.register(_cls)
 
 
 cdef inline Py_ssize_t partition_min_size(int version, bint flexible) noexcept:

@@ -58,13 +58,13 @@ class ProducePartitionResponse(NamedTuple):
 
 class ProduceTopicResponse(NamedTuple):
     name: str
-    partition_responses: list[ProducePartitionResponse]
+    partition_responses: Sequence[ProducePartitionResponse]   # decoded: ProducePartitions
 
 
 class ProduceResponse(NamedTuple):
     api_version: int
     correlation_id: int | None
-    responses: list[ProduceTopicResponse]
+    responses: Sequence[ProduceTopicResponse]   # decoded: ProduceTopics, made on access
     throttle_time_ms: int
 
 
@@ -110,17 +110,17 @@ class MetadataTopic(NamedTuple):
     name: str | None
     topic_id: uuid.UUID | None
     is_internal: bool
-    partitions: list[MetadataPartition]
+    partitions: Sequence[MetadataPartition]   # decoded: MetadataPartitions
 
 
 class MetadataResponse(NamedTuple):
     api_version: int
     correlation_id: int | None
     throttle_time_ms: int
-    brokers: list[MetadataBroker]
+    brokers: Sequence[MetadataBroker]   # decoded: MetadataBrokers, made on access
     cluster_id: str | None
     controller_id: int
-    topics: list[MetadataTopic]
+    topics: Sequence[MetadataTopic]   # decoded: MetadataTopics, made on access
 
     def leader(self, topic: str, partition: int) -> MetadataBroker | None:
         """The broker leading `topic`/`partition`, or None when unknown."""
