@@ -168,3 +168,28 @@ def test_into_a_closed_pipe(log_dir):
     child.stdout.close()
     assert child.wait(timeout=60) == EXIT_OK
     assert child.stderr.read() == b""
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_read_gives_what_a_client_gets_through_serve(tmp_path_factory, capsys, isolation):
+    """`kafkacodec read` and `kafkacodec serve` read a log directory the same way: every
+    (offset, key, value) confluent-kafka consumes through serve, per partition and isolation
+    level, is what `read -J` prints (the sample log: magics 0/1/2, every codec, transactions)."""
+    pytest.importorskip("confluent_kafka")
+    from serve_support import TOPICS, confluent_read, expected, make_log_dir
+
+    from kafkacodec.serve import Server
+
+    root = make_log_dir(tmp_path_factory.mktemp("read-serve") / "log")
+    want = expected(root, committed=isolation == "read_committed")
+    with Server([str(root)], listen=("127.0.0.1", 0), zstd_codec="lz4") as server:
+        served = confluent_read(f"127.0.0.1:{server.port}", want, **{"isolation.level": isolation})
+    code, rows, err = read_json(capsys, "-X", f"kafka.isolation.level={isolation}", root)
+    assert code == EXIT_OK, err
+    printed: dict = {}
+    for row in rows:
+        if row["topic"] in TOPICS:
+            printed.setdefault((row["topic"], row["partition"]), []).append(
+                (row["offset"], None if row["key"] is None else base64.b64decode(row["key"]),
+                 None if row["value"] is None else base64.b64decode(row["value"])))
+    assert served == want and printed == served
