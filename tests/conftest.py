@@ -7,9 +7,10 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))   # test support modules (kafka_oracle, s3_server...)
-if os.environ.get("KAFKACODEC_TEST_INSTALLED") == "1":
+if os.environ.get("KAFKACODEC_TEST_INSTALLED") == "1" or os.environ.get("KAFKACODEC_SANITIZED") == "1":
     # Children started with `python -c` from the checkout would put it first on sys.path and
-    # import the unbuilt source tree instead of the installed wheel (Python >= 3.11).
+    # import the unbuilt source tree instead of the installed wheel or the instrumented build
+    # (Python >= 3.11).
     os.environ["PYTHONSAFEPATH"] = "1"
 
 import kafkacodec

@@ -293,8 +293,9 @@ def test_entries_named_like_segments_that_are_not_files(sample, tmp_path, kind):
         odd.symlink_to(tmp_path / "nowhere.log")
     code = ("import sys; from kafkacodec.logdir import plan; from kafkacodec.errors import LogLayoutError\n"
             f"try:\n    plan({str(dst)!r})\nexcept LogLayoutError as e:\n    print(e); sys.exit(7)\n")
+    from isolated import child_env
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=str(Path(__file__).parents[1]))
+                          env=child_env(), cwd=tmp_path)
     assert proc.returncode == 7, proc.stderr
     assert odd.name in proc.stdout and {"fifo": "FIFO", "directory": "directory",
                                         "dangling": "dangling"}[kind] in proc.stdout
