@@ -524,7 +524,8 @@ def encoder_calls(data: bytes) -> None:
         try:
             expected = _frame_bytes(mirror(protocol.decode_fetch_response(frame, 4),
                                            fetch_offsets=None if offsets is None
-                                           else {("t", 0): 0}))
+                                           else {("t", 0): 0},
+                                           api_version=9, max_batches_per_partition=-1))
         except KafkaCodecError:
             expected = None
         got = call(lambda: _frame_bytes(mirror(response, fetch_offsets=offsets, **options)),
