@@ -117,3 +117,21 @@ def test_random_bytes_never_crash():
     for n in (0, 1, 11, 12, 60, 61, 62, 200):
         with pytest.raises((CorruptRecordError, UnsupportedVersionError)):
             rewrite_batch(os.urandom(n), 1, 0, 0)
+
+
+class _LyingName(str):
+    """A topic name whose __len__ lies: the request is sized by its real UTF-8 bytes."""
+
+    def __len__(self):
+        return self.claim
+
+
+@pytest.mark.parametrize("claim", [0, 1 << 40])
+def test_produce_request_sizes_topic_names_by_their_utf8_bytes(claim):
+    # 4 * __len__ asked for 4 TiB (MemoryError), as fetch_to_produce did before the same fix
+    name = _LyingName("töpic-ü" * 40)
+    name.claim = claim
+    frame, _ = write_produce_request([(name, [(0, [(batch("lz4"), 9, 1, 0)])])], api_version=9,
+                                     correlation_id=1)
+    decoded = KProduceRequest.decode(bytes(frame)[4:], version=9, header=True)
+    assert [t.name for t in decoded.topic_data] == [str.__str__(name)]

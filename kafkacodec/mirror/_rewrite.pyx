@@ -24,7 +24,7 @@ from kafkacodec._format cimport (BatchHeader, next_entry, V2_CRC_OFFSET, V2_ATTR
                                  V2_BASE_SEQUENCE_OFFSET, V2_RECORDS_COUNT_OFFSET,
                                  TRANSACTIONAL_FLAG, CONTROL_FLAG)
 from kafkacodec._crc cimport kc_crc32c, kc_crc_init
-from kafkacodec.protocol._wire cimport (put_length, put_string, put_empty_tags,
+from kafkacodec.protocol._wire cimport (utf8_of, put_length, put_string, put_empty_tags,
                                         begin_produce_request, produce_output, end_frame,
                                         PRODUCE_FLEXIBLE)
 
@@ -168,14 +168,15 @@ def write_produce_request(topics, *, int api_version, int32_t correlation_id,
                 size += view_obj.nbytes
             parts.append((partition, entries, size))
             total += size + 16
-        plan.append((name, parts))
-        total += 16 + 4 * len(name)
+        encoded = utf8_of(name)        # the bytes sent: sized by them, never by __len__
+        plan.append((name, encoded, parts))
+        total += 16 + len(encoded)
     out = produce_output(out, total, client_id, transactional_id)
     w = &out.w
     frame = begin_produce_request(w, api_version, correlation_id, client_id, transactional_id,
                                   acks, timeout_ms, len(plan))
-    for name, parts in plan:
-        put_string(w, name, flexible)
+    for name, encoded, parts in plan:
+        put_string(w, encoded, flexible)
         put_length(w, len(parts), flexible, True)
         for partition, entries, size in parts:
             put_int32(w, partition)
