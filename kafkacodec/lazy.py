@@ -95,28 +95,13 @@ def _name_of(file: Any, fd: int) -> str:
 class _BufferSource:
     """A record set in memory or mapped: windows are zero-copy slices.  For a FileRecords
     mapping (`records`), the pages of converted chunks are handed back to the page cache,
-    so the resident set stays about one chunk however large the slice, and every converted
-    chunk is checked against a cut of the file by another process (`check`)."""
+    so the resident set stays about one chunk however large the slice (a cut of the file by
+    another process is noticed where the bytes are read: ChunkReader and check_read)."""
 
-    def __init__(self, view: memoryview, records: FileRecords | None = None):
+    def __init__(self, view: memoryview, file_backed: bool = False):
         self.view = view
         self.size = view.nbytes
-        self.records = records
-        self.file_backed = records is not None
-
-    def check(self, position: int, size: int) -> None:
-        """FileTruncatedError when another process cut the mapped file under bytes
-        [position, +size): they were read as zeros (the guard turns the fault into zeros)."""
-        if self.records is None or size <= 0:
-            return
-        records = self.records
-        end = records.position + position + size
-        now = os.stat(records.path).st_size
-        if now < end:
-            raise FileTruncatedError(f"{os.fsdecode(records.path)}: the file shrank to {now} bytes "
-                                     f"while bytes up to {end} were converted",
-                                     path=os.fsdecode(records.path), size=now,
-                                     position=records.position + position)
+        self.file_backed = file_backed
 
     def window(self, position: int, size: int) -> memoryview:
         return self.view[position : position + size]
@@ -177,7 +162,7 @@ def _open_source(records: Any) -> _BufferSource | _FileSource:
         end = os.fstat(records.fileno()).st_size
         return _FileSource(records, start, end)
     # A FileRecords slice is a read-only shared mapping of a file: its pages may be dropped.
-    return _BufferSource(records_buffer(records), records if isinstance(records, FileRecords) else None)
+    return _BufferSource(records_buffer(records), isinstance(records, FileRecords))
 
 
 class _Chunks:
@@ -215,16 +200,9 @@ class _Chunks:
             raise
         if self.reader is not None:
             self.reader.position = position
-            try:
-                done = self.reader.step(max_bytes, self.again)
-            except KafkaCodecError:
-                assert isinstance(self.source, _BufferSource)  # zeros past a cut: say so
-                self.source.check(position, self.source.size - position)
-                raise
+            done = self.reader.step(max_bytes, self.again)   # checks a cut itself (check_read)
             if done is None:
                 return 0, None, 0, 0, 0
-            assert isinstance(self.source, _BufferSource)
-            self.source.check(position, self.reader.position - position)
             return (self.reader.position - position, *done)
         source = self.source
         assert isinstance(source, _FileSource)       # a buffer source has a ChunkReader
