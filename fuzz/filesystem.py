@@ -80,8 +80,14 @@ def op_records(path: str, hook: Callable[[int], None], opened: Any) -> Any:
 
 
 def op_batches(path: str, hook: Callable[[int], None], opened: Any) -> Any:
-    return _collect(opened.batches(), lambda b: (b.position, b.base_offset, b.is_valid(),
-                                                 hashlib.sha1(b.raw).digest()), hook)
+    # As docs/reading.md tells holders of views into a mapped file: read `raw`, then trust it
+    # only if is_valid() says so afterwards (a view read after a cut shows zeros, and only the
+    # checks that follow the read can tell; is_valid() then raises FileTruncatedError).
+    def summary(batch: Any) -> tuple:
+        digest = hashlib.sha1(batch.raw).digest()
+        return batch.position, batch.base_offset, digest, batch.is_valid()
+
+    return _collect(opened.batches(), summary, hook)
 
 
 def op_validate(path: str, hook: Callable[[int], None], opened: Any) -> Any:
