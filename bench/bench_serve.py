@@ -13,7 +13,8 @@ new     bytes/s a confluent-kafka consumer reads through `serve` (Fetch v4+: sen
         are measured too.  Printed with each figure: the CPU seconds of the server process
         (/proc/PID/stat), of the consumer's threads (librdkafka's broker thread, which
         receives and parses, and the Python thread that consume()s), of the sendfile limit's
-        two threads, and a minimal Fetch v4 client's rate (what the server alone achieves).
+        two threads, and a minimal Fetch v4 client's rate with 16 MiB and with 4 MiB (the
+        consumer's) fetches: what the server achieves without librdkafka.
 old     down-conversion to magic 1 for kafka-python at Fetch v3 (api_version (0, 10, 1)), an
         uncompressed log of 1 KiB records in 16 KiB producer batches.  kafka-python decodes every
         record in Python and is the bottleneck (the wall-clock rate is its speed, not ours), so
@@ -302,9 +303,10 @@ def old_consumers_memory(server: ServeProcess, topic: str, consumers: int, end: 
 
 def new_clients(server: ServeProcess, segment: Path, size: int, rounds: int) -> None:
     """Each round measures, one after the other, the sendfile limit, confluent-kafka configured
-    as CONSUMER, then with LARGE_FETCHES, then the minimal client; the best of each is compared
-    (the machine's load moves all of them) and every round's figures are printed."""
-    best = {"limit": 0.0, "confluent": 0.0, "large fetches": 0.0, "minimal": 0.0}
+    as CONSUMER, then with LARGE_FETCHES, then the minimal client (16 MiB, then 4 MiB fetches);
+    the best of each is compared (the machine's load moves all of them) and every round's
+    figures are printed."""
+    best = {"limit": 0.0, "confluent": 0.0, "large fetches": 0.0, "minimal": 0.0, "minimal 4 MiB": 0.0}
     for i in range(rounds):
         load = os.getloadavg()[0]
         cpu = process_cpu()
@@ -320,11 +322,13 @@ def new_clients(server: ServeProcess, segment: Path, size: int, rounds: int) -> 
             line.append(f"{name} {rate / 1e9:.2f} GB/s = {100 * rate / limit:.0f}% (CPU: server {served:.2f} s, "
                         f"client {spent['all']:.2f} s of which librdkafka's broker thread "
                         f"{spent.get('rdk:broker', 0.0):.2f} s, Python {spent.get('python', 0.0):.2f} s)")
-        served, cpu = server.cpu_seconds(), process_cpu()
-        raw = raw_fetch_rate(server.port, "new", size)
-        best["minimal"] = max(best["minimal"], raw)
-        line.append(f"minimal client {raw / 1e9:.2f} GB/s = {100 * raw / limit:.0f}% (CPU: server "
-                    f"{server.cpu_seconds() - served:.2f} s, client {process_cpu() - cpu:.2f} s)")
+        for name, fetch_bytes in (("minimal", 16 << 20), ("minimal 4 MiB", 4 << 20)):
+            served, cpu = server.cpu_seconds(), process_cpu()
+            raw = raw_fetch_rate(server.port, "new", size, fetch_bytes)
+            best[name] = max(best[name], raw)
+            line.append(f"minimal client, {fetch_bytes >> 20} MiB fetches {raw / 1e9:.2f} GB/s = "
+                        f"{100 * raw / limit:.0f}% (CPU: server {server.cpu_seconds() - served:.2f} s, client "
+                        f"{process_cpu() - cpu:.2f} s)")
         print("  " + ";\n    ".join(line), flush=True)
     limit = best["limit"]
     print(f"new clients: confluent-kafka via serve {best['confluent'] / 1e9:.2f} GB/s, loopback sendfile limit "
@@ -332,7 +336,8 @@ def new_clients(server: ServeProcess, segment: Path, size: int, rounds: int) -> 
           f"{size >> 20} MiB, 16 KiB records, 1 MiB batches; consumer: {CONSUMER}, consume(1000); with 16 MiB "
           f"fetches {best['large fetches'] / 1e9:.2f} GB/s ({100 * best['large fetches'] / limit:.0f}%); a minimal "
           f"Fetch v4 client reading 16 MiB responses into one buffer {best['minimal'] / 1e9:.2f} GB/s "
-          f"({100 * best['minimal'] / limit:.0f}%)")
+          f"({100 * best['minimal'] / limit:.0f}%), 4 MiB responses (the consumer's size) "
+          f"{best['minimal 4 MiB'] / 1e9:.2f} GB/s ({100 * best['minimal 4 MiB'] / limit:.0f}%)")
 
 
 def main() -> None:
