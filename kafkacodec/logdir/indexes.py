@@ -28,7 +28,7 @@ import numpy as np
 from kafkacodec.errors import CorruptRecordError
 
 __all__ = ["OffsetIndex", "TimeIndex", "AbortedTxn", "parse_offset_index", "parse_time_index",
-           "parse_txn_index", "read_txn_index", "sanity_check", "build_indexes", "INDEX_SUFFIXES"]
+           "parse_txn_index", "read_txn_index", "checked_txn_index", "sanity_check", "build_indexes", "INDEX_SUFFIXES"]
 
 OFFSET_ENTRY, TIME_ENTRY, TXN_ENTRY = 8, 12, 34
 INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
@@ -158,6 +158,24 @@ def read_txn_index(data: Any, base_offset: int, source: str) -> list[AbortedTxn]
 def parse_txn_index(data: Any, base_offset: int, source: str) -> list[tuple[int, int, int]]:
     """(producer id, first offset, last offset) of each aborted transaction."""
     return [(t.producer_id, t.first_offset, t.last_offset) for t in read_txn_index(data, base_offset, source)]
+
+
+def checked_txn_index(data: Any, base_offset: int, last_offset: int, source: str) -> list[tuple[int, int, int]]:
+    """parse_txn_index for a reader that relies on the file instead of the segment's markers:
+    also the order Kafka appends in (each entry's last offset above the one before) and every
+    marker inside the segment (at most `last_offset`, its last offset).  CorruptRecordError
+    naming the entry otherwise."""
+    entries = parse_txn_index(data, base_offset, source)
+    previous = base_offset - 1
+    for i, (_, first, last) in enumerate(entries):
+        if first < 0 or last <= previous or last > last_offset:
+            raise CorruptRecordError(
+                f"{source}: entry {i} spans offsets {first}..{last}: " + (
+                    "a negative first offset" if first < 0 else
+                    f"not after the entry before (ending at {previous})" if last <= previous else
+                    f"past the segment's last offset {last_offset}"), position=i * TXN_ENTRY + 2)
+        previous = last
+    return entries
 
 
 def sanity_check(suffix: str, data: Any, base_offset: int, source: str) -> int:

@@ -5,8 +5,7 @@ Discovery is `kafkacodec.logdir._layout.find_partitions` (a broker's `log.dirs` 
 tiered-storage names, several directories merged); topic ids come from `partition.metadata`
 (logdir/partition_metadata.py), the log start from `log-start-offset-checkpoint`.
 
-Per segment, where offsets are found (`.txnindex` is not read: the last stable offset needs
-every transactional batch header anyway, so aborted transactions come from those headers):
+Per segment, where offsets are found:
 - a rolled segment with a valid `.index` (entries checked against the segment: the first and
   the last point at entry headers holding their offsets) is searched through it plus a short
   header walk, as Kafka does (`.timeindex` likewise for timestamps);
@@ -15,6 +14,16 @@ every transactional batch header anyway, so aborted transactions come from those
   once and extended as the file grows.
 Header walks go through `FileRecords.index()` on the segment's guarded mapping, so a file cut
 by another process raises FileTruncatedError (never SIGBUS); the partition is then reloaded.
+
+read_committed needs each partition's aborted transactions and the transactions still open at
+its end (the last stable offset).  A rolled segment with a valid `.txnindex` (its aborted
+transactions, checked: whole entries, version 0, markers in order and inside the segment) and a
+valid producer `.snapshot` at the next segment's base offset (the open transactions there, which
+Kafka writes at each roll) is not walked at all: the aborted list comes from the `.txnindex` and
+the walk resumes from the snapshot's open transactions.  Every other segment (the active one, a
+missing or invalid file: Kafka writes no `.txnindex` for a segment without aborts) has its
+transactional batch headers walked, as Kafka rebuilds the index.  An invalid file is logged and
+counted once (IndexUse, the metrics).
 
 Not thread-safe: the server's network thread owns it.
 """
@@ -33,13 +42,14 @@ import numpy as np
 
 from kafkacodec._convert import release_file_pages
 from kafkacodec._records import FileRecords
-from kafkacodec.errors import FileTruncatedError, KafkaCodecError
+from kafkacodec.errors import CorruptRecordError, FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import PartitionFiles, find_partitions
-from kafkacodec.logdir.indexes import (OffsetIndex, TimeIndex, parse_offset_index, parse_time_index,
-                                       parse_txn_index)
+from kafkacodec.logdir.indexes import (OffsetIndex, TimeIndex, checked_txn_index, parse_offset_index,
+                                       parse_time_index)
 from kafkacodec.logdir.partition_metadata import read_partition_metadata
+from kafkacodec.logdir.snapshots import SNAPSHOT_SUFFIX, parse_producer_snapshot
 
-__all__ = ["LogView", "Topic", "Partition", "Segment", "ReadRange", "StorageError",
+__all__ = ["LogView", "Topic", "Partition", "Segment", "ReadRange", "StorageError", "IndexUse",
            "stable_topic_id"]
 
 log = logging.getLogger("kafkacodec.serve")
@@ -62,6 +72,23 @@ def stable_topic_id(name: str) -> uuid.UUID:
     """The topic id of a topic without partition.metadata: derived from its name, so it is the
     same after a restart (Fetch v13+ and Metadata v10+ name topics by id)."""
     return uuid.uuid5(uuid.NAMESPACE_URL, f"kafkacodec-serve:{name}")
+
+
+class IndexUse:
+    """Where read_committed's transactions came from, and the index files found invalid (each
+    logged and counted once, however often its partition reloads): the serve metrics read it."""
+
+    def __init__(self) -> None:
+        self.txn_segments = {"txnindex": 0, "rebuilt": 0}   # rolled segments, by source
+        self.invalid: dict[str, int] = {}                    # suffix -> files found invalid
+        self._warned: set[str] = set()
+
+    def invalid_file(self, suffix: str, path: str, why: object) -> None:
+        if path in self._warned:
+            return
+        self._warned.add(path)
+        self.invalid[suffix] = self.invalid.get(suffix, 0) + 1
+        log.warning("%s; read without it (as Kafka rebuilds a corrupt index)", why)
 
 
 class _Table:
@@ -107,10 +134,13 @@ class ReadRange:
 class Segment:
     """One `.log` file and what is known of its entries."""
 
-    def __init__(self, path: str, base_offset: int, indexes: dict[str, str]):
+    def __init__(self, path: str, base_offset: int, indexes: dict[str, str], use: IndexUse | None = None):
         self.path = path
         self.base_offset = base_offset
         self.indexes = indexes                  # ".index"/".timeindex"/".txnindex" -> path
+        self.use = use or IndexUse()
+        self.aborted: list[tuple[int, int, int]] | None = None   # from the .txnindex, once read
+        self.aborted_read = False
         self.inode: tuple[int, int] | None = None
         self.size = -1                          # bytes the mapping covers
         self.records: FileRecords | None = None
@@ -161,6 +191,7 @@ class Segment:
         self.inode, self.size, self.records = None, -1, None
         self.table, self.sparse, self.times = None, None, None
         self.end, self.last_offset, self.damaged = 0, self.base_offset - 1, None
+        self.aborted, self.aborted_read = None, False
 
     def close(self) -> None:
         if self.fd is not None:
@@ -196,15 +227,15 @@ class Segment:
             with open(self.indexes[".index"], "rb") as file:
                 index = parse_offset_index(file.read(), self.base_offset, self.size, self.indexes[".index"])
         except (OSError, KafkaCodecError) as exc:
-            log.warning("%s; read without it (as Kafka rebuilds a corrupt index)", exc)
+            self.use.invalid_file(".index", self.indexes[".index"], exc)
             return False
         for i in sorted({0, len(index.positions) - 1} if len(index.positions) else set()):
             previous = int(index.offsets[i - 1]) if i else self.base_offset - 1
             first = next(self.walk(int(index.positions[i]), self.size, max_entries=1), None)
             if (first is None or int(first["position"][0]) != int(index.positions[i])
                     or not previous < int(first["last_offset"][0]) <= int(index.offsets[i])):
-                log.warning("%s does not match its segment (an entry points off a batch boundary or at "
-                            "other offsets); read without it", self.indexes[".index"])
+                self.use.invalid_file(".index", self.indexes[".index"], f"{self.indexes['.index']} does not match "
+                                      "its segment (an entry points off a batch boundary or at other offsets)")
                 return False
         self.sparse = index
         start = int(index.positions[-1]) if len(index.positions) else 0
@@ -217,8 +248,23 @@ class Segment:
                 with open(self.indexes[".timeindex"], "rb") as file:
                     self.times = parse_time_index(file.read(), self.base_offset, self.indexes[".timeindex"])
             except (OSError, KafkaCodecError) as exc:
-                log.warning("%s; read without it", exc)
+                self.use.invalid_file(".timeindex", self.indexes[".timeindex"], exc)
         return True
+
+    def txn_index(self) -> list[tuple[int, int, int]] | None:
+        """(producer id, first offset, marker offset) of the transactions aborted in this
+        segment, from its `.txnindex` when present and valid (checked once), else None."""
+        if not self.aborted_read:
+            self.ensure()
+            self.aborted_read = True
+            path = self.indexes.get(".txnindex")
+            if path is not None and self.damaged is None:
+                try:
+                    with open(path, "rb") as file:
+                        self.aborted = checked_txn_index(file.read(), self.base_offset, self.last_offset, path)
+                except (OSError, KafkaCodecError) as exc:
+                    self.use.invalid_file(".txnindex", path, exc)
+        return self.aborted
 
     # --- walking entry headers -----------------------------------------------------------------
     def walk(self, start: int, end: int, max_entries: int = -1) -> Iterator[Any]:
@@ -322,9 +368,11 @@ class _Txn:
 class Partition:
     """One partition directory: its segments, log start, log end and transactions."""
 
-    def __init__(self, topic: str, index: int, files: PartitionFiles):
+    def __init__(self, topic: str, index: int, files: PartitionFiles, use: IndexUse | None = None):
         self.topic = topic
         self.index = index
+        self.use = use or IndexUse()
+        self._snapshots: dict[int, dict[int, int] | None] = {}   # offset -> open transactions there
         self.directory = os.path.dirname(files.segments[0].path) if files.segments else ""
         self.segments: list[Segment] = []
         self.checkpoint: int | None = files.log_start
@@ -340,7 +388,7 @@ class Partition:
                 log.warning("%s is %s: not served", found.path, found.unreadable)
                 continue
             current = known.pop(found.path, None) or Segment(
-                found.path, found.base_offset, {suffix: entry.path for suffix, entry in found.indexes})
+                found.path, found.base_offset, {suffix: entry.path for suffix, entry in found.indexes}, self.use)
             segments.append(current)
         for gone in known.values():
             gone.close()
@@ -353,6 +401,7 @@ class Partition:
             deduplicated.append(seg)
         if deduplicated != self.segments:
             self.txn = None
+            self._snapshots = {}
         for i, seg in enumerate(deduplicated):
             seg.active = i == len(deduplicated) - 1
         self.segments = deduplicated
@@ -383,6 +432,7 @@ class Partition:
         for seg in self.segments:
             seg.reset()
         self.txn = None
+        self._snapshots = {}
         self.dir_stamp = None
         try:
             self.refresh()
@@ -497,13 +547,24 @@ class Partition:
 
     # --- transactions --------------------------------------------------------------------------
     def transactions(self) -> _Txn:
-        """Open and aborted transactions, from every transactional batch header (scanned once,
-        then as the log grows)."""
+        """Open and aborted transactions (found once, then followed as the log grows): a rolled
+        segment from its `.txnindex` and the producer snapshot after it when both are valid,
+        else (and always the active segment) from its transactional batch headers."""
         txn = self.txn
         if txn is None:
             txn = self.txn = _Txn({}, [])
         while txn.segment < len(self.segments):
             seg = self.segments[txn.segment]
+            if txn.position == 0 and txn.segment < len(self.segments) - 1:
+                aborted = seg.txn_index()
+                after = self._open_at(self.segments[txn.segment + 1].base_offset) if aborted is not None else None
+                if aborted is not None and after is not None:
+                    txn.aborted.extend(aborted)
+                    txn.open = dict(after)
+                    txn.segment += 1
+                    self.use.txn_segments["txnindex"] += 1
+                    continue
+                self.use.txn_segments["rebuilt"] += 1
             for rows in seg.entries(txn.position):
                 flagged = np.flatnonzero((rows["magic"] == 2) & ((rows["attributes"] & _TRANSACTIONAL) != 0))
                 for j in flagged:
@@ -514,6 +575,30 @@ class Partition:
             txn.segment += 1
             txn.position = 0
         return txn
+
+    def _open_at(self, offset: int) -> dict[int, int] | None:
+        """producer id -> first offset of its open transaction at `offset`, from the producer
+        snapshot Kafka took there (at the roll to the segment starting there); None when it is
+        missing or invalid (an open transaction must have started before the snapshot)."""
+        if offset in self._snapshots:
+            return self._snapshots[offset]
+        path = os.path.join(self.directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+        found: dict[int, int] | None = None
+        try:
+            with open(path, "rb") as file:
+                entries = parse_producer_snapshot(file.read(), path)
+            found = {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
+            late = [first for first in found.values() if first >= offset]
+            if late:
+                raise CorruptRecordError(f"{path}: an open transaction starts at {late[0]}, not before the "
+                                         f"snapshot's offset {offset}", position=0)
+        except FileNotFoundError:
+            found = None
+        except (OSError, KafkaCodecError) as exc:
+            self.use.invalid_file(SNAPSHOT_SUFFIX, path, exc)
+            found = None
+        self._snapshots[offset] = found
+        return found
 
     @staticmethod
     def _transaction_batch(seg: Segment, position: int, size: int, txn: _Txn) -> None:
@@ -567,6 +652,7 @@ class LogView:
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self._stamps: dict[str, int] = {}
+        self.index_use = IndexUse()
         self.refresh()
 
     def refresh(self) -> None:
@@ -587,7 +673,7 @@ class LogView:
             if topic is None:
                 topic = self.topics[files.topic] = Topic(files.topic)
             if files.partition not in topic.partitions and files.segments:
-                part = Partition(files.topic, files.partition, files)
+                part = Partition(files.topic, files.partition, files, self.index_use)
                 topic.partitions[files.partition] = part
                 self._topic_id(topic, part)
         self.by_id = {t.topic_id: t for t in self.topics.values()}

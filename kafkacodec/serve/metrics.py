@@ -20,6 +20,12 @@ data ended there), `kafkacodec_serve_connections`, `kafkacodec_serve_waiting_fet
 KIP-81 pool), `kafkacodec_serve_upstream_cached_bytes` (chunks kept for clients) and
 `kafkacodec_serve_upstream_partitions` (partitions clients are reading).
 
+Over log directories: `kafkacodec_serve_txn_segments_total{source}` (rolled segments whose
+read_committed transactions came from their `.txnindex` and the producer snapshot after them,
+source="txnindex", or from a walk of their batch headers, "rebuilt") and
+`kafkacodec_serve_invalid_index_files_total{suffix}` (`.index`, `.timeindex`, `.txnindex`,
+`.snapshot` files found invalid and read without, each counted once).
+
 Each Server has its own registry; the HTTP endpoint runs in prometheus-client's thread.
 """
 
@@ -89,6 +95,10 @@ class ServeMetrics:
         Gauge("kafkacodec_serve_upstream_partitions", "Upstream partitions clients are reading",
               registry=r).set_function(lambda: len(view.demanded))
 
+    def add_logview(self, view: Any) -> None:
+        """Counters of where the log view's transactions and indexes came from (IndexUse)."""
+        self.registry.register(_IndexUseCollector(view.index_use))
+
     def request(self, name: str, version: int) -> None:
         self.requests.labels(name, str(version)).inc()
 
@@ -130,3 +140,25 @@ def _used(pool: Any) -> int:
 def _pool_metric(pool: Any, name: str) -> float:
     metrics = getattr(pool, "metrics", None)
     return float(metrics()[name]) if metrics is not None else 0.0
+
+
+class _IndexUseCollector:
+    """IndexUse's counts as Prometheus counters, read when scraped (the network thread writes
+    them: a scrape may see one count behind)."""
+
+    def __init__(self, use: Any):
+        self.use = use
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        segments = CounterMetricFamily("kafkacodec_serve_txn_segments", "Rolled segments whose read_committed "
+                                       "transactions came from their .txnindex or a walk of their headers",
+                                       labels=["source"])
+        for source, count in sorted(self.use.txn_segments.items()):
+            segments.add_metric([source], count)
+        invalid = CounterMetricFamily("kafkacodec_serve_invalid_index_files", "Index and snapshot files found "
+                                      "invalid (read without)", labels=["suffix"])
+        for suffix, count in sorted(dict(self.use.invalid).items()):
+            invalid.add_metric([suffix], count)
+        return [segments, invalid]

@@ -118,6 +118,8 @@ class Server:
                                    lambda: len(self.fetches.parked))
             if self.config.upstream:
                 metrics.add_upstream(self.view)
+            else:
+                metrics.add_logview(self.view)
             return metrics
         except ImportError:
             if self.config.metrics_listen is not None:

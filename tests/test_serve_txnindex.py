@@ -1,0 +1,201 @@
+"""`kafkacodec serve` reads a rolled segment's aborted transactions from its `.txnindex` (and
+the open ones from the producer snapshot after it) instead of walking its batch headers, and
+serves a read_committed consumer exactly what Kafka does either way: the log directory is a
+real Kafka 4.1 broker's (the `kafka_broker` fixture), read through the broker and through serve
+with its `.txnindex` files intact, removed and corrupted.  The checks of the file itself meet
+hostile bytes too."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from kafkacodec.errors import CorruptRecordError
+from kafkacodec.logdir.indexes import checked_txn_index
+from kafkacodec.serve import Server
+from kafkacodec.serve.logview import IndexUse, Segment
+
+from serve_support import confluent_read, make_log_dir
+
+pytest.importorskip("confluent_kafka")
+
+TOPIC = "txn-served"
+
+
+def entry(pid: int, first: int, last: int, lso: int, version: int = 0) -> bytes:
+    """One `.txnindex` entry as Kafka lays it out (AbortedTxn: int16 version, then four int64)."""
+    return struct.pack(">hqqqq", version, pid, first, last, lso)
+
+
+# --- the file's checks -------------------------------------------------------------------------------
+@pytest.mark.parametrize("data, why", [
+    (entry(7, 100, 103, 104)[:-1], "multiple of the 34-byte"),                 # a truncated entry
+    (entry(7, 100, 103, 104) + entry(8, 104, 106, 107)[:20], "multiple of the 34-byte"),
+    (entry(7, 100, 103, 104, version=1), "version 1"),
+    (entry(7, 100, 103, 104) + entry(8, 90, 101, 102), "not after the entry before"),  # markers out of order
+    (entry(7, 100, 103, 104) * 2, "not after the entry before"),
+    (entry(7, 105, 103, 104), "not ending in this segment"),                   # first after last
+    (entry(7, 10, 50, 51), "not ending in this segment"),                      # marker before the segment
+    (entry(7, 100, 250, 251), "past the segment's last offset 199"),           # marker after it
+    (entry(7, -5, 103, 104), "negative first offset"),
+    (b"\x00" * 34, "not ending in this segment"),                              # a zeroed entry
+])
+def test_a_hostile_txnindex_is_refused_naming_the_entry(data, why):
+    with pytest.raises(CorruptRecordError, match=why):
+        checked_txn_index(data, 100, 199, "x.txnindex")
+
+
+def test_a_valid_txnindex_gives_its_aborted_transactions():
+    data = entry(7, 90, 103, 104) + entry(8, 104, 106, 107) + entry(7, 150, 199, 200)
+    assert checked_txn_index(data, 100, 199, "x.txnindex") == [(7, 90, 103), (8, 104, 106), (7, 150, 199)]
+    assert checked_txn_index(b"", 100, 199, "x.txnindex") == []
+
+
+def test_an_invalid_txnindex_falls_back_to_the_walk_and_is_counted_once(tmp_path, caplog):
+    root = make_log_dir(tmp_path / "logs")
+    log_file = next((root / "modern-0").glob("*.log"))
+    txnindex = log_file.with_suffix(".txnindex")
+    use = IndexUse()
+    for hostile in (b"\x01" * 35, entry(7, 0, 3, 4, version=9), entry(7, 0, 5, 6) + entry(7, 0, 2, 3)):
+        txnindex.write_bytes(hostile)
+        for _ in range(2):                      # the same file twice (a reload): one warning
+            seg = Segment(str(log_file), 0, {".txnindex": str(txnindex)}, use)
+            assert seg.txn_index() is None
+            seg.close()
+    assert use.invalid == {".txnindex": 1}
+    assert sum("txnindex" in r.getMessage() for r in caplog.records) == 1
+
+
+# --- a real broker's log directory -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def broker_log(kafka_broker, tmp_path_factory):
+    """A copy of a partition the broker filled with committed and aborted transactions (some
+    across a segment roll) between plain records, one transaction left open at the end; and
+    what a read_committed consumer gets from the broker."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    kafka_broker.create_topic(TOPIC, 1, config={"segment.bytes": str(1 << 20)})
+    plain = Producer({"bootstrap.servers": kafka_broker.bootstrap, "linger.ms": 0})
+    txn = Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": "serve-txnindex",
+                    "linger.ms": 0})
+    txn.init_transactions(30)
+    value = os.urandom(100_000)                   # ~0.5 MB per transaction: several rolls
+    for k in range(9):
+        txn.begin_transaction()
+        for j in range(5):
+            txn.produce(TOPIC, key=b"t%d-%d" % (k, j), value=value[j:])
+            plain.produce(TOPIC, key=b"p%d-%d" % (k, j), value=b"plain")
+        txn.flush(30)
+        plain.flush(30)
+        (txn.abort_transaction if k % 3 == 1 else txn.commit_transaction)(30)
+    txn.begin_transaction()
+    txn.produce(TOPIC, key=b"end", value=b"last committed")
+    txn.commit_transaction(30)
+
+    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": "txnindex-ref",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    got, deadline = [], time.monotonic() + 60
+    while not got or got[-1][1] != b"end":        # its COMMIT marker is written after the call returns
+        assert time.monotonic() < deadline, "the broker never served the last committed record"
+        for m in consumer.consume(100, 0.5):
+            assert not m.error(), m.error()
+            got.append((m.offset(), m.key(), m.value()))
+    consumer.close()
+
+    txn.begin_transaction()                       # open at the end: read_committed stops before it
+    txn.produce(TOPIC, key=b"open", value=b"undecided")
+    txn.flush(30)
+
+    part = kafka_broker.log_dir / f"{TOPIC}-0"
+    deadline = time.monotonic() + 30
+    while True:                                   # Kafka snapshots its producers at each roll
+        bases = sorted(int(p.stem) for p in part.glob("*.log"))
+        if all((part / f"{b:020d}.snapshot").exists() for b in bases[1:]):
+            break
+        assert time.monotonic() < deadline, sorted(p.name for p in part.iterdir())
+        time.sleep(0.1)
+    out = tmp_path_factory.mktemp("broker-txn") / "logs"
+    shutil.copytree(part, out / part.name)
+    return out, {(TOPIC, 0): got}, last_stable_offset(kafka_broker.bootstrap)
+
+
+def rolled_with_txnindex(root: Path) -> list[Path]:
+    logs = sorted((root / f"{TOPIC}-0").glob("*.log"))
+    return [p.with_suffix(".txnindex") for p in logs[:-1] if p.with_suffix(".txnindex").exists()]
+
+
+def last_stable_offset(bootstrap: str) -> int:
+    """ListOffsets LATEST at read_committed: the last stable offset."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=10, cached=False)[1])
+    finally:
+        consumer.close()
+
+
+def serve_read(root: Path, want):
+    with Server([str(root)], listen=("127.0.0.1", 0)) as srv:
+        got = confluent_read(f"127.0.0.1:{srv.port}", want, **{"isolation.level": "read_committed"})
+        lso = last_stable_offset(f"127.0.0.1:{srv.port}")
+        registry = srv.metrics.registry
+        counts = {source: registry.get_sample_value("kafkacodec_serve_txn_segments_total", {"source": source})
+                  for source in ("txnindex", "rebuilt")}
+        invalid = registry.get_sample_value("kafkacodec_serve_invalid_index_files_total", {"suffix": ".txnindex"})
+    return got, lso, counts, invalid or 0
+
+
+def test_the_broker_wrote_what_serve_reads(broker_log):
+    root, want, broker_lso = broker_log
+    part = root / f"{TOPIC}-0"
+    assert len(list(part.glob("*.log"))) >= 3
+    assert len(rolled_with_txnindex(root)) >= 2
+    keys = [k for _, k, _ in want[(TOPIC, 0)]]
+    assert b"t1-0" not in keys and b"t0-0" in keys and b"open" not in keys     # aborted, committed, open
+
+
+def test_read_committed_through_serve_uses_the_txnindex(broker_log):
+    root, want, broker_lso = broker_log
+    got, lso, counts, invalid = serve_read(root, want)
+    assert got == want
+    assert lso == broker_lso == want[(TOPIC, 0)][-1][0] + 2     # the open transaction's first offset
+    assert counts["txnindex"] == len(rolled_with_txnindex(root)) >= 2
+    assert counts["txnindex"] + counts["rebuilt"] == len(list((root / f"{TOPIC}-0").glob("*.log"))) - 1
+    assert invalid == 0
+
+
+def test_without_the_txnindex_the_walk_gives_the_same_records(broker_log, tmp_path):
+    root, want, broker_lso = broker_log
+    copy = tmp_path / "logs"
+    shutil.copytree(root, copy)
+    removed = rolled_with_txnindex(copy)
+    for path in removed:
+        path.unlink()
+    got, lso, counts, invalid = serve_read(copy, want)
+    assert got == want
+    assert lso == broker_lso
+    assert counts["txnindex"] == 0 and counts["rebuilt"] == len(list((copy / f"{TOPIC}-0").glob("*.log"))) - 1
+    assert invalid == 0
+
+
+def test_a_corrupt_txnindex_is_rebuilt_with_the_same_records(broker_log, tmp_path):
+    root, want, broker_lso = broker_log
+    copy = tmp_path / "logs"
+    shutil.copytree(root, copy)
+    corrupted = rolled_with_txnindex(copy)
+    for i, path in enumerate(corrupted):
+        data = path.read_bytes()
+        # a cut entry, then markers out of order (an entry repeated), then an unknown version
+        path.write_bytes([data[:-1], data + data[-34:], b"\x00\x07" + data[2:]][i % 3])
+    got, lso, counts, invalid = serve_read(copy, want)
+    assert got == want
+    assert lso == broker_lso
+    assert counts["txnindex"] == 0
+    assert invalid == len(corrupted)
