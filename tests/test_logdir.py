@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from kafka_oracle import kafka_python_rows  # noqa: E402
 
 from kafkacodec._arrow import encode_v2, scan_entries  # noqa: E402
+from kafkacodec._crc import crc32c  # noqa: E402
 from kafkacodec.cli import generate  # noqa: E402
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError, LogLayoutError  # noqa: E402
 from kafkacodec.logdir import Predicate, Pushdown, ReadOptions, discover, plan, read_split  # noqa: E402
@@ -106,11 +107,23 @@ def write_log(root, topic="events", partitions=2, records=6000, per_segment=2000
     return root
 
 
-def add_indexes(root, interval=512, txn=True):
-    """.index/.timeindex (and .txnindex where aborts end) beside every segment, as a broker writes."""
+def producer_snapshot(open_txn):
+    """A version-1 producer snapshot (Kafka's storage ProducerSnapshot schema) listing the
+    transactions open at its offset: producer id -> first offset."""
+    entries = b"".join(struct.pack(">qhiqiqiq", pid, 0, 0, first, 0, BASE_TS, 0, first)
+                       for pid, first in sorted(open_txn.items()))
+    body = struct.pack(">i", len(open_txn)) + entries
+    return struct.pack(">hI", 1, crc32c(body)) + body
+
+
+def add_indexes(root, interval=512, txn=True, snapshots=True):
+    """.index/.timeindex (and .txnindex where aborts end) beside every segment, and the producer
+    snapshot taken at each roll, as a broker writes."""
     for part in sorted(p for p in Path(root).iterdir() if p.is_dir()):
         open_txn = {}
-        for seg in sorted(part.glob("*.log")):
+        for i, seg in enumerate(sorted(part.glob("*.log"))):
+            if snapshots and i:
+                seg.with_suffix(".snapshot").write_bytes(producer_snapshot(open_txn))
             data = seg.read_bytes()
             scan = scan_entries(data)
             index, times = build_indexes(scan, int(seg.stem), interval=interval)
@@ -478,6 +491,47 @@ def test_read_committed_stops_at_the_last_stable_offset(tmp_path):
     assert [o for _, _, o in offsets_of(read_all(tmp_path)[0])] == [0, 1, 2, 3, 4]
     # the transaction of producer 7 is still open: read_committed stops before its first batch
     assert [o for _, _, o in offsets_of(read_all(tmp_path, {"kafka.isolation.level": "read_committed"})[0])] == [0]
+
+
+def _segment(*batches):
+    from kafkacodec import MemoryRecordsBuilder
+
+    out = bytearray()
+    for offset, count, pid in batches:
+        b = MemoryRecordsBuilder(magic=2, base_offset=offset, producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
+                                 base_sequence=0 if pid >= 0 else -1, is_transactional=pid >= 0)
+        for i in range(count):
+            b.append(BASE_TS + offset + i, None, b"v%d" % (offset + i))
+        out += b.build()
+    return bytes(out)
+
+
+def test_a_transaction_open_in_an_earlier_segment_holds_the_last_stable_offset(tmp_path):
+    # producer 5 opens a transaction at 3 in segment 0 and writes nothing more; segment 5 holds
+    # plain records only.  With every .index present the planner searched back only while a
+    # producer of the later segments had open data: none had, so it stopped at segment 5 and
+    # read_committed ran past the open transaction.
+    part = tmp_path / "t-0"
+    part.mkdir()
+    (part / f"{0:020d}.log").write_bytes(_segment((0, 3, -1), (3, 2, 5)))
+    (part / f"{5:020d}.log").write_bytes(_segment((5, 4, -1)))
+    committed = {"kafka.isolation.level": "read_committed"}
+    expected = [0, 1, 2]                                  # up to the open transaction's first offset
+    for indexed in (False, True):
+        if indexed:
+            add_indexes(tmp_path, snapshots=False)
+        assert [o for _, _, o in offsets_of(read_all(tmp_path, committed)[0])] == expected, indexed
+    # Kafka's producer snapshot at the roll is what tells which transactions were open there:
+    # with one, the segments before it are not walked (its word decides: here producer 9 at 1)
+    (part / f"{5:020d}.snapshot").write_bytes(producer_snapshot({9: 1}))
+    assert [o for _, _, o in offsets_of(read_all(tmp_path, committed)[0])] == [0]
+    # an invalid one (a flipped byte: CRC mismatch) is noted and the walk decides again
+    bad = bytearray(producer_snapshot({9: 1}))
+    bad[-1] ^= 1
+    (part / f"{5:020d}.snapshot").write_bytes(bytes(bad))
+    problems = []
+    assert [o for _, _, o in offsets_of(read_all(tmp_path, committed, problems=problems)[0])] == expected
+    assert [p.kind for p in problems] == ["index"] and "snapshot" in problems[0].message
 
 
 # ------------------------------------------------------------------------------ timestamps

@@ -45,7 +45,8 @@ class Segment:
     indexes: tuple[tuple[str, Entry], ...] = field(default=(), compare=False, repr=False)
 
     def index(self, suffix: str) -> Entry | None:
-        """The `.index`/`.timeindex`/`.txnindex` file beside this segment, if any."""
+        """The `.index`/`.timeindex`/`.txnindex` file beside this segment, or the producer
+        `.snapshot` Kafka took at its base offset, if any."""
         return dict(self.indexes).get(suffix)
 
     @property
@@ -84,8 +85,8 @@ def _segments_in(storage: Storage, directory: str, topic: str, partition: int,
         if base is None:
             continue
         stem = e.name[:-len(".log")]
-        indexes = tuple((suffix, by_name[stem + suffix]) for suffix in (".index", ".timeindex", ".txnindex")
-                        if stem + suffix in by_name)
+        indexes = tuple((suffix, by_name[stem + suffix]) for suffix in (".index", ".timeindex", ".txnindex",
+                                                                   ".snapshot") if stem + suffix in by_name)
         note = "" if e.kind == "file" else (e.note or ("a directory" if e.kind == "dir" else "missing"))
         out.append(Segment(e.path, topic, partition, base, e.size if e.kind == "file" else 0, storage,
                            note, indexes))

@@ -29,6 +29,7 @@ from kafkacodec.logdir._problems import Problem, Reporter
 from kafkacodec.logdir._pushdown import Pushdown
 from kafkacodec.logdir._readopts import OffsetBound, ReadOptions
 from kafkacodec.logdir.indexes import OffsetIndex, TimeIndex, parse_offset_index, parse_time_index, parse_txn_index
+from kafkacodec.logdir.snapshots import parse_producer_snapshot
 from kafkacodec.logdir.storage import Storage
 
 __all__ = ["Split", "Planner", "PartitionRange", "WINDOW"]
@@ -284,23 +285,43 @@ class Planner:
         return aborted, (min(open_txn.values()) if open_txn else None)
 
     def _open_from_end(self, segments: list[Segment]) -> int | None:
-        """The first offset of the earliest transaction still open at the log's end, searching
-        back from the last segment until every producer with open data has met its marker."""
-        first_open: dict[int, int] = {}          # pid -> its open transaction's first batch
-        closed: set[int] = set()                 # pids whose last marker we went past
-        for seg in reversed(segments):
-            scan = self.scan(seg)
-            attributes, pids, bases = scan["attributes"], scan["producer_id"], scan["base_offset"]
-            for j in range(len(attributes) - 1, -1, -1):
-                if scan["magic"][j] != 2 or not attributes[j] & 0x10 or int(pids[j]) in closed:
-                    continue
-                if attributes[j] & 0x20:
-                    closed.add(int(pids[j]))             # a marker: what followed it is open
-                else:
-                    first_open[int(pids[j])] = int(bases[j])
-            if all(pid in closed for pid in first_open):
+        """The first offset of the earliest transaction still open at the log's end.  A
+        transaction can stay open across any number of segments, so nothing short of a full
+        walk tells which are open, except the producer snapshot Kafka writes when it rolls to a
+        segment (named by that segment's base offset): it lists every transaction open there,
+        and the segments from it on are walked.  Without a valid snapshot every segment is."""
+        open_txn: dict[int, int] = {}
+        start = 0
+        for i in range(len(segments) - 1, 0, -1):
+            found = self._open_at(segments[i])
+            if found is not None:
+                open_txn, start = found, i
                 break
-        return min(first_open.values()) if first_open else None
+        ignored: list[tuple[int, int, int]] = []      # (the aborted list came from the .txnindex)
+        for seg in segments[start:]:
+            _collect_aborted(self.scan(seg), open_txn, ignored)
+        return min(open_txn.values()) if open_txn else None
+
+    def _open_at(self, seg: Segment) -> dict[int, int] | None:
+        """producer id -> first offset of its transaction open at `seg`'s base offset, from the
+        producer snapshot beside it; None when there is none or it is invalid (noted)."""
+        entry = seg.index(".snapshot")
+        if entry is None:
+            return None
+        uri = seg.storage.uri(entry.path)
+        try:
+            if entry.kind != "file":
+                raise ValueError(f"{uri} is {entry.note or 'not a regular file'}")
+            entries = parse_producer_snapshot(seg.storage.read_bytes(entry.path), uri)
+            found = {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
+            late = [first for first in found.values() if first >= seg.base_offset]
+            if late:
+                raise ValueError(f"{uri}: an open transaction starts at {late[0]}, not before the "
+                                 f"snapshot's offset {seg.base_offset}")
+            return found
+        except (KafkaCodecError, ValueError, OSError) as exc:
+            self.reporter.note(Problem("index", uri, f"{exc}; read without it (every segment walked)"))
+            return None
 
     def offset_for_time(self, part: PartitionFiles, timestamp: int) -> int | None:
         """Kafka's offsetsForTimes: the first offset whose record timestamp is at or after
