@@ -7,7 +7,9 @@
 //   warm <millis> <op> <args...>     ok <passes>   (JIT warm-up: passes for at least <millis> of
 //                                    this thread's CPU time, then until 5 passes in a row bring no
 //                                    new best (by 2%); at most 30 s)
-//   run <op> <args...>               ok <nanoseconds> <result> <checksum>   (one timed pass)
+//   run <op> <args...>               ok <wall ns> <thread CPU ns> <JVM CPU ns> <result> <checksum>
+//                                    (one timed pass: System.nanoTime, this thread's CPU time
+//                                    (ThreadMXBean) and the whole JVM's (GC and JIT threads too))
 //   quit
 // ops (a pass covers the whole file; result counts what was processed):
 //   crc <log>                        batches(), ensureValid() each       result: batches
@@ -217,6 +219,26 @@ public class KafkaBench {
         }
     }
 
+    // CPU time of every thread of this JVM (GC and JIT threads too) in nanoseconds: the sum of
+    // /proc/self/task/*/schedstat's first field (Linux; the MXBean's process CPU time counts in
+    // 10 ms ticks, too coarse for one pass).  -1 where /proc is not there.
+    static long jvmCpuNanos() {
+        long total = 0;
+        try (java.nio.file.DirectoryStream<Path> tasks = Files.newDirectoryStream(Paths.get("/proc/self/task"))) {
+            for (Path task : tasks) {
+                try {
+                    String stat = new String(Files.readAllBytes(task.resolve("schedstat")));
+                    total += Long.parseLong(stat.substring(0, stat.indexOf(' ')));
+                } catch (IOException | RuntimeException gone) {
+                    // a thread that ended meanwhile
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            return -1;
+        }
+        return total;
+    }
+
     static String versions() {
         List<String> facts = new ArrayList<>();
         facts.add("kafka=" + AppInfoParser.getVersion());
@@ -267,10 +289,15 @@ public class KafkaBench {
                         break;
                     }
                     case "run": {
+                        ThreadMXBean threads = ManagementFactory.getThreadMXBean();
+                        long jvmStart = jvmCpuNanos();
+                        long cpuStart = threads.getCurrentThreadCpuTime();
                         long start = System.nanoTime();
                         long result = pass(cmd, 1);
                         long elapsed = System.nanoTime() - start;
-                        out.println("ok " + elapsed + " " + result + " " + checksum);
+                        long cpu = threads.getCurrentThreadCpuTime() - cpuStart;
+                        long jvm = jvmCpuNanos() - jvmStart;
+                        out.println("ok " + elapsed + " " + cpu + " " + jvm + " " + result + " " + checksum);
                         break;
                     }
                     default:
