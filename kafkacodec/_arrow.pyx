@@ -40,6 +40,10 @@ from kafkacodec._v2 cimport (V2Record, read_control_type, read_v2_header, read_v
                              write_v2_record)
 from kafkacodec._writer cimport Writer, WriteBuffer, put_bytes, put_varint, reserve
 
+cdef extern from "kc_copy.h" nogil:
+    void kc_copy_stream(unsigned char* dst, const unsigned char* src, size_t n)
+    void kc_stream_fence()
+
 import numpy as np
 import pyarrow as pa
 
@@ -223,7 +227,8 @@ cdef inline int varcol_put(VarCol* c, const unsigned char* p, int32_t size) noex
         if size > 0:
             if buf_ensure(&c.data, size) < 0:
                 return -1
-            memcpy(c.data.ptr + c.data.len, p, size)
+            # the output outgrows the caches and is not read back here (_decode fences)
+            kc_copy_stream(c.data.ptr + c.data.len, p, size)
             c.data.len += size
         c.valid.ptr[c.n >> 3] |= <unsigned char>(1 << (c.n & 7))
     else:
@@ -1087,6 +1092,7 @@ cdef class ArrowDecoder:
             self.s.resume_pos = -1
             raise self._located(exc) from None
         finally:
+            kc_stream_fence()                   # the value copies' streaming stores
             if self._decompressor is not None:
                 # the rows are copied out: a buffer a big batch inflated into goes now, not
                 # with the decoder (kept up to 8 MiB for the next call)

@@ -390,3 +390,35 @@ def test_read_split_decodes_only_the_columns_it_needs(log_dir):
                           max_rows=100, corrupt_column="_corrupt_record", columns=["timestamp"],
                           pushdown=Pushdown([Predicate("partition", ">=", 0)]))
     assert reader.decoder().schema.names == ["partition", "offset", "timestamp"]
+
+
+def test_long_values_at_every_output_alignment():
+    # values of 256 bytes and more are copied with streaming stores (csrc/kc_copy.h) from their
+    # first whole 64-byte line of the output: every length around the threshold and the line
+    # size, after every amount of data already in the column (its alignment), with and
+    # without the other columns
+    import random
+
+    rng = random.Random(20)
+    lengths = [n for n in range(240, 420)] + [rng.randrange(0, 3000) for _ in range(300)]
+    rng.shuffle(lengths)
+    values = [rng.randbytes(n) if n % 97 else None for n in lengths]
+    builder = MemoryRecordsBuilder()
+    log = b""
+    for i, value in enumerate(values):
+        builder.append(1_700_000_000_000 + i, b"k%d" % i if i % 3 else None, value)
+        if i % 37 == 36:
+            log += builder.build()
+    log += builder.build()
+    expected = [(r.key, r.value) for r in MemoryRecords(log).records()]
+    for columns in (None, ["value"], ["key", "value"]):
+        decoder = ArrowDecoder("t", 0, columns=columns, max_rows=150)
+        got, pos = [], 0
+        while pos < len(log):
+            batch, pos = decoder.decode(log, pos)
+            batch.validate(full=True)
+            keys = batch.column("key").to_pylist() if "key" in batch.schema.names else None
+            got += zip(keys or [None] * batch.num_rows, batch.column("value").to_pylist())
+        assert [v for _, v in got] == values
+        if columns != ["value"]:
+            assert got == expected
