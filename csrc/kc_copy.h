@@ -26,29 +26,46 @@
 /* Below this a copy is ordinary: too few whole lines to pay for the alignment work. */
 #define KC_STREAM_MIN 256
 
-static inline void kc_copy_stream(unsigned char *dst, const unsigned char *src, size_t n)
+#if defined(__GNUC__) || defined(__clang__)
+#  define KC_NOINLINE __attribute__((noinline, unused))
+#elif defined(_MSC_VER)
+#  define KC_NOINLINE __declspec(noinline)
+#else
+#  define KC_NOINLINE
+#endif
+
+/* The streaming part, out of line: callers copying many small values stay small enough to be
+ * inlined themselves. */
+static KC_NOINLINE void kc_copy_stream_long(unsigned char *dst, const unsigned char *src,
+                                            size_t n)
 {
 #ifdef KC_STREAM
-    if (n >= KC_STREAM_MIN) {
-        size_t head = (size_t)(-(uintptr_t)dst) & 63;
-        __m128i a, b, c, d;
-        memcpy(dst, src, head);
-        dst += head;
-        src += head;
-        n -= head;
-        for (; n >= 64; n -= 64, dst += 64, src += 64) {
-            a = _mm_loadu_si128((const __m128i *)src);
-            b = _mm_loadu_si128((const __m128i *)(src + 16));
-            c = _mm_loadu_si128((const __m128i *)(src + 32));
-            d = _mm_loadu_si128((const __m128i *)(src + 48));
-            _mm_stream_si128((__m128i *)dst, a);
-            _mm_stream_si128((__m128i *)(dst + 16), b);
-            _mm_stream_si128((__m128i *)(dst + 32), c);
-            _mm_stream_si128((__m128i *)(dst + 48), d);
-        }
+    size_t head = (size_t)(-(uintptr_t)dst) & 63;
+    __m128i a, b, c, d;
+    memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    n -= head;
+    for (; n >= 64; n -= 64, dst += 64, src += 64) {
+        a = _mm_loadu_si128((const __m128i *)src);
+        b = _mm_loadu_si128((const __m128i *)(src + 16));
+        c = _mm_loadu_si128((const __m128i *)(src + 32));
+        d = _mm_loadu_si128((const __m128i *)(src + 48));
+        _mm_stream_si128((__m128i *)dst, a);
+        _mm_stream_si128((__m128i *)(dst + 16), b);
+        _mm_stream_si128((__m128i *)(dst + 32), c);
+        _mm_stream_si128((__m128i *)(dst + 48), d);
     }
 #endif
     memcpy(dst, src, n);
+}
+
+static inline void kc_copy_stream(unsigned char *dst, const unsigned char *src, size_t n)
+{
+    if (n >= KC_STREAM_MIN)
+        kc_copy_stream_long(dst, src, n);
+    else
+        memcpy(dst, src, n);
 }
 
 /* Orders the streaming stores before every later store (publishing the output). */
