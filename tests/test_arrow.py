@@ -422,3 +422,19 @@ def test_long_values_at_every_output_alignment():
         assert [v for _, v in got] == values
         if columns != ["value"]:
             assert got == expected
+
+
+def test_topic_and_partition_columns_of_large_outputs_in_reused_memory():
+    # the topic and partition columns of an output of many rows are written into pooled
+    # memory that a previous output used: every row must hold this decoder's values
+    builder = MemoryRecordsBuilder()
+    builder.append_many(1_700_000_000_000, None, [b"v"] * 70_000)
+    log = builder.build()
+    for topic, partition in (("alpha", 5), ("b", 7), ("", 0), ("\u00e9t\u00e9", 2**31 - 1)):
+        for _ in range(2):
+            batch, pos = ArrowDecoder(topic, partition).decode(log)
+            assert pos == len(log) and batch.num_rows == 70_000
+            batch.validate(full=True)
+            assert batch.column("topic").to_pylist() == [topic] * 70_000
+            assert batch.column("partition").to_pylist() == [partition] * 70_000
+            del batch
