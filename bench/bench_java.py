@@ -558,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import report
 
+    args.json = args.json.resolve()          # pytest runs from the temporary directory
     args.json.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pytest", str(Path(__file__).resolve()), "-p", "no:cacheprovider",
            "-q", "--benchmark-enable", f"--benchmark-json={args.json}", "--rootdir", str(ROOT),

@@ -9,7 +9,8 @@
 //                                    new best (by 2%); at most 30 s)
 //   run <op> <args...>               ok <wall ns> <thread CPU ns> <JVM CPU ns> <result> <checksum>
 //                                    (one timed pass: System.nanoTime, this thread's CPU time
-//                                    (ThreadMXBean) and the whole JVM's (GC and JIT threads too))
+//                                    (ThreadMXBean) and the whole JVM's (that plus its other
+//                                    threads' CPU time meanwhile: GC, JIT; -1 without /proc))
 //   quit
 // ops (a pass covers the whole file; result counts what was processed):
 //   crc <log>                        batches(), ensureValid() each       result: batches
@@ -219,13 +220,18 @@ public class KafkaBench {
         }
     }
 
-    // CPU time of every thread of this JVM (GC and JIT threads too) in nanoseconds: the sum of
-    // /proc/self/task/*/schedstat's first field (Linux; the MXBean's process CPU time counts in
-    // 10 ms ticks, too coarse for one pass).  -1 where /proc is not there.
-    static long jvmCpuNanos() {
+    // CPU time of this JVM's other threads (GC, JIT...) in nanoseconds: the sum of their
+    // /proc/self/task/*/schedstat first fields (Linux; the MXBean's process CPU time counts in
+    // 10 ms ticks, too coarse for one pass).  This thread is left out: its pass is timed by
+    // ThreadMXBean, and reading these files is not part of it.  -1 where /proc is not there.
+    static long otherThreadsCpuNanos() {
         long total = 0;
         try (java.nio.file.DirectoryStream<Path> tasks = Files.newDirectoryStream(Paths.get("/proc/self/task"))) {
+            Path self = Paths.get("/proc/thread-self").toRealPath().getFileName();
             for (Path task : tasks) {
+                if (task.getFileName().equals(self)) {
+                    continue;
+                }
                 try {
                     String stat = new String(Files.readAllBytes(task.resolve("schedstat")));
                     total += Long.parseLong(stat.substring(0, stat.indexOf(' ')));
@@ -290,13 +296,14 @@ public class KafkaBench {
                     }
                     case "run": {
                         ThreadMXBean threads = ManagementFactory.getThreadMXBean();
-                        long jvmStart = jvmCpuNanos();
+                        long othersStart = otherThreadsCpuNanos();
                         long cpuStart = threads.getCurrentThreadCpuTime();
                         long start = System.nanoTime();
                         long result = pass(cmd, 1);
                         long elapsed = System.nanoTime() - start;
                         long cpu = threads.getCurrentThreadCpuTime() - cpuStart;
-                        long jvm = jvmCpuNanos() - jvmStart;
+                        long othersEnd = otherThreadsCpuNanos();
+                        long jvm = othersStart < 0 || othersEnd < 0 ? -1 : cpu + othersEnd - othersStart;
                         out.println("ok " + elapsed + " " + cpu + " " + jvm + " " + result + " " + checksum);
                         break;
                     }
