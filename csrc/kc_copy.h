@@ -1,5 +1,5 @@
-/* Copies into large outputs that are written once and not read back soon (Arrow columns of a
- * whole fetch, down-converted logs): the bulk of each copy goes out with non-temporal stores.
+/* Copies into large outputs that are written once and not read back soon (the value column of
+ * an ArrowDecoder output): the bulk of each copy goes out with non-temporal stores.
  * An ordinary store to a line that is not cached first reads the line from memory (a "read
  * for ownership") and then evicts something useful; a streaming store of a whole 64-byte line
  * does neither, which saves about a third of the memory traffic of a copy whose output
