@@ -25,8 +25,9 @@ How it is fair:
   time.thread_time), which a loaded machine disturbs far less than wall time; the ratios use
   it.  Wall times (System.nanoTime; pytest-benchmark's rounds) are kept as a second column,
   and the JVM's whole CPU time per pass (its GC and JIT threads too: work our side does on
-  its own thread, such as freeing memory, Java partly does on others) is recorded beside.  kafkacodec is imported where it is used: the
-  command line's own process only runs pytest and renders the table.
+  its own thread, such as freeing memory, Java may do on others) as a third.  kafkacodec is
+  imported where it is used: the command line's own process only runs pytest and renders the
+  table.
 - Every case checks both sides processed the same: batch or record counts, output sizes (and,
   for the builders, whether the batches are byte-identical).
 Scale: KC_BENCH_JAVA_BATCHES batches per log (default 1024: 131,072 100-byte or 16,384 1 KiB

@@ -16,9 +16,10 @@ Conventions (bench/conftest.py `meta` fixture): benchmark.group is the workload,
 extra_info["impl"] one of kafkacodec / aiokafka / kafka-python / limit, extra_info["bytes"] and
 extra_info["items"] what one round processes. Benchmarks that set no impl are classified from
 their names. Throughput uses the median round time.  bench_java.py's benchmarks carry Kafka's
-per-round times in extra_info["kafka_java_s"] (wall; "kafka_java_cpu_s": its thread's CPU time, against
-our "ours_cpu_s"; its rounds alternate with ours) and get their own
-section, between JAVA_BEGIN and JAVA_END, instead of rows in the main table.
+per-round times in extra_info["kafka_java_s"] (wall), "kafka_java_cpu_s" (its thread's CPU time,
+against our "ours_cpu_s": the ratios) and "kafka_java_jvm_cpu_s" (its whole JVM's); its rounds
+alternate with ours.  They get their own section, between JAVA_BEGIN and JAVA_END, instead of
+rows in the main table.
 """
 
 from __future__ import annotations
@@ -234,24 +235,26 @@ def java_section(data: dict, command: str) -> str:
              "100-byte values 128 per batch and 1 KiB values 16 per batch); each case warms the "
              "JVM up, then alternates a Java pass and a kafkacodec pass "
              f"({', '.join(str(r) for r in rounds)} rounds each). Rates are records per second "
-             "from the median pass's CPU time; ratio = kafkacodec's rate / Kafka's (> 1: kafkacodec is "
-             "faster), by the CPU time of the thread doing the pass on each side (Java's "
-             "`ThreadMXBean.getCurrentThreadCpuTime()`, Python's `time.thread_time()`); the wall "
+             "from the median pass's CPU time; ratio = kafkacodec's rate / Kafka's (> 1: "
+             "kafkacodec is faster), by the CPU time of the thread doing the pass on each side "
+             "(Java's `ThreadMXBean.getCurrentThreadCpuTime()`, Python's `time.thread_time()`); the wall "
              "ratio is beside it, and the JVM ratio counts the whole JVM's CPU time in Java's "
              "pass (its GC and JIT threads too). 1-minute load average during the run: "
              f"{min(loads, default=0):.1f} to {max(loads, default=0):.1f}"
              " (on a shared machine the ratios move between runs; rerun on a quiet one).", "",
              "Kafka's side: the CRC walk is `MemoryRecords.batches()` and `ensureValid()`; "
              "shallow headers the same walk reading every header field; deep iteration the "
-             "consumer's path (`ensureValid()`, `streamingIterator()`, offset and timestamp read, key "
-             "and value copied to `byte[]` as `ByteArrayDeserializer` receives them); build `MemoryRecordsBuilder."
-             "append()` per record into one pooled 64 KiB buffer (the producer's `BufferPool`); "
+             "consumer's path (`ensureValid()`, `streamingIterator()`, offset and timestamp "
+             "read, key and value copied to `byte[]` as `ByteArrayDeserializer` receives them); "
+             "build `MemoryRecordsBuilder.append()` per record into one pooled 64 KiB buffer "
+             "(the producer's `BufferPool`); "
              "eager `MemoryRecords.downConvert()`; lazy `LazyDownConversionRecords.iterator("
              "128 KiB)`. Ours as the variant says: `ArrowDecoder` checks CRCs and fills the 14 "
              "Arrow columns of Spark's Kafka schema, with `columns=offset,timestamp,key,value` "
              "only what Java's pass reads (the like-for-like row: keys and values copied out, "
-             "offsets and timestamps made), `records()` makes one Python `Record` per record, `build_into()` writes each "
-             "batch into one reused 64 KiB buffer (as Kafka's side) and `build()` returns a new "
+             "offsets and timestamps made), `records()` makes one Python `Record` per record, "
+             "`build_into()` writes each batch into one reused 64 KiB buffer (as Kafka's side) "
+             "and `build()` returns a new "
              "`bytes` per batch, `LazyDownConvertRecords` uses 128 KiB chunks.", "",
              "| workload | Kafka (Java) | kafkacodec | kafkacodec variant | ratio | wall ratio | "
              "JVM ratio |", "|---|---:|---:|---|---:|---:|---:|"]
