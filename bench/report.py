@@ -16,8 +16,10 @@ Conventions (bench/conftest.py `meta` fixture): benchmark.group is the workload,
 extra_info["impl"] one of kafkacodec / aiokafka / kafka-python / limit, extra_info["bytes"] and
 extra_info["items"] what one round processes. Benchmarks that set no impl are classified from
 their names. Throughput uses the median round time.  bench_java.py's benchmarks carry Kafka's
-per-round times in extra_info["kafka_java_s"] (its rounds alternate with ours) and get their own
-section, between JAVA_BEGIN and JAVA_END, instead of rows in the main table.
+per-round times in extra_info["kafka_java_s"] (wall), "kafka_java_cpu_s" (its thread's CPU time,
+against our "ours_cpu_s": the ratios) and "kafka_java_jvm_cpu_s" (its whole JVM's); its rounds
+alternate with ours.  They get their own section, between JAVA_BEGIN and JAVA_END, instead of
+rows in the main table.
 """
 
 from __future__ import annotations
@@ -216,9 +218,11 @@ def java_section(data: dict, command: str) -> str:
     loads = [load[0] for b in benches for load in (b["extra_info"].get("loadavg_start"),
                                                     b["extra_info"].get("loadavg_end")) if load]
     rounds = sorted({b["stats"].get("rounds") for b in benches})
-    java_times: dict[str, list[float]] = defaultdict(list)
+    # per workload (group), Java's passes of every variant's case: wall, thread CPU, JVM CPU
+    java_times: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for b in benches:
-        java_times[b["group"]] += b["extra_info"]["kafka_java_s"]
+        for key in ("kafka_java_s", "kafka_java_cpu_s", "kafka_java_jvm_cpu_s"):
+            java_times[b["group"]][key] += b["extra_info"].get(key, [])
     lines = [JAVA_BEGIN, "## Against Kafka's own Java code (same run)", "",
              f"Kafka {java.get('kafka')}'s record classes ({java.get('jars')}) on "
              f"{java.get('java.vm.name', '?').replace('_', ' ')} {java.get('java.vm.version')} "
@@ -231,29 +235,43 @@ def java_section(data: dict, command: str) -> str:
              "100-byte values 128 per batch and 1 KiB values 16 per batch); each case warms the "
              "JVM up, then alternates a Java pass and a kafkacodec pass "
              f"({', '.join(str(r) for r in rounds)} rounds each). Rates are records per second "
-             "from the median pass; ratio = kafkacodec's rate / Kafka's (> 1: kafkacodec is "
-             "faster). 1-minute load average during the run: "
+             "from the median pass's CPU time; ratio = kafkacodec's rate / Kafka's (> 1: "
+             "kafkacodec is faster), by the CPU time of the thread doing the pass on each side "
+             "(Java's `ThreadMXBean.getCurrentThreadCpuTime()`, Python's `time.thread_time()`); the wall "
+             "ratio is beside it, and the JVM ratio counts the whole JVM's CPU time in Java's "
+             "pass (its GC and JIT threads too). 1-minute load average during the run: "
              f"{min(loads, default=0):.1f} to {max(loads, default=0):.1f}"
              " (on a shared machine the ratios move between runs; rerun on a quiet one).", "",
              "Kafka's side: the CRC walk is `MemoryRecords.batches()` and `ensureValid()`; "
              "shallow headers the same walk reading every header field; deep iteration the "
-             "consumer's path (`ensureValid()`, `streamingIterator()`, key and value copied to "
-             "`byte[]` as `ByteArrayDeserializer` receives them); build `MemoryRecordsBuilder."
-             "append()` per record into one pooled 64 KiB buffer (the producer's `BufferPool`); "
+             "consumer's path (`ensureValid()`, `streamingIterator()`, offset and timestamp "
+             "read, key and value copied to `byte[]` as `ByteArrayDeserializer` receives them); "
+             "build `MemoryRecordsBuilder.append()` per record into one pooled 64 KiB buffer "
+             "(the producer's `BufferPool`); "
              "eager `MemoryRecords.downConvert()`; lazy `LazyDownConversionRecords.iterator("
-             "128 KiB)`. Ours as the variant says: `ArrowDecoder` checks CRCs and fills Arrow "
-             "columns, `records()` makes one Python `Record` per record, `build_into()` writes each "
-             "batch into one reused 64 KiB buffer (as Kafka's side) and `build()` returns a new "
+             "128 KiB)`. Ours as the variant says: `ArrowDecoder` checks CRCs and fills the 14 "
+             "Arrow columns of Spark's Kafka schema, with `columns=offset,timestamp,key,value` "
+             "only what Java's pass reads (the like-for-like row: keys and values copied out, "
+             "offsets and timestamps made), `records()` makes one Python `Record` per record, "
+             "`build_into()` writes each batch into one reused 64 KiB buffer (as Kafka's side) "
+             "and `build()` returns a new "
              "`bytes` per batch, `LazyDownConvertRecords` uses 128 KiB chunks.", "",
-             "| workload | Kafka (Java) | kafkacodec | kafkacodec variant | ratio |",
-             "|---|---:|---:|---|---:|"]
+             "| workload | Kafka (Java) | kafkacodec | kafkacodec variant | ratio | wall ratio | "
+             "JVM ratio |", "|---|---:|---:|---|---:|---:|---:|"]
     for b in benches:
         extra = b["extra_info"]
-        java_s, ours_s = _median(java_times[b["group"]]), b["stats"]["median"]
+        java = java_times[b["group"]]
+        java_wall, ours_wall = _median(java["kafka_java_s"]), b["stats"]["median"]
+        # a run from before the CPU columns: wall time only
+        java_cpu = _median(java["kafka_java_cpu_s"]) if java["kafka_java_cpu_s"] else java_wall
+        jvm_passes = java["kafka_java_jvm_cpu_s"]          # < 0: no /proc on Java's machine
+        java_jvm = _median(jvm_passes) if jvm_passes and min(jvm_passes) >= 0 else None
+        ours_cpu = _median(extra["ours_cpu_s"]) if extra.get("ours_cpu_s") else ours_wall
         items = extra.get("items") or 0
-        lines.append(f"| {extra.get('workload', b['group'])} | {items / java_s / 1e6:.2f} M/s | "
-                     f"{items / ours_s / 1e6:.2f} M/s | {extra.get('variant', '')} | "
-                     f"{java_s / ours_s:.2f}x |")
+        lines.append(f"| {extra.get('workload', b['group'])} | {items / java_cpu / 1e6:.2f} M/s | "
+                     f"{items / ours_cpu / 1e6:.2f} M/s | {extra.get('variant', '')} | "
+                     f"{java_cpu / ours_cpu:.2f}x | {java_wall / ours_wall:.2f}x | "
+                     f"{'' if java_jvm is None else f'{java_jvm / ours_cpu:.2f}x'} |")
     sizes = {}
     for b in benches:
         extra = b["extra_info"]

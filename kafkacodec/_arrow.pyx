@@ -40,6 +40,10 @@ from kafkacodec._v2 cimport (V2Record, read_control_type, read_v2_header, read_v
                              write_v2_record)
 from kafkacodec._writer cimport Writer, WriteBuffer, put_bytes, put_varint, reserve
 
+cdef extern from "kc_copy.h" nogil:
+    void kc_copy_stream(unsigned char* dst, const unsigned char* src, size_t n)
+    void kc_stream_fence()
+
 import numpy as np
 import pyarrow as pa
 
@@ -156,7 +160,9 @@ cdef int buf_presize(Buf* b, Py_ssize_t need) noexcept:
         return 0
     if b.ptr == NULL and need >= POOL_MIN_BLOCK // 4:
         for i in range(POOL_SLOTS):
-            if pool_ptr[i] != NULL and pool_cap[i] >= need and (best < 0 or pool_cap[i] < pool_cap[best]):
+            # at most 4x the need: a small buffer does not take the block a large one reuses
+            if (pool_ptr[i] != NULL and need <= pool_cap[i] <= 4 * need
+                    and (best < 0 or pool_cap[i] < pool_cap[best])):
                 best = i
         if best >= 0:
             b.ptr = pool_ptr[best]
@@ -199,6 +205,41 @@ cdef object take_buffer(Buf* b):
     return pa.py_buffer(m)
 
 
+cdef object int32_buffer(Py_ssize_t n, int64_t first, int64_t step):
+    """An Arrow buffer of the n int32 values first, first + step, ... (the caller keeps them in
+    range), in pooled memory: a numpy temporary of a large output would fault its pages in
+    afresh on every call."""
+    cdef Buf b
+    cdef int32_t* p
+    cdef Py_ssize_t i
+    memset(&b, 0, sizeof(Buf))
+    if buf_presize(&b, 4 * n + 4) < 0:
+        raise MemoryError()
+    p = <int32_t*>b.ptr
+    for i in range(n):
+        p[i] = <int32_t>(first + i * step)
+    b.len = 4 * n
+    return take_buffer(&b)
+
+
+cdef object repeated_buffer(bytes item, Py_ssize_t n):
+    """An Arrow buffer of `item` n times, in pooled memory (see int32_buffer)."""
+    cdef Buf b
+    cdef Py_ssize_t size = len(item), total = size * n, done
+    memset(&b, 0, sizeof(Buf))
+    if total == 0:
+        return pa.py_buffer(b"")
+    if buf_presize(&b, total) < 0:
+        raise MemoryError()
+    memcpy(b.ptr, <const char*>item, size)
+    done = size
+    while done < total:                         # doubling copies
+        memcpy(b.ptr + done, b.ptr, min(done, total - done))
+        done += min(done, total - done)
+    b.len = total
+    return take_buffer(&b)
+
+
 # A variable-length column (binary or string): int32 offsets, data, validity bitmap.
 cdef struct VarCol:
     Buf offsets
@@ -223,7 +264,8 @@ cdef inline int varcol_put(VarCol* c, const unsigned char* p, int32_t size) noex
         if size > 0:
             if buf_ensure(&c.data, size) < 0:
                 return -1
-            memcpy(c.data.ptr + c.data.len, p, size)
+            # the output outgrows the caches and is not read back here (_decode fences)
+            kc_copy_stream(c.data.ptr + c.data.len, p, size)
             c.data.len += size
         c.valid.ptr[c.n >> 3] |= <unsigned char>(1 << (c.n & 7))
     else:
@@ -1087,6 +1129,7 @@ cdef class ArrowDecoder:
             self.s.resume_pos = -1
             raise self._located(exc) from None
         finally:
+            kc_stream_fence()                   # the value copies' streaming stores
             if self._decompressor is not None:
                 # the rows are copied out: a buffer a big batch inflated into goes now, not
                 # with the decoder (kept up to 8 MiB for the next call)
@@ -1146,11 +1189,10 @@ cdef class ArrowDecoder:
             return varcol_take(&self.s.value, pa.binary())
         if name == "topic":
             # n * len(topic) <= output_limit < 2^31 (room_for): the int32 offsets cannot wrap
-            topic_offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(topic))
-            return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(topic_offsets),
-                                                          pa.py_buffer(topic * n)])
+            return pa.Array.from_buffers(pa.string(), n, [None, int32_buffer(n + 1, 0, len(topic)),
+                                                          repeated_buffer(topic, n)])
         if name == "partition":
-            return pa.array(np.full(n, self.partition, dtype=np.int32))
+            return pa.Array.from_buffers(pa.int32(), n, [None, int32_buffer(n, self.partition, 0)])
         if name == "offset":
             return pa.Array.from_buffers(pa.int64(), n, [None, take_buffer(&self.s.offset)])
         if name == "timestamp":

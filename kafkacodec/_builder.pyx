@@ -233,6 +233,34 @@ cdef inline void column_prefetch(const Column* c, Py_ssize_t i) noexcept:
         kc_prefetch(item + 64)
 
 
+cdef enum:
+    PREFETCH_BYTES_ROWS = 2  # rows ahead whose bytes are loaded (their objects are cached by then)
+    PREFETCH_BYTES_MAX = 4096
+
+cdef inline void column_prefetch_bytes(const Column* c, Py_ssize_t i) noexcept:
+    """Start loading row i's bytes (up to PREFETCH_BYTES_MAX) while earlier rows are copied:
+    each value otherwise waits for memory line after line in its memcpy."""
+    cdef PyObject* item
+    cdef const unsigned char* p
+    cdef int64_t n
+    cdef Py_ssize_t at = 0
+    if c.kind == COLUMN_LIST or c.kind == COLUMN_TUPLE:
+        item = items_of(c.items)[i]
+        if not bytes_exact(item):
+            return
+        p = <const unsigned char*>bytes_data(item)
+        n = bytes_size(item)
+        at = 64                  # the first line: column_prefetch loaded it
+    elif c.kind == COLUMN_ARROW:
+        if arrow_binary_row(&c.arrow, i, &p, &n) <= 0:     # null, or bad offsets (raised later)
+            return
+    else:
+        return
+    while at < n and at < PREFETCH_BYTES_MAX:
+        kc_prefetch(p + at)
+        at += 64
+
+
 cdef inline bint row_of(const Column* c, Py_ssize_t i, const unsigned char** data,
                         Py_ssize_t* length) noexcept:
     """Row i in place when that runs no Python code and needs no check beyond this one: null,
@@ -814,10 +842,17 @@ cdef class MemoryRecordsBuilder:
         cdef int64_t saved_base_ts = self.base_timestamp
         cdef bint saved_has_base = self.has_base_timestamp
         try:
+            for i in range(min(n, PREFETCH_ROWS)):        # the rows the loop does not prefetch
+                column_prefetch(key_col, i)
+                column_prefetch(value_col, i)
+            for i in range(min(n, PREFETCH_BYTES_ROWS)):
+                column_prefetch_bytes(value_col, i)
             for i in range(n):
                 if i + PREFETCH_ROWS < n:
                     column_prefetch(key_col, i + PREFETCH_ROWS)
                     column_prefetch(value_col, i + PREFETCH_ROWS)
+                if i + PREFETCH_BYTES_ROWS < n:
+                    column_prefetch_bytes(value_col, i + PREFETCH_BYTES_ROWS)
                 if ts_values != NULL:
                     ts = ts_values[i]
                 elif ts_column != NULL:

@@ -390,3 +390,51 @@ def test_read_split_decodes_only_the_columns_it_needs(log_dir):
                           max_rows=100, corrupt_column="_corrupt_record", columns=["timestamp"],
                           pushdown=Pushdown([Predicate("partition", ">=", 0)]))
     assert reader.decoder().schema.names == ["partition", "offset", "timestamp"]
+
+
+def test_long_values_at_every_output_alignment():
+    # values of 256 bytes and more are copied with streaming stores (csrc/kc_copy.h) from their
+    # first whole 64-byte line of the output: every length around the threshold and the line
+    # size, after every amount of data already in the column (its alignment), with and
+    # without the other columns
+    import random
+
+    rng = random.Random(20)
+    lengths = [n for n in range(240, 420)] + [rng.randrange(0, 3000) for _ in range(300)]
+    rng.shuffle(lengths)
+    values = [rng.randbytes(n) if n % 97 else None for n in lengths]
+    builder = MemoryRecordsBuilder()
+    log = b""
+    for i, value in enumerate(values):
+        builder.append(1_700_000_000_000 + i, b"k%d" % i if i % 3 else None, value)
+        if i % 37 == 36:
+            log += builder.build()
+    log += builder.build()
+    expected = [(r.key, r.value) for r in MemoryRecords(log).records()]
+    for columns in (None, ["value"], ["key", "value"]):
+        decoder = ArrowDecoder("t", 0, columns=columns, max_rows=150)
+        got, pos = [], 0
+        while pos < len(log):
+            batch, pos = decoder.decode(log, pos)
+            batch.validate(full=True)
+            keys = batch.column("key").to_pylist() if "key" in batch.schema.names else None
+            got += zip(keys or [None] * batch.num_rows, batch.column("value").to_pylist())
+        assert [v for _, v in got] == values
+        if columns != ["value"]:
+            assert got == expected
+
+
+def test_topic_and_partition_columns_of_large_outputs_in_reused_memory():
+    # the topic and partition columns of an output of many rows are written into pooled
+    # memory that a previous output used: every row must hold this decoder's values
+    builder = MemoryRecordsBuilder()
+    builder.append_many(1_700_000_000_000, None, [b"v"] * 70_000)
+    log = builder.build()
+    for topic, partition in (("alpha", 5), ("b", 7), ("", 0), ("\u00e9t\u00e9", 2**31 - 1)):
+        for _ in range(2):
+            batch, pos = ArrowDecoder(topic, partition).decode(log)
+            assert pos == len(log) and batch.num_rows == 70_000
+            batch.validate(full=True)
+            assert batch.column("topic").to_pylist() == [topic] * 70_000
+            assert batch.column("partition").to_pylist() == [partition] * 70_000
+            del batch

@@ -7,7 +7,10 @@
 //   warm <millis> <op> <args...>     ok <passes>   (JIT warm-up: passes for at least <millis> of
 //                                    this thread's CPU time, then until 5 passes in a row bring no
 //                                    new best (by 2%); at most 30 s)
-//   run <op> <args...>               ok <nanoseconds> <result> <checksum>   (one timed pass)
+//   run <op> <args...>               ok <wall ns> <thread CPU ns> <JVM CPU ns> <result> <checksum>
+//                                    (one timed pass: System.nanoTime, this thread's CPU time
+//                                    (ThreadMXBean) and the whole JVM's (that plus its other
+//                                    threads' CPU time meanwhile: GC, JIT; -1 without /proc))
 //   quit
 // ops (a pass covers the whole file; result counts what was processed):
 //   crc <log>                        batches(), ensureValid() each       result: batches
@@ -217,6 +220,31 @@ public class KafkaBench {
         }
     }
 
+    // CPU time of this JVM's other threads (GC, JIT...) in nanoseconds: the sum of their
+    // /proc/self/task/*/schedstat first fields (Linux; the MXBean's process CPU time counts in
+    // 10 ms ticks, too coarse for one pass).  This thread is left out: its pass is timed by
+    // ThreadMXBean, and reading these files is not part of it.  -1 where /proc is not there.
+    static long otherThreadsCpuNanos() {
+        long total = 0;
+        try (java.nio.file.DirectoryStream<Path> tasks = Files.newDirectoryStream(Paths.get("/proc/self/task"))) {
+            Path self = Paths.get("/proc/thread-self").toRealPath().getFileName();
+            for (Path task : tasks) {
+                if (task.getFileName().equals(self)) {
+                    continue;
+                }
+                try {
+                    String stat = new String(Files.readAllBytes(task.resolve("schedstat")));
+                    total += Long.parseLong(stat.substring(0, stat.indexOf(' ')));
+                } catch (IOException | RuntimeException gone) {
+                    // a thread that ended meanwhile
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            return -1;
+        }
+        return total;
+    }
+
     static String versions() {
         List<String> facts = new ArrayList<>();
         facts.add("kafka=" + AppInfoParser.getVersion());
@@ -267,10 +295,16 @@ public class KafkaBench {
                         break;
                     }
                     case "run": {
+                        ThreadMXBean threads = ManagementFactory.getThreadMXBean();
+                        long othersStart = otherThreadsCpuNanos();
+                        long cpuStart = threads.getCurrentThreadCpuTime();
                         long start = System.nanoTime();
                         long result = pass(cmd, 1);
                         long elapsed = System.nanoTime() - start;
-                        out.println("ok " + elapsed + " " + result + " " + checksum);
+                        long cpu = threads.getCurrentThreadCpuTime() - cpuStart;
+                        long othersEnd = otherThreadsCpuNanos();
+                        long jvm = othersStart < 0 || othersEnd < 0 ? -1 : cpu + othersEnd - othersStart;
+                        out.println("ok " + elapsed + " " + cpu + " " + jvm + " " + result + " " + checksum);
                         break;
                     }
                     default:
