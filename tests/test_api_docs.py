@@ -14,6 +14,7 @@ pytest.importorskip("pdoc", reason="pdoc is in the [docs] and [test] extras")
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "api_docs.py"
 
 
+@pytest.mark.tooling
 def test_every_public_name_has_an_entry(tmp_path):
     api = runpy.run_path(str(SCRIPT))
     with warnings.catch_warnings():

@@ -676,6 +676,7 @@ marker: bytes = MemoryRecordsBuilder.build_end_txn_marker(True, 1, 0, 0)
 '''
 
 
+@pytest.mark.tooling
 def test_stub_types_check(tmp_path):
     from mypy import api
 

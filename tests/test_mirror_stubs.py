@@ -29,6 +29,7 @@ count: int = trimmed.record_count  # error: may be None (and trimmed may be None
 
 
 @pytest.mark.slow
+@pytest.mark.tooling
 def test_stubs_type_check_usage(tmp_path):
     path = tmp_path / "usage.py"
     path.write_text(SNIPPET)

@@ -1019,6 +1019,7 @@ with FileRecords.open("x.log") as segment:
 '''
 
 
+@pytest.mark.tooling
 def test_stub_type_checks_with_mypy(tmp_path):
     from mypy import api
 

@@ -375,6 +375,7 @@ if resp is not None:
 '''
 
 
+@pytest.mark.tooling
 def test_stub_types_check(tmp_path):
     from mypy import api
 

@@ -88,6 +88,7 @@ def test_optional_modules_import():
                     + ", ".join(f"{m} ({why})" for m, why in sorted(missing.items())))
 
 
+@pytest.mark.tooling
 def test_stubs_match_compiled_modules(tmp_path):
     allowlist = tmp_path / "allowlist.txt"
     extra = [rf"{name.replace('.', chr(92) + '.')}(\..*)?" for name in _unimportable_modules()]
@@ -141,6 +142,7 @@ def _mypy_strict(copy: Path, targets: list[str], *extra: str) -> subprocess.Comp
                  *targets], copy)
 
 
+@pytest.mark.tooling
 def test_stubs_typecheck_strict(tmp_path):
     # Only the stubs are checked, what they import is analysed silently.
     copy = _package_copy(tmp_path)
@@ -150,6 +152,7 @@ def test_stubs_typecheck_strict(tmp_path):
     assert result.returncode == 0, f"mypy --strict on the stubs:\n{result.stdout}{result.stderr}"
 
 
+@pytest.mark.tooling
 def test_package_typechecks_strict(tmp_path):
     """The whole typed surface: every .py module against the stubs of the compiled ones
     (the Spark modules need pyspark's own annotations, so the spark extra)."""
