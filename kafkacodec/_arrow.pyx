@@ -30,7 +30,8 @@ from kafkacodec._crc cimport kc_crc32c, kc_crc_init
 from kafkacodec._cursor cimport Cursor, cursor_init, load_u16, load_u32, load_u64, raise_corrupt, remaining
 from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, MAGIC_OFFSET, V2_HEADER_SIZE,
                                  V2_RECORDS_COUNT_OFFSET, CONTROL_FLAG, TRANSACTIONAL_FLAG,
-                                 TIMESTAMP_LOG_APPEND, compute_crc, next_entry)
+                                 TIMESTAMP_LOG_APPEND, compute_crc, next_entry, wrap_add,
+                                 wrap_sub)
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
 from kafkacodec._mapguard cimport check_read
 from kafkacodec._legacy cimport (LegacyMessage, inner_base_offset, next_inner_entry,
@@ -671,8 +672,7 @@ cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
     try:
         for i in range(min(s.skip_records, <Py_ssize_t>h.records_count), h.records_count):
             read_v2_record(cur, &rec)
-            # Java long arithmetic: a hostile delta wraps
-            offset = <int64_t>(<uint64_t>h.base_offset + <uint64_t><int64_t>rec.offset_delta)
+            offset = wrap_add(h.base_offset, rec.offset_delta)
             if b.skip or not (s.start_offset <= offset and offset <= s.last_offset):
                 continue
             # the bound first (cheap); the exact size only near the limit
@@ -848,7 +848,7 @@ cdef int decode_legacy(State* s, const unsigned char* entry, const BatchHeader* 
             check_crc(s, plain + cur.pos, &ih)
         if index >= s.skip_records and emit_legacy(
                 s, h, &b, -1 if inner.magic == 0 else h.timestamp_type,
-                <int64_t>(<uint64_t>base + <uint64_t>inner.offset),       # wraps as Java longs
+                wrap_add(base, inner.offset),
                 -1 if inner.magic == 0 else (
                     h.max_timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND else inner.timestamp),
                 &inner) == ENTRY_STOPPED:
@@ -1324,11 +1324,6 @@ cdef int32_t row_bytes(const ArrowBinary* c, Py_ssize_t i, const unsigned char**
     if size > INT32_MAX:
         raise RecordTooLargeError(f"{name.decode()} {i} of {size} bytes exceeds Kafka's 2 GiB limit")
     return <int32_t>size
-
-
-cdef inline int64_t wrap_sub(int64_t a, int64_t b) noexcept nogil:
-    # Java long arithmetic: a timestamp delta wraps (a reader's base + delta gives it back).
-    return <int64_t>(<uint64_t>a - <uint64_t>b)
 
 
 def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t batch_bytes=16384,

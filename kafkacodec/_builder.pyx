@@ -40,7 +40,7 @@ from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_bytes, reserve
                                  store_u32, store_uvarint, varint_size)
 from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, V2_HEADER_SIZE, V0_RECORD_OVERHEAD,
                                  V1_RECORD_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG,
-                                 CONTROL_FLAG, DELETE_HORIZON_FLAG, NO_TIMESTAMP)
+                                 CONTROL_FLAG, DELETE_HORIZON_FLAG, NO_TIMESTAMP, wrap_sub)
 from kafkacodec._v2 cimport write_v2_record, write_v2_batch_header, v2_record_body_size
 from kafkacodec._legacy cimport write_legacy_message, legacy_message_size
 from kafkacodec._compression cimport compress
@@ -356,11 +356,6 @@ cdef int64_t check_timestamp(object timestamp) except? -2:
     if ts < NO_TIMESTAMP:
         raise ValueError(f"invalid negative timestamp {ts}: use -1 for no timestamp")
     return ts
-
-
-cdef inline int64_t wrap_sub(int64_t a, int64_t b) noexcept nogil:
-    # Java long arithmetic: a timestamp delta wraps (a reader's base + delta gives it back).
-    return <int64_t>(<uint64_t>a - <uint64_t>b)
 
 
 def _now_ms() -> int:

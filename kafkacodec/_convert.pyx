@@ -17,10 +17,11 @@ from kafkacodec._writer cimport Writer, WriteBuffer, writer_grow, put_bytes
 from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, SIZE_OFFSET,
                                  V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
                                  CONTROL_FLAG, TIMESTAMP_TYPE_MASK, TIMESTAMP_LOG_APPEND,
-                                 NO_TIMESTAMP)
+                                 NO_TIMESTAMP, wrap_add)
 from kafkacodec._v2 cimport V2Record, read_v2_record, record_timestamp
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
-                                 next_inner_entry, inner_base_offset)
+                                 next_inner_entry, inner_base_offset, inner_message_fault,
+                                 inner_timestamp)
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._compression cimport Decompressor, compress, LEVEL_DEFAULT, RETAINED_CHUNK
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
@@ -330,7 +331,7 @@ cdef class DownConverter:
         cursor_init(&cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE)
         for i in range(h.records_count):
             read_v2_record(&cur, &rec)
-            offset = h.base_offset + rec.offset_delta
+            offset = wrap_add(h.base_offset, rec.offset_delta)
             if offset < first_offset:
                 continue
             timestamp = record_timestamp(h, &rec)
@@ -417,7 +418,7 @@ cdef class DownConverter:
         cursor_init(&cur, plain, plain_size, h.position)
         for i in range(h.records_count):
             read_v2_record(&cur, &rec)
-            offset = h.base_offset + rec.offset_delta
+            offset = wrap_add(h.base_offset, rec.offset_delta)
             timestamp = record_timestamp(h, &rec)
             check_record(offset, timestamp, last, h)
             if i == 0 and not standalone:
@@ -464,12 +465,12 @@ cdef class DownConverter:
         cursor_init(&cur, plain, plain_size, h.position)
         while next_inner_entry(&cur, &size):
             read_legacy_message(cur.data + cur.pos, size, h.position, &m)
-            cur.pos += size
-            if m.attributes & 0x07:
-                raise CorruptRecordError("invalid inner message (compressed inside a wrapper)",
+            if inner_message_fault(&m) != NULL:
+                raise CorruptRecordError(f"invalid {inner_message_fault(&m).decode()}",
                                          position=h.position, offset=h.base_offset)
-            offset = base + m.offset
-            timestamp = wrapper.timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND else m.timestamp
+            cur.pos += size
+            offset = wrap_add(base, m.offset)
+            timestamp = inner_timestamp(&m, h.timestamp_type, wrapper.timestamp)
             check_record(offset, timestamp, last, h)
             write_legacy_message(inner, 0, offset, NO_TIMESTAMP, 0, m.key, m.key_length,
                                  m.value, m.value_length)

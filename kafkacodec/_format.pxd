@@ -47,6 +47,22 @@ cdef enum:
     TIMESTAMP_CREATE = 0
     TIMESTAMP_LOG_APPEND = 1
 
+# --- offset, timestamp and sequence arithmetic: Java's, on every reader's hostile input ------
+# Kafka computes base + delta in Java longs (ints for sequences), which wrap; signed overflow
+# is undefined in C, so every reader adds and subtracts offsets and timestamps through these.
+cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:
+    return <int64_t>(<uint64_t>a + <uint64_t>b)
+
+cdef inline int64_t wrap_sub(int64_t a, int64_t b) noexcept nogil:
+    return <int64_t>(<uint64_t>a - <uint64_t>b)
+
+cdef inline int32_t increment_sequence(int32_t sequence, int32_t increment) noexcept nogil:
+    """DefaultRecordBatch.incrementSequence: past 2^31-1 a producer sequence restarts at 0."""
+    cdef int32_t limit = <int32_t>(<uint32_t>0x7FFFFFFF - <uint32_t>increment)
+    if sequence > limit:
+        return <int32_t>(<uint32_t>increment - (<uint32_t>0x7FFFFFFF - <uint32_t>sequence) - 1)
+    return <int32_t>(<uint32_t>sequence + <uint32_t>increment)
+
 cdef struct BatchHeader:
     Py_ssize_t position          # where the entry starts in the caller's buffer
     Py_ssize_t size              # whole entry, LOG_OVERHEAD included
@@ -148,8 +164,7 @@ cdef inline void parse_entry_header(const unsigned char* p, Py_ssize_t size, Py_
         h.producer_epoch = get_int16(&c)
         h.base_sequence = get_int32(&c)
         h.records_count = get_int32(&c)
-        # Java long arithmetic: wraps on hostile values (signed overflow is undefined in C)
-        h.last_offset = <int64_t>(<uint64_t>h.base_offset + <uint64_t><int64_t>h.last_offset_delta)
+        h.last_offset = wrap_add(h.base_offset, h.last_offset_delta)
         h.compression = h.attributes & COMPRESSION_MASK
         h.timestamp_type = TIMESTAMP_LOG_APPEND if h.attributes & TIMESTAMP_TYPE_MASK else TIMESTAMP_CREATE
     else:

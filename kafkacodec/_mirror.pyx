@@ -8,7 +8,7 @@ never decompressed except to trim the one batch that straddles the fetch offset.
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, INT32_MAX
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint64_t
 from libc.string cimport memcpy
 
 from kafkacodec._cursor cimport Cursor, cursor_init, raise_corrupt
@@ -16,10 +16,10 @@ from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int
                                  store_u64)
 from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, V2_HEADER_SIZE,
                                  CONTROL_FLAG, TRANSACTIONAL_FLAG, DELETE_HORIZON_FLAG,
-                                 TIMESTAMP_LOG_APPEND)
+                                 TIMESTAMP_LOG_APPEND, wrap_add, wrap_sub, increment_sequence)
 from kafkacodec._v2 cimport V2Record, read_v2_record, write_v2_record, write_v2_batch_header
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
-                                 next_inner_entry, inner_base_offset)
+                                 next_inner_entry, inner_base_offset, inner_message_fault)
 from kafkacodec.protocol._wire cimport (utf8_of, put_length, put_string, put_empty_tags,
                                         begin_produce_request, produce_output,
                                         end_frame, API_PRODUCE, PRODUCE_FLEXIBLE)
@@ -186,13 +186,6 @@ cdef object trim_entry(const unsigned char* entry, BatchHeader* h, int64_t fetch
     return trim_legacy(entry, h, fetch_offset)
 
 
-cdef inline int32_t increment_sequence(int32_t sequence, int32_t increment) noexcept:
-    # Producer sequences wrap from INT32_MAX back to 0 (DefaultRecordBatch.incrementSequence).
-    if sequence > INT32_MAX - increment:
-        return increment - (INT32_MAX - sequence) - 1
-    return sequence + increment
-
-
 cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_offset):
     cdef Cursor cur
     cdef V2Record rec
@@ -218,16 +211,19 @@ cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_of
         if cur.pos >= cur.end:
             raise_corrupt(&cur, b"batch (fewer records than its RecordsCount)")
         read_v2_record(&cur, &rec)
-        if h.base_offset + rec.offset_delta < fetch_offset:
+        if wrap_add(h.base_offset, rec.offset_delta) < fetch_offset:
             continue
-        timestamp = h.base_timestamp + rec.timestamp_delta
+        timestamp = wrap_add(h.base_timestamp, rec.timestamp_delta)
         if kept == 0:
             first_delta = rec.offset_delta
             new_base_timestamp = h.base_timestamp if horizon else timestamp
         if timestamp > max_timestamp:
             max_timestamp = timestamp
         kept += 1
-        write_v2_record(&records.w, rec.offset_delta - first_delta, timestamp - new_base_timestamp,
+        # a kept record is at or after the fetch offset, past the base offset: both deltas
+        # are in (0, 2^31), so is their difference
+        write_v2_record(&records.w, rec.offset_delta - first_delta,
+                        wrap_sub(timestamp, new_base_timestamp),
                         rec.key, rec.key_length, rec.value, rec.value_length,
                         rec.headers, rec.headers_size, rec.header_count)
     if cur.pos != cur.end:
@@ -241,8 +237,8 @@ cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_of
     else:
         body = records
     out = h[0]
-    out.base_offset = h.base_offset + first_delta
-    out.last_offset_delta = <int32_t>(h.last_offset - out.base_offset)
+    out.base_offset = wrap_add(h.base_offset, first_delta)
+    out.last_offset_delta = <int32_t>wrap_sub(h.last_offset, out.base_offset)
     out.base_timestamp = new_base_timestamp
     if h.timestamp_type != TIMESTAMP_LOG_APPEND:
         out.max_timestamp = max_timestamp
@@ -301,6 +297,8 @@ cdef object trim_legacy(const unsigned char* entry, BatchHeader* h, int64_t fetc
     cursor_init(&cur, data, size, 0)
     while next_inner_entry(&cur, &entry_size):
         read_legacy_message(data + cur.pos, entry_size, cur.pos, &inner)
+        if inner_message_fault(&inner) != NULL:
+            raise_corrupt(&cur, inner_message_fault(&inner))
         last_inner = inner.offset
         total += 1
         cur.pos += entry_size
@@ -313,7 +311,7 @@ cdef object trim_legacy(const unsigned char* entry, BatchHeader* h, int64_t fetc
     cursor_init(&cur, data, size, 0)
     while next_inner_entry(&cur, &entry_size):
         read_legacy_message(data + cur.pos, entry_size, cur.pos, &inner)
-        if base + inner.offset >= fetch_offset:
+        if wrap_add(base, inner.offset) >= fetch_offset:
             if kept == 0:
                 first_kept_inner = inner.offset
             if inner.timestamp > max_timestamp:
@@ -323,7 +321,8 @@ cdef object trim_legacy(const unsigned char* entry, BatchHeader* h, int64_t fetc
             # v1 relative offsets restart at 0 (the wrapper offset, the last, is unchanged);
             # the offset field is outside the message CRC.
             if h.magic == 1 and h.base_offset != 0:
-                store_u64(inner_set.w.buf + inner_set.w.length, inner.offset - first_kept_inner)
+                store_u64(inner_set.w.buf + inner_set.w.length,
+                          <uint64_t>wrap_sub(inner.offset, first_kept_inner))
             inner_set.w.length += entry_size
             kept += 1
         cur.pos += entry_size
@@ -340,7 +339,7 @@ cdef object trim_legacy(const unsigned char* entry, BatchHeader* h, int64_t fetc
                          wrapper.key, wrapper.key_length,
                          <const unsigned char*>PyBytes_AS_STRING(compressed), len(compressed))
     record = make_record(&out, result.getvalue(), True)
-    record.base_offset = base + first_kept_inner
+    record.base_offset = wrap_add(base, first_kept_inner)
     record.record_count = kept
     return record
 

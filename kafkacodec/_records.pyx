@@ -41,7 +41,8 @@ from kafkacodec._format cimport (
     FRAME_OK, LOG_OVERHEAD, SIZE_OFFSET, MAGIC_OFFSET,
     HEADER_SIZE_UP_TO_MAGIC, V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
     V2_RECORDS_COUNT_OFFSET, COMPRESSION_MASK, TRANSACTIONAL_FLAG, CONTROL_FLAG,
-    DELETE_HORIZON_FLAG, TIMESTAMP_LOG_APPEND, TIMESTAMP_NONE, NO_SEQUENCE)
+    DELETE_HORIZON_FLAG, TIMESTAMP_LOG_APPEND, TIMESTAMP_NONE, NO_SEQUENCE, wrap_add,
+    increment_sequence)
 from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_record_checked, scan_v2_record, \
     read_v2_header, read_control_type, \
     read_end_txn_coordinator_epoch
@@ -199,20 +200,9 @@ cdef class _Buffer:
             PyBuffer_Release(&self.export.view)
 
 
-cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:
-    # Java long arithmetic (hostile deltas wrap instead of being undefined behaviour).
-    return <int64_t>(<uint64_t>a + <uint64_t>b)
-
-
 cdef inline int32_t sequence_of(int32_t base_sequence, int32_t delta) noexcept nogil:
-    # DefaultRecordBatch.incrementSequence: wraps from 2^31-1 to 0 (Java int arithmetic).
-    cdef int32_t limit
-    if base_sequence < 0:
-        return NO_SEQUENCE
-    limit = <int32_t>(<uint32_t>0x7FFFFFFF - <uint32_t>delta)
-    if base_sequence > limit:
-        return <int32_t>(<uint32_t>delta - (<uint32_t>0x7FFFFFFF - <uint32_t>base_sequence) - 1)
-    return <int32_t>(<uint32_t>base_sequence + <uint32_t>delta)
+    # A record's sequence: none without a base sequence, else the base incremented (wrapping).
+    return NO_SEQUENCE if base_sequence < 0 else increment_sequence(base_sequence, delta)
 
 
 # --- decompression ---------------------------------------------------------------------------
@@ -515,7 +505,7 @@ cdef class RecordBatch:
 
     @property
     def next_offset(self):
-        return self.h.last_offset + 1
+        return wrap_add(self.h.last_offset, 1)     # nextOffset(): a Java long
 
     @property
     def last_offset_delta(self):

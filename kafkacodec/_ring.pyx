@@ -48,7 +48,7 @@ from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, load_u64, raise_c
 from kafkacodec._format cimport (BatchHeader, next_entry, crc_is_valid, compute_crc,
                                  CONTROL_FLAG, TRANSACTIONAL_FLAG, COMPRESSION_MASK, MAGIC_OFFSET,
                                  V2_HEADER_SIZE, V2_ATTRIBUTES_OFFSET, V2_RECORDS_COUNT_OFFSET,
-                                 TIMESTAMP_NONE, TIMESTAMP_LOG_APPEND)
+                                 TIMESTAMP_NONE, TIMESTAMP_LOG_APPEND, wrap_add)
 from kafkacodec._v2 cimport (V2Record, read_v2_record, read_v2_header, record_timestamp,
                              read_control_type, read_end_txn_coordinator_epoch)
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, next_inner_entry,
@@ -937,11 +937,6 @@ cdef extern from "stdlib.h":
 cdef int compare_first_offset(const void* a, const void* b) noexcept nogil:
     cdef int64_t x = (<const int64_t*>a)[1], y = (<const int64_t*>b)[1]
     return (x > y) - (x < y)
-
-
-cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:
-    # Java long arithmetic: hostile deltas wrap instead of being undefined behaviour.
-    return <int64_t>(<uint64_t>a + <uint64_t>b)
 
 
 cdef int check_legacy_codec(const BatchHeader* h) except -1:

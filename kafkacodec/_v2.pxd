@@ -9,7 +9,7 @@ from kafkacodec._cursor cimport (Cursor, need, take, get_int8, get_int16, get_in
 from kafkacodec._writer cimport (Writer, ensure, reserve, store_u16, store_u32, store_u64,
                                  store_uvarint, varint_size, varlong_size)
 from kafkacodec._format cimport (BatchHeader, V2_HEADER_SIZE, V2_ATTRIBUTES_OFFSET,
-                                 V2_CRC_OFFSET, TIMESTAMP_LOG_APPEND, LOG_OVERHEAD)
+                                 V2_CRC_OFFSET, TIMESTAMP_LOG_APPEND, LOG_OVERHEAD, wrap_add)
 from kafkacodec._crc cimport kc_crc32c
 
 cdef struct V2Record:
@@ -169,7 +169,7 @@ cdef inline int64_t record_timestamp(const BatchHeader* h, const V2Record* rec) 
     # LogAppendTime: every record carries the batch MaxTimestamp (deltas are ignored).
     if h.timestamp_type == TIMESTAMP_LOG_APPEND:
         return h.max_timestamp
-    return <int64_t>(<uint64_t>h.base_timestamp + <uint64_t>rec.timestamp_delta)  # Java wrap, no UB
+    return wrap_add(h.base_timestamp, rec.timestamp_delta)
 
 cdef inline Py_ssize_t v2_record_body_size(int32_t offset_delta, int64_t timestamp_delta,
                                            int32_t key_length, int32_t value_length,
