@@ -35,7 +35,7 @@ from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, MAGIC_OFFSET, V2_HEA
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
 from kafkacodec._mapguard cimport check_read
 from kafkacodec._legacy cimport (LegacyMessage, inner_base_offset, next_inner_entry,
-                                 read_legacy_message)
+                                 read_legacy_message, inner_timestamp, inner_timestamp_type)
 from kafkacodec._v2 cimport (V2Record, read_control_type, read_v2_header, read_v2_record,
                              record_timestamp, v2_record_body_size, write_v2_batch_header,
                              write_v2_record)
@@ -847,11 +847,9 @@ cdef int decode_legacy(State* s, const unsigned char* entry, const BatchHeader* 
             ih.base_offset = h.base_offset
             check_crc(s, plain + cur.pos, &ih)
         if index >= s.skip_records and emit_legacy(
-                s, h, &b, -1 if inner.magic == 0 else h.timestamp_type,
+                s, h, &b, inner_timestamp_type(&inner, h.timestamp_type),
                 wrap_add(base, inner.offset),
-                -1 if inner.magic == 0 else (
-                    h.max_timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND else inner.timestamp),
-                &inner) == ENTRY_STOPPED:
+                inner_timestamp(&inner, h.timestamp_type, h.max_timestamp), &inner) == ENTRY_STOPPED:
             s.stop_index = index
             return ENTRY_STOPPED
         index += 1

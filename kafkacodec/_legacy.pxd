@@ -7,7 +7,7 @@ from kafkacodec._cursor cimport Cursor, need, take, get_int32, get_int64, load_u
 from kafkacodec._writer cimport Writer, ensure, store_u32, store_u64
 from kafkacodec._format cimport (LOG_OVERHEAD, MAGIC_OFFSET, V0_RECORD_OVERHEAD, SIZE_OFFSET,
                                  LEGACY_TIMESTAMP_OFFSET, TIMESTAMP_TYPE_MASK, COMPRESSION_MASK,
-                                 TIMESTAMP_LOG_APPEND, NO_TIMESTAMP, wrap_sub)
+                                 TIMESTAMP_LOG_APPEND, TIMESTAMP_NONE, NO_TIMESTAMP, wrap_sub)
 from kafkacodec._crc cimport kc_crc32
 
 cdef struct LegacyMessage:
@@ -137,10 +137,16 @@ cdef inline const char* inner_message_fault(const LegacyMessage* m) noexcept nog
         return b"inner message (compressed inside a compressed wrapper)"
     return NULL
 
+# LegacyRecord's rules for an inner message of a wrapper (every reader applies these two).
 cdef inline int64_t inner_timestamp(const LegacyMessage* m, int8_t wrapper_timestamp_type,
                                     int64_t wrapper_timestamp) noexcept nogil:
-    """LegacyRecord.timestamp() of an inner message: magic 0 has none; otherwise a
-    LogAppendTime wrapper's timestamp replaces the message's own."""
+    """timestamp(): magic 0 has none; otherwise a LogAppendTime wrapper's timestamp replaces
+    the message's own."""
     if m.magic == 0:
         return NO_TIMESTAMP
     return wrapper_timestamp if wrapper_timestamp_type == TIMESTAMP_LOG_APPEND else m.timestamp
+
+cdef inline int8_t inner_timestamp_type(const LegacyMessage* m,
+                                        int8_t wrapper_timestamp_type) noexcept nogil:
+    """timestampType(): none for magic 0, else the wrapper's."""
+    return TIMESTAMP_NONE if m.magic == 0 else wrapper_timestamp_type

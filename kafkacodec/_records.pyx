@@ -41,13 +41,13 @@ from kafkacodec._format cimport (
     FRAME_OK, LOG_OVERHEAD, SIZE_OFFSET, MAGIC_OFFSET,
     HEADER_SIZE_UP_TO_MAGIC, V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
     V2_RECORDS_COUNT_OFFSET, COMPRESSION_MASK, TRANSACTIONAL_FLAG, CONTROL_FLAG,
-    DELETE_HORIZON_FLAG, TIMESTAMP_LOG_APPEND, TIMESTAMP_NONE, NO_SEQUENCE, wrap_add,
+    DELETE_HORIZON_FLAG, NO_SEQUENCE, wrap_add,
     increment_sequence)
 from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_record_checked, scan_v2_record, \
     read_v2_header, read_control_type, \
-    read_end_txn_coordinator_epoch
+    read_end_txn_coordinator_epoch, record_timestamp
 from kafkacodec._legacy cimport LegacyMessage, read_legacy_message, next_inner_entry, \
-    inner_base_offset
+    inner_base_offset, inner_timestamp, inner_timestamp_type
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._compression cimport _Chunk, Decompressor, DEFAULT_MAX_DECOMPRESSED
 from kafkacodec._mapguard cimport Guard, KC_INTACT, ensure_handler, kc_guard_cut
@@ -383,8 +383,7 @@ cdef Record v2_record(const BatchHeader* h, const V2Record* rec, Py_ssize_t base
     then decoded as a counted user of the buffer."""
     cdef Record r = Record.__new__(Record)     # not GC-tracked: no collection runs here
     r.offset = wrap_add(h.base_offset, rec.offset_delta)
-    r.timestamp = (h.max_timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND
-                   else wrap_add(h.base_timestamp, rec.timestamp_delta))
+    r.timestamp = record_timestamp(h, rec)
     r._timestamp_type = h.timestamp_type
     r.sequence = sequence_of(h.base_sequence, rec.offset_delta)
     r._control_type = -1
@@ -944,8 +943,6 @@ cdef class _RecordIterator:
         """The next inner message of a decompressed v0/v1 wrapper (spec §4)."""
         cdef Py_ssize_t entry_size
         cdef LegacyMessage m
-        cdef int8_t timestamp_type
-        cdef int64_t timestamp
         cdef Record record
         if not next_inner_entry(&self._cur, &entry_size):
             self._end_batch()
@@ -957,17 +954,9 @@ cdef class _RecordIterator:
         if m.attributes & COMPRESSION_MASK:
             raise CorruptRecordError("compressed inner message inside a compressed wrapper",
                                      position=self._cur.pos + MAGIC_OFFSET + 1)
-        # LegacyRecord rules: magic 0 has no timestamp; otherwise the wrapper's type wins and
-        # a LogAppendTime wrapper's timestamp replaces the inner one.
-        if m.magic == 0:
-            timestamp_type = TIMESTAMP_NONE
-            timestamp = -1
-        else:
-            timestamp_type = self._h.timestamp_type
-            timestamp = (self._h.max_timestamp if timestamp_type == TIMESTAMP_LOG_APPEND
-                         else m.timestamp)
-        record = legacy_record(&m, wrap_add(self._inner_base, m.offset), timestamp_type,
-                               timestamp)
+        record = legacy_record(&m, wrap_add(self._inner_base, m.offset),
+                               inner_timestamp_type(&m, self._h.timestamp_type),
+                               inner_timestamp(&m, self._h.timestamp_type, self._h.max_timestamp))
         self._cur.pos += entry_size
         return record
 
