@@ -31,7 +31,8 @@ from kafkacodec._cursor cimport Cursor, cursor_init, load_u16, load_u32, load_u6
 from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, MAGIC_OFFSET, V2_HEADER_SIZE,
                                  V2_RECORDS_COUNT_OFFSET, CONTROL_FLAG, TRANSACTIONAL_FLAG,
                                  TIMESTAMP_LOG_APPEND, compute_crc, next_entry, wrap_add,
-                                 wrap_sub)
+                                 wrap_sub, SIZE_OFFSET, V2_ATTRIBUTES_OFFSET,
+                                 LEGACY_ATTRIBUTES_OFFSET, CODEC_LZ4, CODEC_ZSTD, CODEC_NONE)
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
 from kafkacodec._mapguard cimport check_read
 from kafkacodec._legacy cimport (LegacyMessage, inner_base_offset, next_inner_entry,
@@ -751,10 +752,11 @@ cdef int decode_v2(State* s, const unsigned char* entry, const BatchHeader* h) e
         raise_corrupt(&cur, b"v2 record count (negative)")
     if h.records_count == 0:                    # the records section is not examined
         return ENTRY_DONE
-    if h.compression > 4:
+    if h.compression > CODEC_ZSTD:
         with gil:
             raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
-                                              position=h.position + 21, offset=h.base_offset)
+                                              position=h.position + V2_ATTRIBUTES_OFFSET,
+                                              offset=h.base_offset)
     if (h.last_offset < s.start_offset or h.base_offset > s.last_offset
             or ((h.attributes & CONTROL_FLAG) and not s.keep_control)):
         return ENTRY_DONE
@@ -813,11 +815,11 @@ cdef int decode_legacy(State* s, const unsigned char* entry, const BatchHeader* 
     if not h.compression:
         s.stop_index = 0
         return emit_legacy(s, h, &b, h.timestamp_type, h.base_offset, m.timestamp, &m)
-    if h.compression > 3:
+    if h.compression > CODEC_LZ4:
         with gil:
             raise UnsupportedCompressionError(
                 f"compression type id {h.compression} is not allowed for magic {h.magic}",
-                position=h.position + 17, offset=h.base_offset)
+                position=h.position + LEGACY_ATTRIBUTES_OFFSET, offset=h.base_offset)
     if h.base_offset < s.start_offset:          # the wrapper offset is its last inner offset
         return ENTRY_DONE
     if m.value == NULL:
@@ -1056,10 +1058,10 @@ cdef class ArrowDecoder:
         """Where the entry a failed decode stopped in ends (as far as it was read)."""
         cdef Py_ssize_t at = self.s.pos
         cdef int32_t size
-        if end - at < 12:
+        if end - at < LOG_OVERHEAD:
             return end
-        size = <int32_t>load_u32(data + at + 8)
-        return min(end, at + 12 + size) if size >= 0 else min(end, at + <Py_ssize_t>V2_HEADER_SIZE)
+        size = <int32_t>load_u32(data + at + SIZE_OFFSET)
+        return min(end, at + LOG_OVERHEAD + size) if size >= 0 else min(end, at + <Py_ssize_t>V2_HEADER_SIZE)
 
     cdef object _decode(self, const unsigned char* data, Py_ssize_t start, Py_ssize_t end,
                         Py_ssize_t base):
@@ -1368,7 +1370,7 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
         headers = one_array(headers, "headers")
     if len(key) != n or ts.shape[0] != n or (headers is not None and len(headers) != n):
         raise ValueError("key, value, timestamp_ms and headers must have the same length")
-    if not 0 <= codec <= 4:
+    if not CODEC_NONE <= codec <= CODEC_ZSTD:
         raise UnsupportedCompressionError(f"unknown compression type id {codec}")
     if not 1 <= max_records <= INT32_MAX:
         raise ValueError(f"max_records must be within 1..2**31-1, got {max_records}")

@@ -17,7 +17,8 @@ from kafkacodec._writer cimport Writer, WriteBuffer, writer_grow, put_bytes
 from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, SIZE_OFFSET,
                                  V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
                                  CONTROL_FLAG, TIMESTAMP_TYPE_MASK, TIMESTAMP_LOG_APPEND,
-                                 NO_TIMESTAMP, wrap_add)
+                                 NO_TIMESTAMP, V2_RECORDS_COUNT_OFFSET, CODEC_NONE, CODEC_LZ4,
+                                 CODEC_ZSTD, wrap_add)
 from kafkacodec._v2 cimport V2Record, read_v2_record, record_timestamp
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
                                  next_inner_entry, inner_base_offset, inner_message_fault,
@@ -33,10 +34,6 @@ from kafkacodec.errors import (CorruptRecordError, KafkaCodecError, UnsupportedC
                                UnsupportedVersionError)
 
 kc_crc_init()                        # kc_crc.h is header-only: this module's own tables
-
-cdef enum:
-    CODEC_NONE = 0
-    CODEC_ZSTD = 4
 
 __all__ = ["DownConverter", "RecordConversionStats", "ConvertedRecords", "down_convert",
            "first_entry_above", "records_buffer", "release_file_pages"]
@@ -196,7 +193,7 @@ cdef class DownConverter:
 
     @zstd_codec.setter
     def zstd_codec(self, int codec):
-        if not -1 <= codec <= 3:
+        if not -1 <= codec <= CODEC_LZ4:
             raise ValueError(f"zstd_codec must be -1 (refuse), 0 (none), 1 (gzip), 2 (snappy) "
                              f"or 3 (lz4), got {codec}")
         self.zstd_codec = codec
@@ -305,7 +302,8 @@ cdef class DownConverter:
             # (decompressed), and a batch of none is not read at all
             if h.records_count < 0:
                 raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
-                                         position=h.position + 57, offset=h.base_offset)
+                                         position=h.position + V2_RECORDS_COUNT_OFFSET,
+                                         offset=h.base_offset)
             if h.records_count == 0:
                 return 0
         if h.compression == CODEC_NONE:
@@ -412,7 +410,8 @@ cdef class DownConverter:
         cdef int32_t i
         if h.records_count < 0:
             raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
-                                     position=h.position + 57, offset=h.base_offset)
+                                     position=h.position + V2_RECORDS_COUNT_OFFSET,
+                                     offset=h.base_offset)
         if not standalone:
             inner.length = 0
         cursor_init(&cur, plain, plain_size, h.position)

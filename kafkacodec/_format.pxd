@@ -6,7 +6,8 @@ from kafkacodec._cursor cimport (Cursor, need, get_int8, get_int16, get_int32, g
                                  get_uint32, load_u32, load_u16, raise_corrupt)
 from kafkacodec._crc cimport kc_crc32c, kc_crc32
 
-cdef enum:
+# cpdef: the Python layers read these from kafkacodec._format too (one definition).
+cpdef enum:
     # Log entry framing (all magics): [offset int64][size int32] then the entry.
     LOG_OVERHEAD = 12
     SIZE_OFFSET = 8
@@ -37,6 +38,12 @@ cdef enum:
     TRANSACTIONAL_FLAG = 0x10      # v2
     CONTROL_FLAG = 0x20            # v2
     DELETE_HORIZON_FLAG = 0x40     # v2, KIP-534
+    # codec ids (attributes & COMPRESSION_MASK; Kafka's CompressionType; 5-7 are none)
+    CODEC_NONE = 0
+    CODEC_GZIP = 1
+    CODEC_SNAPPY = 2
+    CODEC_LZ4 = 3
+    CODEC_ZSTD = 4                 # v2 only
     # sentinels
     NO_TIMESTAMP = -1
     NO_PRODUCER_ID = -1
@@ -177,7 +184,7 @@ cdef inline void parse_entry_header(const unsigned char* p, Py_ssize_t size, Py_
         h.producer_id = NO_PRODUCER_ID
         h.producer_epoch = NO_PRODUCER_EPOCH
         h.base_sequence = NO_SEQUENCE
-        h.records_count = 1 if h.compression == 0 else -1
+        h.records_count = 1 if h.compression == CODEC_NONE else -1
         if h.magic == 1 and size >= LOG_OVERHEAD + V1_RECORD_OVERHEAD:
             c.pos = LEGACY_TIMESTAMP_OFFSET
             h.max_timestamp = get_int64(&c)

@@ -16,7 +16,8 @@ from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int
                                  store_u64)
 from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, V2_HEADER_SIZE,
                                  CONTROL_FLAG, TRANSACTIONAL_FLAG, DELETE_HORIZON_FLAG,
-                                 TIMESTAMP_LOG_APPEND, wrap_add, wrap_sub, increment_sequence)
+                                 TIMESTAMP_LOG_APPEND, wrap_add, wrap_sub, increment_sequence,
+                                 CODEC_NONE, CODEC_ZSTD)
 from kafkacodec._v2 cimport V2Record, read_v2_record, write_v2_record, write_v2_batch_header
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
                                  next_inner_entry, inner_base_offset, inner_message_fault)
@@ -96,7 +97,7 @@ cdef RawBytesBatchRecord make_record(const BatchHeader* h, object value, bint tr
     r.value = value
     r.offset = h.last_offset
     r.magic = h.magic
-    if h.compression > 4:  # ids 5-7 are not codecs: refuse instead of an enum ValueError
+    if h.compression > CODEC_ZSTD:  # ids 5-7 are not codecs: refuse instead of an enum ValueError
         raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
                                           position=h.position, offset=h.base_offset)
     r.compression = Compression(h.compression)
@@ -112,7 +113,7 @@ cdef RawBytesBatchRecord make_record(const BatchHeader* h, object value, bint tr
         r.record_count = h.records_count
         r.is_transactional = (h.attributes & TRANSACTIONAL_FLAG) != 0
         r.is_control = (h.attributes & CONTROL_FLAG) != 0
-    elif h.compression == 0:
+    elif h.compression == CODEC_NONE:
         r.base_offset = h.base_offset
         r.record_count = 1
     else:
@@ -156,7 +157,7 @@ def shallow_records(records, fetch_offset=None):
 cdef inline bint needs_trim(const BatchHeader* h, int64_t fetch_offset) noexcept:
     if h.magic >= 2:
         return h.base_offset < fetch_offset and h.records_count > 0 and not (h.attributes & CONTROL_FLAG)
-    return h.compression != 0      # a compressed wrapper's first offset is inside it
+    return h.compression != CODEC_NONE     # a compressed wrapper's first offset is inside it
 
 
 def trim_batch(batch, int64_t fetch_offset):
@@ -499,7 +500,7 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
                             f"a magic {h.magic} batch cannot be sent in ProduceRequest v3+ "
                             f"(partition {name}-{plan.index})",
                             position=part.records_position + h.position, offset=h.base_offset)
-                    if h.compression == 4 and api_version < 7:
+                    if h.compression == CODEC_ZSTD and api_version < 7:
                         raise UnsupportedCompressionError(
                             f"zstd batches need ProduceRequest v7+ (partition {name}-{plan.index})",
                             position=part.records_position + h.position, offset=h.base_offset)

@@ -42,7 +42,7 @@ from kafkacodec._format cimport (
     HEADER_SIZE_UP_TO_MAGIC, V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
     V2_RECORDS_COUNT_OFFSET, COMPRESSION_MASK, TRANSACTIONAL_FLAG, CONTROL_FLAG,
     DELETE_HORIZON_FLAG, NO_SEQUENCE, wrap_add,
-    increment_sequence)
+    increment_sequence, CODEC_NONE, CODEC_ZSTD, V2_ATTRIBUTES_OFFSET)
 from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_record_checked, scan_v2_record, \
     read_v2_header, read_control_type, \
     read_end_txn_coordinator_epoch, record_timestamp
@@ -427,10 +427,10 @@ cdef Record legacy_record(const LegacyMessage* m, int64_t offset, int8_t timesta
 
 
 cdef int check_legacy_codec(const BatchHeader* h) except -1:
-    if h.compression == 4:
+    if h.compression == CODEC_ZSTD:
         raise UnsupportedCompressionError(f"zstd compression is not allowed for magic {h.magic}",
                                           position=h.position + MAGIC_OFFSET + 1)
-    if h.compression > 4:
+    if h.compression > CODEC_ZSTD:
         raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
                                           position=h.position + MAGIC_OFFSET + 1)
     return 0
@@ -490,7 +490,7 @@ cdef class RecordBatch:
     @property
     def base_offset(self):
         """v2 BaseOffset; legacy: the first record's offset (decompresses a wrapper once)."""
-        if self.h.magic >= 2 or self.h.compression == 0:
+        if self.h.magic >= 2 or self.h.compression == CODEC_NONE:
             return self.h.base_offset
         if self._base_offset is None:
             for record in self:                 # as Kafka: the first inner record's offset
@@ -514,13 +514,13 @@ cdef class RecordBatch:
     def record_count(self):
         """v2 RecordsCount; 1 for an uncompressed legacy message; None for a legacy compressed
         wrapper (Kafka's countOrNull: unknown without decompressing)."""
-        if self.h.magic >= 2 or self.h.compression == 0:
+        if self.h.magic >= 2 or self.h.compression == CODEC_NONE:
             return self.h.records_count
         return None
 
     @property
     def compression(self):
-        if self.h.compression > 4:
+        if self.h.compression > CODEC_ZSTD:
             raise UnsupportedCompressionError(f"unknown compression type id {self.h.compression}",
                                               position=self.h.position, offset=self.h.base_offset)
         return _COMPRESSIONS[self.h.compression]
@@ -844,14 +844,15 @@ cdef class _RecordIterator:
                 raise CorruptRecordError(f"invalid record count {h.records_count} (negative)",
                                          position=h.position + V2_RECORDS_COUNT_OFFSET)
             self._data_position = h.position + V2_HEADER_SIZE
-            if h.compression == 0:
+            if h.compression == CODEC_NONE:
                 cursor_init(&self._cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE,
                             self._data_position)
             elif h.records_count == 0:   # count 0: the records section is not examined
                 return None
-            elif h.compression > 4:
+            elif h.compression > CODEC_ZSTD:
                 raise UnsupportedCompressionError(
-                    f"unknown compression type id {h.compression}", position=h.position + 22)
+                    f"unknown compression type id {h.compression}",
+                    position=h.position + V2_ATTRIBUTES_OFFSET + 1)
             else:
                 data = self._decompress(2, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE,
                                         &size)
@@ -862,7 +863,7 @@ cdef class _RecordIterator:
             raise UnsupportedVersionError(f"unknown magic {h.magic}",
                                           position=h.position + MAGIC_OFFSET)
         read_legacy_message(entry, h.size, h.position, &wrapper)
-        if h.compression == 0:
+        if h.compression == CODEC_NONE:
             record = legacy_record(&wrapper, h.base_offset, h.timestamp_type, h.max_timestamp)
             self._buf.check_cut(h.position + h.size, h.position, h.base_offset)
             return record
