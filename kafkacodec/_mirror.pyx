@@ -8,7 +8,7 @@ never decompressed except to trim the one batch that straddles the fetch offset.
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint64_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint64_t, INT32_MIN, INT32_MAX
 from libc.string cimport memcpy
 
 from kafkacodec._cursor cimport Cursor, cursor_init, raise_corrupt
@@ -194,7 +194,7 @@ cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_of
     cdef Py_ssize_t section_size = h.size - V2_HEADER_SIZE
     cdef object plain = None, body
     cdef int32_t i, kept = 0, first_delta = 0
-    cdef int64_t timestamp, max_timestamp = -1, new_base_timestamp = 0
+    cdef int64_t timestamp, delta, max_timestamp = -1, new_base_timestamp = 0
     cdef bint horizon = (h.attributes & DELETE_HORIZON_FLAG) != 0
     cdef WriteBuffer records = WriteBuffer(section_size + 64)
     cdef BatchHeader out
@@ -221,10 +221,12 @@ cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_of
         if timestamp > max_timestamp:
             max_timestamp = timestamp
         kept += 1
-        # a kept record is at or after the fetch offset, past the base offset: both deltas
-        # are in (0, 2^31), so is their difference
-        write_v2_record(&records.w, rec.offset_delta - first_delta,
-                        wrap_sub(timestamp, new_base_timestamp),
+        # deltas from the first kept record; offsets that wrapped past 2^63-1 can be kept
+        # more than an int32 apart, which no batch can hold
+        delta = <int64_t>rec.offset_delta - first_delta
+        if delta < INT32_MIN or delta > INT32_MAX:
+            raise_corrupt(&cur, b"record offset delta (over 2^31-1 from the first one kept)")
+        write_v2_record(&records.w, <int32_t>delta, wrap_sub(timestamp, new_base_timestamp),
                         rec.key, rec.key_length, rec.value, rec.value_length,
                         rec.headers, rec.headers_size, rec.header_count)
     if cur.pos != cur.end:

@@ -110,6 +110,18 @@ def test_offsets_and_timestamps_wrap_below_int64_min_as_java_longs():
     assert trimmed(WRAP_DOWN, INT64_MAX) == [expected[1]]
 
 
+def test_a_trimmed_batch_refuses_kept_offsets_no_int32_delta_reaches():
+    # base 2^63 - 5 below the fetch offset 2^63 - 5 + 5: delta -10 wraps to 2^63 - 5 - 10
+    # kept, delta 2^31 - 1 kept too: 2^31 + 9 apart (before: the int32 difference overflowed,
+    # undefined behaviour, and the trimmed batch read other offsets)
+    batch = v2_batch(INT64_MIN + 5, 0, [(-10, 0, b"a", b"0"), (2**31 - 1, 0, b"b", b"1")],
+                     last_offset_delta=2**31 - 1)
+    assert [o for o, _, _ in records_of(batch)] == [INT64_MAX - 4, INT64_MIN + 5 + 2**31 - 1]
+    with pytest.raises(CorruptRecordError, match="offset delta"):
+        trim_batch(batch, INT64_MIN + 10)
+    differential.trim_agrees(batch)
+
+
 def test_legacy_inner_offsets_wrap_as_java_longs():
     base = java_long(INT64_MAX - (-(2**62) + 2))           # the wrapper offset is the last one
     expected = [(java_long(base - 2**62 + i), 5, 0) for i in range(3)]
