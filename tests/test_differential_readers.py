@@ -187,6 +187,29 @@ def test_the_hostile_cases_are_corrupt(name):
         records_of(_harness.fix_crcs(CASES[name]))
 
 
+def test_a_negative_records_count_is_refused_before_decompressing_in_every_reader():
+    # a gzip section of garbage: a reader that decompressed first would fail inside the stream
+    from test_ring_differential import v2_batch as built
+    batch = bytearray(with_count(built(3, "gzip"), -1))
+    batch[61:] = (b"\x1f\x8b not gzip at all" + bytes(len(batch)))[:len(batch) - 61]
+    data = _harness.fix_crcs(bytes(batch))
+    frame = _harness.fetch_frame(data)
+    ring = differential.api("kafkacodec.ResponseRingBuffer")(len(frame) + 64)
+    ring.feed(frame)
+    readers = {
+        "MemoryRecords": lambda: list(MemoryRecords(data).records()),
+        "ArrowDecoder": lambda: differential.api("kafkacodec._arrow.ArrowDecoder")("t", 0).decode(data, 0),
+        "ring": lambda: list(ring.next_response().records(4)),
+        "down_convert": lambda: down_convert(data, 1),
+    }
+    for name, read in readers.items():
+        with pytest.raises(CorruptRecordError) as raised:
+            read()
+        at = frame.find(data) - 4 if name == "ring" else 0   # the ring: the response's byte
+        assert raised.value.position == at + 57, (name, raised.value)   # the RecordsCount field
+    ring.close()
+
+
 @pytest.mark.parametrize("timestamp", [55555, -5])
 def test_magic0_messages_in_a_log_append_wrapper_have_no_timestamp(timestamp):
     data = magic0_in_log_append_wrapper(timestamp)
