@@ -39,7 +39,7 @@ from libc.string cimport memcmp, memcpy, memset
 from kafkacodec._crc cimport kc_crc32, kc_crc_init
 from kafkacodec._cursor cimport load_u32 as be32, load_le32 as le32
 from kafkacodec._writer cimport store_u32 as put_be32, store_le32 as put_le32
-from kafkacodec._format cimport (CODEC_GZIP as GZIP, CODEC_SNAPPY as SNAPPY, CODEC_LZ4 as LZ4,
+from kafkacodec._format cimport (CODEC_NONE, CODEC_GZIP as GZIP, CODEC_SNAPPY as SNAPPY, CODEC_LZ4 as LZ4,
                                  CODEC_ZSTD as ZSTD)
 
 import threading
@@ -164,7 +164,7 @@ cdef inline object view_of(const unsigned char* p, Py_ssize_t n, int flags):
 
 
 cdef int check_codec(int codec, int magic) except -1:
-    if codec == 0:
+    if codec == CODEC_NONE:
         raise ValueError("compression none (0) is not a container: there is nothing to "
                          "compress or decompress")
     if codec < 0 or codec > ZSTD:

@@ -200,7 +200,7 @@ cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_of
     cdef BatchHeader out
     cdef bytes result
     cdef Py_ssize_t position = h.position + V2_HEADER_SIZE
-    if h.compression != 0:
+    if h.compression != CODEC_NONE:
         plain = decompress(h.compression, 2, section, section_size, DEFAULT_MAX_DECOMPRESSED)
         section = <const unsigned char*>PyBytes_AS_STRING(plain)
         section_size = len(plain)
@@ -235,7 +235,7 @@ cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_of
         return None
     if kept == h.records_count:
         return True                  # nothing before the fetch offset: keep the batch as is
-    if h.compression != 0:
+    if h.compression != CODEC_NONE:
         body = compress(h.compression, 2, records.w.buf, records.w.length, LEVEL_DEFAULT)
     else:
         body = records

@@ -1066,7 +1066,7 @@ cdef int index_rows(const unsigned char* data, Py_ssize_t size, Py_ssize_t start
         row.size_in_bytes = entry_size
         row.last_offset = h.last_offset
         row.max_timestamp = h.max_timestamp
-        if h.magic < 2 and h.compression != 0:
+        if h.magic < 2 and h.compression != CODEC_NONE:
             row.base_offset = -1
             row.records_count = -1
         else:
