@@ -39,8 +39,8 @@ from libc.string cimport memcmp, memcpy, memset
 from kafkacodec._crc cimport kc_crc32, kc_crc_init
 from kafkacodec._cursor cimport load_u32 as be32, load_le32 as le32
 from kafkacodec._writer cimport store_u32 as put_be32, store_le32 as put_le32
-from kafkacodec._format cimport (CODEC_NONE, CODEC_GZIP as GZIP, CODEC_SNAPPY as SNAPPY, CODEC_LZ4 as LZ4,
-                                 CODEC_ZSTD as ZSTD)
+from kafkacodec._format cimport (CODEC_NONE, CODEC_GZIP as GZIP, CODEC_SNAPPY as SNAPPY,
+                                 CODEC_LZ4 as LZ4, CODEC_ZSTD as ZSTD)
 
 import threading
 

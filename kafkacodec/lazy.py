@@ -30,8 +30,8 @@ from kafkacodec._convert import (
     records_buffer,
 )
 from kafkacodec._crc import crc32, crc32c
-from kafkacodec._format import (LOG_OVERHEAD, MAGIC_OFFSET, V0_RECORD_OVERHEAD, V2_ATTRIBUTES_OFFSET,
-                                V2_HEADER_SIZE)
+from kafkacodec._format import (LOG_OVERHEAD, MAGIC_OFFSET, SIZE_OFFSET, V0_RECORD_OVERHEAD,
+                                V2_ATTRIBUTES_OFFSET, V2_HEADER_SIZE)
 from kafkacodec._inuse import InUse
 from kafkacodec._mapguard import check_read
 from kafkacodec._records import FileRecords, MemoryRecords
@@ -216,7 +216,7 @@ class _Chunks:
             consumed = self.converter.convert(data, max_bytes, -1, position)
             if consumed == 0 and data.nbytes < left and data.nbytes >= LOG_OVERHEAD:
                 # The first entry is larger than the window (and at most `big`): read it whole.
-                entry = LOG_OVERHEAD + struct.unpack_from(">i", data, 8)[0]
+                entry = LOG_OVERHEAD + struct.unpack_from(">i", data, SIZE_OFFSET)[0]
                 if entry <= left:
                     consumed = self.converter.convert(source.window(position, entry), -1, 1, position)
         output, temp, converted = self.converter.take(self.again)
@@ -227,7 +227,8 @@ class _Chunks:
         left = self.source.size - position
         if left < LOG_OVERHEAD:
             return 0
-        entry: int = LOG_OVERHEAD + struct.unpack_from(">i", self.source.window(position, LOG_OVERHEAD), 8)[0]
+        head = self.source.window(position, LOG_OVERHEAD)
+        entry: int = LOG_OVERHEAD + struct.unpack_from(">i", head, SIZE_OFFSET)[0]
         return entry if LOG_OVERHEAD + V0_RECORD_OVERHEAD <= entry <= left else 0
 
     def _check_big_entry(self, position: int) -> int:
@@ -246,7 +247,8 @@ class _Chunks:
             raise RecordTooLargeError(
                 f"entry of {entry} bytes is larger than max_entry_size ({self.max_entry_size} bytes)",
                 position=position, offset=offset)
-        crc, start, kind = (crc32c, V2_ATTRIBUTES_OFFSET, "CRC-32C") if magic == 2 else (crc32, MAGIC_OFFSET, "CRC-32")
+        crc, start, kind = ((crc32c, V2_ATTRIBUTES_OFFSET, "CRC-32C") if magic == 2
+                            else (crc32, MAGIC_OFFSET, "CRC-32"))
         computed = 0
         done = start
         while done < entry:
@@ -418,7 +420,7 @@ class LazyDownConvertRecords:
                 left = source.size - position
                 if data.nbytes >= left or data.nbytes < MAGIC_OFFSET + 1:
                     return None
-                entry = LOG_OVERHEAD + struct.unpack_from(">i", data, 8)[0]
+                entry = LOG_OVERHEAD + struct.unpack_from(">i", data, SIZE_OFFSET)[0]
                 if entry > left:
                     return None                 # a partial trailing entry
                 if data[MAGIC_OFFSET] > self.to_magic:
