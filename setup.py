@@ -58,7 +58,8 @@ class BuildExt(build_ext):
             ext.extra_compile_args += ["-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]
             if SANITIZE:
                 flags = [f"-fsanitize={SANITIZE}", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
-                ext.extra_compile_args += flags
+                # Python's CFLAGS carry -fwrapv, under which UBSan cannot see a signed overflow
+                ext.extra_compile_args += flags + ["-fno-wrapv"]
                 ext.extra_link_args += flags
         self.parallel = self.parallel or os.cpu_count()
         super().build_extensions()

@@ -13,6 +13,8 @@ value, headers, control flag), the readers must agree with `MemoryRecords.record
 - `down_convert` to magic 1 and 0, decoded again: when the source reads cleanly, exactly the
   source's data records as that magic holds them (no headers; magic 0: no timestamps);
   `LazyDownConvertRecords` (write_to) gives a prefix of that, cut where its committed size ends;
+- the mirror's `trim_batch` at a fetch offset inside an entry: the batch it writes reads as
+  the entry's records at or after that offset, or it raises the same error class;
 - kafka-python and aiokafka (its pure-Python reader) as independent references, where they
   accept the input: the same data records.
 
@@ -28,7 +30,7 @@ import struct
 import tempfile
 from typing import Any, Callable
 
-from _harness import Missing, Target, api, entry_spans, fetch_frame, hostile, rng_of
+from _harness import Missing, Target, api, codec_of, entry_spans, fetch_frame, hostile, rng_of
 from kafkacodec.errors import KafkaCodecError
 
 Rec = tuple                      # (offset, ts, ts_type, key, value, headers, is_control)
@@ -194,9 +196,12 @@ def _short(record: Rec) -> str:
 # --- targets -------------------------------------------------------------------------------
 
 def readers(data: bytes) -> None:
+    readers_agree(hostile(data, rng_of(data)))
+
+
+def readers_agree(data: bytes) -> None:
     """MemoryRecords records()/batches, FileRecords, ArrowDecoder and the ring agree (none of
     them checks checksums here: records() does not)."""
-    data = hostile(data, rng_of(data))
     expected = memory_records(data)
     expect_same("MemoryRecords batches", expected, memory_batches(data), data)
     flat, nested = file_records(data)
@@ -254,7 +259,12 @@ def down_convert(data: bytes) -> None:
     """down_convert (eager) and LazyDownConvertRecords, decoded again, against what Kafka's
     conversion rules give for a source that reads cleanly."""
     rng = rng_of(data, "convert")
-    data = hostile(data, rng)
+    down_convert_agrees(hostile(data, rng), rng)
+
+
+def down_convert_agrees(data: bytes, rng: Any) -> None:
+    """down_convert and LazyDownConvertRecords of `data` (a hostile record set; `rng` picks
+    the lazy chunk sizes) against Kafka's conversion rules."""
     if memory_records(data)[1] is not None:
         return                # entries at or below the target are copied, errors and all
     convert = api("kafkacodec.down_convert")
@@ -296,6 +306,55 @@ def down_convert(data: bytes) -> None:
         if expected_error is None and len(converted) <= lazy.size_in_bytes and lazy_got != expected:
             raise AssertionError(f"lazy conversion to {to_magic} lost records it had room for: "
                                  f"{len(lazy_got)} of {len(expected)}: {data.hex()}")
+
+
+def mirror_trim(data: bytes) -> None:
+    trim_agrees(hostile(data, rng_of(data, "trim")))
+
+
+def trim_agrees(data: bytes) -> None:
+    """The mirror's trim_batch, for a fetch offset inside each entry: the new batch it writes
+    reads as the entry's records at or after that offset (MemoryRecords), or it raises the
+    error class MemoryRecords raises for the entry.  A batch passed through untouched, or one
+    that ends before the offset (a fetch never returns it), has nothing to compare; nor has an
+    entry whose codec id is none (5-7): a RawBytesBatchRecord names its codec, so the shallow
+    path refuses it whatever its records."""
+    MemoryRecords = api("kafkacodec.MemoryRecords")
+    trim_batch = api("kafkacodec.mirror.trim_batch")
+    for start, end in entry_spans(data):
+        entry = data[start:end]
+        if codec_of(entry) > 4:
+            continue
+        expected, error = memory_records(entry)
+        try:
+            last = next(iter(MemoryRecords(entry).batches())).last_offset
+        except (KafkaCodecError, StopIteration):
+            continue                    # not a batch the framing accepts alone
+        offsets = sorted({r[0] for r in expected})
+        first = struct.unpack_from(">q", entry)[0]
+        for fetch in {*offsets[1:3], first + 1 if first < 2**63 - 1 else first}:
+            try:
+                trimmed = trim_batch(entry, fetch)
+            except KafkaCodecError as exc:
+                got: Outcome = ([], type(exc))
+            else:
+                if trimmed is None and last < fetch:
+                    continue
+                if trimmed is not None and bytes(trimmed.value) == entry:
+                    continue
+                got = ([], None) if trimmed is None else memory_records(bytes(trimmed.value))
+            want = ([r for r in expected if r[0] >= fetch], error)
+            if error is None and entry[16] >= 2 and _beyond_int32(want[0]):
+                want = ([], api("kafkacodec.CorruptRecordError"))   # a new batch cannot hold them
+            expect_same(f"trim_batch at offset {fetch}", want, got, entry,
+                        records_on_error=False)
+
+
+def _beyond_int32(records: list[Rec]) -> bool:
+    """Whether a kept record's offset is more than an int32 delta from the first one kept
+    (offsets that wrapped as Java longs; a v2 batch holds int32 deltas)."""
+    return any(not -2**31 <= (r[0] - records[0][0] + 2**63) % 2**64 - 2**63 < 2**31
+               for r in records)
 
 
 def _first_difference(got: list, expected: list) -> str:
@@ -363,4 +422,5 @@ TARGETS: dict[str, Target] = {
     "readers": Target(readers, "records"),
     "down_convert": Target(down_convert, "records"),
     "references": Target(references, "records"),
+    "mirror_trim": Target(mirror_trim, "records"),
 }

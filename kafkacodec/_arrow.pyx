@@ -30,11 +30,13 @@ from kafkacodec._crc cimport kc_crc32c, kc_crc_init
 from kafkacodec._cursor cimport Cursor, cursor_init, load_u16, load_u32, load_u64, raise_corrupt, remaining
 from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, MAGIC_OFFSET, V2_HEADER_SIZE,
                                  V2_RECORDS_COUNT_OFFSET, CONTROL_FLAG, TRANSACTIONAL_FLAG,
-                                 TIMESTAMP_LOG_APPEND, compute_crc, next_entry)
+                                 TIMESTAMP_LOG_APPEND, compute_crc, next_entry, wrap_add,
+                                 wrap_sub, SIZE_OFFSET, V2_ATTRIBUTES_OFFSET,
+                                 LEGACY_ATTRIBUTES_OFFSET, CODEC_LZ4, CODEC_ZSTD, CODEC_NONE)
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
 from kafkacodec._mapguard cimport check_read
 from kafkacodec._legacy cimport (LegacyMessage, inner_base_offset, next_inner_entry,
-                                 read_legacy_message)
+                                 read_legacy_message, inner_timestamp, inner_timestamp_type)
 from kafkacodec._v2 cimport (V2Record, read_control_type, read_v2_header, read_v2_record,
                              record_timestamp, v2_record_body_size, write_v2_batch_header,
                              write_v2_record)
@@ -713,8 +715,7 @@ cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
     try:
         for i in range(min(s.skip_records, <Py_ssize_t>h.records_count), h.records_count):
             read_v2_record(cur, &rec)
-            # Java long arithmetic: a hostile delta wraps
-            offset = <int64_t>(<uint64_t>h.base_offset + <uint64_t><int64_t>rec.offset_delta)
+            offset = wrap_add(h.base_offset, rec.offset_delta)
             if b.skip or not (s.start_offset <= offset and offset <= s.last_offset):
                 continue
             # the bound first (cheap); the exact size only near the limit
@@ -793,10 +794,11 @@ cdef int decode_v2(State* s, const unsigned char* entry, const BatchHeader* h) e
         raise_corrupt(&cur, b"v2 record count (negative)")
     if h.records_count == 0:                    # the records section is not examined
         return ENTRY_DONE
-    if h.compression > 4:
+    if h.compression > CODEC_ZSTD:
         with gil:
             raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
-                                              position=h.position + 21, offset=h.base_offset)
+                                              position=h.position + V2_ATTRIBUTES_OFFSET,
+                                              offset=h.base_offset)
     if (h.last_offset < s.start_offset or h.base_offset > s.last_offset
             or ((h.attributes & CONTROL_FLAG) and not s.keep_control)):
         return ENTRY_DONE
@@ -855,11 +857,11 @@ cdef int decode_legacy(State* s, const unsigned char* entry, const BatchHeader* 
     if not h.compression:
         s.stop_index = 0
         return emit_legacy(s, h, &b, h.timestamp_type, h.base_offset, m.timestamp, &m)
-    if h.compression > 3:
+    if h.compression > CODEC_LZ4:
         with gil:
             raise UnsupportedCompressionError(
                 f"compression type id {h.compression} is not allowed for magic {h.magic}",
-                position=h.position + 17, offset=h.base_offset)
+                position=h.position + LEGACY_ATTRIBUTES_OFFSET, offset=h.base_offset)
     if h.base_offset < s.start_offset:          # the wrapper offset is its last inner offset
         return ENTRY_DONE
     if m.value == NULL:
@@ -889,11 +891,9 @@ cdef int decode_legacy(State* s, const unsigned char* entry, const BatchHeader* 
             ih.base_offset = h.base_offset
             check_crc(s, plain + cur.pos, &ih)
         if index >= s.skip_records and emit_legacy(
-                s, h, &b, -1 if inner.magic == 0 else h.timestamp_type,
-                <int64_t>(<uint64_t>base + <uint64_t>inner.offset),       # wraps as Java longs
-                -1 if inner.magic == 0 else (
-                    h.max_timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND else inner.timestamp),
-                &inner) == ENTRY_STOPPED:
+                s, h, &b, inner_timestamp_type(&inner, h.timestamp_type),
+                wrap_add(base, inner.offset),
+                inner_timestamp(&inner, h.timestamp_type, h.max_timestamp), &inner) == ENTRY_STOPPED:
             s.stop_index = index
             return ENTRY_STOPPED
         index += 1
@@ -1100,10 +1100,10 @@ cdef class ArrowDecoder:
         """Where the entry a failed decode stopped in ends (as far as it was read)."""
         cdef Py_ssize_t at = self.s.pos
         cdef int32_t size
-        if end - at < 12:
+        if end - at < LOG_OVERHEAD:
             return end
-        size = <int32_t>load_u32(data + at + 8)
-        return min(end, at + 12 + size) if size >= 0 else min(end, at + <Py_ssize_t>V2_HEADER_SIZE)
+        size = <int32_t>load_u32(data + at + SIZE_OFFSET)
+        return min(end, at + LOG_OVERHEAD + size) if size >= 0 else min(end, at + <Py_ssize_t>V2_HEADER_SIZE)
 
     cdef object _decode(self, const unsigned char* data, Py_ssize_t start, Py_ssize_t end,
                         Py_ssize_t base):
@@ -1368,11 +1368,6 @@ cdef int32_t row_bytes(const ArrowBinary* c, Py_ssize_t i, const unsigned char**
     return <int32_t>size
 
 
-cdef inline int64_t wrap_sub(int64_t a, int64_t b) noexcept nogil:
-    # Java long arithmetic: a timestamp delta wraps (a reader's base + delta gives it back).
-    return <int64_t>(<uint64_t>a - <uint64_t>b)
-
-
 def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t batch_bytes=16384,
               Py_ssize_t max_records=1 << 20, int64_t base_offset=0, int level=LEVEL_DEFAULT,
               offsets=None):
@@ -1417,7 +1412,7 @@ def encode_v2(key, value, timestamp_ms, headers=None, *, int codec=0, Py_ssize_t
         headers = one_array(headers, "headers")
     if len(key) != n or ts.shape[0] != n or (headers is not None and len(headers) != n):
         raise ValueError("key, value, timestamp_ms and headers must have the same length")
-    if not 0 <= codec <= 4:
+    if not CODEC_NONE <= codec <= CODEC_ZSTD:
         raise UnsupportedCompressionError(f"unknown compression type id {codec}")
     if not 1 <= max_records <= INT32_MAX:
         raise ValueError(f"max_records must be within 1..2**31-1, got {max_records}")

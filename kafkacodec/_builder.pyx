@@ -37,10 +37,11 @@ from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
 from kafkacodec._prefetch cimport kc_prefetch
 from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_bytes, reserve, store_u16,
-                                 store_u32, store_uvarint, varint_size)
+                                 store_u32, store_varint, varint_size)
 from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, V2_HEADER_SIZE, V0_RECORD_OVERHEAD,
                                  V1_RECORD_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG,
-                                 CONTROL_FLAG, DELETE_HORIZON_FLAG, NO_TIMESTAMP)
+                                 CONTROL_FLAG, DELETE_HORIZON_FLAG, NO_TIMESTAMP, CODEC_NONE,
+                                 wrap_sub)
 from kafkacodec._v2 cimport write_v2_record, write_v2_batch_header, v2_record_body_size
 from kafkacodec._legacy cimport write_legacy_message, legacy_message_size
 from kafkacodec._compression cimport compress
@@ -56,7 +57,6 @@ cdef extern from "Python.h":
 kc_crc_init()
 
 cdef enum:
-    CODEC_NONE = 0
     KAFKA_DEFAULT_LEVEL = -1     # _compression's LEVEL_DEFAULT: Kafka's default for the codec
 
 # Kafka estimates a compressed batch as uncompressed size x ratio (1.0 at first) x 1.05.
@@ -347,10 +347,10 @@ cdef int32_t encode_headers(Writer* w, object headers) except -1:
         try:
             ensure(w, 10 + key_size + 5 + (value.length if value.length > 0 else 0))
             p = w.buf + w.length
-            p = store_uvarint(p, <uint32_t>key_size << 1)
+            p = store_varint(p, <int32_t>key_size)
             memcpy(p, key, key_size)
             p += key_size
-            p = store_uvarint(p, (<uint32_t>value.length << 1) ^ <uint32_t>(<int32_t>value.length >> 31))
+            p = store_varint(p, <int32_t>value.length)
             if value.length > 0:
                 memcpy(p, value.data, value.length)
                 p += value.length
@@ -384,11 +384,6 @@ cdef int64_t check_timestamp(object timestamp) except? -2:
     if ts < NO_TIMESTAMP:
         raise ValueError(f"invalid negative timestamp {ts}: use -1 for no timestamp")
     return ts
-
-
-cdef inline int64_t wrap_sub(int64_t a, int64_t b) noexcept nogil:
-    # Java long arithmetic: a timestamp delta wraps (a reader's base + delta gives it back).
-    return <int64_t>(<uint64_t>a - <uint64_t>b)
 
 
 def _now_ms() -> int:

@@ -37,6 +37,10 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memcmp, memcpy, memset
 from kafkacodec._crc cimport kc_crc32, kc_crc_init
+from kafkacodec._cursor cimport load_u32 as be32, load_le32 as le32
+from kafkacodec._writer cimport store_u32 as put_be32, store_le32 as put_le32
+from kafkacodec._format cimport (CODEC_NONE, CODEC_GZIP as GZIP, CODEC_SNAPPY as SNAPPY,
+                                 CODEC_LZ4 as LZ4, CODEC_ZSTD as ZSTD)
 
 import threading
 
@@ -110,10 +114,6 @@ DEFAULT_MAX_DECOMPRESSED = 256 * 1024 * 1024
 globals()["DEFAULT_MAX_DECOMPRESSED"] = DEFAULT_MAX_DECOMPRESSED
 
 cdef enum:
-    GZIP = 1
-    SNAPPY = 2
-    LZ4 = 3
-    ZSTD = 4
     # Kafka batches carry int32 sizes; nothing larger is ever compressed.
     MAX_INPUT = 0x7FFFFFFF
     # Feed zlib at most this much per call (its counters are 32-bit).
@@ -154,24 +154,6 @@ _ZstdError = zstandard.ZstdError
 
 # --- small helpers ------------------------------------------------------------------------
 
-cdef inline uint32_t le32(const unsigned char* p) noexcept nogil:
-    return <uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
-
-cdef inline uint32_t be32(const unsigned char* p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
-
-cdef inline void put_le32(unsigned char* p, uint32_t v) noexcept nogil:
-    p[0] = <unsigned char>v
-    p[1] = <unsigned char>(v >> 8)
-    p[2] = <unsigned char>(v >> 16)
-    p[3] = <unsigned char>(v >> 24)
-
-cdef inline void put_be32(unsigned char* p, uint32_t v) noexcept nogil:
-    p[0] = <unsigned char>(v >> 24)
-    p[1] = <unsigned char>(v >> 16)
-    p[2] = <unsigned char>(v >> 8)
-    p[3] = <unsigned char>v
-
 cdef inline const unsigned char* buffer_start(const Py_buffer* view) noexcept:
     return <const unsigned char*>view.buf if view.buf != NULL else EMPTY
 
@@ -182,7 +164,7 @@ cdef inline object view_of(const unsigned char* p, Py_ssize_t n, int flags):
 
 
 cdef int check_codec(int codec, int magic) except -1:
-    if codec == 0:
+    if codec == CODEC_NONE:
         raise ValueError("compression none (0) is not a container: there is nothing to "
                          "compress or decompress")
     if codec < 0 or codec > ZSTD:

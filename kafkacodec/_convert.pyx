@@ -17,10 +17,12 @@ from kafkacodec._writer cimport Writer, WriteBuffer, writer_grow, put_bytes
 from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, SIZE_OFFSET,
                                  V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
                                  CONTROL_FLAG, TIMESTAMP_TYPE_MASK, TIMESTAMP_LOG_APPEND,
-                                 NO_TIMESTAMP)
+                                 NO_TIMESTAMP, V2_RECORDS_COUNT_OFFSET, CODEC_NONE, CODEC_LZ4,
+                                 CODEC_ZSTD, wrap_add)
 from kafkacodec._v2 cimport V2Record, read_v2_record, record_timestamp
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
-                                 next_inner_entry, inner_base_offset)
+                                 next_inner_entry, inner_base_offset, inner_message_fault,
+                                 inner_timestamp)
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._compression cimport Decompressor, compress, LEVEL_DEFAULT, RETAINED_CHUNK
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
@@ -32,10 +34,6 @@ from kafkacodec.errors import (CorruptRecordError, KafkaCodecError, UnsupportedC
                                UnsupportedVersionError)
 
 kc_crc_init()                        # kc_crc.h is header-only: this module's own tables
-
-cdef enum:
-    CODEC_NONE = 0
-    CODEC_ZSTD = 4
 
 __all__ = ["DownConverter", "RecordConversionStats", "ConvertedRecords", "down_convert",
            "first_entry_above", "records_buffer", "release_file_pages"]
@@ -195,7 +193,7 @@ cdef class DownConverter:
 
     @zstd_codec.setter
     def zstd_codec(self, int codec):
-        if not -1 <= codec <= 3:
+        if not -1 <= codec <= CODEC_LZ4:
             raise ValueError(f"zstd_codec must be -1 (refuse), 0 (none), 1 (gzip), 2 (snappy) "
                              f"or 3 (lz4), got {codec}")
         self.zstd_codec = codec
@@ -304,7 +302,8 @@ cdef class DownConverter:
             # (decompressed), and a batch of none is not read at all
             if h.records_count < 0:
                 raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
-                                         position=h.position + 57, offset=h.base_offset)
+                                         position=h.position + V2_RECORDS_COUNT_OFFSET,
+                                         offset=h.base_offset)
             if h.records_count == 0:
                 return 0
         if h.compression == CODEC_NONE:
@@ -330,7 +329,7 @@ cdef class DownConverter:
         cursor_init(&cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE)
         for i in range(h.records_count):
             read_v2_record(&cur, &rec)
-            offset = h.base_offset + rec.offset_delta
+            offset = wrap_add(h.base_offset, rec.offset_delta)
             if offset < first_offset:
                 continue
             timestamp = record_timestamp(h, &rec)
@@ -411,13 +410,14 @@ cdef class DownConverter:
         cdef int32_t i
         if h.records_count < 0:
             raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
-                                     position=h.position + 57, offset=h.base_offset)
+                                     position=h.position + V2_RECORDS_COUNT_OFFSET,
+                                     offset=h.base_offset)
         if not standalone:
             inner.length = 0
         cursor_init(&cur, plain, plain_size, h.position)
         for i in range(h.records_count):
             read_v2_record(&cur, &rec)
-            offset = h.base_offset + rec.offset_delta
+            offset = wrap_add(h.base_offset, rec.offset_delta)
             timestamp = record_timestamp(h, &rec)
             check_record(offset, timestamp, last, h)
             if i == 0 and not standalone:
@@ -464,12 +464,12 @@ cdef class DownConverter:
         cursor_init(&cur, plain, plain_size, h.position)
         while next_inner_entry(&cur, &size):
             read_legacy_message(cur.data + cur.pos, size, h.position, &m)
-            cur.pos += size
-            if m.attributes & 0x07:
-                raise CorruptRecordError("invalid inner message (compressed inside a wrapper)",
+            if inner_message_fault(&m) != NULL:
+                raise CorruptRecordError(f"invalid {inner_message_fault(&m).decode()}",
                                          position=h.position, offset=h.base_offset)
-            offset = base + m.offset
-            timestamp = wrapper.timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND else m.timestamp
+            cur.pos += size
+            offset = wrap_add(base, m.offset)
+            timestamp = inner_timestamp(&m, h.timestamp_type, wrapper.timestamp)
             check_record(offset, timestamp, last, h)
             write_legacy_message(inner, 0, offset, NO_TIMESTAMP, 0, m.key, m.key_length,
                                  m.value, m.value_length)

@@ -44,6 +44,10 @@ cdef inline uint16_t load_u16(const unsigned char* p) noexcept nogil:
 cdef inline uint32_t load_u32(const unsigned char* p) noexcept nogil:
     return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
 
+cdef inline uint32_t load_le32(const unsigned char* p) noexcept nogil:
+    # little-endian: the gzip trailer and Kafka's LZ4 frame (codec containers, not Kafka fields)
+    return <uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
+
 cdef inline uint64_t load_u64(const unsigned char* p) noexcept nogil:
     return (<uint64_t>load_u32(p) << 32) | load_u32(p + 4)
 

@@ -6,7 +6,8 @@ from kafkacodec._cursor cimport (Cursor, need, get_int8, get_int16, get_int32, g
                                  get_uint32, load_u32, load_u16, raise_corrupt)
 from kafkacodec._crc cimport kc_crc32c, kc_crc32
 
-cdef enum:
+# cpdef: the Python layers read these from kafkacodec._format too (one definition).
+cpdef enum:
     # Log entry framing (all magics): [offset int64][size int32] then the entry.
     LOG_OVERHEAD = 12
     SIZE_OFFSET = 8
@@ -37,6 +38,12 @@ cdef enum:
     TRANSACTIONAL_FLAG = 0x10      # v2
     CONTROL_FLAG = 0x20            # v2
     DELETE_HORIZON_FLAG = 0x40     # v2, KIP-534
+    # codec ids (attributes & COMPRESSION_MASK; Kafka's CompressionType; 5-7 are none)
+    CODEC_NONE = 0
+    CODEC_GZIP = 1
+    CODEC_SNAPPY = 2
+    CODEC_LZ4 = 3
+    CODEC_ZSTD = 4                 # v2 only
     # sentinels
     NO_TIMESTAMP = -1
     NO_PRODUCER_ID = -1
@@ -46,6 +53,22 @@ cdef enum:
     TIMESTAMP_NONE = -1            # TimestampType ids
     TIMESTAMP_CREATE = 0
     TIMESTAMP_LOG_APPEND = 1
+
+# --- offset, timestamp and sequence arithmetic: Java's, on every reader's hostile input ------
+# Kafka computes base + delta in Java longs (ints for sequences), which wrap; signed overflow
+# is undefined in C, so every reader adds and subtracts offsets and timestamps through these.
+cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:
+    return <int64_t>(<uint64_t>a + <uint64_t>b)
+
+cdef inline int64_t wrap_sub(int64_t a, int64_t b) noexcept nogil:
+    return <int64_t>(<uint64_t>a - <uint64_t>b)
+
+cdef inline int32_t increment_sequence(int32_t sequence, int32_t increment) noexcept nogil:
+    """DefaultRecordBatch.incrementSequence: past 2^31-1 a producer sequence restarts at 0."""
+    cdef int32_t limit = <int32_t>(<uint32_t>0x7FFFFFFF - <uint32_t>increment)
+    if sequence > limit:
+        return <int32_t>(<uint32_t>increment - (<uint32_t>0x7FFFFFFF - <uint32_t>sequence) - 1)
+    return <int32_t>(<uint32_t>sequence + <uint32_t>increment)
 
 cdef struct BatchHeader:
     Py_ssize_t position          # where the entry starts in the caller's buffer
@@ -148,8 +171,7 @@ cdef inline void parse_entry_header(const unsigned char* p, Py_ssize_t size, Py_
         h.producer_epoch = get_int16(&c)
         h.base_sequence = get_int32(&c)
         h.records_count = get_int32(&c)
-        # Java long arithmetic: wraps on hostile values (signed overflow is undefined in C)
-        h.last_offset = <int64_t>(<uint64_t>h.base_offset + <uint64_t><int64_t>h.last_offset_delta)
+        h.last_offset = wrap_add(h.base_offset, h.last_offset_delta)
         h.compression = h.attributes & COMPRESSION_MASK
         h.timestamp_type = TIMESTAMP_LOG_APPEND if h.attributes & TIMESTAMP_TYPE_MASK else TIMESTAMP_CREATE
     else:
@@ -162,7 +184,7 @@ cdef inline void parse_entry_header(const unsigned char* p, Py_ssize_t size, Py_
         h.producer_id = NO_PRODUCER_ID
         h.producer_epoch = NO_PRODUCER_EPOCH
         h.base_sequence = NO_SEQUENCE
-        h.records_count = 1 if h.compression == 0 else -1
+        h.records_count = 1 if h.compression == CODEC_NONE else -1
         if h.magic == 1 and size >= LOG_OVERHEAD + V1_RECORD_OVERHEAD:
             c.pos = LEGACY_TIMESTAMP_OFFSET
             h.max_timestamp = get_int64(&c)

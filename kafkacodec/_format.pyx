@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""Out-of-line error path of the entry framing (see _format.pxd)."""
+"""Out-of-line error path of the entry framing (see _format.pxd); the layout constants of
+_format.pxd (a cpdef enum) are this module's Python-visible names."""
 
 from libc.stdint cimport int8_t, int32_t, int64_t
 from kafkacodec._cursor cimport load_u32, load_u64

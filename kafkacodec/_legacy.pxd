@@ -6,7 +6,8 @@ from libc.string cimport memcpy
 from kafkacodec._cursor cimport Cursor, need, take, get_int32, get_int64, load_u32, raise_corrupt
 from kafkacodec._writer cimport Writer, ensure, store_u32, store_u64
 from kafkacodec._format cimport (LOG_OVERHEAD, MAGIC_OFFSET, V0_RECORD_OVERHEAD, SIZE_OFFSET,
-                                 LEGACY_TIMESTAMP_OFFSET, TIMESTAMP_TYPE_MASK)
+                                 LEGACY_TIMESTAMP_OFFSET, TIMESTAMP_TYPE_MASK, COMPRESSION_MASK,
+                                 TIMESTAMP_LOG_APPEND, TIMESTAMP_NONE, NO_TIMESTAMP, wrap_sub)
 from kafkacodec._crc cimport kc_crc32
 
 cdef struct LegacyMessage:
@@ -124,4 +125,28 @@ cdef inline int64_t inner_base_offset(int8_t wrapper_magic, int64_t wrapper_offs
         return 0
     if wrapper_offset < last_inner_offset:
         raise_corrupt(cur, b"v1 wrapper offset (below its last inner offset)")
-    return <int64_t>(<uint64_t>wrapper_offset - <uint64_t>last_inner_offset)   # no signed overflow
+    return wrap_sub(wrapper_offset, last_inner_offset)
+
+cdef inline const char* inner_message_fault(const LegacyMessage* m) noexcept nogil:
+    """What is wrong with an inner message of a decompressed wrapper, or NULL: it must be a
+    v0/v1 message and not compressed itself (DeepRecordsIterator: "Inner messages must not be
+    compressed")."""
+    if m.magic != 0 and m.magic != 1:
+        return b"inner message magic (not 0 or 1)"
+    if m.attributes & COMPRESSION_MASK:
+        return b"inner message (compressed inside a compressed wrapper)"
+    return NULL
+
+# LegacyRecord's rules for an inner message of a wrapper (every reader applies these two).
+cdef inline int64_t inner_timestamp(const LegacyMessage* m, int8_t wrapper_timestamp_type,
+                                    int64_t wrapper_timestamp) noexcept nogil:
+    """timestamp(): magic 0 has none; otherwise a LogAppendTime wrapper's timestamp replaces
+    the message's own."""
+    if m.magic == 0:
+        return NO_TIMESTAMP
+    return wrapper_timestamp if wrapper_timestamp_type == TIMESTAMP_LOG_APPEND else m.timestamp
+
+cdef inline int8_t inner_timestamp_type(const LegacyMessage* m,
+                                        int8_t wrapper_timestamp_type) noexcept nogil:
+    """timestampType(): none for magic 0, else the wrapper's."""
+    return TIMESTAMP_NONE if m.magic == 0 else wrapper_timestamp_type

@@ -8,7 +8,7 @@ never decompressed except to trim the one batch that straddles the fetch offset.
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, INT32_MAX
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint64_t, INT32_MIN, INT32_MAX
 from libc.string cimport memcpy
 
 from kafkacodec._cursor cimport Cursor, cursor_init, raise_corrupt
@@ -16,10 +16,11 @@ from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int
                                  store_u64)
 from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, V2_HEADER_SIZE,
                                  CONTROL_FLAG, TRANSACTIONAL_FLAG, DELETE_HORIZON_FLAG,
-                                 TIMESTAMP_LOG_APPEND)
+                                 TIMESTAMP_LOG_APPEND, wrap_add, wrap_sub, increment_sequence,
+                                 CODEC_NONE, CODEC_ZSTD)
 from kafkacodec._v2 cimport V2Record, read_v2_record, write_v2_record, write_v2_batch_header
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
-                                 next_inner_entry, inner_base_offset)
+                                 next_inner_entry, inner_base_offset, inner_message_fault)
 from kafkacodec.protocol._wire cimport (utf8_of, put_length, put_string, put_empty_tags,
                                         begin_produce_request, produce_output,
                                         end_frame, API_PRODUCE, PRODUCE_FLEXIBLE)
@@ -96,7 +97,7 @@ cdef RawBytesBatchRecord make_record(const BatchHeader* h, object value, bint tr
     r.value = value
     r.offset = h.last_offset
     r.magic = h.magic
-    if h.compression > 4:  # ids 5-7 are not codecs: refuse instead of an enum ValueError
+    if h.compression > CODEC_ZSTD:  # ids 5-7 are not codecs: refuse instead of an enum ValueError
         raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
                                           position=h.position, offset=h.base_offset)
     r.compression = Compression(h.compression)
@@ -112,7 +113,7 @@ cdef RawBytesBatchRecord make_record(const BatchHeader* h, object value, bint tr
         r.record_count = h.records_count
         r.is_transactional = (h.attributes & TRANSACTIONAL_FLAG) != 0
         r.is_control = (h.attributes & CONTROL_FLAG) != 0
-    elif h.compression == 0:
+    elif h.compression == CODEC_NONE:
         r.base_offset = h.base_offset
         r.record_count = 1
     else:
@@ -156,7 +157,7 @@ def shallow_records(records, fetch_offset=None):
 cdef inline bint needs_trim(const BatchHeader* h, int64_t fetch_offset) noexcept:
     if h.magic >= 2:
         return h.base_offset < fetch_offset and h.records_count > 0 and not (h.attributes & CONTROL_FLAG)
-    return h.compression != 0      # a compressed wrapper's first offset is inside it
+    return h.compression != CODEC_NONE     # a compressed wrapper's first offset is inside it
 
 
 def trim_batch(batch, int64_t fetch_offset):
@@ -186,13 +187,6 @@ cdef object trim_entry(const unsigned char* entry, BatchHeader* h, int64_t fetch
     return trim_legacy(entry, h, fetch_offset)
 
 
-cdef inline int32_t increment_sequence(int32_t sequence, int32_t increment) noexcept:
-    # Producer sequences wrap from INT32_MAX back to 0 (DefaultRecordBatch.incrementSequence).
-    if sequence > INT32_MAX - increment:
-        return increment - (INT32_MAX - sequence) - 1
-    return sequence + increment
-
-
 cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_offset):
     cdef Cursor cur
     cdef V2Record rec
@@ -200,13 +194,13 @@ cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_of
     cdef Py_ssize_t section_size = h.size - V2_HEADER_SIZE
     cdef object plain = None, body
     cdef int32_t i, kept = 0, first_delta = 0
-    cdef int64_t timestamp, max_timestamp = -1, new_base_timestamp = 0
+    cdef int64_t timestamp, delta, max_timestamp = -1, new_base_timestamp = 0
     cdef bint horizon = (h.attributes & DELETE_HORIZON_FLAG) != 0
     cdef WriteBuffer records = WriteBuffer(section_size + 64)
     cdef BatchHeader out
     cdef bytes result
     cdef Py_ssize_t position = h.position + V2_HEADER_SIZE
-    if h.compression != 0:
+    if h.compression != CODEC_NONE:
         plain = decompress(h.compression, 2, section, section_size, DEFAULT_MAX_DECOMPRESSED)
         section = <const unsigned char*>PyBytes_AS_STRING(plain)
         section_size = len(plain)
@@ -218,16 +212,21 @@ cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_of
         if cur.pos >= cur.end:
             raise_corrupt(&cur, b"batch (fewer records than its RecordsCount)")
         read_v2_record(&cur, &rec)
-        if h.base_offset + rec.offset_delta < fetch_offset:
+        if wrap_add(h.base_offset, rec.offset_delta) < fetch_offset:
             continue
-        timestamp = h.base_timestamp + rec.timestamp_delta
+        timestamp = wrap_add(h.base_timestamp, rec.timestamp_delta)
         if kept == 0:
             first_delta = rec.offset_delta
             new_base_timestamp = h.base_timestamp if horizon else timestamp
         if timestamp > max_timestamp:
             max_timestamp = timestamp
         kept += 1
-        write_v2_record(&records.w, rec.offset_delta - first_delta, timestamp - new_base_timestamp,
+        # deltas from the first kept record; offsets that wrapped past 2^63-1 can be kept
+        # more than an int32 apart, which no batch can hold
+        delta = <int64_t>rec.offset_delta - first_delta
+        if delta < INT32_MIN or delta > INT32_MAX:
+            raise_corrupt(&cur, b"record offset delta (over 2^31-1 from the first one kept)")
+        write_v2_record(&records.w, <int32_t>delta, wrap_sub(timestamp, new_base_timestamp),
                         rec.key, rec.key_length, rec.value, rec.value_length,
                         rec.headers, rec.headers_size, rec.header_count)
     if cur.pos != cur.end:
@@ -236,13 +235,13 @@ cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_of
         return None
     if kept == h.records_count:
         return True                  # nothing before the fetch offset: keep the batch as is
-    if h.compression != 0:
+    if h.compression != CODEC_NONE:
         body = compress(h.compression, 2, records.w.buf, records.w.length, LEVEL_DEFAULT)
     else:
         body = records
     out = h[0]
-    out.base_offset = h.base_offset + first_delta
-    out.last_offset_delta = <int32_t>(h.last_offset - out.base_offset)
+    out.base_offset = wrap_add(h.base_offset, first_delta)
+    out.last_offset_delta = <int32_t>wrap_sub(h.last_offset, out.base_offset)
     out.base_timestamp = new_base_timestamp
     if h.timestamp_type != TIMESTAMP_LOG_APPEND:
         out.max_timestamp = max_timestamp
@@ -301,6 +300,8 @@ cdef object trim_legacy(const unsigned char* entry, BatchHeader* h, int64_t fetc
     cursor_init(&cur, data, size, 0)
     while next_inner_entry(&cur, &entry_size):
         read_legacy_message(data + cur.pos, entry_size, cur.pos, &inner)
+        if inner_message_fault(&inner) != NULL:
+            raise_corrupt(&cur, inner_message_fault(&inner))
         last_inner = inner.offset
         total += 1
         cur.pos += entry_size
@@ -313,7 +314,7 @@ cdef object trim_legacy(const unsigned char* entry, BatchHeader* h, int64_t fetc
     cursor_init(&cur, data, size, 0)
     while next_inner_entry(&cur, &entry_size):
         read_legacy_message(data + cur.pos, entry_size, cur.pos, &inner)
-        if base + inner.offset >= fetch_offset:
+        if wrap_add(base, inner.offset) >= fetch_offset:
             if kept == 0:
                 first_kept_inner = inner.offset
             if inner.timestamp > max_timestamp:
@@ -323,7 +324,8 @@ cdef object trim_legacy(const unsigned char* entry, BatchHeader* h, int64_t fetc
             # v1 relative offsets restart at 0 (the wrapper offset, the last, is unchanged);
             # the offset field is outside the message CRC.
             if h.magic == 1 and h.base_offset != 0:
-                store_u64(inner_set.w.buf + inner_set.w.length, inner.offset - first_kept_inner)
+                store_u64(inner_set.w.buf + inner_set.w.length,
+                          <uint64_t>wrap_sub(inner.offset, first_kept_inner))
             inner_set.w.length += entry_size
             kept += 1
         cur.pos += entry_size
@@ -340,7 +342,7 @@ cdef object trim_legacy(const unsigned char* entry, BatchHeader* h, int64_t fetc
                          wrapper.key, wrapper.key_length,
                          <const unsigned char*>PyBytes_AS_STRING(compressed), len(compressed))
     record = make_record(&out, result.getvalue(), True)
-    record.base_offset = base + first_kept_inner
+    record.base_offset = wrap_add(base, first_kept_inner)
     record.record_count = kept
     return record
 
@@ -500,7 +502,7 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
                             f"a magic {h.magic} batch cannot be sent in ProduceRequest v3+ "
                             f"(partition {name}-{plan.index})",
                             position=part.records_position + h.position, offset=h.base_offset)
-                    if h.compression == 4 and api_version < 7:
+                    if h.compression == CODEC_ZSTD and api_version < 7:
                         raise UnsupportedCompressionError(
                             f"zstd batches need ProduceRequest v7+ (partition {name}-{plan.index})",
                             position=part.records_position + h.position, offset=h.base_offset)

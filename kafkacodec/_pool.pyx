@@ -210,7 +210,7 @@ cdef class SimpleMemoryPool:
         bound = size_bytes
         if not strict:
             bound = (INT64_MAX if size_bytes > INT64_MAX - (max_single_allocation - 1)
-                     else size_bytes + max_single_allocation - 1)
+                     else size_bytes + (max_single_allocation - 1))
         if arena_bytes is None:
             reserve = <Py_ssize_t>min(bound, ARENA_LIMIT)
         elif operator.index(arena_bytes) < 0:

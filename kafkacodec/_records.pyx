@@ -41,12 +41,13 @@ from kafkacodec._format cimport (
     FRAME_OK, LOG_OVERHEAD, SIZE_OFFSET, MAGIC_OFFSET,
     HEADER_SIZE_UP_TO_MAGIC, V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
     V2_RECORDS_COUNT_OFFSET, COMPRESSION_MASK, TRANSACTIONAL_FLAG, CONTROL_FLAG,
-    DELETE_HORIZON_FLAG, TIMESTAMP_LOG_APPEND, TIMESTAMP_NONE, NO_SEQUENCE)
+    DELETE_HORIZON_FLAG, NO_SEQUENCE, wrap_add,
+    increment_sequence, CODEC_NONE, CODEC_ZSTD, V2_ATTRIBUTES_OFFSET)
 from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_record_checked, scan_v2_record, \
     read_v2_header, read_control_type, \
-    read_end_txn_coordinator_epoch
+    read_end_txn_coordinator_epoch, record_timestamp
 from kafkacodec._legacy cimport LegacyMessage, read_legacy_message, next_inner_entry, \
-    inner_base_offset
+    inner_base_offset, inner_timestamp, inner_timestamp_type
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._compression cimport _Chunk, Decompressor, DEFAULT_MAX_DECOMPRESSED
 from kafkacodec._mapguard cimport Guard, KC_INTACT, ensure_handler, kc_guard_cut
@@ -199,20 +200,9 @@ cdef class _Buffer:
             PyBuffer_Release(&self.export.view)
 
 
-cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:
-    # Java long arithmetic (hostile deltas wrap instead of being undefined behaviour).
-    return <int64_t>(<uint64_t>a + <uint64_t>b)
-
-
 cdef inline int32_t sequence_of(int32_t base_sequence, int32_t delta) noexcept nogil:
-    # DefaultRecordBatch.incrementSequence: wraps from 2^31-1 to 0 (Java int arithmetic).
-    cdef int32_t limit
-    if base_sequence < 0:
-        return NO_SEQUENCE
-    limit = <int32_t>(<uint32_t>0x7FFFFFFF - <uint32_t>delta)
-    if base_sequence > limit:
-        return <int32_t>(<uint32_t>delta - (<uint32_t>0x7FFFFFFF - <uint32_t>base_sequence) - 1)
-    return <int32_t>(<uint32_t>base_sequence + <uint32_t>delta)
+    # A record's sequence: none without a base sequence, else the base incremented (wrapping).
+    return NO_SEQUENCE if base_sequence < 0 else increment_sequence(base_sequence, delta)
 
 
 # --- decompression ---------------------------------------------------------------------------
@@ -393,8 +383,7 @@ cdef Record v2_record(const BatchHeader* h, const V2Record* rec, Py_ssize_t base
     then decoded as a counted user of the buffer."""
     cdef Record r = Record.__new__(Record)     # not GC-tracked: no collection runs here
     r.offset = wrap_add(h.base_offset, rec.offset_delta)
-    r.timestamp = (h.max_timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND
-                   else wrap_add(h.base_timestamp, rec.timestamp_delta))
+    r.timestamp = record_timestamp(h, rec)
     r._timestamp_type = h.timestamp_type
     r.sequence = sequence_of(h.base_sequence, rec.offset_delta)
     r._control_type = -1
@@ -438,10 +427,10 @@ cdef Record legacy_record(const LegacyMessage* m, int64_t offset, int8_t timesta
 
 
 cdef int check_legacy_codec(const BatchHeader* h) except -1:
-    if h.compression == 4:
+    if h.compression == CODEC_ZSTD:
         raise UnsupportedCompressionError(f"zstd compression is not allowed for magic {h.magic}",
                                           position=h.position + MAGIC_OFFSET + 1)
-    if h.compression > 4:
+    if h.compression > CODEC_ZSTD:
         raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
                                           position=h.position + MAGIC_OFFSET + 1)
     return 0
@@ -501,7 +490,7 @@ cdef class RecordBatch:
     @property
     def base_offset(self):
         """v2 BaseOffset; legacy: the first record's offset (decompresses a wrapper once)."""
-        if self.h.magic >= 2 or self.h.compression == 0:
+        if self.h.magic >= 2 or self.h.compression == CODEC_NONE:
             return self.h.base_offset
         if self._base_offset is None:
             for record in self:                 # as Kafka: the first inner record's offset
@@ -515,7 +504,7 @@ cdef class RecordBatch:
 
     @property
     def next_offset(self):
-        return self.h.last_offset + 1
+        return wrap_add(self.h.last_offset, 1)     # nextOffset(): a Java long
 
     @property
     def last_offset_delta(self):
@@ -525,13 +514,13 @@ cdef class RecordBatch:
     def record_count(self):
         """v2 RecordsCount; 1 for an uncompressed legacy message; None for a legacy compressed
         wrapper (Kafka's countOrNull: unknown without decompressing)."""
-        if self.h.magic >= 2 or self.h.compression == 0:
+        if self.h.magic >= 2 or self.h.compression == CODEC_NONE:
             return self.h.records_count
         return None
 
     @property
     def compression(self):
-        if self.h.compression > 4:
+        if self.h.compression > CODEC_ZSTD:
             raise UnsupportedCompressionError(f"unknown compression type id {self.h.compression}",
                                               position=self.h.position, offset=self.h.base_offset)
         return _COMPRESSIONS[self.h.compression]
@@ -855,14 +844,15 @@ cdef class _RecordIterator:
                 raise CorruptRecordError(f"invalid record count {h.records_count} (negative)",
                                          position=h.position + V2_RECORDS_COUNT_OFFSET)
             self._data_position = h.position + V2_HEADER_SIZE
-            if h.compression == 0:
+            if h.compression == CODEC_NONE:
                 cursor_init(&self._cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE,
                             self._data_position)
             elif h.records_count == 0:   # count 0: the records section is not examined
                 return None
-            elif h.compression > 4:
+            elif h.compression > CODEC_ZSTD:
                 raise UnsupportedCompressionError(
-                    f"unknown compression type id {h.compression}", position=h.position + 22)
+                    f"unknown compression type id {h.compression}",
+                    position=h.position + V2_ATTRIBUTES_OFFSET + 1)
             else:
                 data = self._decompress(2, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE,
                                         &size)
@@ -873,7 +863,7 @@ cdef class _RecordIterator:
             raise UnsupportedVersionError(f"unknown magic {h.magic}",
                                           position=h.position + MAGIC_OFFSET)
         read_legacy_message(entry, h.size, h.position, &wrapper)
-        if h.compression == 0:
+        if h.compression == CODEC_NONE:
             record = legacy_record(&wrapper, h.base_offset, h.timestamp_type, h.max_timestamp)
             self._buf.check_cut(h.position + h.size, h.position, h.base_offset)
             return record
@@ -954,8 +944,6 @@ cdef class _RecordIterator:
         """The next inner message of a decompressed v0/v1 wrapper (spec §4)."""
         cdef Py_ssize_t entry_size
         cdef LegacyMessage m
-        cdef int8_t timestamp_type
-        cdef int64_t timestamp
         cdef Record record
         if not next_inner_entry(&self._cur, &entry_size):
             self._end_batch()
@@ -967,17 +955,9 @@ cdef class _RecordIterator:
         if m.attributes & COMPRESSION_MASK:
             raise CorruptRecordError("compressed inner message inside a compressed wrapper",
                                      position=self._cur.pos + MAGIC_OFFSET + 1)
-        # LegacyRecord rules: magic 0 has no timestamp; otherwise the wrapper's type wins and
-        # a LogAppendTime wrapper's timestamp replaces the inner one.
-        if m.magic == 0:
-            timestamp_type = TIMESTAMP_NONE
-            timestamp = -1
-        else:
-            timestamp_type = self._h.timestamp_type
-            timestamp = (self._h.max_timestamp if timestamp_type == TIMESTAMP_LOG_APPEND
-                         else m.timestamp)
-        record = legacy_record(&m, wrap_add(self._inner_base, m.offset), timestamp_type,
-                               timestamp)
+        record = legacy_record(&m, wrap_add(self._inner_base, m.offset),
+                               inner_timestamp_type(&m, self._h.timestamp_type),
+                               inner_timestamp(&m, self._h.timestamp_type, self._h.max_timestamp))
         self._cur.pos += entry_size
         return record
 
@@ -1086,7 +1066,7 @@ cdef int index_rows(const unsigned char* data, Py_ssize_t size, Py_ssize_t start
         row.size_in_bytes = entry_size
         row.last_offset = h.last_offset
         row.max_timestamp = h.max_timestamp
-        if h.magic < 2 and h.compression != 0:
+        if h.magic < 2 and h.compression != CODEC_NONE:
             row.base_offset = -1
             row.records_count = -1
         else:

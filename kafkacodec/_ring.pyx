@@ -48,11 +48,11 @@ from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, load_u64, raise_c
 from kafkacodec._format cimport (BatchHeader, next_entry, crc_is_valid, compute_crc,
                                  CONTROL_FLAG, TRANSACTIONAL_FLAG, COMPRESSION_MASK, MAGIC_OFFSET,
                                  V2_HEADER_SIZE, V2_ATTRIBUTES_OFFSET, V2_RECORDS_COUNT_OFFSET,
-                                 TIMESTAMP_NONE, TIMESTAMP_LOG_APPEND)
+                                 wrap_add, CODEC_NONE, CODEC_ZSTD)
 from kafkacodec._v2 cimport (V2Record, read_v2_record, read_v2_header, record_timestamp,
                              read_control_type, read_end_txn_coordinator_epoch)
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, next_inner_entry,
-                                 inner_base_offset)
+                                 inner_base_offset, inner_timestamp, inner_timestamp_type)
 from kafkacodec._compression cimport Decompressor, _Chunk
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec.protocol._wire cimport skip_tagged_fields, checked_version, FETCH_FLEXIBLE
@@ -939,18 +939,13 @@ cdef int compare_first_offset(const void* a, const void* b) noexcept nogil:
     return (x > y) - (x < y)
 
 
-cdef inline int64_t wrap_add(int64_t a, int64_t b) noexcept nogil:
-    # Java long arithmetic: hostile deltas wrap instead of being undefined behaviour.
-    return <int64_t>(<uint64_t>a + <uint64_t>b)
-
-
 cdef int check_legacy_codec(const BatchHeader* h) except -1:
     # MemoryRecords' check before decompressing a v0/v1 wrapper.
-    if h.compression == 4:
+    if h.compression == CODEC_ZSTD:
         raise UnsupportedCompressionError(f"zstd compression is not allowed for magic {h.magic}",
                                           position=h.position + MAGIC_OFFSET + 1,
                                           offset=h.base_offset)
-    if h.compression > 4:
+    if h.compression > CODEC_ZSTD:
         raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
                                           position=h.position + MAGIC_OFFSET + 1,
                                           offset=h.base_offset)
@@ -1170,12 +1165,12 @@ cdef class FetchRecords:
         cdef Py_ssize_t size
         self.state = BATCH_V2
         self.batch_left = 0
-        if h.compression == 0:
+        if h.compression == CODEC_NONE:
             cursor_init(&self.inner, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE,
                         h.position + V2_HEADER_SIZE)
         elif h.records_count == 0:          # count 0: the records section is not examined
             return 0
-        elif h.compression > 4:
+        elif h.compression > CODEC_ZSTD:
             raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
                                               position=h.position + V2_ATTRIBUTES_OFFSET + 1,
                                               offset=h.base_offset)
@@ -1195,7 +1190,7 @@ cdef class FetchRecords:
         cdef Cursor scan
         self.control = False
         read_legacy_message(entry, h.size, h.position, &wrapper)
-        if h.compression == 0:
+        if h.compression == CODEC_NONE:
             cursor_init(&self.inner, entry, h.size, h.position)
             self.state = BATCH_LEGACY_ONE
             self.batch_left = 1
@@ -1285,15 +1280,8 @@ cdef class FetchRecords:
                                          offset=h.base_offset)
             self.inner.pos += size
             rec.offset_ = wrap_add(self.legacy_base, m.offset)
-            # LegacyRecord rules: magic 0 has no timestamp; otherwise the wrapper's type wins
-            # and a LogAppendTime wrapper's timestamp replaces the inner one.
-            if m.magic == 0:
-                rec.timestamp_type_ = TIMESTAMP_NONE
-                rec.timestamp_ = -1
-            else:
-                rec.timestamp_type_ = h.timestamp_type
-                rec.timestamp_ = (h.max_timestamp if h.timestamp_type == TIMESTAMP_LOG_APPEND
-                                  else m.timestamp)
+            rec.timestamp_type_ = inner_timestamp_type(&m, h.timestamp_type)
+            rec.timestamp_ = inner_timestamp(&m, h.timestamp_type, h.max_timestamp)
             rec.fill(m.key, m.key_length, m.value, m.value_length, NULL, 0, 0)
         else:
             read_legacy_message(self.inner.data, h.size, h.position, &m)

@@ -7,9 +7,14 @@ from libc.string cimport memcpy
 from kafkacodec._cursor cimport (Cursor, need, take, get_int8, get_int16, get_int32,
                                  read_varint, read_varlong, raise_corrupt, load_u16, load_u32)
 from kafkacodec._writer cimport (Writer, ensure, reserve, store_u16, store_u32, store_u64,
-                                 store_uvarint, varint_size, varlong_size)
+                                 store_varint, store_varlong, varint_size, varlong_size)
 from kafkacodec._format cimport (BatchHeader, V2_HEADER_SIZE, V2_ATTRIBUTES_OFFSET,
-                                 V2_CRC_OFFSET, TIMESTAMP_LOG_APPEND, LOG_OVERHEAD)
+                                 V2_CRC_OFFSET, TIMESTAMP_LOG_APPEND, LOG_OVERHEAD, SIZE_OFFSET,
+                                 MAGIC_OFFSET, V2_PARTITION_LEADER_EPOCH_OFFSET,
+                                 V2_LAST_OFFSET_DELTA_OFFSET, V2_BASE_TIMESTAMP_OFFSET,
+                                 V2_MAX_TIMESTAMP_OFFSET, V2_PRODUCER_ID_OFFSET,
+                                 V2_PRODUCER_EPOCH_OFFSET, V2_BASE_SEQUENCE_OFFSET,
+                                 V2_RECORDS_COUNT_OFFSET, wrap_add)
 from kafkacodec._crc cimport kc_crc32c
 
 cdef struct V2Record:
@@ -169,7 +174,7 @@ cdef inline int64_t record_timestamp(const BatchHeader* h, const V2Record* rec) 
     # LogAppendTime: every record carries the batch MaxTimestamp (deltas are ignored).
     if h.timestamp_type == TIMESTAMP_LOG_APPEND:
         return h.max_timestamp
-    return <int64_t>(<uint64_t>h.base_timestamp + <uint64_t>rec.timestamp_delta)  # Java wrap, no UB
+    return wrap_add(h.base_timestamp, rec.timestamp_delta)
 
 cdef inline Py_ssize_t v2_record_body_size(int32_t offset_delta, int64_t timestamp_delta,
                                            int32_t key_length, int32_t value_length,
@@ -193,46 +198,40 @@ cdef inline Py_ssize_t write_v2_record(Writer* w, int32_t offset_delta, int64_t 
     cdef unsigned char* p
     ensure(w, total)
     p = w.buf + w.length
-    p = store_zigzag32(p, <int32_t>body)
+    p = store_varint(p, <int32_t>body)
     p[0] = 0                                    # record attributes: unused, written as 0
-    p = store_zigzag64(p + 1, timestamp_delta)
-    p = store_zigzag32(p, offset_delta)
-    p = store_zigzag32(p, key_length)
+    p = store_varlong(p + 1, timestamp_delta)
+    p = store_varint(p, offset_delta)
+    p = store_varint(p, key_length)
     if key_length > 0:
         memcpy(p, key, key_length)
         p += key_length
-    p = store_zigzag32(p, value_length)
+    p = store_varint(p, value_length)
     if value_length > 0:
         memcpy(p, value, value_length)
         p += value_length
-    p = store_zigzag32(p, header_count)
+    p = store_varint(p, header_count)
     if headers_size > 0:
         memcpy(p, headers, headers_size)
     w.length += total
     return total
-
-cdef inline unsigned char* store_zigzag32(unsigned char* p, int32_t v) noexcept nogil:
-    return store_uvarint(p, (<uint32_t>v << 1) ^ <uint32_t>(v >> 31))
-
-cdef inline unsigned char* store_zigzag64(unsigned char* p, int64_t v) noexcept nogil:
-    return store_uvarint(p, (<uint64_t>v << 1) ^ <uint64_t>(v >> 63))
 
 cdef inline void write_v2_batch_header(unsigned char* batch, Py_ssize_t size,
                                        const BatchHeader* h) noexcept nogil:
     """Fill the 61-byte header of a complete batch of `size` bytes (records already behind
     it) from h, then its CRC-32C over [21, size).  h.attributes must include the codec."""
     store_u64(batch, <uint64_t>h.base_offset)
-    store_u32(batch + 8, <uint32_t>(size - LOG_OVERHEAD))
-    store_u32(batch + 12, <uint32_t>h.partition_leader_epoch)
-    batch[16] = 2
-    store_u16(batch + 21, <uint16_t>h.attributes)
-    store_u32(batch + 23, <uint32_t>h.last_offset_delta)
-    store_u64(batch + 27, <uint64_t>h.base_timestamp)
-    store_u64(batch + 35, <uint64_t>h.max_timestamp)
-    store_u64(batch + 43, <uint64_t>h.producer_id)
-    store_u16(batch + 51, <uint16_t>h.producer_epoch)
-    store_u32(batch + 53, <uint32_t>h.base_sequence)
-    store_u32(batch + 57, <uint32_t>h.records_count)
+    store_u32(batch + SIZE_OFFSET, <uint32_t>(size - LOG_OVERHEAD))
+    store_u32(batch + V2_PARTITION_LEADER_EPOCH_OFFSET, <uint32_t>h.partition_leader_epoch)
+    batch[MAGIC_OFFSET] = 2
+    store_u16(batch + V2_ATTRIBUTES_OFFSET, <uint16_t>h.attributes)
+    store_u32(batch + V2_LAST_OFFSET_DELTA_OFFSET, <uint32_t>h.last_offset_delta)
+    store_u64(batch + V2_BASE_TIMESTAMP_OFFSET, <uint64_t>h.base_timestamp)
+    store_u64(batch + V2_MAX_TIMESTAMP_OFFSET, <uint64_t>h.max_timestamp)
+    store_u64(batch + V2_PRODUCER_ID_OFFSET, <uint64_t>h.producer_id)
+    store_u16(batch + V2_PRODUCER_EPOCH_OFFSET, <uint16_t>h.producer_epoch)
+    store_u32(batch + V2_BASE_SEQUENCE_OFFSET, <uint32_t>h.base_sequence)
+    store_u32(batch + V2_RECORDS_COUNT_OFFSET, <uint32_t>h.records_count)
     store_u32(batch + V2_CRC_OFFSET,
               kc_crc32c(0, batch + V2_ATTRIBUTES_OFFSET, size - V2_ATTRIBUTES_OFFSET))
 

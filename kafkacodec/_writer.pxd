@@ -31,6 +31,13 @@ cdef inline void store_u32(unsigned char* p, uint32_t v) noexcept nogil:
     p[2] = <unsigned char>(v >> 8)
     p[3] = <unsigned char>v
 
+cdef inline void store_le32(unsigned char* p, uint32_t v) noexcept nogil:
+    # little-endian: the gzip trailer and Kafka's LZ4 frame (codec containers, not Kafka fields)
+    p[0] = <unsigned char>v
+    p[1] = <unsigned char>(v >> 8)
+    p[2] = <unsigned char>(v >> 16)
+    p[3] = <unsigned char>(v >> 24)
+
 cdef inline void store_u64(unsigned char* p, uint64_t v) noexcept nogil:
     store_u32(p, <uint32_t>(v >> 32))
     store_u32(p + 4, <uint32_t>v)
@@ -79,11 +86,18 @@ cdef inline int uvarint_size(uint64_t v) noexcept nogil:
         size += 1
     return size
 
+# Zig-zag (v2 records encode every length and delta so): the one encoding of signed varints.
+cdef inline uint32_t zigzag32(int32_t v) noexcept nogil:
+    return (<uint32_t>v << 1) ^ <uint32_t>(v >> 31)
+
+cdef inline uint64_t zigzag64(int64_t v) noexcept nogil:
+    return (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+
 cdef inline int varint_size(int32_t v) noexcept nogil:
-    return uvarint_size((<uint32_t>v << 1) ^ <uint32_t>(v >> 31))
+    return uvarint_size(zigzag32(v))
 
 cdef inline int varlong_size(int64_t v) noexcept nogil:
-    return uvarint_size((<uint64_t>v << 1) ^ <uint64_t>(v >> 63))
+    return uvarint_size(zigzag64(v))
 
 cdef inline unsigned char* store_uvarint(unsigned char* p, uint64_t v) noexcept nogil:
     while v >= 0x80:
@@ -93,17 +107,22 @@ cdef inline unsigned char* store_uvarint(unsigned char* p, uint64_t v) noexcept 
     p[0] = <unsigned char>v
     return p + 1
 
+cdef inline unsigned char* store_varint(unsigned char* p, int32_t v) noexcept nogil:
+    return store_uvarint(p, zigzag32(v))
+
+cdef inline unsigned char* store_varlong(unsigned char* p, int64_t v) noexcept nogil:
+    return store_uvarint(p, zigzag64(v))
+
 cdef inline int put_uvarint(Writer* w, uint64_t v) except -1:
     ensure(w, 10)
     w.length = store_uvarint(w.buf + w.length, v) - w.buf
     return 0
 
 cdef inline int put_varint(Writer* w, int32_t v) except -1:
-    # Zig-zag, as v2 records encode every length and delta.
-    return put_uvarint(w, (<uint32_t>v << 1) ^ <uint32_t>(v >> 31))
+    return put_uvarint(w, zigzag32(v))
 
 cdef inline int put_varlong(Writer* w, int64_t v) except -1:
-    return put_uvarint(w, (<uint64_t>v << 1) ^ <uint64_t>(v >> 63))
+    return put_uvarint(w, zigzag64(v))
 
 
 cdef class WriteBuffer:

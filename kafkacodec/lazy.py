@@ -30,6 +30,8 @@ from kafkacodec._convert import (
     records_buffer,
 )
 from kafkacodec._crc import crc32, crc32c
+from kafkacodec._format import (LOG_OVERHEAD, MAGIC_OFFSET, SIZE_OFFSET, V0_RECORD_OVERHEAD,
+                                V2_ATTRIBUTES_OFFSET, V2_HEADER_SIZE)
 from kafkacodec._inuse import InUse
 from kafkacodec._mapguard import check_read
 from kafkacodec._records import FileRecords, MemoryRecords
@@ -50,18 +52,15 @@ __all__ = ["LazyDownConvertRecords", "overflow_stub", "MAX_READ_SIZE", "MIN_OVER
 #: Kafka's chunk read limit (LazyDownConversionRecords.MAX_READ_SIZE), also the stub piece size.
 MAX_READ_SIZE = 128 * 1024
 #: Committed size when nothing converts but a complete batch exists (LOG_OVERHEAD).
-MIN_OVERFLOW_MESSAGE_LENGTH = 12
+MIN_OVERFLOW_MESSAGE_LENGTH = LOG_OVERHEAD
 #: The largest entry converted unless `max_entry_size` says otherwise (RecordTooLargeError
 #: above it): as large as the default decompression cap.
 DEFAULT_MAX_ENTRY_SIZE = 256 * 1024 * 1024
-_RECORD_BATCH_OVERHEAD = 61
 _INT32_MAX = 2**31 - 1
 # The entry header (spec record-formats.md): int64 offset, int32 size (bytes after it), then
 # v0/v1: uint32 CRC-32 of the bytes from the magic (16) on; v2: int32 partition leader epoch,
-# int8 magic (16), uint32 CRC-32C of the bytes from the attributes (21) on.
-_LOG_OVERHEAD = 12
-_MAGIC_AT = 16
-_V0_MIN_SIZE = 14                      # the smallest size field any entry may declare
+# int8 magic (16), uint32 CRC-32C of the bytes from the attributes (21) on.  The smallest size
+# field any entry may declare is V0_RECORD_OVERHEAD.
 _HEADER = struct.Struct(">qiibI")      # through the v2 CRC: 21 bytes
 
 
@@ -74,7 +73,7 @@ def overflow_stub(remaining: int) -> bytes:
     if remaining <= 0:
         return b""
     piece = max(MIN_OVERFLOW_MESSAGE_LENGTH, min(remaining + 1, MAX_READ_SIZE))
-    declared = min(max(remaining + 1, _RECORD_BATCH_OVERHEAD), _INT32_MAX)
+    declared = min(max(remaining + 1, V2_HEADER_SIZE), _INT32_MAX)
     stub = bytearray(piece)
     struct.pack_into(">qi", stub, 0, -1, declared)
     return bytes(stub[: min(piece, remaining)])
@@ -207,17 +206,17 @@ class _Chunks:
         source = self.source
         assert isinstance(source, _FileSource)       # a buffer source has a ChunkReader
         left = source.size - position
-        if left < _LOG_OVERHEAD:
+        if left < LOG_OVERHEAD:
             return 0, None, 0, 0, 0
         if big:
             consumed = self.converter.convert(source.entry(position, big), -1, 1, position)
         else:
             # a file: read only what may be taken
-            data = source.window(position, max(max_bytes, _RECORD_BATCH_OVERHEAD))
+            data = source.window(position, max(max_bytes, V2_HEADER_SIZE))
             consumed = self.converter.convert(data, max_bytes, -1, position)
-            if consumed == 0 and data.nbytes < left and data.nbytes >= _LOG_OVERHEAD:
+            if consumed == 0 and data.nbytes < left and data.nbytes >= LOG_OVERHEAD:
                 # The first entry is larger than the window (and at most `big`): read it whole.
-                entry = _LOG_OVERHEAD + struct.unpack_from(">i", data, 8)[0]
+                entry = LOG_OVERHEAD + struct.unpack_from(">i", data, SIZE_OFFSET)[0]
                 if entry <= left:
                     consumed = self.converter.convert(source.window(position, entry), -1, 1, position)
         output, temp, converted = self.converter.take(self.again)
@@ -226,10 +225,11 @@ class _Chunks:
     def _entry_size(self, position: int) -> int:
         """The size of the complete entry at `position` from its header, or 0."""
         left = self.source.size - position
-        if left < _LOG_OVERHEAD:
+        if left < LOG_OVERHEAD:
             return 0
-        entry: int = _LOG_OVERHEAD + struct.unpack_from(">i", self.source.window(position, _LOG_OVERHEAD), 8)[0]
-        return entry if _LOG_OVERHEAD + _V0_MIN_SIZE <= entry <= left else 0
+        head = self.source.window(position, LOG_OVERHEAD)
+        entry: int = LOG_OVERHEAD + struct.unpack_from(">i", head, SIZE_OFFSET)[0]
+        return entry if LOG_OVERHEAD + V0_RECORD_OVERHEAD <= entry <= left else 0
 
     def _check_big_entry(self, position: int) -> int:
         """The size of the complete entry at `position` when it is larger than `big` and
@@ -240,14 +240,15 @@ class _Chunks:
         if left < _HEADER.size:
             return 0
         offset, declared, _, magic, stored = _HEADER.unpack(source.window(position, _HEADER.size))
-        entry: int = _LOG_OVERHEAD + declared
-        if declared < _V0_MIN_SIZE or not 0 <= magic <= 2 or entry <= self.big or entry > left:
+        entry: int = LOG_OVERHEAD + declared
+        if declared < V0_RECORD_OVERHEAD or not 0 <= magic <= 2 or entry <= self.big or entry > left:
             return 0
         if entry > self.max_entry_size:
             raise RecordTooLargeError(
                 f"entry of {entry} bytes is larger than max_entry_size ({self.max_entry_size} bytes)",
                 position=position, offset=offset)
-        crc, start, kind = (crc32c, 21, "CRC-32C") if magic == 2 else (crc32, _MAGIC_AT, "CRC-32")
+        crc, start, kind = ((crc32c, V2_ATTRIBUTES_OFFSET, "CRC-32C") if magic == 2
+                            else (crc32, MAGIC_OFFSET, "CRC-32"))
         computed = 0
         done = start
         while done < entry:
@@ -302,8 +303,8 @@ class LazyDownConvertRecords:
                  recompress: Compression | int | str | None = None):
         if chunk_size < 0:
             raise ValueError(f"chunk_size must be >= 0, got {chunk_size}")
-        if max_entry_size < _LOG_OVERHEAD + _V0_MIN_SIZE:
-            raise ValueError(f"max_entry_size must be at least {_LOG_OVERHEAD + _V0_MIN_SIZE}, "
+        if max_entry_size < LOG_OVERHEAD + V0_RECORD_OVERHEAD:
+            raise ValueError(f"max_entry_size must be at least {LOG_OVERHEAD + V0_RECORD_OVERHEAD}, "
                              f"got {max_entry_size}")
         self._in_use = InUse("LazyDownConvertRecords")
         self.to_magic = to_magic
@@ -417,12 +418,12 @@ class LazyDownConvertRecords:
                 # None complete in the window; first_entry_above checked the size field and
                 # the magic of the next entry (it raises on bad ones).
                 left = source.size - position
-                if data.nbytes >= left or data.nbytes < _MAGIC_AT + 1:
+                if data.nbytes >= left or data.nbytes < MAGIC_OFFSET + 1:
                     return None
-                entry = _LOG_OVERHEAD + struct.unpack_from(">i", data, 8)[0]
+                entry = LOG_OVERHEAD + struct.unpack_from(">i", data, SIZE_OFFSET)[0]
                 if entry > left:
                     return None                 # a partial trailing entry
-                if data[_MAGIC_AT] > self.to_magic:
+                if data[MAGIC_OFFSET] > self.to_magic:
                     return position
                 walked = entry
             position += walked

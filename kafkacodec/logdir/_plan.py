@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from kafkacodec._format import (CONTROL_FLAG, HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, SIZE_OFFSET,
+                                TRANSACTIONAL_FLAG, V0_RECORD_OVERHEAD, V2_HEADER_SIZE)
 from kafkacodec.errors import KafkaCodecError
 from kafkacodec.logdir._layout import PartitionFiles, Segment, find_partitions, partition_of
 from kafkacodec.logdir._problems import Problem, Reporter
@@ -35,7 +37,6 @@ from kafkacodec.logdir.storage import Storage
 __all__ = ["Split", "Planner", "PartitionRange", "WINDOW"]
 
 WINDOW = 16 << 20                # entries are scanned and decoded (remote files read) by windows of this size
-HEADER = 61                      # a v2 batch header; legacy entries' headers are shorter
 
 
 @dataclass
@@ -155,7 +156,7 @@ class Planner:
                 if stop > pos:
                     pos, want = stop, WINDOW
                     continue
-                declared = 12 + struct.unpack_from(">i", memoryview(view)[pos - base + 8:pos - base + 12])[0]
+                declared = LOG_OVERHEAD + struct.unpack_from(">i", view, pos - base + SIZE_OFFSET)[0]
                 if declared <= window_end - pos:
                     break
                 want = declared                    # one entry larger than the window
@@ -195,18 +196,18 @@ class Planner:
 
     def _header(self, seg: Segment, position: int) -> bytes:
         with seg.storage.open(seg.path) as src:
-            view, base = src.view(position, min(src.size, position + HEADER))
-            return bytes(memoryview(view)[position - base:position - base + HEADER])
+            view, base = src.view(position, min(src.size, position + V2_HEADER_SIZE))
+            return bytes(memoryview(view)[position - base:position - base + V2_HEADER_SIZE])
 
     def _checked_position(self, seg: Segment, index: OffsetIndex, i: int) -> bool:
         """Whether index entry i points at an entry boundary holding its offsets (Kafka trusts
         its indexes; a copied or stale one is checked before a read relies on it)."""
         position = int(index.positions[i])
         header = self._header(seg, position)
-        if len(header) < 17:
+        if len(header) < HEADER_SIZE_UP_TO_MAGIC:
             return False
         base, size, _, magic = struct.unpack_from(">qiib", header)
-        if not (0 <= magic <= 2 and size >= 14 and position + 12 + size <= seg.size):
+        if not (0 <= magic <= 2 and size >= V0_RECORD_OVERHEAD and position + LOG_OVERHEAD + size <= seg.size):
             return False
         before = int(index.offsets[i - 1]) if i > 0 else seg.base_offset - 1
         return before < int(base) <= int(index.offsets[i])
@@ -593,10 +594,10 @@ def _collect_aborted(scan: dict[str, Any], open_txn: dict[int, int],
     data from its first batch after a marker up to an ABORT marker."""
     attributes, pids = scan["attributes"], scan["producer_id"]
     for j in range(len(attributes)):
-        if scan["magic"][j] != 2 or not attributes[j] & 0x10:
+        if scan["magic"][j] != 2 or not attributes[j] & TRANSACTIONAL_FLAG:
             continue
         pid = int(pids[j])
-        if attributes[j] & 0x20:
+        if attributes[j] & CONTROL_FLAG:
             first = open_txn.pop(pid, None)
             if first is not None and scan["control_type"][j] == 0:
                 aborted.append((pid, first, int(scan["base_offset"][j])))

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kafkacodec._format import HEADER_SIZE_UP_TO_MAGIC, V0_RECORD_OVERHEAD
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError, LogLayoutError
 
 __all__ = ["Problem", "Reporter", "warn", "not_a_segment", "DAMAGE", "DATA_LOSS", "NOTE"]
@@ -52,13 +53,13 @@ def not_a_segment(head: bytes, size: int) -> str | None:
     """Why a file of `size` bytes starting with `head` (17 bytes or more) cannot be a Kafka
     segment, or None.  An entry starts with int64 offset, int32 size (at least 14: a v0
     message's smallest), and has its magic (0, 1 or 2) at byte 16."""
-    if size < 17 or len(head) < 17:
+    if size < HEADER_SIZE_UP_TO_MAGIC or len(head) < HEADER_SIZE_UP_TO_MAGIC:
         return None                       # too short to tell: a partial entry at most
     _, length, _, magic = struct.unpack_from(">qiib", head)
     if magic not in (0, 1, 2):
         return f"byte 16 would be the magic (0, 1 or 2) of its first entry and is {magic}"
-    if length < 14:
-        return f"its first entry would declare {length} bytes, below the minimum of 14"
+    if length < V0_RECORD_OVERHEAD:
+        return f"its first entry would declare {length} bytes, below the minimum of {V0_RECORD_OVERHEAD}"
     return None
 
 

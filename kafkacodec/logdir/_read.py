@@ -10,6 +10,7 @@ import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Union
 
+from kafkacodec._format import LOG_OVERHEAD, SIZE_OFFSET
 from kafkacodec.errors import CorruptRecordError, FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import PARTITION_RE, SEGMENT_RE, Segment, find_partitions
 from kafkacodec.logdir._options import Options
@@ -254,8 +255,8 @@ class _SplitReader:
             if stop >= window_end:
                 pos, want = stop, WINDOW
                 continue
-            declared = 12 + struct.unpack_from(">i", memoryview(view)[stop - base + 8:stop - base + 12])[0] \
-                if window_end - stop >= 12 else 0
+            declared = LOG_OVERHEAD + struct.unpack_from(">i", view, stop - base + SIZE_OFFSET)[0] \
+                if window_end - stop >= LOG_OVERHEAD else 0
             if window_end < end and stop + declared <= end:
                 pos, want = stop, max(WINDOW, declared)  # the next window starts at this entry
                 continue

@@ -21,7 +21,7 @@ from kafkacodec._writer cimport Writer, WriteBuffer, ensure, put_int32, store_u1
 from kafkacodec._format cimport (BatchHeader, next_entry, V2_CRC_OFFSET, V2_ATTRIBUTES_OFFSET,
                                  V2_PARTITION_LEADER_EPOCH_OFFSET,
                                  V2_PRODUCER_ID_OFFSET, V2_PRODUCER_EPOCH_OFFSET,
-                                 V2_BASE_SEQUENCE_OFFSET, V2_RECORDS_COUNT_OFFSET,
+                                 V2_BASE_SEQUENCE_OFFSET, V2_RECORDS_COUNT_OFFSET, CODEC_ZSTD,
                                  TRANSACTIONAL_FLAG, CONTROL_FLAG)
 from kafkacodec._crc cimport kc_crc32c, kc_crc_init
 from kafkacodec.protocol._wire cimport (utf8_of, put_length, put_string, put_empty_tags,
@@ -185,7 +185,7 @@ def write_produce_request(topics, *, int api_version, int32_t correlation_id,
                 PyObject_GetBuffer(view_obj, &view, PyBUF_SIMPLE)
                 try:
                     compression = check_batch(<const unsigned char*>view.buf, view.len)
-                    if compression == 4 and api_version < 7:
+                    if compression == CODEC_ZSTD and api_version < 7:
                         raise UnsupportedCompressionError(
                             f"zstd batches need ProduceRequest v7+ (partition {name}-{partition})",
                             position=0)

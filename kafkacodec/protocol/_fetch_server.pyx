@@ -16,7 +16,7 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t
 from kafkacodec._cursor cimport (Cursor, cursor_init, need, take, get_int8, get_int16, get_int32,
                                  get_int64)
 from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int8, put_int16, put_int32,
-                                 put_int64, put_bytes, put_uvarint)
+                                 put_int64, put_bytes, put_uvarint, store_u32)
 from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tagged_fields,
                                         read_uuid, put_length, put_string, put_empty_tags,
                                         FETCH_FLEXIBLE)
@@ -194,7 +194,6 @@ def encode_fetch_response(int api_version, int32_t correlation_id, topics, *,
     cdef int64_t records_total = 0, frame
     cdef Py_ssize_t records_size
     cdef bytes raw_id
-    cdef uint32_t size
     check_version(api_version)
     ensure(w, 4)
     w.length = 4                                           # the frame size, patched below
@@ -252,9 +251,5 @@ def encode_fetch_response(int api_version, int32_t correlation_id, topics, *,
     frame = w.length - 4 + records_total
     if frame > 0x7FFFFFFF:
         raise ValueError(f"fetch response of {frame} bytes does not fit an int32 size")
-    size = <uint32_t>frame
-    w.buf[0] = <unsigned char>(size >> 24)
-    w.buf[1] = <unsigned char>(size >> 16)
-    w.buf[2] = <unsigned char>(size >> 8)
-    w.buf[3] = <unsigned char>size
+    store_u32(w.buf, <uint32_t>frame)
     return out.getvalue(), cuts, frame

@@ -9,7 +9,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from kafkacodec._cursor cimport (Cursor, cursor_init, need, take, get_int16, get_int32, read_uvarint,
                                  raise_corrupt, raise_short)
 from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int32, put_bytes,
-                                 put_uvarint)
+                                 put_uvarint, store_u32)
 
 cdef enum:
     MAX_FRAME = 0x7FFFFFFF       # every size on the wire is an int32
@@ -188,11 +188,7 @@ cdef inline Py_ssize_t begin_produce_request(Writer* w, int16_t api_version,
     return frame
 
 cdef inline int end_frame(Writer* w, Py_ssize_t start) noexcept:
-    cdef uint32_t size = <uint32_t>(w.length - start - 4)
-    w.buf[start] = <unsigned char>(size >> 24)
-    w.buf[start + 1] = <unsigned char>(size >> 16)
-    w.buf[start + 2] = <unsigned char>(size >> 8)
-    w.buf[start + 3] = <unsigned char>size
+    store_u32(w.buf + start, <uint32_t>(w.length - start - 4))
     return 0
 
 cdef inline int32_t read_response_header(Cursor* cur, bint flexible) except? -1:

@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 __all__ = ["FetchHandler"]
 
 log = logging.getLogger("kafkacodec.serve")
-_CONTROL = 0x20
 
 
 @dataclass

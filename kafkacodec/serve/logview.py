@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from kafkacodec._convert import release_file_pages
+from kafkacodec._format import LOG_OVERHEAD, TRANSACTIONAL_FLAG
 from kafkacodec._records import FileRecords
 from kafkacodec.errors import CorruptRecordError, FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import PartitionFiles, find_partitions
@@ -55,7 +56,6 @@ __all__ = ["LogView", "Topic", "Partition", "Segment", "ReadRange", "StorageErro
 log = logging.getLogger("kafkacodec.serve")
 
 WINDOW = 256 * 1024                 # bytes of entry headers walked per FileRecords.index() call
-_TRANSACTIONAL, _CONTROL = 0x10, 0x20
 _COLUMNS: tuple[tuple[str, type], ...] = (
     ("position", np.int64), ("size", np.int64), ("last_offset", np.int64),
     ("max_timestamp", np.int64), ("magic", np.int8), ("attributes", np.int16))
@@ -286,10 +286,10 @@ class Segment:
                 log.warning("%s; the partition's data ends there", self.damaged)
                 return
             if not len(rows):
-                if end - position < 12:
+                if end - position < LOG_OVERHEAD:
                     return
-                head = bytes(memoryview(records)[position:position + 12])
-                entry = 12 + _ENTRY_HEAD.unpack(head)[1]
+                head = bytes(memoryview(records)[position:position + LOG_OVERHEAD])
+                entry = LOG_OVERHEAD + _ENTRY_HEAD.unpack(head)[1]
                 if entry <= window or entry > end - position:
                     return                      # a partial entry (or a cut file: zeros)
                 rows = records.slice(position, entry).index(check_crc=False)
@@ -566,7 +566,7 @@ class Partition:
                     continue
                 self.use.txn_segments["rebuilt"] += 1
             for rows in seg.entries(txn.position):
-                flagged = np.flatnonzero((rows["magic"] == 2) & ((rows["attributes"] & _TRANSACTIONAL) != 0))
+                flagged = np.flatnonzero((rows["magic"] == 2) & ((rows["attributes"] & TRANSACTIONAL_FLAG) != 0))
                 for j in flagged:
                     self._transaction_batch(seg, int(rows["position"][j]), int(rows["size"][j]), txn)
                 txn.position = int(rows["position"][-1] + rows["size"][-1])
