@@ -15,6 +15,17 @@ if os.environ.get("KAFKACODEC_TEST_INSTALLED") == "1" or os.environ.get("KAFKACO
 
 import kafkacodec
 
+# Tests that run a real Kafka broker or Kafka's own Java tools and clients are marked `broker`
+# (by their fixtures, or a module's pytestmark): the sanitizer run leaves them out, as their part
+# of the compiled core is what the rest of the suite drives under ASan; the installed run has them.
+BROKER_FIXTURES = {"kafka_broker", "kafka_broker_39"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.broker)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _compiled_core_in_use():

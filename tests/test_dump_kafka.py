@@ -24,6 +24,7 @@ from kafkacodec.cli import generate
 from memory_probe import child_env
 
 JAVA_CLASS = "kafka.tools.DumpLogSegments"
+pytestmark = pytest.mark.broker       # Kafka's Java code (see conftest)
 VERSIONS = ("4.1.1", "3.9.1")
 
 

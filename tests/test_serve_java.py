@@ -25,6 +25,7 @@ from serve_support import (compile_java_driver, confluent_read, expected, java_c
 pytest.importorskip("confluent_kafka")
 
 JAVA_VERSIONS = ["3.9.1", "4.1.1"]
+pytestmark = pytest.mark.broker       # Kafka's Java code (see conftest)
 
 
 @pytest.fixture(scope="module")
