@@ -663,32 +663,6 @@ def test_round_trip_through_kafka_python(magic, codec, base_offset, records):
     assert peer_records(KpMemoryRecords, data) == expected(records, magic, base_offset=base_offset)
 
 
-# --- the stub -----------------------------------------------------------------------------------
-STUB_USE = '''
-import numpy as np
-from kafkacodec import MemoryRecordsBuilder, TimestampType
-b = MemoryRecordsBuilder(magic=2, compression="lz4", timestamp_type=TimestampType.CREATE_TIME)
-b.append(1, b"k", bytearray(b"v"), [("h", None)])
-b.append_many(np.zeros(2, dtype=np.int64), None, [b"a", memoryview(b"b")])
-data: bytes = b.build()
-n: int = b.record_count + b.next_offset
-marker: bytes = MemoryRecordsBuilder.build_end_txn_marker(True, 1, 0, 0)
-'''
-
-
-@pytest.mark.tooling
-def test_stub_types_check(tmp_path):
-    from mypy import api
-
-    sample = tmp_path / "use_builder.py"
-    sample.write_text(STUB_USE)
-    good = api.run(["--strict", "--follow-imports=silent", "--no-incremental", str(sample)])
-    assert good[2] == 0, good[0]
-    sample.write_text(STUB_USE + "b.append('1', b'k', b'v')\nbad: str = b.build()\n")
-    bad = api.run(["--strict", "--follow-imports=silent", "--no-incremental", str(sample)])
-    assert bad[2] == 1 and bad[0].count("error:") == 2, bad[0]
-
-
 # --- Arrow columns --------------------------------------------------------------------------------
 @pytest.mark.parametrize("binary_type", ["binary", "string", "large_binary", "large_string"])
 def test_append_many_from_arrow_arrays(binary_type):

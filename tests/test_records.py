@@ -998,40 +998,6 @@ def test_sample_log_reads_like_kafka_python():
     assert [r for r in got if r[0] in {e[0] for e in expected}] == expected
 
 
-STUB_USE = '''
-from kafkacodec import Compression, ControlType, FileRecords, MemoryRecords, TimestampType
-
-records = MemoryRecords(b"", max_decompressed_size=1 << 20)
-for batch in records.batches():
-    codec: Compression = batch.compression
-    kind: TimestampType = batch.timestamp_type
-    raw: memoryview = batch.raw
-    count: int | None = batch.record_count
-    horizon: int | None = batch.delete_horizon_ms
-    for r in batch:
-        value: bytes | None = r.value
-        headers: tuple[tuple[str, bytes | None], ...] = r.headers
-        marker: ControlType | int | None = r.control_type
-n: int = records.validate()
-rows = records.index(check_crc=False)
-with FileRecords.open("x.log") as segment:
-    part: FileRecords = segment.slice(0, 10)
-'''
-
-
-@pytest.mark.tooling
-def test_stub_type_checks_with_mypy(tmp_path):
-    from mypy import api
-
-    sample = tmp_path / "use_records.py"
-    sample.write_text(STUB_USE)
-    good = api.run(["--strict", "--follow-imports=silent", "--no-incremental", str(sample)])
-    assert good[2] == 0, good[0]
-    sample.write_text(STUB_USE + "bad: bytes = batch.record_count\nMemoryRecords(1)\n")
-    bad = api.run(["--strict", "--follow-imports=silent", "--no-incremental", str(sample)])
-    assert bad[2] == 1 and bad[0].count("error:") == 2, bad[0]
-
-
 def test_decoding_many_batches_keeps_memory_flat():
     import tracemalloc
 

@@ -355,39 +355,6 @@ def test_memory_stays_flat_over_thousands_of_responses():
     assert twenty <= one + 512               # the peak does not grow with the responses
 
 
-STUB_USE = '''
-from kafkacodec import MemoryPool, ResponseRingBuffer, SimpleMemoryPool
-pool = SimpleMemoryPool(1 << 20, 1 << 16, strict=True)
-buf = pool.try_allocate(100, priority=True)
-if buf is not None:
-    pool.release(buf)
-ratio: float = pool.metrics()["memory-pool-avg-depleted-percent"]
-ring = ResponseRingBuffer(1 << 16, MemoryPool.NONE)
-accepted: int = ring.feed(bytearray(b"abc"))
-resp = ring.next_response()
-if resp is not None:
-    cid: int = resp.correlation_id
-    body: bytes = bytes(resp.payload)
-    for rec in resp.records(12):
-        offset: int = rec.offset
-        value: bytes | None = rec.value
-    resp.release()
-'''
-
-
-@pytest.mark.tooling
-def test_stub_types_check(tmp_path):
-    from mypy import api
-
-    sample = tmp_path / "use_ring.py"
-    sample.write_text(STUB_USE)
-    good = api.run(["--strict", "--follow-imports=silent", "--no-incremental", str(sample)])
-    assert good[2] == 0, good[0]
-    sample.write_text(STUB_USE + "n: str = ring.feed(b'x')\npool.try_allocate('5')\n")
-    bad = api.run(["--strict", "--follow-imports=silent", "--no-incremental", str(sample)])
-    assert bad[2] == 1 and bad[0].count("error:") == 2, bad[0]
-
-
 def test_a_dropped_response_frees_its_slot_unless_a_view_keeps_it():
     ring = ResponseRingBuffer(64)
     ring.feed(frame(1, b"a" * 20) + frame(2, b"b" * 20))

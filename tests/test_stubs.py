@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import importlib.util
 import os
 import pkgutil
+import re
 import shutil
 import subprocess
 import sys
@@ -142,30 +144,60 @@ def _mypy_strict(copy: Path, targets: list[str], *extra: str) -> subprocess.Comp
                  *targets], copy)
 
 
-@pytest.mark.tooling
-def test_stubs_typecheck_strict(tmp_path):
-    # Only the stubs are checked, what they import is analysed silently.
-    copy = _package_copy(tmp_path)
-    stubs = sorted(str(p.relative_to(copy)) for p in copy.rglob("*.pyi"))
-    assert stubs, "no .pyi stubs found"
-    result = _mypy_strict(copy, stubs, "--follow-imports", "silent")
-    assert result.returncode == 0, f"mypy --strict on the stubs:\n{result.stdout}{result.stderr}"
+CORPUS = Path(__file__).with_name("typing")
+MARKER = re.compile(r"#\s*E:\s*([^#]+)")
+ERROR = re.compile(r"^(?:.*[/\\])?(\w+\.pyi?):(\d+): error: (.*)$")
+
+
+def _expected_errors() -> dict[tuple[str, int], list[str]]:
+    """(file, line) -> the message fragments its `# E:` markers demand (tests/typing/README.md)."""
+    expected = {}
+    for path in sorted(CORPUS.glob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            fragments = [f.strip() for f in MARKER.findall(line)]
+            if fragments:
+                expected[(path.name, number)] = fragments
+    return expected
 
 
 @pytest.mark.tooling
-def test_package_typechecks_strict(tmp_path):
-    """The whole typed surface: every .py module against the stubs of the compiled ones
-    (the Spark modules need pyspark's own annotations, so the spark extra)."""
-    pytest.importorskip("pyspark", reason="kafkacodec.spark is checked against pyspark's types")
+def test_package_and_corpus_typecheck_strict(tmp_path):
+    """One mypy --strict run: the whole package (every .py module against the stubs of the
+    compiled ones) and the usage corpus tests/typing/, whose unmarked lines must type-check and
+    whose `# E:` lines must each give exactly the errors they name. Without pyspark (whose
+    annotations kafkacodec.spark needs) the stubs stand in for the package."""
     copy = _package_copy(tmp_path)
-    result = _mypy_strict(copy, ["-p", "kafkacodec"])
-    assert result.returncode == 0, f"mypy --strict -p kafkacodec:\n{result.stdout}{result.stderr}"
+    corpus = sorted(CORPUS.glob("*.py"))
+    assert corpus, f"no typing corpus in {CORPUS}"
+    for path in corpus:
+        shutil.copyfile(path, copy / path.name)
+    modules = [arg for path in corpus for arg in ("-m", path.stem)]
+    if importlib.util.find_spec("pyspark") is not None:
+        result = _mypy_strict(copy, ["-p", "kafkacodec", *modules])
+    else:
+        stubs = sorted(str(p.relative_to(copy)) for p in copy.rglob("*.pyi"))
+        result = _mypy_strict(copy, [*stubs, *(p.name for p in corpus)], "--follow-imports", "silent")
+    output = result.stdout + result.stderr
+    got: dict[tuple[str, int], list[str]] = {}
+    for line in result.stdout.splitlines():
+        match = ERROR.match(line)
+        if match:
+            got.setdefault((match[1], int(match[2])), []).append(match[3])
+    assert got or result.returncode == 0, f"mypy failed without reporting errors:\n{output}"
+    expected = _expected_errors()
+    assert expected, "the corpus has no `# E:` lines: nothing proves a stub is not too loose"
+    unexpected = {where: msgs for where, msgs in got.items() if where not in expected}
+    assert not unexpected, f"errors on lines that must type-check:\n{output}"
+    for where, fragments in expected.items():
+        messages = got.get(where, [])
+        assert len(messages) == len(fragments) and all(
+            any(f in m for m in messages) for f in fragments), \
+            f"{where[0]}:{where[1]} must report {fragments}, mypy said {messages}\n{output}"
 
 
 def _parameters(source: str) -> list[tuple[str, str, bool]]:
     """(name, kind, has default) of each parameter of `def f(<source>)`, self left out."""
     import ast
-    import re
     # The embedded signature may carry C types ("int partition=0"): keep the last word.
     params = re.sub(r"\b[\w.]+\s+(?=\w+\s*(=|,|$))", "", source)
     args = ast.parse(f"def f({params}): pass").body[0].args  # type: ignore[attr-defined]
