@@ -33,7 +33,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, P
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_XDECREF
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memcmp, memcpy, memset
 from kafkacodec._crc cimport kc_crc32, kc_crc_init
@@ -900,7 +900,7 @@ cdef Py_ssize_t zstd_frame_end(const unsigned char* data, Py_ssize_t pos, Py_ssi
     cdef unsigned char fhd
     cdef int fcs_flag, single, header_size, fcs_size
     cdef Py_ssize_t block_size
-    cdef int64_t fcs = -1
+    cdef uint64_t fcs_bits
     cdef int i
     skippable[0] = False
     content_size[0] = -1
@@ -932,12 +932,13 @@ cdef Py_ssize_t zstd_frame_end(const unsigned char* data, Py_ssize_t pos, Py_ssi
     if size - pos < header_size:
         return truncated(ZSTD, 2, "frame header", header_size, pos, size)
     if fcs_size:
-        fcs = 0
+        fcs_bits = 0                   # little-endian, unsigned (RFC 8878 3.1.1.1.4)
         for i in range(fcs_size):
-            fcs |= <int64_t>data[pos + header_size - fcs_size + i] << (8 * i)
+            fcs_bits |= <uint64_t>data[pos + header_size - fcs_size + i] << (8 * i)
         if fcs_size == 2:
-            fcs += 256
-        content_size[0] = fcs
+            fcs_bits += 256
+        # a size past int64 cannot fit any output: the limit check after this refuses it
+        content_size[0] = <int64_t>fcs_bits if fcs_bits <= <uint64_t>INT64_MAX else INT64_MAX
     pos += header_size
     while True:
         if size - pos < 3:

@@ -366,7 +366,7 @@ cdef class ResponseRingBuffer:
             if <Py_ssize_t>size + OVERHEAD > self.capacity:
                 self.error = RecordTooLargeError(
                     f"response of {size} bytes (+{OVERHEAD} header and size bytes = "
-                    f"{size + OVERHEAD}) does not fit a ring of {self.capacity} bytes")
+                    f"{<Py_ssize_t>size + OVERHEAD}) does not fit a ring of {self.capacity} bytes")
                 raise self.error
             self.size = size
             self.placed = self.try_place(OVERHEAD + size)
