@@ -31,7 +31,6 @@ def _topic_switch_arg(text: str) -> tuple[str, bool]:
 def run(args: argparse.Namespace) -> int:
     import logging
     import signal
-    import threading
 
     from kafkacodec.serve import Server, ServeConfig
 
@@ -57,9 +56,11 @@ def run(args: argparse.Namespace) -> int:
             upstream_cache_memory=args.upstream_cache_memory)
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
-    stop = threading.Event()
+    # The handler only records the signal: it runs in the main thread between two bytecodes,
+    # possibly while that thread holds an Event's lock (Event.set() there can deadlock).
+    signalled: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, lambda number, _frame: signalled.append(number))
     try:
         server = Server(config=config).start()
     except OSError as exc:                    # the upstream cluster unreachable, the port taken
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         host, port = server.address
         print(f"listening on {host}:{port}", flush=True)
-        while not stop.wait(0.5) and not server.wait(0):
+        while not signalled and not server.wait(0.2):
             pass
     finally:
         server.stop()
