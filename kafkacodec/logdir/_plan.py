@@ -31,7 +31,7 @@ from kafkacodec.logdir._problems import Problem, Reporter
 from kafkacodec.logdir._pushdown import Pushdown
 from kafkacodec.logdir._readopts import OffsetBound, ReadOptions
 from kafkacodec.logdir.indexes import OffsetIndex, TimeIndex, parse_offset_index, parse_time_index, parse_txn_index
-from kafkacodec.logdir.snapshots import parse_producer_snapshot
+from kafkacodec.logdir.snapshots import open_transactions
 from kafkacodec.logdir.storage import Storage
 
 __all__ = ["Split", "Planner", "PartitionRange", "WINDOW"]
@@ -313,13 +313,7 @@ class Planner:
         try:
             if entry.kind != "file":
                 raise ValueError(f"{uri} is {entry.note or 'not a regular file'}")
-            entries = parse_producer_snapshot(seg.storage.read_bytes(entry.path), uri)
-            found = {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
-            late = [first for first in found.values() if first >= seg.base_offset]
-            if late:
-                raise ValueError(f"{uri}: an open transaction starts at {late[0]}, not before the "
-                                 f"snapshot's offset {seg.base_offset}")
-            return found
+            return open_transactions(seg.storage.read_bytes(entry.path), seg.base_offset, uri)
         except (KafkaCodecError, ValueError, OSError) as exc:
             self.reporter.note(Problem("index", uri, f"{exc}; read without it (every segment walked)"))
             return None

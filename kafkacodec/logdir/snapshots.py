@@ -17,7 +17,7 @@ from typing import Any
 from kafkacodec._crc import crc32c
 from kafkacodec.errors import CorruptRecordError, InvalidCrcError
 
-__all__ = ["ProducerEntry", "parse_producer_snapshot", "SNAPSHOT_SUFFIX"]
+__all__ = ["ProducerEntry", "open_transactions", "parse_producer_snapshot", "SNAPSHOT_SUFFIX"]
 
 SNAPSHOT_SUFFIX = ".snapshot"
 _HEADER = struct.Struct(">hIi")
@@ -64,3 +64,16 @@ def parse_producer_snapshot(data: Any, source: str) -> list[ProducerEntry]:
         raise InvalidCrcError(f"{source}: producer snapshot CRC-32C mismatch",
                               position=2, stored=stored, computed=computed)
     return [ProducerEntry(*_ENTRY.unpack_from(raw, _HEADER.size + i * _ENTRY.size)) for i in range(count)]
+
+
+def open_transactions(data: Any, offset: int, source: str) -> dict[int, int]:
+    """producer id -> first offset of its transaction open at `offset`, from the snapshot Kafka
+    took there (at the roll to the segment starting at `offset`); CorruptRecordError when the
+    snapshot is invalid or lists a transaction starting at or after its own offset."""
+    found = {e.producer_id: e.current_txn_first_offset
+             for e in parse_producer_snapshot(data, source) if e.current_txn_first_offset >= 0}
+    late = [first for first in found.values() if first >= offset]
+    if late:
+        raise CorruptRecordError(f"{source}: an open transaction starts at {late[0]}, not before the "
+                                 f"snapshot's offset {offset}", position=0)
+    return found

@@ -43,12 +43,12 @@ import numpy as np
 from kafkacodec._convert import release_file_pages
 from kafkacodec._format import LOG_OVERHEAD, TRANSACTIONAL_FLAG
 from kafkacodec._records import FileRecords
-from kafkacodec.errors import CorruptRecordError, FileTruncatedError, KafkaCodecError
+from kafkacodec.errors import FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import PartitionFiles, find_partitions
 from kafkacodec.logdir.indexes import (OffsetIndex, TimeIndex, checked_txn_index, parse_offset_index,
                                        parse_time_index)
 from kafkacodec.logdir.partition_metadata import read_partition_metadata
-from kafkacodec.logdir.snapshots import SNAPSHOT_SUFFIX, parse_producer_snapshot
+from kafkacodec.logdir.snapshots import SNAPSHOT_SUFFIX, open_transactions
 
 __all__ = ["LogView", "Topic", "Partition", "Segment", "ReadRange", "StorageError", "IndexUse",
            "stable_topic_id"]
@@ -586,12 +586,7 @@ class Partition:
         found: dict[int, int] | None = None
         try:
             with open(path, "rb") as file:
-                entries = parse_producer_snapshot(file.read(), path)
-            found = {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
-            late = [first for first in found.values() if first >= offset]
-            if late:
-                raise CorruptRecordError(f"{path}: an open transaction starts at {late[0]}, not before the "
-                                         f"snapshot's offset {offset}", position=0)
+                found = open_transactions(file.read(), offset, path)
         except FileNotFoundError:
             found = None
         except (OSError, KafkaCodecError) as exc:
