@@ -23,9 +23,9 @@ from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legac
 
 from kafkacodec._compression cimport compress, decompress, DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT
 from kafkacodec._crc cimport kc_crc_init
+from kafkacodec.protocol._produce cimport PartitionRecords, write_produce_request
 
 from kafkacodec._types import Compression
-from kafkacodec.protocol._produce import encode_produce_request
 from kafkacodec.errors import (CorruptRecordError, RecordTooLargeError,
                                UnsupportedCompressionError, UnsupportedVersionError)
 
@@ -420,14 +420,47 @@ cdef class RawBatchesBuilder:
 
 
 # --- FetchResponse -> ProduceRequest ---------------------------------------------------------------
+cdef class _PartitionPlan:
+    cdef Py_ssize_t size
+    cdef list pieces          # (start, end) spans of `records`, or bytes of a trimmed batch
+    cdef object records
+
+
+cdef class _ForwardedRuns(PartitionRecords):
+    """fetch_to_produce's records fields: each partition's _PartitionPlan copied piece by
+    piece from its fetch buffer."""
+
+    cdef Py_ssize_t measure(self, object records) except -2:
+        return (<_PartitionPlan>records).size
+
+    cdef int write(self, Writer* w, object records, Py_ssize_t size) except -1:
+        cdef _PartitionPlan plan = <_PartitionPlan>records
+        cdef Py_buffer view
+        cdef Py_ssize_t start, end
+        PyObject_GetBuffer(plan.records, &view, PyBUF_SIMPLE)
+        try:
+            for piece in plan.pieces:
+                if type(piece) is tuple:
+                    start, end = piece
+                    put_bytes(w, <const unsigned char*>view.buf + start, end - start)
+                else:
+                    put_bytes(w, <const unsigned char*>PyBytes_AS_STRING(piece), len(piece))
+        finally:
+            PyBuffer_Release(&view)
+        return 0
+
+
+cdef _ForwardedRuns FORWARDED = _ForwardedRuns()
+
+
 def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_id=0,
                      client_id="kafkacodec", int16_t acks=-1, int32_t timeout_ms=30000,
                      transactional_id=None, fetch_offsets=None, topic_names=None,
                      bint drop_control_batches=True, Py_ssize_t max_batches_per_partition=1,
                      dict next_offsets=None, WriteBuffer out=None):
     """Turn a decoded FetchResponse into a framed ProduceRequest for the same topics and
-    partitions, written by protocol's encode_produce_request: each contiguous run of forwarded
-    batches is a view of the fetch buffer, copied once into the returned WriteBuffer (no
+    partitions, written by protocol's ProduceRequest writer: each contiguous run of forwarded
+    batches is copied once from the fetch buffer into the returned WriteBuffer (no
     decompression).  Returns None when no partition has a complete batch to forward.
 
     - Partitions with an error code or null/empty records, and trailing partial batches, are
@@ -450,12 +483,13 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
     cdef int64_t fetch_offset, last_offset
     cdef bint check, have_offsets = fetch_offsets is not None
     cdef int32_t index
-    cdef list topics = [], partitions, pieces
-    cdef object trimmed, name, records
+    cdef list topics = [], partitions
+    cdef _PartitionPlan plan
+    cdef object trimmed, name
     if api_version < 3 or api_version > 11:
         raise UnsupportedVersionError(f"Produce version {api_version} is not supported (3-11)")
-    # Walk every partition's batch headers: what is forwarded becomes views of the fetch buffer
-    # (one per contiguous run of batches) and trimmed copies; nothing is copied yet.
+    # Walk every partition's batch headers: what is forwarded becomes spans of the fetch
+    # buffer (one per contiguous run of batches) and trimmed copies; nothing is copied yet.
     for topic in fetch_response.responses:
         name = topic.topic
         if name is None:
@@ -467,8 +501,10 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
             if part.error_code != 0 or part.records is None or len(part.records) == 0:
                 continue
             index = part.partition_index
-            records = memoryview(part.records)
-            pieces = []
+            plan = _PartitionPlan.__new__(_PartitionPlan)
+            plan.pieces = []
+            plan.size = 0
+            plan.records = part.records
             fetch_offset = 0
             check = False
             if have_offsets:
@@ -479,7 +515,7 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
             span_start = span_end = -1
             batches = 0
             last_offset = -1
-            PyObject_GetBuffer(records, &view, PyBUF_SIMPLE)
+            PyObject_GetBuffer(plan.records, &view, PyBUF_SIMPLE)
             try:
                 cursor_init(&cur, <const unsigned char*>view.buf, view.len, 0)
                 while (max_batches_per_partition < 0 or batches < max_batches_per_partition) \
@@ -512,29 +548,30 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
                     last_offset = h.last_offset
                     if trimmed is not None:
                         if span_start >= 0:
-                            pieces.append(records[span_start:span_end])
+                            plan.pieces.append((span_start, span_end))
                             span_start = -1
-                        pieces.append((<RawBytesBatchRecord>trimmed).value)
+                        plan.pieces.append((<RawBytesBatchRecord>trimmed).value)
+                        plan.size += len((<RawBytesBatchRecord>trimmed).value)
                         continue
                     if span_start >= 0 and h.position == span_end:
                         span_end += h.size
                     else:
                         if span_start >= 0:
-                            pieces.append(records[span_start:span_end])
+                            plan.pieces.append((span_start, span_end))
                         span_start = h.position
                         span_end = h.position + h.size
+                    plan.size += h.size
                 if span_start >= 0:
-                    pieces.append(records[span_start:span_end])
+                    plan.pieces.append((span_start, span_end))
             finally:
                 PyBuffer_Release(&view)
             if next_offsets is not None and last_offset >= 0:
                 next_offsets[(name, index)] = last_offset + 1
-            if pieces:
-                partitions.append((index, pieces))
+            if plan.pieces:
+                partitions.append((index, plan))
         if partitions:
             topics.append((name, partitions))
     if not topics:
         return None
-    return encode_produce_request(topics, api_version=api_version, correlation_id=correlation_id,
-                                  client_id=client_id, acks=acks, timeout_ms=timeout_ms,
-                                  transactional_id=transactional_id, out=out)
+    return write_produce_request(topics, api_version, correlation_id, client_id, acks, timeout_ms,
+                                 transactional_id, out, FORWARDED)
