@@ -23,7 +23,7 @@ from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legac
 
 from kafkacodec._compression cimport compress, decompress, DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT
 from kafkacodec._crc cimport kc_crc_init
-from kafkacodec.protocol._produce cimport PartitionRecords, write_produce_request
+from kafkacodec.protocol._produce cimport _PartitionRecords, write_produce_request
 
 from kafkacodec._types import Compression
 from kafkacodec.errors import (CorruptRecordError, RecordTooLargeError,
@@ -426,7 +426,7 @@ cdef class _PartitionPlan:
     cdef object records
 
 
-cdef class _ForwardedRuns(PartitionRecords):
+cdef class _ForwardedRuns(_PartitionRecords):
     """fetch_to_produce's records fields: each partition's _PartitionPlan copied piece by
     piece from its fetch buffer."""
 

@@ -648,13 +648,13 @@ cdef class RecordBatch:
         cdef const unsigned char* entry = self._entry()
         cdef const unsigned char* out
         cdef Py_ssize_t out_size = 0
+        cdef Py_ssize_t data_position = -1      # where the compressed value starts, once read
         cdef LegacyMessage wrapper
         cdef Decompressor decompressor
         if self.h.magic >= 2:
             raise ValueError("a v2 batch holds records, not inner messages: iterate it")
         if self.h.compression == CODEC_NONE:
             return iter((self,))
-        cdef Py_ssize_t data_position = -1      # where the compressed value starts, once read
         self._buf.enter()
         try:
             read_legacy_message(entry, self.h.size, self.h.position, &wrapper)

@@ -24,7 +24,7 @@ from kafkacodec._format cimport (BatchHeader, next_entry, V2_CRC_OFFSET, V2_ATTR
                                  V2_BASE_SEQUENCE_OFFSET, V2_RECORDS_COUNT_OFFSET, CODEC_ZSTD,
                                  TRANSACTIONAL_FLAG, CONTROL_FLAG)
 from kafkacodec._crc cimport kc_crc32c, kc_crc_init
-from kafkacodec.protocol._produce cimport (PartitionRecords,
+from kafkacodec.protocol._produce cimport (_PartitionRecords,
                                            write_produce_request as write_produce_request_with)
 
 from kafkacodec.errors import CorruptRecordError, UnsupportedCompressionError, UnsupportedVersionError
@@ -151,7 +151,7 @@ cdef object checked_batch(object batch, int api_version, object name, object par
     return view_obj
 
 
-cdef class _RewrittenBatches(PartitionRecords):
+cdef class _RewrittenBatches(_PartitionRecords):
     """A partition's records field in the mirror's request: its checked batches [(view,
     producer id, epoch, base sequence), ...] rewritten straight into the frame, where each one
     lands noted in `positions`."""

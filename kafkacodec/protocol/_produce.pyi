@@ -12,10 +12,6 @@ MAX_VERSION: int
 
 _Records = Buffer | Sequence[Buffer] | None
 
-class PartitionRecords:
-    """How the ProduceRequest writer measures and writes a partition's records field (cimported
-    by the mirror; nothing Python-callable)."""
-
 def encode_produce_request(
     topic_data: Iterable[tuple[str, Iterable[tuple[int, _Records]]]],
     *,

@@ -84,7 +84,7 @@ cdef inline Py_ssize_t grown_estimate(Py_ssize_t estimate, Py_ssize_t n) except 
     return estimate + n
 
 
-cdef class PartitionRecords:
+cdef class _PartitionRecords:
     """A partition's records as one buffer, a list or tuple of buffers sent back to back (e.g.
     several raw batches taken from a fetch, KIP-712), or None (null)."""
 
@@ -95,13 +95,13 @@ cdef class PartitionRecords:
         return put_records(w, records, size)
 
 
-cdef PartitionRecords BUFFERS = PartitionRecords()
+cdef _PartitionRecords BUFFERS = _PartitionRecords()
 
 
 cdef WriteBuffer write_produce_request(object topic_data, int version, int32_t correlation_id,
                                        object client_id, int16_t acks, int32_t timeout_ms,
                                        object transactional_id, WriteBuffer out,
-                                       PartitionRecords records):
+                                       _PartitionRecords records):
     """encode_produce_request with each partition's records measured and written by `records`
     (`version` checked by the caller)."""
     cdef bint flexible = version >= PRODUCE_FLEXIBLE
