@@ -2,6 +2,8 @@
 # Python layers: entry framing, v0/v1 and v2 header field offsets, attribute bits, codec ids,
 # sentinels.  The C-level framing and header parsing are not Python-visible.
 
+from typing_extensions import Buffer
+
 CODEC_GZIP: int
 CODEC_LZ4: int
 CODEC_NONE: int
@@ -41,3 +43,5 @@ V2_PARTITION_LEADER_EPOCH_OFFSET: int
 V2_PRODUCER_EPOCH_OFFSET: int
 V2_PRODUCER_ID_OFFSET: int
 V2_RECORDS_COUNT_OFFSET: int
+
+def entry_head(data: Buffer, position: int = 0) -> tuple[int, int] | None: ...

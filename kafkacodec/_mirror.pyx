@@ -12,8 +12,7 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint64_t, INT32_MIN,
 from libc.string cimport memcpy
 
 from kafkacodec._cursor cimport Cursor, cursor_init, raise_corrupt
-from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int32, put_bytes,
-                                 store_u64)
+from kafkacodec._writer cimport Writer, WriteBuffer, ensure, put_bytes, store_u64
 from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, V2_HEADER_SIZE,
                                  CONTROL_FLAG, TRANSACTIONAL_FLAG, DELETE_HORIZON_FLAG,
                                  TIMESTAMP_LOG_APPEND, wrap_add, wrap_sub, increment_sequence,
@@ -21,12 +20,10 @@ from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, V2_HEADE
 from kafkacodec._v2 cimport V2Record, read_v2_record, write_v2_record, write_v2_batch_header
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
                                  next_inner_entry, inner_base_offset, inner_message_fault)
-from kafkacodec.protocol._wire cimport (utf8_of, put_length, put_string, put_empty_tags,
-                                        begin_produce_request, produce_output,
-                                        end_frame, API_PRODUCE, PRODUCE_FLEXIBLE)
 
 from kafkacodec._compression cimport compress, decompress, DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT
 from kafkacodec._crc cimport kc_crc_init
+from kafkacodec.protocol._produce cimport _PartitionRecords, write_produce_request
 
 from kafkacodec._types import Compression
 from kafkacodec.errors import (CorruptRecordError, RecordTooLargeError,
@@ -424,10 +421,36 @@ cdef class RawBatchesBuilder:
 
 # --- FetchResponse -> ProduceRequest ---------------------------------------------------------------
 cdef class _PartitionPlan:
-    cdef int32_t index
     cdef Py_ssize_t size
     cdef list pieces          # (start, end) spans of `records`, or bytes of a trimmed batch
     cdef object records
+
+
+cdef class _ForwardedRuns(_PartitionRecords):
+    """fetch_to_produce's records fields: each partition's _PartitionPlan copied piece by
+    piece from its fetch buffer."""
+
+    cdef Py_ssize_t measure(self, object records) except -2:
+        return (<_PartitionPlan>records).size
+
+    cdef int write(self, Writer* w, object records, Py_ssize_t size) except -1:
+        cdef _PartitionPlan plan = <_PartitionPlan>records
+        cdef Py_buffer view
+        cdef Py_ssize_t start, end
+        PyObject_GetBuffer(plan.records, &view, PyBUF_SIMPLE)
+        try:
+            for piece in plan.pieces:
+                if type(piece) is tuple:
+                    start, end = piece
+                    put_bytes(w, <const unsigned char*>view.buf + start, end - start)
+                else:
+                    put_bytes(w, <const unsigned char*>PyBytes_AS_STRING(piece), len(piece))
+        finally:
+            PyBuffer_Release(&view)
+        return 0
+
+
+cdef _ForwardedRuns FORWARDED = _ForwardedRuns()
 
 
 def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_id=0,
@@ -436,7 +459,8 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
                      bint drop_control_batches=True, Py_ssize_t max_batches_per_partition=1,
                      dict next_offsets=None, WriteBuffer out=None):
     """Turn a decoded FetchResponse into a framed ProduceRequest for the same topics and
-    partitions, copying each forwarded batch once into the returned WriteBuffer (no
+    partitions, written by protocol's ProduceRequest writer: each contiguous run of forwarded
+    batches is copied once from the fetch buffer into the returned WriteBuffer (no
     decompression).  Returns None when no partition has a complete batch to forward.
 
     - Partitions with an error code or null/empty records, and trailing partial batches, are
@@ -452,20 +476,20 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
     - Fetch v13+ names topics by id: pass `topic_names` {uuid.UUID: name}.
     - v0/v1 batches cannot be sent in ProduceRequest v3+: UnsupportedVersionError.
     """
-    cdef bint flexible = api_version >= PRODUCE_FLEXIBLE
     cdef Py_buffer view
     cdef Cursor cur
     cdef BatchHeader h
-    cdef Py_ssize_t total = 64, batches, n, span_start, span_end, frame, start, end
+    cdef Py_ssize_t batches, span_start, span_end
     cdef int64_t fetch_offset, last_offset
     cdef bint check, have_offsets = fetch_offsets is not None
-    cdef _PartitionPlan plan
+    cdef int32_t index
     cdef list topics = [], partitions
-    cdef Writer* w
+    cdef _PartitionPlan plan
     cdef object trimmed, name
     if api_version < 3 or api_version > 11:
         raise UnsupportedVersionError(f"Produce version {api_version} is not supported (3-11)")
-    # Plan: walk every partition's batch headers (nothing is copied yet).
+    # Walk every partition's batch headers: what is forwarded becomes spans of the fetch
+    # buffer (one per contiguous run of batches) and trimmed copies; nothing is copied yet.
     for topic in fetch_response.responses:
         name = topic.topic
         if name is None:
@@ -476,22 +500,22 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
         for part in topic.partitions:
             if part.error_code != 0 or part.records is None or len(part.records) == 0:
                 continue
+            index = part.partition_index
             plan = _PartitionPlan.__new__(_PartitionPlan)
-            plan.index = part.partition_index
             plan.pieces = []
             plan.size = 0
             plan.records = part.records
             fetch_offset = 0
             check = False
             if have_offsets:
-                key = (name, plan.index)
+                key = (name, index)
                 if key in fetch_offsets:
                     fetch_offset = fetch_offsets[key]
                     check = True
             span_start = span_end = -1
             batches = 0
             last_offset = -1
-            PyObject_GetBuffer(part.records, &view, PyBUF_SIMPLE)
+            PyObject_GetBuffer(plan.records, &view, PyBUF_SIMPLE)
             try:
                 cursor_init(&cur, <const unsigned char*>view.buf, view.len, 0)
                 while (max_batches_per_partition < 0 or batches < max_batches_per_partition) \
@@ -500,11 +524,11 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
                     if h.magic < 2:
                         raise UnsupportedVersionError(
                             f"a magic {h.magic} batch cannot be sent in ProduceRequest v3+ "
-                            f"(partition {name}-{plan.index})",
+                            f"(partition {name}-{index})",
                             position=part.records_position + h.position, offset=h.base_offset)
                     if h.compression == CODEC_ZSTD and api_version < 7:
                         raise UnsupportedCompressionError(
-                            f"zstd batches need ProduceRequest v7+ (partition {name}-{plan.index})",
+                            f"zstd batches need ProduceRequest v7+ (partition {name}-{index})",
                             position=part.records_position + h.position, offset=h.base_offset)
                     if check:
                         if h.last_offset < fetch_offset:
@@ -542,42 +566,12 @@ def fetch_to_produce(fetch_response, *, int api_version=9, int32_t correlation_i
             finally:
                 PyBuffer_Release(&view)
             if next_offsets is not None and last_offset >= 0:
-                next_offsets[(name, plan.index)] = last_offset + 1
+                next_offsets[(name, index)] = last_offset + 1
             if plan.pieces:
-                partitions.append(plan)
-                total += plan.size + 16
+                partitions.append((index, plan))
         if partitions:
-            name = utf8_of(name)       # the bytes sent: sized by them, never by __len__
             topics.append((name, partitions))
-            total += 16 + len(<bytes>name)
     if not topics:
         return None
-    out = produce_output(out, total + 16, client_id, transactional_id)
-    w = &out.w
-    # Write: one memcpy per contiguous run of forwarded batches.
-    frame = begin_produce_request(w, api_version, correlation_id, client_id, transactional_id,
-                                  acks, timeout_ms, len(topics))
-    for name, partitions in topics:
-        put_string(w, name, flexible)
-        put_length(w, len(partitions), flexible, True)
-        for plan in partitions:
-            put_int32(w, plan.index)
-            put_length(w, plan.size, flexible, True)
-            PyObject_GetBuffer(plan.records, &view, PyBUF_SIMPLE)
-            try:
-                for piece in plan.pieces:
-                    if type(piece) is tuple:
-                        start, end = piece
-                        put_bytes(w, <const unsigned char*>view.buf + start, end - start)
-                    else:
-                        put_bytes(w, <const unsigned char*>PyBytes_AS_STRING(piece), len(piece))
-            finally:
-                PyBuffer_Release(&view)
-            if flexible:
-                put_empty_tags(w)
-        if flexible:
-            put_empty_tags(w)
-    if flexible:
-        put_empty_tags(w)
-    end_frame(w, frame)
-    return out
+    return write_produce_request(topics, api_version, correlation_id, client_id, acks, timeout_ms,
+                                 transactional_id, out, FORWARDED)

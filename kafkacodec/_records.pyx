@@ -639,6 +639,50 @@ cdef class RecordBatch:
                                   stored=self.h.crc, computed=computed,
                                   position=self.h.position, offset=self.h.base_offset)
 
+    def inner_batches(self):
+        """A v0/v1 entry's messages as Kafka's deep iteration of a legacy entry sees them: a
+        compressed wrapper's inner messages, each a RecordBatch with its own crc and
+        is_valid(), read from a decompressed copy (at most the record set's
+        max_decompressed_size); an uncompressed message: itself.  Inner offsets are as stored
+        (magic 1: relative to the wrapper; iterate the wrapper for absolute offsets)."""
+        cdef const unsigned char* entry = self._entry()
+        cdef const unsigned char* out
+        cdef Py_ssize_t out_size = 0
+        cdef Py_ssize_t data_position = -1      # where the compressed value starts, once read
+        cdef LegacyMessage wrapper
+        cdef Decompressor decompressor
+        if self.h.magic >= 2:
+            raise ValueError("a v2 batch holds records, not inner messages: iterate it")
+        if self.h.compression == CODEC_NONE:
+            return iter((self,))
+        self._buf.enter()
+        try:
+            read_legacy_message(entry, self.h.size, self.h.position, &wrapper)
+            check_legacy_codec(&self.h)
+            if wrapper.value == NULL:
+                raise CorruptRecordError("compressed wrapper message with a null value",
+                                         position=self.h.position)
+            data_position = self.h.position + (wrapper.value - entry)
+            decompressor = thread_decompressor()
+            decompressor.max_size = self._max_decompressed
+            out = decompressor.decompress_into(self.h.compression, self.h.magic, wrapper.value,
+                                               wrapper.value_length, &out_size)
+            self._buf.check_cut(self.h.position + self.h.size, self.h.position,
+                                self.h.base_offset)
+            inner = PyBytes_FromStringAndSize(<const char*>out, out_size)
+        except KafkaCodecError as err:
+            if err.offset is not None or isinstance(err, FileTruncatedError):
+                raise
+            # as the record iterator reports them: the batch named, the decompressor's
+            # positions (inside the compressed value) made positions in the buffer
+            position = err.position
+            if data_position >= 0 and position is not None:
+                position += data_position
+            raise rebuilt(err, err.reason, position, self.h.base_offset)
+        finally:
+            self._buf.leave()
+        return MemoryRecords(inner, max_decompressed_size=self._max_decompressed).batches()
+
     def __iter__(self):
         cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
         self._entry()                           # BufferReleasedError now, not at next()

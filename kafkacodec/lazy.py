@@ -30,8 +30,8 @@ from kafkacodec._convert import (
     records_buffer,
 )
 from kafkacodec._crc import crc32, crc32c
-from kafkacodec._format import (LOG_OVERHEAD, MAGIC_OFFSET, SIZE_OFFSET, V0_RECORD_OVERHEAD,
-                                V2_ATTRIBUTES_OFFSET, V2_HEADER_SIZE)
+from kafkacodec._format import (LOG_OVERHEAD, MAGIC_OFFSET, V0_RECORD_OVERHEAD, V2_ATTRIBUTES_OFFSET,
+                                V2_HEADER_SIZE, entry_head)
 from kafkacodec._inuse import InUse
 from kafkacodec._mapguard import check_read
 from kafkacodec._records import FileRecords, MemoryRecords
@@ -214,22 +214,12 @@ class _Chunks:
             # a file: read only what may be taken
             data = source.window(position, max(max_bytes, V2_HEADER_SIZE))
             consumed = self.converter.convert(data, max_bytes, -1, position)
-            if consumed == 0 and data.nbytes < left and data.nbytes >= LOG_OVERHEAD:
+            head = entry_head(data) if consumed == 0 and data.nbytes < left else None
+            if head is not None and head[1] <= left:
                 # The first entry is larger than the window (and at most `big`): read it whole.
-                entry = LOG_OVERHEAD + struct.unpack_from(">i", data, SIZE_OFFSET)[0]
-                if entry <= left:
-                    consumed = self.converter.convert(source.window(position, entry), -1, 1, position)
+                consumed = self.converter.convert(source.window(position, head[1]), -1, 1, position)
         output, temp, converted = self.converter.take(self.again)
         return consumed, output, temp, converted, monotonic_ns() - started
-
-    def _entry_size(self, position: int) -> int:
-        """The size of the complete entry at `position` from its header, or 0."""
-        left = self.source.size - position
-        if left < LOG_OVERHEAD:
-            return 0
-        head = self.source.window(position, LOG_OVERHEAD)
-        entry: int = LOG_OVERHEAD + struct.unpack_from(">i", head, SIZE_OFFSET)[0]
-        return entry if LOG_OVERHEAD + V0_RECORD_OVERHEAD <= entry <= left else 0
 
     def _check_big_entry(self, position: int) -> int:
         """The size of the complete entry at `position` when it is larger than `big` and
@@ -418,14 +408,14 @@ class LazyDownConvertRecords:
                 # None complete in the window; first_entry_above checked the size field and
                 # the magic of the next entry (it raises on bad ones).
                 left = source.size - position
-                if data.nbytes >= left or data.nbytes < MAGIC_OFFSET + 1:
+                head = entry_head(data)
+                if data.nbytes >= left or data.nbytes < MAGIC_OFFSET + 1 or head is None:
                     return None
-                entry = LOG_OVERHEAD + struct.unpack_from(">i", data, SIZE_OFFSET)[0]
-                if entry > left:
+                if head[1] > left:
                     return None                 # a partial trailing entry
                 if data[MAGIC_OFFSET] > self.to_magic:
                     return position
-                walked = entry
+                walked = head[1]
             position += walked
 
     # --- iteration ---------------------------------------------------------------------------

@@ -70,3 +70,17 @@ def test_error_hierarchy_names_position_and_offset():
     assert isinstance(error, kafkacodec.KafkaCodecError)
     assert "byte 70" in str(error) and "offset 5" in str(error) and "0x00000001" in str(error)
     assert error.stored == 1 and error.computed == 2
+
+
+def test_entry_head_is_what_the_first_twelve_bytes_declare():
+    import struct
+
+    from kafkacodec._format import entry_head
+
+    data = b"\x00" * 3 + struct.pack(">qi", -5, 2**31 - 1) + b"\x07"
+    assert entry_head(data, 3) == (-5, 12 + 2**31 - 1)
+    assert entry_head(memoryview(data), 3) == (-5, 12 + 2**31 - 1)
+    assert entry_head(data[:14], 3) is None                 # fewer than 12 bytes left
+    assert entry_head(struct.pack(">qi", 9, -3)) == (9, 9)  # as stored: a corrupt size is the caller's to judge
+    with pytest.raises(ValueError):
+        entry_head(data, -1)

@@ -199,3 +199,43 @@ def test_schema_reader_flexible_versions_and_tagged_fields():
     assert transaction_record(struct.pack(">h", 7) + key[2:], value, 5) == (
         "Unknown record type 7 at offset 5, skipping.", None)
 
+
+
+def _legacy_wrapper(inner_messages, codec_id, compressed):
+    """A v0 compressed wrapper around `compressed` (its inner set), written field by field
+    (offset = the last inner offset, CRC-32 from the magic byte on, as Kafka writes it)."""
+    import zlib
+
+    body = struct.pack(">bb", 0, codec_id) + struct.pack(">i", -1) + struct.pack(">i", len(compressed)) + compressed
+    return struct.pack(">qiI", inner_messages - 1, 4 + len(body), zlib.crc32(body)) + body
+
+
+def test_deep_legacy_wrapper_prints_each_inner_messages_own_crc(tmp_path, capsys):
+    # kafka-dump-log prints every inner message of a v0/v1 wrapper with its own isValid and
+    # crc: one inner message's stored CRC is damaged (the wrapper's CRC still matches)
+    import gzip
+    import zlib
+
+    from kafkacodec import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(magic=0, base_offset=0)
+    for i in range(3):
+        builder.append(-1, b"k", b"v%d" % i)
+    inner = bytearray(builder.build())
+    messages = []
+    pos = 0
+    while pos < len(inner):                             # offset, size | crc, magic...
+        size = 12 + struct.unpack_from(">i", inner, pos + 8)[0]
+        messages.append((pos, size))
+        pos += size
+    crcs = [struct.unpack_from(">I", inner, p + 12)[0] for p, _ in messages]
+    assert crcs == [zlib.crc32(inner[p + 16:p + s]) for p, s in messages]
+    struct.pack_into(">I", inner, messages[1][0] + 12, crcs[1] ^ 1)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(_legacy_wrapper(3, 1, gzip.compress(bytes(inner))))
+    code, out, _ = run(capsys, "dump", "--deep", path)
+    rows = [line for line in out if line.startswith("| offset")]
+    assert [r.split(" isValid: ")[1] for r in rows] == [
+        f"true crc: {crcs[0]}", f"false crc: {crcs[1] ^ 1}", f"true crc: {crcs[2]}"]
+    assert [r.split()[2] for r in rows] == ["0", "1", "2"]
+    assert code == EXIT_OK        # as kafka-dump-log: an inner CRC is printed, not an error

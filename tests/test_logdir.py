@@ -256,6 +256,23 @@ def test_corrupt_first_size_field_is_reported_in_every_mode(sample, tmp_path):
     assert table.column("offset")[0].as_py() == scan_entries(src.read_bytes())["base_offset"][0]
 
 
+def test_partial_entry_problem_names_what_its_header_declares(sample, tmp_path):
+    # the reader reports a cut last entry with the size and offset its header declares (read
+    # here with struct, independently)
+    root, _ = sample
+    dst = copy(root, tmp_path)
+    seg = sorted((dst / "clicks-1").glob("*.log"))[1]
+    data = seg.read_bytes()
+    last = int(scan_entries(data)["position"][-1])
+    seg.write_bytes(data[:last + 30])
+    offset, size = struct.unpack_from(">qi", data, last)
+    problems = []
+    read_all(dst, {"mode": "DROPMALFORMED", "failOnDataLoss": "false"}, problems=problems)
+    (problem,) = problems
+    assert (problem.position, problem.offset) == (last, offset)
+    assert f"an entry at byte {last} declares {12 + size} bytes but only 30 remain" in problem.message
+
+
 def test_partial_entry_at_the_end_of_a_segment(sample, tmp_path):
     root, _ = sample
     dst = copy(root, tmp_path)

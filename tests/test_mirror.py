@@ -294,6 +294,31 @@ def test_fetch_to_produce_one_batch_per_partition_and_trimming():
     assert fetch_to_produce(decode_fetch_response(kp_fetch_response(12, [("a", [(0, 0, b"")])]), 12)) is None
 
 
+def test_fetch_to_produce_around_a_dropped_marker_with_ids_into_a_given_buffer():
+    # a control batch between two data batches is left out: the two are sent back to back;
+    # client and transactional ids reach kafka-python's decoder; `out` is filled and returned
+    from kafkacodec import WriteBuffer
+
+    marker = bytes.fromhex(
+        "000000000000000a 00000042 00000003 02 8f76ed9a 0030 00000000"
+        "00000000000003e8 00000000000003e8 0000000000000007 0001 ffffffff 00000001"
+        "20 00 00 00 08 00000001 0c 000000000005 00")
+    a, b = make_batch(2, 1, 0, 10), make_batch(2, 1, 11, 4)
+    raw = kp_fetch_response(12, [("a", [(0, 0, a + marker + b)]), ("b", [(1, 0, b)])])
+    out = WriteBuffer()
+    next_offsets = {}
+    for version in (3, 9, 11):
+        frame = fetch_to_produce(decode_fetch_response(raw, 12), api_version=version, client_id="me",
+                                 transactional_id="tx", max_batches_per_partition=-1, out=out,
+                                 next_offsets=next_offsets)
+        assert frame is out
+        decoded = KProduceRequest.decode(bytes(frame)[4:], version=version, header=True)
+        assert decoded.header.client_id == "me" and decoded.transactional_id == "tx"
+        assert [(t.name, [(p.index, bytes(p.records)) for p in t.partition_data]) for t in decoded.topic_data] == [
+            ("a", [(0, a + b)]), ("b", [(1, b)])]
+        assert next_offsets == {("a", 0): 15, ("b", 1): 15}
+
+
 def test_fetch_to_produce_refuses_legacy_batches_and_zstd_below_v7():
     raw = kp_fetch_response(12, [("a", [(0, 0, make_batch(1, 1, 0, 2))])])
     with pytest.raises(UnsupportedVersionError) as e:

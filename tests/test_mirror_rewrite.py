@@ -107,6 +107,30 @@ def test_produce_request_as_kafka_python_reads_it(version):
     assert bytes(again)[position2:position2 + size2] == rewrite_batch(a, 9, 1, 0)
 
 
+def test_produce_request_two_batches_of_a_partition_a_transactional_id_and_a_given_buffer():
+    from kafkacodec import WriteBuffer
+
+    a, b = batch("snappy", seed=4), batch("none", seed=5)
+    out = WriteBuffer()
+    for version in (3, 11):
+        frame, positions = write_produce_request([("t", [(2, [(a, 5, 0, 0), (b, 5, 0, 20)])])], api_version=version,
+                                                 correlation_id=7, transactional_id="tx", out=out)
+        assert frame is out
+        raw = bytes(frame)
+        decoded = KProduceRequest.decode(raw[4:], version=version, header=True)
+        assert decoded.transactional_id == "tx" and decoded.header.client_id == "kafkacodec-mirror"
+        (topic,) = decoded.topic_data
+        assert [(p.index, bytes(p.records)) for p in topic.partition_data] == [
+            (2, rewrite_batch(a, 5, 0, 0) + rewrite_batch(b, 5, 0, 20))]
+        assert [raw[p:p + n] for p, n in positions] == [rewrite_batch(a, 5, 0, 0), rewrite_batch(b, 5, 0, 20)]
+        assert positions[1][0] == positions[0][0] + positions[0][1]
+    # every batch is checked before the frame is begun: a refused one leaves `out` as it was
+    with pytest.raises(CorruptRecordError):
+        write_produce_request([("t", [(2, [(a, 5, 0, 0)]), (3, [(b[:-1], 5, 0, 0)])])], api_version=11,
+                              correlation_id=8, out=out)
+    assert bytes(out) == raw
+
+
 def test_zstd_needs_produce_v7():
     with pytest.raises(UnsupportedCompressionError):
         write_produce_request([("t", [(0, [(batch("zstd"), 1, 0, 0)])])], api_version=6, correlation_id=1)

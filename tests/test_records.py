@@ -1039,3 +1039,33 @@ def test_records_pickle_with_every_field():
     for record in MemoryRecords(data).records():
         copy = pickle.loads(pickle.dumps(record))
         assert [getattr(copy, f) for f in fields] == [getattr(record, f) for f in fields]
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_inner_batches_are_a_wrappers_stored_messages(magic):
+    # kafka-python writes the wrapper; its inner messages (decompressed independently with
+    # gzip) are the entries inner_batches() yields, each with its own stored CRC
+    records = [(1_700_000_000_000 + i, b"k%d" % i, b"v%d" % i, ()) for i in range(3)]
+    wrapper = kp_legacy(records, magic, codec=1, first_offset=40)
+    value_at = 26 + (8 if magic else 0)      # offset, size, crc, magic, attrs[, ts], key -1, value size
+    inner = gzip.decompress(wrapper[value_at:])
+    (batch,) = MemoryRecords(wrapper).batches()
+    got = list(batch.inner_batches())
+    assert [bytes(b.raw) for b in got] == [bytes(b.raw) for b in MemoryRecords(inner).batches()]
+    assert [b.crc for b in got] == [zlib.crc32(bytes(b.raw)[16:]) for b in got]
+    assert all(b.is_valid() for b in got) and len(got) == 3
+    (plain,) = MemoryRecords(kp_legacy(records[:1], magic)).batches()
+    assert list(plain.inner_batches()) == [plain]
+    (v2,) = MemoryRecords(kp_v2(records)).batches()
+    with pytest.raises(ValueError, match="v2"):
+        v2.inner_batches()
+
+
+def test_inner_batches_of_a_wrapper_with_a_key_past_its_end_name_the_batch():
+    wrapper = bytearray(kp_legacy([(1, b"k", b"v", ())], 1, codec=1))
+    struct.pack_into(">q", wrapper, 0, 7)                  # the wrapper's offset
+    struct.pack_into(">i", wrapper, 26, 2**31 - 8)         # its key size
+    (batch,) = MemoryRecords(bytes(wrapper)).batches()
+    with pytest.raises(CorruptRecordError) as err:
+        batch.inner_batches()
+    assert err.value.offset == 7 and err.value.position == 30      # where the key would start

@@ -74,22 +74,9 @@ def batch_line(b: dict[str, Any]) -> str:
 
 
 def _legacy_checks(batch: RecordBatch) -> list[tuple[bool, int]]:
-    """(is valid, CRC-32) of each message of a v0/v1 entry: the entry itself, or the inner
-    messages of a compressed wrapper (what kafka-dump-log prints per record)."""
-    from kafkacodec import MemoryRecords
-    from kafkacodec._compression import decompress
-
-    if int(batch.compression) == 0:
-        return [(batch.is_valid(), batch.crc)]
-    raw = batch.raw
-    pos = 18 + (8 if batch.magic == 1 else 0)            # offset, size, crc, magic, attributes[, ts]
-    key_len = struct.unpack_from(">i", raw, pos)[0]
-    pos += 4 + max(key_len, 0)
-    if pos + 4 > len(raw):       # a key past the entry: reading its records reports the damage
-        return []
-    value_len = struct.unpack_from(">i", raw, pos)[0]
-    inner = decompress(int(batch.compression), batch.magic, raw[pos + 4:pos + 4 + max(value_len, 0)])
-    return [(m.is_valid(), m.crc) for m in MemoryRecords(inner).batches()]
+    """(is valid, CRC-32) of each message of a v0/v1 entry (what kafka-dump-log prints per
+    record): the entry itself, or the inner messages of a compressed wrapper."""
+    return [(m.is_valid(), m.crc) for m in batch.inner_batches()]
 
 
 def _control_fields(r: Record) -> dict[str, Any]:

@@ -17,14 +17,13 @@ executors while they read (each split knows its segment's offset range and its s
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from kafkacodec._format import (CONTROL_FLAG, HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, SIZE_OFFSET,
-                                TRANSACTIONAL_FLAG, V0_RECORD_OVERHEAD, V2_HEADER_SIZE)
+from kafkacodec._format import (CONTROL_FLAG, HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET,
+                                TRANSACTIONAL_FLAG, V0_RECORD_OVERHEAD, V2_HEADER_SIZE, entry_head)
 from kafkacodec.errors import KafkaCodecError
 from kafkacodec.logdir._layout import PartitionFiles, Segment, find_partitions, partition_of
 from kafkacodec.logdir._problems import Problem, Reporter
@@ -156,10 +155,10 @@ class Planner:
                 if stop > pos:
                     pos, want = stop, WINDOW
                     continue
-                declared = LOG_OVERHEAD + struct.unpack_from(">i", view, pos - base + SIZE_OFFSET)[0]
-                if declared <= window_end - pos:
+                head = entry_head(view, pos - base)
+                if head is None or head[1] <= window_end - pos:
                     break
-                want = declared                    # one entry larger than the window
+                want = head[1]                     # one entry larger than the window
         merged: dict[str, Any] = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64)
                                   for k in SCAN_FIELDS}
         merged["stop"] = stop
@@ -206,8 +205,9 @@ class Planner:
         header = self._header(seg, position)
         if len(header) < HEADER_SIZE_UP_TO_MAGIC:
             return False
-        base, size, _, magic = struct.unpack_from(">qiib", header)
-        if not (0 <= magic <= 2 and size >= V0_RECORD_OVERHEAD and position + LOG_OVERHEAD + size <= seg.size):
+        base, size = entry_head(header) or (0, 0)          # 17 bytes: never None
+        if not (0 <= header[MAGIC_OFFSET] <= 2 and size >= LOG_OVERHEAD + V0_RECORD_OVERHEAD
+                and position + size <= seg.size):
             return False
         before = int(index.offsets[i - 1]) if i > 0 else seg.base_offset - 1
         return before < int(base) <= int(index.offsets[i])

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Union
 
-from kafkacodec._format import LOG_OVERHEAD, SIZE_OFFSET
+from kafkacodec._format import entry_head
 from kafkacodec.errors import CorruptRecordError, FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import PARTITION_RE, SEGMENT_RE, Segment, find_partitions
 from kafkacodec.logdir._options import Options
@@ -255,8 +254,8 @@ class _SplitReader:
             if stop >= window_end:
                 pos, want = stop, WINDOW
                 continue
-            declared = LOG_OVERHEAD + struct.unpack_from(">i", view, stop - base + SIZE_OFFSET)[0] \
-                if window_end - stop >= LOG_OVERHEAD else 0
+            head = entry_head(memoryview(view)[:window_end - base], stop - base)   # None: < 12 bytes left
+            declared = 0 if head is None else head[1]
             if window_end < end and stop + declared <= end:
                 pos, want = stop, max(WINDOW, declared)  # the next window starts at this entry
                 continue
@@ -265,8 +264,7 @@ class _SplitReader:
                     else f"{tail} bytes at byte {stop} are too few for an entry header")
             yield from self.damage(Problem(
                 "partial", s.uri, f"{s.uri}: {what} (a segment cut short, a corrupt size field, or an append "
-                "still in progress)", stop, struct.unpack_from(">q", memoryview(view)[stop - base:stop - base + 8])[0]
-                if tail >= 8 else None))
+                "still in progress)", stop, None if head is None else head[0]))
             return
         if s.check_gap:
             self._check_gap(last_seen)

@@ -17,16 +17,15 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from kafkacodec._cursor cimport Cursor, cursor_init, load_u32
-from kafkacodec._writer cimport Writer, WriteBuffer, ensure, put_int32, store_u16, store_u32, store_u64
+from kafkacodec._writer cimport Writer, WriteBuffer, ensure, store_u16, store_u32, store_u64
 from kafkacodec._format cimport (BatchHeader, next_entry, V2_CRC_OFFSET, V2_ATTRIBUTES_OFFSET,
                                  V2_PARTITION_LEADER_EPOCH_OFFSET,
                                  V2_PRODUCER_ID_OFFSET, V2_PRODUCER_EPOCH_OFFSET,
                                  V2_BASE_SEQUENCE_OFFSET, V2_RECORDS_COUNT_OFFSET, CODEC_ZSTD,
                                  TRANSACTIONAL_FLAG, CONTROL_FLAG)
 from kafkacodec._crc cimport kc_crc32c, kc_crc_init
-from kafkacodec.protocol._wire cimport (utf8_of, put_length, put_string, put_empty_tags,
-                                        begin_produce_request, produce_output, end_frame,
-                                        PRODUCE_FLEXIBLE)
+from kafkacodec.protocol._produce cimport (_PartitionRecords,
+                                           write_produce_request as write_produce_request_with)
 
 from kafkacodec.errors import CorruptRecordError, UnsupportedCompressionError, UnsupportedVersionError
 
@@ -138,69 +137,73 @@ def rewrite_batch(batch, int64_t producer_id, int producer_epoch, int32_t base_s
     return out
 
 
+cdef object checked_batch(object batch, int api_version, object name, object partition):
+    """A view of one batch the request may carry (see check_batch; zstd needs Produce v7+)."""
+    cdef Py_buffer view
+    view_obj = memoryview(batch)
+    PyObject_GetBuffer(view_obj, &view, PyBUF_SIMPLE)
+    try:
+        if check_batch(<const unsigned char*>view.buf, view.len) == CODEC_ZSTD and api_version < 7:
+            raise UnsupportedCompressionError(
+                f"zstd batches need ProduceRequest v7+ (partition {name}-{partition})", position=0)
+    finally:
+        PyBuffer_Release(&view)
+    return view_obj
+
+
+cdef class _RewrittenBatches(_PartitionRecords):
+    """A partition's records field in the mirror's request: its checked batches [(view,
+    producer id, epoch, base sequence), ...] rewritten straight into the frame, where each one
+    lands noted in `positions`."""
+    cdef list positions
+
+    cdef Py_ssize_t measure(self, object records) except -2:
+        cdef Py_ssize_t size = 0
+        for entry in <list>records:
+            size += (<memoryview>(<tuple>entry)[0]).nbytes
+        return size
+
+    cdef int write(self, Writer* w, object records, Py_ssize_t size) except -1:
+        cdef Py_buffer view
+        for view_obj, producer_id, producer_epoch, base_sequence in <list>records:
+            PyObject_GetBuffer(view_obj, &view, PyBUF_SIMPLE)
+            try:
+                ensure(w, view.len)
+                self.positions.append((w.length, view.len))
+                rewrite_into(w.buf + w.length, <const unsigned char*>view.buf, view.len,
+                             producer_id, <int16_t>producer_epoch, base_sequence)
+                w.length += view.len
+            finally:
+                PyBuffer_Release(&view)
+        return 0
+
+
 def write_produce_request(topics, *, int api_version, int32_t correlation_id,
                           client_id="kafkacodec-mirror", int acks=-1, int32_t timeout_ms=30000,
                           transactional_id=None, WriteBuffer out=None):
-    """A framed ProduceRequest (v3-11) of already-fetched v2 batches, each rewritten on the way
-    in (one copy).  `topics`: [(topic, [(partition, [(batch, producer_id, producer_epoch,
-    base_sequence), ...]), ...]), ...].  Returns (WriteBuffer, [(position, size)] of every
-    batch in the frame, in input order): a batch can be sent again from there as it is.
+    """A framed ProduceRequest (v3-11, written by protocol's ProduceRequest writer) of
+    already-fetched v2 batches, each rewritten on the way in (one copy).  `topics`: [(topic,
+    [(partition, [(batch, producer_id, producer_epoch, base_sequence), ...]), ...]), ...].
+    Returns (WriteBuffer, [(position, size)] of every batch in the frame, in input order): a
+    batch can be sent again from there as it is.
 
-    CorruptRecordError for anything but one complete v2 data batch per entry (control
-    batches included); zstd batches need Produce v7+ (UnsupportedCompressionError)."""
-    cdef bint flexible = api_version >= PRODUCE_FLEXIBLE
-    cdef Writer* w
-    cdef Py_ssize_t frame, total = 64, size
-    cdef Py_buffer view
-    cdef list positions = []
-    cdef list plan = []
-    cdef int compression
+    Every batch is checked before anything is written: CorruptRecordError for anything but one
+    complete v2 data batch per entry (control batches included); zstd batches need Produce v7+
+    (UnsupportedCompressionError)."""
+    cdef _RewrittenBatches batches = _RewrittenBatches.__new__(_RewrittenBatches)
+    cdef list plan = [], parts, entries
     if api_version < 3 or api_version > 11:
         raise UnsupportedVersionError(f"Produce version {api_version} is not supported (3-11)")
+    batches.positions = []
     for name, partitions in topics:
         parts = []
-        for partition, batches in partitions:
+        for partition, given in partitions:
             entries = []
-            size = 0
-            for batch, producer_id, producer_epoch, base_sequence in batches:
-                view_obj = memoryview(batch)
-                entries.append((view_obj, producer_id, producer_epoch, base_sequence))
-                size += view_obj.nbytes
-            parts.append((partition, entries, size))
-            total += size + 16
-        encoded = utf8_of(name)        # the bytes sent: sized by them, never by __len__
-        plan.append((name, encoded, parts))
-        total += 16 + len(encoded)
-    out = produce_output(out, total, client_id, transactional_id)
-    w = &out.w
-    frame = begin_produce_request(w, api_version, correlation_id, client_id, transactional_id,
-                                  acks, timeout_ms, len(plan))
-    for name, encoded, parts in plan:
-        put_string(w, encoded, flexible)
-        put_length(w, len(parts), flexible, True)
-        for partition, entries, size in parts:
-            put_int32(w, partition)
-            put_length(w, size, flexible, True)
-            for view_obj, producer_id, producer_epoch, base_sequence in entries:
-                PyObject_GetBuffer(view_obj, &view, PyBUF_SIMPLE)
-                try:
-                    compression = check_batch(<const unsigned char*>view.buf, view.len)
-                    if compression == CODEC_ZSTD and api_version < 7:
-                        raise UnsupportedCompressionError(
-                            f"zstd batches need ProduceRequest v7+ (partition {name}-{partition})",
-                            position=0)
-                    ensure(w, view.len)
-                    positions.append((w.length, view.len))
-                    rewrite_into(w.buf + w.length, <const unsigned char*>view.buf, view.len,
-                                 producer_id, <int16_t>producer_epoch, base_sequence)
-                    w.length += view.len
-                finally:
-                    PyBuffer_Release(&view)
-            if flexible:
-                put_empty_tags(w)
-        if flexible:
-            put_empty_tags(w)
-    if flexible:
-        put_empty_tags(w)
-    end_frame(w, frame)
-    return out, positions
+            for batch, producer_id, producer_epoch, base_sequence in given:
+                entries.append((checked_batch(batch, api_version, name, partition), producer_id,
+                                producer_epoch, base_sequence))
+            parts.append((partition, entries))
+        plan.append((name, parts))
+    out = write_produce_request_with(plan, api_version, correlation_id, client_id, <int16_t>acks,
+                                     timeout_ms, transactional_id, out, batches)
+    return out, batches.positions

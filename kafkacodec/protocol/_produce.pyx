@@ -84,17 +84,26 @@ cdef inline Py_ssize_t grown_estimate(Py_ssize_t estimate, Py_ssize_t n) except 
     return estimate + n
 
 
-def encode_produce_request(topic_data, *, api_version=9, int32_t correlation_id=0,
-                           client_id="kafkacodec", int16_t acks=-1, int32_t timeout_ms=30000,
-                           transactional_id=None, WriteBuffer out=None):
-    """A framed ProduceRequest (int32 size + header + body) in a WriteBuffer.
+cdef class _PartitionRecords:
+    """A partition's records as one buffer, a list or tuple of buffers sent back to back (e.g.
+    several raw batches taken from a fetch, KIP-712), or None (null)."""
 
-    `topic_data`: [(topic name, [(partition index, records), ...]), ...] where records is a
-    buffer, a list of buffers sent back to back in one Records field, or None (null).
-    Pass `out` to reuse a buffer (it is cleared first).  `bytes(result)` or
-    `sock.sendall(result)` read it.
-    """
-    cdef int version = check_version(api_version)
+    cdef Py_ssize_t measure(self, object records) except -2:
+        return records_size(records)
+
+    cdef int write(self, Writer* w, object records, Py_ssize_t size) except -1:
+        return put_records(w, records, size)
+
+
+cdef _PartitionRecords BUFFERS = _PartitionRecords()
+
+
+cdef WriteBuffer write_produce_request(object topic_data, int version, int32_t correlation_id,
+                                       object client_id, int16_t acks, int32_t timeout_ms,
+                                       object transactional_id, WriteBuffer out,
+                                       _PartitionRecords records):
+    """encode_produce_request with each partition's records measured and written by `records`
+    (`version` checked by the caller)."""
     cdef bint flexible = version >= PRODUCE_FLEXIBLE
     cdef Py_ssize_t frame, n, estimate = 64
     cdef int32_t index
@@ -108,10 +117,10 @@ def encode_produce_request(topic_data, *, api_version=9, int32_t correlation_id=
     for topic, parts in topic_data:
         name = utf8_of(topic)
         partitions = []
-        for entry, records in parts:
+        for entry, data in parts:
             index = entry
-            n = records_size(records)
-            partitions.append((index, records, n))
+            n = records.measure(data)
+            partitions.append((index, data, n))
             estimate = grown_estimate(estimate, 4 + 5 + 1 + (n if n > 0 else 0))
         estimate = grown_estimate(estimate, 2 + 5 + 1 + len(name) + 5)
         topics.append((name, partitions))
@@ -123,11 +132,11 @@ def encode_produce_request(topic_data, *, api_version=9, int32_t correlation_id=
     for name, partitions in topics:
         put_string(w, name, flexible)
         put_length(w, len(partitions), flexible, True)
-        for index, records, n in partitions:
+        for index, data, n in partitions:
             put_int32(w, index)
             put_length(w, n, flexible, True)
             if n >= 0:
-                put_records(w, records, n)
+                records.write(w, data, n)
             if flexible:
                 put_empty_tags(w)
         if flexible:
@@ -136,6 +145,20 @@ def encode_produce_request(topic_data, *, api_version=9, int32_t correlation_id=
         put_empty_tags(w)
     end_frame(w, frame)
     return out
+
+
+def encode_produce_request(topic_data, *, api_version=9, int32_t correlation_id=0,
+                           client_id="kafkacodec", int16_t acks=-1, int32_t timeout_ms=30000,
+                           transactional_id=None, WriteBuffer out=None):
+    """A framed ProduceRequest (int32 size + header + body) in a WriteBuffer.
+
+    `topic_data`: [(topic name, [(partition index, records), ...]), ...] where records is a
+    buffer, a list of buffers sent back to back in one Records field, or None (null).
+    Pass `out` to reuse a buffer (it is cleared first).  `bytes(result)` or
+    `sock.sendall(result)` read it.
+    """
+    return write_produce_request(topic_data, check_version(api_version), correlation_id,
+                                 client_id, acks, timeout_ms, transactional_id, out, BUFFERS)
 
 
 def decode_produce_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t size=-1,
