@@ -12,8 +12,9 @@ buffers are handed to pyarrow without a copy (`_Memory` owns them).  It reads ev
 MemoryRecords does (tests/test_arrow_differential.py holds them to the same records and
 errors on hostile input).
 
-`scan_entries()` is the shallow walk (12-byte overhead + batch header, no record decode) that the
-Spark planner uses to split segments at batch boundaries and to find aborted transactions.
+`scan_entries()` is the shallow index (_index.pyx: entry headers, no record decode; the same walk
+and rows as Records.index()) that the Spark planner uses to split segments at batch boundaries
+and to find aborted transactions.
 """
 
 cimport cython
@@ -32,8 +33,10 @@ from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, MAGIC_OFFSET, V2_HEA
                                  V2_RECORDS_COUNT_OFFSET, CONTROL_FLAG, TRANSACTIONAL_FLAG,
                                  TIMESTAMP_LOG_APPEND, compute_crc, next_entry, wrap_add,
                                  wrap_sub, SIZE_OFFSET, V2_ATTRIBUTES_OFFSET,
-                                 LEGACY_ATTRIBUTES_OFFSET, CODEC_LZ4, CODEC_ZSTD, CODEC_NONE)
+                                 LEGACY_ATTRIBUTES_OFFSET, CODEC_LZ4, CODEC_ZSTD, CODEC_NONE,
+                                 raise_frame_error)
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
+from kafkacodec._index cimport index_entries
 from kafkacodec._mapguard cimport check_read
 from kafkacodec._legacy cimport (LegacyMessage, inner_base_offset, next_inner_entry,
                                  read_legacy_message, inner_timestamp, inner_timestamp_type)
@@ -1228,103 +1231,54 @@ cdef class ArrowDecoder:
 # --------------------------------------------------------------------------------------------
 # Shallow scan: one row per complete entry, no record decode.
 
+# scan_entries' names for the index's fields (size: size_in_bytes, count: records_count).
 SCAN_FIELDS = ("position", "size", "base_offset", "last_offset", "magic", "attributes",
                "producer_id", "count", "max_timestamp", "control_type")
-
-
-cdef int control_type_of(const unsigned char* entry, const BatchHeader* h) except -2 nogil:
-    """Control type of an uncompressed v2 control batch (its first record's key), else -1."""
-    cdef Cursor cur
-    cdef V2Record rec
-    if h.records_count < 1 or h.compression:
-        return -1
-    cursor_init(&cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE)
-    read_v2_record(&cur, &rec)
-    return read_control_type(&rec, h.position)
-
-
-cdef Py_ssize_t walk(const unsigned char* data, Py_ssize_t start, Py_ssize_t end, Py_ssize_t base,
-                     Py_ssize_t* stop, int64_t[:, ::1] out) except -1 nogil:
-    """Count the entries (out has no rows) or fill the entry table; stop = where the walk
-    ended (the entry that raised, or the partial tail)."""
-    cdef Py_ssize_t n = 0
-    cdef Cursor cur
-    cdef BatchHeader h
-    cdef int fill = out.shape[0] > 0
-    cursor_init(&cur, data, end, base)
-    cur.pos = start
-    while True:
-        stop[0] = cur.pos
-        if not next_entry(&cur, &h):
-            return n
-        if fill:
-            out[n, 0] = h.position
-            out[n, 1] = h.size
-            out[n, 2] = h.base_offset
-            out[n, 3] = h.last_offset
-            out[n, 4] = h.magic
-            out[n, 5] = h.attributes
-            out[n, 6] = h.producer_id
-            out[n, 7] = h.records_count
-            out[n, 8] = h.max_timestamp
-            out[n, 9] = control_type_of(data + cur.pos - h.size, &h) if (
-                h.magic == 2 and h.attributes & CONTROL_FLAG) else -1
-        n += 1
+cdef tuple SCAN_COLUMNS = tuple(zip(SCAN_FIELDS, (
+    "position", "size_in_bytes", "base_offset", "last_offset", "magic", "attributes", "producer_id",
+    "records_count", "max_timestamp", "control_type")))
 
 
 def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<buffer>",
                  Py_ssize_t base=0, bint strict=True):
-    """Shallow scan of data[start:end] (entry headers, _format.next_entry): a dict of int64
-    numpy arrays (SCAN_FIELDS, one row per complete entry; legacy base_offset is the entry
-    offset), plus "stop" (position after the last complete entry, or of the corrupt one) and
-    "error" (None, or what was wrong at "stop" when strict is False; strict raises).  `data` is
-    any C-contiguous buffer, read as raw bytes.  Safe to call from several threads at once."""
+    """The shallow index of data[start:end] (Records.index(check_crc=False) with the in-memory
+    framing rules: the same walk and rows), as a dict of its columns under the names
+    SCAN_FIELDS (numpy views of one structured array; legacy compressed wrappers have
+    base_offset and count -1), plus "stop" (position after the last complete entry, or of the
+    corrupt one) and "error" (None, or what was wrong at "stop" when strict is False; strict
+    raises).  Positions are base + the byte in data.  `data` is any C-contiguous buffer, read
+    as raw bytes.  Safe to call from several threads at once."""
     cdef Py_buffer view
+    cdef const unsigned char* p
+    cdef Py_ssize_t pos, first_bad
+    cdef int code
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         if end < 0 or end > view.len:
             end = view.len
         if start < 0 or start > end:
             raise ValueError(f"start {start} outside 0..{end}")
+        p = <const unsigned char*>view.buf + start
+        rows, code, pos, first_bad, error = index_entries(p, end - start, base + start, False, False)
         try:
-            result = scan(<const unsigned char*>view.buf, start, end, source, base, strict)
-        except KafkaCodecError as error:
-            check_read(data, end, error.position, error.offset, error)
-            raise
+            if code < 0:
+                raise_frame_error(code, p + pos, base + start + pos)
+            if error is not None:
+                raise error
+        except KafkaCodecError as exc:
+            check_read(data, end, exc.position, exc.offset, exc)
+            if strict:
+                raise type(exc)(f"{source}: {exc.reason}", position=exc.position,
+                                offset=exc.offset) from None
+            error = f"{source}: {exc}"
         # the entries up to "stop" were judged complete: they must still be there
-        check_read(data, min(end, result["stop"] - base + <Py_ssize_t>V2_HEADER_SIZE))
+        check_read(data, min(end, start + pos + <Py_ssize_t>V2_HEADER_SIZE))
+        result = {name: rows[field] for name, field in SCAN_COLUMNS}
+        result["stop"] = base + start + pos
+        result["error"] = error
         return result
     finally:
         PyBuffer_Release(&view)
-
-
-cdef dict scan(const unsigned char* p, Py_ssize_t start, Py_ssize_t end, str source,
-               Py_ssize_t base, bint strict):
-    cdef Py_ssize_t n = 0, stop = 0, limit = end
-    cdef int64_t[:, ::1] empty = np.empty((0, len(SCAN_FIELDS)), dtype=np.int64)
-    cdef int64_t[:, ::1] table
-    error = None
-    try:
-        with nogil:
-            n = walk(p, start, end, base, &stop, empty)
-    except KafkaCodecError as exc:
-        error = f"{source}: {exc}"
-        if strict:
-            raise type(exc)(f"{source}: {exc.reason}", position=exc.position,
-                            offset=exc.offset) from None
-        limit = stop
-        with nogil:
-            n = walk(p, start, limit, base, &stop, empty)
-        stop = limit
-    arr = np.zeros((n, len(SCAN_FIELDS)), dtype=np.int64)
-    table = arr
-    if n:
-        with nogil:
-            walk(p, start, limit, base, &limit, table)
-    result = {name: arr[:, i] for i, name in enumerate(SCAN_FIELDS)}
-    result["stop"] = base + stop
-    result["error"] = error
-    return result
 
 # --------------------------------------------------------------------------------------------
 # Columnar encode: Arrow columns of one topic-partition -> v2 record batches.  The Arrow input

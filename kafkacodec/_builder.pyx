@@ -300,7 +300,8 @@ cdef int int64_column(object obj, Py_buffer* view) except -1:
     of native int64 (numpy arrays...) as it is, a pyarrow int64 or timestamp[ms] array without
     nulls zero-copy.  The raw buffer protocol: a typed memoryview costs several times more."""
     cdef const char* f
-    pa = sys.modules.get("pyarrow")
+    # numpy arrays and other buffers first: a pyarrow Array exports no buffer
+    pa = None if PyObject_CheckBuffer(obj) else sys.modules.get("pyarrow")
     if pa is not None and isinstance(obj, pa.Array):
         t = obj.type
         if not (pa.types.is_int64(t) or (pa.types.is_timestamp(t) and t.unit == "ms")):

@@ -36,7 +36,7 @@ cdef inline object arrow_binary_init(ArrowBinary* c, object arr, bint wide, Py_s
     if offsets is None or offsets.size < (first + rows + 1) * (8 if wide else 4):
         raise ValueError(f"{name}: the Arrow offsets buffer is too short for {rows} rows")
     c.offsets = <const unsigned char*><uintptr_t>offsets.address
-    if data is not None and data.size:
+    if c.data_size:
         c.data = <const unsigned char*><uintptr_t>data.address
     if validity is not None and arr.null_count:
         if validity.size < (first + rows + 7) // 8:

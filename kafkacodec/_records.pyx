@@ -51,7 +51,7 @@ from kafkacodec._legacy cimport LegacyMessage, read_legacy_message, next_inner_e
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._compression cimport _Chunk, Decompressor, DEFAULT_MAX_DECOMPRESSED
 from kafkacodec._mapguard cimport Guard, KC_INTACT, ensure_handler, kc_guard_cut
-from kafkacodec._prefetch cimport kc_prefetch
+from kafkacodec._index cimport index_entries
 cimport numpy as cnp
 
 import os as _os
@@ -1054,81 +1054,8 @@ cdef class _BatchIterator:
 
 
 # --- record sets -----------------------------------------------------------------------------
-cdef packed struct IndexEntry:
-    int64_t position
-    int64_t size_in_bytes
-    int64_t base_offset
-    int64_t last_offset
-    int64_t max_timestamp
-    int32_t records_count
-    uint32_t crc
-    int16_t attributes
-    int8_t magic
-    int8_t compression
-    int8_t timestamp_type
-    uint8_t crc_valid
-    uint8_t _pad0
-    uint8_t _pad1
-
-# The fields of IndexEntry at their offsets; its two padding bytes are unnamed (itemsize).
-INDEX_DTYPE = _np.dtype({
-    "names": ["position", "size_in_bytes", "base_offset", "last_offset", "max_timestamp", "records_count",
-              "crc", "attributes", "magic", "compression", "timestamp_type", "crc_valid"],
-    "formats": ["i8", "i8", "i8", "i8", "i8", "i4", "u4", "i2", "i1", "i1", "i1", "?"],
-    "offsets": [0, 8, 16, 24, 32, 40, 44, 48, 50, 51, 52, 53],
-    "itemsize": 56})
-
-
-# index(): rows are filled INDEX_FIRST_ROWS at most before the array is first doubled.
-cdef enum:
-    INDEX_FIRST_ROWS = 65536
-    INDEX_AHEAD = 12             # entries index_rows() loads ahead
-
-
-cdef int index_rows(const unsigned char* data, Py_ssize_t size, Py_ssize_t start, bint file_rules,
-                    bint check_crc, IndexEntry* rows, Py_ssize_t cap, Py_ssize_t* n,
-                    Py_ssize_t* pos, Py_ssize_t* first_bad) noexcept nogil:
-    """Fill rows[*n:cap] with the entries from data[*pos] on, advancing *n and *pos; returns
-    FRAME_OK when the rows are full (more entries may follow), else the frame_entry() code
-    that ended the walk (*pos: the entry it stopped at)."""
-    cdef Py_ssize_t entry_size = 0
-    cdef int code
-    cdef BatchHeader h
-    cdef IndexEntry* row
-    while n[0] < cap:
-        code = frame_entry(data + pos[0], size - pos[0], file_rules, &entry_size)
-        if code != FRAME_OK:
-            return code
-        # Each header is a cache (and TLB) miss found only from the one before; a log's batches
-        # are mostly alike, so load the header INDEX_AHEAD entries of this size ahead (a wrong
-        # guess only wastes the load).
-        if entry_size <= (size - pos[0]) // (INDEX_AHEAD + 1):
-            kc_prefetch(data + pos[0] + INDEX_AHEAD * entry_size)
-        parse_entry_header(data + pos[0], entry_size, start + pos[0], &h)
-        row = rows + n[0]
-        row.position = h.position
-        row.size_in_bytes = entry_size
-        row.last_offset = h.last_offset
-        row.max_timestamp = h.max_timestamp
-        if h.magic < 2 and h.compression != CODEC_NONE:
-            row.base_offset = -1
-            row.records_count = -1
-        else:
-            row.base_offset = h.base_offset
-            row.records_count = h.records_count
-        row.crc = h.crc
-        row.attributes = h.attributes
-        row.magic = h.magic
-        row.compression = h.compression
-        row.timestamp_type = h.timestamp_type
-        row.crc_valid = check_crc and compute_crc(data + pos[0], &h) == h.crc
-        row._pad0 = 0
-        row._pad1 = 0
-        if check_crc and not row.crc_valid and first_bad[0] < 0:
-            first_bad[0] = pos[0]
-        pos[0] += entry_size
-        n[0] += 1
-    return FRAME_OK
+# index() rows: _index.pyx (one shallow walk, also under kafkacodec.arrow.scan_entries).
+from kafkacodec._index import INDEX_DTYPE
 
 
 @cython.no_gc_clear    # see _Buffer
@@ -1270,40 +1197,28 @@ cdef class Records:
 
     def index(self, bint check_crc=True):
         """One row per complete entry, computed without the GIL and without Python objects:
-        a numpy structured array with fields position, size_in_bytes, base_offset, last_offset,
-        max_timestamp, records_count, crc, attributes, magic, compression, timestamp_type,
-        crc_valid.  Legacy compressed wrappers have base_offset and records_count -1 (unknown
-        without decompressing).  With check_crc=False, crc_valid is False everywhere."""
-        cdef Py_ssize_t n = 0, cap, pos = 0, first = 0, first_bad = -1, end
+        a numpy structured array (INDEX_DTYPE) with fields position, size_in_bytes,
+        base_offset, last_offset, max_timestamp, producer_id, records_count, crc, attributes,
+        magic, compression, timestamp_type, control_type, crc_valid.  Legacy compressed
+        wrappers have base_offset and records_count -1 (unknown without decompressing), legacy
+        entries producer_id -1; control_type is the type of an uncompressed v2 control batch
+        (its first record's key: 0 abort, 1 commit), else -1.  With check_crc=False, crc_valid
+        is False everywhere."""
         cdef const unsigned char* data
+        cdef Py_ssize_t pos, first_bad, end, size = 0
         cdef int code
-        cdef cnp.ndarray result, grown
-        assert INDEX_DTYPE.itemsize == sizeof(IndexEntry)
         self._check()
         data = self._buf.data + self._start
         self._buf.enter()
         try:
-            # One walk, into rows sized from the first entry (a log's batches are alike):
-            # doubled when short, trimmed in place at the end.
-            cap = 1                              # (also what ends an empty walk)
-            if frame_entry(data, self._size, self._file_rules, &first) == FRAME_OK:
-                cap = min(self._size // first + 1, INDEX_FIRST_ROWS)
-            result = _np.empty(cap, dtype=INDEX_DTYPE)
-            while True:
-                with nogil:
-                    code = index_rows(data, self._size, self._start, self._file_rules, check_crc,
-                                      <IndexEntry*>cnp.PyArray_DATA(result), cap, &n, &pos,
-                                      &first_bad)
-                if code != FRAME_OK:
-                    break
-                cap *= 2
-                grown = _np.empty(cap, dtype=INDEX_DTYPE)
-                memcpy(cnp.PyArray_DATA(grown), cnp.PyArray_DATA(result), n * sizeof(IndexEntry))
-                result = grown
-            self._settle(code, data, pos)
-            if n < cap:
-                result.resize(n, refcheck=False)     # nobody else holds it yet
+            result, code, pos, first_bad, error = index_entries(data, self._size, self._start,
+                                                                self._file_rules, check_crc)
             end = self._start + min(self._size, pos + <Py_ssize_t>V2_HEADER_SIZE)
+            if error is not None:                # the entry at pos has an unreadable control record
+                frame_entry(data + pos, self._size - pos, self._file_rules, &size)
+                self._buf.explain(error, self._start + pos + size, self._start + pos, error.offset)
+                raise error
+            self._settle(code, data, pos)
             if first_bad >= 0:                   # zeros past a cut in the file's last page?
                 self._buf.explain(None, end, self._start + first_bad, None)
             return result

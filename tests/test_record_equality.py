@@ -45,6 +45,6 @@ def test_index_has_no_padding_field():
     index = MemoryRecords(build(b"x", b"y")).index()
     assert "_pad" not in index.dtype.names and not any(n.startswith("_") for n in index.dtype.names)
     assert index.dtype.names == ("position", "size_in_bytes", "base_offset", "last_offset", "max_timestamp",
-                                 "records_count", "crc", "attributes", "magic", "compression", "timestamp_type",
-                                 "crc_valid")
+                                 "producer_id", "records_count", "crc", "attributes", "magic", "compression",
+                                 "timestamp_type", "control_type", "crc_valid")
     assert index["records_count"][0] == 2 and index["crc_valid"][0]

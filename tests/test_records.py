@@ -569,6 +569,29 @@ def test_index_matches_the_batch_objects():
     assert len(MemoryRecords(b"").index()) == 0
 
 
+def test_index_reports_producer_and_control_type_and_scan_entries_is_the_same_walk():
+    """Records.index() and kafkacodec.arrow.scan_entries were two shallow indexers with different
+    fields and legacy semantics (issue 15): one walk now fills both."""
+    from kafkacodec.arrow import SCAN_FIELDS, scan_entries
+
+    marker = kafkacodec.MemoryRecordsBuilder.build_end_txn_marker
+    data = (sample_log() + gzip_wrapper(1, 30, inner_set(1, [29, 30]))
+            + marker(True, 7, 1, 3, base_offset=31, timestamp=5)       # COMMIT = 1 (ControlRecordType)
+            + marker(False, 8, 1, 3, base_offset=32, timestamp=5))     # ABORT = 0
+    records = MemoryRecords(data)
+    index = records.index(check_crc=False)
+    batches = list(records.batches())
+    assert index["producer_id"].tolist() == [b.producer_id if b.magic == 2 else -1 for b in batches]
+    assert index["producer_id"].tolist()[-2:] == [7, 8]
+    assert index["control_type"].tolist() == [-1] * (len(batches) - 2) + [1, 0]
+    assert index["base_offset"].tolist()[-3] == -1 and index["last_offset"].tolist()[-3] == 30
+    scan = scan_entries(data)
+    renamed = {"size": "size_in_bytes", "count": "records_count"}
+    for name in SCAN_FIELDS:
+        assert scan[name].tolist() == index[renamed.get(name, name)].tolist(), name
+    assert scan["stop"] == len(data) and scan["error"] is None
+
+
 def test_index_grows_past_its_first_guess():
     # index() sizes its rows from the first entry: one large batch, then many small ones (more
     # rows than the guess) and a partial tail; every row equals its batch object, padding zero.

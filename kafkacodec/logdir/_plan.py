@@ -242,7 +242,9 @@ class Planner:
         for i, (offset, position) in enumerate(zip(index.offsets, index.positions)):
             j = where.get(int(position))
             before = int(index.offsets[i - 1]) if i else seg.base_offset - 1
-            first = int(scan["base_offset"][j]) if j is not None else None
+            # a legacy compressed wrapper's base offset is unknown (-1): it names its last offset
+            first = (int(scan["base_offset"][j] if scan["base_offset"][j] >= 0 else scan["last_offset"][j])
+                     if j is not None else None)
             if first is None or not before < first <= int(offset):
                 self.reporter.note(Problem(
                     "index", seg.uri[:-4] + ".index", f"{seg.uri[:-4]}.index entry {i} (offset {int(offset)}, "

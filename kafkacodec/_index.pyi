@@ -1,0 +1,3 @@
+import numpy as np
+
+INDEX_DTYPE: np.dtype[np.void]

@@ -1,0 +1,125 @@
+# cython: language_level=3
+"""The shallow index (see _index.pxd): one walk, one row type, for Records.index() and
+scan_entries()."""
+
+cimport cython
+from libc.string cimport memcpy
+cimport numpy as cnp
+
+from kafkacodec._cursor cimport Cursor, cursor_init
+from kafkacodec._format cimport (BatchHeader, CODEC_NONE, CONTROL_FLAG, FRAME_OK, V2_HEADER_SIZE,
+                                 compute_crc, frame_entry, parse_entry_header)
+from kafkacodec._prefetch cimport kc_prefetch
+from kafkacodec._v2 cimport V2Record, read_control_type, read_v2_record
+
+import numpy as _np
+
+from kafkacodec.errors import KafkaCodecError
+
+cnp.import_array()
+
+# The fields of IndexEntry at their offsets; its padding byte is unnamed (itemsize).
+INDEX_DTYPE = _np.dtype({
+    "names": ["position", "size_in_bytes", "base_offset", "last_offset", "max_timestamp",
+              "producer_id", "records_count", "crc", "attributes", "magic", "compression",
+              "timestamp_type", "control_type", "crc_valid"],
+    "formats": ["i8", "i8", "i8", "i8", "i8", "i8", "i4", "u4", "i2", "i1", "i1", "i1", "i1", "?"],
+    "offsets": [0, 8, 16, 24, 32, 40, 48, 52, 56, 58, 59, 60, 61, 62],
+    "itemsize": 64})
+assert INDEX_DTYPE.itemsize == sizeof(IndexEntry)
+
+cdef enum:
+    FIRST_ROWS = 65536           # rows filled at most before the array is first doubled
+    AHEAD = 12                   # entries index_rows() loads ahead
+    RAISED = -9                  # index_rows(): an entry's control record raised
+
+
+cdef inline int control_type_of(const unsigned char* entry, const BatchHeader* h) except -2 nogil:
+    """Control type of an uncompressed v2 control batch (its first record's key), else -1
+    (compressed: unknown without decompressing)."""
+    cdef Cursor cur
+    cdef V2Record rec
+    if h.magic < 2 or not h.attributes & CONTROL_FLAG or h.records_count < 1 or h.compression != CODEC_NONE:
+        return -1
+    cursor_init(&cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE)
+    read_v2_record(&cur, &rec)
+    return read_control_type(&rec, h.position)
+
+
+cdef int index_rows(const unsigned char* data, Py_ssize_t size, Py_ssize_t start, bint file_rules,
+                    bint check_crc, IndexEntry* rows, Py_ssize_t cap, Py_ssize_t* n,
+                    Py_ssize_t* pos, Py_ssize_t* first_bad) except RAISED nogil:
+    """Fill rows[*n:cap] with the entries from data[*pos] on, advancing *n and *pos; returns
+    FRAME_OK when the rows are full (more entries may follow), else the frame_entry() code
+    that ended the walk (*pos: the entry it stopped at, as for a raise)."""
+    cdef Py_ssize_t entry_size = 0
+    cdef int code
+    cdef BatchHeader h
+    cdef IndexEntry* row
+    while n[0] < cap:
+        code = frame_entry(data + pos[0], size - pos[0], file_rules, &entry_size)
+        if code != FRAME_OK:
+            return code
+        # Each header is a cache (and TLB) miss found only from the one before; a log's batches
+        # are mostly alike, so load the header AHEAD entries of this size ahead (a wrong guess
+        # only wastes the load).
+        if entry_size <= (size - pos[0]) // (AHEAD + 1):
+            kc_prefetch(data + pos[0] + AHEAD * entry_size)
+        parse_entry_header(data + pos[0], entry_size, start + pos[0], &h)
+        row = rows + n[0]
+        row.position = h.position
+        row.size_in_bytes = entry_size
+        row.last_offset = h.last_offset
+        row.max_timestamp = h.max_timestamp
+        if h.magic < 2:
+            row.producer_id = -1
+            row.base_offset = -1 if h.compression != CODEC_NONE else h.base_offset
+        else:
+            row.producer_id = h.producer_id
+            row.base_offset = h.base_offset
+        row.records_count = h.records_count
+        row.crc = h.crc
+        row.attributes = h.attributes
+        row.magic = h.magic
+        row.compression = h.compression
+        row.timestamp_type = h.timestamp_type
+        row.control_type = -1
+        if h.magic >= 2 and h.attributes & CONTROL_FLAG:
+            row.control_type = <int8_t>control_type_of(data + pos[0], &h)
+        row.crc_valid = check_crc and compute_crc(data + pos[0], &h) == h.crc
+        row._pad = 0
+        if check_crc and not row.crc_valid and first_bad[0] < 0:
+            first_bad[0] = pos[0]
+        pos[0] += entry_size
+        n[0] += 1
+    return FRAME_OK
+
+
+cdef tuple index_entries(const unsigned char* data, Py_ssize_t size, Py_ssize_t start,
+                         bint file_rules, bint check_crc):
+    cdef Py_ssize_t n = 0, cap = 1, pos = 0, first = 0, first_bad = -1
+    cdef int code = FRAME_OK
+    cdef cnp.ndarray result, grown
+    error = None
+    # One walk, into rows sized from the first entry (a log's batches are alike): doubled when
+    # short, trimmed in place at the end.  (cap 1 also ends an empty walk.)
+    if frame_entry(data, size, file_rules, &first) == FRAME_OK:
+        cap = min(size // first + 1, FIRST_ROWS)
+    result = _np.empty(cap, dtype=INDEX_DTYPE)
+    while True:
+        try:
+            with nogil:
+                code = index_rows(data, size, start, file_rules, check_crc,
+                                  <IndexEntry*>cnp.PyArray_DATA(result), cap, &n, &pos, &first_bad)
+        except KafkaCodecError as exc:
+            error = exc
+            break
+        if code != FRAME_OK:
+            break
+        cap *= 2
+        grown = _np.empty(cap, dtype=INDEX_DTYPE)
+        memcpy(cnp.PyArray_DATA(grown), cnp.PyArray_DATA(result), n * sizeof(IndexEntry))
+        result = grown
+    if n < cap:
+        result.resize(n, refcheck=False)     # nobody else holds it yet
+    return result, code, pos, first_bad, error
