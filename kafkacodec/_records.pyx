@@ -43,8 +43,8 @@ from kafkacodec._format cimport (
     NO_SEQUENCE, wrap_add, increment_sequence, CODEC_NONE, CODEC_ZSTD)
 from kafkacodec._v2 cimport V2Record, read_v2_record_checked, scan_v2_record, read_v2_header
 from kafkacodec._walk cimport (BatchWalk, RecordView, walk_entry, walk_entries, walk_open,
-                               walk_decompressed, walk_scan, walk_next, pin_output, WALK_DONE,
-                               OPEN_COMPRESSED, OPEN_NONE)
+                               walk_decompressed, walk_scan, walk_next, pin_output, unpin_chunk,
+                               WALK_DONE, OPEN_COMPRESSED)
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._compression cimport (_Chunk, Decompressor, DEFAULT_MAX_DECOMPRESSED,
                                       thread_decompressor)
@@ -687,7 +687,7 @@ cdef class _RecordIterator:
 
     cdef inline void _unpin(self) noexcept:
         if self._chunk is not None:
-            self._chunk.unpin()          # frees it if it is big and nobody else reads it
+            unpin_chunk(self._chunk)
             self._chunk = None
 
     cdef inline void _end_batch(self) noexcept:

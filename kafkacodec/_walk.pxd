@@ -18,7 +18,7 @@
 # Decompression policy (one for every walker reader): the thread's Decompressor
 # (_compression.thread_decompressor(), or one the reader owns and uses from one thread at a
 # time) writes a batch into its _Chunk; the reader pins that chunk (pin_output()) while any
-# RecordView of the batch is alive and unpins it (unpin_output()) when the batch ends.  While
+# RecordView of the batch is alive and unpins it (unpin_chunk()) when the batch ends.  While
 # a chunk is pinned, the Decompressor writes the next batch into another chunk, so views
 # never change under their reader; a chunk above RETAINED_CHUNK is freed by its last unpin.
 #
@@ -275,11 +275,15 @@ cdef inline int walk_next(BatchWalk* w, RecordView* v) except -1 nogil:
     return 1
 
 # --- decompression (the policy above) -------------------------------------------------------
-cdef inline _Chunk pin_output(Decompressor d):
-    """Pin the chunk `d` just decompressed into: the reader reads it until unpin_output()."""
-    cdef _Chunk chunk = d._chunk
+cdef inline void pin_chunk(_Chunk chunk) noexcept:
+    # A reader (or a view handed out) holds pointers into the chunk: the Decompressor writes
+    # elsewhere meanwhile.
     chunk.exports += 1
-    return chunk
 
-cdef inline void unpin_output(_Chunk chunk) noexcept:
+cdef inline void unpin_chunk(_Chunk chunk) noexcept:
     chunk.unpin()                    # a big chunk is freed once nobody reads it
+
+cdef inline _Chunk pin_output(Decompressor d):
+    """Pin the chunk `d` just decompressed into: the reader reads it until unpin_chunk()."""
+    pin_chunk(d._chunk)
+    return d._chunk
