@@ -43,7 +43,7 @@ cdef int raise_walk_fault(int fault, const BatchHeader* h, Py_ssize_t position,
             raise CorruptRecordError(f"premature end of records: the batch declares {a} "
                                      f"records but holds {b}", position=position, offset=offset)
         if fault == FAULT_LEFT_OVER:
-            raise CorruptRecordError(f"records still remaining: {a} bytes after the {b} "
+            raise CorruptRecordError(f"records still remaining: {a} bytes left after the {b} "
                                      f"records the batch declares", position=position,
                                      offset=offset)
         if fault == FAULT_INNER_MAGIC:
