@@ -20,6 +20,7 @@ from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, SIZE_OFF
                                  NO_TIMESTAMP, CODEC_NONE, CODEC_LZ4, CODEC_ZSTD, wrap_sub)
 from kafkacodec._legacy cimport write_legacy_message
 from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
+                               walk_step,
                                OPEN_NONE, OPEN_COMPRESSED)
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._compression cimport Decompressor, compress, LEVEL_DEFAULT, RETAINED_CHUNK
@@ -335,7 +336,7 @@ cdef class DownConverter:
         cdef Py_ssize_t start = w.length
         if to_magic == 1 and h.timestamp_type == TIMESTAMP_LOG_APPEND:
             attributes = TIMESTAMP_TYPE_MASK
-        while walk_next(walk, &v):
+        while walk_step(walk, &v):
             if v.offset < first_offset:
                 continue
             check_record(v.offset, v.timestamp, last, h)
@@ -390,7 +391,7 @@ cdef class DownConverter:
         cdef bint first = True
         if not standalone:
             inner.length = 0
-        while walk_next(walk, &v):
+        while walk_step(walk, &v):
             check_record(v.offset, v.timestamp, last, h)
             if first and not standalone:
                 base = v.offset          # v1 inner offsets are relative to the first record
@@ -417,7 +418,7 @@ cdef class DownConverter:
         cdef int32_t count = 0
         cdef Writer* inner = &self.inner.w
         inner.length = 0
-        while walk_next(walk, &v):
+        while walk_step(walk, &v):
             check_record(v.offset, v.timestamp, last, h)
             write_legacy_message(inner, 0, v.offset, NO_TIMESTAMP, 0, v.rec.key,
                                  v.rec.key_length, v.rec.value, v.rec.value_length)

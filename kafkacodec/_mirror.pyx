@@ -21,6 +21,7 @@ from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, V2_HEADE
 from kafkacodec._v2 cimport write_v2_record, write_v2_batch_header
 from kafkacodec._legacy cimport write_legacy_message
 from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
+                               walk_step,
                                pin_output, unpin_chunk, OPEN_COMPRESSED)
 from kafkacodec.protocol._wire cimport (utf8_of, put_length, put_string, put_empty_tags,
                                         begin_produce_request, produce_output,
@@ -217,7 +218,7 @@ cdef object trim_v2(BatchWalk* w, int64_t fetch_offset):
     cdef bytes result
     # One pass: the first kept record fixes the new base offset and base timestamp; every kept
     # record is re-written with deltas relative to them (as stored: LogAppendTime keeps them).
-    while walk_next(w, &v):
+    while walk_step(w, &v):
         if v.offset < fetch_offset:
             continue
         timestamp = wrap_add(h.base_timestamp, v.rec.timestamp_delta)
@@ -293,7 +294,7 @@ cdef object trim_legacy(BatchWalk* w, const unsigned char* data, int64_t fetch_o
     cdef bytes compressed
     cdef BatchHeader out
     cdef RawBytesBatchRecord record
-    while walk_next(w, &v):
+    while walk_step(w, &v):
         total += 1
         if v.offset < fetch_offset:
             continue

@@ -36,7 +36,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
-from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, load_u64
+from kafkacodec._cursor cimport Cursor, cursor_init
 from kafkacodec._format cimport (
     BatchHeader, parse_entry_header, compute_crc, frame_entry, raise_frame_error, FRAME_END,
     FRAME_OK, V2_HEADER_SIZE, TRANSACTIONAL_FLAG, CONTROL_FLAG, DELETE_HORIZON_FLAG,
@@ -60,7 +60,7 @@ from kafkacodec._mapguard import map_file
 from kafkacodec._types import Compression, ControlType, TimestampType
 from kafkacodec.errors import (BufferReleasedError, ConcurrentUseError, CorruptRecordError,
                                FileTruncatedError, InvalidCrcError, KafkaCodecError,
-                               UnsupportedCompressionError, UnsupportedVersionError)
+                               UnsupportedCompressionError)
 
 kc_crc_init()
 cnp.import_array()

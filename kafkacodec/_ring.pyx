@@ -44,13 +44,14 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memmove, memcmp
 from libc.errno cimport errno, EINTR, EAGAIN
 
-from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, load_u64, raise_corrupt
+from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, raise_corrupt
 from kafkacodec._format cimport (BatchHeader, next_entry, crc_is_valid, compute_crc,
                                  CONTROL_FLAG, TRANSACTIONAL_FLAG)
 from kafkacodec._v2 cimport read_v2_header
 from kafkacodec._compression cimport (Decompressor, _Chunk, DEFAULT_MAX_DECOMPRESSED,
                                       thread_decompressor)
 from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
+                               walk_step,
                                raise_walk_fault, pin_output, pin_chunk, unpin_chunk, WALK_DONE,
                                OPEN_COMPRESSED, FAULT_NEGATIVE_COUNT)
 from kafkacodec._crc cimport kc_crc_init
@@ -1136,7 +1137,7 @@ cdef class FetchRecords:
         end)."""
         cdef FetchRecord rec = self.rec
         cdef RecordView v
-        if not walk_next(&self.w, &v) or self.control:
+        if not walk_step(&self.w, &v) or self.control:
             return False
         rec.offset_ = v.offset
         rec.timestamp_ = v.timestamp

@@ -9,8 +9,9 @@
 #   a batch     walk_open() checks the header in Kafka's order and says where the records are:
 #               in place (walked at once), compressed (the caller decompresses them, see
 #               below, and hands the output to walk_decompressed()), or none.
-#   records     walk_next() (every check, raises) and walk_scan() (the raise-free common v2
-#               record) fill a RecordView: the absolute offset and timestamp (Java long
+#   records     walk_next() (every check, raises), walk_scan() (the raise-free common v2
+#               record) and walk_step() (the one, else the other: what loops call) fill a
+#               RecordView: the absolute offset and timestamp (Java long
 #               arithmetic, LogAppendTime, LegacyRecord's inner-message rules), the producer
 #               sequence, key/value/headers as pointers, and a control record's type and
 #               coordinator epoch.
@@ -224,53 +225,70 @@ cdef inline bint walk_scan(BatchWalk* w, RecordView* v) noexcept nogil:
     v.end = w.cur.pos
     return True
 
+cdef inline int walk_step(BatchWalk* w, RecordView* v) except -1 nogil:
+    """walk_next(), the common v2 record the short way (walk_scan()): what loops call."""
+    if walk_scan(w, v):
+        return 1
+    return walk_next(w, v)
+
 cdef inline int walk_next(BatchWalk* w, RecordView* v) except -1 nogil:
     """The batch's next record into v: 1, or 0 when the batch has no more (state WALK_DONE).
     Raises for a corrupt record (Kafka's iterators: the records before it were returned)."""
-    cdef LegacyMessage m
-    cdef Py_ssize_t entry_size = 0
+    if w.state == WALK_V2:
+        return walk_next_v2(w, v)
+    if w.state == WALK_INNER:
+        return walk_next_inner(w, v)
+    if w.state == WALK_ONE:          # the entry is its only record (read by walk_open)
+        w.state = WALK_DONE
+        w.left = 0
+        v.start = 0
+        v.end = w.cur.end
+        legacy_view(&w.message, w.h.base_offset, w.h.timestamp_type, w.h.max_timestamp, v)
+        return 1
+    return 0
+
+cdef inline int walk_next_v2(BatchWalk* w, RecordView* v) except -1 nogil:
     cdef int control
     cdef const BatchHeader* h = &w.h
     v.start = w.cur.pos
-    if w.state == WALK_V2:
-        if w.left <= 0:
-            w.state = WALK_DONE
-            return 0
-        if w.cur.pos >= w.cur.end:
-            raise_walk_fault(FAULT_PREMATURE_END, h, w.cur.base + w.cur.pos,
-                             h.records_count, h.records_count - w.left)
-        read_v2_record(&w.cur, &v.rec)
-        w.left -= 1
-        if w.left == 0 and w.cur.pos != w.cur.end:
-            # Kafka's RecordIterator checks this while reading the last record, which it then
-            # never returns.
-            raise_walk_fault(FAULT_LEFT_OVER, h, w.cur.base + w.cur.pos,
-                             w.cur.end - w.cur.pos, h.records_count)
-        v2_view(h, v)
-        if h.attributes & CONTROL_FLAG:     # spec §7: key (version, type); marker value
-            control = read_control_type(&v.rec, w.cur.base + v.start)
-            v.control_type = <int16_t>control
-            if control == 0 or control == 1:        # ABORT / COMMIT
-                v.coordinator_epoch = read_end_txn_coordinator_epoch(&v.rec, w.cur.base + v.start)
-    elif w.state == WALK_INNER:
-        if not next_inner_entry(&w.cur, &entry_size):
-            w.state = WALK_DONE
-            return 0
-        read_legacy_message(w.cur.data + w.cur.pos, entry_size, w.cur.base + w.cur.pos, &m)
-        if m.magic != 0 and m.magic != 1:
-            raise_walk_fault(FAULT_INNER_MAGIC, h, w.cur.base + w.cur.pos, m.magic, 0)
-        if m.attributes & COMPRESSION_MASK:
-            raise_walk_fault(FAULT_INNER_COMPRESSED, h, w.cur.base + w.cur.pos, 0, 0)
-        w.cur.pos += entry_size
-        legacy_view(&m, wrap_add(w.inner_base, m.offset), inner_timestamp_type(&m, h.timestamp_type),
-                    inner_timestamp(&m, h.timestamp_type, h.max_timestamp), v)
-    elif w.state == WALK_ONE:
-        w.cur.pos = w.cur.end
-        w.left = 0
+    if w.left <= 0:
         w.state = WALK_DONE
-        legacy_view(&w.message, h.base_offset, h.timestamp_type, h.max_timestamp, v)
-    else:
         return 0
+    if w.cur.pos >= w.cur.end:
+        raise_walk_fault(FAULT_PREMATURE_END, h, w.cur.base + w.cur.pos,
+                         h.records_count, h.records_count - w.left)
+    read_v2_record(&w.cur, &v.rec)
+    w.left -= 1
+    if w.left == 0 and w.cur.pos != w.cur.end:
+        # Kafka's RecordIterator checks this while reading the last record, which it then
+        # never returns.
+        raise_walk_fault(FAULT_LEFT_OVER, h, w.cur.base + w.cur.pos,
+                         w.cur.end - w.cur.pos, h.records_count)
+    v2_view(h, v)
+    if h.attributes & CONTROL_FLAG:     # spec §7: key (version, type); marker value
+        control = read_control_type(&v.rec, w.cur.base + v.start)
+        v.control_type = <int16_t>control
+        if control == 0 or control == 1:        # ABORT / COMMIT
+            v.coordinator_epoch = read_end_txn_coordinator_epoch(&v.rec, w.cur.base + v.start)
+    v.end = w.cur.pos
+    return 1
+
+cdef inline int walk_next_inner(BatchWalk* w, RecordView* v) except -1 nogil:
+    cdef LegacyMessage m
+    cdef Py_ssize_t entry_size = 0
+    cdef const BatchHeader* h = &w.h
+    v.start = w.cur.pos
+    if not next_inner_entry(&w.cur, &entry_size):
+        w.state = WALK_DONE
+        return 0
+    read_legacy_message(w.cur.data + w.cur.pos, entry_size, w.cur.base + w.cur.pos, &m)
+    if m.magic != 0 and m.magic != 1:
+        raise_walk_fault(FAULT_INNER_MAGIC, h, w.cur.base + w.cur.pos, m.magic, 0)
+    if m.attributes & COMPRESSION_MASK:
+        raise_walk_fault(FAULT_INNER_COMPRESSED, h, w.cur.base + w.cur.pos, 0, 0)
+    w.cur.pos += entry_size
+    legacy_view(&m, wrap_add(w.inner_base, m.offset), inner_timestamp_type(&m, h.timestamp_type),
+                inner_timestamp(&m, h.timestamp_type, h.max_timestamp), v)
     v.end = w.cur.pos
     return 1
 
