@@ -9,7 +9,7 @@ value, headers, control flag), the readers must agree with `MemoryRecords.record
   the ring's records (a `ResponseRingBuffer` fed a FetchResponse wrapping the record set):
   the same records before the same error class (the Arrow decoder: the same error class; its
   rows of a failed call are not returned); the ring returns no control records (as Kafka's
-  consumer), so it is compared without them;
+  consumer), so it is compared without them, read_uncommitted and read_committed;
 - `down_convert` to magic 1 and 0, decoded again: when the source reads cleanly, exactly the
   source's data records as that magic holds them (no headers; magic 0: no timestamps);
   `LazyDownConvertRecords` (write_to) gives a prefix of that, cut where its committed size ends;
@@ -150,14 +150,16 @@ def arrow(data: bytes) -> Outcome:
     return rows, None
 
 
-def ring(data: bytes) -> Outcome:
+def ring(data: bytes, isolation_level: int = 0) -> Outcome:
+    """The ring's records; read_committed (1) with no aborted transaction listed drops
+    nothing, but walks each control batch's first record ahead (its ABORT check)."""
     frame = fetch_frame(data)
     ring = api("kafkacodec.ResponseRingBuffer")(len(frame) + 64)
     if ring.feed(frame) != len(frame):
         raise AssertionError("the ring refused a frame that fits")
     out: list[Rec] = []
     try:
-        for rec in ring.next_response().records(4):
+        for rec in ring.next_response().records(4, isolation_level):
             out.append((rec.offset, rec.timestamp, rec.timestamp_type, rec.key, rec.value,
                         tuple(rec.headers), False))
     except KafkaCodecError as exc:
@@ -210,6 +212,7 @@ def readers_agree(data: bytes) -> None:
     expect_same("FileRecords batches", in_file, nested, data)
     expect_same("ArrowDecoder", in_micros(expected), arrow(data), data, records_on_error=False)
     expect_same("ring records", data_only(expected), ring(data), data)
+    expect_same("ring records (read_committed)", data_only(expected), ring(data, 1), data)
 
 
 def conversion_of(data: bytes, to_magic: int) -> tuple[list[tuple], type | None]:

@@ -785,7 +785,7 @@ cdef int is_aborted(State* s, const BatchHeader* h) noexcept nogil:
 
 
 cdef int decode_v2(State* s, const unsigned char* entry, const BatchHeader* h) except -1 nogil:
-    """A v2 batch, read as MemoryRecords reads it (_records._RecordIterator._open)."""
+    """A v2 batch, read as MemoryRecords reads it (walk_open() and walk_next() in _walk.pxd)."""
     cdef Batch b
     cdef Cursor cur
     cdef const unsigned char* plain
@@ -838,8 +838,8 @@ cdef int emit_legacy(State* s, const BatchHeader* h, const Batch* b, int32_t ts_
 
 cdef int decode_legacy(State* s, const unsigned char* entry, const BatchHeader* h) except -1 nogil:
     """A v0/v1 entry: one message, or a compressed wrapper around an inner message set,
-    read as MemoryRecords reads it (_records._RecordIterator._open, _frame_inner and
-    _next_inner; record-formats.md §4): inner v1 offsets are relative to the last; an inner
+    read as MemoryRecords reads it (walk_open(), walk_decompressed() and walk_next() in
+    _walk.pxd; record-formats.md §4): inner v1 offsets are relative to the last; an inner
     magic 0 message has no timestamp (LegacyRecord), any other takes the wrapper's timestamp
     type, and a LogAppendTime wrapper's timestamp."""
     cdef LegacyMessage m, inner

@@ -82,6 +82,10 @@ cdef class Decompressor:
                   Out* out) except -1
 
 
+# The calling thread's Decompressor (made on first use): the one every reader that has no
+# Decompressor of its own decompresses with (see the policy in _walk.pxd).
+cdef Decompressor thread_decompressor()
+
 # A new bytes object (for results that must outlive the call, e.g. zero-copy record slices).
 cdef object decompress(int codec, int magic, const unsigned char* data, Py_ssize_t size,
                        Py_ssize_t max_size)

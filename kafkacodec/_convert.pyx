@@ -17,12 +17,11 @@ from kafkacodec._writer cimport Writer, WriteBuffer, writer_grow, put_bytes
 from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, SIZE_OFFSET,
                                  V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
                                  CONTROL_FLAG, TIMESTAMP_TYPE_MASK, TIMESTAMP_LOG_APPEND,
-                                 NO_TIMESTAMP, V2_RECORDS_COUNT_OFFSET, CODEC_NONE, CODEC_LZ4,
-                                 CODEC_ZSTD, wrap_add)
-from kafkacodec._v2 cimport V2Record, read_v2_record, record_timestamp
-from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
-                                 next_inner_entry, inner_base_offset, inner_message_fault,
-                                 inner_timestamp)
+                                 NO_TIMESTAMP, CODEC_NONE, CODEC_LZ4, CODEC_ZSTD, wrap_sub)
+from kafkacodec._legacy cimport write_legacy_message
+from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
+                               walk_step,
+                               OPEN_NONE, OPEN_COMPRESSED)
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._compression cimport Decompressor, compress, LEVEL_DEFAULT, RETAINED_CHUNK
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
@@ -282,6 +281,10 @@ cdef class DownConverter:
 
     cdef int convert_entry(self, const unsigned char* entry, BatchHeader* h) except -1:
         cdef int to_magic = self.to_magic
+        cdef BatchWalk w
+        cdef const unsigned char* data
+        cdef Py_ssize_t size = 0
+        cdef int code
         if to_magic < 2:
             if h.magic >= 2 and h.attributes & CONTROL_FLAG:
                 return 0                 # transaction markers have no v0/v1 form: dropped
@@ -297,91 +300,70 @@ cdef class DownConverter:
             put_bytes(&self.out.w, entry, h.size)
             self.temporary_memory_bytes += h.size
             return 0
-        if h.magic >= 2:
-            # DefaultRecordBatch.iterator(): the count is checked before anything is read
-            # (decompressed), and a batch of none is not read at all
-            if h.records_count < 0:
-                raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
-                                         position=h.position + V2_RECORDS_COUNT_OFFSET,
-                                         offset=h.base_offset)
-            if h.records_count == 0:
-                return 0
-        if h.compression == CODEC_NONE:
+        # The batch walker checks the rest in Kafka's order (DefaultRecordBatch.iterator(): a
+        # negative count before anything is read or decompressed; a count of none: not read).
+        w.h = h[0]
+        code = walk_open(&w, entry, &data, &size)
+        if code == OPEN_NONE:
+            return 0
+        if code == OPEN_COMPRESSED:
+            # one wrapper with the same codec (default level) holding every record (no
+            # first_offset filter); wrapper offset = the last record's offset
+            if self.decompressor is None:
+                self.decompressor = Decompressor()
+            data = self.decompress(h.compression, h.magic, data, size, w.data_position, h,
+                                   &size)
+            walk_decompressed(&w, data, size)
             if h.magic >= 2:
-                return self.convert_v2_plain(entry, h)
-            return self.convert_v1_plain(entry, h)
-        return self.convert_compressed(entry, h)
+                return self.wrap_v2_records(&w, self.zstd_codec if h.compression == CODEC_ZSTD
+                                            else h.compression)
+            return self.wrap_v1_messages(&w)
+        if h.magic >= 2:
+            return self.convert_v2_plain(&w)
+        return self.convert_v1_plain(&w)
 
-    cdef int convert_v2_plain(self, const unsigned char* entry, const BatchHeader* h) except -1:
+    cdef int convert_v2_plain(self, BatchWalk* walk) except -1:
         """Uncompressed v2 batch -> one standalone v0/v1 message per record at or above
         first_offset (offset = the record's offset, its timestamp or the LogAppendTime)."""
-        cdef Cursor cur
-        cdef V2Record rec
+        cdef const BatchHeader* h = &walk.h
+        cdef RecordView v
         cdef Writer* w = &self.out.w
         cdef int8_t to_magic = <int8_t>self.to_magic
         cdef int8_t attributes = 0
-        cdef int64_t offset, timestamp, last = INT64_MIN
+        cdef int64_t last = INT64_MIN
         cdef int64_t first_offset = self.first_offset
-        cdef int32_t i, kept = 0
+        cdef int32_t kept = 0
         cdef Py_ssize_t start = w.length
         if to_magic == 1 and h.timestamp_type == TIMESTAMP_LOG_APPEND:
             attributes = TIMESTAMP_TYPE_MASK
-        cursor_init(&cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE)
-        for i in range(h.records_count):
-            read_v2_record(&cur, &rec)
-            offset = wrap_add(h.base_offset, rec.offset_delta)
-            if offset < first_offset:
+        while walk_step(walk, &v):
+            if v.offset < first_offset:
                 continue
-            timestamp = record_timestamp(h, &rec)
-            check_record(offset, timestamp, last, h)
-            last = offset
-            write_legacy_message(w, to_magic, offset, timestamp, attributes,
-                                 rec.key, rec.key_length, rec.value, rec.value_length)
+            check_record(v.offset, v.timestamp, last, h)
+            last = v.offset
+            write_legacy_message(w, to_magic, v.offset, v.timestamp, attributes,
+                                 v.rec.key, v.rec.key_length, v.rec.value, v.rec.value_length)
             kept += 1
-        if cur.pos != cur.end:
-            raise CorruptRecordError(
-                f"v2 batch has {cur.end - cur.pos} bytes left after its {h.records_count} records",
-                position=cur.base + cur.pos, offset=h.base_offset)
         if kept:
             self.temporary_memory_bytes += h.size + (w.length - start)
             self.records_converted += kept
         return 0
 
-    cdef int convert_v1_plain(self, const unsigned char* entry, const BatchHeader* h) except -1:
+    cdef int convert_v1_plain(self, BatchWalk* walk) except -1:
         """Uncompressed v1 message -> v0 message (the timestamp is dropped)."""
-        cdef LegacyMessage m
+        cdef const BatchHeader* h = &walk.h
+        cdef RecordView v
         cdef Writer* w = &self.out.w
         cdef Py_ssize_t start = w.length
-        read_legacy_message(entry, h.size, h.position, &m)
-        if m.offset < self.first_offset:
+        walk_next(walk, &v)
+        if v.offset < self.first_offset:
             return 0
-        check_record(m.offset, m.timestamp, INT64_MIN, h)
-        write_legacy_message(w, 0, m.offset, NO_TIMESTAMP, 0, m.key, m.key_length, m.value, m.value_length)
+        check_record(v.offset, v.timestamp, INT64_MIN, h)
+        write_legacy_message(w, 0, v.offset, NO_TIMESTAMP, 0, v.rec.key, v.rec.key_length,
+                             v.rec.value, v.rec.value_length)
         self.temporary_memory_bytes += h.size + (w.length - start)
         self.records_converted += 1
         return 0
-
-    cdef int convert_compressed(self, const unsigned char* entry, const BatchHeader* h) except -1:
-        """Compressed batch -> one wrapper with the same codec (default level) holding every
-        record (no first_offset filter); wrapper offset = the last record's offset."""
-        cdef const unsigned char* plain
-        cdef Py_ssize_t plain_size
-        cdef LegacyMessage m
-        if self.decompressor is None:
-            self.decompressor = Decompressor()
-        if h.magic >= 2:
-            plain = self.decompress(h.compression, h.magic, entry + V2_HEADER_SIZE,
-                                    h.size - V2_HEADER_SIZE, h.position + V2_HEADER_SIZE, h,
-                                    &plain_size)
-            return self.wrap_v2_records(plain, plain_size, h,
-                                        self.zstd_codec if h.compression == CODEC_ZSTD else h.compression)
-        read_legacy_message(entry, h.size, h.position, &m)
-        if m.value == NULL:
-            raise CorruptRecordError("invalid compressed wrapper (null value)",
-                                     position=h.position, offset=h.base_offset)
-        plain = self.decompress(h.compression, h.magic, m.value, m.value_length,
-                                h.position + (m.value - entry), h, &plain_size)
-        return self.wrap_v1_messages(plain, plain_size, &m, h)
 
     cdef const unsigned char* decompress(self, int codec, int magic, const unsigned char* data,
                                          Py_ssize_t size, Py_ssize_t position,
@@ -394,46 +376,33 @@ cdef class DownConverter:
             KafkaCodecError.__init__(error, error.reason, position=where, offset=h.base_offset)
             raise
 
-    cdef int wrap_v2_records(self, const unsigned char* plain, Py_ssize_t plain_size,
-                             const BatchHeader* h, int codec) except -1:
+    cdef int wrap_v2_records(self, BatchWalk* walk, int codec) except -1:
         """The decompressed records of a v2 batch -> one wrapper compressed with `codec`, or
         for codec none (a recompressed zstd batch) one standalone message per record."""
-        cdef Cursor cur
-        cdef V2Record rec
+        cdef const BatchHeader* h = &walk.h
+        cdef RecordView v
         cdef bint standalone = codec == CODEC_NONE
         cdef Writer* inner = &self.out.w if standalone else &self.inner.w
         cdef Py_ssize_t start = self.out.w.length
         cdef int8_t to_magic = <int8_t>self.to_magic
         cdef bint log_append = h.timestamp_type == TIMESTAMP_LOG_APPEND
         cdef int8_t attributes = TIMESTAMP_TYPE_MASK if to_magic == 1 and log_append else 0
-        cdef int64_t offset, timestamp, base = 0, last = INT64_MIN, max_timestamp = NO_TIMESTAMP
-        cdef int32_t i
-        if h.records_count < 0:
-            raise CorruptRecordError(f"invalid v2 batch record count {h.records_count}",
-                                     position=h.position + V2_RECORDS_COUNT_OFFSET,
-                                     offset=h.base_offset)
+        cdef int64_t base = 0, last = INT64_MIN, max_timestamp = NO_TIMESTAMP
+        cdef bint first = True
         if not standalone:
             inner.length = 0
-        cursor_init(&cur, plain, plain_size, h.position)
-        for i in range(h.records_count):
-            read_v2_record(&cur, &rec)
-            offset = wrap_add(h.base_offset, rec.offset_delta)
-            timestamp = record_timestamp(h, &rec)
-            check_record(offset, timestamp, last, h)
-            if i == 0 and not standalone:
-                base = offset            # v1 inner offsets are relative to the first record
-            write_legacy_message(inner, to_magic, offset - base if to_magic == 1 else offset,
-                                 timestamp, attributes, rec.key, rec.key_length,
-                                 rec.value, rec.value_length)
-            if timestamp > max_timestamp:
-                max_timestamp = timestamp
-            last = offset
-        if cur.pos != cur.end:
-            raise CorruptRecordError(
-                f"compressed v2 batch has {cur.end - cur.pos} bytes left after its "
-                f"{h.records_count} records", position=h.position, offset=h.base_offset)
-        if h.records_count == 0:
-            return 0
+        while walk_step(walk, &v):
+            check_record(v.offset, v.timestamp, last, h)
+            if first and not standalone:
+                base = v.offset          # v1 inner offsets are relative to the first record
+            first = False
+            write_legacy_message(inner, to_magic,
+                                 wrap_sub(v.offset, base) if to_magic == 1 else v.offset,
+                                 v.timestamp, attributes, v.rec.key, v.rec.key_length,
+                                 v.rec.value, v.rec.value_length)
+            if v.timestamp > max_timestamp:
+                max_timestamp = v.timestamp
+            last = v.offset
         if standalone:
             self.temporary_memory_bytes += h.size + (self.out.w.length - start)
             self.records_converted += h.records_count
@@ -441,39 +410,20 @@ cdef class DownConverter:
         return self.write_wrapper(h, last, h.max_timestamp if log_append else max_timestamp,
                                   h.records_count, codec)
 
-    cdef int wrap_v1_messages(self, const unsigned char* plain, Py_ssize_t plain_size,
-                              const LegacyMessage* wrapper, const BatchHeader* h) except -1:
+    cdef int wrap_v1_messages(self, BatchWalk* walk) except -1:
         """v1 wrapper -> v0 wrapper: absolute inner offsets, timestamps dropped."""
-        cdef Cursor cur
-        cdef LegacyMessage m
-        cdef Py_ssize_t size
-        cdef int64_t last_inner = 0, base, offset, timestamp, last = INT64_MIN
+        cdef const BatchHeader* h = &walk.h
+        cdef RecordView v
+        cdef int64_t last = INT64_MIN
         cdef int32_t count = 0
         cdef Writer* inner = &self.inner.w
-        cursor_init(&cur, plain, plain_size, h.position)
-        while next_inner_entry(&cur, &size):            # the last inner offset sets the base
-            last_inner = <int64_t>((<uint64_t>load_u32(cur.data + cur.pos) << 32)
-                                   | load_u32(cur.data + cur.pos + 4))
-            cur.pos += size
-            count += 1
-        if count == 0:
-            raise CorruptRecordError("invalid compressed wrapper (no inner message)",
-                                     position=h.position, offset=h.base_offset)
-        base = inner_base_offset(1, wrapper.offset, last_inner, &cur)
         inner.length = 0
-        cursor_init(&cur, plain, plain_size, h.position)
-        while next_inner_entry(&cur, &size):
-            read_legacy_message(cur.data + cur.pos, size, h.position, &m)
-            if inner_message_fault(&m) != NULL:
-                raise CorruptRecordError(f"invalid {inner_message_fault(&m).decode()}",
-                                         position=h.position, offset=h.base_offset)
-            cur.pos += size
-            offset = wrap_add(base, m.offset)
-            timestamp = inner_timestamp(&m, h.timestamp_type, wrapper.timestamp)
-            check_record(offset, timestamp, last, h)
-            write_legacy_message(inner, 0, offset, NO_TIMESTAMP, 0, m.key, m.key_length,
-                                 m.value, m.value_length)
-            last = offset
+        while walk_step(walk, &v):
+            check_record(v.offset, v.timestamp, last, h)
+            write_legacy_message(inner, 0, v.offset, NO_TIMESTAMP, 0, v.rec.key,
+                                 v.rec.key_length, v.rec.value, v.rec.value_length)
+            last = v.offset
+            count += 1
         return self.write_wrapper(h, last, NO_TIMESTAMP, count, h.compression)
 
     cdef int write_wrapper(self, const BatchHeader* h, int64_t last_offset, int64_t timestamp,

@@ -17,11 +17,14 @@ from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, V2_HEADE
                                  CONTROL_FLAG, TRANSACTIONAL_FLAG, DELETE_HORIZON_FLAG,
                                  TIMESTAMP_LOG_APPEND, wrap_add, wrap_sub, increment_sequence,
                                  CODEC_NONE, CODEC_ZSTD)
-from kafkacodec._v2 cimport V2Record, read_v2_record, write_v2_record, write_v2_batch_header
-from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
-                                 next_inner_entry, inner_base_offset, inner_message_fault)
+from kafkacodec._v2 cimport write_v2_record, write_v2_batch_header
+from kafkacodec._legacy cimport write_legacy_message
+from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
+                               walk_step,
+                               pin_output, unpin_chunk, OPEN_COMPRESSED)
 
-from kafkacodec._compression cimport compress, decompress, DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT
+from kafkacodec._compression cimport (compress, Decompressor, _Chunk, thread_decompressor,
+                                      DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT)
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec.protocol._produce cimport _PartitionRecords, write_produce_request
 
@@ -178,56 +181,59 @@ def trim_batch(batch, int64_t fetch_offset):
 
 
 cdef object trim_entry(const unsigned char* entry, BatchHeader* h, int64_t fetch_offset):
-    """A trimmed RawBytesBatchRecord, None (nothing left) or True (nothing to trim)."""
-    if h.magic >= 2:
-        return trim_v2(entry, h, fetch_offset)
-    return trim_legacy(entry, h, fetch_offset)
+    """A trimmed RawBytesBatchRecord, None (nothing left) or True (nothing to trim).  The
+    batch walker reads the records (decompressed into the thread's pinned chunk)."""
+    cdef BatchWalk w
+    cdef const unsigned char* data
+    cdef Py_ssize_t size = 0
+    cdef Decompressor decompressor
+    cdef _Chunk chunk = None
+    w.h = h[0]
+    try:
+        if walk_open(&w, entry, &data, &size) == OPEN_COMPRESSED:
+            decompressor = thread_decompressor()
+            decompressor.max_size = DEFAULT_MAX_DECOMPRESSED
+            data = decompressor.decompress_into(h.compression, h.magic, data, size, &size)
+            chunk = pin_output(decompressor)
+            walk_decompressed(&w, data, size)
+        if h.magic >= 2:
+            return trim_v2(&w, fetch_offset)
+        return trim_legacy(&w, data, fetch_offset)
+    finally:
+        if chunk is not None:
+            unpin_chunk(chunk)
 
 
-cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_offset):
-    cdef Cursor cur
-    cdef V2Record rec
-    cdef const unsigned char* section = entry + V2_HEADER_SIZE
-    cdef Py_ssize_t section_size = h.size - V2_HEADER_SIZE
-    cdef object plain = None, body
-    cdef int32_t i, kept = 0, first_delta = 0
+cdef object trim_v2(BatchWalk* w, int64_t fetch_offset):
+    cdef const BatchHeader* h = &w.h
+    cdef RecordView v
+    cdef int32_t kept = 0, first_delta = 0
     cdef int64_t timestamp, delta, max_timestamp = -1, new_base_timestamp = 0
     cdef bint horizon = (h.attributes & DELETE_HORIZON_FLAG) != 0
-    cdef WriteBuffer records = WriteBuffer(section_size + 64)
+    cdef WriteBuffer records = WriteBuffer(w.cur.end + 64)
     cdef BatchHeader out
     cdef bytes result
-    cdef Py_ssize_t position = h.position + V2_HEADER_SIZE
-    if h.compression != CODEC_NONE:
-        plain = decompress(h.compression, 2, section, section_size, DEFAULT_MAX_DECOMPRESSED)
-        section = <const unsigned char*>PyBytes_AS_STRING(plain)
-        section_size = len(plain)
-        position = 0                 # errors inside a decompressed stream name its byte
     # One pass: the first kept record fixes the new base offset and base timestamp; every kept
-    # record is re-written with deltas relative to them.
-    cursor_init(&cur, section, section_size, position)
-    for i in range(h.records_count):
-        if cur.pos >= cur.end:
-            raise_corrupt(&cur, b"batch (fewer records than its RecordsCount)")
-        read_v2_record(&cur, &rec)
-        if wrap_add(h.base_offset, rec.offset_delta) < fetch_offset:
+    # record is re-written with deltas relative to them (as stored: LogAppendTime keeps them).
+    while walk_step(w, &v):
+        if v.offset < fetch_offset:
             continue
-        timestamp = wrap_add(h.base_timestamp, rec.timestamp_delta)
+        timestamp = wrap_add(h.base_timestamp, v.rec.timestamp_delta)
         if kept == 0:
-            first_delta = rec.offset_delta
+            first_delta = v.rec.offset_delta
             new_base_timestamp = h.base_timestamp if horizon else timestamp
         if timestamp > max_timestamp:
             max_timestamp = timestamp
         kept += 1
         # deltas from the first kept record; offsets that wrapped past 2^63-1 can be kept
         # more than an int32 apart, which no batch can hold
-        delta = <int64_t>rec.offset_delta - first_delta
+        delta = <int64_t>v.rec.offset_delta - first_delta
         if delta < INT32_MIN or delta > INT32_MAX:
-            raise_corrupt(&cur, b"record offset delta (over 2^31-1 from the first one kept)")
+            w.cur.pos = v.end
+            raise_corrupt(&w.cur, b"record offset delta (over 2^31-1 from the first one kept)")
         write_v2_record(&records.w, <int32_t>delta, wrap_sub(timestamp, new_base_timestamp),
-                        rec.key, rec.key_length, rec.value, rec.value_length,
-                        rec.headers, rec.headers_size, rec.header_count)
-    if cur.pos != cur.end:
-        raise_corrupt(&cur, b"batch (bytes left after its last record)")
+                        v.rec.key, v.rec.key_length, v.rec.value, v.rec.value_length,
+                        v.rec.headers, v.rec.headers_size, v.rec.header_count)
     if kept == 0:
         return None
     if kept == h.records_count:
@@ -272,60 +278,38 @@ cdef int parse_v2_header_into(bytes batch, BatchHeader* h) except -1:
     return 0
 
 
-cdef object trim_legacy(const unsigned char* entry, BatchHeader* h, int64_t fetch_offset):
-    cdef LegacyMessage wrapper, inner
-    cdef Cursor cur
-    cdef object plain
-    cdef const unsigned char* data
-    cdef Py_ssize_t size, entry_size
-    cdef int64_t last_inner = -1, base, first_kept_inner = -1, max_timestamp = -1
+cdef object trim_legacy(BatchWalk* w, const unsigned char* data, int64_t fetch_offset):
+    """A compressed wrapper (w: its inner set, decompressed at `data`): keep the inner
+    messages at or after the fetch offset, as they are, in a new wrapper."""
+    cdef const BatchHeader* h = &w.h
+    cdef RecordView v
+    cdef int64_t inner_offset, first_kept_inner = -1, max_timestamp = -1
     cdef int32_t kept = 0, total = 0
-    cdef WriteBuffer inner_set
+    cdef Py_ssize_t entry_size
+    cdef WriteBuffer inner_set = WriteBuffer(w.cur.end)
     cdef WriteBuffer result
     cdef bytes compressed
     cdef BatchHeader out
     cdef RawBytesBatchRecord record
-    read_legacy_message(entry, h.size, h.position, &wrapper)
-    if wrapper.value == NULL:
-        cursor_init(&cur, entry, h.size, h.position)
-        raise_corrupt(&cur, b"compressed wrapper message (null value)")
-    plain = decompress(h.compression, h.magic, wrapper.value, wrapper.value_length,
-                       DEFAULT_MAX_DECOMPRESSED)
-    data = <const unsigned char*>PyBytes_AS_STRING(plain)
-    size = len(plain)
-    # Pass 1: the last inner offset fixes the base (v1 inner offsets are relative).
-    cursor_init(&cur, data, size, 0)
-    while next_inner_entry(&cur, &entry_size):
-        read_legacy_message(data + cur.pos, entry_size, cur.pos, &inner)
-        if inner_message_fault(&inner) != NULL:
-            raise_corrupt(&cur, inner_message_fault(&inner))
-        last_inner = inner.offset
+    while walk_step(w, &v):
         total += 1
-        cur.pos += entry_size
-    if total == 0:
-        cursor_init(&cur, entry, h.size, h.position)
-        raise_corrupt(&cur, b"compressed wrapper message (empty inner message set)")
-    base = inner_base_offset(h.magic, h.base_offset, last_inner, &cur)
-    # Pass 2: keep the inner messages at or after the fetch offset.
-    inner_set = WriteBuffer(size)
-    cursor_init(&cur, data, size, 0)
-    while next_inner_entry(&cur, &entry_size):
-        read_legacy_message(data + cur.pos, entry_size, cur.pos, &inner)
-        if wrap_add(base, inner.offset) >= fetch_offset:
-            if kept == 0:
-                first_kept_inner = inner.offset
-            if inner.timestamp > max_timestamp:
-                max_timestamp = inner.timestamp
-            ensure(&inner_set.w, entry_size)
-            memcpy(inner_set.w.buf + inner_set.w.length, data + cur.pos, entry_size)
-            # v1 relative offsets restart at 0 (the wrapper offset, the last, is unchanged);
-            # the offset field is outside the message CRC.
-            if h.magic == 1 and h.base_offset != 0:
-                store_u64(inner_set.w.buf + inner_set.w.length,
-                          <uint64_t>wrap_sub(inner.offset, first_kept_inner))
-            inner_set.w.length += entry_size
-            kept += 1
-        cur.pos += entry_size
+        if v.offset < fetch_offset:
+            continue
+        inner_offset = wrap_sub(v.offset, w.inner_base)       # as the message stores it
+        if kept == 0:
+            first_kept_inner = inner_offset
+        if v.timestamp > max_timestamp:
+            max_timestamp = v.timestamp
+        entry_size = v.end - v.start
+        ensure(&inner_set.w, entry_size)
+        memcpy(inner_set.w.buf + inner_set.w.length, data + v.start, entry_size)
+        # v1 relative offsets restart at 0 (the wrapper offset, the last, is unchanged);
+        # the offset field is outside the message CRC.
+        if h.magic == 1 and h.base_offset != 0:
+            store_u64(inner_set.w.buf + inner_set.w.length,
+                      <uint64_t>wrap_sub(inner_offset, first_kept_inner))
+        inner_set.w.length += entry_size
+        kept += 1
     if kept == 0:
         return None
     if kept == total:
@@ -335,11 +319,11 @@ cdef object trim_legacy(const unsigned char* entry, BatchHeader* h, int64_t fetc
     if h.magic == 1 and h.timestamp_type != TIMESTAMP_LOG_APPEND:
         out.max_timestamp = max_timestamp
     result = WriteBuffer(len(compressed) + 64)
-    write_legacy_message(&result.w, h.magic, h.base_offset, out.max_timestamp, wrapper.attributes,
-                         wrapper.key, wrapper.key_length,
+    write_legacy_message(&result.w, h.magic, h.base_offset, out.max_timestamp,
+                         w.message.attributes, w.message.key, w.message.key_length,
                          <const unsigned char*>PyBytes_AS_STRING(compressed), len(compressed))
     record = make_record(&out, result.getvalue(), True)
-    record.base_offset = wrap_add(base, first_kept_inner)
+    record.base_offset = wrap_add(w.inner_base, first_kept_inner)
     record.record_count = kept
     return record
 

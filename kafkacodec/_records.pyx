@@ -13,10 +13,11 @@ Shape of the module
   past the cut reads zeros instead of SIGBUS.  Every read of the mapping checks the guard
   afterwards (`check_cut`, a load while intact) and every failure asks whether the file shrank
   (`explain`, an fstat), raising FileTruncatedError instead of what the zeros looked like.
-- `Records` (base of MemoryRecords and FileRecords) walks entries with `frame_entry()`, a
-  GIL-free framing step that follows either the in-memory rules (spec §9.1) or the file rules
-  (§9.2), shared with every other walker in _format.pxd; errors are raised afterwards by
-  `raise_frame_error()`.
+- `Records` (base of MemoryRecords and FileRecords) walks entries and records with the batch
+  walker (_walk.pxd), GIL-free steps that frame entries by either the in-memory rules (spec
+  §9.1) or the file rules (§9.2) and fill a RecordView per record; this module keeps the
+  Python objects, the buffer's lifetime and the truncation guard.  Framing errors are raised
+  afterwards by `raise_frame_error()`.
 - `RecordBatch` is a parsed 61-byte (or legacy) header plus the batch's place in the buffer.
 - Decoding is lazy, one record per next() (`_RecordIterator`), as Kafka's iterators are: a
   corrupt record ends the iteration after the records before it.  A compressed batch is
@@ -35,27 +36,23 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
-from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, load_u64
+from kafkacodec._cursor cimport Cursor, cursor_init
 from kafkacodec._format cimport (
     BatchHeader, parse_entry_header, compute_crc, frame_entry, raise_frame_error, FRAME_END,
-    FRAME_OK, LOG_OVERHEAD, SIZE_OFFSET, MAGIC_OFFSET,
-    HEADER_SIZE_UP_TO_MAGIC, V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
-    V2_RECORDS_COUNT_OFFSET, COMPRESSION_MASK, TRANSACTIONAL_FLAG, CONTROL_FLAG,
-    DELETE_HORIZON_FLAG, NO_SEQUENCE, wrap_add,
-    increment_sequence, CODEC_NONE, CODEC_ZSTD, V2_ATTRIBUTES_OFFSET)
-from kafkacodec._v2 cimport V2Record, read_v2_record, read_v2_record_checked, scan_v2_record, \
-    read_v2_header, read_control_type, \
-    read_end_txn_coordinator_epoch, record_timestamp
-from kafkacodec._legacy cimport LegacyMessage, read_legacy_message, next_inner_entry, \
-    inner_base_offset, inner_timestamp, inner_timestamp_type
+    FRAME_OK, V2_HEADER_SIZE, TRANSACTIONAL_FLAG, CONTROL_FLAG, DELETE_HORIZON_FLAG,
+    NO_SEQUENCE, wrap_add, increment_sequence, CODEC_NONE, CODEC_ZSTD)
+from kafkacodec._v2 cimport V2Record, read_v2_record_checked, scan_v2_record, read_v2_header
+from kafkacodec._walk cimport (BatchWalk, RecordView, walk_entry, walk_entries, walk_open,
+                               walk_decompressed, walk_scan, walk_next, pin_output, unpin_chunk,
+                               WALK_DONE, OPEN_COMPRESSED)
 from kafkacodec._crc cimport kc_crc_init
-from kafkacodec._compression cimport _Chunk, Decompressor, DEFAULT_MAX_DECOMPRESSED
+from kafkacodec._compression cimport (_Chunk, Decompressor, DEFAULT_MAX_DECOMPRESSED,
+                                      thread_decompressor)
 from kafkacodec._mapguard cimport Guard, KC_INTACT, ensure_handler, kc_guard_cut
 from kafkacodec._index cimport index_entries
 cimport numpy as cnp
 
 import os as _os
-import threading as _threading
 
 import numpy as _np
 
@@ -63,7 +60,7 @@ from kafkacodec._mapguard import map_file
 from kafkacodec._types import Compression, ControlType, TimestampType
 from kafkacodec.errors import (BufferReleasedError, ConcurrentUseError, CorruptRecordError,
                                FileTruncatedError, InvalidCrcError, KafkaCodecError,
-                               UnsupportedCompressionError, UnsupportedVersionError)
+                               UnsupportedCompressionError)
 
 kc_crc_init()
 cnp.import_array()
@@ -205,21 +202,6 @@ cdef inline int32_t sequence_of(int32_t base_sequence, int32_t delta) noexcept n
     return NO_SEQUENCE if base_sequence < 0 else increment_sequence(base_sequence, delta)
 
 
-# --- decompression ---------------------------------------------------------------------------
-# One reusable Decompressor per thread.  An iterator reading a decompressed batch pins the
-# chunk it was written to (see _RecordIterator), so the next batch goes to another chunk
-# only while the first is still being read.
-_local = _threading.local()
-
-
-cdef Decompressor thread_decompressor():
-    try:
-        return <Decompressor>_local.decompressor
-    except AttributeError:
-        _local.decompressor = Decompressor()
-        return <Decompressor>_local.decompressor
-
-
 # --- records ---------------------------------------------------------------------------------
 @cython.final
 @cython.freelist(1024)
@@ -345,15 +327,15 @@ cdef inline object bytes_or_none(const unsigned char* p, int32_t length):
     return PyBytes_FromStringAndSize(<const char*>p, length)
 
 
-cdef tuple decode_headers(const V2Record* rec, Py_ssize_t base):
+cdef tuple decode_headers(const RecordView* v, Py_ssize_t base):
     cdef Cursor c
     cdef const unsigned char* key
     cdef const unsigned char* value
     cdef int32_t key_length, value_length, i
-    cdef tuple headers = PyTuple_New(rec.header_count)
+    cdef tuple headers = PyTuple_New(v.rec.header_count)
     cdef tuple pair
-    cursor_init(&c, rec.headers, rec.headers_size, base)
-    for i in range(rec.header_count):
+    cursor_init(&c, v.rec.headers, v.rec.headers_size, base)
+    for i in range(v.rec.header_count):
         read_v2_header(&c, &key, &key_length, &value, &value_length)
         # Java decodes keys with new String(bytes, UTF_8): malformed input becomes U+FFFD.
         pair = (PyUnicode_DecodeUTF8(<const char*>key, key_length, "replace"),
@@ -363,77 +345,40 @@ cdef tuple decode_headers(const V2Record* rec, Py_ssize_t base):
     return headers
 
 
-cdef int decode_control(Record r, const V2Record* rec, Py_ssize_t position) except -1:
-    cdef int control_type = read_control_type(rec, position)
-    r._control_type = <int16_t>control_type
-    if control_type == 0 or control_type == 1:       # ABORT / COMMIT: end-transaction marker
-        r._coordinator_epoch = read_end_txn_coordinator_epoch(rec, position)
-    return 0
+cdef inline Record make_record(const RecordView* v, int64_t batch_offset, Py_ssize_t base,
+                               _Buffer in_place):
+    """The Record of the walker's view `v` (its pointers: `base` is where they start in the
+    buffer).  `in_place`: the caller's buffer when `v` points into it, else None.
 
-
-cdef Record v2_record(const BatchHeader* h, const V2Record* rec, Py_ssize_t base,
-                      Py_ssize_t record_start, Py_ssize_t record_end, _Buffer in_place):
-    """The Record of one parsed v2 record (spec §6.1: offset and timestamp are deltas from
-    the batch's; LogAppendTime replaces the record's timestamp with MaxTimestamp).
-    `in_place`: the caller's buffer when `rec` points into it (the record spans
-    [record_start, record_end) there), else None.
-
-    Everything is read from `rec` before the first GC-tracked allocation (the header tuples),
+    Everything is read from `v` before the first GC-tracked allocation (the header tuples),
     which may run a collection and with it a finaliser that closes the file; the headers are
     then decoded as a counted user of the buffer."""
     cdef Record r = Record.__new__(Record)     # not GC-tracked: no collection runs here
-    r.offset = wrap_add(h.base_offset, rec.offset_delta)
-    r.timestamp = record_timestamp(h, rec)
-    r._timestamp_type = h.timestamp_type
-    r.sequence = sequence_of(h.base_sequence, rec.offset_delta)
-    r._control_type = -1
-    r._coordinator_epoch = -1
-    r.key = None if rec.key == NULL else PyBytes_FromStringAndSize(<const char*>rec.key,
-                                                                   rec.key_length)
-    r.value = None if rec.value == NULL else PyBytes_FromStringAndSize(
-        <const char*>rec.value, rec.value_length)
-    if h.attributes & CONTROL_FLAG:
-        decode_control(r, rec, record_start)
-    if rec.header_count == 0:
+    r.offset = v.offset
+    r.timestamp = v.timestamp
+    r._timestamp_type = v.timestamp_type
+    r.sequence = v.sequence
+    r._control_type = v.control_type
+    r._coordinator_epoch = v.coordinator_epoch
+    r.key = None if v.rec.key == NULL else PyBytes_FromStringAndSize(<const char*>v.rec.key,
+                                                                 v.rec.key_length)
+    r.value = None if v.rec.value == NULL else PyBytes_FromStringAndSize(
+        <const char*>v.rec.value, v.rec.value_length)
+    if v.rec.header_count == 0:
         r.headers = _NO_HEADERS
         if in_place is not None and not in_place.intact():
-            in_place.check_cut(record_end, record_start, h.base_offset)
+            in_place.check_cut(base + v.end, base + v.start, batch_offset)
     elif in_place is None:
-        r.headers = decode_headers(rec, base)
+        r.headers = decode_headers(v, base)
     else:
         in_place.enter()
         try:
-            r.headers = decode_headers(rec, base)
+            r.headers = decode_headers(v, base)
             if not in_place.intact():
-                in_place.check_cut(record_end, record_start, h.base_offset)
+                in_place.check_cut(base + v.end, base + v.start, batch_offset)
         finally:
             in_place.leave()
     return r
-
-
-cdef Record legacy_record(const LegacyMessage* m, int64_t offset, int8_t timestamp_type,
-                          int64_t timestamp):
-    cdef Record r = Record.__new__(Record)
-    r.offset = offset
-    r.timestamp = timestamp
-    r._timestamp_type = timestamp_type
-    r.sequence = NO_SEQUENCE
-    r._control_type = -1
-    r._coordinator_epoch = -1
-    r.key = bytes_or_none(m.key, m.key_length)
-    r.value = bytes_or_none(m.value, m.value_length)
-    r.headers = _NO_HEADERS
-    return r
-
-
-cdef int check_legacy_codec(const BatchHeader* h) except -1:
-    if h.compression == CODEC_ZSTD:
-        raise UnsupportedCompressionError(f"zstd compression is not allowed for magic {h.magic}",
-                                          position=h.position + MAGIC_OFFSET + 1)
-    if h.compression > CODEC_ZSTD:
-        raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
-                                          position=h.position + MAGIC_OFFSET + 1)
-    return 0
 
 
 cdef object rebuilt(object err, str reason, object position, object offset):
@@ -649,7 +594,9 @@ cdef class RecordBatch:
         cdef const unsigned char* out
         cdef Py_ssize_t out_size = 0
         cdef Py_ssize_t data_position = -1      # where the compressed value starts, once read
-        cdef LegacyMessage wrapper
+        cdef const unsigned char* value
+        cdef Py_ssize_t value_size = 0
+        cdef BatchWalk w
         cdef Decompressor decompressor
         if self.h.magic >= 2:
             raise ValueError("a v2 batch holds records, not inner messages: iterate it")
@@ -657,16 +604,13 @@ cdef class RecordBatch:
             return iter((self,))
         self._buf.enter()
         try:
-            read_legacy_message(entry, self.h.size, self.h.position, &wrapper)
-            check_legacy_codec(&self.h)
-            if wrapper.value == NULL:
-                raise CorruptRecordError("compressed wrapper message with a null value",
-                                         position=self.h.position)
-            data_position = self.h.position + (wrapper.value - entry)
+            w.h = self.h
+            walk_open(&w, entry, &value, &value_size)   # the wrapper's checks, in Kafka's order
+            data_position = w.data_position
             decompressor = thread_decompressor()
             decompressor.max_size = self._max_decompressed
-            out = decompressor.decompress_into(self.h.compression, self.h.magic, wrapper.value,
-                                               wrapper.value_length, &out_size)
+            out = decompressor.decompress_into(self.h.compression, self.h.magic, value,
+                                               value_size, &out_size)
             self._buf.check_cut(self.h.position + self.h.size, self.h.position,
                                 self.h.base_offset)
             inner = PyBytes_FromStringAndSize(<const char*>out, out_size)
@@ -688,8 +632,8 @@ cdef class RecordBatch:
         self._entry()                           # BufferReleasedError now, not at next()
         it._buf = self._buf
         it._max_decompressed = self._max_decompressed
-        it._h = self.h
-        it._state = BATCH_PENDING
+        it._w.h = self.h
+        it._pending = True
         return it
 
     def __repr__(self):
@@ -709,13 +653,6 @@ cdef RecordBatch make_batch(_Buffer buf, const BatchHeader* h, Py_ssize_t max_de
 
 
 # --- iterators -------------------------------------------------------------------------------
-cdef enum:
-    BATCH_NONE = 0       # no batch open: take the record set's next entry, if there is one
-    BATCH_PENDING = 1    # _h parsed, records not read yet (decompressed by the first next())
-    BATCH_V2 = 2         # reading v2 records with _cur
-    BATCH_LEGACY = 3     # reading a legacy wrapper's inner messages with _cur
-
-
 # One iterator serves one next() at a time: __next__ may release the GIL (decompressing) or run
 # Python code (a collection while allocating) with its state half-way.
 cdef str ITERATOR_BUSY = ("this records iterator is in use by another thread: one next() at a "
@@ -736,7 +673,7 @@ cdef class _RecordIterator:
       something in the call could run other code (decompressing without the GIL, allocating
       GC-tracked header tuples);
     - a compressed batch is read from the thread Decompressor's chunk, which the iterator
-      pins (the chunk's `exports` count) until the batch is done: while it is pinned the
+      pins (the walker's policy, _walk.pxd) until the batch is done: while it is pinned the
       Decompressor writes elsewhere, so interleaved iterators never see each other's data,
       and one iterator at a time reuses the same warm chunk.
 
@@ -746,12 +683,8 @@ cdef class _RecordIterator:
     cdef Records _records
     cdef Py_ssize_t _pos               # next entry, relative to the record set
     cdef Py_ssize_t _max_decompressed
-    cdef BatchHeader _h                # the current batch
-    cdef int _state
-    cdef Cursor _cur                   # over its records (v2) or inner messages (legacy)
-    cdef int32_t _index                # v2: records read so far
-    cdef int64_t _inner_base           # legacy wrapper: added to inner offsets (spec §4.1)
-    cdef Py_ssize_t _data_position     # where its (compressed) records start in the buffer
+    cdef BatchWalk _w                  # the current batch and the walk of its records
+    cdef bint _pending                 # _w.h parsed, its walk not opened yet
     cdef _Chunk _chunk                 # the decompressed records being read, pinned
     cdef bint _busy                    # a next() is running
 
@@ -763,23 +696,15 @@ cdef class _RecordIterator:
 
     def __next__(self):
         cdef Record record
-        cdef V2Record rec
-        cdef Py_ssize_t record_start
+        cdef RecordView v
         if self._busy:
             raise ConcurrentUseError(ITERATOR_BUSY)
         self._busy = True
         try:
-            # The common case first, with nothing that can raise on intact data: a v2 data
-            # record, not the batch's last (the trailing-bytes check is _next_v2's), of the
-            # shape scan_v2_record takes.  Anything else goes the checked way (_next), which
-            # raises what is wrong.
-            record_start = self._cur.base + self._cur.pos
-            if (self._state == BATCH_V2 and self._index < self._h.records_count - 1
-                    and not self._buf.released and not self._h.attributes & CONTROL_FLAG
-                    and scan_v2_record(&self._cur, &rec)):
-                self._index += 1
-                return v2_record(&self._h, &rec, self._cur.base, record_start,
-                                 self._cur.base + self._cur.pos, self._in_place())
+            # The common case first, with nothing that can raise on intact data (walk_scan);
+            # anything else goes the checked way (_next), which raises what is wrong.
+            if not self._buf.released and walk_scan(&self._w, &v):
+                return make_record(&v, self._w.h.base_offset, self._w.cur.base, self._in_place())
             record = self._next()
         finally:
             self._busy = False
@@ -791,7 +716,7 @@ cdef class _RecordIterator:
         """The next record, or None at the end."""
         cdef Record record
         while True:
-            if self._state != BATCH_NONE:
+            if self._pending or self._w.state != WALK_DONE:
                 record = self._next_in_batch()
                 if record is not None:
                     return record
@@ -805,30 +730,28 @@ cdef class _RecordIterator:
 
     cdef inline void _unpin(self) noexcept:
         if self._chunk is not None:
-            self._chunk.unpin()          # frees it if it is big and nobody else reads it
+            unpin_chunk(self._chunk)
             self._chunk = None
 
     cdef inline void _end_batch(self) noexcept:
-        self._state = BATCH_NONE
+        self._pending = False
+        self._w.state = WALK_DONE
         self._unpin()
 
     cdef bint _next_entry(self) except -1:
-        """Parse the record set's next entry into _h; False at the end."""
+        """Parse the record set's next entry into _w.h; False at the end."""
         cdef Records records = self._records
-        cdef Py_ssize_t size = 0, position = records._start + self._pos
+        cdef Py_ssize_t position = records._start + self._pos
         cdef Py_ssize_t end = position + min(records._size - self._pos,
                                              <Py_ssize_t>V2_HEADER_SIZE)
-        cdef const unsigned char* entry
         cdef int code
         if self._buf.released:
             raise BufferReleasedError("the records' file was closed", position=position)
-        entry = self._buf.data + position
-        code = frame_entry(entry, records._size - self._pos, records._file_rules, &size)
+        code = walk_entry(self._buf.data + records._start, records._size, self._pos,
+                          records._start, records._file_rules, &self._w.h)
         if code < 0:
             self._records = None
-            self._buf.frame_error(code, entry, position, end)
-        if code == FRAME_OK:
-            parse_entry_header(entry, size, position, &self._h)
+            self._buf.frame_error(code, self._buf.data + position, position, end)
         try:
             if code == FRAME_END:
                 self._buf.check_all(end, position)
@@ -840,24 +763,32 @@ cdef class _RecordIterator:
         if code == FRAME_END:
             self._records = None
             return False
-        self._pos += size
-        self._state = BATCH_PENDING
+        self._pos += self._w.h.size
+        self._pending = True
         return True
 
     cdef Record _next_in_batch(self):
-        """The current batch's next record; None when it has no more (state NONE then)."""
+        """The current batch's next record; None when it has no more (its walk done then)."""
         cdef Py_ssize_t position
+        cdef RecordView v
+        cdef const BatchHeader* h = &self._w.h
         if self._buf.released:
             self._records = None
             self._end_batch()
             raise BufferReleasedError("the records' file was closed",
-                                      position=self._h.position, offset=self._h.base_offset)
+                                      position=h.position, offset=h.base_offset)
         try:
-            if self._state == BATCH_V2:
-                return self._next_v2()
-            if self._state == BATCH_LEGACY:
-                return self._next_inner()
-            return self._open()
+            if self._pending:
+                self._pending = False
+                self._open()
+            if not walk_next(&self._w, &v):
+                self._end_batch()
+                return None
+            if h.magic < 2 and self._chunk is None:     # the entry is its only record
+                record = make_record(&v, h.base_offset, self._w.cur.base, None)
+                self._buf.check_cut(h.position + h.size, h.position, h.base_offset)
+                return record
+            return make_record(&v, h.base_offset, self._w.cur.base, self._in_place())
         except KafkaCodecError as err:
             decompressed = self._chunk is not None
             self._records = None         # a corrupt batch ends the whole iteration
@@ -865,145 +796,42 @@ cdef class _RecordIterator:
             if not isinstance(err, FileTruncatedError):
                 # zeros read past a cut in the file's last page look like corrupt data (and
                 # compressed zeros inflate to garbage: the batch's own position then)
-                position = (self._h.position if decompressed or err.position is None
+                position = (h.position if decompressed or err.position is None
                             else err.position)
-                self._buf.explain(err, self._h.position + self._h.size, position,
-                                  self._h.base_offset)
-            raise with_context(err, &self._h, self._data_position, decompressed)
+                self._buf.explain(err, h.position + h.size, position, h.base_offset)
+            raise with_context(err, h, self._w.data_position, decompressed)
 
-    cdef Record _open(self):
-        """Start reading _h: return its only record (uncompressed legacy entry) or its first
-        one; None for a batch without records."""
-        cdef const BatchHeader* h = &self._h
-        cdef const unsigned char* entry = self._buf.data + h.position
+    cdef int _open(self) except -1:
+        """Open the walk of _w.h: its records in place, or decompressed into a pinned chunk."""
         cdef const unsigned char* data
         cdef Py_ssize_t size = 0
-        cdef LegacyMessage wrapper
-        cdef Record record
-        self._state = BATCH_NONE
-        self._index = 0
-        self._data_position = h.position
-        if h.magic == 2:
-            if h.records_count < 0:      # checked before decompressing, as Kafka does
-                raise CorruptRecordError(f"invalid record count {h.records_count} (negative)",
-                                         position=h.position + V2_RECORDS_COUNT_OFFSET)
-            self._data_position = h.position + V2_HEADER_SIZE
-            if h.compression == CODEC_NONE:
-                cursor_init(&self._cur, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE,
-                            self._data_position)
-            elif h.records_count == 0:   # count 0: the records section is not examined
-                return None
-            elif h.compression > CODEC_ZSTD:
-                raise UnsupportedCompressionError(
-                    f"unknown compression type id {h.compression}",
-                    position=h.position + V2_ATTRIBUTES_OFFSET + 1)
-            else:
-                data = self._decompress(2, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE,
-                                        &size)
-                cursor_init(&self._cur, data, size, 0)
-            self._state = BATCH_V2
-            return self._next_v2()
-        if h.magic != 0 and h.magic != 1:
-            raise UnsupportedVersionError(f"unknown magic {h.magic}",
-                                          position=h.position + MAGIC_OFFSET)
-        read_legacy_message(entry, h.size, h.position, &wrapper)
-        if h.compression == CODEC_NONE:
-            record = legacy_record(&wrapper, h.base_offset, h.timestamp_type, h.max_timestamp)
-            self._buf.check_cut(h.position + h.size, h.position, h.base_offset)
-            return record
-        check_legacy_codec(h)
-        if wrapper.value == NULL:
-            raise CorruptRecordError("compressed wrapper message with a null value",
-                                     position=h.position)
-        self._data_position = h.position + (wrapper.value - entry)
-        data = self._decompress(h.magic, wrapper.value, wrapper.value_length, &size)
-        cursor_init(&self._cur, data, size, 0)
-        self._inner_base = self._frame_inner(wrapper.offset)
-        self._state = BATCH_LEGACY
-        return self._next_inner()
+        self._w.data_position = self._w.h.position
+        if walk_open(&self._w, self._buf.data + self._w.h.position, &data, &size) == OPEN_COMPRESSED:
+            data = self._decompress(data, size, &size)
+            walk_decompressed(&self._w, data, size)
+        return 0
 
-    cdef const unsigned char* _decompress(self, int magic, const unsigned char* data,
-                                          Py_ssize_t size, Py_ssize_t* out_size) except NULL:
+    cdef const unsigned char* _decompress(self, const unsigned char* data, Py_ssize_t size,
+                                          Py_ssize_t* out_size) except NULL:
         """Decompress the batch's records into the thread's chunk and pin it."""
         cdef Decompressor decompressor = thread_decompressor()
         cdef const unsigned char* out
-        cdef Py_ssize_t end = self._data_position + size
+        cdef Py_ssize_t position = self._w.data_position
         decompressor.max_size = self._max_decompressed
         self._buf.enter()                # the GIL is released while `data` is read
         try:
-            out = decompressor.decompress_into(self._h.compression, magic, data, size, out_size)
-            self._buf.check_cut(end, self._data_position, self._h.base_offset)
+            out = decompressor.decompress_into(self._w.h.compression, self._w.h.magic, data,
+                                               size, out_size)
+            self._buf.check_cut(position + size, position, self._w.h.base_offset)
         except KafkaCodecError as err:
             if err.position is None or isinstance(err, FileTruncatedError):
                 raise
             # the decompressor's positions are inside the compressed data
-            raise rebuilt(err, err.reason, self._data_position + err.position,
-                          self._h.base_offset)
+            raise rebuilt(err, err.reason, position + err.position, self._w.h.base_offset)
         finally:
             self._buf.leave()
-        self._chunk = decompressor._chunk
-        self._chunk.exports += 1
+        self._chunk = pin_output(decompressor)
         return out
-
-    cdef Record _next_v2(self):
-        cdef V2Record rec
-        cdef Py_ssize_t record_start
-        cdef int32_t count = self._h.records_count
-        if self._index >= count:
-            self._end_batch()
-            return None
-        if self._cur.pos >= self._cur.end:
-            raise CorruptRecordError(f"premature end of records: the batch declares {count} "
-                                     f"records but holds {self._index}",
-                                     position=self._cur.base + self._cur.pos)
-        record_start = self._cur.base + self._cur.pos
-        read_v2_record(&self._cur, &rec)
-        self._index += 1
-        if self._index == count and self._cur.pos != self._cur.end:
-            # Kafka's RecordIterator checks this while reading the last record, which it then
-            # never returns.
-            raise CorruptRecordError(f"records still remaining: {self._cur.end - self._cur.pos} "
-                                     f"bytes after the {count} records the batch declares",
-                                     position=self._cur.base + self._cur.pos)
-        return v2_record(&self._h, &rec, self._cur.base, record_start,
-                         self._cur.base + self._cur.pos, self._in_place())
-
-    cdef int64_t _frame_inner(self, int64_t wrapper_offset) except? -1:
-        """Walk the inner message set once (spec §4.1): its base offset needs the last inner
-        offset.  Leaves _cur at the first inner message."""
-        cdef Py_ssize_t entry_size, count = 0
-        cdef int64_t last = -1, base
-        while next_inner_entry(&self._cur, &entry_size):
-            last = <int64_t>load_u64(self._cur.data + self._cur.pos)
-            self._cur.pos += entry_size
-            count += 1
-        if count == 0:
-            raise CorruptRecordError("compressed message set holds no inner messages",
-                                     position=0)
-        base = inner_base_offset(self._h.magic, wrapper_offset, last, &self._cur)
-        self._cur.pos = 0
-        return base
-
-    cdef Record _next_inner(self):
-        """The next inner message of a decompressed v0/v1 wrapper (spec §4)."""
-        cdef Py_ssize_t entry_size
-        cdef LegacyMessage m
-        cdef Record record
-        if not next_inner_entry(&self._cur, &entry_size):
-            self._end_batch()
-            return None
-        read_legacy_message(self._cur.data + self._cur.pos, entry_size, self._cur.pos, &m)
-        if m.magic != 0 and m.magic != 1:
-            raise CorruptRecordError(f"inner message with magic {m.magic}",
-                                     position=self._cur.pos + MAGIC_OFFSET)
-        if m.attributes & COMPRESSION_MASK:
-            raise CorruptRecordError("compressed inner message inside a compressed wrapper",
-                                     position=self._cur.pos + MAGIC_OFFSET + 1)
-        record = legacy_record(&m, wrap_add(self._inner_base, m.offset),
-                               inner_timestamp_type(&m, self._h.timestamp_type),
-                               inner_timestamp(&m, self._h.timestamp_type, self._h.max_timestamp))
-        self._cur.pos += entry_size
-        return record
 
 
 @cython.final
@@ -1018,8 +846,6 @@ cdef class _BatchIterator:
 
     def __next__(self):
         cdef Records records = self._records
-        cdef Py_ssize_t size = 0
-        cdef const unsigned char* entry
         cdef Py_ssize_t position, end
         cdef BatchHeader h
         cdef int code
@@ -1030,16 +856,15 @@ cdef class _BatchIterator:
                                       position=records._start + self._pos)
         position = records._start + self._pos
         end = position + min(records._size - self._pos, <Py_ssize_t>V2_HEADER_SIZE)
-        entry = records._buf.data + position
-        code = frame_entry(entry, records._size - self._pos, records._file_rules, &size)
+        code = walk_entry(records._buf.data + records._start, records._size, self._pos,
+                          records._start, records._file_rules, &h)
         if code < 0:
             self._records = None
-            records._buf.frame_error(code, entry, position, end)
+            records._buf.frame_error(code, records._buf.data + position, position, end)
         if code == FRAME_END:
             self._records = None
         else:
-            parse_entry_header(entry, size, position, &h)
-            self._pos += size
+            self._pos += h.size
         try:
             if code == FRAME_END:
                 records._buf.check_all(end, position)
@@ -1126,7 +951,7 @@ cdef class Records:
     cdef Py_ssize_t _walk(self) except -1:
         """Bytes taken by complete entries (raises on a framing error)."""
         cdef const unsigned char* data
-        cdef Py_ssize_t pos = 0, size = 0
+        cdef Py_ssize_t pos = 0
         cdef int code = FRAME_END
         if self._valid_bytes >= 0:
             return self._valid_bytes
@@ -1135,11 +960,7 @@ cdef class Records:
         self._buf.enter()
         try:
             with nogil:
-                while True:
-                    code = frame_entry(data + pos, self._size - pos, self._file_rules, &size)
-                    if code != FRAME_OK:
-                        break
-                    pos += size
+                code = walk_entries(data, self._size, self._file_rules, &pos)
             self._settle(code, data, pos)
         finally:
             self._buf.leave()
@@ -1162,7 +983,7 @@ cdef class Records:
         InvalidCrcError (both checksums, position, base offset) at the first bad one.
         Returns the number of entries checked."""
         cdef const unsigned char* data
-        cdef Py_ssize_t pos = 0, size = 0, count = 0
+        cdef Py_ssize_t pos = 0, count = 0
         cdef int code = FRAME_END
         cdef BatchHeader h
         cdef uint32_t computed = 0
@@ -1173,15 +994,14 @@ cdef class Records:
         try:
             with nogil:
                 while True:
-                    code = frame_entry(data + pos, self._size - pos, self._file_rules, &size)
+                    code = walk_entry(data, self._size, pos, self._start, self._file_rules, &h)
                     if code != FRAME_OK:
                         break
-                    parse_entry_header(data + pos, size, self._start + pos, &h)
                     computed = compute_crc(data + pos, &h)
                     if computed != h.crc:
                         bad = True
                         break
-                    pos += size
+                    pos += h.size
                     count += 1
             if bad:
                 kind = "CRC-32C" if h.magic >= 2 else "CRC-32"

@@ -3,7 +3,6 @@
 
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t
-from kafkacodec._compression cimport Decompressor
 
 cdef struct Slot:
     Py_ssize_t pos        # position of the one-byte header in the ring
@@ -48,7 +47,6 @@ cdef class ResponseRingBuffer:
     cdef readonly Py_ssize_t skips
     cdef readonly int64_t responses
     cdef list free_responses        # recycled Response objects
-    cdef Decompressor spare_decompressor   # reused across responses (one buffer, KAFKA-2045)
 
     cdef Py_ssize_t* bounds         # scratch for landed(): (size, next start) pairs
     cdef Py_ssize_t bounds_cap
@@ -70,7 +68,6 @@ cdef class ResponseRingBuffer:
     cdef void leave_reader(self, int64_t seq) noexcept
     cdef void leave_nogil(self) noexcept
     cpdef release_response(self, Response resp)
-    cdef Decompressor take_decompressor(self)
 
 
 cdef class Response:

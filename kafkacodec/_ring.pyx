@@ -44,16 +44,16 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memmove, memcmp
 from libc.errno cimport errno, EINTR, EAGAIN
 
-from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, load_u64, raise_corrupt
+from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, raise_corrupt
 from kafkacodec._format cimport (BatchHeader, next_entry, crc_is_valid, compute_crc,
-                                 CONTROL_FLAG, TRANSACTIONAL_FLAG, COMPRESSION_MASK, MAGIC_OFFSET,
-                                 V2_HEADER_SIZE, V2_ATTRIBUTES_OFFSET, V2_RECORDS_COUNT_OFFSET,
-                                 wrap_add, CODEC_NONE, CODEC_ZSTD)
-from kafkacodec._v2 cimport (V2Record, read_v2_record, read_v2_header, record_timestamp,
-                             read_control_type, read_end_txn_coordinator_epoch)
-from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, next_inner_entry,
-                                 inner_base_offset, inner_timestamp, inner_timestamp_type)
-from kafkacodec._compression cimport Decompressor, _Chunk
+                                 CONTROL_FLAG, TRANSACTIONAL_FLAG)
+from kafkacodec._v2 cimport read_v2_header
+from kafkacodec._compression cimport (Decompressor, _Chunk, DEFAULT_MAX_DECOMPRESSED,
+                                      thread_decompressor)
+from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
+                               walk_step,
+                               raise_walk_fault, pin_output, pin_chunk, unpin_chunk, WALK_DONE,
+                               OPEN_COMPRESSED, FAULT_NEGATIVE_COUNT)
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec.protocol._wire cimport skip_tagged_fields, checked_version, FETCH_FLEXIBLE
 from kafkacodec.protocol._fetch cimport (FetchPartitionHeader, read_fetch_start, read_fetch_topic,
@@ -63,7 +63,7 @@ from kafkacodec.protocol._fetch cimport (FetchPartitionHeader, read_fetch_start,
 from kafkacodec._pool import MemoryPool
 from kafkacodec.errors import (BufferReleasedError, ConcurrentUseError, CorruptRecordError,
                                InvalidCrcError, KafkaCodecError, MemoryPoolError,
-                               RecordTooLargeError, UnsupportedCompressionError)
+                               RecordTooLargeError)
 
 
 cdef extern from "Python.h":
@@ -92,15 +92,6 @@ kc_crc_init()            # the header-only CRC dispatch is per module
 
 # Misuse by threads: the class Decompressor's guard raises, with its wording.
 InUseError = ConcurrentUseError
-
-
-cdef inline void pin(_Chunk chunk) noexcept:
-    # A reader holds pointers into the chunk: the Decompressor writes elsewhere meanwhile.
-    chunk.exports += 1
-
-
-cdef inline void unpin(_Chunk chunk) noexcept:
-    chunk.unpin()                   # a big chunk is freed once nobody reads it
 
 
 cdef int not_from_a_ring(object obj) except -1:
@@ -604,13 +595,6 @@ cdef class ResponseRingBuffer:
         self.nhanded += 1
         return resp
 
-    cdef Decompressor take_decompressor(self):
-        cdef Decompressor d = self.spare_decompressor
-        if d is None:
-            return Decompressor()
-        self.spare_decompressor = None
-        return d
-
     cpdef release_response(self, Response resp):
         cdef Slot* slot
         if resp is None or resp.ring is not self:
@@ -924,12 +908,6 @@ cdef class RingView:
 DEF CONTROL_ABORT = 0
 DEF CONTROL_COMMIT = 1
 
-cdef enum:
-    BATCH_NONE = 0          # no batch open
-    BATCH_V2 = 1            # v2 records from `inner`
-    BATCH_LEGACY_INNER = 2  # the inner messages of a decompressed v0/v1 wrapper
-    BATCH_LEGACY_ONE = 3    # one uncompressed v0/v1 message
-
 cdef extern from "stdlib.h":
     void qsort(void* base, size_t n, size_t size, int (*cmp)(const void*, const void*) noexcept nogil) nogil
 
@@ -937,19 +915,6 @@ cdef extern from "stdlib.h":
 cdef int compare_first_offset(const void* a, const void* b) noexcept nogil:
     cdef int64_t x = (<const int64_t*>a)[1], y = (<const int64_t*>b)[1]
     return (x > y) - (x < y)
-
-
-cdef int check_legacy_codec(const BatchHeader* h) except -1:
-    # MemoryRecords' check before decompressing a v0/v1 wrapper.
-    if h.compression == CODEC_ZSTD:
-        raise UnsupportedCompressionError(f"zstd compression is not allowed for magic {h.magic}",
-                                          position=h.position + MAGIC_OFFSET + 1,
-                                          offset=h.base_offset)
-    if h.compression > CODEC_ZSTD:
-        raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
-                                          position=h.position + MAGIC_OFFSET + 1,
-                                          offset=h.base_offset)
-    return 0
 
 
 @cython.final
@@ -975,13 +940,8 @@ cdef class FetchRecords:
     cdef Py_ssize_t parts_left
     cdef Cursor records             # the current partition's records
     cdef bint in_partition
-    cdef int state                  # BATCH_*
     cdef bint control               # the batch is a control batch: checked, not returned
-    cdef Cursor inner               # the current batch's records (or one legacy message)
-    cdef int32_t batch_left         # records of the current batch still to read
-    cdef BatchHeader batch
-    cdef int64_t legacy_base        # added to inner offsets (v1 relative offsets)
-    cdef Decompressor decompressor  # borrowed from the ring while this iterator runs
+    cdef BatchWalk w                # the current batch (w.h) and the walk of its records
     cdef _Chunk chunk               # the decompressed batch being read, pinned (exports)
     cdef bint read_committed
     cdef int64_t* aborted           # (producer_id, first_offset) pairs, sorted by first_offset
@@ -994,7 +954,7 @@ cdef class FetchRecords:
 
     def __dealloc__(self):
         if self.chunk is not None:
-            unpin(self.chunk)
+            unpin_chunk(self.chunk)
             self.chunk = None
         PyMem_RawFree(self.aborted)
         PyMem_RawFree(self.aborted_pids)
@@ -1028,26 +988,20 @@ cdef class FetchRecords:
     cdef void finish(self) noexcept:
         self.done = True
         self.end_batch()
-        if self.decompressor is not None:       # hand the buffer back for the next response
-            if self.resp.ring.spare_decompressor is None:
-                self.resp.ring.spare_decompressor = self.decompressor
-            self.decompressor = None
 
     cdef void end_batch(self) noexcept:
-        self.state = BATCH_NONE
-        self.batch_left = 0
+        self.w.state = WALK_DONE
         if self.chunk is not None:
-            unpin(self.chunk)
+            unpin_chunk(self.chunk)
             self.chunk = None
 
     cdef FetchRecord advance(self):
         while True:
-            if self.batch_left > 0:
+            if self.w.state != WALK_DONE:
                 if self.next_record():
                     return self.rec
                 continue
-            if self.state != BATCH_NONE:
-                self.end_batch()
+            self.end_batch()
             if self.in_partition:
                 if self.next_batch():
                     continue
@@ -1122,9 +1076,10 @@ cdef class FetchRecords:
         cdef Cursor* cur = &self.records
         cdef const unsigned char* entry
         cdef uint32_t computed
-        cdef BatchHeader* h = &self.batch
-        cdef bint abort_marker
+        cdef BatchHeader* h = &self.w.h
+        cdef bint opened
         while True:
+            opened = False
             entry = cur.data + cur.pos
             if not next_entry(cur, h):
                 return 0                    # end, or a trailing partial batch
@@ -1133,162 +1088,62 @@ cdef class FetchRecords:
                 raise InvalidCrcError("record batch crc mismatch", stored=h.crc,
                                       computed=computed, position=h.position,
                                       offset=h.base_offset)
-            if h.magic < 2:
-                self.open_legacy(entry)
-                self.rec.batch = self.batch
-                return 1
-            if h.records_count < 0:         # checked before decompressing, as Kafka does
-                raise CorruptRecordError(f"invalid record count {h.records_count} (negative)",
-                                         position=h.position + V2_RECORDS_COUNT_OFFSET,
-                                         offset=h.base_offset)
-            self.control = h.attributes & CONTROL_FLAG
-            if self.read_committed and h.producer_id >= 0:
+            self.control = h.magic >= 2 and h.attributes & CONTROL_FLAG
+            if h.magic >= 2 and self.read_committed and h.producer_id >= 0:
+                if h.records_count < 0:     # checked before decompressing, as Kafka does
+                    raise_walk_fault(FAULT_NEGATIVE_COUNT, h, 0, 0, 0)
                 # Kafka's read_committed rule (CompletedFetch.nextFetchedRecord)
                 self.consume_aborted_up_to(h.last_offset)
-                abort_marker = False
                 if self.control and h.records_count > 0:
-                    self.open_v2(entry)
-                    abort_marker = self.first_control_type() == CONTROL_ABORT
-                if abort_marker:
-                    self.forget_pid(h.producer_id)      # the aborted transaction ends here
+                    self.open_batch(entry)
+                    opened = True
+                    if self.first_control_type() == CONTROL_ABORT:
+                        self.forget_pid(h.producer_id)  # the aborted transaction ends here
                 elif h.attributes & TRANSACTIONAL_FLAG and self.find_pid(h.producer_id) >= 0:
-                    self.end_batch()                    # aborted data: skipped unread
-                    continue
-            if self.state == BATCH_NONE:
-                self.open_v2(entry)
-            self.rec.batch = self.batch
+                    continue                            # aborted data: skipped unread
+            if not opened:
+                self.open_batch(entry)
+            self.rec.batch = self.w.h
             return 1
 
-    cdef int open_v2(self, const unsigned char* entry) except -1:
-        cdef const BatchHeader* h = &self.batch
-        cdef const unsigned char* data
-        cdef Py_ssize_t size
-        self.state = BATCH_V2
-        self.batch_left = 0
-        if h.compression == CODEC_NONE:
-            cursor_init(&self.inner, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE,
-                        h.position + V2_HEADER_SIZE)
-        elif h.records_count == 0:          # count 0: the records section is not examined
-            return 0
-        elif h.compression > CODEC_ZSTD:
-            raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
-                                              position=h.position + V2_ATTRIBUTES_OFFSET + 1,
-                                              offset=h.base_offset)
-        else:
-            data = self.decompress(2, entry + V2_HEADER_SIZE, h.size - V2_HEADER_SIZE, &size)
-            cursor_init(&self.inner, data, size, 0)
-        self.batch_left = h.records_count
-        return 0
-
-    cdef int open_legacy(self, const unsigned char* entry) except -1:
-        """A v0/v1 entry: one message, or a compressed wrapper's inner message set."""
-        cdef const BatchHeader* h = &self.batch
-        cdef LegacyMessage wrapper
-        cdef const unsigned char* data
-        cdef Py_ssize_t size = 0, count = 0
-        cdef int64_t last = -1
-        cdef Cursor scan
-        self.control = False
-        read_legacy_message(entry, h.size, h.position, &wrapper)
-        if h.compression == CODEC_NONE:
-            cursor_init(&self.inner, entry, h.size, h.position)
-            self.state = BATCH_LEGACY_ONE
-            self.batch_left = 1
-            return 0
-        check_legacy_codec(h)
-        if wrapper.value == NULL:
-            raise CorruptRecordError("compressed wrapper message with a null value",
-                                     position=h.position, offset=h.base_offset)
-        data = self.decompress(h.magic, wrapper.value, wrapper.value_length, &size)
-        cursor_init(&self.inner, data, size, 0)
-        self.state = BATCH_LEGACY_INNER
-        # The base offset needs the last inner offset (spec §4.1): walk the set once.
-        scan = self.inner
-        while next_inner_entry(&scan, &size):
-            last = <int64_t>load_u64(scan.data + scan.pos)
-            scan.pos += size
-            count += 1
-        if count == 0:
-            raise CorruptRecordError("compressed message set holds no inner messages",
-                                     position=h.position, offset=h.base_offset)
-        self.legacy_base = inner_base_offset(h.magic, wrapper.offset, last, &scan)
-        self.batch_left = <int32_t>count if count < 0x7FFFFFFF else 0x7FFFFFFF
-        return 0
-
-    cdef const unsigned char* decompress(self, int magic, const unsigned char* data,
-                                         Py_ssize_t size, Py_ssize_t* out_size) except NULL:
-        """Decompress the batch's records into the borrowed Decompressor's chunk and pin it.
+    cdef int open_batch(self, const unsigned char* entry) except -1:
+        """Open the walk of the framed batch: in place, or decompressed into a pinned chunk.
         The response's bytes are read without the GIL: the ring keeps them (and its memory,
         should close() come meanwhile) until the decompressor is done."""
+        cdef const unsigned char* data
         cdef const unsigned char* out
+        cdef Py_ssize_t size = 0
+        cdef Decompressor decompressor
         cdef ResponseRingBuffer ring = self.resp.ring
-        if self.decompressor is None:
-            self.decompressor = ring.take_decompressor()
+        if walk_open(&self.w, entry, &data, &size) != OPEN_COMPRESSED:
+            return 0
+        decompressor = thread_decompressor()
+        decompressor.max_size = DEFAULT_MAX_DECOMPRESSED
         ring.enter_reader(self.resp.seq)
         try:
-            out = self.decompressor.decompress_into(self.batch.compression, magic, data, size,
-                                                    out_size)
+            out = decompressor.decompress_into(self.w.h.compression, self.w.h.magic, data, size,
+                                               &size)
         finally:
             ring.leave_reader(self.resp.seq)
         self.resp.check()                   # released or closed meanwhile
-        self.chunk = self.decompressor._chunk
-        pin(self.chunk)
-        return out
+        self.chunk = pin_output(decompressor)
+        walk_decompressed(&self.w, out, size)
+        return 0
 
     # -- records --------------------------------------------------------------------------
     cdef bint next_record(self) except -1:
-        """Read the batch's next record into the flyweight; True when it is one to return
-        (False: a control record, checked and passed over)."""
+        """Walk the batch's next record into the flyweight; True when it is one to return
+        (False: a control record, checked by the walker and passed over, or the batch's
+        end)."""
         cdef FetchRecord rec = self.rec
-        cdef const BatchHeader* h = &self.batch
-        cdef V2Record r
-        cdef LegacyMessage m
-        cdef Py_ssize_t size = 0, at
-        cdef int control_type
-        self.batch_left -= 1
-        if self.state == BATCH_V2:
-            at = self.inner.base + self.inner.pos
-            read_v2_record(&self.inner, &r)
-            if self.batch_left == 0 and self.inner.pos != self.inner.end:
-                # Kafka's RecordIterator checks this while reading the last record, which it
-                # then never returns.
-                raise_corrupt(&self.inner,
-                              b"record batch (bytes left after its declared record count)")
-            if self.control:
-                control_type = read_control_type(&r, at)
-                if control_type == CONTROL_ABORT or control_type == CONTROL_COMMIT:
-                    read_end_txn_coordinator_epoch(&r, at)
-                return False
-            rec.offset_ = wrap_add(h.base_offset, r.offset_delta)
-            rec.timestamp_ = record_timestamp(h, &r)
-            rec.timestamp_type_ = h.timestamp_type
-            rec.fill(r.key, r.key_length, r.value, r.value_length, r.headers, r.headers_size,
-                     r.header_count)
-        elif self.state == BATCH_LEGACY_INNER:
-            if not next_inner_entry(&self.inner, &size):
-                self.batch_left = 0          # cannot happen: the set was counted
-                return False
-            read_legacy_message(self.inner.data + self.inner.pos, size,
-                                self.inner.base + self.inner.pos, &m)
-            if m.magic != 0 and m.magic != 1:
-                raise CorruptRecordError(f"inner message with magic {m.magic}",
-                                         position=self.inner.pos + MAGIC_OFFSET,
-                                         offset=h.base_offset)
-            if m.attributes & COMPRESSION_MASK:
-                raise CorruptRecordError("compressed inner message inside a compressed wrapper",
-                                         position=self.inner.pos + MAGIC_OFFSET + 1,
-                                         offset=h.base_offset)
-            self.inner.pos += size
-            rec.offset_ = wrap_add(self.legacy_base, m.offset)
-            rec.timestamp_type_ = inner_timestamp_type(&m, h.timestamp_type)
-            rec.timestamp_ = inner_timestamp(&m, h.timestamp_type, h.max_timestamp)
-            rec.fill(m.key, m.key_length, m.value, m.value_length, NULL, 0, 0)
-        else:
-            read_legacy_message(self.inner.data, h.size, h.position, &m)
-            rec.offset_ = h.base_offset
-            rec.timestamp_ = h.max_timestamp
-            rec.timestamp_type_ = h.timestamp_type
-            rec.fill(m.key, m.key_length, m.value, m.value_length, NULL, 0, 0)
+        cdef RecordView v
+        if not walk_step(&self.w, &v) or self.control:
+            return False
+        rec.offset_ = v.offset
+        rec.timestamp_ = v.timestamp
+        rec.timestamp_type_ = v.timestamp_type
+        rec.fill(v.rec.key, v.rec.key_length, v.rec.value, v.rec.value_length, v.rec.headers,
+                 v.rec.headers_size, v.rec.header_count)
         rec.chunk = self.chunk
         rec.valid = True
         return True
@@ -1343,13 +1198,12 @@ cdef class FetchRecords:
 
     cdef int first_control_type(self) except -2:
         """The control type of the open control batch's first record (-1 when it has none),
-        read without moving the batch's cursor."""
-        cdef Cursor c = self.inner
-        cdef V2Record r
-        if self.batch_left == 0 or c.pos >= c.end:
+        read without moving the batch's walk."""
+        cdef BatchWalk peek = self.w
+        cdef RecordView v
+        if not walk_next(&peek, &v):
             return -1
-        read_v2_record(&c, &r)
-        return read_control_type(&r, self.inner.base + self.inner.pos)
+        return v.control_type
 
 
 @cython.final
@@ -1565,7 +1419,7 @@ cdef class FetchRecord:
         # finaliser (one that moves the iterator on, or releases the response).  The bytes
         # stay put meanwhile: `chunk` is held here, and the response's slot is pinned.
         if chunk is not None:
-            pin(chunk)
+            pin_chunk(chunk)
         else:
             resp.ring.enter_reader(resp.seq)
         try:
@@ -1576,7 +1430,7 @@ cdef class FetchRecord:
                             None if v == NULL else PyBytes_FromStringAndSize(<const char*>v, vl)))
         finally:
             if chunk is not None:
-                unpin(chunk)
+                unpin_chunk(chunk)
             else:
                 resp.ring.leave_reader(resp.seq)
         return out

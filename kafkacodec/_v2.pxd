@@ -247,7 +247,8 @@ cdef inline int read_control_type(const V2Record* rec, Py_ssize_t position) exce
         raise_corrupt(&c, b"control record key version (negative)")
     return <int16_t>load_u16(rec.key + 2)
 
-cdef inline int32_t read_end_txn_coordinator_epoch(const V2Record* rec, Py_ssize_t position) except? -1:
+cdef inline int32_t read_end_txn_coordinator_epoch(const V2Record* rec,
+                                                   Py_ssize_t position) except? -1 nogil:
     """The coordinator epoch of an ABORT/COMMIT marker value: int16 version + int32 epoch."""
     cdef Cursor c
     if rec.value == NULL or rec.value_length < 6 or <int16_t>load_u16(rec.value) < 0:

@@ -827,8 +827,8 @@ def test_interleaved_iterators_over_compressed_batches_keep_their_own_data(magic
 
 
 def _chunk_address(codec, section):
-    import kafkacodec._records as records_module
-    view = records_module._local.decompressor.decompress(codec, 2, section)
+    import kafkacodec._compression as compression_module   # the thread's Decompressor
+    view = compression_module._local.decompressor.decompress(codec, 2, section)
     address = np.frombuffer(view, np.uint8).ctypes.data
     view.release()
     return address

@@ -100,7 +100,7 @@ def test_a_negative_records_count_is_refused_before_decompressing_and_the_record
 
 
 @pytest.mark.parametrize("codec", ["gzip", "zstd", "lz4", "snappy", "none"])
-def test_the_spare_decompressor_never_stales_the_previous_responses_record(codec):
+def test_the_reused_decompressor_never_stales_the_previous_responses_record(codec):
     a = build_fetch_response(12, 1, [("t", [(0, v2_batch(3, b"A", codec))])])
     b = build_fetch_response(12, 2, [("t", [(0, v2_batch(3, b"B", codec))])])
     ring = ring_with(a, b)
