@@ -1167,10 +1167,7 @@ cdef class ArrowDecoder:
             position = exc.position if exc.position is not None else entry
         offset = exc.offset if exc.offset is not None else (
             self.s.entry_offset if self.s.entry_offset >= 0 else None)
-        if isinstance(exc, InvalidCrcError):
-            return InvalidCrcError(where + exc.reason.split(": stored crc")[0], stored=exc.stored,
-                                   computed=exc.computed, position=position, offset=offset)
-        return type(exc)(where + exc.reason, position=position, offset=offset)
+        return exc.with_context(where, position=position, offset=offset)
 
     def _finish(self):
         cdef Py_ssize_t n = self.s.rows
@@ -1277,7 +1274,8 @@ def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<bu
     """Shallow scan of data[start:end] (entry headers, _format.next_entry): a dict of int64
     numpy arrays (SCAN_FIELDS, one row per complete entry; legacy base_offset is the entry
     offset), plus "stop" (position after the last complete entry, or of the corrupt one) and
-    "error" (None, or what was wrong at "stop" when strict is False; strict raises).  `data` is
+    "error" (None, or the KafkaCodecError found at "stop", its message naming `source`, when strict
+    is False; strict raises it).  `data` is
     any C-contiguous buffer, read as raw bytes.  Safe to call from several threads at once."""
     cdef Py_buffer view
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
@@ -1308,10 +1306,9 @@ cdef dict scan(const unsigned char* p, Py_ssize_t start, Py_ssize_t end, str sou
         with nogil:
             n = walk(p, start, end, base, &stop, empty)
     except KafkaCodecError as exc:
-        error = f"{source}: {exc}"
+        error = exc.with_context(f"{source}: ")
         if strict:
-            raise type(exc)(f"{source}: {exc.reason}", position=exc.position,
-                            offset=exc.offset) from None
+            raise error
         limit = stop
         with nogil:
             n = walk(p, start, limit, base, &stop, empty)

@@ -436,31 +436,16 @@ cdef int check_legacy_codec(const BatchHeader* h) except -1:
     return 0
 
 
-cdef object rebuilt(object err, str reason, object position, object offset):
-    """A copy of a KafkaCodecError (any subclass, extra fields such as InvalidCrcError's
-    checksums kept) with another reason, position and offset."""
-    cls = type(err)
-    new = cls.__new__(cls)
-    KafkaCodecError.__init__(new, reason, position=position, offset=offset)
-    for name, value in vars(err).items():
-        if name not in ("reason", "position", "offset"):
-            setattr(new, name, value)
-    new.__cause__ = err
-    return new
-
-
-cdef object with_context(object err, const BatchHeader* h, Py_ssize_t data_position,
-                         bint decompressed):
+cdef object in_batch(object err, const BatchHeader* h, Py_ssize_t data_position,
+                     bint decompressed):
     """The same error, naming the batch and (for decompressed data) where it was found."""
     if err.offset is not None and not decompressed:
         return err
-    reason = err.reason
-    position = err.position
-    if decompressed:
-        if position is not None:
-            reason = f"{reason} at byte {position} of the decompressed data"
-        position = data_position
-    return rebuilt(err, reason, position, h.base_offset)
+    if decompressed and err.position is not None:
+        return err.with_context(suffix=f" at byte {err.position} of the decompressed data",
+                                position=data_position, offset=h.base_offset)
+    return err.with_context(position=data_position if decompressed else err.position,
+                            offset=h.base_offset)
 
 
 # --- batches ---------------------------------------------------------------------------------
@@ -825,7 +810,7 @@ cdef class _RecordIterator:
                             else err.position)
                 self._buf.explain(err, self._h.position + self._h.size, position,
                                   self._h.base_offset)
-            raise with_context(err, &self._h, self._data_position, decompressed)
+            raise in_batch(err, &self._h, self._data_position, decompressed)
 
     cdef Record _open(self):
         """Start reading _h: return its only record (uncompressed legacy entry) or its first
@@ -893,8 +878,8 @@ cdef class _RecordIterator:
             if err.position is None or isinstance(err, FileTruncatedError):
                 raise
             # the decompressor's positions are inside the compressed data
-            raise rebuilt(err, err.reason, self._data_position + err.position,
-                          self._h.base_offset)
+            raise err.with_context(position=self._data_position + err.position,
+                                   offset=self._h.base_offset)
         finally:
             self._buf.leave()
         self._chunk = decompressor._chunk

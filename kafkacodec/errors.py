@@ -7,6 +7,11 @@ NotRegularFileError, an OSError like every other unreadable input."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 __all__ = [
     "KafkaCodecError",
     "CorruptRecordError",
@@ -23,23 +28,80 @@ __all__ = [
 ]
 
 
+class _Keep:
+    """with_context's default: leave the field as it is."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+_KEEP = _Keep()
+
+_E = TypeVar("_E", bound=BaseException)
+
+
 class KafkaCodecError(Exception):
     """Base class of every kafkacodec error.
 
     ``position`` is the byte position in the caller's buffer where the problem was found and
     ``offset`` the Kafka offset of the batch (or record) involved, when known (else None).
+    ``reason`` is the message without them.  A layer that knows more (the file, the row, what to
+    do next) adds it with `with_context`, the one way to do so.
     """
 
+    reason: str
+    position: int | None
+    offset: int | None
+    hint: str = ""               # what to do about it (with_context adds it)
+
     def __init__(self, message: str, *, position: int | None = None, offset: int | None = None):
-        parts = [message]
-        if position is not None:
-            parts.append(f"at byte {position}")
-        if offset is not None:
-            parts.append(f"(batch offset {offset})")
-        super().__init__(" ".join(parts))
+        super().__init__(_message(message, position, offset, ""))
         self.reason = message
         self.position = position
         self.offset = offset
+
+    def with_context(self, prefix: str = "", *, suffix: str = "", hint: str = "",
+                     position: int | None | _Keep = _KEEP, offset: int | None | _Keep = _KEEP) -> Self:
+        """A copy of this error with more context: the same class and every field (a subclass's
+        too, such as InvalidCrcError's checksums or FileTruncatedError's path), `prefix` and
+        `suffix` around the reason (say where: ``"file.log: "``), `position`/`offset` replaced
+        when given, and `hint` (what to do about it) after the whole message.  The copy keeps
+        this error's traceback and cause, and hides it as context: ``raise
+        exc.with_context(...)`` inside ``except ... as exc`` shows one error."""
+        new = _restore(type(self), (), dict(vars(self)))
+        new.reason = prefix + self.reason + suffix
+        if not isinstance(position, _Keep):
+            new.position = position
+        if not isinstance(offset, _Keep):
+            new.offset = offset
+        if hint:
+            new.hint = f"{self.hint}. {hint}" if self.hint else hint
+        new.args = (_message(new.reason, new.position, new.offset, new.hint),)
+        new.__cause__ = self.__cause__
+        new.__suppress_context__ = True
+        return new.with_traceback(self.__traceback__)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # pickle (Spark ships errors between processes) keeps the class, message and fields
+        # without calling __init__, whose keyword-only arguments differ by subclass
+        return (_restore, (type(self), self.args, dict(vars(self))))
+
+
+def _restore(cls: type[_E], args: tuple[object, ...], fields: dict[str, object]) -> _E:
+    error = cls.__new__(cls)
+    error.args = args
+    vars(error).update(fields)
+    return error
+
+
+def _message(reason: str, position: int | None, offset: int | None, hint: str) -> str:
+    parts = [reason]
+    if position is not None:
+        parts.append(f"at byte {position}")
+    if offset is not None:
+        parts.append(f"(batch offset {offset})")
+    message = " ".join(parts)
+    return f"{message}. {hint}" if hint else message
 
 
 class CorruptRecordError(KafkaCodecError, ValueError):
@@ -85,14 +147,6 @@ class FileTruncatedError(KafkaCodecError):
         self.path = path
         self.size = size
 
-    def __reduce__(self) -> tuple[object, ...]:
-        # keyword-only arguments: pickle (Spark ships errors between processes) needs this
-        return (_file_truncated, (self.reason, self.path, self.size, self.position, self.offset))
-
-
-def _file_truncated(reason: str, path: str, size: int, position: int | None,
-                    offset: int | None) -> FileTruncatedError:
-    return FileTruncatedError(reason, path=path, size=size, position=position, offset=offset)
 
 
 class ConcurrentUseError(KafkaCodecError, RuntimeError):

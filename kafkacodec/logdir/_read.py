@@ -244,13 +244,8 @@ class _SplitReader:
                     yield from self.damage(Problem("corrupt", s.uri, f"{s.uri}: this is not a Kafka segment: "
                                                    f"{reason}", 0))
                     return
-                try:
-                    scan_entries(view, stop - base, window_end - base, source=s.uri, base=base)
-                    exc: KafkaCodecError = CorruptRecordError(error, position=stop)
-                except KafkaCodecError as raised:
-                    exc = raised
-                yield from self.damage(Problem("corrupt", s.uri, f"{exc}; the rest of the segment is "
-                                               "unreadable (its framing is lost)", exc.position, exc.offset, exc))
+                yield from self.damage(Problem("corrupt", s.uri, f"{error}; the rest of the segment is "
+                                               "unreadable (its framing is lost)", error.position, error.offset, error))
                 return
             if stop >= window_end:
                 pos, want = stop, WINDOW

@@ -42,6 +42,7 @@ __all__ = ["TaskWriter", "Run", "merge_runs", "commit", "abort", "check_target",
 SAVE_MODES = ("errorifexists", "append", "overwrite", "ignore")
 STAGING = "_kafkalog_temporary"
 SUCCESS = "_SUCCESS"
+APPEND_HINT = "cannot append after it (repair or write elsewhere)"
 # Kafka's Topic.validate: at most 249 of [a-zA-Z0-9._-], not "." or "..".
 _TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _TS_NONE = -1                        # Kafka's "no timestamp"
@@ -456,10 +457,11 @@ def _next_offset(store: Store, folder: str) -> int | None:
         with store.mapped(path) as data:
             scan = scan_entries(data, source=store.describe(path), strict=False)
             size = len(data)
-        if scan["error"] or scan["stop"] != size:
-            raise CorruptRecordError(f"{store.describe(path)}: {scan['error'] or 'a partial batch'} at "
-                                     f"byte {scan['stop']}; cannot append after it (repair or write elsewhere)",
-                                     position=int(scan["stop"]))
+        if scan["error"] is not None:
+            raise scan["error"].with_context(hint=APPEND_HINT)
+        if scan["stop"] != size:
+            raise CorruptRecordError(f"{store.describe(path)}: a partial batch",
+                                     position=int(scan["stop"])).with_context(hint=APPEND_HINT)
         if len(scan["last_offset"]):
             return max(floor, int(scan["last_offset"][-1]) + 1)
     return floor

@@ -137,9 +137,9 @@ def decode_batches(column: str, *, topic_column: str | None = None, partition_co
                         pos = new_pos
                 except KafkaCodecError as exc:
                     if mode == "FAILFAST":
-                        exc.args = (f"row {i} of this task's input: {exc}. To go on past corrupt cells use "
-                                    "mode='DROPMALFORMED' (or 'PERMISSIVE' for a row naming each one)",)
-                        raise
+                        raise exc.with_context(f"row {i} of this task's input: ", hint=(
+                            "To go on past corrupt cells use mode='DROPMALFORMED' (or 'PERMISSIVE' for "
+                            "a row naming each one)"))
                     del decoders[(t, p)]               # its state is mid-entry: start afresh
                     _warn(f"{column}[row {i}]", exc)
                     if mode == "PERMISSIVE":
@@ -248,9 +248,8 @@ def down_convert_batches(column: str, to_magic: int, *, mode: str = "FAILFAST") 
                         converted = bytes(convert(memoryview(cell.as_buffer()).cast("B"), to_magic).records.buffer)
                     except KafkaCodecError as exc:
                         if mode == "FAILFAST":
-                            exc.args = (f"{column}[row {i}]: {exc}. To go on use mode='DROPMALFORMED' "
-                                        "(or 'PERMISSIVE' for an error column)",)
-                            raise
+                            raise exc.with_context(f"{column}[row {i}]: ", hint=(
+                                "To go on use mode='DROPMALFORMED' (or 'PERMISSIVE' for an error column)"))
                         _warn(f"{column}[row {i}]", exc)
                         error = str(exc)
                 out.append(converted)
