@@ -1,9 +1,18 @@
-"""The error hierarchy: every failure kafkacodec raises on bad data derives from KafkaCodecError.
+"""The error hierarchy: every error kafkacodec raises for its own reasons derives from
+KafkaCodecError, in three kinds a caller can tell apart by class:
 
-Misuse has classes of its own, distinct from bad data: BufferReleasedError (a view used after
-its buffer was released), ConcurrentUseError (an object that serves one call at a time entered
-from a second thread), MemoryPoolError.  A path that is not a regular file raises
-NotRegularFileError, an OSError like every other unreadable input."""
+- bad data, DataError (a ValueError: the bytes given are a bad value): CorruptRecordError,
+  InvalidCrcError, UnsupportedCompressionError, UnsupportedVersionError, RecordTooLargeError,
+  LogLayoutError.  Code that skips or reports corrupt input catches DataError, never more.
+- misuse, MisuseError (a RuntimeError: the call is wrong in the object's state, whatever the
+  data): BufferReleasedError (a view used after its buffer was released), ConcurrentUseError
+  (an object that serves one call at a time entered from a second thread), MemoryPoolError
+  (double release, a foreign buffer; also a ValueError, as it always was).
+- FileTruncatedError: neither; another process cut a file while it was read.
+
+A bad argument (a negative size, an unknown option) is a plain ValueError or TypeError, as in
+Python.  A path that is not a regular file raises NotRegularFileError, an OSError like every
+other unreadable input."""
 
 from __future__ import annotations
 
@@ -14,6 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KafkaCodecError",
+    "DataError",
+    "MisuseError",
     "CorruptRecordError",
     "InvalidCrcError",
     "UnsupportedCompressionError",
@@ -104,7 +115,16 @@ def _message(reason: str, position: int | None, offset: int | None, hint: str) -
     return f"{message}. {hint}" if hint else message
 
 
-class CorruptRecordError(KafkaCodecError, ValueError):
+class DataError(KafkaCodecError, ValueError):
+    """Base of the bad-data errors: the bytes (or files) given cannot be read as Kafka data."""
+
+
+class MisuseError(KafkaCodecError, RuntimeError):
+    """Base of the misuse errors: the call is wrong in the object's current state (released,
+    busy, not its buffer); nothing was read or changed, and the data may be fine."""
+
+
+class CorruptRecordError(DataError):
     """The bytes do not form a valid batch/record (bad length, truncated field, bad varint...)."""
 
 
@@ -119,19 +139,19 @@ class InvalidCrcError(CorruptRecordError):
         self.computed = computed
 
 
-class UnsupportedCompressionError(KafkaCodecError):
+class UnsupportedCompressionError(DataError):
     """The codec id is unknown, or not allowed for the magic (zstd needs magic 2)."""
 
 
-class UnsupportedVersionError(KafkaCodecError):
+class UnsupportedVersionError(DataError):
     """A magic or protocol version this operation cannot handle (or down-conversion disabled)."""
 
 
-class RecordTooLargeError(KafkaCodecError):
+class RecordTooLargeError(DataError):
     """Data exceeds a size limit: decompression cap, ring capacity, produce max bytes."""
 
 
-class BufferReleasedError(KafkaCodecError):
+class BufferReleasedError(MisuseError):
     """A view was used after its buffer (ring slot, pool buffer, mapped file) was released."""
 
 
@@ -149,13 +169,13 @@ class FileTruncatedError(KafkaCodecError):
 
 
 
-class ConcurrentUseError(KafkaCodecError, RuntimeError):
+class ConcurrentUseError(MisuseError):
     """An object that serves one call at a time was entered while a call on it was running in
     another thread (or re-entered from a finaliser during one): a misuse, not bad data.  The
     message names the object and what to do instead; nothing was read or changed."""
 
 
-class MemoryPoolError(KafkaCodecError, ValueError):
+class MemoryPoolError(MisuseError, ValueError):
     """Misuse of a memory pool: double release or a buffer the pool does not own."""
 
 
@@ -176,7 +196,7 @@ class NotRegularFileError(OSError):
         return (type(self), (self.args[0], self.filename))
 
 
-class LogLayoutError(KafkaCodecError):
+class LogLayoutError(DataError):
     """A log directory's files do not form one consistent log: segments that overlap (duplicate
     offsets), offsets missing between segments, an offset outside the log, or an entry named
     like a segment that cannot be read (a directory, a FIFO, a dangling link)."""

@@ -168,3 +168,56 @@ def test_down_convert_names_the_callers_byte_of_a_bad_compressed_stream():
     with pytest.raises(CorruptRecordError, match="invalid frame magic") as info:
         down_convert(first + bytes(lz4), 1)
     assert (info.value.position, info.value.offset) == (len(first) + 61, 5)
+
+
+# --- bad data and misuse are apart ------------------------------------------------------------
+
+def test_the_three_kinds_are_told_apart_by_class():
+    from kafkacodec import errors
+
+    data = {errors.CorruptRecordError, errors.InvalidCrcError, errors.UnsupportedCompressionError,
+            errors.UnsupportedVersionError, errors.RecordTooLargeError, errors.LogLayoutError}
+    misuse = {errors.BufferReleasedError, errors.ConcurrentUseError, errors.MemoryPoolError}
+    for cls in data:
+        assert issubclass(cls, errors.DataError) and issubclass(cls, ValueError)
+        assert not issubclass(cls, (errors.MisuseError, RuntimeError))
+    for cls in misuse:
+        assert issubclass(cls, errors.MisuseError) and issubclass(cls, RuntimeError)
+        assert not issubclass(cls, errors.DataError)
+    assert issubclass(errors.MemoryPoolError, ValueError)          # as before: kept for callers
+    assert not issubclass(errors.FileTruncatedError, (errors.DataError, errors.MisuseError))
+    every = {getattr(errors, name) for name in errors.__all__}
+    assert data | misuse | {errors.FileTruncatedError} == {
+        c for c in every if c not in (errors.KafkaCodecError, errors.DataError, errors.MisuseError,
+                                      errors.NotRegularFileError)}
+    import kafkacodec
+
+    assert set(errors.__all__) <= set(kafkacodec.__all__)
+
+
+def test_representative_raises_have_their_kind(tmp_path):
+    from kafkacodec import FileRecords, SimpleMemoryPool
+    from kafkacodec.errors import DataError, MisuseError
+
+    # bad data: a codec id Kafka does not know (7) is a ValueError like a bad length
+    data, _ = two_batches_second_with_magic(2)
+    bad = bytearray(data)
+    bad[22] = 7                                   # attributes' low byte of the first batch
+    with pytest.raises(DataError) as info:
+        for batch in MemoryRecords(bytes(bad)).batches():
+            list(batch)
+    assert isinstance(info.value, ValueError) and "compression" in str(info.value)
+    # misuse: a closed file's batches, a pool buffer released twice
+    path = tmp_path / "0.log"
+    path.write_bytes(data)
+    records = FileRecords.open(str(path))
+    batches = list(records.batches())
+    records.close()
+    with pytest.raises(MisuseError) as info:
+        batches[0].raw
+    assert isinstance(info.value, RuntimeError) and not isinstance(info.value, ValueError)
+    pool = SimpleMemoryPool(100, 50)
+    view = pool.try_allocate(10)
+    pool.release(view)
+    with pytest.raises(MisuseError, match="double release"):
+        pool.release(view)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Union
 
 from kafkacodec._format import LOG_OVERHEAD, SIZE_OFFSET
-from kafkacodec.errors import CorruptRecordError, FileTruncatedError, KafkaCodecError
+from kafkacodec.errors import CorruptRecordError, DataError, FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import PARTITION_RE, SEGMENT_RE, Segment, find_partitions
 from kafkacodec.logdir._options import Options
 from kafkacodec.logdir._plan import WINDOW, Planner, Split
@@ -271,7 +271,7 @@ class _SplitReader:
         while pos < stop:
             try:
                 rb, nxt = dec.decode(view, pos - base, stop - base, base)
-            except KafkaCodecError as exc:
+            except DataError as exc:          # misuse and a cut file are not damage
                 failed = dec.failed_entry + base
                 self.report(Problem("corrupt", self.split.uri, str(exc), exc.position, exc.offset, exc))
                 dec = self.decoder()

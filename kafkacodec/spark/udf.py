@@ -93,7 +93,7 @@ def decode_batches(column: str, *, topic_column: str | None = None, partition_co
         import numpy as np
 
         from kafkacodec._arrow import ArrowDecoder
-        from kafkacodec.errors import KafkaCodecError
+        from kafkacodec.errors import DataError
 
         decoders: dict[tuple[str, int], ArrowDecoder] = {}
 
@@ -135,7 +135,7 @@ def decode_batches(column: str, *, topic_column: str | None = None, partition_co
                         if dec.trailing_bytes or (new_pos == pos and out.num_rows == 0):
                             break
                         pos = new_pos
-                except KafkaCodecError as exc:
+                except DataError as exc:
                     if mode == "FAILFAST":
                         raise exc.with_context(f"row {i} of this task's input: ", hint=(
                             "To go on past corrupt cells use mode='DROPMALFORMED' (or 'PERMISSIVE' for "
@@ -183,7 +183,7 @@ def validate_batches(column: str) -> ArrowFunction:
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from kafkacodec._arrow import ArrowDecoder
-        from kafkacodec.errors import KafkaCodecError
+        from kafkacodec.errors import DataError
 
         for rb in batches:
             errors: list[str | None] = []
@@ -204,7 +204,7 @@ def validate_batches(column: str) -> ArrowFunction:
                         if dec.trailing_bytes or (new_pos == pos and out.num_rows == 0):
                             break
                         pos = new_pos
-                except KafkaCodecError as exc:
+                except DataError as exc:
                     error = str(exc)
                 errors.append(error)
                 counts.append(n)
@@ -233,7 +233,7 @@ def down_convert_batches(column: str, to_magic: int, *, mode: str = "FAILFAST") 
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from kafkacodec import down_convert as convert
-        from kafkacodec.errors import KafkaCodecError
+        from kafkacodec.errors import DataError
 
         for rb in batches:
             cells = _check_arrow_binary(rb, column)
@@ -246,7 +246,7 @@ def down_convert_batches(column: str, to_magic: int, *, mode: str = "FAILFAST") 
                     try:
                         # pyarrow buffers export signed chars: view them as unsigned bytes (no copy)
                         converted = bytes(convert(memoryview(cell.as_buffer()).cast("B"), to_magic).records.buffer)
-                    except KafkaCodecError as exc:
+                    except DataError as exc:
                         if mode == "FAILFAST":
                             raise exc.with_context(f"{column}[row {i}]: ", hint=(
                                 "To go on use mode='DROPMALFORMED' (or 'PERMISSIVE' for an error column)"))
