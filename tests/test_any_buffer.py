@@ -11,7 +11,7 @@ import pytest
 
 import kafkacodec
 from kafkacodec import MemoryRecordsBuilder, _compression, _crc, down_convert
-from kafkacodec._arrow import ArrowDecoder, scan_entries
+from kafkacodec.arrow import ArrowDecoder, scan_entries
 from kafkacodec.mirror import RawBatchesBuilder, shallow_records, trim_batch
 
 

@@ -327,7 +327,7 @@ def test_readers_of_a_segment_cut_inside_its_last_page(tmp_path, reader):
     proc = run(TORN + '''
         import io
         from kafkacodec import LazyDownConvertRecords, down_convert
-        from kafkacodec._arrow import ArrowDecoder, scan_entries
+        from kafkacodec.arrow import ArrowDecoder, scan_entries
         try:
             if reader == "records":
                 result = [(r.offset, r.value) for r in records.records()]

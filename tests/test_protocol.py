@@ -15,7 +15,7 @@ from kafka.protocol.producer.produce import ProduceRequest as KProduceRequest
 from kafka.protocol.producer.produce import ProduceResponse as KProduceResponse
 
 from kafkacodec import CorruptRecordError, KafkaCodecError, UnsupportedVersionError
-from kafkacodec._writer import WriteBuffer
+from kafkacodec import WriteBuffer
 from kafkacodec.protocol import (
     AbortedTransaction,
     decode_api_versions_response,

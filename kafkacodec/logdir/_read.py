@@ -122,7 +122,7 @@ class _SplitReader:
     def __init__(self, split: Split, reporter: Reporter, *, validate_crc: bool, include_headers: bool,
                  keep_control: bool, max_rows: int, corrupt_column: str, columns: Sequence[str] | None,
                  pushdown: Pushdown | None):
-        from kafkacodec._arrow import SCHEMA, SCHEMA_NO_HEADERS
+        from kafkacodec.arrow import SCHEMA, SCHEMA_NO_HEADERS
 
         self.split = split
         self.reporter = reporter
@@ -149,7 +149,7 @@ class _SplitReader:
 
     def decoder(self) -> Any:
         """A decoder of the columns wanted only (unselected keys, values and headers are skipped)."""
-        from kafkacodec._arrow import ArrowDecoder
+        from kafkacodec.arrow import ArrowDecoder
 
         return ArrowDecoder(self.split.topic, self.split.partition, columns=self.decode_columns, **self.kwargs)
 
@@ -177,7 +177,7 @@ class _SplitReader:
     def corrupt_row(self, reason: str, offset: int | None) -> Any:
         import pyarrow as pa
 
-        from kafkacodec._arrow import SCHEMA
+        from kafkacodec.arrow import SCHEMA
 
         s = self.split
         fixed = {"topic": s.topic, "partition": s.partition, "offset": offset}
@@ -221,7 +221,7 @@ class _SplitReader:
             src.close()
 
     def _read(self, src: Any) -> Iterator[Any]:
-        from kafkacodec._arrow import scan_entries
+        from kafkacodec.arrow import scan_entries
 
         s = self.split
         end = s.end

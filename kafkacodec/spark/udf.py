@@ -92,7 +92,7 @@ def decode_batches(column: str, *, topic_column: str | None = None, partition_co
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
 
-        from kafkacodec._arrow import ArrowDecoder
+        from kafkacodec.arrow import ArrowDecoder
         from kafkacodec.errors import DataError
 
         decoders: dict[tuple[str, int], ArrowDecoder] = {}
@@ -182,7 +182,7 @@ def validate_batches(column: str) -> ArrowFunction:
     """A function for mapInArrow adding `error` (null when valid) and `records` to each row."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from kafkacodec._arrow import ArrowDecoder
+        from kafkacodec.arrow import ArrowDecoder
         from kafkacodec.errors import DataError
 
         for rb in batches:
