@@ -1274,9 +1274,9 @@ def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<bu
     """Shallow scan of data[start:end] (entry headers, _format.next_entry): a dict of int64
     numpy arrays (SCAN_FIELDS, one row per complete entry; legacy base_offset is the entry
     offset), plus "stop" (position after the last complete entry, or of the corrupt one) and
-    "error" (None, or the KafkaCodecError found at "stop", its message naming `source`, when strict
-    is False; strict raises it).  `data` is
-    any C-contiguous buffer, read as raw bytes.  Safe to call from several threads at once."""
+    "error" (None, or the KafkaCodecError found at "stop", its message naming `source`, when
+    strict is False; strict raises it).  `data` is any C-contiguous buffer, read as raw bytes.
+    Safe to call from several threads at once."""
     cdef Py_buffer view
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:

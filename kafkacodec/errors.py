@@ -168,7 +168,6 @@ class FileTruncatedError(KafkaCodecError):
         self.size = size
 
 
-
 class ConcurrentUseError(MisuseError):
     """An object that serves one call at a time was entered while a call on it was running in
     another thread (or re-entered from a finaliser during one): a misuse, not bad data.  The
@@ -176,7 +175,8 @@ class ConcurrentUseError(MisuseError):
 
 
 class MemoryPoolError(MisuseError, ValueError):
-    """Misuse of a memory pool: double release or a buffer the pool does not own."""
+    """Misuse of a memory pool: double release or a buffer the pool does not own.  (A ring
+    whose pool refuses it its capacity raises it too, though that is a full pool.)"""
 
 
 class NotRegularFileError(OSError):

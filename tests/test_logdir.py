@@ -707,7 +707,7 @@ def test_windows_smaller_than_entries(sample, tmp_path, monkeypatch):
 def test_decoder_column_pruning_is_used_when_available(sample, monkeypatch):
     """The reader hands the columns it needs to ArrowDecoder(columns=...) when the compiled core
     takes that argument (docs/spark-and-cli.md), and selects them itself otherwise."""
-    import kafkacodec._arrow as arrow
+    import kafkacodec.arrow as arrow
 
     root, _ = sample
     plain, _ = read_all(root, columns=["value", "offset"])
