@@ -1170,10 +1170,7 @@ cdef class ArrowDecoder:
             position = exc.position if exc.position is not None else entry
         offset = exc.offset if exc.offset is not None else (
             self.s.entry_offset if self.s.entry_offset >= 0 else None)
-        if isinstance(exc, InvalidCrcError):
-            return InvalidCrcError(where + exc.reason.split(": stored crc")[0], stored=exc.stored,
-                                   computed=exc.computed, position=position, offset=offset)
-        return type(exc)(where + exc.reason, position=position, offset=offset)
+        return exc.with_context(where, position=position, offset=offset)
 
     def _finish(self):
         cdef Py_ssize_t n = self.s.rows
@@ -1245,9 +1242,10 @@ def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<bu
     framing rules: the same walk and rows), as a dict of its columns under the names
     SCAN_FIELDS (numpy views of one structured array; legacy compressed wrappers have
     base_offset and count -1), plus "stop" (position after the last complete entry, or of the
-    corrupt one) and "error" (None, or what was wrong at "stop" when strict is False; strict
-    raises).  Positions are base + the byte in data.  `data` is any C-contiguous buffer, read
-    as raw bytes.  Safe to call from several threads at once."""
+    corrupt one) and "error" (None, or the KafkaCodecError found at "stop", its message
+    naming `source`, when strict is False; strict raises it).  Positions are base + the byte
+    in data.  `data` is any C-contiguous buffer, read as raw bytes.  Safe to call from several
+    threads at once."""
     cdef Py_buffer view
     cdef const unsigned char* p
     cdef Py_ssize_t pos, first_bad
@@ -1267,10 +1265,9 @@ def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<bu
                 raise error
         except KafkaCodecError as exc:
             check_read(data, end, exc.position, exc.offset, exc)
+            error = exc.with_context(f"{source}: ")
             if strict:
-                raise type(exc)(f"{source}: {exc.reason}", position=exc.position,
-                                offset=exc.offset) from None
-            error = f"{source}: {exc}"
+                raise error
         # the entries up to "stop" were judged complete: they must still be there
         check_read(data, min(end, start + pos + <Py_ssize_t>V2_HEADER_SIZE))
         result = {name: rows[field] for name, field in SCAN_COLUMNS}

@@ -373,8 +373,7 @@ cdef class DownConverter:
         except KafkaCodecError as error:
             # name the byte in the caller's record set and the batch
             where = None if error.position is None else position + error.position
-            KafkaCodecError.__init__(error, error.reason, position=where, offset=h.base_offset)
-            raise
+            raise error.with_context(position=where, offset=h.base_offset)
 
     cdef int wrap_v2_records(self, BatchWalk* walk, int codec) except -1:
         """The decompressed records of a v2 batch -> one wrapper compressed with `codec`, or

@@ -381,31 +381,16 @@ cdef inline Record make_record(const RecordView* v, int64_t batch_offset, Py_ssi
     return r
 
 
-cdef object rebuilt(object err, str reason, object position, object offset):
-    """A copy of a KafkaCodecError (any subclass, extra fields such as InvalidCrcError's
-    checksums kept) with another reason, position and offset."""
-    cls = type(err)
-    new = cls.__new__(cls)
-    KafkaCodecError.__init__(new, reason, position=position, offset=offset)
-    for name, value in vars(err).items():
-        if name not in ("reason", "position", "offset"):
-            setattr(new, name, value)
-    new.__cause__ = err
-    return new
-
-
-cdef object with_context(object err, const BatchHeader* h, Py_ssize_t data_position,
-                         bint decompressed):
+cdef object in_batch(object err, const BatchHeader* h, Py_ssize_t data_position,
+                     bint decompressed):
     """The same error, naming the batch and (for decompressed data) where it was found."""
     if err.offset is not None and not decompressed:
         return err
-    reason = err.reason
-    position = err.position
-    if decompressed:
-        if position is not None:
-            reason = f"{reason} at byte {position} of the decompressed data"
-        position = data_position
-    return rebuilt(err, reason, position, h.base_offset)
+    if decompressed and err.position is not None:
+        return err.with_context(suffix=f" at byte {err.position} of the decompressed data",
+                                position=data_position, offset=h.base_offset)
+    return err.with_context(position=data_position if decompressed else err.position,
+                            offset=h.base_offset)
 
 
 # --- batches ---------------------------------------------------------------------------------
@@ -622,7 +607,7 @@ cdef class RecordBatch:
             position = err.position
             if data_position >= 0 and position is not None:
                 position += data_position
-            raise rebuilt(err, err.reason, position, self.h.base_offset)
+            raise err.with_context(position=position, offset=self.h.base_offset)
         finally:
             self._buf.leave()
         return MemoryRecords(inner, max_decompressed_size=self._max_decompressed).batches()
@@ -799,7 +784,7 @@ cdef class _RecordIterator:
                 position = (h.position if decompressed or err.position is None
                             else err.position)
                 self._buf.explain(err, h.position + h.size, position, h.base_offset)
-            raise with_context(err, h, self._w.data_position, decompressed)
+            raise in_batch(err, h, self._w.data_position, decompressed)
 
     cdef int _open(self) except -1:
         """Open the walk of _w.h: its records in place, or decompressed into a pinned chunk."""
@@ -827,7 +812,8 @@ cdef class _RecordIterator:
             if err.position is None or isinstance(err, FileTruncatedError):
                 raise
             # the decompressor's positions are inside the compressed data
-            raise rebuilt(err, err.reason, position + err.position, self._w.h.base_offset)
+            raise err.with_context(position=position + err.position,
+                                   offset=self._w.h.base_offset)
         finally:
             self._buf.leave()
         self._chunk = pin_output(decompressor)

@@ -1,14 +1,30 @@
-"""The error hierarchy: every failure kafkacodec raises on bad data derives from KafkaCodecError.
+"""The error hierarchy: every error kafkacodec raises for its own reasons derives from
+KafkaCodecError, in three kinds a caller can tell apart by class:
 
-Misuse has classes of its own, distinct from bad data: BufferReleasedError (a view used after
-its buffer was released), ConcurrentUseError (an object that serves one call at a time entered
-from a second thread), MemoryPoolError.  A path that is not a regular file raises
-NotRegularFileError, an OSError like every other unreadable input."""
+- bad data, DataError (a ValueError: the bytes given are a bad value): CorruptRecordError,
+  InvalidCrcError, UnsupportedCompressionError, UnsupportedVersionError, RecordTooLargeError,
+  LogLayoutError.  Code that skips or reports corrupt input catches DataError, never more.
+- misuse, MisuseError (a RuntimeError: the call is wrong in the object's state, whatever the
+  data): BufferReleasedError (a view used after its buffer was released), ConcurrentUseError
+  (an object that serves one call at a time entered from a second thread), MemoryPoolError
+  (double release, a foreign buffer; also a ValueError, as it always was).
+- FileTruncatedError: neither; another process cut a file while it was read.
+
+A bad argument (a negative size, an unknown option) is a plain ValueError or TypeError, as in
+Python.  A path that is not a regular file raises NotRegularFileError, an OSError like every
+other unreadable input."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 __all__ = [
     "KafkaCodecError",
+    "DataError",
+    "MisuseError",
     "CorruptRecordError",
     "InvalidCrcError",
     "UnsupportedCompressionError",
@@ -23,26 +39,92 @@ __all__ = [
 ]
 
 
+class _Keep:
+    """with_context's default: leave the field as it is."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+_KEEP = _Keep()
+
+_E = TypeVar("_E", bound=BaseException)
+
+
 class KafkaCodecError(Exception):
     """Base class of every kafkacodec error.
 
     ``position`` is the byte position in the caller's buffer where the problem was found and
     ``offset`` the Kafka offset of the batch (or record) involved, when known (else None).
+    ``reason`` is the message without them.  A layer that knows more (the file, the row, what to
+    do next) adds it with `with_context`, the one way to do so.
     """
 
+    reason: str
+    position: int | None
+    offset: int | None
+    hint: str = ""               # what to do about it (with_context adds it)
+
     def __init__(self, message: str, *, position: int | None = None, offset: int | None = None):
-        parts = [message]
-        if position is not None:
-            parts.append(f"at byte {position}")
-        if offset is not None:
-            parts.append(f"(batch offset {offset})")
-        super().__init__(" ".join(parts))
+        super().__init__(_message(message, position, offset, ""))
         self.reason = message
         self.position = position
         self.offset = offset
 
+    def with_context(self, prefix: str = "", *, suffix: str = "", hint: str = "",
+                     position: int | None | _Keep = _KEEP, offset: int | None | _Keep = _KEEP) -> Self:
+        """A copy of this error with more context: the same class and every field (a subclass's
+        too, such as InvalidCrcError's checksums or FileTruncatedError's path), `prefix` and
+        `suffix` around the reason (say where: ``"file.log: "``), `position`/`offset` replaced
+        when given, and `hint` (what to do about it) after the whole message.  The copy keeps
+        this error's traceback and cause, and hides it as context: ``raise
+        exc.with_context(...)`` inside ``except ... as exc`` shows one error."""
+        new = _restore(type(self), (), dict(vars(self)))
+        new.reason = prefix + self.reason + suffix
+        if not isinstance(position, _Keep):
+            new.position = position
+        if not isinstance(offset, _Keep):
+            new.offset = offset
+        if hint:
+            new.hint = f"{self.hint}. {hint}" if self.hint else hint
+        new.args = (_message(new.reason, new.position, new.offset, new.hint),)
+        new.__cause__ = self.__cause__
+        new.__suppress_context__ = True
+        return new.with_traceback(self.__traceback__)
 
-class CorruptRecordError(KafkaCodecError, ValueError):
+    def __reduce__(self) -> tuple[object, ...]:
+        # pickle (Spark ships errors between processes) keeps the class, message and fields
+        # without calling __init__, whose keyword-only arguments differ by subclass
+        return (_restore, (type(self), self.args, dict(vars(self))))
+
+
+def _restore(cls: type[_E], args: tuple[object, ...], fields: dict[str, object]) -> _E:
+    error = cls.__new__(cls)
+    error.args = args
+    vars(error).update(fields)
+    return error
+
+
+def _message(reason: str, position: int | None, offset: int | None, hint: str) -> str:
+    parts = [reason]
+    if position is not None:
+        parts.append(f"at byte {position}")
+    if offset is not None:
+        parts.append(f"(batch offset {offset})")
+    message = " ".join(parts)
+    return f"{message}. {hint}" if hint else message
+
+
+class DataError(KafkaCodecError, ValueError):
+    """Base of the bad-data errors: the bytes (or files) given cannot be read as Kafka data."""
+
+
+class MisuseError(KafkaCodecError, RuntimeError):
+    """Base of the misuse errors: the call is wrong in the object's current state (released,
+    busy, not its buffer); nothing was read or changed, and the data may be fine."""
+
+
+class CorruptRecordError(DataError):
     """The bytes do not form a valid batch/record (bad length, truncated field, bad varint...)."""
 
 
@@ -57,19 +139,19 @@ class InvalidCrcError(CorruptRecordError):
         self.computed = computed
 
 
-class UnsupportedCompressionError(KafkaCodecError):
+class UnsupportedCompressionError(DataError):
     """The codec id is unknown, or not allowed for the magic (zstd needs magic 2)."""
 
 
-class UnsupportedVersionError(KafkaCodecError):
+class UnsupportedVersionError(DataError):
     """A magic or protocol version this operation cannot handle (or down-conversion disabled)."""
 
 
-class RecordTooLargeError(KafkaCodecError):
+class RecordTooLargeError(DataError):
     """Data exceeds a size limit: decompression cap, ring capacity, produce max bytes."""
 
 
-class BufferReleasedError(KafkaCodecError):
+class BufferReleasedError(MisuseError):
     """A view was used after its buffer (ring slot, pool buffer, mapped file) was released."""
 
 
@@ -85,24 +167,16 @@ class FileTruncatedError(KafkaCodecError):
         self.path = path
         self.size = size
 
-    def __reduce__(self) -> tuple[object, ...]:
-        # keyword-only arguments: pickle (Spark ships errors between processes) needs this
-        return (_file_truncated, (self.reason, self.path, self.size, self.position, self.offset))
 
-
-def _file_truncated(reason: str, path: str, size: int, position: int | None,
-                    offset: int | None) -> FileTruncatedError:
-    return FileTruncatedError(reason, path=path, size=size, position=position, offset=offset)
-
-
-class ConcurrentUseError(KafkaCodecError, RuntimeError):
+class ConcurrentUseError(MisuseError):
     """An object that serves one call at a time was entered while a call on it was running in
     another thread (or re-entered from a finaliser during one): a misuse, not bad data.  The
     message names the object and what to do instead; nothing was read or changed."""
 
 
-class MemoryPoolError(KafkaCodecError, ValueError):
-    """Misuse of a memory pool: double release or a buffer the pool does not own."""
+class MemoryPoolError(MisuseError, ValueError):
+    """Misuse of a memory pool: double release or a buffer the pool does not own.  (A ring
+    whose pool refuses it its capacity raises it too, though that is a full pool.)"""
 
 
 class NotRegularFileError(OSError):
@@ -122,7 +196,7 @@ class NotRegularFileError(OSError):
         return (type(self), (self.args[0], self.filename))
 
 
-class LogLayoutError(KafkaCodecError):
+class LogLayoutError(DataError):
     """A log directory's files do not form one consistent log: segments that overlap (duplicate
     offsets), offsets missing between segments, an offset outside the log, or an entry named
     like a segment that cannot be read (a directory, a FIFO, a dangling link)."""

@@ -8,8 +8,8 @@ import struct
 from collections.abc import Iterable
 from typing import Any, Protocol, TypeVar, Union
 
+from kafkacodec import WriteBuffer
 from kafkacodec._inuse import InUse
-from kafkacodec._writer import WriteBuffer
 from kafkacodec.errors import CorruptRecordError, RecordTooLargeError
 from kafkacodec.protocol._fetch import decode_fetch_response, encode_fetch_request
 from kafkacodec.protocol._metadata import (

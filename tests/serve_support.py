@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkacodec import FileRecords, MemoryRecordsBuilder
-from kafkacodec._sample import write_sample_log
+from kafkacodec.sample import write_sample_log
 
 TOPICS = {"mixed": 2, "legacy": 1, "v1only": 1, "modern": 1}
 
@@ -72,7 +72,7 @@ def make_log_dir(root: Path, *, indexes: bool = True) -> Path:
 
 def write_indexes(segment: Path) -> None:
     """The .index and .timeindex a broker would have written (kafkacodec.logdir.indexes)."""
-    from kafkacodec._arrow import scan_entries
+    from kafkacodec.arrow import scan_entries
     from kafkacodec.logdir.indexes import build_indexes
 
     data = segment.read_bytes()

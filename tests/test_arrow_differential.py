@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kafkacodec import MemoryRecords, MemoryRecordsBuilder
-from kafkacodec._arrow import ArrowDecoder, scan_entries
-from kafkacodec._compression import compress, decompress
-from kafkacodec._crc import crc32c
+from kafkacodec.arrow import ArrowDecoder, scan_entries
+from kafkacodec.compression import compress, decompress
+from kafkacodec.crc import crc32c
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError
 
 INT64_MAX = 2**63 - 1

@@ -14,8 +14,8 @@ from hypothesis import given, settings, strategies as st
 
 from isolated import run_python
 from kafkacodec import MemoryRecords, MemoryRecordsBuilder
-from kafkacodec._arrow import SCHEMA, ArrowDecoder, encode_v2, scan_entries
-from kafkacodec._crc import crc32c
+from kafkacodec.arrow import SCHEMA, ArrowDecoder, encode_v2, scan_entries
+from kafkacodec.crc import crc32c
 from kafkacodec.errors import RecordTooLargeError
 
 INT64_MAX = 2**63 - 1
@@ -174,7 +174,7 @@ def test_a_decoder_shared_by_threads_refuses_the_second_one():
     run = run_python("""
         import threading
         from kafkacodec import MemoryRecordsBuilder
-        from kafkacodec._arrow import ArrowDecoder
+        from kafkacodec.arrow import ArrowDecoder
         from kafkacodec.errors import KafkaCodecError
 
         log = b""
@@ -341,7 +341,7 @@ def test_encode_v2_reads_every_header_layout(list_type, key_type, value_type, sh
 def test_encode_v2_refuses_offsets_past_the_data_buffer():
     run = run_python("""
         import numpy as np, pyarrow as pa
-        from kafkacodec._arrow import SCHEMA, encode_v2
+        from kafkacodec.arrow import SCHEMA, encode_v2
         offsets = pa.py_buffer(np.array([0, 1 << 30, 4], dtype=np.int32))
         bad = pa.Array.from_buffers(pa.binary(), 2, [None, offsets, pa.py_buffer(b"abcd")])
         good = pa.array([b"a", b"b"])
@@ -395,7 +395,7 @@ def test_a_start_outside_the_buffer_is_refused():
     or past the buffer)."""
     run = run_python("""
         from kafkacodec import MemoryRecordsBuilder
-        from kafkacodec._arrow import ArrowDecoder, scan_entries
+        from kafkacodec.arrow import ArrowDecoder, scan_entries
         builder = MemoryRecordsBuilder()
         builder.append(1, b"k", b"v")
         log = builder.build()

@@ -799,7 +799,7 @@ def test_empty_batch_as_the_log_cleaner_keeps_it():
 
 
 def test_our_reader_reads_the_sample_log():
-    from kafkacodec._sample import sample_log
+    from kafkacodec.sample import sample_log
 
     data = sample_log(1, seed=2)
     records = list(kafkacodec.MemoryRecords(data).records())

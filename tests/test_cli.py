@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from kafkacodec._arrow import scan_entries
+from kafkacodec.arrow import scan_entries
 from kafkacodec.cli import EXIT_DATA, EXIT_INPUT, EXIT_OK, EXIT_USAGE, main
 
 
@@ -66,7 +66,7 @@ def test_verify_missing_dir(tmp_path, capsys):
 
 
 def test_dump_batches_and_records(log_dir, capsys):
-    from kafkacodec._arrow import ArrowDecoder
+    from kafkacodec.arrow import ArrowDecoder
 
     seg = next(p for p in sorted((log_dir / "orders-0").glob("*.log"))
                if 0 in scan_entries(p.read_bytes())["control_type"])      # holds an ABORT marker
@@ -141,7 +141,7 @@ def test_usage_errors(capsys):
 def test_convert_to_magic_1_read_by_kafka_python(log_dir, tmp_path, capsys):
     from kafka.record.memory_records import MemoryRecords
 
-    from kafkacodec._arrow import ArrowDecoder
+    from kafkacodec.arrow import ArrowDecoder
 
     def usable(p):
         scan = scan_entries(p.read_bytes())
@@ -183,7 +183,7 @@ import sys
 
 import kafkacodec
 from kafkacodec import MemoryRecordsBuilder
-from kafkacodec._crc import crc32c
+from kafkacodec.crc import crc32c
 
 from memory_probe import available as memory_probe_available, child_env, run_measured
 

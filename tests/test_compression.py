@@ -28,7 +28,7 @@ from kafkacodec import (
     UnsupportedCompressionError,
     UnsupportedVersionError,
 )
-from kafkacodec._compression import (
+from kafkacodec.compression import (
     DEFAULT_MAX_DECOMPRESSED,
     Decompressor,
     compress,

@@ -8,27 +8,27 @@ import pytest
 from hypothesis import given, strategies as st
 
 import kafkacodec
-from kafkacodec import _crc, _writer
+from kafkacodec import WriteBuffer, crc
 from kafkacodec._types import compression_of
 
 
 def test_crc32c_check_value_and_hardware_path():
-    assert _crc.crc32c(b"123456789") == 0xE3069283
-    assert isinstance(_crc.crc32c_is_hardware(), bool)
+    assert crc.crc32c(b"123456789") == 0xE3069283
+    assert isinstance(crc.crc32c_is_hardware(), bool)
 
 
 @pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 255, 256, 767, 768, 769, 24576, 24581, 100_003])
 def test_crc_matches_reference_libraries(size):
     data = os.urandom(size)
-    assert _crc.crc32c(data) == crc32c_pkg.crc32c(data)
-    assert _crc.crc32(data) == zlib.crc32(data)
+    assert crc.crc32c(data) == crc32c_pkg.crc32c(data)
+    assert crc.crc32(data) == zlib.crc32(data)
 
 
 @given(st.binary(max_size=3000), st.integers(0, 3000))
 def test_crc_continues_across_splits(data, cut):
     cut = min(cut, len(data))
-    assert _crc.crc32c(data[cut:], _crc.crc32c(data[:cut])) == crc32c_pkg.crc32c(data)
-    assert _crc.crc32(data[cut:], _crc.crc32(data[:cut])) == zlib.crc32(data)
+    assert crc.crc32c(data[cut:], crc.crc32c(data[:cut])) == crc32c_pkg.crc32c(data)
+    assert crc.crc32(data[cut:], crc.crc32(data[:cut])) == zlib.crc32(data)
 
 
 def test_crc_accepts_any_contiguous_buffer():
@@ -36,11 +36,11 @@ def test_crc_accepts_any_contiguous_buffer():
 
     data = os.urandom(1000)
     for buffer in (bytearray(data), memoryview(data), np.frombuffer(data, dtype=np.uint8)):
-        assert _crc.crc32c(buffer) == crc32c_pkg.crc32c(data)
+        assert crc.crc32c(buffer) == crc32c_pkg.crc32c(data)
 
 
 def test_write_buffer_refuses_to_grow_under_a_view():
-    buffer = _writer.WriteBuffer()
+    buffer = WriteBuffer()
     buffer.write(b"abc")
     view = memoryview(buffer)
     assert bytes(view) == b"abc"

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kafkacodec import CorruptRecordError, KafkaCodecError, MemoryRecords, _crc, down_convert
+from kafkacodec import CorruptRecordError, KafkaCodecError, MemoryRecords, down_convert
+from kafkacodec.crc import crc32c
 from kafkacodec.mirror import trim_batch
 
 FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
@@ -56,7 +57,7 @@ def v2_batch(base_offset: int, base_timestamp: int, records, last_offset_delta: 
     after_crc = (struct.pack(">hiqqqhii", attributes, last_offset_delta, base_timestamp,
                              max_timestamp, -1, -1, -1, len(records)) + body)
     head = struct.pack(">qiib", base_offset, 4 + 1 + 4 + len(after_crc), -1, 2)
-    return head + struct.pack(">I", _crc.crc32c(after_crc)) + after_crc
+    return head + struct.pack(">I", crc32c(after_crc)) + after_crc
 
 
 def every_reader_agrees(data: bytes) -> None:

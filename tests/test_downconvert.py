@@ -939,7 +939,7 @@ def test_a_finished_lazy_conversion_leaves_no_cycle_for_the_collector(tmp_path):
 import gc, socket
 from kafkacodec import MemoryRecords, MemoryRecordsBuilder
 from kafkacodec.lazy import LazyDownConvertRecords
-from kafkacodec._pool import SimpleMemoryPool
+from kafkacodec import SimpleMemoryPool
 builder = MemoryRecordsBuilder(magic=2, compression="lz4")
 for i in range(100):
     builder.append(1000 + i, b"k%d" % i, b"v%d" % i * 10)

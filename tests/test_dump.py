@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from kafkacodec._crc import crc32c
+from kafkacodec.crc import crc32c
 from kafkacodec.arrow import scan_entries
 from kafkacodec.cli import EXIT_DATA, EXIT_OK, EXIT_USAGE, generate, main
 from kafkacodec.logdir.indexes import build_indexes

@@ -226,7 +226,7 @@ def test_a_collection_that_closes_the_file_while_a_record_is_decoded_is_safe(tmp
 
 
 def test_sample_segments_read_like_memory_records(tmp_path):
-    from kafkacodec._sample import write_sample_log
+    from kafkacodec.sample import write_sample_log
 
     paths = write_sample_log(tmp_path, partitions=1, batches_per_segment=7)
     assert len(paths) > 1
@@ -249,7 +249,7 @@ def test_sample_segments_read_like_memory_records(tmp_path):
 CLOSE_DURING_READ = '''
 import gc, json, struct, sys
 from kafkacodec import BufferReleasedError, FileRecords, MemoryRecordsBuilder
-from kafkacodec._crc import crc32c
+from kafkacodec.crc import crc32c
 
 path, case = sys.argv[1], sys.argv[2]
 if case == "control-with-headers":
@@ -383,7 +383,7 @@ def test_a_close_from_an_argument_keeps_the_error_of_the_call(tmp_path, reader):
     # own argument: when the failed call drops that view, the release unmaps the file, and
     # the unmapping (Python code) ran with the call's error pending and cleared it: the caller
     # got "SystemError: error return without exception set" (found by the re-entrancy harness).
-    from kafkacodec._crc import crc32c
+    from kafkacodec.crc import crc32c
 
     batch = bytearray(v2(3, 0))
     struct.pack_into(">i", batch, 57, 4)                # one record more than there is
@@ -400,7 +400,7 @@ def test_a_close_from_an_argument_keeps_the_error_of_the_call(tmp_path, reader):
         __int__ = __index__
 
     if reader == "arrow":
-        from kafkacodec._arrow import ArrowDecoder
+        from kafkacodec.arrow import ArrowDecoder
 
         with pytest.raises(CorruptRecordError):
             ArrowDecoder().decode(records.buffer, Closes())

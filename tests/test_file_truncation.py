@@ -219,7 +219,7 @@ def test_cli_verify(tmp_path):
     path = part / "00000000000000000000.log"
     proc = run('''
         import runpy
-        import kafkacodec._arrow as arrow
+        import kafkacodec.arrow as arrow
         path, directory = sys.argv[1], sys.argv[2]
         total = write_segment(path, 50, 40, 1000, "zstd")
         scan_entries = arrow.scan_entries
@@ -327,7 +327,7 @@ def test_readers_of_a_segment_cut_inside_its_last_page(tmp_path, reader):
     proc = run(TORN + '''
         import io
         from kafkacodec import LazyDownConvertRecords, down_convert
-        from kafkacodec._arrow import ArrowDecoder, scan_entries
+        from kafkacodec.arrow import ArrowDecoder, scan_entries
         try:
             if reader == "records":
                 result = [(r.offset, r.value) for r in records.records()]
@@ -406,7 +406,7 @@ def test_a_compressed_batch_cut_inside_its_last_page_reads_as_truncated(tmp_path
 # zeros were damage (a corrupt entry, a partial one, rows dropped) in DROPMALFORMED and
 # PERMISSIVE, or noticed only when the mapping closed.
 LOGDIR = '''
-import kafkacodec._arrow as arrow
+import kafkacodec.arrow as arrow
 from kafkacodec.logdir import describe, plan, read_split
 path, reader, when = sys.argv[1], sys.argv[2], sys.argv[3]
 write_segment(path, 3, 5, 300)

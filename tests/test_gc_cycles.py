@@ -110,8 +110,8 @@ def make():
 """,
     # record sets over the Decompressor's output and over a pool block
     "decompressor_and_pool": """
-from kafkacodec._compression import Decompressor
-from kafkacodec._pool import SimpleMemoryPool
+from kafkacodec.compression import Decompressor
+from kafkacodec import SimpleMemoryPool
 pool = SimpleMemoryPool(1 << 20, 1 << 16, True)
 def make():
     block = pool.try_allocate(len(PLAIN))
@@ -125,7 +125,7 @@ def make():
 """,
     # an ArrowDecoder and its input
     "arrow_decoder": """
-from kafkacodec._arrow import ArrowDecoder
+from kafkacodec.arrow import ArrowDecoder
 def make():
     records = MemoryRecords(memoryview(bytearray(PLAIN + LZ4)))
     decoder = ArrowDecoder("t", 0)

@@ -133,17 +133,17 @@ def test_down_convert_100k_batches_keeps_memory_flat(to_magic):
 
 def test_write_buffer_and_crc_loops_keep_memory_flat():
     """The foundation every builder uses: grow, export views, copy out, reset, checksum."""
-    from kafkacodec import _crc, _writer
+    from kafkacodec import WriteBuffer, crc
 
     payload = os.urandom(1000)
 
     def step():
         for _ in range(PER_BUFFER):
-            buffer = _writer.WriteBuffer()
+            buffer = WriteBuffer()
             buffer.write(payload)
             buffer.write(payload)
             with memoryview(buffer) as view:
-                assert _crc.crc32c(view) == _crc.crc32c(payload + payload)
+                assert crc.crc32c(view) == crc.crc32c(payload + payload)
             assert len(buffer.getvalue()) == 2000
             buffer.clear()
 
@@ -248,7 +248,7 @@ if user == "DownConverter":
     done = len(out)
     del out
 else:
-    from kafkacodec._arrow import ArrowDecoder
+    from kafkacodec.arrow import ArrowDecoder
     kept = ArrowDecoder()
     kept.decode(batch[:0])                 # pyarrow's first batch loads code: not ours
     before = rss()

@@ -20,8 +20,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from kafka_oracle import kafka_python_rows  # noqa: E402
 
-from kafkacodec._arrow import encode_v2, scan_entries  # noqa: E402
-from kafkacodec._crc import crc32c  # noqa: E402
+from kafkacodec.arrow import encode_v2, scan_entries  # noqa: E402
+from kafkacodec.crc import crc32c  # noqa: E402
 from kafkacodec.cli import generate  # noqa: E402
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError, LogLayoutError  # noqa: E402
 from kafkacodec.logdir import Predicate, Pushdown, ReadOptions, discover, plan, read_split  # noqa: E402
@@ -138,7 +138,7 @@ def add_indexes(root, interval=512, txn=True, snapshots=True):
 
 def every_record(root):
     """(topic, partition, offset, timestamp ms) of every record, control batches included."""
-    from kafkacodec._arrow import ArrowDecoder
+    from kafkacodec.arrow import ArrowDecoder
 
     out = []
     for seg in discover(root):
@@ -725,7 +725,7 @@ def test_windows_smaller_than_entries(sample, tmp_path, monkeypatch):
 def test_decoder_column_pruning_is_used_when_available(sample, monkeypatch):
     """The reader hands the columns it needs to ArrowDecoder(columns=...) when the compiled core
     takes that argument (docs/spark-and-cli.md), and selects them itself otherwise."""
-    import kafkacodec._arrow as arrow
+    import kafkacodec.arrow as arrow
 
     root, _ = sample
     plain, _ = read_all(root, columns=["value", "offset"])

@@ -15,7 +15,7 @@ from kafka.protocol.producer.produce import ProduceRequest as KProduceRequest
 from kafka.protocol.producer.produce import ProduceResponse as KProduceResponse
 
 from kafkacodec import CorruptRecordError, KafkaCodecError, UnsupportedVersionError
-from kafkacodec._writer import WriteBuffer
+from kafkacodec import WriteBuffer
 from kafkacodec.protocol import (
     AbortedTransaction,
     decode_api_versions_response,
@@ -220,6 +220,8 @@ def test_metadata_both_ways(version):
     assert ours.brokers[0].rack == ("r" if version >= 1 else None)
     assert ours.leader("alpha", 1).node_id == 2 and ours.leader("alpha", 2).node_id == 1
     (topic,) = ours.topics
+    # the walked sequences show their items (one __repr__ for all of them)
+    assert repr(ours.brokers) == repr(list(ours.brokers)) and repr(topic.partitions) == repr(list(topic.partitions))
     assert topic.topic_id == (TOPIC_IDS["alpha"] if version >= 10 else None)
     assert topic.partitions[0].isr_nodes == [2] and topic.partitions[0].replica_nodes == [1, 2]
     assert topic.partitions[0].leader_epoch == (5 if version >= 7 else -1)

@@ -1009,7 +1009,7 @@ def test_our_builder_log_append_time_delete_horizon_and_markers():
 
 
 def test_sample_log_reads_like_kafka_python():
-    from kafkacodec._sample import sample_log
+    from kafkacodec.sample import sample_log
 
     data = sample_log(0, seed=3)
     got = ours(data)

@@ -13,7 +13,8 @@ import zlib
 
 import pytest
 
-from kafkacodec import KafkaCodecError, MemoryRecords, MemoryRecordsBuilder, ResponseRingBuffer, _crc
+from kafkacodec import KafkaCodecError, MemoryRecords, MemoryRecordsBuilder, ResponseRingBuffer
+from kafkacodec.crc import crc32c
 
 sys.path.insert(0, os.path.dirname(__file__))
 from fetch_fixtures import build_fetch_response  # noqa: E402
@@ -66,7 +67,7 @@ def fix_crcs(data: bytes) -> bytes:
         entry = memoryview(b)[pos:pos + 12 + size]
         magic = entry[16]
         if magic == 2 and size >= 49:
-            struct.pack_into(">I", b, pos + 17, _crc.crc32c(bytes(entry[21:])))
+            struct.pack_into(">I", b, pos + 17, crc32c(bytes(entry[21:])))
         elif magic in (0, 1):
             struct.pack_into(">I", b, pos + 12, zlib.crc32(bytes(entry[16:])))
         del entry

@@ -6,7 +6,7 @@ import pytest
 
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 
-from kafkacodec._sample import sample_log, write_sample_log
+from kafkacodec.sample import sample_log, write_sample_log
 
 
 def walk(data):

@@ -14,7 +14,7 @@ pyspark = pytest.importorskip("pyspark")
 sys.path.insert(0, os.path.dirname(__file__))
 from kafka_oracle import kafka_python_rows  # noqa: E402
 
-from kafkacodec._arrow import ArrowDecoder, scan_entries  # noqa: E402
+from kafkacodec.arrow import ArrowDecoder, scan_entries  # noqa: E402
 from kafkacodec.logdir import discover  # noqa: E402
 from kafkacodec.cli import generate  # noqa: E402
 

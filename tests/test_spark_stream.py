@@ -14,7 +14,7 @@ pytest.importorskip("pyspark")
 sys.path.insert(0, os.path.dirname(__file__))
 from test_spark import spark  # noqa: E402,F401  (the module's shared session)
 
-from kafkacodec._arrow import encode_v2  # noqa: E402
+from kafkacodec.arrow import encode_v2  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

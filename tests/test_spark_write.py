@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from kafka_oracle import kafka_python_rows  # noqa: E402
 
 import kafkacodec  # noqa: E402
-from kafkacodec._builder import MemoryRecordsBuilder  # noqa: E402
+from kafkacodec import MemoryRecordsBuilder  # noqa: E402
 from kafkacodec.cli import generate  # noqa: E402
 from kafkacodec.logdir import discover, plan  # noqa: E402
 
@@ -385,7 +385,7 @@ def test_kafkalog_is_registered_in_a_fresh_session(source, tmp_path):
 def raw_cells(source):
     """(id, topic, partition, batch) per entry of orders-0's segments, plus a corrupt copy of a
     v2 batch (CRC) and the ids of the zstd ones."""
-    from kafkacodec._arrow import scan_entries
+    from kafkacodec.arrow import scan_entries
 
     cells = []
     for seg in discover(source / "orders-0"):

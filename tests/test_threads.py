@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import kafkacodec
-from kafkacodec import _crc
+from kafkacodec import crc
 
 THREADS = 8
 ROUNDS = 40
@@ -49,7 +49,7 @@ def test_crc_from_many_threads():
 
     def work(i):
         data = buffers[i % len(buffers)]
-        return [(_crc.crc32c(data), _crc.crc32(data)) for _ in range(ROUNDS)]
+        return [(crc.crc32c(data), crc.crc32(data)) for _ in range(ROUNDS)]
 
     for i, results in enumerate(run_in_threads(work, [(i,) for i in range(THREADS * 2)])):
         assert set(results) == {expected[i % len(buffers)]}

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from kafkacodec._arrow import scan_entries
+from kafkacodec.arrow import scan_entries
 from kafkacodec.cli import EXIT_DATA, EXIT_OK, generate, main
 from kafkacodec.logdir import ReadOptions, plan, read_split
 

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from kafkacodec._writer import WriteBuffer
+from kafkacodec import WriteBuffer
 from kafkacodec.protocol import encode_produce_request
 
 
@@ -23,9 +23,9 @@ def run_isolated(code: str, timeout: float = 30) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("call", [
     "from kafkacodec._convert import DownConverter; DownConverter(1).reserve(2**62 + 1)",
-    "from kafkacodec._writer import WriteBuffer; WriteBuffer(2**62 + 1)",
-    "from kafkacodec._writer import WriteBuffer; WriteBuffer(2**63 - 1)",
-    "from kafkacodec._writer import WriteBuffer; b = WriteBuffer(16); b.write(b'x' * 9); "
+    "from kafkacodec import WriteBuffer; WriteBuffer(2**62 + 1)",
+    "from kafkacodec import WriteBuffer; WriteBuffer(2**63 - 1)",
+    "from kafkacodec import WriteBuffer; b = WriteBuffer(16); b.write(b'x' * 9); "
     "from kafkacodec._convert import DownConverter; DownConverter(0).reserve(2**63 - 2)",
 ])
 def test_growth_past_half_the_address_space_raises_memory_error_at_once(call):

@@ -138,7 +138,7 @@ class Planner:
         key = f"{seg.uri}@{start}"
         if key in self._scans:
             return self._scans[key]
-        from kafkacodec._arrow import SCAN_FIELDS, scan_entries
+        from kafkacodec.arrow import SCAN_FIELDS, scan_entries
 
         parts: list[dict[str, Any]] = []
         pos, stop, error, want = start, start, None, WINDOW
@@ -323,7 +323,7 @@ class Planner:
     def offset_for_time(self, part: PartitionFiles, timestamp: int) -> int | None:
         """Kafka's offsetsForTimes: the first offset whose record timestamp is at or after
         `timestamp` (ms), or None."""
-        from kafkacodec._arrow import ArrowDecoder
+        from kafkacodec.arrow import ArrowDecoder
 
         readable = [s for s in part.segments if not s.unreadable]
         for i, seg in enumerate(readable):

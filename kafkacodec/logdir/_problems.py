@@ -83,8 +83,7 @@ class Reporter:
         if self.mode == "FAILFAST":
             exc = problem.error if problem.error is not None else _error(
                 LogLayoutError if problem.kind == "unreadable" else CorruptRecordError, problem, "")
-            exc.args = (f"{exc}. {SKIP_HINT}",)
-            raise exc
+            raise exc.with_context(hint=SKIP_HINT)
         self._tell(problem)
 
     def data_loss(self, problem: Problem) -> None:

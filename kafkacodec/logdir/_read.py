@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Union
 
 from kafkacodec._format import entry_head
-from kafkacodec.errors import CorruptRecordError, FileTruncatedError, KafkaCodecError
+from kafkacodec.errors import CorruptRecordError, DataError, FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import PARTITION_RE, SEGMENT_RE, Segment, find_partitions
 from kafkacodec.logdir._options import Options
 from kafkacodec.logdir._plan import WINDOW, Planner, Split
@@ -121,7 +121,7 @@ class _SplitReader:
     def __init__(self, split: Split, reporter: Reporter, *, validate_crc: bool, include_headers: bool,
                  keep_control: bool, max_rows: int, corrupt_column: str, columns: Sequence[str] | None,
                  pushdown: Pushdown | None):
-        from kafkacodec._arrow import SCHEMA, SCHEMA_NO_HEADERS
+        from kafkacodec.arrow import SCHEMA, SCHEMA_NO_HEADERS
 
         self.split = split
         self.reporter = reporter
@@ -148,7 +148,7 @@ class _SplitReader:
 
     def decoder(self) -> Any:
         """A decoder of the columns wanted only (unselected keys, values and headers are skipped)."""
-        from kafkacodec._arrow import ArrowDecoder
+        from kafkacodec.arrow import ArrowDecoder
 
         return ArrowDecoder(self.split.topic, self.split.partition, columns=self.decode_columns, **self.kwargs)
 
@@ -176,7 +176,7 @@ class _SplitReader:
     def corrupt_row(self, reason: str, offset: int | None) -> Any:
         import pyarrow as pa
 
-        from kafkacodec._arrow import SCHEMA
+        from kafkacodec.arrow import SCHEMA
 
         s = self.split
         fixed = {"topic": s.topic, "partition": s.partition, "offset": offset}
@@ -220,7 +220,7 @@ class _SplitReader:
             src.close()
 
     def _read(self, src: Any) -> Iterator[Any]:
-        from kafkacodec._arrow import scan_entries
+        from kafkacodec.arrow import scan_entries
 
         s = self.split
         end = s.end
@@ -243,13 +243,8 @@ class _SplitReader:
                     yield from self.damage(Problem("corrupt", s.uri, f"{s.uri}: this is not a Kafka segment: "
                                                    f"{reason}", 0))
                     return
-                try:
-                    scan_entries(view, stop - base, window_end - base, source=s.uri, base=base)
-                    exc: KafkaCodecError = CorruptRecordError(error, position=stop)
-                except KafkaCodecError as raised:
-                    exc = raised
-                yield from self.damage(Problem("corrupt", s.uri, f"{exc}; the rest of the segment is "
-                                               "unreadable (its framing is lost)", exc.position, exc.offset, exc))
+                yield from self.damage(Problem("corrupt", s.uri, f"{error}; the rest of the segment is "
+                                               "unreadable (its framing is lost)", error.position, error.offset, error))
                 return
             if stop >= window_end:
                 pos, want = stop, WINDOW
@@ -274,7 +269,7 @@ class _SplitReader:
         while pos < stop:
             try:
                 rb, nxt = dec.decode(view, pos - base, stop - base, base)
-            except KafkaCodecError as exc:
+            except DataError as exc:          # misuse and a cut file are not damage
                 failed = dec.failed_entry + base
                 self.report(Problem("corrupt", self.split.uri, str(exc), exc.position, exc.offset, exc))
                 dec = self.decoder()

@@ -42,6 +42,7 @@ __all__ = ["TaskWriter", "Run", "merge_runs", "commit", "abort", "check_target",
 SAVE_MODES = ("errorifexists", "append", "overwrite", "ignore")
 STAGING = "_kafkalog_temporary"
 SUCCESS = "_SUCCESS"
+APPEND_HINT = "cannot append after it (repair or write elsewhere)"
 # Kafka's Topic.validate: at most 249 of [a-zA-Z0-9._-], not "." or "..".
 _TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _TS_NONE = -1                        # Kafka's "no timestamp"
@@ -121,7 +122,7 @@ def normalize(rb: Any, *, topic: str | None, partition: int) -> tuple[Any, bool]
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from kafkacodec._arrow import HEADERS_TYPE
+    from kafkacodec.arrow import HEADERS_TYPE
 
     names = rb.schema.names
     n = rb.num_rows
@@ -169,7 +170,7 @@ def encode_rows(rows: Any, offsets: np.ndarray, *, codec: int, batch_bytes: int)
     """The v2 batches of `rows` (key, value, ts, headers columns) at `offsets` (increasing),
     encoded column-wise with the offsets given: a batch holds gaps exactly as the log cleaner's
     batches do (records count = rows, lastOffsetDelta = last offset - base)."""
-    from kafkacodec._arrow import encode_v2
+    from kafkacodec.arrow import encode_v2
 
     key, value = rows.column("key").combine_chunks(), rows.column("value").combine_chunks()
     ts = np.ascontiguousarray(rows.column("ts").to_numpy(), dtype=np.int64)
@@ -187,7 +188,7 @@ class _RunWriter:
         self._ctx: Any = None
 
     def write(self, data: bytes) -> None:
-        from kafkacodec._arrow import scan_entries
+        from kafkacodec.arrow import scan_entries
 
         scan = scan_entries(data)
         for pos, size, base, last in zip(scan["position"].tolist(), scan["size"].tolist(),
@@ -343,7 +344,7 @@ def _read_run(store: Store, run: Run, chunk_rows: int) -> Iterator[Any]:
     chunk_rows at a time; local segments are memory-mapped, remote ones read whole)."""
     import pyarrow as pa
 
-    from kafkacodec._arrow import ArrowDecoder
+    from kafkacodec.arrow import ArrowDecoder
 
     for seg in run.segments:
         with store.mapped(seg.path) as data, memoryview(data) as view:
@@ -445,7 +446,7 @@ def merge_runs(store: Store, runs: list[Run], folder: str, *, codec: int = 0, ba
 def _next_offset(store: Store, folder: str) -> int | None:
     """The offset after a partition directory's last record, or its last segment's base offset
     when that is higher (an empty active segment); None when it holds no segment."""
-    from kafkacodec._arrow import scan_entries
+    from kafkacodec.arrow import scan_entries
 
     segments = [n for n in store.listdir(folder) if SEGMENT_RE.match(n)]
     if not segments:
@@ -456,10 +457,11 @@ def _next_offset(store: Store, folder: str) -> int | None:
         with store.mapped(path) as data:
             scan = scan_entries(data, source=store.describe(path), strict=False)
             size = len(data)
-        if scan["error"] or scan["stop"] != size:
-            raise CorruptRecordError(f"{store.describe(path)}: {scan['error'] or 'a partial batch'} at "
-                                     f"byte {scan['stop']}; cannot append after it (repair or write elsewhere)",
-                                     position=int(scan["stop"]))
+        if scan["error"] is not None:
+            raise scan["error"].with_context(hint=APPEND_HINT)
+        if scan["stop"] != size:
+            raise CorruptRecordError(f"{store.describe(path)}: a partial batch",
+                                     position=int(scan["stop"])).with_context(hint=APPEND_HINT)
         if len(scan["last_offset"]):
             return max(floor, int(scan["last_offset"][-1]) + 1)
     return floor

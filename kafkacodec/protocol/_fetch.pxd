@@ -161,6 +161,7 @@ cdef class _WalkedSequence(_LazySequence):
     cdef Py_ssize_t _end                # end of the decoded response in _buffer
     cdef Py_ssize_t* _starts            # where each item starts in _buffer
     cdef int allocate(self, Py_ssize_t count) except -1
+    cdef int share_buffer(self, _WalkedSequence child) except -1
     cdef object read_item(self, Cursor* cur)
 
 

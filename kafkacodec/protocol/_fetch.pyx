@@ -181,8 +181,18 @@ cdef class _WalkedSequence(_LazySequence):
         finally:
             PyBuffer_Release(&view)
 
+    cdef int share_buffer(self, _WalkedSequence child) except -1:
+        """`child` (an item's inner sequence, such as a topic's partitions) reads this buffer."""
+        child._buffer = self._buffer
+        child._version = self._version
+        child._end = self._end
+        return 0
+
     cdef object read_item(self, Cursor* cur):
         raise NotImplementedError
+
+    def __repr__(self):
+        return repr(list(self))
 
 
 cdef class FetchTopics(_WalkedSequence):
@@ -205,9 +215,7 @@ cdef class FetchTopics(_WalkedSequence):
         for p in range(partitions._count):
             partitions._starts[p] = cur.pos
             read_fetch_partition(cur, self._version, flexible, &h)
-        partitions._buffer = self._buffer
-        partitions._version = self._version
-        partitions._end = self._end
+        self.share_buffer(partitions)
         return FetchTopicResponse(topic, topic_id, partitions)
 
     def __repr__(self):

@@ -271,9 +271,6 @@ cdef class MetadataBrokers(_WalkedSequence):
     cdef object read_item(self, Cursor* cur):
         return read_broker(cur, self._version, True)
 
-    def __repr__(self):
-        return repr(list(self))
-
 
 cdef class MetadataTopics(_WalkedSequence):
     """The topics of a decoded MetadataResponse: a read-only sequence of MetadataTopic, made
@@ -283,13 +280,8 @@ cdef class MetadataTopics(_WalkedSequence):
     cdef object read_item(self, Cursor* cur):
         cdef MetadataPartitions partitions = MetadataPartitions.__new__(MetadataPartitions)
         topic = read_topic(cur, self._version, partitions)
-        partitions._buffer = self._buffer
-        partitions._version = self._version
-        partitions._end = self._end
+        self.share_buffer(partitions)
         return topic
-
-    def __repr__(self):
-        return repr(list(self))
 
 
 cdef class MetadataPartitions(_WalkedSequence):
@@ -297,9 +289,6 @@ cdef class MetadataPartitions(_WalkedSequence):
 
     cdef object read_item(self, Cursor* cur):
         return read_partition(cur, self._version, True)
-
-    def __repr__(self):
-        return repr(list(self))
 
 
 for _cls in (MetadataBrokers, MetadataTopics, MetadataPartitions):

@@ -268,13 +268,8 @@ cdef class ProduceTopics(_WalkedSequence):
     cdef object read_item(self, Cursor* cur):
         cdef ProducePartitions partitions = ProducePartitions.__new__(ProducePartitions)
         name = read_topic(cur, self._version, partitions)
-        partitions._buffer = self._buffer
-        partitions._version = self._version
-        partitions._end = self._end
+        self.share_buffer(partitions)
         return ProduceTopicResponse(name, partitions)
-
-    def __repr__(self):
-        return repr(list(self))
 
 
 cdef class ProducePartitions(_WalkedSequence):
@@ -282,9 +277,6 @@ cdef class ProducePartitions(_WalkedSequence):
 
     cdef object read_item(self, Cursor* cur):
         return read_partition(cur, self._version, True)
-
-    def __repr__(self):
-        return repr(list(self))
 
 
 for _cls in (ProduceTopics, ProducePartitions):

@@ -97,8 +97,9 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 scanned = int(scan["stop"])
                 if scan["error"] and (seg.uri, scanned) not in self._reported:
                     self._reported.add((seg.uri, scanned))      # the stream cannot pass it: say so once
-                    planner.reporter.damage(Problem("corrupt", seg.uri, f"{scan['error']}; the stream stops "
-                                                    "there (its framing is lost)", scanned))
+                    error = scan["error"].with_context(hint="The stream stops there (its framing is lost)")
+                    planner.reporter.damage(Problem("corrupt", seg.uri, str(error), error.position, error.offset,
+                                                    error))
             self._tails[seg.uri] = (seg.size, scanned, last)
             return seg.base_offset if last is None else max(last + 1, seg.base_offset)
         return part.segments[-1].base_offset if part.segments else 0

@@ -92,8 +92,8 @@ def decode_batches(column: str, *, topic_column: str | None = None, partition_co
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
 
-        from kafkacodec._arrow import ArrowDecoder
-        from kafkacodec.errors import KafkaCodecError
+        from kafkacodec.arrow import ArrowDecoder
+        from kafkacodec.errors import DataError
 
         decoders: dict[tuple[str, int], ArrowDecoder] = {}
 
@@ -135,11 +135,11 @@ def decode_batches(column: str, *, topic_column: str | None = None, partition_co
                         if dec.trailing_bytes or (new_pos == pos and out.num_rows == 0):
                             break
                         pos = new_pos
-                except KafkaCodecError as exc:
+                except DataError as exc:
                     if mode == "FAILFAST":
-                        exc.args = (f"row {i} of this task's input: {exc}. To go on past corrupt cells use "
-                                    "mode='DROPMALFORMED' (or 'PERMISSIVE' for a row naming each one)",)
-                        raise
+                        raise exc.with_context(f"row {i} of this task's input: ", hint=(
+                            "To go on past corrupt cells use mode='DROPMALFORMED' (or 'PERMISSIVE' for "
+                            "a row naming each one)"))
                     del decoders[(t, p)]               # its state is mid-entry: start afresh
                     _warn(f"{column}[row {i}]", exc)
                     if mode == "PERMISSIVE":
@@ -182,8 +182,8 @@ def validate_batches(column: str) -> ArrowFunction:
     """A function for mapInArrow adding `error` (null when valid) and `records` to each row."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from kafkacodec._arrow import ArrowDecoder
-        from kafkacodec.errors import KafkaCodecError
+        from kafkacodec.arrow import ArrowDecoder
+        from kafkacodec.errors import DataError
 
         for rb in batches:
             errors: list[str | None] = []
@@ -204,7 +204,7 @@ def validate_batches(column: str) -> ArrowFunction:
                         if dec.trailing_bytes or (new_pos == pos and out.num_rows == 0):
                             break
                         pos = new_pos
-                except KafkaCodecError as exc:
+                except DataError as exc:
                     error = str(exc)
                 errors.append(error)
                 counts.append(n)
@@ -233,7 +233,7 @@ def down_convert_batches(column: str, to_magic: int, *, mode: str = "FAILFAST") 
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from kafkacodec import down_convert as convert
-        from kafkacodec.errors import KafkaCodecError
+        from kafkacodec.errors import DataError
 
         for rb in batches:
             cells = _check_arrow_binary(rb, column)
@@ -246,11 +246,10 @@ def down_convert_batches(column: str, to_magic: int, *, mode: str = "FAILFAST") 
                     try:
                         # pyarrow buffers export signed chars: view them as unsigned bytes (no copy)
                         converted = bytes(convert(memoryview(cell.as_buffer()).cast("B"), to_magic).records.buffer)
-                    except KafkaCodecError as exc:
+                    except DataError as exc:
                         if mode == "FAILFAST":
-                            exc.args = (f"{column}[row {i}]: {exc}. To go on use mode='DROPMALFORMED' "
-                                        "(or 'PERMISSIVE' for an error column)",)
-                            raise
+                            raise exc.with_context(f"{column}[row {i}]: ", hint=(
+                                "To go on use mode='DROPMALFORMED' (or 'PERMISSIVE' for an error column)"))
                         _warn(f"{column}[row {i}]", exc)
                         error = str(exc)
                 out.append(converted)
