@@ -21,7 +21,8 @@ from kafkacodec._v2 cimport V2Record, read_v2_record, write_v2_record, write_v2_
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, write_legacy_message,
                                  next_inner_entry, inner_base_offset, inner_message_fault)
 
-from kafkacodec._compression cimport compress, decompress, DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT
+from kafkacodec._legacy cimport begin_legacy_wrapper, end_legacy_wrapper
+from kafkacodec._compression cimport compress_into, decompress, DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec.protocol._produce cimport _PartitionRecords, write_produce_request
 
@@ -233,7 +234,9 @@ cdef object trim_v2(const unsigned char* entry, BatchHeader* h, int64_t fetch_of
     if kept == h.records_count:
         return True                  # nothing before the fetch offset: keep the batch as is
     if h.compression != CODEC_NONE:
-        body = compress(h.compression, 2, records.w.buf, records.w.length, LEVEL_DEFAULT)
+        body = WriteBuffer()
+        compress_into(&(<WriteBuffer>body).w, h.compression, 2, records.w.buf, records.w.length,
+                      LEVEL_DEFAULT)
     else:
         body = records
     out = h[0]
@@ -282,7 +285,7 @@ cdef object trim_legacy(const unsigned char* entry, BatchHeader* h, int64_t fetc
     cdef int32_t kept = 0, total = 0
     cdef WriteBuffer inner_set
     cdef WriteBuffer result
-    cdef bytes compressed
+    cdef Py_ssize_t start
     cdef BatchHeader out
     cdef RawBytesBatchRecord record
     read_legacy_message(entry, h.size, h.position, &wrapper)
@@ -330,14 +333,14 @@ cdef object trim_legacy(const unsigned char* entry, BatchHeader* h, int64_t fetc
         return None
     if kept == total:
         return True
-    compressed = compress(h.compression, h.magic, inner_set.w.buf, inner_set.w.length, LEVEL_DEFAULT)
     out = h[0]
     if h.magic == 1 and h.timestamp_type != TIMESTAMP_LOG_APPEND:
         out.max_timestamp = max_timestamp
-    result = WriteBuffer(len(compressed) + 64)
-    write_legacy_message(&result.w, h.magic, h.base_offset, out.max_timestamp, wrapper.attributes,
-                         wrapper.key, wrapper.key_length,
-                         <const unsigned char*>PyBytes_AS_STRING(compressed), len(compressed))
+    result = WriteBuffer()
+    start = begin_legacy_wrapper(&result.w, h.magic, h.base_offset, out.max_timestamp,
+                                 wrapper.attributes, wrapper.key, wrapper.key_length)
+    end_legacy_wrapper(&result.w, start, <int32_t>compress_into(
+        &result.w, h.compression, h.magic, inner_set.w.buf, inner_set.w.length, LEVEL_DEFAULT))
     record = make_record(&out, result.getvalue(), True)
     record.base_offset = wrap_add(base, first_kept_inner)
     record.record_count = kept
