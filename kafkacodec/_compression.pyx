@@ -1034,6 +1034,23 @@ cdef bytes compress(int codec, int magic, const unsigned char* data, Py_ssize_t 
 
 # --- Python API ---------------------------------------------------------------------------
 
+cdef object codec_call(codec, int magic, data, bint unpack, Py_ssize_t max_size, int level,
+                       Writer* into):
+    """The Python entry points' one borrow of `data`: decompress it (unpack), else compress
+    it into `into` (returns the size) or into a new bytes."""
+    cdef int codec_number = codec_id(codec)
+    cdef Py_buffer src
+    PyObject_GetBuffer(data, &src, PyBUF_SIMPLE)
+    try:
+        if unpack:
+            return decompress(codec_number, magic, buffer_start(&src), src.len, max_size)
+        if into != NULL:
+            return compress_into(into, codec_number, magic, buffer_start(&src), src.len, level)
+        return compress(codec_number, magic, buffer_start(&src), src.len, level)
+    finally:
+        PyBuffer_Release(&src)
+
+
 def _decompress(codec, int magic, data, max_size=None) -> bytes:
     """Decompress one Kafka codec container (a v2 records section or a v0/v1 wrapper value).
 
@@ -1041,14 +1058,8 @@ def _decompress(codec, int magic, data, max_size=None) -> bytes:
     Raises CorruptRecordError for bad data, RecordTooLargeError beyond ``max_size``
     (default DEFAULT_MAX_DECOMPRESSED), UnsupportedCompressionError for zstd below magic 2.
     """
-    cdef int codec_number = codec_id(codec)
-    cdef Py_ssize_t cap = DEFAULT_MAX_DECOMPRESSED if max_size is None else max_size
-    cdef Py_buffer src
-    PyObject_GetBuffer(data, &src, PyBUF_SIMPLE)
-    try:
-        return decompress(codec_number, magic, buffer_start(&src), src.len, cap)
-    finally:
-        PyBuffer_Release(&src)
+    return codec_call(codec, magic, data, True,
+                      DEFAULT_MAX_DECOMPRESSED if max_size is None else max_size, LEVEL_DEFAULT, NULL)
 
 
 def _compress(codec, int magic, data, level=None) -> bytes:
@@ -1057,25 +1068,14 @@ def _compress(codec, int magic, data, level=None) -> bytes:
     ``level`` None (or -1) is Kafka's default for the codec: gzip 6, lz4 9 (the fast
     compressor), zstd 3; else gzip 1..9, lz4 1..17 (LZ4 HC unless 9), zstd -131072..22.
     """
-    cdef int codec_number = codec_id(codec)
-    cdef int level_number = LEVEL_DEFAULT if level is None else level
-    cdef Py_buffer src
-    PyObject_GetBuffer(data, &src, PyBUF_SIMPLE)
-    try:
-        return compress(codec_number, magic, buffer_start(&src), src.len, level_number)
-    finally:
-        PyBuffer_Release(&src)
+    return codec_call(codec, magic, data, False, 0, LEVEL_DEFAULT if level is None else level,
+                      NULL)
 
 
 def _compress_into(WriteBuffer buffer, codec, int magic, data, level=None) -> int:
     """compress_into for tests: append the container to `buffer`; returns its size."""
-    cdef Py_buffer src
-    PyObject_GetBuffer(data, &src, PyBUF_SIMPLE)
-    try:
-        return compress_into(&buffer.w, codec_id(codec), magic, buffer_start(&src), src.len,
-                             LEVEL_DEFAULT if level is None else level)
-    finally:
-        PyBuffer_Release(&src)
+    return codec_call(codec, magic, data, False, 0, LEVEL_DEFAULT if level is None else level,
+                      &buffer.w)
 
 
 def xxhash32(data, unsigned int seed=0) -> int:
