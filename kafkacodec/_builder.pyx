@@ -43,8 +43,9 @@ from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, V2_HEADER_SIZE, V0_R
                                  CONTROL_FLAG, DELETE_HORIZON_FLAG, NO_TIMESTAMP, CODEC_NONE,
                                  wrap_sub)
 from kafkacodec._v2 cimport write_v2_record, write_v2_batch_header, v2_record_body_size
-from kafkacodec._legacy cimport write_legacy_message, legacy_message_size
-from kafkacodec._compression cimport compress
+from kafkacodec._legacy cimport (write_legacy_message, legacy_message_size, begin_legacy_wrapper,
+                                 end_legacy_wrapper)
+from kafkacodec._compression cimport compress_into
 
 from kafkacodec._types import Compression, ControlType, TimestampType, compression_of
 from kafkacodec.errors import (RecordTooLargeError, UnsupportedCompressionError,
@@ -1069,8 +1070,6 @@ cdef class MemoryRecordsBuilder:
 
     cdef object _close_v2(self, const unsigned char** data, Py_ssize_t* size):
         cdef BatchHeader h
-        cdef bytes out, compressed
-        cdef unsigned char* p
         h.base_offset = self.base_offset
         h.partition_leader_epoch = self.partition_leader_epoch
         h.attributes = self.codec
@@ -1094,36 +1093,35 @@ cdef class MemoryRecordsBuilder:
             data[0] = self.w.buf
             size[0] = self.w.length
             return None
-        compressed = compress(self.codec, 2, self.w.buf + V2_HEADER_SIZE,
-                              self.w.length - V2_HEADER_SIZE, self.level)
-        if PyBytes_GET_SIZE(compressed) > INT32_MAX - V2_HEADER_SIZE:
+        self.scratch.length = 0                  # header, then the records compressed
+        reserve(&self.scratch, V2_HEADER_SIZE)
+        if compress_into(&self.scratch, self.codec, 2, self.w.buf + V2_HEADER_SIZE,
+                         self.w.length - V2_HEADER_SIZE, self.level) > INT32_MAX - V2_HEADER_SIZE:
             raise RecordTooLargeError("compressed batch exceeds Kafka's 2 GiB limit",
                                       offset=self.base_offset)
-        out = PyBytes_FromStringAndSize(NULL, V2_HEADER_SIZE + PyBytes_GET_SIZE(compressed))
-        p = <unsigned char*>PyBytes_AS_STRING(out)
-        memcpy(p + V2_HEADER_SIZE, PyBytes_AS_STRING(compressed), PyBytes_GET_SIZE(compressed))
-        write_v2_batch_header(p, PyBytes_GET_SIZE(out), &h)
-        data[0] = p
-        size[0] = PyBytes_GET_SIZE(out)
-        return out
+        write_v2_batch_header(self.scratch.buf, self.scratch.length, &h)
+        data[0] = self.scratch.buf
+        size[0] = self.scratch.length
+        return None
 
     cdef int _close_legacy_wrapper(self) except -1:
         """The compressed wrapper message, into scratch.  Kafka's
         writeLegacyCompressedWrapperHeader: wrapper offset = last (absolute) offset, null key,
         v1 timestamp = the append time or the max inner timestamp."""
-        cdef bytes compressed = compress(self.codec, self.magic, self.w.buf, self.w.length, self.level)
         cdef int8_t attributes = <int8_t>self.codec
         cdef int64_t timestamp = self.max_timestamp
+        cdef Py_ssize_t start, n
         if self.magic == 1 and self.timestamp_type_id == 1:
             attributes |= TIMESTAMP_TYPE_MASK
             timestamp = self.log_append_time_ms
-        if PyBytes_GET_SIZE(compressed) > INT32_MAX - LOG_OVERHEAD - V1_RECORD_OVERHEAD:
+        self.scratch.length = 0
+        start = begin_legacy_wrapper(&self.scratch, <int8_t>self.magic, self.last_offset,
+                                     timestamp, attributes, NULL, -1)
+        n = compress_into(&self.scratch, self.codec, self.magic, self.w.buf, self.w.length, self.level)
+        if n > INT32_MAX - LOG_OVERHEAD - V1_RECORD_OVERHEAD:
             raise RecordTooLargeError("compressed message set exceeds Kafka's 2 GiB limit",
                                       offset=self.last_offset)
-        self.scratch.length = 0
-        write_legacy_message(&self.scratch, <int8_t>self.magic, self.last_offset, timestamp,
-                             attributes, NULL, -1, <const unsigned char*>PyBytes_AS_STRING(compressed),
-                             <int32_t>PyBytes_GET_SIZE(compressed))
+        end_legacy_wrapper(&self.scratch, start, <int32_t>n)
         return 0
 
     def __repr__(self):

@@ -14,6 +14,7 @@
 # Codec 0 (none) is not a container: every entry point raises ValueError for it.
 
 from cpython.object cimport PyObject
+from kafkacodec._writer cimport Writer
 
 # The cap on the decompressed size of one batch records section / legacy wrapper value
 # (256 MiB; see _compression.pyx for why).
@@ -90,9 +91,16 @@ cdef Decompressor thread_decompressor()
 cdef object decompress(int codec, int magic, const unsigned char* data, Py_ssize_t size,
                        Py_ssize_t max_size)
 
-# Compress `data` into Kafka's container for (codec, magic).  level -1 (LEVEL_DEFAULT) means
-# Kafka's default for the codec (gzip 6, lz4 fast compressor, zstd 3); else gzip 1..9,
-# lz4 1..17 (9 = fast compressor as Kafka, others LZ4 HC at that level), zstd -131072..22.
+# Append Kafka's container for (codec, magic) of `data` to w; returns its size.  level -1
+# (LEVEL_DEFAULT) means Kafka's default for the codec (gzip 6, lz4 fast compressor, zstd 3);
+# else gzip 1..9, lz4 1..17 (9 = fast compressor as Kafka, others LZ4 HC at that level),
+# zstd -131072..22.  w grows first by the codec's bound (deflateBound, snappy's
+# MaxCompressedLength per 32 KiB block, the LZ4 frame with every block raw), then the codec
+# writes in place; zstd copies python-zstandard's output pieces in.  `data` must not point
+# into w (growth moves it).
+cdef Py_ssize_t compress_into(Writer* w, int codec, int magic, const unsigned char* data,
+                              Py_ssize_t size, int level) except -1
+# The same as a new bytes object (the Python API, and callers that keep the result alone).
 cdef bytes compress(int codec, int magic, const unsigned char* data, Py_ssize_t size, int level)
 
 # Raise UnsupportedCompressionError / UnsupportedVersionError / ValueError unless the codec

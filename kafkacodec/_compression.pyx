@@ -30,15 +30,15 @@ reach ratios of 1000:1 and beyond) can make us allocate.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_XDECREF
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memcmp, memcpy, memset
 from kafkacodec._crc cimport kc_crc32, kc_crc_init
 from kafkacodec._cursor cimport load_u32 as be32, load_le32 as le32
-from kafkacodec._writer cimport store_u32 as put_be32, store_le32 as put_le32
+from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_bytes, writer_release,
+                                 store_u32 as put_be32, store_le32 as put_le32)
 from kafkacodec._format cimport (CODEC_NONE, CODEC_GZIP as GZIP, CODEC_SNAPPY as SNAPPY,
                                  CODEC_LZ4 as LZ4, CODEC_ZSTD as ZSTD)
 
@@ -60,9 +60,6 @@ from kafkacodec.errors import (
 
 cdef extern from "Python.h":
     object PyMemoryView_FromMemory(char* mem, Py_ssize_t size, int flags)
-    PyObject* bytes_new_raw "PyBytes_FromStringAndSize"(const char* v, Py_ssize_t n)
-    char* bytes_data "PyBytes_AS_STRING"(PyObject* o)
-    int _PyBytes_Resize(PyObject** obj, Py_ssize_t newsize) except -1
     enum:
         PyBUF_READ
         PyBUF_WRITE
@@ -584,14 +581,12 @@ cdef int gunzip(Decompressor state, int magic, const unsigned char* data, Py_ssi
                        f"{(zs.msg if zs.msg != NULL else b'inflate error').decode()}", consumed)
 
 
-cdef bytes gzip(const unsigned char* data, Py_ssize_t size, int level):
+cdef Py_ssize_t gzip(Writer* w, const unsigned char* data, Py_ssize_t size, int level) except -1:
     cdef z_stream zs
-    cdef PyObject* obj = NULL
     cdef unsigned char* p
     cdef Py_ssize_t bound, n
     cdef int ret
     cdef uint32_t crc
-    cdef object result
     if level == LEVEL_DEFAULT:
         level = 6
     elif level < 1 or level > 9:
@@ -604,10 +599,8 @@ cdef bytes gzip(const unsigned char* data, Py_ssize_t size, int level):
         raise MemoryError("zlib deflateInit2 failed")
     try:
         bound = <Py_ssize_t>deflateBound(&zs, <unsigned long>size)
-        obj = bytes_new_raw(NULL, 10 + bound + 8)
-        if obj == NULL:
-            raise MemoryError()
-        p = <unsigned char*>bytes_data(obj)
+        ensure(w, 10 + bound + 8)
+        p = w.buf + w.length
         memcpy(p, GZIP_HEADER, 10)
         zs.next_in = <unsigned char*>(data if data != NULL else EMPTY)
         zs.avail_in = <unsigned int>size
@@ -621,12 +614,10 @@ cdef bytes gzip(const unsigned char* data, Py_ssize_t size, int level):
         n = zs.next_out - p
         put_le32(p + n, crc)
         put_le32(p + n + 4, <uint32_t>size)
-        _PyBytes_Resize(&obj, n + 8)
-        result = <object>obj
     finally:
         deflateEnd(&zs)
-        Py_XDECREF(obj)
-    return result
+    w.length += n + 8
+    return n + 8
 
 
 # --- snappy (xerial framing) --------------------------------------------------------------
@@ -704,33 +695,24 @@ cdef int snappy_block(int magic, const unsigned char* data, Py_ssize_t pos, Py_s
     return 0
 
 
-cdef bytes snappy(const unsigned char* data, Py_ssize_t size):
+cdef Py_ssize_t snappy(Writer* w, const unsigned char* data, Py_ssize_t size) except -1:
     cdef Py_ssize_t blocks = (size + SNAPPY_BLOCK - 1) // SNAPPY_BLOCK
-    cdef Py_ssize_t bound = 16 + blocks * (4 + 32 + SNAPPY_BLOCK + SNAPPY_BLOCK // 6)
     cdef Py_ssize_t pos = 16, done = 0, chunk, room
-    cdef PyObject* obj = NULL
     cdef unsigned char* p
-    cdef object result
     check_input_size(size)
-    obj = bytes_new_raw(NULL, bound)
-    if obj == NULL:
-        raise MemoryError()
-    try:
-        p = <unsigned char*>bytes_data(obj)
-        memcpy(p, SNAPPY_HEADER, 16)
-        while done < size:
-            chunk = min(size - done, <Py_ssize_t>SNAPPY_BLOCK)
-            room = 32 + chunk + chunk // 6          # snappy's MaxCompressedLength
-            written = _snappy_compress_raw_into(view_of(data + done, chunk, PyBUF_READ),
-                                                view_of(p + pos + 4, room, PyBUF_WRITE))
-            put_be32(p + pos, <uint32_t>written)
-            pos += 4 + <Py_ssize_t>written
-            done += chunk
-        _PyBytes_Resize(&obj, pos)
-        result = <object>obj
-    finally:
-        Py_XDECREF(obj)
-    return result
+    ensure(w, 16 + blocks * (4 + 32 + SNAPPY_BLOCK + SNAPPY_BLOCK // 6))
+    p = w.buf + w.length
+    memcpy(p, SNAPPY_HEADER, 16)
+    while done < size:
+        chunk = min(size - done, <Py_ssize_t>SNAPPY_BLOCK)
+        room = 32 + chunk + chunk // 6          # snappy's MaxCompressedLength
+        written = _snappy_compress_raw_into(view_of(data + done, chunk, PyBUF_READ),
+                                            view_of(p + pos + 4, room, PyBUF_WRITE))
+        put_be32(p + pos, <uint32_t>written)
+        pos += 4 + <Py_ssize_t>written
+        done += chunk
+    w.length += pos
+    return pos
 
 
 # --- lz4 (Kafka's frame) ------------------------------------------------------------------
@@ -839,13 +821,12 @@ cdef bint lz4_block_fits(const unsigned char* block, Py_ssize_t n, Py_ssize_t bl
     return True
 
 
-cdef bytes lz4_frame(int magic, const unsigned char* data, Py_ssize_t size, int level):
+cdef Py_ssize_t lz4_frame(Writer* w, int magic, const unsigned char* data, Py_ssize_t size,
+                          int level) except -1:
     cdef Py_ssize_t blocks = (size + LZ4_BLOCK - 1) // LZ4_BLOCK
     cdef Py_ssize_t pos = 7, done = 0, chunk, n
-    cdef PyObject* obj = NULL
     cdef unsigned char* p
     cdef bytes block
-    cdef object result
     cdef bint high = False
     if level != LEVEL_DEFAULT and level != 9:
         if level < 1 or level > 17:
@@ -854,37 +835,33 @@ cdef bytes lz4_frame(int magic, const unsigned char* data, Py_ssize_t size, int 
         high = True
     check_input_size(size)
     # A block is stored raw when compression does not shrink it, so this bound is exact.
-    obj = bytes_new_raw(NULL, 7 + 4 * blocks + size + 4)
-    if obj == NULL:
-        raise MemoryError()
-    try:
-        p = <unsigned char*>bytes_data(obj)
-        memcpy(p, LZ4_HEADER, 6)
-        p[6] = LZ4_HC_MAGIC0 if magic == 0 else LZ4_HC
-        while done < size:
-            chunk = min(size - done, <Py_ssize_t>LZ4_BLOCK)
-            src = view_of(data + done, chunk, PyBUF_READ)
-            if high:
-                block = _lz4_compress_block(src, mode="high_compression", compression=level,
-                                            store_size=False)
-            else:
-                block = _lz4_compress_block(src, store_size=False)
-            n = len(block)
-            if n < chunk:
-                put_le32(p + pos, <uint32_t>n)
-                memcpy(p + pos + 4, <const char*>block, n)
-            else:
-                n = chunk
-                put_le32(p + pos, <uint32_t>(LZ4_RAW_BLOCK | n))
-                memcpy(p + pos + 4, data + done, n)
-            pos += 4 + n
-            done += chunk
-        put_le32(p + pos, 0)        # EndMark, no content checksum
-        _PyBytes_Resize(&obj, pos + 4)
-        result = <object>obj
-    finally:
-        Py_XDECREF(obj)
-    return result
+    ensure(w, 7 + 4 * blocks + size + 4)
+    p = w.buf + w.length
+    memcpy(p, LZ4_HEADER, 6)
+    p[6] = LZ4_HC_MAGIC0 if magic == 0 else LZ4_HC
+    while done < size:
+        chunk = min(size - done, <Py_ssize_t>LZ4_BLOCK)
+        src = view_of(data + done, chunk, PyBUF_READ)
+        # lz4.block returns a new bytes per block (copied below): cramjam's block compressor
+        # writes into a buffer but emits different (valid) bytes than Kafka's lz4-java
+        if high:
+            block = _lz4_compress_block(src, mode="high_compression", compression=level,
+                                        store_size=False)
+        else:
+            block = _lz4_compress_block(src, store_size=False)
+        n = len(block)
+        if n < chunk:
+            put_le32(p + pos, <uint32_t>n)
+            memcpy(p + pos + 4, <const char*>block, n)
+        else:
+            n = chunk
+            put_le32(p + pos, <uint32_t>(LZ4_RAW_BLOCK | n))
+            memcpy(p + pos + 4, data + done, n)
+        pos += 4 + n
+        done += chunk
+    put_le32(p + pos, 0)        # EndMark, no content checksum
+    w.length += pos + 4
+    return pos + 4
 
 
 # --- zstd ---------------------------------------------------------------------------------
@@ -1000,7 +977,8 @@ cdef int unzstd(Decompressor state, const unsigned char* data, Py_ssize_t size,
     return 0
 
 
-cdef bytes zstd(const unsigned char* data, Py_ssize_t size, int level):
+cdef Py_ssize_t zstd(Writer* w, const unsigned char* data, Py_ssize_t size, int level) except -1:
+    cdef Py_ssize_t start = w.length
     if level == LEVEL_DEFAULT:
         level = 3
     elif level < -131072 or level > 22:
@@ -1010,31 +988,68 @@ cdef bytes zstd(const unsigned char* data, Py_ssize_t size, int level):
     if size == 0:
         # zstd-jni's close() of a frame never written to ends it at once (ZSTD_e_end first):
         # the size, 0, is known and written.
-        return compressor.compress(b"")
+        put_chunk(w, compressor.compress(b""))
+        return w.length - start
     # Kafka's ZstdCompression: zstd-jni's ZstdOutputStreamNoFinalizer (level only) behind a
     # 16 KiB BufferedOutputStream.  Its writes are ZSTD_e_continue with the size unknown, so
     # libzstd takes the level's parameters for unknown sizes (level 3: 2 MiB window, 2^17 hash
     # table: ~4% smaller than sizing them to a 16 KiB batch) and cuts full 128 KiB blocks
     # whatever the write sizes; close() flushes (ZSTD_e_flush ends the last block) then ends
     # the frame (ZSTD_e_end: an empty last block).  No content size, no checksum.
+    # python-zstandard hands each piece back as a new bytes object: one copy of the output
+    # each, into w (ZSTD_compressBound is not reachable through it).
     stream = compressor.compressobj(size=-1)
-    return (stream.compress(view_of(data, size, PyBUF_READ))
-            + stream.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
-            + stream.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH))
+    put_chunk(w, stream.compress(view_of(data, size, PyBUF_READ)))
+    put_chunk(w, stream.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK))
+    put_chunk(w, stream.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH))
+    return w.length - start
+
+
+cdef inline int put_chunk(Writer* w, bytes chunk) except -1:
+    return put_bytes(w, <const unsigned char*>PyBytes_AS_STRING(chunk), PyBytes_GET_SIZE(chunk))
+
+
+cdef Py_ssize_t compress_into(Writer* w, int codec, int magic, const unsigned char* data,
+                              Py_ssize_t size, int level) except -1:
+    check_codec(codec, magic)
+    if codec == GZIP:
+        return gzip(w, data, size, level)
+    if codec == SNAPPY:
+        return snappy(w, data, size)
+    if codec == LZ4:
+        return lz4_frame(w, magic, data, size, level)
+    return zstd(w, data, size, level)
 
 
 cdef bytes compress(int codec, int magic, const unsigned char* data, Py_ssize_t size, int level):
-    check_codec(codec, magic)
-    if codec == GZIP:
-        return gzip(data, size, level)
-    if codec == SNAPPY:
-        return snappy(data, size)
-    if codec == LZ4:
-        return lz4_frame(magic, data, size, level)
-    return zstd(data, size, level)
+    cdef Writer w
+    w.buf = NULL
+    w.length = w.capacity = w.exports = 0
+    try:
+        compress_into(&w, codec, magic, data, size, level)
+        return PyBytes_FromStringAndSize(<const char*>w.buf, w.length)
+    finally:
+        writer_release(&w)
 
 
 # --- Python API ---------------------------------------------------------------------------
+
+cdef object codec_call(codec, int magic, data, bint unpack, Py_ssize_t max_size, int level,
+                       Writer* into):
+    """The Python entry points' one borrow of `data`: decompress it (unpack), else compress
+    it into `into` (returns the size) or into a new bytes."""
+    cdef int codec_number = codec_id(codec)
+    cdef Py_buffer src
+    PyObject_GetBuffer(data, &src, PyBUF_SIMPLE)
+    try:
+        if unpack:
+            return decompress(codec_number, magic, buffer_start(&src), src.len, max_size)
+        if into != NULL:
+            return compress_into(into, codec_number, magic, buffer_start(&src), src.len, level)
+        return compress(codec_number, magic, buffer_start(&src), src.len, level)
+    finally:
+        PyBuffer_Release(&src)
+
 
 def _decompress(codec, int magic, data, max_size=None) -> bytes:
     """Decompress one Kafka codec container (a v2 records section or a v0/v1 wrapper value).
@@ -1043,14 +1058,8 @@ def _decompress(codec, int magic, data, max_size=None) -> bytes:
     Raises CorruptRecordError for bad data, RecordTooLargeError beyond ``max_size``
     (default DEFAULT_MAX_DECOMPRESSED), UnsupportedCompressionError for zstd below magic 2.
     """
-    cdef int codec_number = codec_id(codec)
-    cdef Py_ssize_t cap = DEFAULT_MAX_DECOMPRESSED if max_size is None else max_size
-    cdef Py_buffer src
-    PyObject_GetBuffer(data, &src, PyBUF_SIMPLE)
-    try:
-        return decompress(codec_number, magic, buffer_start(&src), src.len, cap)
-    finally:
-        PyBuffer_Release(&src)
+    return codec_call(codec, magic, data, True,
+                      DEFAULT_MAX_DECOMPRESSED if max_size is None else max_size, LEVEL_DEFAULT, NULL)
 
 
 def _compress(codec, int magic, data, level=None) -> bytes:
@@ -1059,14 +1068,14 @@ def _compress(codec, int magic, data, level=None) -> bytes:
     ``level`` None (or -1) is Kafka's default for the codec: gzip 6, lz4 9 (the fast
     compressor), zstd 3; else gzip 1..9, lz4 1..17 (LZ4 HC unless 9), zstd -131072..22.
     """
-    cdef int codec_number = codec_id(codec)
-    cdef int level_number = LEVEL_DEFAULT if level is None else level
-    cdef Py_buffer src
-    PyObject_GetBuffer(data, &src, PyBUF_SIMPLE)
-    try:
-        return compress(codec_number, magic, buffer_start(&src), src.len, level_number)
-    finally:
-        PyBuffer_Release(&src)
+    return codec_call(codec, magic, data, False, 0, LEVEL_DEFAULT if level is None else level,
+                      NULL)
+
+
+def _compress_into(WriteBuffer buffer, codec, int magic, data, level=None) -> int:
+    """compress_into for tests: append the container to `buffer`; returns its size."""
+    return codec_call(codec, magic, data, False, 0, LEVEL_DEFAULT if level is None else level,
+                      &buffer.w)
 
 
 def xxhash32(data, unsigned int seed=0) -> int:

@@ -22,8 +22,9 @@ from kafkacodec._legacy cimport write_legacy_message
 from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
                                walk_step,
                                OPEN_NONE, OPEN_COMPRESSED)
+from kafkacodec._legacy cimport begin_legacy_wrapper, end_legacy_wrapper
 from kafkacodec._crc cimport kc_crc_init
-from kafkacodec._compression cimport Decompressor, compress, LEVEL_DEFAULT, RETAINED_CHUNK
+from kafkacodec._compression cimport Decompressor, compress_into, LEVEL_DEFAULT, RETAINED_CHUNK
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
 from kafkacodec._mapguard cimport check_read
 
@@ -431,11 +432,13 @@ cdef class DownConverter:
         cdef Writer* inner = &self.inner.w
         cdef int8_t to_magic = <int8_t>self.to_magic
         cdef int8_t attributes = <int8_t>codec
-        cdef bytes value = compress(codec, to_magic, inner.buf, inner.length, LEVEL_DEFAULT)
+        cdef Py_ssize_t start
         if to_magic == 1 and h.timestamp_type == TIMESTAMP_LOG_APPEND:
             attributes |= TIMESTAMP_TYPE_MASK
-        write_legacy_message(&self.out.w, to_magic, last_offset, timestamp, attributes, NULL, -1,
-                             <const unsigned char*><char*>value, <int32_t>len(value))
+        start = begin_legacy_wrapper(&self.out.w, to_magic, last_offset, timestamp, attributes,
+                                     NULL, -1)
+        end_legacy_wrapper(&self.out.w, start, <int32_t>compress_into(
+            &self.out.w, codec, to_magic, inner.buf, inner.length, LEVEL_DEFAULT))
         # MemoryRecordsBuilder.uncompressedBytesWritten: inner messages + the wrapper header
         self.temporary_memory_bytes += (h.size + inner.length + LOG_OVERHEAD
                                         + (V1_RECORD_OVERHEAD if to_magic == 1 else V0_RECORD_OVERHEAD))

@@ -68,24 +68,16 @@ cdef inline Py_ssize_t legacy_message_size(int8_t magic, int32_t key_length,
     return (LOG_OVERHEAD + V0_RECORD_OVERHEAD + (8 if magic == 1 else 0)
             + (key_length if key_length > 0 else 0) + (value_length if value_length > 0 else 0))
 
-cdef inline Py_ssize_t write_legacy_message(Writer* w, int8_t magic, int64_t offset,
-                                            int64_t timestamp, int8_t attributes,
-                                            const unsigned char* key, int32_t key_length,
-                                            const unsigned char* value,
-                                            int32_t value_length) except -1:
-    """Append [offset][size][crc][magic][attributes][timestamp (v1)][key][value]; the CRC-32
-    covers magic..end.  A compressed wrapper is the same call with the compressed inner set as
-    value and the codec in attributes.  Returns the entry size."""
-    cdef Py_ssize_t total = legacy_message_size(magic, key_length, value_length)
-    cdef unsigned char* start
-    cdef unsigned char* p
-    ensure(w, total)
-    start = w.buf + w.length
+cdef inline unsigned char* legacy_message_head(unsigned char* start, int8_t magic, int64_t offset,
+                                               int64_t timestamp, int8_t attributes,
+                                               const unsigned char* key,
+                                               int32_t key_length) noexcept nogil:
+    """Write [offset][size][crc][magic][attributes][timestamp (v1)][key length][key] at
+    `start`, size and CRC left for the caller; returns where the value length goes."""
+    cdef unsigned char* p = start + MAGIC_OFFSET + 2
     store_u64(start, <uint64_t>offset)
-    store_u32(start + SIZE_OFFSET, <uint32_t>(total - LOG_OVERHEAD))
     start[MAGIC_OFFSET] = <unsigned char>magic
     start[MAGIC_OFFSET + 1] = <unsigned char>attributes
-    p = start + MAGIC_OFFSET + 2
     if magic == 1:
         store_u64(p, <uint64_t>timestamp)
         p += 8
@@ -94,13 +86,54 @@ cdef inline Py_ssize_t write_legacy_message(Writer* w, int8_t magic, int64_t off
     if key_length > 0:
         memcpy(p, key, key_length)
         p += key_length
-    store_u32(p, <uint32_t>value_length)
-    p += 4
-    if value_length > 0:
-        memcpy(p, value, value_length)
+    return p
+
+cdef inline void seal_legacy_message(unsigned char* start, Py_ssize_t total) noexcept nogil:
+    """Fill in the size and the CRC-32 (over magic..end) of the `total`-byte entry at start."""
+    store_u32(start + SIZE_OFFSET, <uint32_t>(total - LOG_OVERHEAD))
     store_u32(start + LOG_OVERHEAD, kc_crc32(0, start + MAGIC_OFFSET, total - MAGIC_OFFSET))
+
+cdef inline Py_ssize_t write_legacy_message(Writer* w, int8_t magic, int64_t offset,
+                                            int64_t timestamp, int8_t attributes,
+                                            const unsigned char* key, int32_t key_length,
+                                            const unsigned char* value,
+                                            int32_t value_length) except -1:
+    """Append [offset][size][crc][magic][attributes][timestamp (v1)][key][value]; the CRC-32
+    covers magic..end.  Returns the entry size.  (A compressed wrapper: begin_legacy_wrapper.)"""
+    cdef Py_ssize_t total = legacy_message_size(magic, key_length, value_length)
+    cdef unsigned char* start
+    cdef unsigned char* p
+    ensure(w, total)
+    start = w.buf + w.length
+    p = legacy_message_head(start, magic, offset, timestamp, attributes, key, key_length)
+    store_u32(p, <uint32_t>value_length)
+    if value_length > 0:
+        memcpy(p + 4, value, value_length)
+    seal_legacy_message(start, total)
     w.length += total
     return total
+
+cdef inline Py_ssize_t begin_legacy_wrapper(Writer* w, int8_t magic, int64_t offset,
+                                            int64_t timestamp, int8_t attributes,
+                                            const unsigned char* key,
+                                            int32_t key_length) except -1:
+    """Start a compressed wrapper message (the codec in attributes): everything before its
+    value, which the caller appends to w (compress_into), then end_legacy_wrapper.  Returns
+    where the message starts."""
+    cdef Py_ssize_t head = legacy_message_size(magic, key_length, 0)
+    cdef Py_ssize_t start = w.length
+    ensure(w, head)
+    legacy_message_head(w.buf + start, magic, offset, timestamp, attributes, key, key_length)
+    w.length += head
+    return start
+
+cdef inline Py_ssize_t end_legacy_wrapper(Writer* w, Py_ssize_t start,
+                                          int32_t value_length) except -1:
+    """Finish the wrapper begun at `start` whose value is the last value_length bytes of w;
+    returns the entry size."""
+    store_u32(w.buf + w.length - value_length - 4, <uint32_t>value_length)
+    seal_legacy_message(w.buf + start, w.length - start)
+    return w.length - start
 
 cdef inline int next_inner_entry(Cursor* cur, Py_ssize_t* entry_size) except -1 nogil:
     """Frame the next message of a decompressed inner set (spec §9.3): returns 1 with its size,

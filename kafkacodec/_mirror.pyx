@@ -18,12 +18,12 @@ from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, V2_HEADE
                                  TIMESTAMP_LOG_APPEND, wrap_add, wrap_sub, increment_sequence,
                                  CODEC_NONE, CODEC_ZSTD)
 from kafkacodec._v2 cimport write_v2_record, write_v2_batch_header
-from kafkacodec._legacy cimport write_legacy_message
 from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
                                walk_step,
                                pin_output, unpin_chunk, OPEN_COMPRESSED)
 
-from kafkacodec._compression cimport (compress, Decompressor, _Chunk, thread_decompressor,
+from kafkacodec._legacy cimport begin_legacy_wrapper, end_legacy_wrapper
+from kafkacodec._compression cimport (compress_into, Decompressor, _Chunk, thread_decompressor,
                                       DEFAULT_MAX_DECOMPRESSED, LEVEL_DEFAULT)
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec.protocol._produce cimport _PartitionRecords, write_produce_request
@@ -239,7 +239,9 @@ cdef object trim_v2(BatchWalk* w, int64_t fetch_offset):
     if kept == h.records_count:
         return True                  # nothing before the fetch offset: keep the batch as is
     if h.compression != CODEC_NONE:
-        body = compress(h.compression, 2, records.w.buf, records.w.length, LEVEL_DEFAULT)
+        body = WriteBuffer()
+        compress_into(&(<WriteBuffer>body).w, h.compression, 2, records.w.buf, records.w.length,
+                      LEVEL_DEFAULT)
     else:
         body = records
     out = h[0]
@@ -288,7 +290,7 @@ cdef object trim_legacy(BatchWalk* w, const unsigned char* data, int64_t fetch_o
     cdef Py_ssize_t entry_size
     cdef WriteBuffer inner_set = WriteBuffer(w.cur.end)
     cdef WriteBuffer result
-    cdef bytes compressed
+    cdef Py_ssize_t start
     cdef BatchHeader out
     cdef RawBytesBatchRecord record
     while walk_step(w, &v):
@@ -314,14 +316,14 @@ cdef object trim_legacy(BatchWalk* w, const unsigned char* data, int64_t fetch_o
         return None
     if kept == total:
         return True
-    compressed = compress(h.compression, h.magic, inner_set.w.buf, inner_set.w.length, LEVEL_DEFAULT)
     out = h[0]
     if h.magic == 1 and h.timestamp_type != TIMESTAMP_LOG_APPEND:
         out.max_timestamp = max_timestamp
-    result = WriteBuffer(len(compressed) + 64)
-    write_legacy_message(&result.w, h.magic, h.base_offset, out.max_timestamp,
-                         w.message.attributes, w.message.key, w.message.key_length,
-                         <const unsigned char*>PyBytes_AS_STRING(compressed), len(compressed))
+    result = WriteBuffer()
+    start = begin_legacy_wrapper(&result.w, h.magic, h.base_offset, out.max_timestamp,
+                                 w.message.attributes, w.message.key, w.message.key_length)
+    end_legacy_wrapper(&result.w, start, <int32_t>compress_into(
+        &result.w, h.compression, h.magic, inner_set.w.buf, inner_set.w.length, LEVEL_DEFAULT))
     record = make_record(&out, result.getvalue(), True)
     record.base_offset = wrap_add(w.inner_base, first_kept_inner)
     record.record_count = kept

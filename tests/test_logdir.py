@@ -769,3 +769,21 @@ def test_unlistable_partition_directory(sample, monkeypatch):
     table, _ = read_all(root, {"mode": "DROPMALFORMED"}, problems=problems)
     assert [p.kind for p in problems] == ["unreadable"] and "Permission denied" in problems[0].message
     assert offsets_of(table) == [r for r in oracle(root) if r[:2] != ("orders", 1)]
+
+
+def test_s3a_options_become_pyarrow_s3_arguments_for_reader_and_writer():
+    from kafkacodec.logdir._store import open_store
+    from kafkacodec.logdir.storage import s3_filesystem_arguments
+
+    options = {"fs.s3a.endpoint": "minio:9000", "fs.s3a.access.key": "AK", "fs.s3a.secret.key": "SK",
+               "fs.s3a.endpoint.region": "eu-west-1", "fs.s3a.path.style.access": "true",
+               "fs.s3a.session.token": None}
+    assert s3_filesystem_arguments(options) == {
+        "access_key": "AK", "secret_key": "SK", "region": "eu-west-1", "endpoint_override": "minio:9000",
+        "scheme": "https", "force_virtual_addressing": False}
+    assert s3_filesystem_arguments({"fs.s3a.endpoint": "http://h:1"})["scheme"] == "http"
+    assert s3_filesystem_arguments({"fs.s3a.endpoint": "http://h:1",
+                                    "fs.s3a.connection.ssl.enabled": "TRUE"})["scheme"] == "https"
+    store, root = open_store("s3a://bucket/dir?x=1", {k.upper(): v for k, v in options.items()})
+    assert root == "bucket/dir"
+    assert store.fs.region == "eu-west-1"

@@ -281,3 +281,19 @@ def test_fields_absent_from_a_version_read_as_kafkas_defaults():
     commit = m.OFFSET_COMMIT_REQUEST.decode(bytes(m.OFFSET_COMMIT_REQUEST.encode(0, {
         "group_id": "g", "topics": []})), 0)
     assert commit["generation_id_or_member_epoch"] == -1 and commit["member_id"] == ""
+
+
+def test_fetch_v13_topic_id_is_a_uuid_or_its_16_bytes_in_both_encoders():
+    from kafkacodec.protocol._fetch import encode_fetch_request
+
+    topic_id = uuid.uuid4()
+    partitions = [(0, 0, 100, 90, 3, None, 0)]
+    for same in (topic_id.bytes, bytearray(topic_id.bytes)):
+        assert encode_fetch_request([(same, [(0, 5)])], api_version=13) == \
+            encode_fetch_request([(topic_id, [(0, 5)])], api_version=13)
+        assert encode_fetch_response(13, 1, [("t", same, partitions)]) == \
+            encode_fetch_response(13, 1, [("t", topic_id, partitions)])
+    with pytest.raises(ValueError, match="16-byte topic id"):
+        encode_fetch_request([(topic_id.bytes[:15], [(0, 5)])], api_version=13)
+    with pytest.raises(ValueError, match="16-byte topic id"):
+        encode_fetch_response(13, 1, [("t", topic_id.bytes + b"x", partitions)])

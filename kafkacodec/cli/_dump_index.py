@@ -28,6 +28,11 @@ def _base_offset(dump: Dump, path: str) -> int | None:
     return None
 
 
+def _sibling(path: str, suffix: str) -> str:
+    """The segment's file with `suffix` beside `path` (same base offset)."""
+    return os.path.join(os.path.dirname(path), os.path.basename(path).split(".")[0] + suffix)
+
+
 def _read(path: str) -> bytes:
     check_regular(path, "dump")
     with open(path, "rb") as f:
@@ -38,7 +43,7 @@ def _open_log(dump: Dump, path: str) -> FileRecords | None:
     """The segment beside an index file, or None (reported: the entries are not checked)."""
     from kafkacodec import FileRecords
 
-    log = os.path.join(os.path.dirname(path), os.path.basename(path).split(".")[0] + ".log")
+    log = _sibling(path, ".log")
     try:
         check_regular(log, "dump")
         return FileRecords.open(log)
@@ -65,6 +70,17 @@ def _sanity(dump: Dump, path: str, suffix: str, data: bytes, base: int) -> int:
     return EXIT_OK
 
 
+def _index_slots(dump: Dump, path: str, suffix: str, entry_size: int) -> tuple[int, list[bytes]] | int:
+    """An index file's base offset and slots, or the exit status when that settles it (no base
+    offset in the name, or --index-sanity-check)."""
+    data, base = _read(path), _base_offset(dump, path)
+    if base is None:
+        return EXIT_DATA
+    if dump.args.index_sanity_check:
+        return _sanity(dump, path, suffix, data, base)
+    return base, _slots(data, entry_size)
+
+
 def _first_batch_at(log: FileRecords, position: int, size: int) -> Any:
     from kafkacodec.errors import KafkaCodecError
 
@@ -79,12 +95,10 @@ def _first_batch_at(log: FileRecords, position: int, size: int) -> Any:
 def dump_offset_index(dump: Dump, path: str) -> int:
     from kafkacodec.logdir.indexes import OFFSET_ENTRY
 
-    data, base = _read(path), _base_offset(dump, path)
-    if base is None:
-        return EXIT_DATA
-    if dump.args.index_sanity_check:
-        return _sanity(dump, path, ".index", data, base)
-    slots = _slots(data, OFFSET_ENTRY)
+    settled = _index_slots(dump, path, ".index", OFFSET_ENTRY)
+    if isinstance(settled, int):
+        return settled
+    base, slots = settled
     if not slots:
         dump.emit(f"{path} is empty.", {"file": path, "entries": 0})
         return EXIT_OK
@@ -123,7 +137,7 @@ def _index_position(dump: Dump, path: str, base: int, offset: int) -> int:
     """Kafka's OffsetIndex.lookup(offset) on the segment's `.index` (0 without one)."""
     from kafkacodec.logdir.indexes import OFFSET_ENTRY
 
-    index = os.path.join(os.path.dirname(path), os.path.basename(path).split(".")[0] + ".index")
+    index = _sibling(path, ".index")
     if index not in dump.offset_indexes:
         try:
             rows = [struct.unpack(">ii", s) for s in _slots(_read(index), OFFSET_ENTRY)]
@@ -141,17 +155,16 @@ def _index_position(dump: Dump, path: str, base: int, offset: int) -> int:
 def dump_time_index(dump: Dump, path: str) -> int:
     from kafkacodec.logdir.indexes import TIME_ENTRY
 
-    data, base = _read(path), _base_offset(dump, path)
-    if base is None:
-        return EXIT_DATA
-    if dump.args.index_sanity_check:
-        return _sanity(dump, path, ".timeindex", data, base)
+    settled = _index_slots(dump, path, ".timeindex", TIME_ENTRY)
+    if isinstance(settled, int):
+        return settled
+    base, slots = settled
     log = _open_log(dump, path)
     where = os.path.abspath(path)
     mismatch, out_of_order, not_found = [], [], []
     previous = -1                                   # RecordBatch.NO_TIMESTAMP
     try:
-        for i, slot in enumerate(_slots(data, TIME_ENTRY)):
+        for i, slot in enumerate(slots):
             timestamp, relative = struct.unpack(">qi", slot)
             offset = base + relative
             if offset == base and i > 0:

@@ -23,12 +23,9 @@ from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 from kafkacodec._atomic import fsync_directory
+from kafkacodec.logdir.storage import s3_filesystem_arguments
 
 __all__ = ["Store", "LocalStore", "ArrowStore", "open_store", "is_uri"]
-
-# Hadoop's S3A option -> pyarrow.fs.S3FileSystem argument
-_S3A_OPTIONS = {"fs.s3a.access.key": "access_key", "fs.s3a.secret.key": "secret_key",
-                "fs.s3a.session.token": "session_token", "fs.s3a.endpoint.region": "region"}
 
 
 def is_uri(path: str) -> bool:
@@ -203,15 +200,7 @@ def open_store(path: str, options: Mapping[str, Any] | None = None) -> tuple[Sto
     opts = {str(k).lower(): v for k, v in (options or {}).items() if v is not None}
     if scheme in ("s3", "s3a", "s3n"):
         rest = path.split("://", 1)[1]
-        kwargs: dict[str, Any] = {arg: str(opts[name]) for name, arg in _S3A_OPTIONS.items() if name in opts}
-        endpoint = opts.get("fs.s3a.endpoint")
-        if endpoint:
-            parts = urlsplit(endpoint if "://" in endpoint else f"//{endpoint}")
-            kwargs["endpoint_override"] = parts.netloc
-            ssl = str(opts.get("fs.s3a.connection.ssl.enabled", parts.scheme != "http")).lower()
-            kwargs["scheme"] = "https" if ssl == "true" else "http"
-        if "fs.s3a.path.style.access" in opts:
-            kwargs["force_virtual_addressing"] = str(opts["fs.s3a.path.style.access"]).lower() != "true"
+        kwargs = s3_filesystem_arguments(opts)
         if kwargs:
             return ArrowStore(fs.S3FileSystem(**kwargs), "s3://"), rest.split("?", 1)[0].rstrip("/")
         filesystem, inner = fs.FileSystem.from_uri("s3://" + rest)

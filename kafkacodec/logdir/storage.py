@@ -193,21 +193,26 @@ def _local_entry(path: str, name: str) -> Entry:
     return Entry(path, name, "other", note=kind)
 
 
+def s3_filesystem_arguments(options: Mapping[str, Any]) -> dict[str, Any]:
+    """pyarrow.fs.S3FileSystem's arguments for Hadoop's fs.s3a.* options (None = not set)."""
+    kwargs: dict[str, Any] = {arg: str(options[name]) for name, arg in _S3A_ARGUMENTS.items()
+                              if options.get(name) is not None}
+    endpoint = options.get("fs.s3a.endpoint")
+    if endpoint:
+        parsed = urlparse(endpoint if "://" in endpoint else f"//{endpoint}")
+        kwargs["endpoint_override"] = parsed.netloc
+        ssl = str(options.get("fs.s3a.connection.ssl.enabled", parsed.scheme != "http")).lower()
+        kwargs["scheme"] = "https" if ssl == "true" else "http"
+    if options.get("fs.s3a.path.style.access") is not None:
+        kwargs["force_virtual_addressing"] = str(options["fs.s3a.path.style.access"]).lower() != "true"
+    return kwargs
+
+
 def _filesystem(scheme: str, root: str, options: Mapping[str, str]) -> Any:
     from pyarrow import fs as pafs
 
     if scheme == "s3" and any(options.get(k) is not None for k in S3_OPTIONS):
-        kwargs: dict[str, Any] = {arg: str(options[name]) for name, arg in _S3A_ARGUMENTS.items()
-                                  if options.get(name) is not None}
-        endpoint = options.get("fs.s3a.endpoint")
-        if endpoint:
-            parsed = urlparse(endpoint if "://" in endpoint else f"//{endpoint}")
-            kwargs["endpoint_override"] = parsed.netloc
-            ssl = str(options.get("fs.s3a.connection.ssl.enabled", parsed.scheme != "http")).lower()
-            kwargs["scheme"] = "https" if ssl == "true" else "http"
-        if options.get("fs.s3a.path.style.access") is not None:
-            kwargs["force_virtual_addressing"] = str(options["fs.s3a.path.style.access"]).lower() != "true"
-        return pafs.S3FileSystem(**kwargs)
+        return pafs.S3FileSystem(**s3_filesystem_arguments(options))
     filesystem, _ = pafs.FileSystem.from_uri(root)
     return filesystem
 

@@ -24,8 +24,8 @@ from kafkacodec._writer cimport (Writer, WriteBuffer, put_int8, put_int32, put_i
                                  put_bytes, put_uvarint)
 from kafkacodec.protocol._wire cimport (skip_tagged_fields, put_length, put_string,
                                         put_empty_tags, begin_request, end_frame,
-                                        checked_version, open_response, API_FETCH,
-                                        FETCH_FLEXIBLE)
+                                        checked_version, open_response, put_topic_id,
+                                        API_FETCH, FETCH_FLEXIBLE)
 
 from kafkacodec.protocol._types import AbortedTransaction, FetchTopicResponse, FetchResponse
 
@@ -352,10 +352,7 @@ def encode_fetch_request(topics, *, api_version=12, int32_t correlation_id=0,
     put_length(w, len(topics), flexible, True)
     for topic, partitions in topics:
         if version >= 13:
-            topic_id = topic.bytes if isinstance(topic, _uuid.UUID) else bytes(topic)
-            if len(topic_id) != 16:
-                raise ValueError("Fetch v13+ identifies topics by a 16-byte topic id")
-            put_bytes(w, <const unsigned char*><char*>topic_id, 16)
+            put_topic_id(w, topic)
         else:
             put_string(w, topic, flexible)
         partitions = list(partitions)

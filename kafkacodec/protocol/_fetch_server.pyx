@@ -19,6 +19,7 @@ from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int8, put_int1
                                  put_int64, put_bytes, put_uvarint, store_u32)
 from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tagged_fields,
                                         read_uuid, put_length, put_string, put_empty_tags,
+                                        put_topic_id, read_int32_if, read_int64_if,
                                         FETCH_FLEXIBLE)
 
 from kafkacodec.errors import CorruptRecordError, UnsupportedVersionError
@@ -101,17 +102,12 @@ def decode_fetch_request(data, int api_version, Py_ssize_t offset=0, Py_ssize_t 
         size = total - offset
     cursor_init(&cur, &buf[0] + offset if total else NULL, size, offset)
     request.api_version = api_version
-    request.replica_id = -1
-    if api_version <= 14:
-        need(&cur, 4, b"fetch request replica id")
-        request.replica_id = get_int32(&cur)
+    request.replica_id = read_int32_if(&cur, api_version <= 14, -1, b"fetch request replica id")
     need(&cur, 8, b"fetch request max wait and min bytes")
     request.max_wait_ms = get_int32(&cur)
     request.min_bytes = get_int32(&cur)
-    request.max_bytes = 0x7FFFFFFF
-    if api_version >= 3:
-        need(&cur, 4, b"fetch request max bytes")
-        request.max_bytes = get_int32(&cur)
+    request.max_bytes = read_int32_if(&cur, api_version >= 3, 0x7FFFFFFF,
+                                      b"fetch request max bytes")
     request.isolation_level = 0
     if api_version >= 4:
         need(&cur, 1, b"fetch request isolation level")
@@ -132,20 +128,14 @@ def decode_fetch_request(data, int api_version, Py_ssize_t offset=0, Py_ssize_t 
             part = FetchPartition.__new__(FetchPartition)
             need(&cur, 4, b"fetch request partition")
             part.partition = get_int32(&cur)
-            part.current_leader_epoch = -1
-            if api_version >= 9:
-                need(&cur, 4, b"fetch request current leader epoch")
-                part.current_leader_epoch = get_int32(&cur)
+            part.current_leader_epoch = read_int32_if(&cur, api_version >= 9, -1,
+                                                      b"fetch request current leader epoch")
             need(&cur, 8, b"fetch request fetch offset")
             part.fetch_offset = get_int64(&cur)
-            part.last_fetched_epoch = -1
-            if api_version >= 12:
-                need(&cur, 4, b"fetch request last fetched epoch")
-                part.last_fetched_epoch = get_int32(&cur)
-            part.log_start_offset = -1
-            if api_version >= 5:
-                need(&cur, 8, b"fetch request log start offset")
-                part.log_start_offset = get_int64(&cur)
+            part.last_fetched_epoch = read_int32_if(&cur, api_version >= 12, -1,
+                                                    b"fetch request last fetched epoch")
+            part.log_start_offset = read_int64_if(&cur, api_version >= 5, -1,
+                                                  b"fetch request log start offset")
             need(&cur, 4, b"fetch request partition max bytes")
             part.partition_max_bytes = get_int32(&cur)
             if flexible:
@@ -193,7 +183,6 @@ def encode_fetch_response(int api_version, int32_t correlation_id, topics, *,
     cdef list cuts = []
     cdef int64_t records_total = 0, frame
     cdef Py_ssize_t records_size
-    cdef bytes raw_id
     check_version(api_version)
     ensure(w, 4)
     w.length = 4                                           # the frame size, patched below
@@ -208,10 +197,7 @@ def encode_fetch_response(int api_version, int32_t correlation_id, topics, *,
     put_length(w, len(topics), flexible, True)
     for name, topic_id, partitions in topics:
         if api_version >= 13:
-            raw_id = topic_id.bytes if isinstance(topic_id, _uuid.UUID) else bytes(topic_id)
-            if len(raw_id) != 16:
-                raise ValueError("Fetch v13+ names topics by a 16-byte topic id")
-            put_bytes(w, <const unsigned char*><char*>raw_id, 16)
+            put_topic_id(w, topic_id)
         else:
             put_string(w, name, flexible)
         put_length(w, len(partitions), flexible, True)

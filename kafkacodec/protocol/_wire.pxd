@@ -6,8 +6,8 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 from cpython.number cimport PyNumber_Index
 from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_AsUTF8String
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from kafkacodec._cursor cimport (Cursor, cursor_init, need, take, get_int16, get_int32, read_uvarint,
-                                 raise_corrupt, raise_short)
+from kafkacodec._cursor cimport (Cursor, cursor_init, need, take, get_int16, get_int32, get_int64,
+                                 read_uvarint, raise_corrupt, raise_short)
 from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int32, put_bytes,
                                  put_uvarint, store_u32)
 
@@ -203,3 +203,27 @@ cdef inline int32_t read_response_header(Cursor* cur, bint flexible) except? -1:
 cdef inline object read_uuid(Cursor* cur, const char* what):
     cdef const unsigned char* p = take(cur, 16, what)
     return (<bytes>(<char*>p)[:16])
+
+cdef inline int put_topic_id(Writer* w, object topic_id) except -1:
+    """A topic named by its id (Fetch v13+): a uuid.UUID (its .bytes) or the 16 bytes."""
+    cdef object raw = getattr(topic_id, "bytes", None)
+    cdef bytes value = raw if type(raw) is bytes else bytes(topic_id)
+    if len(value) != 16:
+        raise ValueError("Fetch v13+ names topics by a 16-byte topic id")
+    return put_bytes(w, <const unsigned char*><char*>value, 16)
+
+# --- fields some versions lack: read when `present`, else Kafka's default `absent` ---------------
+
+cdef inline int32_t read_int32_if(Cursor* cur, bint present, int32_t absent,
+                                     const char* what) except? -1:
+    if not present:
+        return absent
+    need(cur, 4, what)
+    return get_int32(cur)
+
+cdef inline int64_t read_int64_if(Cursor* cur, bint present, int64_t absent,
+                                     const char* what) except? -1:
+    if not present:
+        return absent
+    need(cur, 8, what)
+    return get_int64(cur)
