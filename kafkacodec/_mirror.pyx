@@ -100,7 +100,7 @@ cdef RawBytesBatchRecord make_record(const BatchHeader* h, object value, bint tr
     r.value = value
     r.offset = h.last_offset
     r.magic = h.magic
-    if h.compression > CODEC_ZSTD:  # ids 5-7 are not codecs: refuse instead of an enum ValueError
+    if h.compression > CODEC_ZSTD:  # ids 5-7 are not codecs: refuse before the lookup below
         raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
                                           position=h.position, offset=h.base_offset)
     r.compression = _COMPRESSIONS[h.compression]

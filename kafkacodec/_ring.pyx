@@ -1416,8 +1416,9 @@ cdef class FetchRecord:
 
     @property
     def headers(self):
-        """((key str, value bytes or None), ...), as Record.headers; parsed on request.  A key that is not UTF-8 gets
-        U+FFFD for its bad bytes, as Java's new String(bytes, UTF_8) (and MemoryRecords)."""
+        """((key str, value bytes or None), ...) as Record.headers, parsed on request.  A key
+        that is not UTF-8 gets U+FFFD for its bad bytes, as Java's new String(bytes, UTF_8)
+        (and MemoryRecords)."""
         cdef Cursor cur
         cdef const unsigned char* k
         cdef const unsigned char* v
