@@ -2,7 +2,7 @@
 
 from typing_extensions import Buffer
 
-from kafkacodec._types import Compression
+from kafkacodec._types import Compression, TimestampType
 from kafkacodec._writer import WriteBuffer
 from kafkacodec.protocol._types import FetchResponse
 import uuid
@@ -27,7 +27,7 @@ class RawBytesBatchRecord:
     @property
     def timestamp(self) -> int: ...
     @property
-    def timestamp_type(self) -> int: ...
+    def timestamp_type(self) -> TimestampType: ...
     @property
     def producer_id(self) -> int: ...
     @property

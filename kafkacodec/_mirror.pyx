@@ -28,12 +28,15 @@ from kafkacodec._compression cimport (compress_into, Decompressor, _Chunk, threa
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec.protocol._produce cimport _PartitionRecords, write_produce_request
 
-from kafkacodec._types import Compression
+import kafkacodec._types as _types
 from kafkacodec.errors import (CorruptRecordError, RecordTooLargeError,
                                UnsupportedCompressionError, UnsupportedVersionError)
 
 
 kc_crc_init()      # kc_crc.h keeps its dispatch state per extension module
+
+cdef tuple _TIMESTAMP_TYPES = _types.TIMESTAMP_TYPES      # TimestampType by id + 1
+cdef tuple _COMPRESSIONS = _types.COMPRESSIONS            # Compression by id
 
 
 cdef object as_byte_view(object data):
@@ -61,7 +64,7 @@ cdef class RawBytesBatchRecord:
     cdef readonly object compression
     cdef readonly object record_count
     cdef readonly int64_t timestamp
-    cdef readonly int timestamp_type
+    cdef readonly object timestamp_type
     cdef readonly int64_t producer_id
     cdef readonly int producer_epoch
     cdef readonly int32_t base_sequence
@@ -97,12 +100,12 @@ cdef RawBytesBatchRecord make_record(const BatchHeader* h, object value, bint tr
     r.value = value
     r.offset = h.last_offset
     r.magic = h.magic
-    if h.compression > CODEC_ZSTD:  # ids 5-7 are not codecs: refuse instead of an enum ValueError
+    if h.compression > CODEC_ZSTD:  # ids 5-7 are not codecs: refuse before the lookup below
         raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
                                           position=h.position, offset=h.base_offset)
-    r.compression = Compression(h.compression)
+    r.compression = _COMPRESSIONS[h.compression]
     r.timestamp = h.max_timestamp
-    r.timestamp_type = h.timestamp_type
+    r.timestamp_type = _TIMESTAMP_TYPES[h.timestamp_type + 1]    # -1 (magic 0), 0 or 1
     r.producer_id = h.producer_id
     r.producer_epoch = h.producer_epoch
     r.base_sequence = h.base_sequence

@@ -57,7 +57,8 @@ import os as _os
 import numpy as _np
 
 from kafkacodec._mapguard import map_file
-from kafkacodec._types import Compression, ControlType, TimestampType
+import kafkacodec._types as _types
+from kafkacodec._types import ControlType
 from kafkacodec.errors import (BufferReleasedError, ConcurrentUseError, CorruptRecordError,
                                FileTruncatedError, InvalidCrcError, KafkaCodecError,
                                UnsupportedCompressionError)
@@ -65,9 +66,8 @@ from kafkacodec.errors import (BufferReleasedError, ConcurrentUseError, CorruptR
 kc_crc_init()
 cnp.import_array()
 
-cdef tuple _TIMESTAMP_TYPES = (TimestampType.NO_TIMESTAMP_TYPE, TimestampType.CREATE_TIME,
-                               TimestampType.LOG_APPEND_TIME)
-cdef tuple _COMPRESSIONS = tuple(Compression)
+cdef tuple _TIMESTAMP_TYPES = _types.TIMESTAMP_TYPES
+cdef tuple _COMPRESSIONS = _types.COMPRESSIONS
 cdef tuple _CONTROL_TYPES = tuple(ControlType)
 cdef tuple _NO_HEADERS = ()
 

@@ -46,7 +46,7 @@ from libc.errno cimport errno, EINTR, EAGAIN
 
 from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, raise_corrupt
 from kafkacodec._format cimport (BatchHeader, next_entry, crc_is_valid, compute_crc,
-                                 CONTROL_FLAG, TRANSACTIONAL_FLAG)
+                                 CONTROL_FLAG, TRANSACTIONAL_FLAG, CODEC_ZSTD)
 from kafkacodec._v2 cimport read_v2_header
 from kafkacodec._compression cimport (Decompressor, _Chunk, DEFAULT_MAX_DECOMPRESSED,
                                       thread_decompressor)
@@ -60,10 +60,17 @@ from kafkacodec.protocol._fetch cimport (FetchPartitionHeader, read_fetch_start,
                                          read_fetch_partition, read_aborted_transaction,
                                          FETCH_MIN_VERSION, FETCH_MAX_VERSION, FETCH_TOPIC_IDS)
 
+import uuid as _uuid
+
 from kafkacodec._pool import MemoryPool
+import kafkacodec._types as _types
 from kafkacodec.errors import (BufferReleasedError, ConcurrentUseError, CorruptRecordError,
                                InvalidCrcError, KafkaCodecError, MemoryPoolError,
-                               RecordTooLargeError)
+                               RecordTooLargeError, UnsupportedCompressionError)
+
+cdef tuple _TIMESTAMP_TYPES = _types.TIMESTAMP_TYPES      # TimestampType by id + 1
+cdef tuple _COMPRESSIONS = _types.COMPRESSIONS            # Compression by id
+cdef tuple _NO_HEADERS = ()
 
 
 cdef extern from "Python.h":
@@ -1029,7 +1036,8 @@ cdef class FetchRecords:
         self.parts_left = read_fetch_topic(&self.top, self.version, self.flexible, &name, &length)
         if self.version >= FETCH_TOPIC_IDS:
             self.rec.topic_ = None
-            self.rec.topic_id_ = PyBytes_FromStringAndSize(<const char*>name, 16)
+            # once per topic, as the protocol decoder gives it (KIP-516: a UUID)
+            self.rec.topic_id_ = _uuid.UUID(bytes=PyBytes_FromStringAndSize(<const char*>name, 16))
         else:
             try:
                 self.rec.topic_ = PyUnicode_DecodeUTF8(<const char*>name, length, NULL)
@@ -1297,6 +1305,7 @@ cdef class FetchRecord:
 
     @property
     def topic_id(self):
+        """The topic's uuid.UUID from Fetch v13 (None before); `.bytes` gives its 16 raw bytes."""
         self.check()
         return self.topic_id_
 
@@ -1348,10 +1357,10 @@ cdef class FetchRecord:
         return self.timestamp_
 
     @property
-    def timestamp_type(self) -> int:
-        """-1 (none: magic 0), 0 CreateTime, 1 LogAppendTime."""
+    def timestamp_type(self):
+        """TimestampType (an IntEnum): -1 (none: magic 0), 0 CreateTime, 1 LogAppendTime."""
         self.check()
-        return self.timestamp_type_
+        return _TIMESTAMP_TYPES[self.timestamp_type_ + 1]
 
     @property
     def leader_epoch(self) -> int:
@@ -1370,9 +1379,14 @@ cdef class FetchRecord:
         return self.batch.magic
 
     @property
-    def compression(self) -> int:
+    def compression(self):
+        """The batch's Compression (an IntEnum)."""
         self.check()
-        return self.batch.compression
+        if self.batch.compression > CODEC_ZSTD:     # the walker refuses these before a record
+            raise UnsupportedCompressionError(f"unknown compression type id {self.batch.compression}",
+                                              position=self.batch.position,
+                                              offset=self.batch.base_offset)
+        return _COMPRESSIONS[self.batch.compression]
 
     @property
     def key_length(self) -> int:
@@ -1401,9 +1415,10 @@ cdef class FetchRecord:
         return PyBytes_FromStringAndSize(<const char*>self.value_ptr, self.value_length_)
 
     @property
-    def headers(self) -> list:
-        """[(key str, value bytes or None)], parsed on request.  A key that is not UTF-8 gets
-        U+FFFD for its bad bytes, as Java's new String(bytes, UTF_8) (and MemoryRecords)."""
+    def headers(self):
+        """((key str, value bytes or None), ...) as Record.headers, parsed on request.  A key
+        that is not UTF-8 gets U+FFFD for its bad bytes, as Java's new String(bytes, UTF_8)
+        (and MemoryRecords)."""
         cdef Cursor cur
         cdef const unsigned char* k
         cdef const unsigned char* v
@@ -1413,7 +1428,7 @@ cdef class FetchRecord:
         cdef list out
         self.check()
         if self.header_count == 0:
-            return []
+            return _NO_HEADERS
         cursor_init(&cur, self.headers_ptr, self.headers_size, 0)
         # The tuples are GC-tracked: allocating them may run a collection, and with it any
         # finaliser (one that moves the iterator on, or releases the response).  The bytes
@@ -1433,7 +1448,7 @@ cdef class FetchRecord:
                 unpin_chunk(chunk)
             else:
                 resp.ring.leave_reader(resp.seq)
-        return out
+        return tuple(out)
 
     def copy(self) -> tuple:
         """(topic, partition, offset, timestamp, key, value, headers) as new Python objects."""
@@ -1444,7 +1459,7 @@ cdef class FetchRecord:
     def __repr__(self):
         if not self.valid or self.resp is None or self.resp.released:
             return "<FetchRecord (no record: its iterator moved on or the response was released)>"
-        return (f"<FetchRecord {self.topic_ if self.topic_id_ is None else self.topic_id_.hex()}"
+        return (f"<FetchRecord {self.topic_ if self.topic_id_ is None else self.topic_id_}"
                 f"-{self.partition_}@{self.offset_} key={self.key_length_} "
                 f"value={self.value_length_} bytes>")
 

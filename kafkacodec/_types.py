@@ -23,6 +23,12 @@ class TimestampType(enum.IntEnum):
     LOG_APPEND_TIME = 1
 
 
+# The members by stored id, for the compiled readers' per-record properties (a tuple index,
+# not an enum call): TIMESTAMP_TYPES[id + 1] (ids -1, 0, 1), COMPRESSIONS[id] (ids 0-4).
+TIMESTAMP_TYPES: tuple[TimestampType, ...] = tuple(TimestampType)
+COMPRESSIONS: tuple[Compression, ...] = tuple(Compression)
+
+
 class ControlType(enum.IntEnum):
     """Control record types (key: int16 version, int16 type)."""
 

@@ -58,7 +58,7 @@ def reference_records(frame, version):
             records = MemoryRecords(bytes(part.records))
             while (batch := records.next_batch()) is not None:
                 for rec in batch:
-                    out.append((topic.topic if version < 13 else topic.topic_id.bytes,
+                    out.append((topic.topic if version < 13 else topic.topic_id,
                                 part.partition_index, rec.offset, rec.timestamp,
-                                rec.key, rec.value, [(k, v) for k, v in rec.headers]))
+                                rec.key, rec.value, tuple((k, v) for k, v in rec.headers)))
     return out

@@ -528,3 +528,15 @@ def test_dump_deep_legacy_wrapper_whose_key_runs_past_it(tmp_path, capsys):
     assert code == EXIT_DATA, (out, err)
     assert "Traceback" not in err and "struct.error" not in out + err
     assert re.search(r"\n\| error: truncated message .* at byte \d+ \(batch offset 7\)\n", out), out
+
+
+def test_read_says_the_verify_hint_once(tmp_path, capsys):
+    """logdir's FAILFAST error already ends in a `kafkacodec verify` hint: the CLI adds none."""
+    data = bytearray(v2_segment(3, 3, 1))
+    size = struct.unpack(">i", data[8:12])[0]
+    data[12 + size + 16] = 7                      # the second batch's magic byte
+    (tmp_path / "t-0").mkdir()
+    (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(data)
+    code, _, err = run(capsys, "read", tmp_path, "-o", "-5")
+    assert code == EXIT_DATA and "invalid magic byte 7" in err and "(batch offset 3)" in err
+    assert err.count("lists every problem") == 1, err

@@ -58,7 +58,7 @@ def consume_all(consumer, ends, form, timeout=30.0):
         assert time.monotonic() < deadline, debug_state(consumer, ends)
         if form == "records":
             for rec in consumer.records(0.5):
-                out.append((rec.partition, rec.offset, rec.key, rec.value, rec.headers,
+                out.append((rec.partition, rec.offset, rec.key, rec.value, list(rec.headers),
                             rec.timestamp))
             continue
         for part in consumer.poll(0.5):

@@ -93,8 +93,8 @@ def via_memory_records(data):
     try:
         for rec in MemoryRecords(data).records():
             if not rec.is_control:
-                out.append((rec.offset, rec.timestamp, int(rec.timestamp_type), rec.key,
-                            rec.value, list(rec.headers)))
+                out.append((rec.offset, rec.timestamp, rec.timestamp_type, rec.key,
+                            rec.value, rec.headers))
     except KafkaCodecError as exc:
         return out, type(exc)
     return out, None

@@ -43,7 +43,7 @@ def produce_every_codec(bootstrap, per_codec=100):
         assert err is None, err
         codec_name, i = msg.key().decode().split("-")     # delivery reports carry no headers
         produced[(msg.partition(), msg.offset())] = (
-            codec_name, msg.key(), msg.value(), [("codec", codec_name.encode()), ("i", i.encode())])
+            codec_name, msg.key(), msg.value(), (("codec", codec_name.encode()), ("i", i.encode())))
 
     for codec in CODECS:
         producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap,

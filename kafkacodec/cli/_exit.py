@@ -66,7 +66,9 @@ def run_reporting_errors(command: str, run: Callable[[], int]) -> int:
         code, message = EXIT_DATA, (f"{exc}; Kafka refuses this too (UNSUPPORTED_COMPRESSION_TYPE): "
                                     f"old clients cannot read such batches{hint}")
     except KafkaCodecError as exc:
-        code, message = EXIT_DATA, f"{exc}; `kafkacodec verify PATH` lists every problem"
+        # say the verify hint once: logdir's errors end in their own (`verify DIR`)
+        said = "`kafkacodec verify " in str(exc)
+        code, message = EXIT_DATA, str(exc) if said else f"{exc}; `kafkacodec verify PATH` lists every problem"
     except ImportError as exc:
         extra = OPTIONAL_MODULES.get((exc.name or "").split(".")[0])
         if extra is None:

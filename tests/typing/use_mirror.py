@@ -1,5 +1,6 @@
 import uuid
 
+from kafkacodec import TimestampType
 from kafkacodec._writer import WriteBuffer
 from kafkacodec.mirror import RawBatchesBuilder, fetch_to_produce, shallow_records, trim_batch
 from kafkacodec.protocol import decode_fetch_response, encode_fetch_request, encode_produce_request
@@ -12,6 +13,7 @@ for topic in response.responses:
             for batch in shallow_records(part.records, 3):
                 last: int = batch.offset
                 size: int = len(batch.value)
+                kind: TimestampType = batch.timestamp_type
 builder = RawBatchesBuilder(1 << 20)
 ok: bool = builder.append(b"")
 frame: WriteBuffer | None = fetch_to_produce(response, next_offsets={}, topic_names={uuid.uuid4(): "t"})
