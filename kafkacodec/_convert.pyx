@@ -314,11 +314,14 @@ cdef class DownConverter:
                 self.decompressor = Decompressor()
             data = self.decompress(h.compression, h.magic, data, size, w.data_position, h,
                                    &size)
-            walk_decompressed(&w, data, size)
-            if h.magic >= 2:
-                return self.wrap_v2_records(&w, self.zstd_codec if h.compression == CODEC_ZSTD
-                                            else h.compression)
-            return self.wrap_v1_messages(&w)
+            try:
+                walk_decompressed(&w, data, size)
+                if h.magic >= 2:
+                    return self.wrap_v2_records(&w, self.zstd_codec if h.compression == CODEC_ZSTD
+                                                else h.compression)
+                return self.wrap_v1_messages(&w)
+            except KafkaCodecError as error:
+                raise in_decompressed(error, &w)
         if h.magic >= 2:
             return self.convert_v2_plain(&w)
         return self.convert_v1_plain(&w)
@@ -517,6 +520,18 @@ cdef class ChunkReader:
             return output, temp, converted, monotonic_ns() - started
         finally:
             guard_leave(&self.guard)
+
+
+cdef object in_decompressed(object error, const BatchWalk* w):
+    """An error found walking a batch's decompressed records, as MemoryRecords reports it: the
+    byte in the decompressed data, where that data came from, and the batch offset.  Errors
+    that already name the batch itself (check_record()) pass as they are."""
+    if error.position is None:
+        return error.with_context(position=w.data_position, offset=w.h.base_offset)
+    if error.offset is not None and error.position == w.h.position:
+        return error
+    return error.with_context(suffix=f" at byte {error.position} of the decompressed data",
+                              position=w.data_position, offset=w.h.base_offset)
 
 
 cdef inline int check_record(int64_t offset, int64_t timestamp, int64_t last,

@@ -45,6 +45,7 @@ from kafkacodec._v2 cimport V2Record, read_v2_record_checked, scan_v2_record, re
 from kafkacodec._walk cimport (BatchWalk, RecordView, walk_entry, walk_entries, walk_open,
                                walk_decompressed, walk_scan, walk_next, pin_output, unpin_chunk,
                                WALK_DONE, OPEN_COMPRESSED)
+from kafkacodec._legacy cimport LegacyMessage, read_legacy_message
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec._compression cimport (_Chunk, Decompressor, DEFAULT_MAX_DECOMPRESSED,
                                       thread_decompressor)
@@ -765,14 +766,12 @@ cdef class _RecordIterator:
         try:
             if self._pending:
                 self._pending = False
+                if h.compression == CODEC_NONE and (h.magic == 0 or h.magic == 1):
+                    return self._only_record()
                 self._open()
             if not walk_next(&self._w, &v):
                 self._end_batch()
                 return None
-            if h.magic < 2 and self._chunk is None:     # the entry is its only record
-                record = make_record(&v, h.base_offset, self._w.cur.base, None)
-                self._buf.check_cut(h.position + h.size, h.position, h.base_offset)
-                return record
             return make_record(&v, h.base_offset, self._w.cur.base, self._in_place())
         except KafkaCodecError as err:
             decompressed = self._chunk is not None
@@ -785,6 +784,27 @@ cdef class _RecordIterator:
                             else err.position)
                 self._buf.explain(err, h.position + h.size, position, h.base_offset)
             raise in_batch(err, h, self._w.data_position, decompressed)
+
+    cdef Record _only_record(self):
+        """An uncompressed v0/v1 entry's only record, read as walk_open() and walk_next() read
+        it (WALK_ONE) without setting up the walk: one per entry, this is the legacy loop."""
+        cdef const BatchHeader* h = &self._w.h
+        cdef LegacyMessage m
+        cdef Record r
+        self._w.data_position = h.position
+        read_legacy_message(self._buf.data + h.position, h.size, h.position, &m)
+        r = Record.__new__(Record)           # not GC-tracked: no collection runs here
+        r.offset = h.base_offset
+        r.timestamp = h.max_timestamp        # the entry header's: LogAppendTime applied
+        r._timestamp_type = h.timestamp_type
+        r.sequence = NO_SEQUENCE
+        r._control_type = -1
+        r._coordinator_epoch = -1
+        r.key = bytes_or_none(m.key, m.key_length)
+        r.value = bytes_or_none(m.value, m.value_length)
+        r.headers = _NO_HEADERS
+        self._buf.check_cut(h.position + h.size, h.position, h.base_offset)
+        return r
 
     cdef int _open(self) except -1:
         """Open the walk of _w.h: its records in place, or decompressed into a pinned chunk."""

@@ -965,3 +965,31 @@ print("done")
                          env=child_env(), cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split("\n")[:2] == ["garbage []", "done"], run.stdout
+
+
+def test_corrupt_compressed_record_is_located_like_memory_records():
+    # A byte flipped (CRC recomputed) in an LZ4 batch after a plain one: a fault inside the
+    # decompressed records names its byte there, the batch's records section (after the plain
+    # batch and the 61-byte v2 header) and the batch offset, in down_convert as in MemoryRecords.
+    plain = v2_batch([(i, 1000 + i, b"k%d" % i, b"v" * 30) for i in range(40)])
+    good = v2_batch([(i, 1000 + i, b"k%d" % i, b"value %d " % i * 5) for i in range(50)],
+                    base_offset=5, codec=LZ4)
+    located = 0
+    for at in range(61, len(good)):
+        bad = bytearray(good)
+        bad[at] ^= 0xFF
+        struct.pack_into(">I", bad, 17, crc32c.crc32c(bytes(bad[21:])))
+        data = plain + bytes(bad)
+        try:
+            list(kafkacodec.MemoryRecords(data).records())
+            continue                 # the flip changed a key or value only
+        except kafkacodec.KafkaCodecError as error:
+            read = error
+        if "of the decompressed data" not in str(read):
+            continue                 # the flip broke the LZ4 frame itself
+        located += 1
+        with pytest.raises(type(read)) as converted:
+            down_convert(data, 1)
+        assert (str(converted.value), converted.value.position, converted.value.offset) == (
+            str(read), len(plain) + 61, 5)
+    assert located > 5

@@ -343,10 +343,21 @@ def shared_ring():
     left, right = socket.socketpair()
     right.settimeout(None)
     stop = threading.Event()
+    guard_seen = threading.Event()
     results, problems, in_use = {}, [], []
     lock = threading.Lock()
 
+    def saw_in_use(exc):
+        in_use.append(exc)
+        guard_seen.set()
+
     def sender():
+        # Nothing is sent until the writer-side guard has refused a call: with no bytes to
+        # read, a receiver waits inside recv_into() (the GIL released, the ring's writer
+        # taken), so the meddler or the other receiver is refused, whatever the timing.
+        while not guard_seen.wait(0.01):
+            if stop.is_set():
+                return
         pos = 0
         while pos < len(stream):
             n = rng.choice((1, 7, 100, 3000))
@@ -365,7 +376,7 @@ def shared_ring():
                 if not isinstance(exc, ConcurrentUseError):
                     problems.append(exc)
                     return
-                in_use.append(exc)
+                saw_in_use(exc)
                 time.sleep(0)
 
     def meddler():
@@ -377,7 +388,7 @@ def shared_ring():
                     if not isinstance(exc, ConcurrentUseError):
                         problems.append(exc)
                     else:
-                        in_use.append(exc)
+                        saw_in_use(exc)
             time.sleep(0)
 
     def consumer():
