@@ -8,7 +8,7 @@ costs one decompression and one compression.  See docs/down-conversion.md and
 spec downconvert.md §2 for the rules implemented here.
 """
 
-from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t, INT64_MIN
+from libc.stdint cimport int8_t, int32_t, int64_t, INT64_MIN
 from libc.stdlib cimport free
 from cpython.time cimport monotonic_ns
 

@@ -8,7 +8,7 @@ never decompressed except to trim the one batch that straddles the fetch offset.
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint64_t, INT32_MIN, INT32_MAX
+from libc.stdint cimport int16_t, int32_t, int64_t, uint64_t, INT32_MIN, INT32_MAX
 from libc.string cimport memcpy
 
 from kafkacodec._cursor cimport Cursor, cursor_init, raise_corrupt

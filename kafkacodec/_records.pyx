@@ -33,12 +33,11 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t
 
 from kafkacodec._cursor cimport Cursor, cursor_init
 from kafkacodec._format cimport (
-    BatchHeader, parse_entry_header, compute_crc, frame_entry, raise_frame_error, FRAME_END,
+    BatchHeader, compute_crc, frame_entry, raise_frame_error, FRAME_END,
     FRAME_OK, V2_HEADER_SIZE, TRANSACTIONAL_FLAG, CONTROL_FLAG, DELETE_HORIZON_FLAG,
     NO_SEQUENCE, wrap_add, increment_sequence, CODEC_NONE, CODEC_ZSTD)
 from kafkacodec._v2 cimport V2Record, read_v2_record_checked, scan_v2_record, read_v2_header

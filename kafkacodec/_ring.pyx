@@ -40,7 +40,7 @@ from cpython.memoryview cimport PyMemoryView_FromObject, PyMemoryView_FromMemory
 from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree, PyMem_RawRealloc
 from cpython.ref cimport Py_REFCNT, Py_INCREF, Py_XDECREF
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t
 from libc.string cimport memcpy, memmove, memcmp
 from libc.errno cimport errno, EINTR, EAGAIN
 
