@@ -784,6 +784,9 @@ def test_s3a_options_become_pyarrow_s3_arguments_for_reader_and_writer():
     assert s3_filesystem_arguments({"fs.s3a.endpoint": "http://h:1"})["scheme"] == "http"
     assert s3_filesystem_arguments({"fs.s3a.endpoint": "http://h:1",
                                     "fs.s3a.connection.ssl.enabled": "TRUE"})["scheme"] == "https"
+    # None means "not set" for every option, ssl.enabled too (it fell back to http)
+    assert s3_filesystem_arguments({"fs.s3a.endpoint": "minio:9000",
+                                    "fs.s3a.connection.ssl.enabled": None})["scheme"] == "https"
     store, root = open_store("s3a://bucket/dir?x=1", {k.upper(): v for k, v in options.items()})
     assert root == "bucket/dir"
     assert store.fs.region == "eu-west-1"

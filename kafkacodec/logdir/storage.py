@@ -201,8 +201,10 @@ def s3_filesystem_arguments(options: Mapping[str, Any]) -> dict[str, Any]:
     if endpoint:
         parsed = urlparse(endpoint if "://" in endpoint else f"//{endpoint}")
         kwargs["endpoint_override"] = parsed.netloc
-        ssl = str(options.get("fs.s3a.connection.ssl.enabled", parsed.scheme != "http")).lower()
-        kwargs["scheme"] = "https" if ssl == "true" else "http"
+        ssl = options.get("fs.s3a.connection.ssl.enabled")
+        if ssl is None:                 # not set: the endpoint's scheme says, https without one
+            ssl = parsed.scheme != "http"
+        kwargs["scheme"] = "https" if str(ssl).lower() == "true" else "http"
     if options.get("fs.s3a.path.style.access") is not None:
         kwargs["force_virtual_addressing"] = str(options["fs.s3a.path.style.access"]).lower() != "true"
     return kwargs
