@@ -345,7 +345,7 @@ def test_overlapping_copy_follows_failOnDataLoss(sample, tmp_path):
     shutil.copy(segs[2], dst / "clicks-0" / f"{int(segs[2].stem) + 3:020d}.log")
     with pytest.raises(LogLayoutError, match="overlap") as info:
         read_all(dst)
-    assert "failOnDataLoss=false" in str(info.value)
+    assert "failOnDataLoss=false" in str(info.value) and "failOnDataLoss=false" in info.value.hint
     problems = []
     table, _ = read_all(dst, {"failOnDataLoss": "false"}, problems=problems)
     assert offsets_of(table) == oracle(root)                     # every offset once

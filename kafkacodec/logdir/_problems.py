@@ -82,21 +82,22 @@ class Reporter:
         """FAILFAST raises (the problem's error, or one made from it) with the hint."""
         if self.mode == "FAILFAST":
             exc = problem.error if problem.error is not None else _error(
-                LogLayoutError if problem.kind == "unreadable" else CorruptRecordError, problem, "")
+                LogLayoutError if problem.kind == "unreadable" else CorruptRecordError, problem)
             raise exc.with_context(hint=SKIP_HINT)
         self._tell(problem)
 
     def data_loss(self, problem: Problem) -> None:
         if self.fail_on_data_loss:
-            raise _error(LogLayoutError, problem, f". {LOSS_HINT}")
+            raise _error(LogLayoutError, problem, LOSS_HINT)
         self._tell(problem)
 
     def note(self, problem: Problem) -> None:
         self._tell(problem)
 
 
-def _error(cls: type[KafkaCodecError], problem: Problem, hint: str) -> KafkaCodecError:
-    """The problem as an exception: its message as is, position and offset as attributes."""
-    exc = cls(problem.message + hint)
+def _error(cls: type[KafkaCodecError], problem: Problem, hint: str = "") -> KafkaCodecError:
+    """The problem as an exception: its message as is (it names the place), position and
+    offset as attributes, `hint` in its field and after the message."""
+    exc = cls(problem.message).with_context(hint=hint)
     exc.position, exc.offset = problem.position, problem.offset
     return exc
