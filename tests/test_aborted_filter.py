@@ -244,3 +244,28 @@ def test_logdir_counts_agree_with_the_filter():
         committed = arrow_read(log, None)
         assert counts.records - counts.aborted_records == len(committed)
         assert committed == kafka_read(log, 0)
+
+
+def test_many_listed_producers_aborted_again_after_their_markers():
+    """A list of thousands of producers (the filter's producer set: removals, then the same
+    producers aborted again in a second round) gives Kafka's records in every reader."""
+    log, offset = Log(), 0
+    pids = list(range(100, 2100))
+    for round_ in range(2):
+        firsts = {}
+        for pid in pids:
+            firsts[pid] = offset
+            log.add(offset, offset, data_batch(offset, pid, 1))
+            offset += 1
+        for pid in pids:
+            abort = (pid + round_) % 3 != 0
+            if abort:
+                log.triples.append((pid, firsts[pid], offset))
+            log.add(offset, offset, marker(abort, pid, offset))
+            offset += 1
+    log.triples.reverse()
+    expected = kafka_read(log, 0)
+    assert len(expected) == sum((pid + r) % 3 == 0 for r in range(2) for pid in pids)
+    assert arrow_read(log, 0) == ring_read(log, 0) == expected
+    start = log.batches[len(pids) * 2][0]      # the second round: the first round's markers before it
+    assert arrow_read(log, start) == ring_read(log, start) == kafka_read(log, start)
