@@ -44,6 +44,10 @@ from kafkacodec._v2 cimport (V2Record, read_control_type, read_v2_header, read_v
                              record_timestamp, v2_record_body_size, write_v2_batch_header,
                              write_v2_record)
 from kafkacodec._writer cimport Writer, WriteBuffer, put_bytes, put_varint, reserve
+from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
+                               OPEN_NONE, OPEN_COMPRESSED, AbortFilter, abort_filter_init,
+                               abort_filter_add, abort_filter_ready, abort_filter_batch,
+                               abort_filter_free, ABORT_SKIP)
 
 cdef extern from "kc_copy.h" nogil:
     void kc_copy_stream(unsigned char* dst, const unsigned char* src, size_t n)
@@ -491,8 +495,7 @@ cdef struct State:
     Py_ssize_t max_bytes
     Py_ssize_t output_limit     # hard: variable-width bytes of one output (int32 offsets)
     Py_ssize_t topic_size       # bytes of the topic string, repeated on every row (0: no topic column)
-    const int64_t* aborted      # triples (producer id, first offset, last offset)
-    Py_ssize_t n_aborted
+    AbortFilter aborted         # read_committed: the walker's aborted-transaction filter
     # an entry that ended the previous output inside it
     Py_ssize_t resume_pos       # its position (-1: none)
     Py_ssize_t resume_index     # records of it already emitted (or filtered out)
@@ -774,14 +777,28 @@ cdef int decode_v2_records(State* s, const BatchHeader* h, const Batch* b,
 
 
 cdef int is_aborted(State* s, const BatchHeader* h) noexcept nogil:
-    cdef Py_ssize_t i
-    if not (h.attributes & TRANSACTIONAL_FLAG) or (h.attributes & CONTROL_FLAG):
-        return 0
-    for i in range(s.n_aborted):
-        if (s.aborted[3 * i] == h.producer_id and s.aborted[3 * i + 1] <= h.base_offset
-                and h.base_offset <= s.aborted[3 * i + 2]):
-            return 1
-    return 0
+    return abort_filter_batch(&s.aborted, h, -1) == ABORT_SKIP
+
+
+cdef int first_control_type(State* s, const unsigned char* entry,
+                            const BatchHeader* h) except -2 nogil:
+    """The control type of a control batch's first record (-1: it has none), read as Kafka's
+    consumer reads it for an ABORT marker (the walker's rules)."""
+    cdef BatchWalk w
+    cdef RecordView v
+    cdef const unsigned char* data
+    cdef Py_ssize_t size = 0
+    cdef int opened
+    w.h = h[0]
+    opened = walk_open(&w, entry, &data, &size)
+    if opened == OPEN_NONE:
+        return -1
+    if opened == OPEN_COMPRESSED:
+        data = decompress_value(s, h.compression, 2, data, size, &size)
+        walk_decompressed(&w, data, size)
+    if not walk_next(&w, &v):
+        return -1
+    return v.control_type
 
 
 cdef int decode_v2(State* s, const unsigned char* entry, const BatchHeader* h) except -1 nogil:
@@ -802,8 +819,12 @@ cdef int decode_v2(State* s, const unsigned char* entry, const BatchHeader* h) e
             raise UnsupportedCompressionError(f"unknown compression type id {h.compression}",
                                               position=h.position + V2_ATTRIBUTES_OFFSET,
                                               offset=h.base_offset)
-    if (h.last_offset < s.start_offset or h.base_offset > s.last_offset
-            or ((h.attributes & CONTROL_FLAG) and not s.keep_control)):
+    if h.last_offset < s.start_offset or h.base_offset > s.last_offset:
+        return ENTRY_DONE
+    if (h.attributes & CONTROL_FLAG) and h.producer_id >= 0 and s.aborted.n:
+        # read_committed: an ABORT marker ends its producer's aborted transaction
+        abort_filter_batch(&s.aborted, h, first_control_type(s, entry, h))
+    if (h.attributes & CONTROL_FLAG) and not s.keep_control:
         return ENTRY_DONE
     b.magic = 2
     b.producer_id = h.producer_id
@@ -950,9 +971,12 @@ cdef class ArrowDecoder:
     microseconds: null for a millisecond value whose microseconds do not fit in 64 bits
     (beyond about +-292,000 years), which Spark's own source rejects with an overflow.
 
-    `aborted`: (producer id, first offset, last offset) of aborted transactions; their data
-    batches are validated but not emitted.  `start_offset` is inclusive, `end_offset`
-    exclusive (None: no end).  An output batch is full at max_rows rows or max_bytes bytes of
+    `aborted`: (producer id, first offset, last offset: the ABORT marker's) of aborted
+    transactions, as a .txnindex lists them; their data batches are validated but not emitted,
+    by Kafka's read_committed rule (docs/reading.md, "read_committed": the consumer's algorithm
+    over the list a broker would send for a fetch at this read's start).  The filter follows
+    the log across decode() calls: one decoder reads one partition's log forward.
+    `start_offset` is inclusive, `end_offset` exclusive (None: no end).  An output batch is full at max_rows rows or max_bytes bytes of
     keys, values, headers and topic strings (checked between entries), and never holds more
     than 2^31-1 such bytes (Arrow's int32 offsets; see decode()).
 
@@ -973,7 +997,6 @@ cdef class ArrowDecoder:
     cdef bytes _topic
     cdef Decompressor _decompressor
     cdef readonly str source
-    cdef object _aborted_arr
     cdef object _schema
     cdef readonly Py_ssize_t trailing_bytes
     cdef readonly Py_ssize_t failed_entry
@@ -985,6 +1008,7 @@ cdef class ArrowDecoder:
                  end_offset=None, aborted=None, Py_ssize_t max_rows=65536,
                  Py_ssize_t max_bytes=16 << 20, str source="<buffer>", columns=None):
         cdef const int64_t[:, ::1] mv
+        cdef Py_ssize_t i
         if max_rows < 1 or max_bytes < 1 or max_bytes > (1 << 30):
             raise ValueError("max_rows must be >= 1 and max_bytes within 1..2**30")
         schema = selected_schema(SCHEMA if include_headers else SCHEMA_NO_HEADERS, columns)
@@ -1017,14 +1041,17 @@ cdef class ArrowDecoder:
             self.s.output_limit = INT32_MAX
             self.s.topic_size = len(self._topic) if "topic" in schema.names else 0
             self.s.resume_pos = -1
-            self._aborted_arr = arr
-            self.s.aborted = &mv[0, 0] if mv.shape[0] else NULL
-            self.s.n_aborted = mv.shape[0]
+            abort_filter_free(&self.s.aborted)     # the read starts at start_offset (or its first batch)
+            abort_filter_init(&self.s.aborted, self.s.start_offset)
+            for i in range(mv.shape[0]):
+                abort_filter_add(&self.s.aborted, mv[i, 0], mv[i, 1], mv[i, 2])
+            abort_filter_ready(&self.s.aborted)
         finally:
             guard_leave(&self.guard)
 
     def __dealloc__(self):
         self._reset()
+        abort_filter_free(&self.s.aborted)
 
     cdef void _reset(self) noexcept:
         varcol_free(&self.s.key)

@@ -40,20 +40,23 @@ from cpython.memoryview cimport PyMemoryView_FromObject, PyMemoryView_FromMemory
 from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree, PyMem_RawRealloc
 from cpython.ref cimport Py_REFCNT, Py_INCREF, Py_XDECREF
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, INT64_MIN, INT64_MAX
 from libc.string cimport memcpy, memmove, memcmp
 from libc.errno cimport errno, EINTR, EAGAIN
 
 from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, raise_corrupt
 from kafkacodec._format cimport (BatchHeader, next_entry, crc_is_valid, compute_crc,
-                                 CONTROL_FLAG, TRANSACTIONAL_FLAG, CODEC_ZSTD)
+                                 CONTROL_FLAG, CODEC_ZSTD)
 from kafkacodec._v2 cimport read_v2_header
 from kafkacodec._compression cimport (Decompressor, _Chunk, DEFAULT_MAX_DECOMPRESSED,
                                       thread_decompressor)
 from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
                                walk_step,
                                raise_walk_fault, pin_output, pin_chunk, unpin_chunk, WALK_DONE,
-                               OPEN_COMPRESSED, FAULT_NEGATIVE_COUNT)
+                               OPEN_COMPRESSED, FAULT_NEGATIVE_COUNT,
+                               AbortFilter, abort_filter_restart, abort_filter_add,
+                               abort_filter_ready, abort_filter_batch, abort_filter_free,
+                               ABORT_SKIP)
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec.protocol._wire cimport skip_tagged_fields, checked_version, FETCH_FLEXIBLE
 from kafkacodec.protocol._fetch cimport (FetchPartitionHeader, read_fetch_start, read_fetch_topic,
@@ -912,18 +915,6 @@ cdef class RingView:
 # same way but their records are not returned (as Kafka's consumer does).  A trailing partial
 # batch ends the partition; an error ends the iteration.
 
-DEF CONTROL_ABORT = 0
-DEF CONTROL_COMMIT = 1
-
-cdef extern from "stdlib.h":
-    void qsort(void* base, size_t n, size_t size, int (*cmp)(const void*, const void*) noexcept nogil) nogil
-
-
-cdef int compare_first_offset(const void* a, const void* b) noexcept nogil:
-    cdef int64_t x = (<const int64_t*>a)[1], y = (<const int64_t*>b)[1]
-    return (x > y) - (x < y)
-
-
 @cython.final
 @cython.no_gc_clear
 cdef class FetchRecords:
@@ -951,20 +942,13 @@ cdef class FetchRecords:
     cdef BatchWalk w                # the current batch (w.h) and the walk of its records
     cdef _Chunk chunk               # the decompressed batch being read, pinned (exports)
     cdef bint read_committed
-    cdef int64_t* aborted           # (producer_id, first_offset) pairs, sorted by first_offset
-    cdef Py_ssize_t naborted
-    cdef Py_ssize_t aborted_cap
-    cdef Py_ssize_t next_aborted    # the first not yet consumed
-    cdef int64_t* aborted_pids      # producers whose open transaction was aborted
-    cdef Py_ssize_t npids
-    cdef Py_ssize_t pids_cap
+    cdef AbortFilter aborted        # the partition's aborted transactions (the walker's filter)
 
     def __dealloc__(self):
         if self.chunk is not None:
             unpin_chunk(self.chunk)
             self.chunk = None
-        PyMem_RawFree(self.aborted)
-        PyMem_RawFree(self.aborted_pids)
+        abort_filter_free(&self.aborted)
 
     def __iter__(self):
         return self
@@ -1059,17 +1043,15 @@ cdef class FetchRecords:
         rec.high_watermark_ = p.high_watermark
         rec.last_stable_offset_ = p.last_stable_offset
         rec.log_start_offset_ = p.log_start_offset
-        self.naborted = 0
-        self.next_aborted = 0
-        self.npids = 0
+        abort_filter_restart(&self.aborted, INT64_MIN)
         if self.read_committed and p.aborted_count > 0:
             aborted = self.top
             aborted.pos = p.aborted_pos
             for i in range(p.aborted_count):
                 read_aborted_transaction(&aborted, self.flexible, &producer_id, &first_offset)
-                self.add_aborted(producer_id, first_offset)
-            if self.naborted > 1:
-                qsort(self.aborted, self.naborted, 2 * sizeof(int64_t), compare_first_offset)
+                # a Fetch's list does not carry the marker's offset
+                abort_filter_add(&self.aborted, producer_id, first_offset, INT64_MAX)
+            abort_filter_ready(&self.aborted)
         if p.records_pos < 0:
             cursor_init(&self.records, self.top.data, 0, 0)          # null records
         else:
@@ -1086,6 +1068,7 @@ cdef class FetchRecords:
         cdef uint32_t computed
         cdef BatchHeader* h = &self.w.h
         cdef bint opened
+        cdef int control_type
         while True:
             opened = False
             entry = cur.data + cur.pos
@@ -1097,18 +1080,16 @@ cdef class FetchRecords:
                                       computed=computed, position=h.position,
                                       offset=h.base_offset)
             self.control = h.magic >= 2 and h.attributes & CONTROL_FLAG
-            if h.magic >= 2 and self.read_committed and h.producer_id >= 0:
+            if h.magic >= 2 and self.aborted.n > 0 and h.producer_id >= 0:
                 if h.records_count < 0:     # checked before decompressing, as Kafka does
                     raise_walk_fault(FAULT_NEGATIVE_COUNT, h, 0, 0, 0)
-                # Kafka's read_committed rule (CompletedFetch.nextFetchedRecord)
-                self.consume_aborted_up_to(h.last_offset)
+                control_type = -1
                 if self.control and h.records_count > 0:
-                    self.open_batch(entry)
+                    self.open_batch(entry)  # its first record: an ABORT marker?
                     opened = True
-                    if self.first_control_type() == CONTROL_ABORT:
-                        self.forget_pid(h.producer_id)  # the aborted transaction ends here
-                elif h.attributes & TRANSACTIONAL_FLAG and self.find_pid(h.producer_id) >= 0:
-                    continue                            # aborted data: skipped unread
+                    control_type = self.first_control_type()
+                if abort_filter_batch(&self.aborted, h, control_type) == ABORT_SKIP:
+                    continue                # aborted data: skipped unread
             if not opened:
                 self.open_batch(entry)
             self.rec.batch = self.w.h
@@ -1157,53 +1138,6 @@ cdef class FetchRecords:
         return True
 
     # -- read_committed ---------------------------------------------------------------------
-    cdef int add_aborted(self, int64_t producer_id, int64_t first_offset) except -1:
-        cdef int64_t* grown
-        if self.naborted == self.aborted_cap:
-            grown = <int64_t*>PyMem_RawRealloc(self.aborted,
-                                              (2 * self.aborted_cap + 8) * 2 * sizeof(int64_t))
-            if grown == NULL:
-                raise MemoryError()
-            self.aborted = grown
-            self.aborted_cap = 2 * self.aborted_cap + 8
-        self.aborted[2 * self.naborted] = producer_id
-        self.aborted[2 * self.naborted + 1] = first_offset
-        self.naborted += 1
-        return 0
-
-    cdef Py_ssize_t find_pid(self, int64_t producer_id) noexcept:
-        cdef Py_ssize_t i
-        for i in range(self.npids):
-            if self.aborted_pids[i] == producer_id:
-                return i
-        return -1
-
-    cdef void forget_pid(self, int64_t producer_id) noexcept:
-        cdef Py_ssize_t i = self.find_pid(producer_id)
-        if i >= 0:
-            self.npids -= 1
-            self.aborted_pids[i] = self.aborted_pids[self.npids]
-
-    cdef int consume_aborted_up_to(self, int64_t last_offset) except -1:
-        """The producers of the aborted transactions that began at or before last_offset."""
-        cdef int64_t* grown
-        cdef int64_t pid
-        while (self.next_aborted < self.naborted
-               and self.aborted[2 * self.next_aborted + 1] <= last_offset):
-            pid = self.aborted[2 * self.next_aborted]
-            if self.find_pid(pid) < 0:
-                if self.npids == self.pids_cap:
-                    grown = <int64_t*>PyMem_RawRealloc(
-                        self.aborted_pids, (2 * self.pids_cap + 8) * sizeof(int64_t))
-                    if grown == NULL:
-                        raise MemoryError()
-                    self.aborted_pids = grown
-                    self.pids_cap = 2 * self.pids_cap + 8
-                self.aborted_pids[self.npids] = pid
-                self.npids += 1
-            self.next_aborted += 1
-        return 0
-
     cdef int first_control_type(self) except -2:
         """The control type of the open control batch's first record (-1 when it has none),
         read without moving the batch's walk."""

@@ -15,6 +15,9 @@
 #               arithmetic, LogAppendTime, LegacyRecord's inner-message rules), the producer
 #               sequence, key/value/headers as pointers, and a control record's type and
 #               coordinator epoch.
+#   read_committed  abort_filter_*(): the aborted-transaction filter (Kafka's fetch path:
+#               the broker's aborted list, then its consumer's algorithm), in its own section
+#               at the end.
 #
 # Decompression policy (one for every walker reader): the thread's Decompressor
 # (_compression.thread_decompressor(), or one the reader owns and uses from one thread at a
@@ -305,3 +308,168 @@ cdef inline _Chunk pin_output(Decompressor d):
     """Pin the chunk `d` just decompressed into: the reader reads it until unpin_chunk()."""
     pin_chunk(d._chunk)
     return d._chunk
+
+# --- the aborted-transaction filter (read_committed) ----------------------------------------
+# One rule for every reader: Kafka's consumer (CompletedFetch.nextFetchedRecord) over the
+# aborted list its broker would send for this read (docs/reading.md, "read_committed").
+#   - the list: (producer id, first offset, last offset) of aborted transactions, last being
+#     the ABORT marker's offset (a .txnindex gives it; a FetchResponse does not: INT64_MAX).
+#     The broker lists a transaction only when its last offset >= the fetch offset
+#     (TransactionIndex.collectAbortedTxns): here the read's start, the base offset of the
+#     first batch the filter sees or the reader's start offset, whichever is later (a reader
+#     that resumes at a batch, as logdir's windows and Spark splits do, reads as a consumer
+#     that fetched there; the offset its first fetch asked for could only matter for a
+#     transaction whose ABORT marker is missing in the gap before that batch).
+#   - for each v2 batch with a producer id, in log order: every listed transaction whose first
+#     offset <= the batch's last offset joins the aborted producers (consumeAbortedTransactionsUpTo);
+#     a control batch whose first record is an ABORT marker removes its producer
+#     (containsAbortMarker); a transactional data batch of an aborted producer is skipped
+#     (isBatchAborted).  Control batches are never skipped (readers drop their records anyway).
+# A batch handed twice in a row (a resumed read) gets the same answer.  Memory: the list and a
+# producer set of at most twice its size, allocated once (abort_filter_ready()).
+
+cdef extern from "stdlib.h":
+    void abort_qsort "qsort"(void* base, size_t n, size_t size,
+                             int (*cmp)(const void*, const void*) noexcept nogil) nogil
+from cpython.mem cimport PyMem_RawRealloc, PyMem_RawFree
+from libc.stdint cimport INT64_MIN, INT64_MAX, uint64_t
+from kafkacodec._format cimport TRANSACTIONAL_FLAG
+
+cdef enum:
+    ABORT_KEEP = 0
+    ABORT_SKIP = 1
+    CONTROL_TYPE_ABORT = 0       # spec §7: control record type 0 is ABORT
+    PID_FREE = -1                # producer set slots: producer ids are >= 0
+    PID_REMOVED = -2
+
+cdef struct AbortedTxn:
+    int64_t producer_id
+    int64_t first_offset
+    int64_t last_offset          # the ABORT marker's offset (INT64_MAX: not known)
+
+cdef struct AbortFilter:
+    AbortedTxn* txns             # sorted by first offset once ready
+    Py_ssize_t n
+    Py_ssize_t cap
+    Py_ssize_t next              # the first not yet consumed
+    int64_t start                # the read's start (transactions ending before it are not listed)
+    bint started                 # a batch was seen: start is final
+    int64_t* pids                # open addressing: PID_FREE, PID_REMOVED or a producer id
+    Py_ssize_t pid_mask          # slots - 1 (a power of two); 0: no set
+    Py_ssize_t pid_used          # slots written since the set was cleared
+
+cdef inline void abort_filter_init(AbortFilter* f, int64_t start) noexcept nogil:
+    """An empty filter for a read that starts at `start` (INT64_MIN: at its first batch)."""
+    f.txns = NULL
+    f.n = f.cap = f.next = 0
+    f.start = start
+    f.started = False
+    f.pids = NULL
+    f.pid_mask = f.pid_used = 0
+
+cdef inline void abort_filter_free(AbortFilter* f) noexcept nogil:
+    PyMem_RawFree(f.txns)
+    PyMem_RawFree(f.pids)
+    abort_filter_init(f, INT64_MIN)
+
+cdef inline void abort_filter_restart(AbortFilter* f, int64_t start) noexcept nogil:
+    """Empty the list and the producer set, keeping the memory (the ring: a new partition)."""
+    cdef Py_ssize_t i
+    f.n = f.next = 0
+    f.start = start
+    f.started = False
+    if f.pid_used:
+        for i in range(f.pid_mask + 1):
+            f.pids[i] = PID_FREE
+        f.pid_used = 0
+
+cdef inline int abort_filter_add(AbortFilter* f, int64_t producer_id, int64_t first_offset,
+                                 int64_t last_offset) except -1 nogil:
+    """List an aborted transaction (any order; abort_filter_ready() sorts).  MemoryError."""
+    cdef AbortedTxn* grown
+    if producer_id < 0:          # no batch has it (hasProducerId): it can never match
+        return 0
+    if f.n == f.cap:
+        grown = <AbortedTxn*>PyMem_RawRealloc(f.txns, (2 * f.cap + 8) * sizeof(AbortedTxn))
+        if grown == NULL:
+            with gil:
+                raise MemoryError()
+        f.txns = grown
+        f.cap = 2 * f.cap + 8
+    f.txns[f.n].producer_id = producer_id
+    f.txns[f.n].first_offset = first_offset
+    f.txns[f.n].last_offset = last_offset
+    f.n += 1
+    return 0
+
+cdef inline int compare_aborted_first(const void* a, const void* b) noexcept nogil:
+    cdef int64_t x = (<const AbortedTxn*>a).first_offset, y = (<const AbortedTxn*>b).first_offset
+    return (x > y) - (x < y)
+
+cdef inline int abort_filter_ready(AbortFilter* f) except -1 nogil:
+    """Sort the list by first offset (Kafka's priority queue) and size the producer set: at
+    most n producers are ever in it, so 2n slots (a power of two) never fill.  MemoryError."""
+    cdef Py_ssize_t slots = 8, i
+    cdef int64_t* grown
+    if f.n > 1:
+        abort_qsort(f.txns, f.n, sizeof(AbortedTxn), compare_aborted_first)
+    while slots < 2 * f.n:
+        slots *= 2
+    if f.n and slots > f.pid_mask + 1:
+        grown = <int64_t*>PyMem_RawRealloc(f.pids, slots * sizeof(int64_t))
+        if grown == NULL:
+            with gil:
+                raise MemoryError()
+        f.pids = grown
+        f.pid_mask = slots - 1
+        for i in range(slots):
+            f.pids[i] = PID_FREE
+        f.pid_used = 0
+    return 0
+
+cdef inline Py_ssize_t abort_pid_slot(const AbortFilter* f, int64_t pid, bint for_insert) noexcept nogil:
+    """The slot holding pid, else -1 (for_insert: the first reusable slot on its probe path)."""
+    cdef Py_ssize_t i = <Py_ssize_t>((<uint64_t>pid * 0x9E3779B97F4A7C15ULL) >> 32) & f.pid_mask
+    cdef Py_ssize_t reuse = -1
+    while True:
+        if f.pids[i] == pid:
+            return i
+        if f.pids[i] == PID_FREE:
+            if not for_insert:
+                return -1
+            return i if reuse < 0 else reuse
+        if f.pids[i] == PID_REMOVED and reuse < 0:
+            reuse = i
+        i = (i + 1) & f.pid_mask
+
+cdef inline int abort_filter_batch(AbortFilter* f, const BatchHeader* h,
+                                   int control_type_of_first_record) noexcept nogil:
+    """ABORT_SKIP when the batch is aborted data, else ABORT_KEEP; moves the filter past the
+    batch.  control_type_of_first_record: of a control batch (-1: none or not read)."""
+    cdef Py_ssize_t i
+    cdef const AbortedTxn* t
+    if f.n == 0:
+        return ABORT_KEEP
+    if not f.started:            # the fetch offset: where this read's batches start
+        f.started = True
+        if h.base_offset > f.start:
+            f.start = h.base_offset
+    if h.magic < 2 or h.producer_id < 0:
+        return ABORT_KEEP
+    while f.next < f.n and f.txns[f.next].first_offset <= h.last_offset:
+        t = &f.txns[f.next]
+        f.next += 1
+        if t.last_offset >= f.start:                    # the broker lists it
+            i = abort_pid_slot(f, t.producer_id, True)
+            if f.pids[i] != t.producer_id:
+                f.pid_used += f.pids[i] == PID_FREE
+                f.pids[i] = t.producer_id
+    if h.attributes & CONTROL_FLAG:
+        if control_type_of_first_record == CONTROL_TYPE_ABORT:
+            i = abort_pid_slot(f, h.producer_id, False)
+            if i >= 0:
+                f.pids[i] = PID_REMOVED
+        return ABORT_KEEP
+    if h.attributes & TRANSACTIONAL_FLAG and abort_pid_slot(f, h.producer_id, False) >= 0:
+        return ABORT_SKIP
+    return ABORT_KEEP

@@ -5,7 +5,10 @@
 - aborted_records: data records of aborted transactions (a producer's transactional records
   from its first batch after a marker up to an ABORT marker), counted in `records` too;
   a read_committed consumer gets records - aborted_records (less the open transactions at the
-  end of the log).
+  end of the log).  Counted by the transactions' offset ranges: on logs a broker writes this is
+  what the readers' filter drops (docs/reading.md, "read_committed";
+  tests/test_aborted_filter.py); on a damaged log (an ABORT marker missing, offsets out of
+  order) the readers follow Kafka's consumer and the two may differ.
 
 `kafkacodec generate`, `verify`, `read --summary` and logdir.describe() report them so."""
 
