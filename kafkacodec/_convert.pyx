@@ -20,11 +20,12 @@ from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, SIZE_OFF
                                  NO_TIMESTAMP, CODEC_NONE, CODEC_LZ4, CODEC_ZSTD, wrap_sub)
 from kafkacodec._legacy cimport write_legacy_message
 from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
-                               walk_step,
+                               walk_step, pin_output, unpin_chunk,
                                OPEN_NONE, OPEN_COMPRESSED)
 from kafkacodec._legacy cimport begin_legacy_wrapper, end_legacy_wrapper
 from kafkacodec._crc cimport kc_crc_init
-from kafkacodec._compression cimport Decompressor, compress_into, LEVEL_DEFAULT, RETAINED_CHUNK
+from kafkacodec._compression cimport (Decompressor, _Chunk, thread_decompressor, compress_into,
+                                      LEVEL_DEFAULT, RETAINED_CHUNK, DEFAULT_MAX_DECOMPRESSED)
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
 from kafkacodec._mapguard cimport check_read
 
@@ -129,13 +130,13 @@ cdef class DownConverter:
     - `zstd_codec` (-1: refuse, as Kafka): a zstd batch converted below magic 2 is rebuilt with
       this codec instead (0 none, 1 gzip, 2 snappy, 3 lz4), every record kept.
     Not for concurrent use (it decompresses without the GIL): a call while another runs
-    raises ConcurrentUseError; use one converter per thread."""
+    raises ConcurrentUseError.  Threads may use it one at a time: a compressed batch is
+    decompressed by the converting thread's Decompressor (the walker's policy, _walk.pxd)."""
 
     cdef readonly int to_magic
     cdef readonly int64_t first_offset
     cdef WriteBuffer out
     cdef WriteBuffer inner               # scratch: the inner message set of a wrapper
-    cdef Decompressor decompressor       # reused output buffer for compressed batches
     cdef int64_t temporary_memory_bytes
     cdef int64_t records_converted
     cdef public bint stop_before_unsupported
@@ -234,9 +235,8 @@ cdef class DownConverter:
 
     cdef void let_go_of_big_buffers(self) noexcept:
         """A batch that inflated to hundreds of MiB must not stay resident with the converter:
-        the decompression buffer and the inner-set scratch above 8 MiB go (as _records does)."""
-        if self.decompressor is not None:
-            self.decompressor._chunk.shrink()
+        the inner-set scratch above 8 MiB goes (the thread's decompression chunk goes by
+        itself when convert_entry() unpins it)."""
         if self.inner.w.capacity > RETAINED_CHUNK and self.inner.w.exports == 0:
             free(self.inner.w.buf)
             self.inner.w.buf = NULL
@@ -286,6 +286,8 @@ cdef class DownConverter:
         cdef const unsigned char* data
         cdef Py_ssize_t size = 0
         cdef int code
+        cdef Decompressor decompressor
+        cdef _Chunk chunk
         if to_magic < 2:
             if h.magic >= 2 and h.attributes & CONTROL_FLAG:
                 return 0                 # transaction markers have no v0/v1 form: dropped
@@ -310,10 +312,10 @@ cdef class DownConverter:
         if code == OPEN_COMPRESSED:
             # one wrapper with the same codec (default level) holding every record (no
             # first_offset filter); wrapper offset = the last record's offset
-            if self.decompressor is None:
-                self.decompressor = Decompressor()
-            data = self.decompress(h.compression, h.magic, data, size, w.data_position, h,
-                                   &size)
+            decompressor = thread_decompressor()      # the converting thread's
+            data = self.decompress(decompressor, h.compression, h.magic, data, size,
+                                   w.data_position, h, &size)
+            chunk = pin_output(decompressor)          # walked until the batch ends
             try:
                 walk_decompressed(&w, data, size)
                 if h.magic >= 2:
@@ -322,6 +324,8 @@ cdef class DownConverter:
                 return self.wrap_v1_messages(&w)
             except KafkaCodecError as error:
                 raise in_decompressed(error, &w)
+            finally:
+                unpin_chunk(chunk)
         if h.magic >= 2:
             return self.convert_v2_plain(&w)
         return self.convert_v1_plain(&w)
@@ -369,11 +373,13 @@ cdef class DownConverter:
         self.records_converted += 1
         return 0
 
-    cdef const unsigned char* decompress(self, int codec, int magic, const unsigned char* data,
-                                         Py_ssize_t size, Py_ssize_t position,
-                                         const BatchHeader* h, Py_ssize_t* out_size) except NULL:
+    cdef const unsigned char* decompress(self, Decompressor decompressor, int codec, int magic,
+                                         const unsigned char* data, Py_ssize_t size,
+                                         Py_ssize_t position, const BatchHeader* h,
+                                         Py_ssize_t* out_size) except NULL:
+        decompressor.max_size = DEFAULT_MAX_DECOMPRESSED    # other readers set their own cap
         try:
-            return self.decompressor.decompress_into(codec, magic, data, size, out_size)
+            return decompressor.decompress_into(codec, magic, data, size, out_size)
         except KafkaCodecError as error:
             # name the byte in the caller's record set and the batch
             where = None if error.position is None else position + error.position
