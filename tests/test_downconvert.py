@@ -1030,3 +1030,37 @@ def test_a_converter_passed_between_threads_converts_in_each():
         thread.start()
         thread.join()
     assert got == expected
+
+
+# --- a wrapper's Size field is an int32 (a test hook lowers the limit: no 2 GiB wrapper) ----
+
+@pytest.fixture
+def wrapper_limit():
+    import kafkacodec._convert as convert
+    old = convert._set_max_wrapper_size(2**31 - 1)
+    yield convert._set_max_wrapper_size
+    convert._set_max_wrapper_size(old)
+
+
+@pytest.mark.parametrize("source,to_magic", [(2, 1), (2, 0), (1, 0)])
+def test_a_wrapper_its_int32_size_field_cannot_hold_is_refused(source, to_magic, wrapper_limit):
+    messages = [(5 + i, 1000 + i, b"k", b"v%d" % i * 40) for i in range(6)]
+    if source == 2:
+        batch = v2_batch([(i, ts, k, v) for i, (_, ts, k, v) in enumerate(messages)],
+                         base_offset=5, codec=GZIP)
+    else:
+        batch = legacy(1, [(i, ts, k, v) for i, (_, ts, k, v) in enumerate(messages)], GZIP)
+        batch = struct.pack(">q", 10) + batch[8:]          # the broker's wrapper offset
+    converted = bytes(down_convert(batch, to_magic).records)
+    size = struct.unpack_from(">i", converted, 8)[0]        # the one wrapper's Size field
+    assert size == len(converted) - 12
+    wrapper_limit(size)                                      # exactly at the limit: written
+    assert bytes(down_convert(batch, to_magic).records) == converted
+    wrapper_limit(size - 1)
+    out = kafkacodec.WriteBuffer(4096)
+    out.write(b"kept")
+    with pytest.raises(kafkacodec.RecordTooLargeError, match="int32") as raised:
+        down_convert(batch, to_magic, out=out)
+    assert raised.value.offset == (5 if source == 2 else 10)       # the batch: wrapper offset
+    assert raised.value.position == 0
+    assert bytes(out) == b"kept"                             # the output is left as it was
