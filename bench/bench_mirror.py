@@ -167,6 +167,39 @@ def test_mirror(benchmark, codec, path):
     benchmark.pedantic(fn, args=(raw,), rounds=rounds, iterations=1, warmup_rounds=1 if rounds > 1 else 0)
 
 
+# --- trim: the first batch of a fetch that starts inside it (trim_batch) -----------------------
+@lru_cache(maxsize=None)
+def trim_case(case: str) -> tuple[bytes, int]:
+    """(batch, fetch offset in its middle): producer-sized v2 batches (uncompressed also with
+    400 small records: the per-record walk dominates) and broker-written v0/v1 gzip wrappers."""
+    if case.startswith("v2-small"):
+        builder = AioBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
+        for i in range(400):
+            builder.append(i, 1_700_000_000_000 + i, None, b"x" * 30, [])
+        return bytes(builder.build()), 200
+    if case.startswith("v2-"):
+        codec = {"v2-none": 0, "v2-gzip": 1, "v2-lz4": 3}[case]
+        count = records_per_batch(codec)
+        return _batch(codec, count, 1), count // 2
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+    magic = int(case[1])
+    rng = random.Random(2)
+    builder = LegacyRecordBatchBuilder(magic, 1, 1 << 30)
+    for i in range(100):
+        builder.append(i, 1_700_000_000_000 + i, b"key-%d" % i, _value(rng, i))
+    raw = bytearray(builder.build())
+    raw[:8] = (99).to_bytes(8, "big")            # the broker's wrapper offset: the last one
+    return bytes(raw), 50
+
+
+@pytest.mark.parametrize("case", ["v2-none", "v2-small", "v2-gzip", "v2-lz4", "v1-gzip", "v0-gzip"])
+def test_trim(benchmark, case):
+    from kafkacodec.mirror import trim_batch
+    batch, fetch_offset = trim_case(case)
+    assert trim_batch(batch, fetch_offset).trimmed
+    benchmark(trim_batch, batch, fetch_offset)
+
+
 # --- framing only: decode a FetchResponse / encode a ProduceRequest of many partitions ----------
 FRAMING_PARTITIONS = 1000
 

@@ -8,7 +8,7 @@ costs one decompression and one compression.  See docs/down-conversion.md and
 spec downconvert.md §2 for the rules implemented here.
 """
 
-from libc.stdint cimport int8_t, int32_t, int64_t, INT64_MIN
+from libc.stdint cimport int8_t, int32_t, int64_t, INT64_MIN, INT32_MAX
 from libc.stdlib cimport free
 from cpython.time cimport monotonic_ns
 
@@ -20,20 +20,34 @@ from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, SIZE_OFF
                                  NO_TIMESTAMP, CODEC_NONE, CODEC_LZ4, CODEC_ZSTD, wrap_sub)
 from kafkacodec._legacy cimport write_legacy_message
 from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
-                               walk_step,
+                               walk_step, pin_output, unpin_chunk,
                                OPEN_NONE, OPEN_COMPRESSED)
-from kafkacodec._legacy cimport begin_legacy_wrapper, end_legacy_wrapper
+from kafkacodec._legacy cimport begin_legacy_wrapper, end_legacy_wrapper, wrapper_fits
 from kafkacodec._crc cimport kc_crc_init
-from kafkacodec._compression cimport Decompressor, compress_into, LEVEL_DEFAULT, RETAINED_CHUNK
+from kafkacodec._compression cimport (Decompressor, _Chunk, thread_decompressor, compress_into,
+                                      LEVEL_DEFAULT, RETAINED_CHUNK, DEFAULT_MAX_DECOMPRESSED)
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
 from kafkacodec._mapguard cimport check_read
 
 from kafkacodec._records import MemoryRecords
 from kafkacodec._types import recompress_codec_id
-from kafkacodec.errors import (CorruptRecordError, KafkaCodecError, UnsupportedCompressionError,
-                               UnsupportedVersionError)
+from kafkacodec.errors import (CorruptRecordError, KafkaCodecError, RecordTooLargeError,
+                               UnsupportedCompressionError, UnsupportedVersionError)
 
 kc_crc_init()                        # kc_crc.h is header-only: this module's own tables
+
+
+# A legacy entry's Size field is an int32: a wrapper whose compressed value makes it larger
+# cannot be written (RecordTooLargeError).  A variable only so tests can lower the limit
+# (_set_max_wrapper_size) instead of compressing 2 GiB.
+cdef Py_ssize_t max_wrapper_size = INT32_MAX
+
+
+def _set_max_wrapper_size(Py_ssize_t size):
+    """Test hook: the largest Size a written wrapper may have (INT32_MAX); returns the old."""
+    global max_wrapper_size
+    old, max_wrapper_size = max_wrapper_size, size
+    return old
 
 __all__ = ["DownConverter", "RecordConversionStats", "ConvertedRecords", "down_convert",
            "first_entry_above", "records_buffer", "release_file_pages"]
@@ -129,13 +143,13 @@ cdef class DownConverter:
     - `zstd_codec` (-1: refuse, as Kafka): a zstd batch converted below magic 2 is rebuilt with
       this codec instead (0 none, 1 gzip, 2 snappy, 3 lz4), every record kept.
     Not for concurrent use (it decompresses without the GIL): a call while another runs
-    raises ConcurrentUseError; use one converter per thread."""
+    raises ConcurrentUseError.  Threads may use it one at a time: a compressed batch is
+    decompressed by the converting thread's Decompressor (the walker's policy, _walk.pxd)."""
 
     cdef readonly int to_magic
     cdef readonly int64_t first_offset
     cdef WriteBuffer out
     cdef WriteBuffer inner               # scratch: the inner message set of a wrapper
-    cdef Decompressor decompressor       # reused output buffer for compressed batches
     cdef int64_t temporary_memory_bytes
     cdef int64_t records_converted
     cdef public bint stop_before_unsupported
@@ -234,9 +248,8 @@ cdef class DownConverter:
 
     cdef void let_go_of_big_buffers(self) noexcept:
         """A batch that inflated to hundreds of MiB must not stay resident with the converter:
-        the decompression buffer and the inner-set scratch above 8 MiB go (as _records does)."""
-        if self.decompressor is not None:
-            self.decompressor._chunk.shrink()
+        the inner-set scratch above 8 MiB goes (the thread's decompression chunk goes by
+        itself when convert_entry() unpins it)."""
         if self.inner.w.capacity > RETAINED_CHUNK and self.inner.w.exports == 0:
             free(self.inner.w.buf)
             self.inner.w.buf = NULL
@@ -251,6 +264,7 @@ cdef class DownConverter:
         cdef const unsigned char* entry
         cdef Py_ssize_t taken = 0
         cdef Py_ssize_t batches = 0
+        cdef Decompressor decompressor = None
         cursor_init(&cur, data, size, position)
         while max_batches < 0 or batches < max_batches:
             self.read_end = min(size, cur.pos + <Py_ssize_t>V2_HEADER_SIZE)   # framing reads
@@ -265,7 +279,9 @@ cdef class DownConverter:
             entry = data + cur.pos - h.size
             taken += h.size
             batches += 1
-            self.convert_entry(entry, &h)
+            if decompressor is None and h.compression != CODEC_NONE:
+                decompressor = thread_decompressor()    # the converting thread's, once a call
+            self.convert_entry(entry, &h, decompressor)
         return taken
 
     cdef bint unsupported(self, const BatchHeader* h) noexcept:
@@ -280,12 +296,16 @@ cdef class DownConverter:
             return True                  # next_entry ends the walk
         return LOG_OVERHEAD + <Py_ssize_t><int32_t>load_u32(cur.data + cur.pos + SIZE_OFFSET) <= room
 
-    cdef int convert_entry(self, const unsigned char* entry, BatchHeader* h) except -1:
+    cdef int convert_entry(self, const unsigned char* entry, BatchHeader* h,
+                           Decompressor decompressor) except -1:
+        """Convert one entry; a compressed one is decompressed by `decompressor` (the
+        converting thread's) into its chunk, pinned while the batch is walked."""
         cdef int to_magic = self.to_magic
         cdef BatchWalk w
         cdef const unsigned char* data
         cdef Py_ssize_t size = 0
         cdef int code
+        cdef _Chunk chunk
         if to_magic < 2:
             if h.magic >= 2 and h.attributes & CONTROL_FLAG:
                 return 0                 # transaction markers have no v0/v1 form: dropped
@@ -310,10 +330,9 @@ cdef class DownConverter:
         if code == OPEN_COMPRESSED:
             # one wrapper with the same codec (default level) holding every record (no
             # first_offset filter); wrapper offset = the last record's offset
-            if self.decompressor is None:
-                self.decompressor = Decompressor()
-            data = self.decompress(h.compression, h.magic, data, size, w.data_position, h,
-                                   &size)
+            data = self.decompress(decompressor, h.compression, h.magic, data, size,
+                                   w.data_position, h, &size)
+            chunk = pin_output(decompressor)          # walked until the batch ends
             try:
                 walk_decompressed(&w, data, size)
                 if h.magic >= 2:
@@ -322,6 +341,8 @@ cdef class DownConverter:
                 return self.wrap_v1_messages(&w)
             except KafkaCodecError as error:
                 raise in_decompressed(error, &w)
+            finally:
+                unpin_chunk(chunk)
         if h.magic >= 2:
             return self.convert_v2_plain(&w)
         return self.convert_v1_plain(&w)
@@ -369,11 +390,13 @@ cdef class DownConverter:
         self.records_converted += 1
         return 0
 
-    cdef const unsigned char* decompress(self, int codec, int magic, const unsigned char* data,
-                                         Py_ssize_t size, Py_ssize_t position,
-                                         const BatchHeader* h, Py_ssize_t* out_size) except NULL:
+    cdef const unsigned char* decompress(self, Decompressor decompressor, int codec, int magic,
+                                         const unsigned char* data, Py_ssize_t size,
+                                         Py_ssize_t position, const BatchHeader* h,
+                                         Py_ssize_t* out_size) except NULL:
+        decompressor.max_size = DEFAULT_MAX_DECOMPRESSED    # other readers set their own cap
         try:
-            return self.decompressor.decompress_into(codec, magic, data, size, out_size)
+            return decompressor.decompress_into(codec, magic, data, size, out_size)
         except KafkaCodecError as error:
             # name the byte in the caller's record set and the batch
             where = None if error.position is None else position + error.position
@@ -435,13 +458,19 @@ cdef class DownConverter:
         cdef Writer* inner = &self.inner.w
         cdef int8_t to_magic = <int8_t>self.to_magic
         cdef int8_t attributes = <int8_t>codec
-        cdef Py_ssize_t start
+        cdef Py_ssize_t start, compressed
         if to_magic == 1 and h.timestamp_type == TIMESTAMP_LOG_APPEND:
             attributes |= TIMESTAMP_TYPE_MASK
         start = begin_legacy_wrapper(&self.out.w, to_magic, last_offset, timestamp, attributes,
                                      NULL, -1)
-        end_legacy_wrapper(&self.out.w, start, <int32_t>compress_into(
-            &self.out.w, codec, to_magic, inner.buf, inner.length, LEVEL_DEFAULT))
+        compressed = compress_into(&self.out.w, codec, to_magic, inner.buf, inner.length,
+                                   LEVEL_DEFAULT)
+        if not wrapper_fits(&self.out.w, start, max_wrapper_size):
+            raise RecordTooLargeError(
+                f"the down-converted wrapper ({compressed} compressed bytes) is larger than a "
+                f"legacy message's int32 size field can hold", position=h.position,
+                offset=h.base_offset)
+        end_legacy_wrapper(&self.out.w, start, <int32_t>compressed)   # fits: so does the value
         # MemoryRecordsBuilder.uncompressedBytesWritten: inner messages + the wrapper header
         self.temporary_memory_bytes += (h.size + inner.length + LOG_OVERHEAD
                                         + (V1_RECORD_OVERHEAD if to_magic == 1 else V0_RECORD_OVERHEAD))

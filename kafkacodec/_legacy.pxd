@@ -127,6 +127,12 @@ cdef inline Py_ssize_t begin_legacy_wrapper(Writer* w, int8_t magic, int64_t off
     w.length += head
     return start
 
+cdef inline bint wrapper_fits(const Writer* w, Py_ssize_t start, Py_ssize_t max_size) noexcept nogil:
+    """Whether the wrapper begun at `start`, its compressed value appended (the rest of w),
+    has a Size (everything after the 12-byte log overhead) of at most max_size: INT32_MAX,
+    what the int32 field holds, checked before end_legacy_wrapper() writes it."""
+    return w.length - start - LOG_OVERHEAD <= max_size
+
 cdef inline Py_ssize_t end_legacy_wrapper(Writer* w, Py_ssize_t start,
                                           int32_t value_length) except -1:
     """Finish the wrapper begun at `start` whose value is the last value_length bytes of w;

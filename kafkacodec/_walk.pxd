@@ -254,19 +254,8 @@ cdef inline int walk_next_v2(BatchWalk* w, RecordView* v) except -1 nogil:
     cdef int control
     cdef const BatchHeader* h = &w.h
     v.start = w.cur.pos
-    if w.left <= 0:
-        w.state = WALK_DONE
+    if not walk_v2_record(w, &v.rec):
         return 0
-    if w.cur.pos >= w.cur.end:
-        raise_walk_fault(FAULT_PREMATURE_END, h, w.cur.base + w.cur.pos,
-                         h.records_count, h.records_count - w.left)
-    read_v2_record(&w.cur, &v.rec)
-    w.left -= 1
-    if w.left == 0 and w.cur.pos != w.cur.end:
-        # Kafka's RecordIterator checks this while reading the last record, which it then
-        # never returns.
-        raise_walk_fault(FAULT_LEFT_OVER, h, w.cur.base + w.cur.pos,
-                         w.cur.end - w.cur.pos, h.records_count)
     v2_view(h, v)
     if h.attributes & CONTROL_FLAG:     # spec §7: key (version, type); marker value
         control = read_control_type(&v.rec, w.cur.base + v.start)
@@ -308,6 +297,27 @@ cdef inline _Chunk pin_output(Decompressor d):
     """Pin the chunk `d` just decompressed into: the reader reads it until unpin_chunk()."""
     pin_chunk(d._chunk)
     return d._chunk
+
+# --- a v2 record without a view (walk_next_v2()'s reading; the mirror's trim) -----------------
+cdef inline int walk_v2_record(BatchWalk* w, V2Record* rec) except -1 nogil:
+    """The batch's next v2 record into rec as stored (offset and timestamp deltas, key, value,
+    headers; its bytes end at w.cur.pos), every framing check made: 1, or 0 when the batch has
+    no more (state WALK_DONE).  No RecordView: for a loop that needs only the deltas and the
+    bytes (the mirror's trim); a control record is not told apart (walk_next_v2() does)."""
+    if w.left <= 0:
+        w.state = WALK_DONE
+        return 0
+    if w.cur.pos >= w.cur.end:
+        raise_walk_fault(FAULT_PREMATURE_END, &w.h, w.cur.base + w.cur.pos,
+                         w.h.records_count, w.h.records_count - w.left)
+    read_v2_record(&w.cur, rec)
+    w.left -= 1
+    if w.left == 0 and w.cur.pos != w.cur.end:
+        # Kafka's RecordIterator checks this while reading the last record, which it then
+        # never returns.
+        raise_walk_fault(FAULT_LEFT_OVER, &w.h, w.cur.base + w.cur.pos,
+                         w.cur.end - w.cur.pos, w.h.records_count)
+    return 1
 
 # --- the aborted-transaction filter (read_committed) ----------------------------------------
 # One rule for every reader: Kafka's consumer (CompletedFetch.nextFetchedRecord) over the

@@ -32,6 +32,7 @@ from kafkacodec import (
     UnsupportedVersionError,
     down_convert,
 )
+from kafkacodec._convert import DownConverter
 from kafkacodec.lazy import overflow_stub
 
 CREATE, APPEND = 0, 1
@@ -993,3 +994,73 @@ def test_corrupt_compressed_record_is_located_like_memory_records():
         assert (str(converted.value), converted.value.position, converted.value.offset) == (
             str(read), len(plain) + 61, 5)
     assert located > 5
+
+
+# --- decompression: the converting thread's Decompressor (the walker's policy, _walk.pxd) ---
+
+def test_conversion_beside_a_reader_of_the_same_thread_leaves_both_intact():
+    """A reader in the middle of a compressed batch has the thread's decompression chunk
+    pinned: converting in the same thread meanwhile (also a batch bigger than the reader's
+    own cap) changes neither the reader's records nor the conversion."""
+    big = kafkacodec.MemoryRecordsBuilder(compression=GZIP, base_offset=0)
+    for i in range(64):
+        big.append(1000 + i, b"k%d" % i, b"x" * 1000)
+    big = big.build()
+    small = compressed_batch(LZ4)
+    expected = decoded(down_convert(big, 1).records)
+    records = kafkacodec.MemoryRecords(small, max_decompressed_size=512).records()
+    first = next(records)
+    assert decoded(down_convert(big, 1).records) == expected
+    assert [(first.offset, first.value)] + [(r.offset, r.value) for r in records] == [
+        (3 + i, b"v%d" % i * 50) for i in range(3)]
+
+
+def test_a_converter_passed_between_threads_converts_in_each():
+    batches = [compressed_batch(codec) for codec in (GZIP, LZ4, SNAPPY)]
+    expected = [decoded(down_convert(b, 1).records) for b in batches]
+    converter = DownConverter(1)
+    got = []
+
+    def convert(batch):
+        converter.convert(batch)
+        got.append(decoded(bytes(converter.take()[0])))
+
+    for batch in batches:                # one thread at a time, each its own Decompressor
+        thread = threading.Thread(target=convert, args=(batch,))
+        thread.start()
+        thread.join()
+    assert got == expected
+
+
+# --- a wrapper's Size field is an int32 (a test hook lowers the limit: no 2 GiB wrapper) ----
+
+@pytest.fixture
+def wrapper_limit():
+    import kafkacodec._convert as convert
+    old = convert._set_max_wrapper_size(2**31 - 1)
+    yield convert._set_max_wrapper_size
+    convert._set_max_wrapper_size(old)
+
+
+@pytest.mark.parametrize("source,to_magic", [(2, 1), (2, 0), (1, 0)])
+def test_a_wrapper_its_int32_size_field_cannot_hold_is_refused(source, to_magic, wrapper_limit):
+    messages = [(5 + i, 1000 + i, b"k", b"v%d" % i * 40) for i in range(6)]
+    if source == 2:
+        batch = v2_batch([(i, ts, k, v) for i, (_, ts, k, v) in enumerate(messages)],
+                         base_offset=5, codec=GZIP)
+    else:
+        batch = legacy(1, [(i, ts, k, v) for i, (_, ts, k, v) in enumerate(messages)], GZIP)
+        batch = struct.pack(">q", 10) + batch[8:]          # the broker's wrapper offset
+    converted = bytes(down_convert(batch, to_magic).records)
+    size = struct.unpack_from(">i", converted, 8)[0]        # the one wrapper's Size field
+    assert size == len(converted) - 12
+    wrapper_limit(size)                                      # exactly at the limit: written
+    assert bytes(down_convert(batch, to_magic).records) == converted
+    wrapper_limit(size - 1)
+    out = kafkacodec.WriteBuffer(4096)
+    out.write(b"kept")
+    with pytest.raises(kafkacodec.RecordTooLargeError, match="int32") as raised:
+        down_convert(batch, to_magic, out=out)
+    assert raised.value.offset == (5 if source == 2 else 10)       # the batch: wrapper offset
+    assert raised.value.position == 0
+    assert bytes(out) == b"kept"                             # the output is left as it was

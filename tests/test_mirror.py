@@ -402,3 +402,26 @@ def test_fetch_to_produce_sizes_topic_names_by_their_utf8_bytes(claim):
     frame = fetch_to_produce(response, api_version=11, topic_names={topic_id("a"): name})
     decoded = KProduceRequest.decode(bytes(frame)[4:], version=11, header=True)
     assert [t.name for t in decoded.topic_data] == [str.__str__(name)]
+
+
+@pytest.fixture
+def wrapper_limit():
+    """Lower the mirror's int32 wrapper Size limit (a test hook: no 2 GiB wrapper is made)."""
+    import kafkacodec._mirror as mirror
+    old = mirror._set_max_wrapper_size(2**31 - 1)
+    yield mirror._set_max_wrapper_size
+    mirror._set_max_wrapper_size(old)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_trim_refuses_a_wrapper_its_int32_size_field_cannot_hold(magic, wrapper_limit):
+    batch = make_batch(magic, 1, 100, 7, value_size=200)
+    trimmed = bytes(trim_batch(batch, 103).value)
+    size = struct.unpack_from(">i", trimmed, 8)[0]         # the Size field as written
+    assert size == len(trimmed) - 12
+    wrapper_limit(size)                                     # exactly at the limit: written
+    assert bytes(trim_batch(batch, 103).value) == trimmed
+    wrapper_limit(size - 1)
+    with pytest.raises(RecordTooLargeError, match="int32") as raised:
+        trim_batch(batch, 103)
+    assert raised.value.offset == 106 and raised.value.position == 0
