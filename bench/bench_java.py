@@ -365,6 +365,30 @@ def ours_built(batches: list, codec: str) -> bytes:
     return bytes(out)
 
 
+def records_sections(data: bytes) -> list[bytes]:
+    """The records section (after the 61-byte header) of each batch of an uncompressed v2 log:
+    what a builder feeds its codec."""
+    sections, pos = [], 0
+    while pos < len(data):
+        (length,) = struct.unpack_from(">i", data, pos + 8)
+        sections.append(data[pos + 61:pos + 12 + length])
+        pos += 12 + length
+    return sections
+
+
+def ours_codec(sections: list[bytes], codec: str) -> int:
+    """The codec alone, as the builder runs it: each section into one reused buffer."""
+    from kafkacodec._compression import _compress_into
+    from kafkacodec._writer import WriteBuffer
+
+    out = WriteBuffer(POOLED_BUFFER)
+    total = 0
+    for section in sections:
+        out.clear()
+        total += _compress_into(out, codec, 2, section)
+    return total
+
+
 def ours_down_convert(data: bytes, magic: int) -> int:
     from kafkacodec import down_convert
 
@@ -384,7 +408,7 @@ def ours_lazy(data: bytes, magic: int) -> int:
 class Case:
     group: str            # the workload (one Java operation)
     variant: str          # kafkacodec's way of doing it
-    kind: str             # crc, shallow, deep, build, down, lazy
+    kind: str             # crc, shallow, deep, build, codec, down, lazy
     size: str
     codec: str = "none"
     magic: int = 2
@@ -416,6 +440,9 @@ def _cases() -> list[Case]:
         for codec in CODECS:
             for variant in BUILD_VARIANTS:
                 cases.append(Case(f"build v2 {size} {codec}", variant, "build", size, codec))
+            if codec != "none":      # the floor under the build rows: the codec alone
+                cases.append(Case(f"codec alone {size} {codec}", "_compress_into", "codec",
+                                  size, codec))
     conversions = [(size, "none", magic) for size in SIZES for magic in (1, 0)]
     conversions.append(("100B", "lz4", 1))
     for size, codec, magic in conversions:
@@ -440,9 +467,14 @@ def prepare(case: Case, workloads: Workloads) -> tuple[list[Any], Callable[[], i
         ours = BUILD_VARIANTS[case.variant]
         java = ["build", workloads.records_file(case.size), case.codec, SIZES[case.size][1]]
         return java, lambda: ours(batches, case.codec), len(workloads.records(case.size)[0]), nbytes
+    records = len(workloads.records(case.size)[0])
+    if case.kind == "codec":
+        path = workloads.log(case.size, "none")
+        sections = records_sections(path.read_bytes())
+        return (["codec", path, case.codec], lambda: ours_codec(sections, case.codec), records,
+                sum(map(len, sections)))
     path = workloads.log(case.size, case.codec)
     data = path.read_bytes()
-    records = len(workloads.records(case.size)[0])
     if case.kind == "crc":
         return ["crc", path], lambda: ours_crc(data), records, len(data)
     if case.kind == "shallow":

@@ -33,6 +33,7 @@ import java.io.DataInputStream;
 import java.io.FileInputStream;
 import java.io.IOException;
 import java.io.InputStreamReader;
+import java.io.OutputStream;
 import java.io.PrintStream;
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
@@ -52,6 +53,7 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.compress.Compression;
 import org.apache.kafka.common.record.CompressionType;
 import org.apache.kafka.common.record.ConvertedRecords;
+import org.apache.kafka.common.record.DefaultRecordBatch;
 import org.apache.kafka.common.record.LazyDownConversionRecords;
 import org.apache.kafka.common.record.MemoryRecords;
 import org.apache.kafka.common.record.MemoryRecordsBuilder;
@@ -62,6 +64,7 @@ import org.apache.kafka.common.record.Records;
 import org.apache.kafka.common.record.TimestampType;
 import org.apache.kafka.common.utils.AppInfoParser;
 import org.apache.kafka.common.utils.BufferSupplier;
+import org.apache.kafka.common.utils.ByteBufferOutputStream;
 import org.apache.kafka.common.utils.CloseableIterator;
 import org.apache.kafka.common.utils.Time;
 import org.apache.kafka.common.utils.Utils;
@@ -187,6 +190,45 @@ public class KafkaBench {
         return total;
     }
 
+    static final Map<String, byte[][]> sectionFiles = new HashMap<>();
+
+    // The records section (what follows the 61-byte header) of each batch of an uncompressed
+    // v2 log: the bytes Kafka's builder streams into its codec.
+    static byte[][] sections(String path) throws IOException {
+        byte[][] sections = sectionFiles.get(path);
+        if (sections == null) {
+            List<byte[]> found = new ArrayList<>();
+            ByteBuffer all = log(path);
+            int at = 0;
+            for (MutableRecordBatch batch : MemoryRecords.readableRecords(log(path)).batches()) {
+                byte[] section = new byte[batch.sizeInBytes() - DefaultRecordBatch.RECORD_BATCH_OVERHEAD];
+                all.position(at + DefaultRecordBatch.RECORD_BATCH_OVERHEAD);
+                all.get(section);
+                at += batch.sizeInBytes();
+                found.add(section);
+            }
+            sections = found.toArray(new byte[0][]);
+            sectionFiles.put(path, sections);
+        }
+        return sections;
+    }
+
+    // The codec alone: each batch's records section through Kafka's compression stream
+    // (Compression.wrapForOutput, as MemoryRecordsBuilder opens it) into the pooled buffer.
+    static long codec(String path, String codec) throws IOException {
+        Compression compression = Compression.of(CompressionType.forName(codec)).build();
+        long total = 0;
+        for (byte[] section : sections(path)) {
+            pooled.clear();
+            ByteBufferOutputStream sink = new ByteBufferOutputStream(pooled);
+            OutputStream out = compression.wrapForOutput(sink, RecordBatch.MAGIC_VALUE_V2);
+            out.write(section);
+            out.close();
+            total += sink.position();
+        }
+        return total;
+    }
+
     static long down(String path, byte magic) throws IOException {
         ConvertedRecords<MemoryRecords> converted =
             MemoryRecords.readableRecords(log(path)).downConvert(magic, 0L, Time.SYSTEM);
@@ -214,6 +256,7 @@ public class KafkaBench {
             case "deep": return deep(cmd[at + 1]);
             case "build": return build(cmd[at + 1], cmd[at + 2], Integer.parseInt(cmd[at + 3]),
                                        cmd.length > at + 4 ? cmd[at + 4] : null);
+            case "codec": return codec(cmd[at + 1], cmd[at + 2]);
             case "down": return down(cmd[at + 1], Byte.parseByte(cmd[at + 2]));
             case "lazy": return lazy(cmd[at + 1], Byte.parseByte(cmd[at + 2]), Long.parseLong(cmd[at + 3]));
             default: throw new IllegalArgumentException("unknown op " + op);
