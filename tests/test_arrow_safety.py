@@ -16,7 +16,7 @@ from isolated import run_python
 from kafkacodec import MemoryRecords, MemoryRecordsBuilder
 from kafkacodec.arrow import SCHEMA, ArrowDecoder, encode_v2, scan_entries
 from kafkacodec.crc import crc32c
-from kafkacodec.errors import RecordTooLargeError
+from kafkacodec.errors import CorruptRecordError, RecordTooLargeError
 
 INT64_MAX = 2**63 - 1
 
@@ -408,3 +408,42 @@ def test_a_start_outside_the_buffer_is_refused():
     """)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.count("refused: start") == 8, run.stdout
+
+
+# --- issue 15: the walker's decompression policy (the thread's Decompressor) -------------------
+
+def test_a_decoder_shares_the_threads_decompressor_without_disturbing_an_iterator():
+    """ArrowDecoder decompresses into the decoding thread's Decompressor, as the record
+    iterators do: a MemoryRecords iterator stopped inside a compressed batch (its records in
+    that thread's chunk, pinned) reads on unchanged after decodes of other compressed data."""
+    def log(codec, base, value):
+        builder = MemoryRecordsBuilder(compression=codec, base_offset=base)
+        for i in range(50):
+            builder.append(1, b"k%d" % i, value * (i + 1), [("h", b"%d" % i)])
+        return builder.build()
+
+    first = log("gzip", 0, b"a")
+    other = log("zstd", 0, b"b") + log("lz4", 50, b"c")
+    records = MemoryRecords(first).records()
+    head = [next(records) for _ in range(10)]
+    decoded = rows_of(decode_all(ArrowDecoder("t", 0, max_rows=7), other))
+    rest = list(records)
+    assert [(r.offset, r.value) for r in head + rest] == [(i, b"a" * (i + 1)) for i in range(50)]
+    assert [(r["offset"], r["value"]) for r in decoded] == (
+        [(i, b"b" * (i + 1)) for i in range(50)] + [(50 + i, b"c" * (i + 1)) for i in range(50)])
+
+
+@pytest.mark.parametrize("start_offset", [None, 10])
+def test_a_null_compressed_wrapper_is_refused_also_before_start_offset(start_offset):
+    """walk_open() checks a wrapper's header (codec, null value) before the decoder filters
+    the entry by offset, as it does a v2 batch's: a null gzip wrapper at offset 3 raises also
+    when start_offset skips it (before: it was skipped silently, an unknown codec raised)."""
+    import zlib
+    body = struct.pack(">bbqii", 1, 1, 5, -1, -1)        # magic 1, gzip, timestamp, null key, null value
+    message = struct.pack(">I", zlib.crc32(body)) + body
+    entry = struct.pack(">qi", 3, len(message)) + message
+    with pytest.raises(CorruptRecordError, match="null value") as info:
+        ArrowDecoder("t", 0, start_offset=start_offset).decode(entry)
+    assert info.value.offset == 3 and info.value.position == 0
+    with pytest.raises(CorruptRecordError):
+        list(MemoryRecords(entry).records())
