@@ -34,22 +34,20 @@ from kafkacodec._crc cimport kc_crc32c, kc_crc_init
 from kafkacodec._cursor cimport Cursor, cursor_init, load_u32, load_u64, remaining
 from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, MAGIC_OFFSET, LEGACY_CRC_OFFSET,
                                  V2_HEADER_SIZE, CONTROL_FLAG, TRANSACTIONAL_FLAG, FRAME_OK,
-                                 compute_crc, wrap_sub, SIZE_OFFSET, CODEC_ZSTD, CODEC_NONE,
+                                 compute_crc, wrap_add, wrap_sub, SIZE_OFFSET, CODEC_ZSTD, CODEC_NONE,
                                  raise_frame_error)
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
 from kafkacodec._index cimport index_entries
 from kafkacodec._mapguard cimport check_read
 from kafkacodec._legacy cimport read_legacy_message
-from kafkacodec._v2 cimport (V2Record, read_v2_header, v2_record_body_size, write_v2_batch_header,
+from kafkacodec._v2 cimport (V2Record, read_v2_header, record_timestamp, v2_record_body_size, write_v2_batch_header,
                              write_v2_record)
 from kafkacodec._walk cimport (BatchWalk, RecordView, walk_entry, walk_open, walk_decompressed,
-                               walk_step, walk_next, legacy_view, pin_output,
-                               unpin_chunk, OPEN_NONE, OPEN_COMPRESSED)
-from kafkacodec._writer cimport Writer, WriteBuffer, put_bytes, put_varint, reserve
-from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
+                               walk_next, walk_data_record, legacy_view, pin_output, unpin_chunk,
                                OPEN_NONE, OPEN_COMPRESSED, AbortFilter, abort_filter_init,
                                abort_filter_add, abort_filter_ready, abort_filter_batch,
                                abort_filter_free, ABORT_SKIP)
+from kafkacodec._writer cimport Writer, WriteBuffer, put_bytes, put_varint, reserve
 
 cdef extern from "kc_copy.h" nogil:
     void kc_copy_stream(unsigned char* dst, const unsigned char* src, size_t n)
@@ -709,11 +707,22 @@ cdef Py_ssize_t v2_record_size(const State* s, const V2Record* rec) except -1 no
     return size
 
 
+cdef inline int next_v2_record(BatchWalk* w, RecordView* v) except -1 nogil:
+    """The batch's next record: what the columns need of it (rec, offset, timestamp), by
+    walk_data_record() for a data batch; a control batch's records by walk_next(), which
+    checks their key (spec section 7)."""
+    if w.h.attributes & CONTROL_FLAG:
+        return walk_next(w, v)
+    if not walk_data_record(w, &v.rec):
+        return 0
+    v.offset = wrap_add(w.h.base_offset, v.rec.offset_delta)
+    v.timestamp = record_timestamp(&w.h, &v.rec)
+    return 1
+
+
 cdef int decode_v2_records(State* s, BatchWalk* w, const Batch* b) except -1 nogil:
-    """The records of the v2 batch w walks, from record s.skip_records on, into the columns:
-    walk_step() (the common record the short way, walk_scan(), inlined; else walk_next()).
-    Measured with callgrind: fewer instructions here than walk_next_v2() inlined, the
-    mirror's choice."""
+    """The records of the v2 batch w walks, from record s.skip_records on, into the columns
+    (next_v2_record(): no RecordView fields the columns do not take)."""
     cdef const BatchHeader* h = &w.h
     cdef RecordView v
     cdef int32_t j, hk_len, hv_len
@@ -733,10 +742,10 @@ cdef int decode_v2_records(State* s, BatchWalk* w, const Batch* b) except -1 nog
                             > s.output_limit)
     cdef int stopped = 0
     reserve_rows(s, rows)
-    while index < s.skip_records and walk_step(w, &v):     # resuming: emitted before
+    while index < s.skip_records and next_v2_record(w, &v):     # resuming: emitted before
         index += 1
     try:
-        while walk_step(w, &v):
+        while next_v2_record(w, &v):
             index += 1
             if b.skip or not (s.start_offset <= v.offset and v.offset <= s.last_offset):
                 continue

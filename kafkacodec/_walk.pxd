@@ -319,6 +319,17 @@ cdef inline int walk_v2_record(BatchWalk* w, V2Record* rec) except -1 nogil:
                          w.cur.end - w.cur.pos, w.h.records_count)
     return 1
 
+cdef inline int walk_data_record(BatchWalk* w, V2Record* rec) except -1 nogil:
+    """walk_v2_record() of a data batch (not a control one: walk_next() reads those), its
+    common record (not the last; one- or two-byte varints) the short way, scan_v2_record():
+    for a reader that takes only the record as stored and its absolute offset and timestamp
+    (wrap_add(base_offset, offset_delta), record_timestamp()), not a whole RecordView
+    (ArrowDecoder's columns)."""
+    if w.left > 1 and scan_v2_record(&w.cur, rec):
+        w.left -= 1
+        return 1
+    return walk_v2_record(w, rec)
+
 # --- the aborted-transaction filter (read_committed) ----------------------------------------
 # One rule for every reader: Kafka's consumer (CompletedFetch.nextFetchedRecord) over the
 # aborted list its broker would send for this read (docs/reading.md, "read_committed").
