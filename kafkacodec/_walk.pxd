@@ -19,9 +19,9 @@
 #               the broker's aborted list, then its consumer's algorithm), in its own section
 #               at the end.
 #
-# Decompression policy (one for every walker reader): the thread's Decompressor
-# (_compression.thread_decompressor(), or one the reader owns and uses from one thread at a
-# time) writes a batch into its _Chunk; the reader pins that chunk (pin_output()) while any
+# Decompression policy (one for every walker reader; none owns a Decompressor): the
+# decoding thread's Decompressor (_compression.thread_decompressor(), its max_size set by
+# the reader before each use) writes a batch into its _Chunk; the reader pins that chunk (pin_output()) while any
 # RecordView of the batch is alive and unpins it (unpin_chunk()) when the batch ends.  While
 # a chunk is pinned, the Decompressor writes the next batch into another chunk, so views
 # never change under their reader; a chunk above RETAINED_CHUNK is freed by its last unpin.
