@@ -152,22 +152,10 @@ def base_tree(commit: str) -> Path:
     return tree
 
 
-def values(size: int, count: int, rng: random.Random) -> list[bytes]:
-    """JSON-like values of `size` bytes (they compress 2-3x, like event data)."""
-    out = []
-    for _ in range(count):
-        doc = b""
-        while len(doc) < size:
-            doc += json.dumps({"user": f"user_{rng.randrange(10**6)}", "event": rng.choice(
-                ["click", "view", "purchase"]), "ts": 1_700_000_000_000 + rng.randrange(10**9),
-                "session": rng.randbytes(8).hex(), "amount": rng.randrange(10**5)}).encode()
-        out.append(doc[:size])
-    return out
-
-
 def make_log(magic: int, size: int, codec: str) -> tuple[bytes, list[bytes]]:
     """~LOG_BYTES of 16 KiB batches with consecutive offsets: the log and its batches."""
     sys.path.insert(0, str(ROOT))
+    from bench_downconvert import values        # JSON-like values (they compress 2-3x)
     from kafkacodec import MemoryRecordsBuilder
 
     rng = random.Random(size * 10 + magic)
@@ -175,7 +163,7 @@ def make_log(magic: int, size: int, codec: str) -> tuple[bytes, list[bytes]]:
     out, batches, offset = bytearray(), [], 0
     while len(out) < LOG_BYTES:
         builder = MemoryRecordsBuilder(magic=magic, compression=codec, base_offset=offset)
-        for i, value in enumerate(values(size, per_batch, rng)):
+        for i, value in enumerate(values(size, per_batch, rng.randrange(1 << 30))):
             builder.append(1_700_000_000_000 + offset + i, b"key-%08d" % (offset + i), value)
         batch = builder.build()
         batches.append(batch)
