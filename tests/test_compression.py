@@ -377,9 +377,12 @@ def test_peers_read_what_we_write(codec, peer, size):
         assert PEER_DECODERS[codec, peer](compress(codec, magic, data)) == data
 
 
-def test_librdkafka_consumes_our_zstd_batches():
-    """confluent-kafka (librdkafka) reads our zstd batches at several levels: produced raw into
-    its mock cluster, consumed back record by record."""
+@pytest.mark.parametrize("codec,levels", [("zstd", (None, 1, 7, 19, -5)),
+                                          ("gzip", (None, 1, 5, 9))])
+def test_librdkafka_consumes_our_batches(codec, levels):
+    """confluent-kafka (librdkafka) reads our zstd and gzip (libdeflate's from 1 KiB, zlib's
+    below) batches at several levels: produced raw into its mock cluster, consumed back record
+    by record."""
     ck = pytest.importorskip("confluent_kafka")
     from kafkacodec import MemoryRecordsBuilder
     from blocking_client import BlockingClient
@@ -390,18 +393,18 @@ def test_librdkafka_consumes_our_zstd_batches():
     bootstrap = f"{broker.host}:{broker.port}"
     sent = []
     with BlockingClient(broker.host, broker.port) as client:
-        client.metadata(["zstd-levels"])                    # auto-creates the topic
-        for level in (None, 1, 7, 19, -5):
-            builder = MemoryRecordsBuilder(2, "zstd", compression_level=level)
+        client.metadata([f"{codec}-levels"])                # auto-creates the topic
+        for level in levels:
+            builder = MemoryRecordsBuilder(2, codec, compression_level=level)
             values = [sample(n, len(sent) + n) for n in (0, 10, 5000, 150_000, 3)]
             for value in values:
                 builder.append(1_700_000_000_000, b"k", value)
-            response = client.produce([("zstd-levels", [(0, builder.build())])])
+            response = client.produce([(f"{codec}-levels", [(0, builder.build())])])
             assert response.responses[0].partition_responses[0].error_code == 0
             sent += values
-    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "zstd",
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": codec,
                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.assign([ck.TopicPartition("zstd-levels", 0, 0)])
+    consumer.assign([ck.TopicPartition(f"{codec}-levels", 0, 0)])
     got = []
     try:
         for _ in range(300):
