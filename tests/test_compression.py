@@ -968,7 +968,7 @@ PRODUCER_WRITES = [(100, sample(300_000, 5, 0.9)), (70_000, sample(300_000, 6, 0
                                           ("gzip", [-1, *range(1, 10)])])
 def test_codec_against_kafka_at_every_level(jvm, codec, levels):
     """Kafka 3.9's GzipCompression and ZstdCompression at a level, written as the producer writes
-    (the JVM's frames), against ours: never larger than Kafka's.  zstd: the same bytes (zstd-jni's
+    (the JVM's frames), against ours.  zstd: the same bytes, so never larger (zstd-jni's
     ZstdOutputStreamNoFinalizer with only the level set: the size unknown (the level's parameters
     for unknown sizes, e.g. a 2 MiB window at level 3), no checksum, then close() = a flush (an
     end of block) and the frame end (an empty last block)).  gzip: check_gzip_against_the_jdk."""
