@@ -1,6 +1,7 @@
 # Kafka's codec containers (spec: compression.md), C-level API for the other modules.
 #
-#   gzip    one RFC 1952 member (Java GZIPOutputStream header), concatenated members on read
+#   gzip    one RFC 1952 member (libdeflate from 1 KiB of input, else zlib with Java's
+#           GZIPOutputStream header), concatenated members on read
 #           (libdeflate for a lone member, zlib for the rest and for every error)
 #   snappy  snappy-java (xerial) stream framing: 16-byte header, int32 BE length + raw block
 #   lz4     Kafka's LZ4 frame (FLG 0x60, BD 0x40, 64 KiB independent blocks, magic-0 HC quirk)

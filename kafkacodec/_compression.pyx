@@ -11,8 +11,12 @@ every error names the codec, the magic and the byte position in the compressed d
 length field is trusted for an allocation beyond what the data could hold or the cap allows.
 
 Choices (see also the .pxd):
-- gzip output is byte-for-byte what Kafka writes on JDK 17 (header 1f8b 0800 00000000 00 ff,
-  raw deflate at level 6 from the same zlib, CRC-32 and ISIZE); tests compare with the JDK.
+- gzip output: a records section of GZIP_LIBDEFLATE_MIN bytes or more is compressed by
+  libdeflate (the `deflate` package's gzip_compress) at Kafka's level: 1.2-1.6x faster and
+  7-10% smaller than zlib on producer-sized batches, but not Kafka's bytes.  Smaller sections
+  keep zlib, byte-for-byte what Kafka writes on JDK 17 (header 1f8b 0800 00000000 00 ff, raw
+  deflate from the same zlib, CRC-32 and ISIZE): there libdeflate is larger (it stores inputs
+  up to 51 bytes, up to 27 bytes more, and is 0.2-0.3% larger on average below 1 KiB).
 - lz4 blocks come from lz4.block's default mode (liblz4's LZ4_compress_default); Kafka's default
   level uses lz4-java's fastCompressor, another match finder, so the frames are the same format
   but not the same bytes (docs/building.md); other levels use LZ4 HC.
@@ -30,6 +34,7 @@ reach ratios of 1000:1 and beyond) can make us allocate.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.object cimport PyObject
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint32_t, uint64_t
@@ -45,6 +50,7 @@ from kafkacodec._format cimport (CODEC_NONE, CODEC_GZIP as GZIP, CODEC_SNAPPY as
 import threading
 
 import cramjam
+import deflate as libdeflate_py      # `deflate` is zlib's function here
 import lz4.block
 import zstandard
 
@@ -581,8 +587,14 @@ cdef int gunzip(Decompressor state, int magic, const unsigned char* data, Py_ssi
                        f"{(zs.msg if zs.msg != NULL else b'inflate error').decode()}", consumed)
 
 
+cdef enum:
+    # Below this many input bytes zlib's output is the smaller (see the module docstring).
+    GZIP_LIBDEFLATE_MIN = 1024
+
+
 cdef Py_ssize_t gzip(Writer* w, const unsigned char* data, Py_ssize_t size, int level) except -1:
     cdef z_stream zs
+    cdef bytearray member
     cdef unsigned char* p
     cdef Py_ssize_t bound, n
     cdef int ret
@@ -592,6 +604,13 @@ cdef Py_ssize_t gzip(Writer* w, const unsigned char* data, Py_ssize_t size, int 
     elif level < 1 or level > 9:
         raise ValueError(f"gzip level must be 1..9 (or -1 for the default 6), got {level}")
     check_input_size(size)
+    if size >= GZIP_LIBDEFLATE_MIN:
+        # One whole gzip member (its header's XFL byte varies with the level; GIL released
+        # inside), copied once into w: the package has no into-buffer call.
+        member = libdeflate_py.gzip_compress(view_of(data, size, PyBUF_READ), level)
+        put_bytes(w, <const unsigned char*>PyByteArray_AS_STRING(member),
+                  PyByteArray_GET_SIZE(member))
+        return PyByteArray_GET_SIZE(member)
     memset(&zs, 0, sizeof(z_stream))
     # Raw deflate (no zlib/gzip wrapper): the header and trailer are written here, exactly
     # as Java's GZIPOutputStream writes them.
