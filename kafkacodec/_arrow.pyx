@@ -46,7 +46,8 @@ from kafkacodec._walk cimport (BatchWalk, RecordView, walk_entry, walk_open, wal
                                walk_next, walk_data_record, legacy_view, pin_output, unpin_chunk,
                                OPEN_NONE, OPEN_COMPRESSED, AbortFilter, abort_filter_init,
                                abort_filter_add, abort_filter_ready, abort_filter_batch,
-                               abort_filter_free, ABORT_SKIP)
+                               abort_filter_free, ABORT_SKIP, ABORT_NOT_LOADED,
+                               raise_abort_not_loaded)
 from kafkacodec._writer cimport Writer, WriteBuffer, put_bytes, put_varint, reserve
 
 cdef extern from "kc_copy.h" nogil:
@@ -797,8 +798,11 @@ cdef int decode_v2_records(State* s, BatchWalk* w, const Batch* b) except -1 nog
     return ENTRY_STOPPED if stopped else ENTRY_DONE
 
 
-cdef int is_aborted(State* s, const BatchHeader* h) noexcept nogil:
-    return abort_filter_batch(&s.aborted, h, -1) == ABORT_SKIP
+cdef int is_aborted(State* s, const BatchHeader* h) except -1 nogil:
+    cdef int answer = abort_filter_batch(&s.aborted, h, -1)
+    if answer == ABORT_NOT_LOADED:              # __init__ raised while listing `aborted`
+        raise_abort_not_loaded(b"call __init__ again")
+    return answer == ABORT_SKIP
 
 
 cdef int first_control_type(State* s, const unsigned char* entry,
@@ -1005,7 +1009,7 @@ cdef class ArrowDecoder:
         if max_rows < 1 or max_bytes < 1 or max_bytes > (1 << 30):
             raise ValueError("max_rows must be >= 1 and max_bytes within 1..2**30")
         schema = selected_schema(SCHEMA if include_headers else SCHEMA_NO_HEADERS, columns)
-        arr = np.ascontiguousarray(np.asarray(aborted if aborted else [], dtype=np.int64).reshape(-1, 3))
+        arr = np.ascontiguousarray(np.asarray([] if aborted is None else aborted, dtype=np.int64).reshape(-1, 3))
         mv = arr
         guard_enter(&self.guard, b"ArrowDecoder")
         try:

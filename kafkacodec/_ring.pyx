@@ -56,7 +56,7 @@ from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompress
                                OPEN_COMPRESSED, FAULT_NEGATIVE_COUNT,
                                AbortFilter, abort_filter_restart, abort_filter_add,
                                abort_filter_ready, abort_filter_batch, abort_filter_free,
-                               ABORT_SKIP)
+                               ABORT_SKIP, ABORT_NOT_LOADED, raise_abort_not_loaded)
 from kafkacodec._crc cimport kc_crc_init
 from kafkacodec.protocol._wire cimport skip_tagged_fields, checked_version, FETCH_FLEXIBLE
 from kafkacodec.protocol._fetch cimport (FetchPartitionHeader, read_fetch_start, read_fetch_topic,
@@ -1068,7 +1068,7 @@ cdef class FetchRecords:
         cdef uint32_t computed
         cdef BatchHeader* h = &self.w.h
         cdef bint opened
-        cdef int control_type
+        cdef int control_type, answer
         while True:
             opened = False
             entry = cur.data + cur.pos
@@ -1088,8 +1088,11 @@ cdef class FetchRecords:
                     self.open_batch(entry)  # its first record: an ABORT marker?
                     opened = True
                     control_type = self.first_control_type()
-                if abort_filter_batch(&self.aborted, h, control_type) == ABORT_SKIP:
+                answer = abort_filter_batch(&self.aborted, h, control_type)
+                if answer == ABORT_SKIP:
                     continue                # aborted data: skipped unread
+                if answer == ABORT_NOT_LOADED:
+                    raise_abort_not_loaded(b"the partition's header raised: read another response")
             if not opened:
                 self.open_batch(entry)
             self.rec.batch = self.w.h

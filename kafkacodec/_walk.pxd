@@ -98,6 +98,7 @@ cdef enum:
 
 cdef int raise_walk_fault(int fault, const BatchHeader* h, Py_ssize_t position,
                           int64_t a, int64_t b) except -1 nogil
+cdef int raise_abort_not_loaded(const char* remedy) except -1 nogil
 
 cdef struct BatchWalk:
     BatchHeader h                # the batch (set by the caller: walk_entry())
@@ -359,6 +360,7 @@ from kafkacodec._format cimport TRANSACTIONAL_FLAG
 cdef enum:
     ABORT_KEEP = 0
     ABORT_SKIP = 1
+    ABORT_NOT_LOADED = 2
     CONTROL_TYPE_ABORT = 0       # spec §7: control record type 0 is ABORT
     PID_FREE = -1                # producer set slots: producer ids are >= 0
     PID_REMOVED = -2
@@ -378,6 +380,7 @@ cdef struct AbortFilter:
     int64_t* pids                # open addressing: PID_FREE, PID_REMOVED or a producer id
     Py_ssize_t pid_mask          # slots - 1 (a power of two); 0: no set
     Py_ssize_t pid_used          # slots written since the set was cleared
+    bint ready                   # abort_filter_ready() succeeded after the last add
 
 cdef inline void abort_filter_init(AbortFilter* f, int64_t start) noexcept nogil:
     """An empty filter for a read that starts at `start` (INT64_MIN: at its first batch)."""
@@ -387,6 +390,7 @@ cdef inline void abort_filter_init(AbortFilter* f, int64_t start) noexcept nogil
     f.started = False
     f.pids = NULL
     f.pid_mask = f.pid_used = 0
+    f.ready = True               # an empty list filters nothing
 
 cdef inline void abort_filter_free(AbortFilter* f) noexcept nogil:
     PyMem_RawFree(f.txns)
@@ -399,6 +403,7 @@ cdef inline void abort_filter_restart(AbortFilter* f, int64_t start) noexcept no
     f.n = f.next = 0
     f.start = start
     f.started = False
+    f.ready = True
     if f.pid_used:
         for i in range(f.pid_mask + 1):
             f.pids[i] = PID_FREE
@@ -410,6 +415,7 @@ cdef inline int abort_filter_add(AbortFilter* f, int64_t producer_id, int64_t fi
     cdef AbortedTxn* grown
     if producer_id < 0:          # no batch has it (hasProducerId): it can never match
         return 0
+    f.ready = False              # until abort_filter_ready() sorts and sizes the set
     if f.n == f.cap:
         grown = <AbortedTxn*>PyMem_RawRealloc(f.txns, (2 * f.cap + 8) * sizeof(AbortedTxn))
         if grown == NULL:
@@ -446,6 +452,7 @@ cdef inline int abort_filter_ready(AbortFilter* f) except -1 nogil:
         for i in range(slots):
             f.pids[i] = PID_FREE
         f.pid_used = 0
+    f.ready = True
     return 0
 
 cdef inline Py_ssize_t abort_pid_slot(const AbortFilter* f, int64_t pid, bint for_insert) noexcept nogil:
@@ -466,11 +473,15 @@ cdef inline Py_ssize_t abort_pid_slot(const AbortFilter* f, int64_t pid, bint fo
 cdef inline int abort_filter_batch(AbortFilter* f, const BatchHeader* h,
                                    int control_type_of_first_record) noexcept nogil:
     """ABORT_SKIP when the batch is aborted data, else ABORT_KEEP; moves the filter past the
-    batch.  control_type_of_first_record: of a control batch (-1: none or not read)."""
+    batch.  control_type_of_first_record: of a control batch (-1: none or not read).
+    ABORT_NOT_LOADED: the list's loading stopped (an exception between abort_filter_add() and
+    abort_filter_ready()): no answer, the reader raises (raise_abort_not_loaded())."""
     cdef Py_ssize_t i
     cdef const AbortedTxn* t
     if f.n == 0:
         return ABORT_KEEP
+    if not f.ready:
+        return ABORT_NOT_LOADED
     if not f.started:            # the fetch offset: where this read's batches start
         f.started = True
         if h.base_offset > f.start:

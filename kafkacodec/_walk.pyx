@@ -5,7 +5,7 @@ from libc.stdint cimport int64_t
 from kafkacodec._format cimport (BatchHeader, MAGIC_OFFSET, V2_ATTRIBUTES_OFFSET,
                                  V2_RECORDS_COUNT_OFFSET)
 
-from kafkacodec.errors import (CorruptRecordError, UnsupportedCompressionError,
+from kafkacodec.errors import (CorruptRecordError, MisuseError, UnsupportedCompressionError,
                                UnsupportedVersionError)
 
 
@@ -51,3 +51,11 @@ cdef int raise_walk_fault(int fault, const BatchHeader* h, Py_ssize_t position,
                                      position=position + MAGIC_OFFSET, offset=offset)
         raise CorruptRecordError("compressed inner message inside a compressed wrapper",
                                  position=position + MAGIC_OFFSET + 1, offset=offset)
+
+
+cdef int raise_abort_not_loaded(const char* remedy) except -1 nogil:
+    """A read_committed read whose aborted-transaction list stopped loading (MemoryError or bad
+    data while it was listed): answering would read a half-built producer set."""
+    with gil:
+        raise MisuseError("the aborted-transaction list failed to load: "
+                          + remedy.decode("ascii"))
