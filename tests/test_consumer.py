@@ -252,7 +252,9 @@ def test_a_connection_reads_only_when_the_pool_can_hold_it(mock):
 
 def test_coordinator_rings_have_priority(mock):
     """A fetch ring holding the whole pool does not stop a commit: the coordinator connection
-    takes its ring with priority=True (from the heap, outside the budget)."""
+    takes its ring with priority=True (from the heap, outside the budget), and so does the
+    coordinator lookup (FindCoordinator): over the muted data connection it waited out the
+    request timeout (30 s by default) before a retry found another way."""
     topic = "priority"
     mock.create_topic(topic)
     mock.produce(topic, make_records([0], 5, "p"))
@@ -260,9 +262,20 @@ def test_coordinator_rings_have_priority(mock):
         consumer.assign({(topic, 0): 0})
         held = consumer.poll(5.0)
         assert consumer.pool.available_memory == 0       # the data ring holds the whole pool
+        sent, real_send = [], consumer.cluster.send
+
+        def send(node, request, purpose="data"):
+            sent.append((request.api_key, purpose))
+            return real_send(node, request, purpose)
+
+        consumer.cluster.send = send
         consumer.commit({(topic, 0): 3})
         assert consumer.committed([(topic, 0)]) == {(topic, 0): 3}
         assert consumer.pool.available_memory == 0
+        # every request of the commit went over a priority connection, none timed out and was
+        # sent again
+        assert sent and {purpose for _, purpose in sent} == {"coordinator"}, sent
+        assert len(sent) == len({api for api, _ in sent}), sent
         for part in held:
             part.release()
 

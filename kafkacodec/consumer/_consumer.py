@@ -296,10 +296,12 @@ class Consumer:
             return self._coordinator
         message = control.find_coordinator_request(self.group_id)
         for attempt in range(10):
+            # coordinator traffic (KIP-81): over a priority connection, so a pool that the data
+            # rings hold whole does not stall the lookup until the request times out
             answer = self.cluster.call(
                 None, control.FIND_COORDINATOR,
                 _encoder(message, self.client_id), _decoder(control.FIND_COORDINATOR),
-                max_version=control.MAX_VERSIONS[control.FIND_COORDINATOR])
+                max_version=control.MAX_VERSIONS[control.FIND_COORDINATOR], purpose="coordinator")
             if answer.error_code == 0:
                 self.cluster.brokers.setdefault(answer.node_id, (answer.host, answer.port))
                 self._coordinator = int(answer.node_id)
