@@ -18,7 +18,7 @@ import kafkacodec
 # Tests that run a real Kafka broker or Kafka's own Java tools and clients are marked `broker`
 # (by their fixtures, or a module's pytestmark): the sanitizer run leaves them out, as their part
 # of the compiled core is what the rest of the suite drives under ASan; the installed run has them.
-BROKER_FIXTURES = {"kafka_broker", "kafka_broker_39"}
+BROKER_FIXTURES = {"kafka_broker", "kafka_broker_39", "kafka_pool"}     # kafka_pool: Kafka's own pool in a JVM
 
 
 def pytest_collection_modifyitems(config, items):

@@ -3,6 +3,9 @@
 
 import pytest
 
+# the broker fixture is requested by name (getfixturevalue), so conftest cannot mark it
+pytestmark = pytest.mark.broker
+
 
 @pytest.mark.parametrize("fixture", ["kafka_broker", "kafka_broker_39"])
 def test_broker_round_trip(request, fixture):
