@@ -60,6 +60,7 @@ cdef class ResponseRingBuffer:
     cdef int commit(self) except -1
     cdef int advance(self) except -1
     cdef Slot* slot_of(self, int64_t seq) noexcept
+    cdef bint is_released(self, int64_t seq) noexcept
     cdef int release_memory(self) except -1
     cdef int check_writer(self) except -1
     cdef int begin_write(self, bint through_window) except -1

@@ -412,6 +412,11 @@ cdef class ResponseRingBuffer:
             return NULL
         return &self.slots[(self.slots_head + i) % self.slots_cap]
 
+    cdef bint is_released(self, int64_t seq) noexcept:
+        """Response seq's bytes are gone or going: released, passed over, or the ring closed."""
+        cdef Slot* slot = self.slot_of(seq)
+        return slot == NULL or slot.released != 0 or self.closed
+
     cdef int advance(self) except -1:
         """Free released responses at the front of the queue (in order)."""
         cdef Slot* slot
@@ -740,11 +745,7 @@ cdef class Response:
 
     @property
     def released(self) -> bool:
-        cdef Slot* slot
-        if self.ring is None:
-            return True
-        slot = self.ring.slot_of(self.seq)
-        return slot == NULL or slot.released != 0 or self.ring.closed
+        return self.ring is None or self.ring.is_released(self.seq)
 
     def records(self, api_version, isolation_level=0):
         """Iterate the records of this FetchResponse (Fetch `api_version`, 4-16) through one
@@ -838,11 +839,7 @@ cdef class RingView:
 
     @property
     def released(self) -> bool:
-        cdef Slot* slot
-        if self.ring is None:
-            return True
-        slot = self.ring.slot_of(self.seq)
-        return slot == NULL or slot.released != 0 or self.ring.closed
+        return self.ring is None or self.ring.is_released(self.seq)
 
     def __getitem__(self, key):
         cdef const unsigned char* p = self.check()
