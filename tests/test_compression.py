@@ -378,11 +378,11 @@ def test_peers_read_what_we_write(codec, peer, size):
 
 
 @pytest.mark.parametrize("codec,levels", [("zstd", (None, 1, 7, 19, -5)),
-                                          ("gzip", (None, 1, 5, 9))])
+                                          ("gzip", (None, 1, 5, 9)), ("snappy", (None,))])
 def test_librdkafka_consumes_our_batches(codec, levels):
     """confluent-kafka (librdkafka) reads our zstd and gzip (libdeflate's from 1 KiB, zlib's
-    below) batches at several levels: produced raw into its mock cluster, consumed back record
-    by record."""
+    below) batches at several levels, and our snappy (xerial framing, several 32 KiB blocks):
+    produced raw into its mock cluster, consumed back record by record."""
     ck = pytest.importorskip("confluent_kafka")
     from kafkacodec import MemoryRecordsBuilder
     from blocking_client import BlockingClient
