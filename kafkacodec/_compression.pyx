@@ -725,29 +725,26 @@ cdef Py_ssize_t snappy(Writer* w, const unsigned char* data, Py_ssize_t size) ex
     """snappy-java's SnappyOutputStream as Kafka opens it (default 32 KiB blocks): the 16-byte
     xerial header, then per block its compressed size (big-endian int32) and the raw snappy
     block, from Google snappy 1.1.10 (csrc/snappy), the release snappy-java bundles: Kafka's
-    bytes exactly.  GIL released: w and data are held by the caller for the call."""
+    bytes exactly.  The GIL stays held: w may be a caller's WriteBuffer, which relies on it."""
     cdef Py_ssize_t blocks = (size + SNAPPY_BLOCK - 1) // SNAPPY_BLOCK
     cdef Py_ssize_t pos = 16, done = 0, chunk
     cdef size_t written
     cdef unsigned char* p
-    cdef snappy_status status = SNAPPY_OK
+    cdef snappy_status status
     check_input_size(size)
     ensure(w, 16 + blocks * (4 + <Py_ssize_t>snappy_max_compressed_length(SNAPPY_BLOCK)))
     p = w.buf + w.length
     memcpy(p, SNAPPY_HEADER, 16)
-    with nogil:
-        while done < size:
-            chunk = min(size - done, <Py_ssize_t>SNAPPY_BLOCK)
-            written = snappy_max_compressed_length(<size_t>chunk)
-            status = snappy_compress(<const char*>data + done, <size_t>chunk,
-                                     <char*>p + pos + 4, &written)
-            if status != SNAPPY_OK:
-                break
-            put_be32(p + pos, <uint32_t>written)
-            pos += 4 + <Py_ssize_t>written
-            done += chunk
-    if status != SNAPPY_OK:                 # only a too small output buffer: a bug here
-        raise SystemError(f"snappy_compress failed ({<int>status})")
+    while done < size:
+        chunk = min(size - done, <Py_ssize_t>SNAPPY_BLOCK)
+        written = snappy_max_compressed_length(<size_t>chunk)
+        status = snappy_compress(<const char*>data + done, <size_t>chunk, <char*>p + pos + 4,
+                                 &written)
+        if status != SNAPPY_OK:             # only a too small output buffer: a bug here
+            raise SystemError(f"snappy_compress failed ({<int>status})")
+        put_be32(p + pos, <uint32_t>written)
+        pos += 4 + <Py_ssize_t>written
+        done += chunk
     w.length += pos
     return pos
 
