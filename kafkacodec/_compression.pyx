@@ -3,7 +3,8 @@
 
 gzip is inflated by libdeflate (vendored in csrc/libdeflate, about twice zlib's speed) when
 the data is one plain gzip member, else by zlib, which also reports every error (GIL released
-in both); snappy blocks go to cramjam's raw functions, lz4
+in both); snappy blocks are compressed by Google snappy 1.1.10 (vendored in csrc/snappy, the
+release snappy-java bundles: Kafka's bytes) and decompressed by cramjam's raw functions, lz4
 blocks to cramjam (decompression into our buffer) and lz4.block (compression), zstd frames to
 the zstandard package (streaming, into our buffer).  The containers themselves (xerial
 framing, Kafka's LZ4 frame, gzip member chaining, zstd frame walking) are parsed here, so
@@ -84,6 +85,13 @@ cdef extern from "libdeflate.h" nogil:
         libdeflate_decompressor* d, const void* data, size_t size, void* out, size_t out_size,
         size_t* actual_in, size_t* actual_out)
 
+cdef extern from "snappy-c.h" nogil:
+    ctypedef enum snappy_status:
+        SNAPPY_OK
+    snappy_status snappy_compress(const char* input, size_t input_length, char* compressed,
+                                  size_t* compressed_length)
+    size_t snappy_max_compressed_length(size_t source_length)
+
 cdef extern from "zlib.h" nogil:
     ctypedef struct z_stream:
         unsigned char* next_in
@@ -147,7 +155,6 @@ cdef unsigned char EMPTY[1]
 EMPTY[0] = 0
 
 _snappy_decompress_raw_into = cramjam.snappy.decompress_raw_into
-_snappy_compress_raw_into = cramjam.snappy.compress_raw_into
 _lz4_decompress_block_into = cramjam.lz4.decompress_block_into
 _lz4_decompress_block = cramjam.lz4.decompress_block
 _lz4_compress_block = lz4.block.compress
@@ -715,18 +722,26 @@ cdef int snappy_block(int magic, const unsigned char* data, Py_ssize_t pos, Py_s
 
 
 cdef Py_ssize_t snappy(Writer* w, const unsigned char* data, Py_ssize_t size) except -1:
+    """snappy-java's SnappyOutputStream as Kafka opens it (default 32 KiB blocks): the 16-byte
+    xerial header, then per block its compressed size (big-endian int32) and the raw snappy
+    block, from Google snappy 1.1.10 (csrc/snappy), the release snappy-java bundles: Kafka's
+    bytes exactly.  The GIL stays held: w may be a caller's WriteBuffer, which relies on it."""
     cdef Py_ssize_t blocks = (size + SNAPPY_BLOCK - 1) // SNAPPY_BLOCK
-    cdef Py_ssize_t pos = 16, done = 0, chunk, room
+    cdef Py_ssize_t pos = 16, done = 0, chunk
+    cdef size_t written
     cdef unsigned char* p
+    cdef snappy_status status
     check_input_size(size)
-    ensure(w, 16 + blocks * (4 + 32 + SNAPPY_BLOCK + SNAPPY_BLOCK // 6))
+    ensure(w, 16 + blocks * (4 + <Py_ssize_t>snappy_max_compressed_length(SNAPPY_BLOCK)))
     p = w.buf + w.length
     memcpy(p, SNAPPY_HEADER, 16)
     while done < size:
         chunk = min(size - done, <Py_ssize_t>SNAPPY_BLOCK)
-        room = 32 + chunk + chunk // 6          # snappy's MaxCompressedLength
-        written = _snappy_compress_raw_into(view_of(data + done, chunk, PyBUF_READ),
-                                            view_of(p + pos + 4, room, PyBUF_WRITE))
+        written = snappy_max_compressed_length(<size_t>chunk)
+        status = snappy_compress(<const char*>data + done, <size_t>chunk, <char*>p + pos + 4,
+                                 &written)
+        if status != SNAPPY_OK:             # only a too small output buffer: a bug here
+            raise SystemError(f"snappy_compress failed ({<int>status})")
         put_be32(p + pos, <uint32_t>written)
         pos += 4 + <Py_ssize_t>written
         done += chunk
