@@ -11,6 +11,8 @@
 //                                    (one timed pass: System.nanoTime, this thread's CPU time
 //                                    (ThreadMXBean) and the whole JVM's (that plus its other
 //                                    threads' CPU time meanwhile: GC, JIT; -1 without /proc))
+//   runcold <op> <args...>           the same after evicting the caches (untimed): one byte
+//                                    written per 64-byte line of <EVICT_BYTES> of heap
 //   quit
 // ops (a pass covers the whole file; result counts what was processed):
 //   crc <log>                        batches(), ensureValid() each       result: batches
@@ -80,6 +82,19 @@ public class KafkaBench {
     static final ByteBuffer pooled = ByteBuffer.allocate(POOLED_BUFFER);
     static final BufferSupplier decompressionBuffers = BufferSupplier.create();
     static long checksum;  // every op folds what it read in here, so no pass is dead code
+    // runcold: more than the L3 cache (bench_java.py's EVICT_BYTES, which evicts the same
+    // amount of ordinary 4 KiB-page memory before our passes)
+    static final int EVICT_BYTES = 64 << 20;
+    static byte[] evictBuffer;
+
+    static void evictCaches() {
+        if (evictBuffer == null) {
+            evictBuffer = new byte[EVICT_BYTES];
+        }
+        for (int i = 0; i < EVICT_BYTES; i += 64) {
+            evictBuffer[i]++;
+        }
+    }
 
     static ByteBuffer log(String path) throws IOException {
         ByteBuffer buffer = logs.get(path);
@@ -337,6 +352,9 @@ public class KafkaBench {
                         out.println("ok " + passes);
                         break;
                     }
+                    case "runcold":
+                        evictCaches();
+                        // fall through: the same timed pass
                     case "run": {
                         ThreadMXBean threads = ManagementFactory.getThreadMXBean();
                         long othersStart = otherThreadsCpuNanos();
