@@ -632,9 +632,10 @@ cdef Py_ssize_t gzip(Writer* w, const unsigned char* data, Py_ssize_t size, int 
         zs.avail_in = <unsigned int>size
         zs.next_out = p + 10
         zs.avail_out = <unsigned int>bound
-        with nogil:
-            ret = deflate(&zs, Z_FINISH)
-            crc = <uint32_t>zlib_crc32(0, data if data != NULL else EMPTY, <unsigned int>size)
+        # The GIL stays held (inputs under GZIP_LIBDEFLATE_MIN: microseconds): w may be a
+        # caller's WriteBuffer, which another thread could append to (and move) meanwhile.
+        ret = deflate(&zs, Z_FINISH)
+        crc = <uint32_t>zlib_crc32(0, data if data != NULL else EMPTY, <unsigned int>size)
         if ret != Z_STREAM_END:
             raise MemoryError(f"zlib deflate failed ({ret})")
         n = zs.next_out - p

@@ -122,3 +122,36 @@ def test_compress_into_refuses_to_grow_under_a_view():
         _compress_into(out, "gzip", 2, b"a" * 1000)
     view.release()
     assert len(out) == 0
+
+
+def test_a_write_buffer_shared_with_an_appending_thread_gets_whole_gzip_members():
+    # zlib's path (under 1 KiB) released the GIL while deflate wrote into the WriteBuffer: a
+    # thread appending meanwhile moved the buffer (SIGSEGV) or wrote over the member.
+    from isolated import run_python
+
+    run = run_python("""
+        import gzip, sys, threading
+        from kafkacodec import WriteBuffer
+        from kafkacodec._compression import _compress_into
+        sys.setswitchinterval(1e-6)
+        data, pattern = bytes(range(256)) * 3, b"\\xee" * 64
+        buf, stop = WriteBuffer(), []
+        def append():
+            while not stop:
+                buf.write(pattern)
+        thread = threading.Thread(target=append)
+        thread.start()
+        (n,) = {_compress_into(buf, "gzip", 1, data) for _ in range(3000)}
+        stop.append(True)
+        thread.join()
+        out, pos, members = buf.getvalue(), 0, 0
+        while pos < len(out):
+            if out[pos:pos + 64] == pattern:
+                pos += 64
+            else:
+                assert gzip.decompress(out[pos:pos + n]) == data, pos
+                pos, members = pos + n, members + 1
+        print(members)
+    """)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert run.stdout.split() == ["3000"]
