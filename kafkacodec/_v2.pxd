@@ -69,7 +69,16 @@ cdef inline bint scan_v2_record(Cursor* cur, V2Record* rec) noexcept nogil:
     rejects.  It accepts exactly what read_v2_record_checked accepts with those varints
     (tests/test_records.py checks both against each other)."""
     cdef const unsigned char* p = cur.data + cur.pos
-    cdef const unsigned char* end = cur.data + cur.end
+    if not scan_v2_at(&p, cur.data + cur.end, rec):
+        return False
+    cur.pos = p - cur.data
+    return True
+
+cdef inline bint scan_v2_at(const unsigned char** at, const unsigned char* end,
+                            V2Record* rec) noexcept nogil:
+    """scan_v2_record() of the record at *at, the records ending at `end`: *at advanced past
+    it, or False (*at unmoved).  For a loop that keeps its position in a local."""
+    cdef const unsigned char* p = at[0]
     cdef const unsigned char* header_part
     cdef int32_t length, timestamp_delta, count, header_part_length, i
     if not small_varint(&p, end, &length) or length < 1 or length > end - p:
@@ -94,7 +103,7 @@ cdef inline bint scan_v2_record(Cursor* cur, V2Record* rec) noexcept nogil:
     rec.headers_size = p - rec.headers
     if p != end:                     # bytes left over after the last header
         return False
-    cur.pos = p - cur.data
+    at[0] = p
     return True
 
 cdef inline int read_v2_record(Cursor* cur, V2Record* rec) except -1 nogil:
