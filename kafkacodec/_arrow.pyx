@@ -859,7 +859,7 @@ cdef int decode_v2(State* s, BatchWalk* w, const unsigned char* entry) except -1
     return decode_v2_records(s, w, &b)
 
 
-cdef int emit_legacy(State* s, const BatchHeader* h, const Batch* b,
+cdef inline int emit_legacy(State* s, const BatchHeader* h, const Batch* b,
                      const RecordView* v) except -1 nogil:
     """One v0/v1 message: ENTRY_DONE (emitted or filtered out) or ENTRY_STOPPED (full)."""
     if not (s.start_offset <= v.offset and v.offset <= s.last_offset):
@@ -875,7 +875,7 @@ cdef int emit_legacy(State* s, const BatchHeader* h, const Batch* b,
     return ENTRY_DONE
 
 
-cdef int check_inner_crc(State* s, const BatchWalk* w, const RecordView* v) except -1 nogil:
+cdef inline int check_inner_crc(State* s, const BatchWalk* w, const RecordView* v) except -1 nogil:
     """The CRC of the inner message walk_next() just read (errors name the wrapper)."""
     cdef BatchHeader ih
     cdef const unsigned char* message = w.cur.data + v.start
