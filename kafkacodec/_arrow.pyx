@@ -55,10 +55,10 @@ cdef extern from "kc_copy.h" nogil:
     void kc_stream_fence()
 
 # Every `cdef inline` function this module uses (the walker's, the record parsers', the
-# columns') is inlined, whatever GCC's -O2 size limits say: they leave the v2 record scan,
-# read_v2_header() and walk_next() out of line in the decode loop, which then keeps its
-# DataRun and record in memory around each call (callgrind: 2-9% more instructions a batch
-# than with them inlined).  Defined before the module's functions, after Cython's default.
+# columns') is inlined, whatever GCC's -O2 size limits say: they left the v2 record scan,
+# read_v2_header() and walk_next() out of line in the decode loops, which then kept their
+# DataRun and record in memory around each call (callgrind: 3-5% more instructions a decode
+# than inlined).  Defined before the module's functions, after Cython's default.
 cdef extern from *:
     """
     #if defined(__GNUC__) || defined(__clang__)
@@ -860,7 +860,7 @@ cdef int decode_v2(State* s, BatchWalk* w, const unsigned char* entry) except -1
 
 
 cdef inline int emit_legacy(State* s, const BatchHeader* h, const Batch* b,
-                     const RecordView* v) except -1 nogil:
+                            const RecordView* v) except -1 nogil:
     """One v0/v1 message: ENTRY_DONE (emitted or filtered out) or ENTRY_STOPPED (full)."""
     if not (s.start_offset <= v.offset and v.offset <= s.last_offset):
         return ENTRY_DONE
