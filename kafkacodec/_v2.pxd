@@ -69,16 +69,7 @@ cdef inline bint scan_v2_record(Cursor* cur, V2Record* rec) noexcept nogil:
     rejects.  It accepts exactly what read_v2_record_checked accepts with those varints
     (tests/test_records.py checks both against each other)."""
     cdef const unsigned char* p = cur.data + cur.pos
-    if not scan_v2_at(&p, cur.data + cur.end, rec):
-        return False
-    cur.pos = p - cur.data
-    return True
-
-cdef inline bint scan_v2_at(const unsigned char** at, const unsigned char* end,
-                            V2Record* rec) noexcept nogil:
-    """scan_v2_record() of the record at *at, the records ending at `end`: *at advanced past
-    it, or False (*at unmoved).  For a loop that keeps its position in a local."""
-    cdef const unsigned char* p = at[0]
+    cdef const unsigned char* end = cur.data + cur.end
     cdef const unsigned char* header_part
     cdef int32_t length, timestamp_delta, count, header_part_length, i
     if not small_varint(&p, end, &length) or length < 1 or length > end - p:
@@ -103,7 +94,22 @@ cdef inline bint scan_v2_at(const unsigned char** at, const unsigned char* end,
     rec.headers_size = p - rec.headers
     if p != end:                     # bytes left over after the last header
         return False
-    at[0] = p
+    cur.pos = p - cur.data
+    return True
+
+cdef inline bint scan_v2_at(const unsigned char** at, const unsigned char* end,
+                            V2Record* rec) noexcept nogil:
+    """scan_v2_record() of the record at *at, the records ending at `end`: *at advanced past
+    it, or False (*at unmoved).  For a loop that keeps its position in a local (inlined,
+    the cursor here is folded away)."""
+    cdef Cursor cur
+    cur.data = at[0]
+    cur.pos = 0
+    cur.end = end - at[0]
+    cur.base = 0
+    if not scan_v2_record(&cur, rec):
+        return False
+    at[0] += cur.pos
     return True
 
 cdef inline int read_v2_record(Cursor* cur, V2Record* rec) except -1 nogil:
