@@ -57,7 +57,7 @@ cdef extern from "kc_copy.h" nogil:
 # Every `cdef inline` function this module uses (the walker's, the record parsers', the
 # columns') is inlined, whatever GCC's -O2 size limits say: they left the v2 record scan,
 # read_v2_header() and walk_next() out of line in the decode loops, which then kept their
-# DataRun and record in memory around each call (callgrind: 3-5% more instructions a decode
+# DataRun and record in memory around each call (callgrind: 2-5% more instructions a decode
 # than inlined).  Defined before the module's functions, after Cython's default.
 cdef extern from *:
     """
