@@ -97,6 +97,21 @@ cdef inline bint scan_v2_record(Cursor* cur, V2Record* rec) noexcept nogil:
     cur.pos = p - cur.data
     return True
 
+cdef inline bint scan_v2_at(const unsigned char** at, const unsigned char* end,
+                            V2Record* rec) noexcept nogil:
+    """scan_v2_record() of the record at *at, the records ending at `end`: *at advanced past
+    it, or False (*at unmoved).  For a loop that keeps its position in a local (inlined,
+    the cursor here is folded away)."""
+    cdef Cursor cur
+    cur.data = at[0]
+    cur.pos = 0
+    cur.end = end - at[0]
+    cur.base = 0
+    if not scan_v2_record(&cur, rec):
+        return False
+    at[0] += cur.pos
+    return True
+
 cdef inline int read_v2_record(Cursor* cur, V2Record* rec) except -1 nogil:
     """Parse the record at the cursor and advance past it (DefaultRecord.readFrom rules).
 

@@ -14,7 +14,8 @@
 #               RecordView: the absolute offset and timestamp (Java long
 #               arithmetic, LogAppendTime, LegacyRecord's inner-message rules), the producer
 #               sequence, key/value/headers as pointers, and a control record's type and
-#               coordinator epoch.
+#               coordinator epoch.  walk_data_record() walks a batch for a loop that keeps
+#               the position in its own DataRun (registers), with the same checks.
 #   read_committed  abort_filter_*(): the aborted-transaction filter (Kafka's fetch path:
 #               the broker's aborted list, then its consumer's algorithm), in its own section
 #               at the end.
@@ -38,8 +39,8 @@ from kafkacodec._cursor cimport Cursor, cursor_init, load_u64
 from kafkacodec._format cimport (BatchHeader, frame_entry, parse_entry_header, FRAME_OK,
                                  V2_HEADER_SIZE, CODEC_NONE, CODEC_ZSTD, CONTROL_FLAG, COMPRESSION_MASK,
                                  NO_SEQUENCE, wrap_add, increment_sequence)
-from kafkacodec._v2 cimport (V2Record, read_v2_record, scan_v2_record, record_timestamp,
-                             read_control_type, read_end_txn_coordinator_epoch)
+from kafkacodec._v2 cimport (V2Record, read_v2_record, scan_v2_record, scan_v2_at,
+                             record_timestamp, read_control_type, read_end_txn_coordinator_epoch)
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, next_inner_entry,
                                  inner_base_offset, inner_timestamp, inner_timestamp_type)
 from kafkacodec._compression cimport Decompressor, _Chunk
@@ -320,16 +321,44 @@ cdef inline int walk_v2_record(BatchWalk* w, V2Record* rec) except -1 nogil:
                          w.cur.end - w.cur.pos, w.h.records_count)
     return 1
 
-cdef inline int walk_data_record(BatchWalk* w, V2Record* rec) except -1 nogil:
-    """walk_v2_record() of a data batch (not a control one: walk_next() reads those), its
-    common record (not the last; one- or two-byte varints) the short way, scan_v2_record():
-    for a reader that takes only the record as stored and its absolute offset and timestamp
-    (wrap_add(base_offset, offset_delta), record_timestamp()), not a whole RecordView
-    (ArrowDecoder's columns)."""
-    if w.left > 1 and scan_v2_record(&w.cur, rec):
-        w.left -= 1
+# --- a batch's records as a run in the caller's locals (ArrowDecoder's columns) -----------------
+# A loop that writes every record into output memory through char* cannot keep BatchWalk's
+# cursor and count in registers: each store might alias them, so both are read back and
+# written again per record.  A DataRun holds them in the caller's frame instead, its address
+# never passed out of line, so the compiler keeps it in registers for the whole batch.
+cdef struct DataRun:
+    const unsigned char* at      # the next record (w.cur.pos while the run lasts)
+    const unsigned char* end     # where the short way stops: the records' end; a control
+                                 # batch, its start (every record goes through walk_next())
+    int32_t left                 # w.left while the run lasts
+
+cdef inline void walk_data_begin(const BatchWalk* w, DataRun* r) noexcept nogil:
+    """Start a run over the records w walks (after walk_open() / walk_decompressed())."""
+    r.at = w.cur.data + w.cur.pos
+    r.end = w.cur.data if w.h.attributes & CONTROL_FLAG else w.cur.data + w.cur.end
+    r.left = w.left
+
+cdef inline void walk_data_end(BatchWalk* w, const DataRun* r) noexcept nogil:
+    """Hand the run's position back to w (a loop that stops early; walk_next() goes on)."""
+    w.cur.pos = r.at - w.cur.data
+    w.left = r.left
+
+cdef inline int walk_data_record(BatchWalk* w, DataRun* r, RecordView* v) except -1 nogil:
+    """The batch's next record, for a reader that takes the record as stored (v.rec) and
+    works out its absolute offset and timestamp itself (wrap_add(base_offset, offset_delta),
+    record_timestamp()), not the rest of a RecordView: 1, or 0 at the batch's end.  A data
+    batch's common record (not the last; one- or two-byte varints) the short way,
+    scan_v2_at(); any other, and every control record, through w with all of walk_next()'s
+    checks (walk_v2_record(); a control batch's, walk_next(): its key, spec §7)."""
+    cdef int got
+    if r.left > 1 and scan_v2_at(&r.at, r.end, &v.rec):
+        r.left -= 1
         return 1
-    return walk_v2_record(w, rec)
+    walk_data_end(w, r)
+    got = walk_next(w, v) if w.h.attributes & CONTROL_FLAG else walk_v2_record(w, &v.rec)
+    r.at = w.cur.data + w.cur.pos
+    r.left = w.left
+    return got
 
 # --- the aborted-transaction filter (read_committed) ----------------------------------------
 # One rule for every reader: Kafka's consumer (CompletedFetch.nextFetchedRecord) over the

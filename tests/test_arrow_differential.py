@@ -330,6 +330,23 @@ def test_control_records_are_checked_as_memory_records_does(key, value, corrupt)
     assert_same(bytes(batch))
 
 
+@pytest.mark.parametrize("bad", [None, 0, 1, 2])
+def test_every_record_of_a_control_batch_is_checked(bad):
+    # ArrowDecoder scans a data batch's records the short way except the last; a control
+    # batch's every record goes through the walker's control checks (spec section 7), also
+    # the ones before its last.
+    abort = (b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x05")
+    builder = MemoryRecordsBuilder()
+    for i in range(3):
+        key, value = (b"ab", b"") if i == bad else abort
+        builder.append(1, key, value)
+    batch = bytearray(builder.build())
+    struct.pack_into(">h", batch, 21, struct.unpack_from(">h", batch, 21)[0] | 0x20)   # control
+    fix_entry_crc(batch)
+    assert (by_memory_records(bytes(batch)) is CorruptRecordError) == (bad is not None)
+    assert_same(bytes(batch))
+
+
 # --- column pruning: ArrowDecoder(columns=...) against the full decode --------------------------
 
 def decode_all(log, columns=None, max_rows=65536):
