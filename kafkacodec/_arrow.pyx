@@ -539,6 +539,7 @@ cdef struct State:
     # statistics
     Py_ssize_t batches
     Py_ssize_t crc_checked
+    Py_ssize_t aborted_records   # data records of aborted transactions passed over
 
 
 cdef int no_memory() except -1 nogil:
@@ -754,7 +755,10 @@ cdef int decode_v2_records(State* s, BatchWalk* w, const Batch* b) except -1 nog
             pass
         while walk_data_record(w, &r, &v):
             offset = wrap_add(h.base_offset, v.rec.offset_delta)
-            if b.skip or not (s.start_offset <= offset and offset <= s.last_offset):
+            if not (s.start_offset <= offset and offset <= s.last_offset):
+                continue
+            if b.skip:                      # aborted data: read_committed passes it over
+                s.aborted_records += 1
                 continue
             # the bound first (cheap); the exact size only near the limit
             if (check_room and output_bytes(s) + v2_record_bound(s, &v.rec) > s.output_limit
@@ -1089,6 +1093,12 @@ cdef class ArrowDecoder:
     def crc_checked(self) -> int:
         """Number of CRCs verified so far (batches and legacy messages)."""
         return self.s.crc_checked
+
+    @property
+    def aborted_records(self) -> int:
+        """Number of records of aborted transactions (`aborted`) passed over so far, within
+        the offset range: what read_committed drops."""
+        return self.s.aborted_records
 
     @property
     def entries(self) -> int:

@@ -14,6 +14,8 @@ def run(args: argparse.Namespace) -> int:
     entries (CRC, structure), partial entries, overlapping segments, missing offsets between
     segments, invalid index and checkpoint files.  The same checks, with the same counts, as a
     "kafkalog" read in PERMISSIVE mode with failOnDataLoss=false."""
+    from dataclasses import replace
+
     from kafkacodec._progress import Progress
     from kafkacodec.logdir import Problem, ReadOptions, read_split
     from kafkacodec.logdir._counts import COUNT_COLUMNS, RecordCounts
@@ -37,9 +39,11 @@ def run(args: argparse.Namespace) -> int:
     counted = RecordCounts()
     with Progress(total, "verify", unit="B", enabled=False if args.no_progress else None) as bar:
         for split in splits:
-            for rb in read_split(split, include_headers=False, keep_control=True, mode="DROPMALFORMED",
-                                 fail_on_data_loss=False, columns=COUNT_COLUMNS, on_problem=problems.append):
-                counted.add(rb, aborted.get((split.topic, split.partition), []))
+            for rb in read_split(replace(split, aborted=aborted.get((split.topic, split.partition), [])),
+                                 include_headers=False, keep_control=True, mode="DROPMALFORMED",
+                                 fail_on_data_loss=False, columns=COUNT_COLUMNS, on_problem=problems.append,
+                                 on_aborted=counted.add_aborted):
+                counted.add(rb)
             bar.update(split.end - split.start, note=f"{split.topic}-{split.partition}")
     counts: dict[str, int] = {}
     for p in problems:

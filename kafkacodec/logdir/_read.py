@@ -91,7 +91,8 @@ def read_split(split: Split, *, validate_crc: bool = True, include_headers: bool
                on_error: Callable[[KafkaCodecError], None] | None = None,
                fail_on_data_loss: bool = True, columns: Sequence[str] | None = None,
                pushdown: Pushdown | None = None,
-               on_problem: Callable[[Problem], None] | None = None) -> Iterator[Any]:
+               on_problem: Callable[[Problem], None] | None = None,
+               on_aborted: Callable[[int], None] | None = None) -> Iterator[Any]:
     """Decode one split into Arrow record batches.
 
     Damage (corrupt entries, a partial entry at the end, an unreadable segment) follows `mode`:
@@ -101,6 +102,8 @@ def read_split(split: Split, *, validate_crc: bool = True, include_headers: bool
     back, or missing before the next segment follow `fail_on_data_loss`: raise, or report and
     read each offset once.  Problems go to `on_problem`, else damage to `on_error(exc)`, else
     stderr.  `columns` selects (and orders) the output columns; `pushdown` rows are filtered.
+    The records of the split's aborted transactions (`split.aborted`: read_committed) are passed
+    over by the walker's filter; `on_aborted(n)` hears how many, per batch yielded (the counts).
     A segment that another process cuts while it is read, or since it was planned, is not damage:
     FileTruncatedError in every mode (the zeros read past the cut are never rows)."""
     def tell(problem: Problem) -> None:
@@ -113,14 +116,15 @@ def read_split(split: Split, *, validate_crc: bool = True, include_headers: bool
 
     reader = _SplitReader(split, Reporter(mode, fail_on_data_loss, tell), validate_crc=validate_crc,
                           include_headers=include_headers, keep_control=keep_control, max_rows=max_rows,
-                          corrupt_column=corrupt_column, columns=columns, pushdown=pushdown)
+                          corrupt_column=corrupt_column, columns=columns, pushdown=pushdown,
+                          on_aborted=on_aborted)
     yield from reader.batches()
 
 
 class _SplitReader:
     def __init__(self, split: Split, reporter: Reporter, *, validate_crc: bool, include_headers: bool,
                  keep_control: bool, max_rows: int, corrupt_column: str, columns: Sequence[str] | None,
-                 pushdown: Pushdown | None):
+                 pushdown: Pushdown | None, on_aborted: Callable[[int], None] | None = None):
         from kafkacodec.arrow import SCHEMA, SCHEMA_NO_HEADERS
 
         self.split = split
@@ -141,6 +145,7 @@ class _SplitReader:
         self.kwargs: dict[str, Any] = dict(validate_crc=validate_crc, include_headers=include_headers, keep_control=keep_control,
                            start_offset=start, end_offset=end, aborted=split.aborted, max_rows=max_rows,
                            source=split.uri)
+        self.on_aborted = on_aborted
         self.dedupe = False                 # offsets went back in this split: read each once
         self.running_max = -(2**63)         # the largest offset yielded
         self.src: Any = None                # the open segment (a storage.Source)
@@ -264,17 +269,26 @@ class _SplitReader:
         if s.check_gap:
             self._check_gap(last_seen)
 
+    def decode(self, dec: Any, view: Any, base: int, pos: int, stop: int) -> tuple[Any, int]:
+        """One dec.decode() call; the aborted records it passed over go to on_aborted (a call
+        that raises passes over none: its entries are read again)."""
+        before = dec.aborted_records if self.on_aborted is not None else 0
+        rb, nxt = dec.decode(view, pos - base, stop - base, base)
+        if self.on_aborted is not None and dec.aborted_records != before:
+            self.on_aborted(dec.aborted_records - before)
+        return rb, nxt
+
     def _decode(self, view: Any, base: int, pos: int, stop: int, scan: dict[str, Any]) -> Iterator[Any]:
         dec = self.decoder()
         while pos < stop:
             try:
-                rb, nxt = dec.decode(view, pos - base, stop - base, base)
+                rb, nxt = self.decode(dec, view, base, pos, stop)
             except DataError as exc:          # misuse and a cut file are not damage
                 failed = dec.failed_entry + base
                 self.report(Problem("corrupt", self.split.uri, str(exc), exc.position, exc.offset, exc))
                 dec = self.decoder()
                 while pos < failed:                  # the rows before the failed entry
-                    rb, nxt = dec.decode(view, pos - base, failed - base, base)
+                    rb, nxt = self.decode(dec, view, base, pos, failed)
                     pos = nxt + base
                     if rb.num_rows:
                         yield self.finish(rb)
@@ -344,6 +358,8 @@ class _SplitReader:
 def describe(path: Paths) -> dict[str, Any]:
     """Counts for a log directory (logdir._counts: data records per topic and in all, control
     records, records of aborted transactions), segments, bytes and the damage found."""
+    from dataclasses import replace
+
     from kafkacodec.logdir._counts import COUNT_COLUMNS, RecordCounts
 
     ro = read_options(path, {"mode": "DROPMALFORMED", "failOnDataLoss": "false"})
@@ -357,9 +373,10 @@ def describe(path: Paths) -> dict[str, Any]:
         if s.start == 0 and s.problem is None:
             size += s.storage.info(s.path).size
         counts = per_topic.setdefault(s.topic, RecordCounts())
-        for rb in read_split(s, include_headers=False, keep_control=True, mode="DROPMALFORMED",
-                             fail_on_data_loss=False, columns=COUNT_COLUMNS, on_problem=problems.append):
-            counts.add(rb, aborted.get((s.topic, s.partition), []))
+        for rb in read_split(replace(s, aborted=aborted.get((s.topic, s.partition), [])), include_headers=False,
+                             keep_control=True, mode="DROPMALFORMED", fail_on_data_loss=False, columns=COUNT_COLUMNS,
+                             on_problem=problems.append, on_aborted=counts.add_aborted):
+            counts.add(rb)
     for counts in per_topic.values():
         for name, value in counts.as_dict().items():
             setattr(total, name, getattr(total, name) + value)
