@@ -5,7 +5,9 @@ MemoryRecords reads them."""
 
 from __future__ import annotations
 
+import os
 import struct
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -451,6 +453,9 @@ def test_a_null_compressed_wrapper_is_refused_also_before_start_offset(start_off
 
 # --- a decoder whose aborted list failed to load ------------------------------------------------
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is Linux's")
+@pytest.mark.skipif(os.environ.get("KAFKACODEC_SANITIZED") == "1",
+                    reason="ASan maps terabytes of shadow memory: no address-space limit fits")
 def test_a_decoder_whose_aborted_list_failed_to_load_refuses_to_decode():
     # Re-initialising a decoder with an aborted list it cannot hold (address space capped so the
     # walker's copy of the list fails) raises MemoryError; decoding with it afterwards must not
