@@ -236,6 +236,10 @@ cdef class DownConverter:
         mark = self.out.w.length
         temp, converted = self.temporary_memory_bytes, self.records_converted
         try:
+            if self.out.w.buf == NULL and 0 < max_bytes <= size:
+                # a chunk's first output: its size at once (a kept block when one fits,
+                # _writer's pool), as take() sizes the next ones, not grown by doubling
+                writer_grow(&self.out.w, max_bytes + (max_bytes >> 3) + 256)
             return self.convert_entries(data, size, position, max_bytes, max_batches)
         except BaseException:
             self.out.w.length = mark

@@ -13,13 +13,16 @@ cdef Py_ssize_t INITIAL_CAPACITY = 256
 
 
 # Freed large blocks, kept for the next large buffer (an eager conversion's output, a log built
-# batch after batch): a fresh block faults its pages in on first touch, one fault per 4 KiB
-# (about 2.4 us each on the project's VMs, far more under load: 17 MB took 10-40 ms), a kept
-# one is already mapped.  Bounded: POOL_SLOTS blocks of POOL_MIN_BLOCK bytes or more,
-# POOL_MAX_BYTES in all; only touched with the GIL held (writer_grow, WriteBuffer.__dealloc__).
+# batch after batch, a lazy conversion's chunks): a fresh block faults its pages in on first
+# touch, one fault per 4 KiB (about 2.4 us each on the project's VMs, far more under load: 17 MB
+# took 10-40 ms), a kept one is already mapped.  POOL_MIN_BLOCK is glibc's smallest mmap
+# threshold (M_MMAP_THRESHOLD's default): a block that size or more may be a fresh mapping, so
+# 128 KiB conversion chunks faulted ~36 pages each, or not, with the allocator's history.
+# Bounded: POOL_SLOTS blocks of POOL_MIN_BLOCK bytes or more, POOL_MAX_BYTES in all; only
+# touched with the GIL held (writer_grow, WriteBuffer.__dealloc__).
 cdef enum:
     POOL_SLOTS = 8
-    POOL_MIN_BLOCK = 1 << 20
+    POOL_MIN_BLOCK = 128 << 10
     POOL_MAX_BYTES = 64 << 20
 cdef unsigned char* pool_ptr[8]
 cdef Py_ssize_t pool_cap[8]
