@@ -17,10 +17,12 @@ from kafkacodec._writer cimport Writer, WriteBuffer, writer_grow, put_bytes
 from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, SIZE_OFFSET,
                                  V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
                                  CONTROL_FLAG, TIMESTAMP_TYPE_MASK, TIMESTAMP_LOG_APPEND,
-                                 NO_TIMESTAMP, CODEC_NONE, CODEC_LZ4, CODEC_ZSTD, wrap_sub)
+                                 NO_TIMESTAMP, CODEC_NONE, CODEC_LZ4, CODEC_ZSTD, wrap_sub, wrap_add)
+from kafkacodec._v2 cimport record_timestamp
 from kafkacodec._legacy cimport write_legacy_message
 from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
-                               walk_step, pin_output, unpin_chunk,
+                               walk_step, DataRun, walk_data_begin, walk_data_record,
+                               walk_data_end, pin_output, unpin_chunk,
                                OPEN_NONE, OPEN_COMPRESSED)
 from kafkacodec._legacy cimport begin_legacy_wrapper, end_legacy_wrapper, wrapper_fits
 from kafkacodec._crc cimport kc_crc_init
@@ -28,6 +30,17 @@ from kafkacodec._compression cimport (Decompressor, _Chunk, thread_decompressor,
                                       LEVEL_DEFAULT, RETAINED_CHUNK, DEFAULT_MAX_DECOMPRESSED)
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
 from kafkacodec._mapguard cimport check_read
+
+# Every `cdef inline` function this module uses is inlined (as in _arrow.pyx): GCC's -O2 size
+# limits left the legacy message writer and the walker's record step out of line in the
+# conversion loops.
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #undef CYTHON_INLINE
+    #define CYTHON_INLINE __inline__ __attribute__((always_inline, unused))
+    #endif
+    """
 
 from kafkacodec._records import MemoryRecords
 from kafkacodec._types import recompress_codec_id
@@ -356,6 +369,8 @@ cdef class DownConverter:
         first_offset (offset = the record's offset, its timestamp or the LogAppendTime)."""
         cdef const BatchHeader* h = &walk.h
         cdef RecordView v
+        cdef DataRun r               # the walk's position, in registers for the batch
+        cdef int64_t offset, timestamp
         cdef Writer* w = &self.out.w
         cdef int8_t to_magic = <int8_t>self.to_magic
         cdef int8_t attributes = 0
@@ -365,14 +380,20 @@ cdef class DownConverter:
         cdef Py_ssize_t start = w.length
         if to_magic == 1 and h.timestamp_type == TIMESTAMP_LOG_APPEND:
             attributes = TIMESTAMP_TYPE_MASK
-        while walk_step(walk, &v):
-            if v.offset < first_offset:
-                continue
-            check_record(v.offset, v.timestamp, last, h)
-            last = v.offset
-            write_legacy_message(w, to_magic, v.offset, v.timestamp, attributes,
-                                 v.rec.key, v.rec.key_length, v.rec.value, v.rec.value_length)
-            kept += 1
+        walk_data_begin(walk, &r)
+        try:
+            while walk_data_record(walk, &r, &v):
+                offset = wrap_add(h.base_offset, v.rec.offset_delta)
+                if offset < first_offset:
+                    continue
+                timestamp = record_timestamp(h, &v.rec)
+                check_record(offset, timestamp, last, h)
+                last = offset
+                write_legacy_message(w, to_magic, offset, timestamp, attributes,
+                                     v.rec.key, v.rec.key_length, v.rec.value, v.rec.value_length)
+                kept += 1
+        finally:
+            walk_data_end(walk, &r)
         if kept:
             self.temporary_memory_bytes += h.size + (w.length - start)
             self.records_converted += kept

@@ -48,17 +48,27 @@ cdef unsigned char* pool_take(Py_ssize_t need, Py_ssize_t* capacity) noexcept:
 
 
 cdef void writer_release(Writer* w) noexcept:
-    """Free w's block, or keep it for the next large buffer; w is left empty."""
+    """Free w's block, or keep it for the next large buffer (in a free slot, else in place of
+    the smallest kept block when that one is smaller: the big blocks are the ones worth
+    keeping); w is left empty."""
     global pool_bytes
-    cdef int i
-    if w.capacity >= POOL_MIN_BLOCK and pool_bytes + w.capacity <= POOL_MAX_BYTES:
+    cdef int i, slot = -1
+    cdef Py_ssize_t dropped = 0
+    if w.capacity >= POOL_MIN_BLOCK:
         for i in range(POOL_SLOTS):
             if pool_ptr[i] == NULL:
-                pool_ptr[i] = w.buf
-                pool_cap[i] = w.capacity
-                pool_bytes += w.capacity
-                w.buf = NULL
+                slot = i
                 break
+            if slot < 0 or pool_cap[i] < pool_cap[slot]:
+                slot = i
+        if pool_ptr[slot] != NULL:
+            dropped = pool_cap[slot]
+        if dropped < w.capacity and pool_bytes - dropped + w.capacity <= POOL_MAX_BYTES:
+            free(pool_ptr[slot])
+            pool_ptr[slot] = w.buf
+            pool_cap[slot] = w.capacity
+            pool_bytes += w.capacity - dropped
+            w.buf = NULL
     free(w.buf)
     w.buf = NULL
     w.length = w.capacity = 0
