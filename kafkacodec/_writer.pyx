@@ -17,7 +17,7 @@ cdef Py_ssize_t INITIAL_CAPACITY = 256
 # touch, one fault per 4 KiB (about 2.4 us each on the project's VMs, far more under load: 17 MB
 # took 10-40 ms), a kept one is already mapped.  POOL_MIN_BLOCK is glibc's smallest mmap
 # threshold (M_MMAP_THRESHOLD's default): a block that size or more may be a fresh mapping, so
-# 128 KiB conversion chunks faulted ~36 pages each, or not, with the allocator's history.
+# 128 KiB conversion chunks faulted ~29 pages each, or none, with the allocator's history.
 # Bounded: POOL_SLOTS blocks of POOL_MIN_BLOCK bytes or more, POOL_MAX_BYTES in all; only
 # touched with the GIL held (writer_grow, WriteBuffer.__dealloc__).
 cdef enum:

@@ -103,7 +103,8 @@ def read_split(split: Split, *, validate_crc: bool = True, include_headers: bool
     read each offset once.  Problems go to `on_problem`, else damage to `on_error(exc)`, else
     stderr.  `columns` selects (and orders) the output columns; `pushdown` rows are filtered.
     The records of the split's aborted transactions (`split.aborted`: read_committed) are passed
-    over by the walker's filter; `on_aborted(n)` hears how many, per batch yielded (the counts).
+    over by the walker's filter; `on_aborted(n)` hears how many, per decode of the split that
+    succeeds (its rows are yielded; a decode that raises is read again and counted then).
     A segment that another process cuts while it is read, or since it was planned, is not damage:
     FileTruncatedError in every mode (the zeros read past the cut are never rows)."""
     def tell(problem: Problem) -> None:
