@@ -55,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -222,7 +223,7 @@ class Workloads:
         self.folder = folder
         self._records: dict[str, tuple[list[bytes], list[bytes]]] = {}
         self._files: dict[tuple[str, str], Path] = {}
-        self._columns: dict[tuple[str, str], list[Any]] = {}
+        self._columns: dict[tuple[str, str], Any] = {}
 
     def records(self, size: str) -> tuple[list[bytes], list[bytes]]:
         if size not in self._records:
@@ -238,15 +239,15 @@ class Workloads:
         return [(keys[s:s + per_batch], values[s:s + per_batch])
                 for s in range(0, len(keys), per_batch)]
 
-    def arrow_batches(self, size: str) -> list[tuple[Any, Any, Any]]:
-        """batches() as columns: numpy int64 timestamps, pyarrow binary keys and values."""
+    def arrow_columns(self, size: str) -> tuple[Any, Any, Any]:
+        """records() as columns: numpy int64 timestamps, pyarrow binary keys and values."""
         import numpy as np
         import pyarrow as pa
 
         if (size, "arrow") not in self._columns:
-            self._columns[size, "arrow"] = [
-                (np.full(len(values), TIMESTAMP, dtype=np.int64), pa.array(keys, pa.binary()),
-                 pa.array(values, pa.binary())) for keys, values in self.batches(size)]
+            keys, values = self.records(size)
+            self._columns[size, "arrow"] = (np.full(len(values), TIMESTAMP, dtype=np.int64),
+                                            pa.array(keys, pa.binary()), pa.array(values, pa.binary()))
         return self._columns[size, "arrow"]
 
     def records_file(self, size: str) -> Path:
@@ -364,17 +365,19 @@ def ours_build_into(batches: list, codec: str) -> int:
     return total
 
 
-def ours_build_into_arrow(batches: list, codec: str) -> int:
-    """The same from columns: keys and values as pyarrow binary arrays, timestamps as a numpy
-    int64 array (read in place: no Python object per record)."""
+def ours_build_into_arrow(columns: tuple[Any, Any, Any], codec: str, per_batch: int) -> int:
+    """The same from columns, as Arrow data comes (a Parquet row group, a Spark Arrow batch):
+    keys and values as one pyarrow binary array each, timestamps as a numpy int64 array, every
+    batch a row range of them (read in place: no Python object per record or per batch)."""
     from kafkacodec import MemoryRecordsBuilder
 
+    timestamps, keys, values = columns
     builder = MemoryRecordsBuilder(2, codec)
     append_many, build_into = builder.append_many, builder.build_into
     out = bytearray(POOLED_BUFFER)
     total = 0
-    for timestamps, keys, values in batches:
-        append_many(timestamps, keys, values)
+    for start in range(0, len(values), per_batch):
+        append_many(timestamps, keys, values, None, start, start + per_batch)
         total += build_into(out)
     return total
 
@@ -447,8 +450,8 @@ class Case:
         return f"{self.group} [{self.variant}]".replace(" ", "_")
 
 
-BUILD_VARIANTS = {"append_many + build_into": ours_build_into,
-                  "append_many (Arrow) + build_into": ours_build_into_arrow,
+ARROW_BUILD = "append_many (Arrow, row ranges) + build_into"
+BUILD_VARIANTS = {"append_many + build_into": ours_build_into, ARROW_BUILD: ours_build_into_arrow,
                   "append_many": ours_append_many, "append": ours_append}
 
 
@@ -491,11 +494,14 @@ def prepare(case: Case, workloads: Workloads) -> tuple[list[Any], Callable[[], i
     if case.kind == "build":
         batches = workloads.batches(case.size)
         nbytes = sum(len(k) + len(v) for keys, values in batches for k, v in zip(keys, values))
-        if "Arrow" in case.variant:
-            batches = workloads.arrow_batches(case.size)
-        ours = BUILD_VARIANTS[case.variant]
-        java = ["build", workloads.records_file(case.size), case.codec, SIZES[case.size][1]]
-        return java, lambda: ours(batches, case.codec), len(workloads.records(case.size)[0]), nbytes
+        per_batch = SIZES[case.size][1]
+        java = ["build", workloads.records_file(case.size), case.codec, per_batch]
+        if case.variant == ARROW_BUILD:
+            columns = workloads.arrow_columns(case.size)
+            ours = lambda: ours_build_into_arrow(columns, case.codec, per_batch)  # noqa: E731
+        else:
+            ours = partial(BUILD_VARIANTS[case.variant], batches, case.codec)
+        return java, ours, len(workloads.records(case.size)[0]), nbytes
     records = len(workloads.records(case.size)[0])
     if case.kind == "codec":
         path = workloads.log(case.size, "none")

@@ -260,8 +260,10 @@ def java_section(data: dict, command: str) -> str:
              "only what Java's pass reads (the like-for-like row: keys and values copied out, "
              "offsets and timestamps made), `records()` makes one Python `Record` per record, "
              "`build_into()` writes each batch into one reused 64 KiB buffer (as Kafka's side) "
-             "and `build()` returns a new "
-             "`bytes` per batch, `LazyDownConvertRecords` uses 128 KiB chunks.", "",
+             "and `build()` returns a new `bytes` per batch, the Arrow build row passes the "
+             "whole workload's arrays (one binary array each for keys and values, a numpy "
+             "int64 array for timestamps) with each batch's row range, "
+             "`LazyDownConvertRecords` uses 128 KiB chunks.", "",
              "| workload | Kafka (Java) | kafkacodec | kafkacodec variant | ratio | wall ratio | "
              "JVM ratio |", "|---|---:|---:|---|---:|---:|---:|"]
     for b in benches:

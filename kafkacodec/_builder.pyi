@@ -96,6 +96,8 @@ class MemoryRecordsBuilder:
         keys: Sequence[_BytesLike | None] | _ArrowArray | None,
         values: Sequence[_BytesLike | None] | _ArrowArray,
         headers: Sequence[Iterable[_Header]] | None = None,
+        start: int = 0,
+        stop: int | None = None,
     ) -> None: ...
     def append_control_record(
         self, timestamp: int, control_type: ControlType | int, value: _BytesLike | None

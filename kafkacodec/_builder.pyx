@@ -17,6 +17,7 @@ raises UnsupportedCompressionError, and a key/value/record beyond 2 GiB RecordTo
 import operator
 import sys
 import time
+import weakref
 
 cimport cython
 from cpython.buffer cimport (PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release,
@@ -119,6 +120,7 @@ cdef enum:
 cdef struct Column:
     int kind
     PyObject* items          # list or tuple, referenced by the caller for the whole call
+    Py_ssize_t start         # the first row read (Arrow: also added to arrow.first)
     ArrowBinary arrow
 
 cdef extern from "Python.h":
@@ -146,12 +148,45 @@ cdef int column_snapshot(Column* c, list keep) except -1:
 cdef dict ARROW_BINARY_CLASSES = {}
 
 
-cdef object column_of(object obj, Column* c, str name, list keep):
+@cython.final
+cdef class ArrowColumnCache:
+    """The last Arrow array one append_many column read a row range of, parsed: a caller
+    writing batch after batch from one array (start=, stop=) pays pyarrow's buffer lookups
+    once, not once a batch.  The array is held weakly (nothing of it is kept alive): a call
+    finds it again only while the caller passes that very object, which keeps its buffers;
+    a pyarrow array never changes its buffers, and every row's offsets are still checked as
+    they are read."""
+    cdef object source                # weakref.ref to the array, or None
+    cdef ArrowBinary arrow            # binary/string columns
+    cdef const int64_t* int64_values  # timestamps: the array's values
+    cdef Py_ssize_t rows
+
+    cdef inline bint holds(self, object obj):
+        return self.source is not None and self.source() is obj
+
+    cdef inline void store(self, object source_ref, const ArrowBinary* arrow,
+                           const int64_t* int64_values, Py_ssize_t rows):
+        # source_ref made by the caller first: making it may run Python code (a collection),
+        # which may store another entry; nothing from here on runs any
+        if arrow != NULL:
+            self.arrow = arrow[0]
+        self.int64_values = int64_values
+        self.rows = rows
+        self.source = source_ref
+
+
+cdef object column_of(object obj, Column* c, str name, list keep, ArrowColumnCache cache=None):
     """Set up c over obj; returns its length (-1 for None).  What c points into is appended to
-    `keep`, which the caller holds for the call."""
+    `keep`, which the caller holds for the call.  With `cache`, an Arrow array is parsed once
+    while it stays the same object (see ArrowColumnCache)."""
     c.kind = COLUMN_NULL
+    c.start = 0
     if obj is None:
         return -1
+    if cache is not None and cache.holds(obj):
+        c.arrow = cache.arrow
+        c.kind = COLUMN_ARROW
+        return cache.rows
     if type(obj) is list or type(obj) is tuple:
         keep.append(obj)
         c.kind = COLUMN_LIST if type(obj) is list else COLUMN_TUPLE
@@ -177,7 +212,17 @@ cdef object column_of(object obj, Column* c, str name, list keep):
     n = len(obj)
     keep.append(arrow_binary_init(&c.arrow, obj, wide, n, name))
     c.kind = COLUMN_ARROW
+    if cache is not None and type(obj) in ARROW_BINARY_CLASSES:    # pyarrow's own: immutable
+        cache.store(weakref.ref(obj), &c.arrow, NULL, n)
     return n
+
+
+cdef inline void column_from(Column* c, Py_ssize_t start) noexcept:
+    """Read c from row `start` on: row i is the column's row start + i (errors name the
+    column's row)."""
+    c.start = start
+    if c.kind == COLUMN_ARROW:
+        c.arrow.first += start
 
 
 cdef enum:
@@ -194,7 +239,7 @@ cdef inline int column_span(const Column* c, Py_ssize_t i, Span* s, const char* 
     s.data = NULL
     s.length = -1
     if c.kind == COLUMN_LIST or c.kind == COLUMN_TUPLE:
-        item = items_of(c.items)[i]
+        item = items_of(c.items)[c.start + i]
         if item == <PyObject*>None:
             return SPAN_OK
         if not bytes_exact(item):
@@ -210,7 +255,7 @@ cdef inline int column_span(const Column* c, Py_ssize_t i, Span* s, const char* 
         return SPAN_OK
     found = arrow_binary_row(&c.arrow, i, &s.data, &size)
     if found < 0:
-        raise ValueError(f"{what.decode()} {i}: its Arrow offsets are out of order or past the "
+        raise ValueError(f"{what.decode()} {c.start + i}: its Arrow offsets are out of order or past the "
                          f"data buffer")
     if found == 0:
         s.data = NULL
@@ -229,7 +274,7 @@ cdef inline void column_prefetch(const Column* c, Py_ssize_t i) noexcept:
     Python allocated them, and each row would otherwise wait for memory in turn."""
     cdef const char* item
     if c.kind == COLUMN_LIST or c.kind == COLUMN_TUPLE:
-        item = <const char*>items_of(c.items)[i]
+        item = <const char*>items_of(c.items)[c.start + i]
         kc_prefetch(item)
         kc_prefetch(item + 64)
 
@@ -246,7 +291,7 @@ cdef inline void column_prefetch_bytes(const Column* c, Py_ssize_t i) noexcept:
     cdef int64_t n
     cdef Py_ssize_t at = 0
     if c.kind == COLUMN_LIST or c.kind == COLUMN_TUPLE:
-        item = items_of(c.items)[i]
+        item = items_of(c.items)[c.start + i]
         if not bytes_exact(item):
             return
         p = <const unsigned char*>bytes_data(item)
@@ -273,7 +318,7 @@ cdef inline bint row_of(const Column* c, Py_ssize_t i, const unsigned char** dat
     data[0] = NULL
     length[0] = -1
     if c.kind == COLUMN_LIST or c.kind == COLUMN_TUPLE:
-        item = items_of(c.items)[i]
+        item = items_of(c.items)[c.start + i]
         if item == <PyObject*>None:
             return True
         if not bytes_exact(item) or bytes_size(item) > INT32_MAX:
@@ -296,11 +341,13 @@ cdef inline bint row_of(const Column* c, Py_ssize_t i, const unsigned char** dat
 cdef bint LITTLE_ENDIAN = sys.byteorder == "little"
 
 
-cdef int int64_column(object obj, Py_buffer* view) except -1:
+cdef int int64_column(object obj, Py_buffer* view, ArrowColumnCache cache=None) except -1:
     """Export obj's int64 values into view (the caller releases it): a 1-D C-contiguous buffer
     of native int64 (numpy arrays...) as it is, a pyarrow int64 or timestamp[ms] array without
-    nulls zero-copy.  The raw buffer protocol: a typed memoryview costs several times more."""
+    nulls zero-copy (and noted in `cache`).  The raw buffer protocol: a typed memoryview costs
+    several times more."""
     cdef const char* f
+    array = None
     # numpy arrays and other buffers first: a pyarrow Array exports no buffer
     pa = None if PyObject_CheckBuffer(obj) else sys.modules.get("pyarrow")
     if pa is not None and isinstance(obj, pa.Array):
@@ -309,6 +356,7 @@ cdef int int64_column(object obj, Py_buffer* view) except -1:
             raise TypeError(f"timestamps as an Arrow array must be int64 or timestamp[ms], not {t}")
         if obj.null_count:
             raise ValueError("Arrow timestamps must not contain nulls (use -1 for no timestamp)")
+        array = obj
         obj = obj.view(pa.int64()).to_numpy(zero_copy_only=True)
     try:
         PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
@@ -325,6 +373,13 @@ cdef int int64_column(object obj, Py_buffer* view) except -1:
         PyBuffer_Release(view)
         raise TypeError("timestamps must be an int, a list/tuple of ints or a contiguous int64 "
                         f"buffer, not {type(obj).__name__}")
+    if cache is not None and array is not None and type(array) in (pa.Int64Array, pa.TimestampArray):
+        try:
+            source_ref = weakref.ref(array)
+        except BaseException:
+            PyBuffer_Release(view)
+            raise
+        cache.store(source_ref, NULL, <const int64_t*>view.buf, view.len // 8)
     return 0
 
 
@@ -439,6 +494,8 @@ cdef class MemoryRecordsBuilder:
     cdef int64_t max_timestamp
     cdef bint exhausted           # a batch ended at offset 2^63-1
     cdef Guard guard              # refuses a second call while one runs (see the docstring)
+    # append_many(start=, stop=): the Arrow arrays read batch by batch, parsed once
+    cdef ArrowColumnCache timestamp_cache, key_cache, value_cache
 
     def __cinit__(self):
         self.w.buf = NULL
@@ -744,38 +801,54 @@ cdef class MemoryRecordsBuilder:
             raise ValueError("this builder writes a control batch: use append_control_record()")
         self._append(False, off, ts, key, value, headers)
 
-    def append_many(self, timestamps, keys, values, headers=None):
-        """Append len(values) records at consecutive offsets in one call.
+    def append_many(self, timestamps, keys, values, headers=None, Py_ssize_t start=0, stop=None):
+        """Append rows [start, stop) of the columns (stop None: to the end) as records at
+        consecutive offsets, in one call.
 
         timestamps: one int for all, a list/tuple of ints, a contiguous int64 buffer (numpy
         array) or a pyarrow int64 / timestamp[ms] array without nulls; keys: None (all null),
         a list/tuple of bytes-like-or-None or a pyarrow binary/string array (nulls are null
         keys); values: the same without the None form; headers: None or a list/tuple of
-        per-record header sequences.  The lists are read as they are when the call starts
-        (Python code run by the call, such as a headers generator, does not change what it
-        writes).  All or nothing: on an error the batch is left as it was before the call."""
-        cdef Py_ssize_t n, i
+        per-record header sequences.  Every column has one entry per row.  A caller writing
+        batch after batch from the same pyarrow arrays passes them whole with a row range:
+        they are parsed once (the builder holds them weakly), not sliced per batch.  The lists
+        are read as they are when the call starts (Python code run by the call, such as a
+        headers generator, does not change what it writes).  All or nothing: on an error the
+        batch is left as it was before the call."""
+        cdef Py_ssize_t n, i, count, ts_count = 0
         cdef Column key_col, value_col
         cdef list keep = []                # what the columns point into, for the whole call
         cdef int64_t ts = 0
         cdef int64_t* ts_values = NULL
         cdef Py_buffer ts_buffer
-        cdef bint ts_held = False
+        cdef bint ts_held = False, ts_columnar = False
         cdef const int64_t* ts_column = NULL
         cdef PyObject* item
+        cdef bint ranged = start != 0 or stop is not None
         if self.is_control_batch:
             raise ValueError("this builder writes a control batch: use append_control_record()")
         if values is None:
             raise TypeError("values must be a list, a tuple or a pyarrow binary/string array, not None")
-        n = column_of(values, &value_col, "values", keep)
-        if column_of(keys, &key_col, "keys", keep) not in (n, -1):
+        if ranged and self.value_cache is None:
+            self.timestamp_cache = ArrowColumnCache()
+            self.key_cache = ArrowColumnCache()
+            self.value_cache = ArrowColumnCache()
+        n = column_of(values, &value_col, "values", keep, self.value_cache if ranged else None)
+        if column_of(keys, &key_col, "keys", keep, self.key_cache if ranged else None) not in (n, -1):
             raise ValueError(f"{len(keys)} keys for {n} values")
+        count = n - start if stop is None else <Py_ssize_t>stop - start
+        if start < 0 or count < 0 or start + count > n:
+            raise ValueError(f"rows [{start}, {stop}) are not within the {n} rows given")
+        column_from(&key_col, start)
+        column_from(&value_col, start)
         if headers is not None:
             if type(headers) is not list and type(headers) is not tuple:
                 raise TypeError(f"headers must be None, a list or a tuple, not {type(headers).__name__}")
             headers = tuple(headers)
             if len(headers) != n:
                 raise ValueError(f"{len(headers)} header sequences for {n} values")
+            if ranged:
+                headers = headers[start:start + count]
             # headers are iterated while records are written
             column_snapshot(&key_col, keep)
             column_snapshot(&value_col, keep)
@@ -784,37 +857,45 @@ cdef class MemoryRecordsBuilder:
                 raise ValueError(f"{len(timestamps)} timestamps for {n} values")
         elif isinstance(timestamps, int):
             ts = check_timestamp(timestamps)
+        elif ranged and self.timestamp_cache.holds(timestamps):
+            ts_column = self.timestamp_cache.int64_values
+            ts_count = self.timestamp_cache.rows
+            ts_columnar = True
         else:
-            int64_column(timestamps, &ts_buffer)
+            int64_column(timestamps, &ts_buffer, self.timestamp_cache if ranged else None)
             ts_held = True
             ts_column = <const int64_t*>ts_buffer.buf
+            ts_count = ts_buffer.len // 8
+            ts_columnar = True
         try:
-            if ts_held and ts_buffer.len // 8 != n:
-                raise ValueError(f"{ts_buffer.len // 8} timestamps for {n} values")
+            if ts_columnar:
+                if ts_count != n:
+                    raise ValueError(f"{ts_count} timestamps for {n} values")
+                ts_column += start
             guard_enter(&self.guard, b"MemoryRecordsBuilder")
             try:
-                if n and (self.exhausted or self.last_offset > INT64_MAX - n):
-                    raise ValueError(f"{n} more records would pass offset 2^63-1")
-                if n and self.last_offset + n - self.base_offset > INT32_MAX:
-                    raise ValueError(f"{n} more records would end more than 2^31-1 past the batch base "
+                if count and (self.exhausted or self.last_offset > INT64_MAX - count):
+                    raise ValueError(f"{count} more records would pass offset 2^63-1")
+                if count and self.last_offset + count - self.base_offset > INT32_MAX:
+                    raise ValueError(f"{count} more records would end more than 2^31-1 past the batch base "
                                      f"offset {self.base_offset}: build() this batch first")
-                if <int64_t>self.count + n > INT32_MAX:
+                if <int64_t>self.count + count > INT32_MAX:
                     raise RecordTooLargeError("a batch cannot hold more than 2^31-1 records")
                 if type(timestamps) is list or type(timestamps) is tuple:
                     # converted before any record is read
-                    ts_values = <int64_t*>PyMem_Malloc(max(n, 1) * sizeof(int64_t))
+                    ts_values = <int64_t*>PyMem_Malloc(max(count, 1) * sizeof(int64_t))
                     if ts_values == NULL:
                         raise MemoryError()
-                    for i in range(n):
-                        item = PySequence_Fast_ITEMS(timestamps)[i]
+                    for i in range(count):
+                        item = PySequence_Fast_ITEMS(timestamps)[start + i]
                         if not int_exact(item):
                             # its __index__ may run Python code: copies from here on
                             if type(timestamps) is list:
                                 timestamps = tuple(timestamps)
                             column_snapshot(&key_col, keep)
                             column_snapshot(&value_col, keep)
-                        ts_values[i] = check_timestamp(<object>PySequence_Fast_ITEMS(timestamps)[i])
-                self._append_many(n, ts, ts_values, ts_column, &key_col, &value_col, headers, keep)
+                        ts_values[i] = check_timestamp(<object>PySequence_Fast_ITEMS(timestamps)[start + i])
+                self._append_many(count, ts, ts_values, ts_column, &key_col, &value_col, headers, keep)
             finally:
                 PyMem_Free(ts_values)
                 guard_leave(&self.guard)
@@ -855,7 +936,7 @@ cdef class MemoryRecordsBuilder:
                 elif ts_column != NULL:
                     ts = ts_column[i]
                     if ts < NO_TIMESTAMP:
-                        raise ValueError(f"invalid negative timestamp {ts} at index {i}: use -1 for none")
+                        raise ValueError(f"invalid negative timestamp {ts} at index {value_col.start + i}: use -1 for none")
                 if (direct and row_of(key_col, i, &key, &key_length)
                         and row_of(value_col, i, &value, &value_length)):
                     self._write_v2(ts, key, key_length, value, value_length)

@@ -682,6 +682,87 @@ def test_append_many_from_arrow_arrays(binary_type):
     assert arrow.build() == plain.build()
 
 
+def sliced_batches(count, per_batch, make_columns, **builder_args):
+    """(batches written from row ranges of whole columns, from per-batch slices of them)."""
+    timestamps, keys, values, headers = make_columns()
+    ranged, sliced = MemoryRecordsBuilder(**builder_args), MemoryRecordsBuilder(**builder_args)
+    out_ranged, out_sliced = [], []
+    for start in range(0, count, per_batch):
+        stop = min(start + per_batch, count)
+        ranged.append_many(timestamps, keys, values, headers, start, stop if stop < count else None)
+        out_ranged.append(ranged.build())
+        cut = [None if column is None or isinstance(column, int) else column[start:stop]
+               for column in (timestamps, keys, values, headers)]
+        sliced.append_many(timestamps if isinstance(timestamps, int) else cut[0], *cut[1:])
+        out_sliced.append(sliced.build())
+    return out_ranged, out_sliced
+
+
+@pytest.mark.parametrize("form", ["lists", "tuples", "arrow", "arrow sliced", "large arrow", "numpy"])
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_append_many_row_ranges_equal_slices(form, codec):
+    pa = pytest.importorskip("pyarrow")
+    count = 61
+    raw_values = [b"value-%d" % i * (i % 5) if i % 7 else None for i in range(count)]
+    raw_keys = [None if i % 3 == 0 else b"k%d" % i for i in range(count)]
+    raw_stamps = [1_700_000_000_000 + 3 * i for i in range(count)]
+    raw_headers = [[("h", b"%d" % i)] * (i % 2) for i in range(count)]
+
+    def make_columns():
+        if form in ("lists", "tuples"):
+            kind = list if form == "lists" else tuple
+            return kind(raw_stamps), kind(raw_keys), kind(raw_values), kind(raw_headers)
+        if form == "numpy":
+            return np.array(raw_stamps, dtype=np.int64), raw_keys, raw_values, None
+        arrow_type = pa.large_binary() if form == "large arrow" else pa.binary()
+        pad = 4 if form == "arrow sliced" else 0
+        keys = pa.array([b"pad"] * pad + raw_keys, arrow_type).slice(pad)
+        values = pa.array([None] * pad + raw_values, arrow_type).slice(pad)
+        return pa.array(raw_stamps, pa.timestamp("ms")), keys, values, None
+
+    for per_batch in (1, 16, 60, 61):
+        ranged, sliced = sliced_batches(count, per_batch, make_columns, compression=codec)
+        assert ranged == sliced and len(ranged) == -(-count // per_batch)
+    records = [(r.offset, r.timestamp, r.key, r.value) for r in kafkacodec.MemoryRecords(b"".join(ranged)).records()]
+    assert records == list(zip(range(count), raw_stamps, raw_keys, raw_values))
+
+
+def test_append_many_row_range_checks():
+    builder = MemoryRecordsBuilder()
+    values = [b"a", b"b", b"c"]
+    for start, stop in ((-1, None), (0, 4), (2, 1), (4, None)):
+        with pytest.raises(ValueError, match=r"rows \[.*\) are not within the 3 rows given"):
+            builder.append_many(1, None, values, None, start, stop)
+    with pytest.raises(TypeError):
+        builder.append_many(1, None, values, None, 0, "2")
+    builder.append_many(1, None, values, None, 3)             # an empty range: nothing
+    builder.append_many(1, None, values, None, 1, 2)
+    with pytest.raises(ValueError, match="invalid negative timestamp -5 at index 2"):
+        builder.append_many(np.array([1, 1, -5], dtype=np.int64), None, values, None, 2)
+    assert [(r.offset, r.value) for r in kafkacodec.MemoryRecords(builder.build()).records()] == [(0, b"b")]
+
+
+def test_append_many_holds_the_arrow_arrays_it_parsed_only_weakly():
+    pa = pytest.importorskip("pyarrow")
+    import gc
+    import weakref
+
+    builder = MemoryRecordsBuilder()
+    written = []
+    for round_ in range(3):
+        values = pa.array([b"round-%d-%d" % (round_, i) for i in range(8)])
+        stamps = pa.array([round_] * 8, pa.int64())
+        for start in (0, 4):
+            builder.append_many(stamps, values, values, None, start, start + 4)
+        gone = weakref.ref(values), weakref.ref(stamps)
+        del values, stamps
+        gc.collect()
+        assert [ref() for ref in gone] == [None, None]       # not kept alive by the builder
+        written += [(r.timestamp, r.value) for r in kafkacodec.MemoryRecords(builder.build()).records()]
+    # a new array (maybe at the freed one's address) is read as itself
+    assert written == [(round_, b"round-%d-%d" % (round_, i)) for round_ in range(3) for i in range(8)]
+
+
 def test_append_many_reads_native_int64_timestamp_buffers_and_releases_them():
     import array
 

@@ -212,6 +212,24 @@ def test_arrow_offsets_rewritten_during_the_call_are_refused():
     assert "refused:" in out and "offsets" in out, out
 
 
+def test_arrow_offsets_rewritten_between_ranged_calls_are_refused():
+    """Row ranges of one array parse it once; its offsets are still checked row by row."""
+    out = isolated("""
+        import numpy as np, pyarrow as pa
+        offsets = np.array([0, 1, 2, 3, 4], dtype=np.int32)
+        values = pa.Array.from_buffers(pa.binary(), 4, [None, pa.py_buffer(offsets), pa.py_buffer(b"abcd")])
+        builder = MemoryRecordsBuilder()
+        builder.append_many(1, values, values, None, 0, 2)
+        offsets[3] = 1 << 30
+        try:
+            builder.append_many(1, None, values, None, 2, 4)
+        except ValueError as exc:
+            print("refused:", exc)
+        assert builder.record_count == 2
+    """)
+    assert "refused: value 2: its Arrow offsets" in out, out
+
+
 # --- re-entrant calls and threads (the in-use guard) ----------------------------------------
 
 def test_a_header_generator_that_calls_the_builder_is_refused():
