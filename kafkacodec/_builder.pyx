@@ -149,7 +149,7 @@ cdef dict ARROW_BINARY_CLASSES = {}
 
 
 @cython.final
-cdef class ArrowColumnCache:
+cdef class _ArrowColumnCache:
     """The last Arrow array one append_many column read a row range of, parsed: a caller
     writing batch after batch from one array (start=, stop=) pays pyarrow's buffer lookups
     once, not once a batch.  The array is held weakly (nothing of it is kept alive): a call
@@ -175,10 +175,10 @@ cdef class ArrowColumnCache:
         self.source = source_ref
 
 
-cdef object column_of(object obj, Column* c, str name, list keep, ArrowColumnCache cache=None):
+cdef object column_of(object obj, Column* c, str name, list keep, _ArrowColumnCache cache=None):
     """Set up c over obj; returns its length (-1 for None).  What c points into is appended to
     `keep`, which the caller holds for the call.  With `cache`, an Arrow array is parsed once
-    while it stays the same object (see ArrowColumnCache)."""
+    while it stays the same object (see _ArrowColumnCache)."""
     c.kind = COLUMN_NULL
     c.start = 0
     if obj is None:
@@ -341,7 +341,7 @@ cdef inline bint row_of(const Column* c, Py_ssize_t i, const unsigned char** dat
 cdef bint LITTLE_ENDIAN = sys.byteorder == "little"
 
 
-cdef int int64_column(object obj, Py_buffer* view, ArrowColumnCache cache=None) except -1:
+cdef int int64_column(object obj, Py_buffer* view, _ArrowColumnCache cache=None) except -1:
     """Export obj's int64 values into view (the caller releases it): a 1-D C-contiguous buffer
     of native int64 (numpy arrays...) as it is, a pyarrow int64 or timestamp[ms] array without
     nulls zero-copy (and noted in `cache`).  The raw buffer protocol: a typed memoryview costs
@@ -495,7 +495,7 @@ cdef class MemoryRecordsBuilder:
     cdef bint exhausted           # a batch ended at offset 2^63-1
     cdef Guard guard              # refuses a second call while one runs (see the docstring)
     # append_many(start=, stop=): the Arrow arrays read batch by batch, parsed once
-    cdef ArrowColumnCache timestamp_cache, key_cache, value_cache
+    cdef _ArrowColumnCache timestamp_cache, key_cache, value_cache
 
     def __cinit__(self):
         self.w.buf = NULL
@@ -830,9 +830,9 @@ cdef class MemoryRecordsBuilder:
         if values is None:
             raise TypeError("values must be a list, a tuple or a pyarrow binary/string array, not None")
         if ranged and self.value_cache is None:
-            self.timestamp_cache = ArrowColumnCache()
-            self.key_cache = ArrowColumnCache()
-            self.value_cache = ArrowColumnCache()
+            self.timestamp_cache = _ArrowColumnCache()
+            self.key_cache = _ArrowColumnCache()
+            self.value_cache = _ArrowColumnCache()
         n = column_of(values, &value_col, "values", keep, self.value_cache if ranged else None)
         if column_of(keys, &key_col, "keys", keep, self.key_cache if ranged else None) not in (n, -1):
             raise ValueError(f"{len(keys)} keys for {n} values")
