@@ -25,7 +25,10 @@ How it is fair:
   time.thread_time), which a loaded machine disturbs far less than wall time; the ratios use
   it.  Wall times (System.nanoTime; pytest-benchmark's rounds) are kept as a second column,
   and the JVM's whole CPU time per pass (its GC and JIT threads too: work our side does on
-  its own thread, such as freeing memory, Java may do on others) as a third.  kafkacodec is
+  its own thread, such as freeing memory, Java may do on others) as a third.  Before each of
+  our passes the harness waits until no JVM thread has run for 1 ms (50 ms at most): GC and
+  JIT threads finishing after Java's pass would share the cores and the memory bus with ours,
+  as ours never runs during Java's.  kafkacodec is
   imported where it is used: the command line's own process only runs pytest and renders the
   table.
 - The CRC walk and shallow header rows are memory-bound single passes over a 16 MB log: what
@@ -171,6 +174,34 @@ class KafkaJava:
         thread's CPU seconds, the JVM's CPU seconds, what it processed)."""
         wall, cpu, jvm_cpu, result, _ = self.call("runcold" if cold else "run", *op)
         return int(wall) / 1e9, int(cpu) / 1e9, int(jvm_cpu) / 1e9, int(result)
+
+    def cpu_seconds(self) -> float | None:
+        """The CPU time all the JVM's threads have run (Linux: /proc's schedstat, ns), or None."""
+        total = 0
+        try:
+            tasks = os.listdir(f"/proc/{self.process.pid}/task")
+        except OSError:
+            return None
+        for task in tasks:
+            try:
+                with open(f"/proc/{self.process.pid}/task/{task}/schedstat") as stat:
+                    total += int(stat.read().split()[0])
+            except (OSError, ValueError, IndexError):        # a thread that just ended
+                pass
+        return total / 1e9
+
+    def wait_idle(self, window: float = 0.001, limit: float = 0.05) -> None:
+        """Return once no JVM thread ran in the last `window` seconds (at most `limit`): GC and
+        JIT threads still busy after Java's pass would otherwise share the cores, caches and
+        memory bandwidth with ours (the JVM waits on its pipe while ours runs)."""
+        before = self.cpu_seconds()
+        deadline = time.perf_counter() + limit
+        while before is not None and time.perf_counter() < deadline:
+            time.sleep(window)
+            now = self.cpu_seconds()
+            if now is None or now - before < window / 20:
+                return
+            before = now
 
     def close(self) -> None:
         """Ask the JVM to quit; kill it if it does not within 10 s."""
@@ -596,6 +627,7 @@ def test_vs_kafka_java(benchmark, meta, kafka, workloads, case):
         java_cpu.append(cpu)
         java_jvm_cpu.append(jvm_cpu)
         java_results.add(result)
+        kafka.wait_idle()
         if case.cold:
             evict_caches()
 
