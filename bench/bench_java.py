@@ -49,12 +49,14 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -62,6 +64,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = Path(__file__).resolve().parent / "java" / "KafkaBench.java"
+# the down and lazy ops: compiled only against a kafka-clients with down-conversion (< 4.0)
+DOWN_CONVERT = HARNESS.with_name("KafkaDownConvert.java")
 KAFKA_VERSION = os.environ.get("KC_BENCH_KAFKA_VERSION", "3.9.1")
 CACHE = Path(os.environ.get("KAFKACODEC_JAR_CACHE", Path.home() / ".cache" / "kafkacodec"))
 BATCHES = int(os.environ.get("KC_BENCH_JAVA_BATCHES", "1024"))
@@ -113,13 +117,47 @@ def kafka_classpath(version: str = KAFKA_VERSION) -> str:
     return cp_file.read_text().strip()
 
 
+def kafka_clients_classes(classpath: str) -> set[str]:
+    """The class files (org/apache/kafka/.../Name.class) of the kafka-clients jar on classpath."""
+    jar = next(p for p in classpath.split(os.pathsep) if Path(p).name.startswith("kafka-clients-"))
+    with zipfile.ZipFile(jar) as z:
+        return {name for name in z.namelist() if name.endswith(".class")}
+
+
+def resolve_imports(source: str, classes: set[str]) -> str:
+    """`source` with each import of a Kafka class that `classes` lacks pointed at the one class
+    of that name under the imported package: kafka-clients 4.4 moved the record classes into
+    org.apache.kafka.common.record.internal and some utilities into ...common.utils.internals
+    (the harness is written against the older names, which 3.x-4.3 have)."""
+    def resolve(match: re.Match) -> str:
+        package, name = match[1], match[2]
+        folder = package.replace(".", "/")
+        if f"{folder}/{name}.class" in classes:
+            return match[0]
+        moved = [c for c in classes if c.startswith(folder + "/") and c.endswith(f"/{name}.class")]
+        if len(moved) != 1:             # not found, or ambiguous: javac names it
+            return match[0]
+        return f"import {moved[0].removesuffix('.class').replace('/', '.')};"
+    return re.sub(r"^import (org\.apache\.kafka[\w.]*)\.(\w+);", resolve, source, flags=re.M)
+
+
 def compile_harness(classpath: str) -> Path:
-    """KafkaBench.class, compiled once per source and classpath (cached beside the jars' list)."""
-    digest = hashlib.sha256(HARNESS.read_bytes() + classpath.encode()).hexdigest()[:16]
+    """KafkaBench.class (and KafkaDownConvert.class where kafka-clients still has
+    down-conversion), compiled once per sources and classpath (cached beside the jars' list)."""
+    sources = [HARNESS, DOWN_CONVERT]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)
+                            + classpath.encode()).hexdigest()[:16]
     classes = CACHE / f"kafka-clients-{KAFKA_VERSION}" / f"harness-{digest}"
     if not (classes / "KafkaBench.class").exists():
+        jar_classes = kafka_clients_classes(classpath)
+        if not any(c.endswith("/LazyDownConversionRecords.class") for c in jar_classes):
+            sources.remove(DOWN_CONVERT)
         tmp = Path(tempfile.mkdtemp(prefix="harness-", dir=classes.parent))
-        run = subprocess.run(["javac", "-d", str(tmp), "-cp", classpath, str(HARNESS)],
+        (tmp / "src").mkdir()
+        for source in sources:          # the sources as compiled, kept beside their classes
+            (tmp / "src" / source.name).write_text(resolve_imports(source.read_text(), jar_classes))
+        run = subprocess.run(["javac", "-d", str(tmp), "-cp", classpath,
+                              *(str(tmp / "src" / p.name) for p in sources)],
                              capture_output=True, text=True)
         if run.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -571,6 +609,9 @@ def workloads(bench_dir):
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_vs_kafka_java(benchmark, meta, kafka, workloads, case):
+    if case.kind in ("down", "lazy") and kafka.facts["down_conversion"] != "true":
+        pytest.skip(f"kafka-clients {kafka.facts['kafka']} has no down-conversion "
+                    "(removed in Kafka 4.0)")
     java_op, ours, records, nbytes = prepare(case, workloads)
     meta(f"java: {case.group}", "kafkacodec", nbytes, records)
     extra = benchmark.extra_info
