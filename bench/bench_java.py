@@ -12,7 +12,9 @@ Without --benchmark-enable each case runs once on both sides and checks they did
 How it is fair:
 - Kafka's jars (kafka-clients and its lz4-java, zstd-jni, snappy-java) are resolved with Maven
   into ~/.m2, their classpath cached in ~/.cache/kafkacodec/kafka-clients-<version>/ (or
-  $KAFKACODEC_JAR_CACHE), never in the repository; bench/java/KafkaBench.java is compiled there.
+  $KAFKACODEC_JAR_CACHE), never in the repository; bench/java/KafkaBench.java is compiled there
+  (with KafkaDownConvert.java where kafka-clients still has down-conversion), once per sources
+  and classpath.
 - The workload files are written here (our builder, in a temporary directory) and both sides
   read the same files: logs for the readers and converters, one records file (keys and values)
   for the builders.  Values are JSON-like (field names repeat, numbers vary: 2-3x compressible);
@@ -37,8 +39,16 @@ How it is fair:
 - Every case checks both sides processed the same: batch or record counts, output sizes (and,
   for the builders, whether the batches are byte-identical).
 Scale: KC_BENCH_JAVA_BATCHES batches per log (default 1024: 131,072 100-byte or 16,384 1 KiB
-records, about 16 MB).  KC_BENCH_KAFKA_VERSION picks another kafka-clients (4.x has no
-down-conversion: those cases then fail on the Java side).
+records, about 16 MB).
+
+KC_BENCH_KAFKA_VERSION picks another kafka-clients.  4.x runs every case but down-conversion,
+which Kafka 4.0 removed: the eager and lazy down-conversion cases are skipped ("kafka-clients
+<version> has no down-conversion"), and KafkaBench compiles without them (they live in
+KafkaDownConvert, compiled only where LazyDownConversionRecords exists).  From 4.4 on the record
+classes sit in org.apache.kafka.common.record.internal and some utilities in
+...common.utils.internals: compile_harness points the harness's imports there.  The builders'
+zstd output is Kafka's byte for byte where its zstd-jni bundles libzstd 1.5.7, as ours: 4.4.0
+(zstd-jni 1.5.7-17), not 3.9-4.3 (1.5.6); docs/building.md has the sizes.
 """
 
 from __future__ import annotations
