@@ -153,21 +153,22 @@ def resolve_imports(source: str, classes: set[str]) -> str:
 
 def compile_harness(classpath: str) -> Path:
     """KafkaBench.class (and KafkaDownConvert.class where kafka-clients still has
-    down-conversion), compiled once per sources and classpath (cached beside the jars' list)."""
-    sources = [HARNESS, DOWN_CONVERT]
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)
-                            + classpath.encode()).hexdigest()[:16]
+    down-conversion), compiled once per classpath and sources as javac gets them (imports
+    resolved): cached beside the jars' list, keyed by their digest."""
+    jar_classes = kafka_clients_classes(classpath)
+    sources = [HARNESS]
+    if any(c.endswith("/LazyDownConversionRecords.class") for c in jar_classes):
+        sources.append(DOWN_CONVERT)
+    texts = {p.name: resolve_imports(p.read_text(), jar_classes) for p in sources}
+    digest = hashlib.sha256(json.dumps([classpath, texts]).encode()).hexdigest()[:16]
     classes = CACHE / f"kafka-clients-{KAFKA_VERSION}" / f"harness-{digest}"
     if not (classes / "KafkaBench.class").exists():
-        jar_classes = kafka_clients_classes(classpath)
-        if not any(c.endswith("/LazyDownConversionRecords.class") for c in jar_classes):
-            sources.remove(DOWN_CONVERT)
         tmp = Path(tempfile.mkdtemp(prefix="harness-", dir=classes.parent))
         (tmp / "src").mkdir()
-        for source in sources:          # the sources as compiled, kept beside their classes
-            (tmp / "src" / source.name).write_text(resolve_imports(source.read_text(), jar_classes))
+        for name, text in texts.items():    # the sources as compiled, kept beside their classes
+            (tmp / "src" / name).write_text(text)
         run = subprocess.run(["javac", "-d", str(tmp), "-cp", classpath,
-                              *(str(tmp / "src" / p.name) for p in sources)],
+                              *(str(tmp / "src" / name) for name in texts)],
                              capture_output=True, text=True)
         if run.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
