@@ -44,7 +44,7 @@ records, about 16 MB).
 KC_BENCH_KAFKA_VERSION picks another kafka-clients.  4.x runs every case but down-conversion,
 which Kafka 4.0 removed: the eager and lazy down-conversion cases are skipped ("kafka-clients
 <version> has no down-conversion"), and KafkaBench compiles without them (they live in
-KafkaDownConvert, compiled only where LazyDownConversionRecords exists).  From 4.4 on the record
+KafkaDownConvert, compiled only where LazyDownConversionRecords exists).  In 4.4.0 the record
 classes sit in org.apache.kafka.common.record.internal and some utilities in
 ...common.utils.internals: compile_harness points the harness's imports there.  The builders'
 zstd output is Kafka's byte for byte where its zstd-jni bundles libzstd 1.5.7, as ours: 4.4.0
@@ -138,7 +138,7 @@ def resolve_imports(source: str, classes: set[str]) -> str:
     """`source` with each import of a Kafka class that `classes` lacks pointed at the one class
     of that name under the imported package: kafka-clients 4.4 moved the record classes into
     org.apache.kafka.common.record.internal and some utilities into ...common.utils.internals
-    (the harness is written against the older names, which 3.x-4.3 have)."""
+    (the harness is written against the older names: 3.9.1 and 4.1.1 have them)."""
     def resolve(match: re.Match) -> str:
         package, name = match[1], match[2]
         folder = package.replace(".", "/")
