@@ -12,7 +12,9 @@ Without --benchmark-enable each case runs once on both sides and checks they did
 How it is fair:
 - Kafka's jars (kafka-clients and its lz4-java, zstd-jni, snappy-java) are resolved with Maven
   into ~/.m2, their classpath cached in ~/.cache/kafkacodec/kafka-clients-<version>/ (or
-  $KAFKACODEC_JAR_CACHE), never in the repository; bench/java/KafkaBench.java is compiled there.
+  $KAFKACODEC_JAR_CACHE), never in the repository; bench/java/KafkaBench.java is compiled there
+  (with KafkaDownConvert.java where kafka-clients still has down-conversion), once per sources
+  and classpath.
 - The workload files are written here (our builder, in a temporary directory) and both sides
   read the same files: logs for the readers and converters, one records file (keys and values)
   for the builders.  Values are JSON-like (field names repeat, numbers vary: 2-3x compressible);
@@ -40,8 +42,16 @@ How it is fair:
 - Every case checks both sides processed the same: batch or record counts, output sizes (and,
   for the builders, whether the batches are byte-identical).
 Scale: KC_BENCH_JAVA_BATCHES batches per log (default 1024: 131,072 100-byte or 16,384 1 KiB
-records, about 16 MB).  KC_BENCH_KAFKA_VERSION picks another kafka-clients (4.x has no
-down-conversion: those cases then fail on the Java side).
+records, about 16 MB).
+
+KC_BENCH_KAFKA_VERSION picks another kafka-clients.  4.x runs every case but down-conversion,
+which Kafka 4.0 removed: the eager and lazy down-conversion cases are skipped ("kafka-clients
+<version> has no down-conversion"), and KafkaBench compiles without them (they live in
+KafkaDownConvert, compiled only where LazyDownConversionRecords exists).  In 4.4.0 the record
+classes sit in org.apache.kafka.common.record.internal and some utilities in
+...common.utils.internals: compile_harness points the harness's imports there.  The builders'
+zstd output is Kafka's byte for byte where its zstd-jni bundles libzstd 1.5.7, as ours: 4.4.0
+(zstd-jni 1.5.7-17), not 3.9-4.3 (1.5.6); docs/building.md has the sizes.
 """
 
 from __future__ import annotations
@@ -52,12 +62,14 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
@@ -66,6 +78,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = Path(__file__).resolve().parent / "java" / "KafkaBench.java"
+# the down and lazy ops: compiled only against a kafka-clients with down-conversion (< 4.0)
+DOWN_CONVERT = HARNESS.with_name("KafkaDownConvert.java")
 KAFKA_VERSION = os.environ.get("KC_BENCH_KAFKA_VERSION", "3.9.1")
 CACHE = Path(os.environ.get("KAFKACODEC_JAR_CACHE", Path.home() / ".cache" / "kafkacodec"))
 BATCHES = int(os.environ.get("KC_BENCH_JAVA_BATCHES", "1024"))
@@ -117,13 +131,48 @@ def kafka_classpath(version: str = KAFKA_VERSION) -> str:
     return cp_file.read_text().strip()
 
 
+def kafka_clients_classes(classpath: str) -> set[str]:
+    """The class files (org/apache/kafka/.../Name.class) of the kafka-clients jar on classpath."""
+    jar = next(p for p in classpath.split(os.pathsep) if Path(p).name.startswith("kafka-clients-"))
+    with zipfile.ZipFile(jar) as z:
+        return {name for name in z.namelist() if name.endswith(".class")}
+
+
+def resolve_imports(source: str, classes: set[str]) -> str:
+    """`source` with each import of a Kafka class that `classes` lacks pointed at the one class
+    of that name under the imported package: kafka-clients 4.4 moved the record classes into
+    org.apache.kafka.common.record.internal and some utilities into ...common.utils.internals
+    (the harness is written against the older names: 3.9.1 and 4.1.1 have them)."""
+    def resolve(match: re.Match) -> str:
+        package, name = match[1], match[2]
+        folder = package.replace(".", "/")
+        if f"{folder}/{name}.class" in classes:
+            return match[0]
+        moved = [c for c in classes if c.startswith(folder + "/") and c.endswith(f"/{name}.class")]
+        if len(moved) != 1:             # not found, or ambiguous: javac names it
+            return match[0]
+        return f"import {moved[0].removesuffix('.class').replace('/', '.')};"
+    return re.sub(r"^import (org\.apache\.kafka[\w.]*)\.(\w+);", resolve, source, flags=re.M)
+
+
 def compile_harness(classpath: str) -> Path:
-    """KafkaBench.class, compiled once per source and classpath (cached beside the jars' list)."""
-    digest = hashlib.sha256(HARNESS.read_bytes() + classpath.encode()).hexdigest()[:16]
+    """KafkaBench.class (and KafkaDownConvert.class where kafka-clients still has
+    down-conversion), compiled once per classpath and sources as javac gets them (imports
+    resolved): cached beside the jars' list, keyed by their digest."""
+    jar_classes = kafka_clients_classes(classpath)
+    sources = [HARNESS]
+    if any(c.endswith("/LazyDownConversionRecords.class") for c in jar_classes):
+        sources.append(DOWN_CONVERT)
+    texts = {p.name: resolve_imports(p.read_text(), jar_classes) for p in sources}
+    digest = hashlib.sha256(json.dumps([classpath, texts]).encode()).hexdigest()[:16]
     classes = CACHE / f"kafka-clients-{KAFKA_VERSION}" / f"harness-{digest}"
     if not (classes / "KafkaBench.class").exists():
         tmp = Path(tempfile.mkdtemp(prefix="harness-", dir=classes.parent))
-        run = subprocess.run(["javac", "-d", str(tmp), "-cp", classpath, str(HARNESS)],
+        (tmp / "src").mkdir()
+        for name, text in texts.items():    # the sources as compiled, kept beside their classes
+            (tmp / "src" / name).write_text(text)
+        run = subprocess.run(["javac", "-d", str(tmp), "-cp", classpath,
+                              *(str(tmp / "src" / name) for name in texts)],
                              capture_output=True, text=True)
         if run.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -608,6 +657,9 @@ def workloads(bench_dir):
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_vs_kafka_java(benchmark, meta, kafka, workloads, case):
+    if case.kind in ("down", "lazy") and kafka.facts["down_conversion"] != "true":
+        pytest.skip(f"kafka-clients {kafka.facts['kafka']} has no down-conversion "
+                    "(removed in Kafka 4.0)")
     java_op, ours, records, nbytes = prepare(case, workloads)
     meta(f"java: {case.group}", "kafkacodec", nbytes, records)
     extra = benchmark.extra_info

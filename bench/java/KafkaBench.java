@@ -3,7 +3,8 @@
 // driver asks for a warm-up, then alternates timed passes with its own.
 //
 // stdin, one command per line; stdout, one reply per line ("ok ..." or "err <message>"):
-//   versions                         ok <key=value ...>  (Kafka, JDK and VM)
+//   versions                         ok <key=value ...>  (Kafka, JDK and VM; down_conversion=
+//                                    true when KafkaDownConvert is on the classpath)
 //   warm <millis> <op> <args...>     ok <passes>   (JIT warm-up: passes for at least <millis> of
 //                                    this thread's CPU time, then until 5 passes in a row bring no
 //                                    new best (by 2%); at most 30 s)
@@ -26,6 +27,9 @@
 //   down <log> <magic>               MemoryRecords.downConvert (eager)    result: bytes out
 //   lazy <log> <magic> <chunk>       LazyDownConversionRecords.iterator(chunk), every chunk
 //                                                                         result: bytes out
+//                                    (down, lazy: in KafkaDownConvert.java, compiled only
+//                                    against kafka-clients < 4.0, which removed them; without it
+//                                    they reply "err ... no down-conversion")
 // <log> is a record-set file; <records> is [i32 count] then count x ([i32 klen][key][i32 vlen]
 // [value]) (big-endian).
 
@@ -47,28 +51,22 @@ import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 
-import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.compress.Compression;
 import org.apache.kafka.common.record.CompressionType;
-import org.apache.kafka.common.record.ConvertedRecords;
 import org.apache.kafka.common.record.DefaultRecordBatch;
-import org.apache.kafka.common.record.LazyDownConversionRecords;
 import org.apache.kafka.common.record.MemoryRecords;
 import org.apache.kafka.common.record.MemoryRecordsBuilder;
 import org.apache.kafka.common.record.MutableRecordBatch;
 import org.apache.kafka.common.record.Record;
 import org.apache.kafka.common.record.RecordBatch;
-import org.apache.kafka.common.record.Records;
 import org.apache.kafka.common.record.TimestampType;
 import org.apache.kafka.common.utils.AppInfoParser;
 import org.apache.kafka.common.utils.BufferSupplier;
 import org.apache.kafka.common.utils.ByteBufferOutputStream;
 import org.apache.kafka.common.utils.CloseableIterator;
-import org.apache.kafka.common.utils.Time;
 import org.apache.kafka.common.utils.Utils;
 
 public class KafkaBench {
@@ -244,23 +242,37 @@ public class KafkaBench {
         return total;
     }
 
-    static long down(String path, byte magic) throws IOException {
-        ConvertedRecords<MemoryRecords> converted =
-            MemoryRecords.readableRecords(log(path)).downConvert(magic, 0L, Time.SYSTEM);
-        checksum += converted.recordConversionStats().numRecordsConverted();
-        return converted.records().sizeInBytes();
+    // Down-conversion (the down and lazy ops), which kafka-clients 4.0 removed, lives in
+    // KafkaDownConvert: bench_java.py compiles it only where those classes exist, so this class
+    // names none of them.  Loaded once, by the versions command at start-up (no reflection in
+    // a timed pass: a pass calls it through this interface).
+    interface DownConversion {
+        long down(String path, byte magic) throws IOException;
+        long lazy(String path, byte magic, long chunk) throws IOException;
     }
 
-    static long lazy(String path, byte magic, long chunk) throws IOException {
-        LazyDownConversionRecords lazy = new LazyDownConversionRecords(new TopicPartition("t", 0),
-            MemoryRecords.readableRecords(log(path)), magic, 0L, Time.SYSTEM);
-        long total = 0;
-        Iterator<ConvertedRecords<?>> it = lazy.iterator(chunk);
-        while (it.hasNext()) {
-            ConvertedRecords<?> converted = it.next();
-            total += ((Records) converted.records()).sizeInBytes();
+    static DownConversion downConversion;
+
+    static DownConversion downConversion() {
+        if (downConversion == null) {
+            try {
+                downConversion = (DownConversion) Class.forName("KafkaDownConvert")
+                    .getDeclaredConstructor().newInstance();
+            } catch (ReflectiveOperationException e) {
+                throw new UnsupportedOperationException("kafka-clients " + AppInfoParser.getVersion()
+                    + " has no down-conversion (KafkaDownConvert not compiled: " + e + ")");
+            }
         }
-        return total;
+        return downConversion;
+    }
+
+    static boolean hasDownConversion() {
+        try {
+            downConversion();
+            return true;
+        } catch (UnsupportedOperationException e) {
+            return false;
+        }
     }
 
     static long pass(String[] cmd, int at) throws IOException {
@@ -272,8 +284,9 @@ public class KafkaBench {
             case "build": return build(cmd[at + 1], cmd[at + 2], Integer.parseInt(cmd[at + 3]),
                                        cmd.length > at + 4 ? cmd[at + 4] : null);
             case "codec": return codec(cmd[at + 1], cmd[at + 2]);
-            case "down": return down(cmd[at + 1], Byte.parseByte(cmd[at + 2]));
-            case "lazy": return lazy(cmd[at + 1], Byte.parseByte(cmd[at + 2]), Long.parseLong(cmd[at + 3]));
+            case "down": return downConversion().down(cmd[at + 1], Byte.parseByte(cmd[at + 2]));
+            case "lazy": return downConversion().lazy(cmd[at + 1], Byte.parseByte(cmd[at + 2]),
+                                                     Long.parseLong(cmd[at + 3]));
             default: throw new IllegalArgumentException("unknown op " + op);
         }
     }
@@ -311,6 +324,7 @@ public class KafkaBench {
         }
         facts.add("max_heap_mb=" + Runtime.getRuntime().maxMemory() / (1 << 20));
         facts.add("processors=" + Runtime.getRuntime().availableProcessors());
+        facts.add("down_conversion=" + hasDownConversion());
         return String.join(" ", facts);
     }
 

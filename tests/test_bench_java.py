@@ -1,0 +1,54 @@
+"""bench/bench_java.py's harness preparation, without a JVM: the Java sources it compiles
+against each kafka-clients layout."""
+
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import bench_java  # noqa: E402
+
+SOURCE = """import java.util.List;
+import org.apache.kafka.common.record.MemoryRecords;
+import org.apache.kafka.common.record.TimestampType;
+import org.apache.kafka.common.utils.AppInfoParser;
+import org.apache.kafka.common.utils.Utils;
+"""
+
+
+def test_imports_kept_where_kafka_clients_has_them():
+    classes = {"org/apache/kafka/common/record/MemoryRecords.class",
+               "org/apache/kafka/common/record/TimestampType.class",
+               "org/apache/kafka/common/utils/AppInfoParser.class",
+               "org/apache/kafka/common/utils/Utils.class",
+               "org/apache/kafka/clients/consumer/internals/Utils.class"}
+    assert bench_java.resolve_imports(SOURCE, classes) == SOURCE
+
+
+def test_imports_follow_classes_moved_under_their_package():
+    # kafka-clients 4.4's layout: record classes in record.internal, some utilities in
+    # utils.internals; TimestampType and Utils stayed (another Utils elsewhere is not taken)
+    classes = {"org/apache/kafka/common/record/internal/MemoryRecords.class",
+               "org/apache/kafka/common/record/TimestampType.class",
+               "org/apache/kafka/common/utils/internals/AppInfoParser.class",
+               "org/apache/kafka/common/utils/Utils.class",
+               "org/apache/kafka/clients/consumer/internals/Utils.class"}
+    assert bench_java.resolve_imports(SOURCE, classes) == SOURCE.replace(
+        "record.MemoryRecords", "record.internal.MemoryRecords").replace(
+        "utils.AppInfoParser", "utils.internals.AppInfoParser")
+
+
+def test_imports_left_for_javac_when_missing_or_ambiguous():
+    classes = {"org/apache/kafka/common/utils/a/AppInfoParser.class",
+               "org/apache/kafka/common/utils/b/AppInfoParser.class"}
+    assert bench_java.resolve_imports(SOURCE, classes) == SOURCE
+
+
+def test_down_conversion_is_compiled_apart():
+    """KafkaBench names no class that kafka-clients 4.0 removed (they live in KafkaDownConvert,
+    compiled only where they exist), so it compiles against 4.x."""
+    removed = ["LazyDownConversionRecords", "ConvertedRecords", "downConvert",
+               "RecordConversionStats"]
+    code = re.sub(r"//.*", "", bench_java.HARNESS.read_text())     # comments may name them
+    assert not [name for name in removed if name in code]
+    assert all(name in bench_java.DOWN_CONVERT.read_text() for name in removed[:3])
