@@ -217,7 +217,10 @@ def java_section(data: dict, command: str) -> str:
     java = benches[0]["extra_info"]["kafka_java"]
     loads = [load[0] for b in benches for load in (b["extra_info"].get("loadavg_start"),
                                                     b["extra_info"].get("loadavg_end")) if load]
-    rounds = sorted({b["stats"].get("rounds") for b in benches})
+    def rounds_of(cold: bool) -> str:
+        counts = sorted({b["stats"].get("rounds") for b in benches
+                         if bool(b["extra_info"].get("cold_caches")) == cold})
+        return "/".join(str(count) for count in counts) or "no"
     # per workload (group), Java's passes of every variant's case: wall, thread CPU, JVM CPU
     java_times: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for b in benches:
@@ -234,11 +237,14 @@ def java_section(data: dict, command: str) -> str:
              "Both sides read the same files (bench/bench_java.py writes them: JSON-like values, "
              "100-byte values 128 per batch and 1 KiB values 16 per batch); each case warms the "
              "JVM up, then alternates a Java pass and a kafkacodec pass "
-             f"({', '.join(str(r) for r in rounds)} rounds each). The CRC walk and shallow "
+             f"({rounds_of(False)} rounds each). The CRC walk and shallow "
              "header rows are memory-bound single passes over a 16 MB log, decided by whose "
              "copy earlier passes left in the shared caches: there both sides evict the caches "
              "before each timed pass (untimed, on the timing thread: one byte written per line "
-             "of 64 MiB of 4 KiB pages), so both read the log from memory. Rates are records per second "
+             "of 64 MiB of 4 KiB pages), so both read the log from memory, and they take "
+             f"{rounds_of(True)} rounds each (a ~1 ms pass, decided by a memory bus the host "
+             "shares: more rounds spread over more of its changes). Our pass starts once no "
+             "JVM thread has run for 1 ms. Rates are records per second "
              "from the median pass's CPU time; ratio = kafkacodec's rate / Kafka's (> 1: "
              "kafkacodec is faster), by the CPU time of the thread doing the pass on each side "
              "(Java's `ThreadMXBean.getCurrentThreadCpuTime()`, Python's `time.thread_time()`); the wall "
