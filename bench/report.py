@@ -221,6 +221,9 @@ def java_section(data: dict, command: str) -> str:
         counts = sorted({b["stats"].get("rounds") for b in benches
                          if bool(b["extra_info"].get("cold_caches")) == cold})
         return "/".join(str(count) for count in counts) or "no"
+    runs = data.get("runs", 1)
+    runs_note = (f", in each of {runs} runs of the whole bench, a fresh JVM and Python process "
+                 "each, every ratio from the pooled passes of all runs") if runs > 1 else ""
     # per workload (group), Java's passes of every variant's case: wall, thread CPU, JVM CPU
     java_times: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for b in benches:
@@ -237,7 +240,7 @@ def java_section(data: dict, command: str) -> str:
              "Both sides read the same files (bench/bench_java.py writes them: JSON-like values, "
              "100-byte values 128 per batch and 1 KiB values 16 per batch); each case warms the "
              "JVM up, then alternates a Java pass and a kafkacodec pass "
-             f"({rounds_of(False)} rounds each). The CRC walk and shallow "
+             f"({rounds_of(False)} rounds each{runs_note}). The CRC walk and shallow "
              "header rows are memory-bound single passes over a 16 MB log, decided by whose "
              "copy earlier passes left in the shared caches: there both sides evict the caches "
              "before each timed pass (untimed, on the timing thread: one byte written per line "
