@@ -44,6 +44,7 @@ from kafkacodec._v2 cimport (V2Record, read_v2_record, scan_v2_record, scan_v2_a
 from kafkacodec._legacy cimport (LegacyMessage, read_legacy_message, next_inner_entry,
                                  inner_base_offset, inner_timestamp, inner_timestamp_type)
 from kafkacodec._compression cimport Decompressor, _Chunk
+from kafkacodec._prefetch cimport kc_prefetch
 
 # --- entries --------------------------------------------------------------------------------
 cdef inline int walk_entry(const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
@@ -55,6 +56,11 @@ cdef inline int walk_entry(const unsigned char* data, Py_ssize_t size, Py_ssize_
     cdef Py_ssize_t entry_size = 0
     cdef int code = frame_entry(data + pos, size - pos, file_rules, &entry_size)
     if code == FRAME_OK:
+        # the next entry's header, loaded while the caller reads this one: the hardware
+        # prefetcher stops at page boundaries, and a 16 MB log's walk from memory went 1.3-1.8x
+        # slower waiting for each header in turn (CRC walk: Records.validate())
+        if entry_size < size - pos:
+            kc_prefetch(data + pos + entry_size)
         parse_entry_header(data + pos, entry_size, start + pos, h)
     return code
 
