@@ -72,8 +72,12 @@ def _free_port() -> int:
 
 
 def _cluster_id() -> str:
-    # Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes, without padding.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes, without padding; as Kafka's
+    # Uuid.randomUuid(), never one starting with "-" (kafka-storage's -t would read it as an option)
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
 
 
 class KafkaBroker:

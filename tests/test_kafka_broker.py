@@ -25,3 +25,12 @@ def test_broker_round_trip(request, fixture):
     assert values == sorted(b"v%d" % i for i in range(10))
     # the broker wrote real segments in its log directory
     assert list(broker.log_dir.glob("smoke-0/*.log"))
+
+
+def test_cluster_ids_never_start_with_a_dash():
+    """1 in 64 random ids did: kafka-storage then refused `-t -...` and every broker test skipped."""
+    from kafka_broker import _cluster_id
+
+    ids = [_cluster_id() for _ in range(2000)]
+    assert not [found for found in ids if found.startswith("-")]
+    assert all(len(found) == 22 for found in ids)
