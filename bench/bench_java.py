@@ -707,34 +707,6 @@ def test_vs_kafka_java(benchmark, meta, kafka, workloads, case):
 
 # --- command line ---------------------------------------------------------------------------------
 
-def pooled(runs: list[dict]) -> dict:
-    """Several runs' results as one: each case's passes (both sides') and pytest-benchmark's
-    rounds pooled, so a ratio is the median over every run (what one run's JIT, memory
-    placement and load decided moves it less); the load average's extremes kept."""
-    data = runs[0]
-    data["runs"] = len(runs)
-    for other in runs[1:]:
-        found = {b["fullname"]: b for b in other["benchmarks"]}
-        for bench in data["benchmarks"]:
-            more = found.get(bench["fullname"])
-            if more is None:
-                continue
-            extra, extra_more = bench["extra_info"], more["extra_info"]
-            for key in ("ours_cpu_s", "kafka_java_s", "kafka_java_cpu_s", "kafka_java_jvm_cpu_s"):
-                extra[key] = extra.get(key, []) + extra_more.get(key, [])
-            for key, pick in (("loadavg_start", min), ("loadavg_end", max)):
-                if extra.get(key) and extra_more.get(key):
-                    extra[key] = pick(extra[key], extra_more[key])
-            bench["stats"]["data"] = bench["stats"].get("data", []) + more["stats"].get("data", [])
-    for bench in data["benchmarks"]:
-        rounds = sorted(bench["stats"].get("data", []))
-        if rounds:
-            bench["stats"]["median"] = rounds[len(rounds) // 2] if len(rounds) % 2 else (
-                rounds[len(rounds) // 2 - 1] + rounds[len(rounds) // 2]) / 2
-            bench["stats"]["rounds"] = len(rounds) // len(runs)
-    return data
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -770,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
         if not path.exists():
             return status or 1
         runs.append(json.loads(path.read_text()))
-    data = pooled(runs)
+    data = report.pooled(runs)
     args.json.write_text(json.dumps(data))
     report.slim(args.json)
     data = json.loads(args.json.read_text())

@@ -206,6 +206,33 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+def pooled(runs: list[dict]) -> dict:
+    """Several bench_java runs' results as one: each case's passes (both sides') and pytest-benchmark's
+    rounds pooled, so a ratio is the median over every run (what one run's JIT, memory
+    placement and load decided moves it less); the load average's extremes kept."""
+    data = runs[0]
+    data["runs"] = len(runs)
+    for other in runs[1:]:
+        found = {b["fullname"]: b for b in other["benchmarks"]}
+        for bench in data["benchmarks"]:
+            more = found.get(bench["fullname"])
+            if more is None:
+                continue
+            extra, extra_more = bench["extra_info"], more["extra_info"]
+            for key in ("ours_cpu_s", "kafka_java_s", "kafka_java_cpu_s", "kafka_java_jvm_cpu_s"):
+                extra[key] = extra.get(key, []) + extra_more.get(key, [])
+            for key, pick in (("loadavg_start", min), ("loadavg_end", max)):
+                if extra.get(key) and extra_more.get(key):
+                    extra[key] = pick(extra[key], extra_more[key])
+            bench["stats"]["data"] = bench["stats"].get("data", []) + more["stats"].get("data", [])
+    for bench in data["benchmarks"]:
+        rounds = bench["stats"].get("data", [])
+        if rounds:
+            bench["stats"]["median"] = _median(rounds)
+            bench["stats"]["rounds"] = len(rounds) // len(runs)
+    return data
+
+
 def java_section(data: dict, command: str) -> str:
     """bench_java.py's results: per workload Kafka's rate, ours per variant and the ratio (ours /
     Kafka's, > 1: kafkacodec is faster), medians of alternating rounds; then the output sizes."""

@@ -52,3 +52,23 @@ def test_down_conversion_is_compiled_apart():
     code = re.sub(r"//.*", "", bench_java.HARNESS.read_text())     # comments may name them
     assert not [name for name in removed if name in code]
     assert all(name in bench_java.DOWN_CONVERT.read_text() for name in removed[:3])
+
+
+def test_pooled_runs_take_every_ratio_from_all_passes():
+    import report
+
+    def run(ours, java, load):
+        return {"benchmarks": [
+            {"fullname": "case-a", "stats": {"data": list(ours), "median": 0, "rounds": len(ours)},
+             "extra_info": {"ours_cpu_s": list(ours), "kafka_java_s": list(java),
+                            "kafka_java_cpu_s": list(java), "kafka_java_jvm_cpu_s": list(java),
+                            "loadavg_start": [load, 0, 0], "loadavg_end": [load, 0, 0]}}]}
+
+    data = report.pooled([run([1, 2, 9], [4, 4, 4], 0.5), run([3, 3, 3], [8, 5, 6], 1.5)])
+    bench = data["benchmarks"][0]
+    assert data["runs"] == 2
+    assert bench["extra_info"]["ours_cpu_s"] == [1, 2, 9, 3, 3, 3]
+    assert bench["extra_info"]["kafka_java_cpu_s"] == [4, 4, 4, 8, 5, 6]
+    assert bench["stats"]["median"] == 3 and bench["stats"]["rounds"] == 3
+    assert bench["extra_info"]["loadavg_start"][0] == 0.5
+    assert bench["extra_info"]["loadavg_end"][0] == 1.5
