@@ -3,7 +3,8 @@
 scan_entries()."""
 
 cimport cython
-from cpython.ref cimport Py_INCREF
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.string cimport memcpy
 cimport numpy as cnp
 
@@ -22,6 +23,8 @@ cnp.import_array()
 cdef extern from "numpy/arrayobject.h":
     # (numpy's .pxd leaves it out: it steals a reference to descr)
     object PyArray_Empty(int nd, cnp.npy_intp* dims, void* descr, int fortran)
+    ctypedef struct PyArrayObject_fields:    # numpy's public array struct (PyArray_DESCR reads it)
+        PyObject* descr
 
 # The fields of IndexEntry at their offsets; its padding byte is unnamed (itemsize).
 INDEX_DTYPE = _np.dtype({
@@ -33,6 +36,8 @@ INDEX_DTYPE = _np.dtype({
     "itemsize": 64})
 assert INDEX_DTYPE.itemsize == sizeof(IndexEntry)
 cdef object INDEX_DESCR = INDEX_DTYPE    # for the C calls below
+# Rows are allocated as this field-less dtype of the same size, then given INDEX_DESCR (new_rows)
+cdef object ROW_BYTES_DESCR = _np.dtype(("V", sizeof(IndexEntry)))
 
 cdef enum:
     FIRST_ROWS = 65536           # rows filled at most before the array is first doubled
@@ -56,16 +61,18 @@ cdef int index_rows(const unsigned char* data, Py_ssize_t size, Py_ssize_t start
                     bint check_crc, IndexEntry* rows, Py_ssize_t cap, Py_ssize_t* n,
                     Py_ssize_t* pos, Py_ssize_t* first_bad) except RAISED nogil:
     """Fill rows[*n:cap] with the entries from data[*pos] on, advancing *n and *pos; returns
-    FRAME_OK when the rows are full (more entries may follow), else the frame_entry() code
+    FRAME_OK when the rows are full and another entry follows, else the frame_entry() code
     that ended the walk (*pos: the entry it stopped at, as for a raise)."""
     cdef Py_ssize_t entry_size = 0
     cdef int code
     cdef BatchHeader h
     cdef IndexEntry* row
-    while n[0] < cap:
+    while True:
         code = frame_entry(data + pos[0], size - pos[0], file_rules, &entry_size)
         if code != FRAME_OK:
             return code
+        if n[0] == cap:              # (framed first: full rows at the end of the data are the end)
+            return FRAME_OK
         # Each header is a cache (and TLB) miss found only from the one before; a log's batches
         # are mostly alike, so load the header AHEAD entries of this size ahead (a wrong guess
         # only wastes the load).
@@ -98,16 +105,25 @@ cdef int index_rows(const unsigned char* data, Py_ssize_t size, Py_ssize_t start
             first_bad[0] = pos[0]
         pos[0] += entry_size
         n[0] += 1
-    return FRAME_OK
 
 
 cdef cnp.ndarray new_rows(Py_ssize_t count):
-    """An uninitialised INDEX_DTYPE array of `count` rows.  Through numpy's C API, not
-    np.empty(): a walk of a 16 MB log takes ~70 us when the log comes from memory, and there
-    the Python-level call and method lookup, in caches as cold as the log, cost ~5-10 us."""
+    """An uninitialised INDEX_DTYPE array of `count` rows that owns its memory.  Through numpy's
+    C API, not np.empty(): a walk of a 16 MB log takes ~70 us when the log comes from memory,
+    and there the Python-level call and method lookup, in caches as cold as the log, cost ~5-10
+    us.  Allocated as plain bytes, then given INDEX_DESCR: for a dtype with fields numpy looks
+    up a zero-fill loop field by field on every allocation (half of a cold index() of one batch),
+    and these fields need none.  The swap is numpy's own dtype setter without its checks, which
+    hold here: the same itemsize, no object fields, an array nobody else has seen."""
     cdef cnp.npy_intp dims = count
-    Py_INCREF(INDEX_DESCR)                 # PyArray_Empty steals it
-    return PyArray_Empty(1, &dims, <void*>INDEX_DESCR, 0)
+    cdef PyArrayObject_fields* fields
+    Py_INCREF(ROW_BYTES_DESCR)              # PyArray_Empty steals it
+    rows = PyArray_Empty(1, &dims, <void*>ROW_BYTES_DESCR, 0)
+    fields = <PyArrayObject_fields*><PyObject*>rows
+    Py_INCREF(INDEX_DESCR)
+    Py_DECREF(<object>fields.descr)
+    fields.descr = <PyObject*>INDEX_DESCR
+    return rows
 
 
 cdef int trim_rows(cnp.ndarray rows, Py_ssize_t count) except -1:
@@ -127,9 +143,9 @@ cdef tuple index_entries(const unsigned char* data, Py_ssize_t size, Py_ssize_t 
     cdef cnp.ndarray result, grown
     error = None
     # One walk, into rows sized from the first entry (a log's batches are alike): doubled when
-    # short, trimmed in place at the end.  (cap 1 also ends an empty walk.)
+    # short, trimmed in place at the end.
     if frame_entry(data, size, file_rules, &first) == FRAME_OK:
-        cap = min(size // first + 1, FIRST_ROWS)
+        cap = min(size // first, FIRST_ROWS)
     result = new_rows(cap)
     while True:
         try:

@@ -9,7 +9,9 @@ offset rules, corrupt data).
 import gc
 import gzip
 import mmap
+import pickle
 import struct
+import sys
 import weakref
 import zlib
 
@@ -615,6 +617,35 @@ def test_index_grows_past_its_first_guess():
         rows = np.frombuffer(index.tobytes(), np.uint8).reshape(len(index), index.dtype.itemsize)
         padding = [i for i in range(index.dtype.itemsize) if i not in named]
         assert padding and not rows[:, padding].any()           # the unnamed padding is zero
+
+
+def test_index_rows_of_alike_batches_fill_their_first_guess_exactly():
+    # Alike batches fill the rows sized from the first one: the end of the data ends the walk
+    # (also with a partial tail or a bad entry right after the last row), nothing doubled, and
+    # the array is numpy's own (its dtype INDEX_DTYPE, not the plain bytes it was made as).
+    from kafkacodec._index import INDEX_DTYPE
+    builder = kafkacodec.MemoryRecordsBuilder()
+    log = b""
+    for i in range(64):
+        builder.append_many(i, None, [b"v" * 50] * 4)
+        log += builder.build()
+    bad_magic = bytearray(log[:70])
+    bad_magic[16] = 7
+    descr_refs = sys.getrefcount(INDEX_DTYPE)
+    for data in (log, log + log[:30], log + bytes(bad_magic)):
+        records = MemoryRecords(data)
+        for _ in range(50):
+            if data.endswith(bad_magic):
+                with pytest.raises(CorruptRecordError, match=f"magic byte 7 .* at byte {len(log) + 16} "):
+                    records.index()
+                continue
+            index = records.index()
+            assert len(index) == 64 and index["crc_valid"].all()
+            assert index.dtype is INDEX_DTYPE and index.flags.owndata and index.base is None
+            assert index["base_offset"].tolist() == [4 * i for i in range(64)]
+            assert pickle.loads(pickle.dumps(index)).tolist() == index.tolist()
+    del index
+    assert sys.getrefcount(INDEX_DTYPE) == descr_refs          # one reference per array, freed
 
 
 # --- buffers and lifetimes ----------------------------------------------------------------
