@@ -385,12 +385,12 @@ def ours_shallow(data: bytes) -> Callable[[], int]:
 JAVA_DEEP_FIELDS = ["offset", "timestamp", "key", "value"]
 
 
-def ours_arrow(data: bytes, columns: list[str] | None = None) -> int:
+def ours_arrow(data: bytes, columns: list[str] | None = None, views: bool = False) -> int:
     """Columnar decode (CRCs checked, as Java's consumer with check.crcs=true) of every record:
-    all of Spark's Kafka columns, or `columns`."""
+    all of Spark's Kafka columns, or `columns`; keys and values as views of `data` (views)."""
     from kafkacodec._arrow import ArrowDecoder
 
-    decoder = ArrowDecoder("t", 0, columns=columns)
+    decoder = ArrowDecoder("t", 0, columns=columns, views=views)
     position = rows = 0
     while position < len(data):
         batch, position = decoder.decode(data, position)
@@ -542,6 +542,7 @@ BUILD_VARIANTS = {"append_many + build_into": ours_build_into, ARROW_BUILD: ours
 
 
 ARROW_JAVA_FIELDS = f"ArrowDecoder(columns={','.join(JAVA_DEEP_FIELDS)})"
+ARROW_VIEWS = "ArrowDecoder(views=True)"
 
 
 def _cases() -> list[Case]:
@@ -552,7 +553,7 @@ def _cases() -> list[Case]:
                           size))
     for size in SIZES:
         for codec in CODECS:
-            for variant in ("ArrowDecoder", ARROW_JAVA_FIELDS, "validate() + records()"):
+            for variant in ("ArrowDecoder", ARROW_JAVA_FIELDS, ARROW_VIEWS, "validate() + records()"):
                 cases.append(Case(f"deep iteration {size} {codec}", variant, "deep", size, codec))
     for size in SIZES:
         for codec in CODECS:
@@ -605,6 +606,8 @@ def prepare(case: Case, workloads: Workloads) -> tuple[list[Any], Callable[[], i
             return ["deep", path], lambda: ours_arrow(data), records, len(data)
         if case.variant == ARROW_JAVA_FIELDS:
             return ["deep", path], lambda: ours_arrow(data, JAVA_DEEP_FIELDS), records, len(data)
+        if case.variant == ARROW_VIEWS:
+            return ["deep", path], lambda: ours_arrow(data, views=True), records, len(data)
         return ["deep", path], lambda: ours_record_iterator(data), records, len(data)
     java = ["down", path, case.magic] if case.kind == "down" else ["lazy", path, case.magic, CHUNK]
     if case.variant == "down_convert":

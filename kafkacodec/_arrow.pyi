@@ -34,6 +34,7 @@ class ArrowDecoder:
         max_bytes: int = 16 << 20,
         source: str = "<buffer>",
         columns: Sequence[str] | None = None,
+        views: bool = False,
     ) -> None: ...
     @property
     def schema(self) -> pa.Schema: ...

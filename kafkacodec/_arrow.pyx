@@ -458,9 +458,10 @@ cdef int varcol_put_repaired(VarCol* c, const unsigned char* p, int32_t n) noexc
     return varcol_put(c, p, 0)             # closes the entry over the bytes just written
 
 
-cdef inline int varcol_reserve(VarCol* c, Py_ssize_t entries) noexcept nogil:
-    """Room for `entries` more offsets and their validity bits (varcol_put's precondition)."""
-    if buf_ensure(&c.offsets, 4 * entries) < 0 or buf_ensure(&c.valid, (entries >> 3) + 2) < 0:
+cdef inline int varcol_reserve(VarCol* c, Py_ssize_t entries, Py_ssize_t slot=4) noexcept nogil:
+    """Room for `entries` more offsets (slot 16: views) and their validity bits (varcol_put's
+    and view_put's precondition)."""
+    if buf_ensure(&c.offsets, slot * entries) < 0 or buf_ensure(&c.valid, (entries >> 3) + 2) < 0:
         return -1
     return 0
 
@@ -503,6 +504,11 @@ cdef struct State:
     int include_headers         # the headers column is selected: header sections are parsed
     int want_key                # the key / value columns are selected: their bytes are copied
     int want_value
+    int views                   # key and value are binary_view columns (view_put)
+    const unsigned char* view_base   # views: data[start] of this call, and the bytes from it
+    size_t view_span
+    int view_chunks             # views: input chunks (2^view_chunk_bits bytes apart) the views use
+    int view_chunk_bits
     int keep_control
     int64_t start_offset        # the offsets emitted: start_offset..last_offset (inclusive)
     int64_t last_offset
@@ -540,6 +546,78 @@ cdef struct State:
     Py_ssize_t batches
     Py_ssize_t crc_checked
     Py_ssize_t aborted_records   # data records of aborted transactions passed over
+
+
+# binary_view columns (views=True).  A view is 16 bytes: the length, then up to 12 bytes
+# inline, or the first 4 bytes, a buffer index and an offset in it (Arrow's BinaryView layout).
+# Buffer 0 holds the bytes copied out of decompressed records; buffer 1 + k is the call's input
+# from its start + k * 2^view_chunk_bits on (2^30 but in tests), so every offset fits an int32.
+cdef enum:
+    VIEW_INLINE = 12
+    VIEW_CHUNK_BITS = 30
+
+
+cdef inline int view_put(State* s, VarCol* c, const unsigned char* p, int32_t size) noexcept nogil:
+    """varcol_put of views=True: one view (size < 0: null) into reserved room, pointing into the
+    input when p is in it, else at a copy in buffer 0."""
+    cdef unsigned char* view = c.offsets.ptr + c.offsets.len
+    cdef size_t at = <size_t>(<uintptr_t>p - <uintptr_t>s.view_base)   # huge when p is before it
+    cdef int32_t chunk
+    if (c.n & 7) == 0:
+        c.valid.ptr[c.n >> 3] = 0
+    memset(view, 0, 16)
+    if size >= 0:
+        (<int32_t*>view)[0] = size
+        if size <= VIEW_INLINE:
+            if size > 0:
+                memcpy(view + 4, p, size)
+        else:
+            memcpy(view + 4, p, 4)
+            if at < s.view_span:
+                chunk = <int32_t>(at >> s.view_chunk_bits)
+                (<int32_t*>(view + 8))[0] = 1 + chunk
+                (<int32_t*>(view + 12))[0] = <int32_t>(at & ((<size_t>1 << s.view_chunk_bits) - 1))
+                if chunk >= s.view_chunks:
+                    s.view_chunks = chunk + 1
+            else:                           # decompressed: the chunk is reused, copy it out
+                if buf_ensure(&c.data, size) < 0:
+                    return -1
+                memcpy(c.data.ptr + c.data.len, p, size)
+                (<int32_t*>(view + 12))[0] = <int32_t>c.data.len
+                c.data.len += size
+        c.valid.ptr[c.n >> 3] |= <unsigned char>(1 << (c.n & 7))
+    else:
+        c.nulls += 1
+    c.n += 1
+    c.offsets.len += 16
+    return 0
+
+
+cdef inline int col_put(State* s, VarCol* c, const unsigned char* p, int32_t size) noexcept nogil:
+    """A key or value: a view, or a copy (varcol_put)."""
+    return view_put(s, c, p, size) if s.views else varcol_put(c, p, size)
+
+
+cdef inline int col_append(State* s, VarCol* c, const unsigned char* p, int32_t size) noexcept nogil:
+    """col_put with its room ensured (varcol_append)."""
+    if varcol_reserve(c, 1, 16 if s.views else 4) < 0 or col_put(s, c, p, size) < 0:
+        return -1
+    c.valid.len = (c.n + 7) >> 3
+    return 0
+
+
+cdef object viewcol_take(VarCol* c, list chunks):
+    """The binary_view array of c's views over buffer 0 (its copies) and the input `chunks`."""
+    cdef Py_ssize_t n = c.n, nulls = c.nulls
+    validity = take_buffer(&c.valid) if nulls else None
+    if not nulls:
+        buf_free(&c.valid)
+    views = take_buffer(&c.offsets)
+    copies = take_buffer(&c.data)
+    c.n = 0
+    c.nulls = 0
+    return pa.Array.from_buffers(pa.binary_view(), n, [validity, views, copies, *chunks],
+                                 null_count=nulls)
 
 
 cdef int no_memory() except -1 nogil:
@@ -665,7 +743,9 @@ cdef int reserve_rows(State* s, Py_ssize_t rows) except -1 nogil:
     """Room for `rows` more rows in every fixed-width column, the variable columns' offsets
     and the validity bitmaps, so a batch's records are appended without per-row checks."""
     cdef Py_ssize_t bits = (rows >> 3) + 2
-    if ((s.want_key and varcol_reserve(&s.key, rows) < 0) or (s.want_value and varcol_reserve(&s.value, rows) < 0)
+    cdef Py_ssize_t slot = 16 if s.views else 4
+    if ((s.want_key and varcol_reserve(&s.key, rows, slot) < 0)
+            or (s.want_value and varcol_reserve(&s.value, rows, slot) < 0)
             or buf_ensure(&s.offset, 8 * rows) < 0 or buf_ensure(&s.timestamp, 8 * rows) < 0
             or buf_ensure(&s.ts_type, 4 * rows) < 0 or buf_ensure(&s.magic, rows) < 0
             or buf_ensure(&s.producer_id, 8 * rows) < 0 or buf_ensure(&s.transactional, rows) < 0
@@ -766,8 +846,8 @@ cdef int decode_v2_records(State* s, BatchWalk* w, const Batch* b) except -1 nog
                 s.stop_index = h.records_count - r.left - 1
                 stopped = 1
                 break
-            if ((s.want_key and varcol_put(&s.key, v.rec.key, v.rec.key_length) < 0)
-                    or (s.want_value and varcol_put(&s.value, v.rec.value, v.rec.value_length) < 0)):
+            if ((s.want_key and col_put(s, &s.key, v.rec.key, v.rec.key_length) < 0)
+                    or (s.want_value and col_put(s, &s.value, v.rec.value, v.rec.value_length) < 0)):
                 return no_memory()
             (<int64_t*>(s.offset.ptr + s.offset.len))[0] = offset
             s.offset.len += 8
@@ -874,8 +954,8 @@ cdef inline int emit_legacy(State* s, const BatchHeader* h, const Batch* b,
         return ENTRY_DONE
     if not room_for(s, h, row_bytes_selected(s, v.rec.key_length, v.rec.value_length)):
         return ENTRY_STOPPED
-    if ((s.want_key and varcol_append(&s.key, v.rec.key, v.rec.key_length) < 0)
-            or (s.want_value and varcol_append(&s.value, v.rec.value, v.rec.value_length) < 0)):
+    if ((s.want_key and col_append(s, &s.key, v.rec.key, v.rec.key_length) < 0)
+            or (s.want_value and col_append(s, &s.value, v.rec.value, v.rec.value_length) < 0)):
         return no_memory()
     emit_fixed(s, b, v.timestamp_type, v.offset, v.timestamp)
     if s.include_headers:
@@ -971,7 +1051,7 @@ cdef int run(State* s) except -1 nogil:
 
 
 cdef class ArrowDecoder:
-    """ArrowDecoder(topic="", partition=0, *, validate_crc=True, include_headers=True, keep_control=False, start_offset=None, end_offset=None, aborted=None, max_rows=65536, max_bytes=16777216, source="<buffer>", columns=None)
+    """ArrowDecoder(topic="", partition=0, *, validate_crc=True, include_headers=True, keep_control=False, start_offset=None, end_offset=None, aborted=None, max_rows=65536, max_bytes=16777216, source="<buffer>", columns=None, views=False)
 
     Decode log entries into `pyarrow.RecordBatch`es with Spark's Kafka schema.
 
@@ -997,6 +1077,15 @@ cdef class ArrowDecoder:
     lengths), so bad input raises the same errors.  An unknown or repeated name, or none,
     raises ValueError.
 
+    `views=True` makes the key and value columns `binary_view` (pyarrow >= 16) and copies no
+    byte of a record stored uncompressed: its key and value are views of the `data` passed to
+    decode(), up to 12 bytes inline and longer ones pointing into it, so a batch keeps `data`
+    alive, and holds one buffer export of it for as long as it or any array taken from it lives
+    (a bytearray cannot be resized then, an mmap not closed; a closed FileRecords stays mapped).  Change `data` in place only
+    once the batch is gone: its values longer than 12 bytes are read from `data`.  Keys and
+    values of compressed entries are copied out, as in the default mode, and only they count
+    towards max_bytes.
+
     Not for concurrent use: decode() runs without the GIL on the decoder's buffers, and a call
     while another runs (from another thread) raises ConcurrentUseError.  Use one per thread.
     """
@@ -1014,12 +1103,19 @@ cdef class ArrowDecoder:
     def __init__(self, str topic="", int partition=0, *, bint validate_crc=True,
                  bint include_headers=True, bint keep_control=False, start_offset=None,
                  end_offset=None, aborted=None, Py_ssize_t max_rows=65536,
-                 Py_ssize_t max_bytes=16 << 20, str source="<buffer>", columns=None):
+                 Py_ssize_t max_bytes=16 << 20, str source="<buffer>", columns=None,
+                 bint views=False):
         cdef const int64_t[:, ::1] mv
         cdef Py_ssize_t i
         if max_rows < 1 or max_bytes < 1 or max_bytes > (1 << 30):
             raise ValueError("max_rows must be >= 1 and max_bytes within 1..2**30")
         schema = selected_schema(SCHEMA if include_headers else SCHEMA_NO_HEADERS, columns)
+        if views:
+            if not hasattr(pa, "binary_view"):
+                raise ValueError(f"views=True needs pyarrow >= 16 (binary_view), this is {pa.__version__}")
+            for name in ("key", "value"):
+                if name in schema.names:
+                    schema = schema.set(schema.get_field_index(name), pa.field(name, pa.binary_view()))
         arr = np.ascontiguousarray(np.asarray([] if aborted is None else aborted, dtype=np.int64).reshape(-1, 3))
         mv = arr
         guard_enter(&self.guard, b"ArrowDecoder")
@@ -1033,6 +1129,8 @@ cdef class ArrowDecoder:
             self.s.include_headers = "headers" in schema.names
             self.s.want_key = "key" in schema.names
             self.s.want_value = "value" in schema.names
+            self.s.views = views
+            self.s.view_chunk_bits = VIEW_CHUNK_BITS
             self.s.keep_control = keep_control
             self.s.start_offset = INT64_MIN if start_offset is None else start_offset
             self.s.last_offset = INT64_MAX
@@ -1084,6 +1182,13 @@ cdef class ArrowDecoder:
             raise ValueError(f"limit must be within 1..2**31-1, got {limit}")
         self.s.output_limit = limit
 
+    def _set_view_chunk_bits(self, int bits):
+        """Test hook: views=True addresses the input in chunks of 2^bits bytes (2^30: int32
+        offsets for any input); smaller ones let tests use many chunks on small inputs."""
+        if not 1 <= bits <= VIEW_CHUNK_BITS:
+            raise ValueError(f"bits must be within 1..{VIEW_CHUNK_BITS}, got {bits}")
+        self.s.view_chunk_bits = bits
+
     @property
     def schema(self):
         """The schema of the batches decode() returns (the selected columns)."""
@@ -1119,13 +1224,18 @@ cdef class ArrowDecoder:
         guard_enter(&self.guard, b"ArrowDecoder")
         try:
             PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            source = None
+            if self.s.views:            # the bytes read are those of the export the batch keeps
+                PyBuffer_Release(&view)
+                source = pa.py_buffer(data)
+                PyObject_GetBuffer(source, &view, PyBUF_SIMPLE)
             try:
                 if end < 0 or end > view.len:
                     end = view.len
                 if start < 0 or start > end:
                     raise ValueError(f"start {start} outside 0..{end}")
                 try:
-                    result = self._decode(<const unsigned char*>view.buf, start, end, base)
+                    result = self._decode(<const unsigned char*>view.buf, start, end, base, source)
                 except KafkaCodecError as error:
                     # zeros read past a cut of a mapped segment look like corrupt data
                     check_read(data, self._entry_end(<const unsigned char*>view.buf, end),
@@ -1148,7 +1258,7 @@ cdef class ArrowDecoder:
         return min(end, at + LOG_OVERHEAD + size) if size >= 0 else min(end, at + <Py_ssize_t>V2_HEADER_SIZE)
 
     cdef object _decode(self, const unsigned char* data, Py_ssize_t start, Py_ssize_t end,
-                        Py_ssize_t base):
+                        Py_ssize_t base, object source):
         cdef int status
         self._reset()
         if self.s.resume_pos != start:          # not where the last call stopped: start afresh
@@ -1157,9 +1267,12 @@ cdef class ArrowDecoder:
         self.s.pos = start
         self.s.end = end
         self.s.base = base
+        self.s.view_base = data + start
+        self.s.view_span = end - start
+        self.s.view_chunks = 0
         self.failed_entry = -1
         if (self._presize(end - start) < 0
-                or varcol_start(&self.s.key) < 0 or varcol_start(&self.s.value) < 0
+                or (not self.s.views and (varcol_start(&self.s.key) < 0 or varcol_start(&self.s.value) < 0))
                 or varcol_start(&self.s.hkey) < 0 or varcol_start(&self.s.hvalue) < 0
                 or put_i32(&self.s.hdr_offsets, 0) < 0):
             raise MemoryError()
@@ -1180,7 +1293,10 @@ cdef class ArrowDecoder:
             release_chunk(&self.s)
             self.s.decompressor = NULL
         self.trailing_bytes = self.s.end - self.s.pos if status == S_END else 0
-        return self._finish(), self.s.pos
+        bits = self.s.view_chunk_bits
+        chunks = [source.slice(start + (k << bits), end - start - (k << bits))
+                  for k in range(self.s.view_chunks)]
+        return self._finish(chunks), self.s.pos
 
     cdef int _presize(self, Py_ssize_t size) noexcept:
         """Allocate once for what this range can hold (untouched capacity costs no memory):
@@ -1188,9 +1304,12 @@ cdef class ArrowDecoder:
         cdef State* s = &self.s
         cdef Py_ssize_t rows = min(s.max_rows, size // 7 + 1)
         cdef Py_ssize_t data = min(size, s.max_bytes) + 16
-        if ((s.want_value and (buf_presize(&s.value.data, data) < 0 or buf_presize(&s.value.offsets, 4 * rows + 8) < 0
+        cdef Py_ssize_t slots = (16 if s.views else 4) * rows + 8
+        if s.views:
+            data = 0                        # only copies of decompressed records: grown on demand
+        if ((s.want_value and (buf_presize(&s.value.data, data) < 0 or buf_presize(&s.value.offsets, slots) < 0
                                or buf_presize(&s.value.valid, rows // 8 + 1) < 0))
-                or (s.want_key and (buf_presize(&s.key.data, data // 4) < 0 or buf_presize(&s.key.offsets, 4 * rows + 8) < 0
+                or (s.want_key and (buf_presize(&s.key.data, data // 4) < 0 or buf_presize(&s.key.offsets, slots) < 0
                                     or buf_presize(&s.key.valid, rows // 8 + 1) < 0))
                 or buf_presize(&s.offset, 8 * rows) < 0 or buf_presize(&s.timestamp, 8 * rows) < 0
                 or buf_presize(&s.producer_id, 8 * rows) < 0 or buf_presize(&s.ts_type, 4 * rows) < 0
@@ -1214,21 +1333,22 @@ cdef class ArrowDecoder:
             self.s.entry_offset if self.s.entry_offset >= 0 else None)
         return exc.with_context(where, position=position, offset=offset)
 
-    def _finish(self):
+    def _finish(self, list chunks):
         cdef Py_ssize_t n = self.s.rows
         names = self._schema.names
-        columns = [self._column(name, n) for name in names]
+        columns = [self._column(name, n, chunks) for name in names]
         self._reset()
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
-    cdef object _column(self, str name, Py_ssize_t n):
-        """One selected output column of the n rows decoded (takes its buffers)."""
+    cdef object _column(self, str name, Py_ssize_t n, list chunks):
+        """One selected output column of the n rows decoded (takes its buffers; key and value
+        views use the input `chunks`)."""
         cdef Py_ssize_t ts_nulls, nulls
         cdef bytes topic = self._topic
         if name == "key":
-            return varcol_take(&self.s.key, pa.binary())
+            return viewcol_take(&self.s.key, chunks) if self.s.views else varcol_take(&self.s.key, pa.binary())
         if name == "value":
-            return varcol_take(&self.s.value, pa.binary())
+            return viewcol_take(&self.s.value, chunks) if self.s.views else varcol_take(&self.s.value, pa.binary())
         if name == "topic":
             # n * len(topic) <= output_limit < 2^31 (room_for): the int32 offsets cannot wrap
             return pa.Array.from_buffers(pa.string(), n, [None, int32_buffer(n + 1, 0, len(topic)),

@@ -349,10 +349,12 @@ def test_every_record_of_a_control_batch_is_checked(bad):
 
 # --- column pruning: ArrowDecoder(columns=...) against the full decode --------------------------
 
-def decode_all(log, columns=None, max_rows=65536):
+def decode_all(log, columns=None, max_rows=65536, views=False, chunk_bits=None):
     """Every batch of one decoder (keeping control records) as one table, or the error raised
     (class, message, position, offset)."""
-    dec = ArrowDecoder("t", 0, keep_control=True, columns=columns, max_rows=max_rows)
+    dec = ArrowDecoder("t", 0, keep_control=True, columns=columns, max_rows=max_rows, views=views)
+    if chunk_bits is not None:
+        dec._set_view_chunk_bits(chunk_bits)
     batches, pos = [], 0
     try:
         while pos < len(log):
@@ -393,3 +395,40 @@ def test_pruned_columns_equal_the_full_decode_on_every_magic_and_codec(columns):
 @given(hostile_logs(), st.sampled_from(COLUMN_SUBSETS), st.sampled_from([2, 65536]))
 def test_hostile_input_reads_alike_with_pruned_columns(log, columns, max_rows):
     assert_pruned_like_full(log, columns, max_rows)
+
+
+# --- views=True: binary_view keys and values against the copying decode ------------------------
+
+def as_binary(table):
+    """The table with its binary_view columns cast to binary."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_binary_view(field.type):
+            table = table.set_column(i, field.name, table.column(i).cast(pa.binary()))
+    return table
+
+
+def assert_views_like_copies(log, max_rows=65536, chunk_bits=None, columns=None):
+    copies = decode_all(log, columns, max_rows)
+    views = decode_all(log, columns, max_rows, views=True, chunk_bits=chunk_bits)
+    if isinstance(copies, pa.Table):
+        assert isinstance(views, pa.Table), views
+        kinds = {f.name: f.type for f in views.schema}
+        assert all(kinds[name] == pa.binary_view() for name in ("key", "value") if name in kinds)
+        assert as_binary(views).equals(copies)
+    else:
+        assert views == copies
+
+
+@pytest.mark.parametrize("chunk_bits", [None, 4, 9])
+@pytest.mark.parametrize("max_rows", [65536, 3])
+def test_views_equal_copies_on_every_magic_and_codec(max_rows, chunk_bits):
+    # (chunk_bits 4 and 9: the input is addressed in 16- and 512-byte chunks, so views use
+    # many input buffers, as 2^30-byte ones do past 1 GiB)
+    assert_views_like_copies(b"".join(BASES), max_rows, chunk_bits)
+    assert_views_like_copies(b"".join(BASES), max_rows, chunk_bits, ["value", "offset"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hostile_logs(), st.sampled_from([2, 65536]), st.sampled_from([None, 5]))
+def test_hostile_input_reads_alike_with_views(log, max_rows, chunk_bits):
+    assert_views_like_copies(log, max_rows, chunk_bits)

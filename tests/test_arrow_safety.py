@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from isolated import run_python
-from kafkacodec import MemoryRecords, MemoryRecordsBuilder
+from kafkacodec import FileRecords, MemoryRecords, MemoryRecordsBuilder
 from kafkacodec.arrow import SCHEMA, ArrowDecoder, encode_v2, scan_entries
 from kafkacodec.crc import crc32c
 from kafkacodec.errors import CorruptRecordError, RecordTooLargeError
@@ -523,3 +523,86 @@ def test_aborted_transactions_given_as_a_numpy_array_filter_as_a_list_does():
     assert as_list.column("offset").to_pylist() == [2, 3]
     assert as_array.equals(as_list)
     assert ArrowDecoder("t", 0, aborted=np.empty((0, 3), dtype=np.int64)).decode(log)[0].num_rows == 4
+
+
+# --- views=True: zero-copy keys and values, and the lifetime of what they point into ------------
+
+def views_log(codec="none", records=20):
+    builder = MemoryRecordsBuilder(compression=codec)
+    for i in range(records):
+        builder.append(i, b"key-%d" % i if i % 3 else None, b"value-%d-" % i * (i % 4) or None)
+    return builder.build()
+
+
+def values_of(rb):
+    return rb.column("value").cast(pa.binary()).to_pylist()
+
+
+def test_views_export_their_input_while_any_array_of_them_lives():
+    data = bytearray(views_log())
+    expected = values_of(ArrowDecoder().decode(data)[0])
+    assert any(v and len(v) > 12 for v in expected) and any(v and len(v) <= 12 for v in expected)
+    rb, _ = ArrowDecoder(views=True).decode(data)
+    value = rb.column("value")
+    del rb
+    with pytest.raises(BufferError):            # the views point into it: no resize
+        data.extend(b"x")
+    assert value.cast(pa.binary()).to_pylist() == expected
+    del value
+    data.extend(b"x")                           # the last array is gone: so is the export
+
+
+def test_views_of_compressed_entries_hold_no_export():
+    data = bytearray(views_log("lz4"))
+    expected = values_of(ArrowDecoder().decode(data)[0])
+    rb, _ = ArrowDecoder(views=True).decode(data)
+    data[:] = bytes(len(data))                  # copied out: neither export nor shared bytes
+    data.extend(b"x")
+    assert values_of(rb) == expected
+
+
+def test_views_keep_their_input_alive():
+    size = len(views_log())
+    rb, _ = ArrowDecoder(views=True).decode(bytes(views_log()))   # the batch holds the only reference
+    junk = [b"\xee" * size for _ in range(100)]                    # would take its memory if freed
+    assert values_of(rb) == values_of(ArrowDecoder().decode(views_log())[0]) and junk
+
+
+def test_views_keep_a_mapped_segment_mapped(tmp_path):
+    from kafkacodec._mapguard import map_file
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(views_log())
+    mapped = map_file(str(path))
+    rb, _ = ArrowDecoder(views=True).decode(mapped)
+    with pytest.raises(BufferError):
+        mapped.close()
+    assert values_of(rb) == values_of(ArrowDecoder().decode(views_log())[0])
+    del rb
+    mapped.close()
+    segment = FileRecords.open(str(path))
+    rb, _ = ArrowDecoder(views=True).decode(segment)
+    segment.close()                             # unmapped once the views are gone
+    assert values_of(rb) == values_of(ArrowDecoder().decode(views_log())[0])
+
+
+def test_views_need_pyarrow_with_binary_view(monkeypatch):
+    monkeypatch.delattr(pa, "binary_view")
+    with pytest.raises(ValueError, match="pyarrow >= 16"):
+        ArrowDecoder(views=True)
+    ArrowDecoder()                              # the default mode does not
+
+
+def test_views_release_every_reference_they_take():
+    data = views_log()
+    mixed = data + views_log("zstd")
+    refs = sys.getrefcount(data), sys.getrefcount(mixed)
+    dec = ArrowDecoder(views=True)
+    for _ in range(200):
+        for log in (data, mixed):
+            rb, _ = dec.decode(log)
+            key = rb.column("key")
+            del rb
+            assert key.cast(pa.binary()).to_pylist()[1] == b"key-1"
+            del key
+    del log
+    assert (sys.getrefcount(data), sys.getrefcount(mixed)) == refs
