@@ -613,6 +613,11 @@ cdef object viewcol_take(VarCol* c, list chunks):
     if not nulls:
         buf_free(&c.valid)
     views = take_buffer(&c.offsets)
+    if c.data.len == 0 and c.data.ptr != NULL:   # nothing copied: its presized block is not kept
+        if not pool_put(c.data.ptr, c.data.cap):
+            free(c.data.ptr)
+        c.data.ptr = NULL
+        c.data.cap = 0
     copies = take_buffer(&c.data)
     c.n = 0
     c.nulls = 0
@@ -1305,8 +1310,6 @@ cdef class ArrowDecoder:
         cdef Py_ssize_t rows = min(s.max_rows, size // 7 + 1)
         cdef Py_ssize_t data = min(size, s.max_bytes) + 16
         cdef Py_ssize_t slots = (16 if s.views else 4) * rows + 8
-        if s.views:
-            data = 0                        # only copies of decompressed records: grown on demand
         if ((s.want_value and (buf_presize(&s.value.data, data) < 0 or buf_presize(&s.value.offsets, slots) < 0
                                or buf_presize(&s.value.valid, rows // 8 + 1) < 0))
                 or (s.want_key and (buf_presize(&s.key.data, data // 4) < 0 or buf_presize(&s.key.offsets, slots) < 0

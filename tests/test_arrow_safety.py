@@ -548,6 +548,7 @@ def test_views_export_their_input_while_any_array_of_them_lives():
     with pytest.raises(BufferError):            # the views point into it: no resize
         data.extend(b"x")
     assert value.cast(pa.binary()).to_pylist() == expected
+    assert value.buffers()[2].size == 0         # buffer 0 (copies): nothing copied, nothing kept
     del value
     data.extend(b"x")                           # the last array is gone: so is the export
 
@@ -559,6 +560,7 @@ def test_views_of_compressed_entries_hold_no_export():
     data[:] = bytes(len(data))                  # copied out: neither export nor shared bytes
     data.extend(b"x")
     assert values_of(rb) == expected
+    assert rb.column("value").buffers()[2].size == sum(len(v) for v in expected if v and len(v) > 12)
 
 
 def test_views_keep_their_input_alive():
