@@ -1084,12 +1084,12 @@ cdef class ArrowDecoder:
 
     `views=True` makes the key and value columns `binary_view` (pyarrow >= 16) and copies no
     byte of a record stored uncompressed: its key and value are views of the `data` passed to
-    decode(), up to 12 bytes inline and longer ones pointing into it, so a batch keeps `data`
-    alive, and holds one buffer export of it for as long as it or any array taken from it lives
-    (a bytearray cannot be resized then, an mmap not closed; a closed FileRecords stays mapped).  Change `data` in place only
-    once the batch is gone: its values longer than 12 bytes are read from `data`.  Keys and
-    values of compressed entries are copied out, as in the default mode, and only they count
-    towards max_bytes.
+    decode(), up to 12 bytes inline and longer ones pointing into it.  So a batch keeps `data`
+    alive and holds one buffer export of it while it or any array taken from it lives (a
+    bytearray cannot be resized then, an mmap not closed; a closed FileRecords stays mapped).
+    Change `data` in place only once the batch is gone: its values longer than 12 bytes are
+    read from `data`.  Keys and values of compressed entries are copied out, as in the default
+    mode; of keys and values, only those copies count towards max_bytes.
 
     Not for concurrent use: decode() runs without the GIL on the decoder's buffers, and a call
     while another runs (from another thread) raises ConcurrentUseError.  Use one per thread.
