@@ -247,10 +247,19 @@ def java_section(data: dict, command: str) -> str:
     def rounds_of(cold: bool) -> str:
         counts = sorted({b["stats"].get("rounds") for b in benches
                          if bool(b["extra_info"].get("cold_caches")) == cold})
-        return "/".join(str(count) for count in counts) or "no"
+        return "/".join(str(count) for count in counts)
     runs = data.get("runs", 1)
-    runs_note = (f", in each of {runs} runs of the whole bench, a fresh JVM and Python process "
+    runs_note = (f"in each of {runs} runs of the whole bench, a fresh JVM and Python process "
                  "each, every ratio from the pooled passes of all runs") if runs > 1 else ""
+    warm, cold = rounds_of(False), rounds_of(True)
+    rounds_note = ", ".join(([f"{warm} rounds each"] if warm else []) + ([runs_note] if runs_note else []))
+    cold_note = ("The CRC walk and shallow header rows are memory-bound single passes over a 16 MB "
+                 "log, decided by whose copy earlier passes left in the shared caches: there both "
+                 "sides evict the caches before each timed pass (untimed, on the timing thread: "
+                 "one byte written per line of 64 MiB of 4 KiB pages), so both read the log from "
+                 f"memory, and they take {cold} rounds each (a ~1 ms pass, decided by a memory bus "
+                 "the host shares: more rounds spread over more of its changes). ") if cold else ""
+    converts = any("down-convert" in b["group"] for b in benches)
     # per workload (group), Java's passes of every variant's case: wall, thread CPU, JVM CPU
     java_times: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for b in benches:
@@ -266,14 +275,8 @@ def java_section(data: dict, command: str) -> str:
              "```bash", command, "```", "",
              "Both sides read the same files (bench/bench_java.py writes them: JSON-like values, "
              "100-byte values 128 per batch and 1 KiB values 16 per batch); each case warms the "
-             "JVM up, then alternates a Java pass and a kafkacodec pass "
-             f"({rounds_of(False)} rounds each{runs_note}). The CRC walk and shallow "
-             "header rows are memory-bound single passes over a 16 MB log, decided by whose "
-             "copy earlier passes left in the shared caches: there both sides evict the caches "
-             "before each timed pass (untimed, on the timing thread: one byte written per line "
-             "of 64 MiB of 4 KiB pages), so both read the log from memory, and they take "
-             f"{rounds_of(True)} rounds each (a ~1 ms pass, decided by a memory bus the host "
-             "shares: more rounds spread over more of its changes). Our pass starts once no "
+             "JVM up, then alternates a Java pass and a kafkacodec pass"
+             f"{f' ({rounds_note})' if rounds_note else ''}. {cold_note}Our pass starts once no "
              "JVM thread has run for 1 ms. Rates are records per second "
              "from the median pass's CPU time; ratio = kafkacodec's rate / Kafka's (> 1: "
              "kafkacodec is faster), by the CPU time of the thread doing the pass on each side "
@@ -289,19 +292,21 @@ def java_section(data: dict, command: str) -> str:
              "build `MemoryRecordsBuilder.append()` per record into one pooled 64 KiB buffer "
              "(the producer's `BufferPool`); codec alone (the floor under the compressed build "
              "rows) each batch's records section through `Compression.wrapForOutput()` into "
-             "that buffer, ours through `_compress_into()` into one reused buffer; "
-             "eager `MemoryRecords.downConvert()`; lazy `LazyDownConversionRecords.iterator("
-             "128 KiB)`. Ours as the variant says: `ArrowDecoder` checks CRCs and fills the 14 "
+             "that buffer, ours through `_compress_into()` into one reused buffer"
+             + ("; eager `MemoryRecords.downConvert()`; lazy `LazyDownConversionRecords.iterator("
+                "128 KiB)`" if converts else "")
+             + ". Ours as the variant says: `ArrowDecoder` checks CRCs and fills the 14 "
              "Arrow columns of Spark's Kafka schema, with `columns=offset,timestamp,key,value` "
              "only what Java's pass reads (the like-for-like row: keys and values copied out, "
              "offsets and timestamps made), `views=True` the 14 columns with keys and values "
              "as `binary_view` views of the log (an uncompressed value is not copied, where "
-             "Java's pass copies it into a `byte[]`), `records()` makes one Python `Record` per record, "
+             "Java's pass copies it into a `byte[]`), `records()` makes one Python `Record` per "
+             "record, "
              "`build_into()` writes each batch into one reused 64 KiB buffer (as Kafka's side) "
              "and `build()` returns a new `bytes` per batch, the Arrow build row passes the "
              "whole workload's arrays (one binary array each for keys and values, a numpy "
-             "int64 array for timestamps) with each batch's row range, "
-             "`LazyDownConvertRecords` uses 128 KiB chunks.", "",
+             "int64 array for timestamps) with each batch's row range"
+             + (", `LazyDownConvertRecords` uses 128 KiB chunks." if converts else "."), "",
              "| workload | Kafka (Java) | kafkacodec | kafkacodec variant | ratio | wall ratio | "
              "JVM ratio |", "|---|---:|---:|---|---:|---:|---:|"]
     for b in benches:

@@ -72,3 +72,31 @@ def test_pooled_runs_take_every_ratio_from_all_passes():
     assert bench["stats"]["median"] == 3 and bench["stats"]["rounds"] == 3
     assert bench["extra_info"]["loadavg_start"][0] == 0.5
     assert bench["extra_info"]["loadavg_end"][0] == 1.5
+
+
+def test_the_report_describes_only_the_cases_it_ran():
+    # A run of some cases (-k, or Kafka 4.x without down-conversion) is described as run: no
+    # "no rounds each", no CRC-walk sentence without those rows, no down-conversion prose.
+    import report
+
+    def bench(group, cold, rounds):
+        passes = [0.001] * rounds
+        return {"group": f"java: {group}", "stats": {"median": 0.001, "rounds": rounds},
+                "extra_info": {"kafka_java": {"kafka": "3.9.1"}, "cold_caches": cold,
+                               "workload": group, "variant": "v", "items": 1000,
+                               "ours_cpu_s": passes, "kafka_java_s": passes,
+                               "kafka_java_cpu_s": passes, "kafka_java_jvm_cpu_s": passes}}
+
+    cold = [bench("CRC-checked walk 1KiB none", True, 27)]
+    warm = [bench("deep iteration 1KiB none", False, 9)]
+    converting = [bench("down-convert lazy 1KiB none to v1", False, 9)]
+    def section(benches):
+        return report.java_section({"benchmarks": benches}, "python bench/bench_java.py")
+
+    text = section(cold + warm + converting)
+    assert "(9 rounds each)" in text and "take 27 rounds each" in text and "downConvert()" in text
+    only_cold = section(cold)
+    assert "take 27 rounds each" in only_cold and "rounds each)" not in only_cold
+    assert "downConvert()" not in only_cold and "LazyDownConvertRecords` uses" not in only_cold
+    only_warm = section(warm)
+    assert "(9 rounds each)" in only_warm and "evict the caches" not in only_warm
