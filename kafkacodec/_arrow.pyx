@@ -534,7 +534,7 @@ cdef struct State:
     Buf ts_type
     Buf magic
     Buf producer_id
-    Buf transactional
+    Buf transactional           # isTransactional and isControl: bitmaps (bits_fill)
     Buf control
     Buf hdr_offsets             # int32 list offsets
     Buf hdr_valid
@@ -716,6 +716,26 @@ cdef inline int store_timestamp(State* s, int64_t ms) except -1 nogil:
     return 0
 
 
+cdef void bits_fill(Buf* b, Py_ssize_t start, Py_ssize_t end, bint value) noexcept nogil:
+    """Bits start..end of the bitmap b (Arrow's order: row i is bit i % 8 of byte i // 8), whose
+    bits from start on are clear, set to value, in room reserved; b.len covers end bits."""
+    cdef Py_ssize_t i = start, size = (end + 7) >> 3
+    if size > b.len:
+        memset(b.ptr + b.len, 0, size - b.len)
+        b.len = size
+    if not value:
+        return
+    while i < end and (i & 7):
+        b.ptr[i >> 3] |= <unsigned char>(1 << (i & 7))
+        i += 1
+    if end - i >= 8:
+        memset(b.ptr + (i >> 3), 0xFF, (end - i) >> 3)
+        i += (end - i) & ~7
+    while i < end:
+        b.ptr[i >> 3] |= <unsigned char>(1 << (i & 7))
+        i += 1
+
+
 cdef inline int emit_fixed(State* s, const Batch* b, int32_t ts_type, int64_t offset,
                            int64_t ts) except -1 nogil:
     if buf_ensure(&s.timestamp, 8) < 0:
@@ -723,8 +743,10 @@ cdef inline int emit_fixed(State* s, const Batch* b, int32_t ts_type, int64_t of
     store_timestamp(s, ts)
     if (put_i64(&s.offset, offset) < 0 or put_i32(&s.ts_type, ts_type) < 0
             or put_u8(&s.magic, <uint8_t>b.magic) < 0 or put_i64(&s.producer_id, b.producer_id) < 0
-            or put_u8(&s.transactional, b.transactional) < 0 or put_u8(&s.control, b.control) < 0):
+            or buf_ensure(&s.transactional, 1) < 0 or buf_ensure(&s.control, 1) < 0):
         return no_memory()
+    bits_fill(&s.transactional, s.rows, s.rows + 1, b.transactional)
+    bits_fill(&s.control, s.rows, s.rows + 1, b.control)
     s.rows += 1
     return 0
 
@@ -770,13 +792,11 @@ cdef void fill_batch_columns(State* s, const Batch* b, Py_ssize_t first_row) noe
         ts_type[i] = b.ts_type
         producer_id[i] = b.producer_id
     memset(s.magic.ptr + s.magic.len, <uint8_t>b.magic, n)
-    memset(s.transactional.ptr + s.transactional.len, b.transactional, n)
-    memset(s.control.ptr + s.control.len, b.control, n)
+    bits_fill(&s.transactional, first_row, s.rows, b.transactional)     # (bitmaps: one bit a row)
+    bits_fill(&s.control, first_row, s.rows, b.control)
     s.ts_type.len += 4 * n
     s.producer_id.len += 8 * n
     s.magic.len += n
-    s.transactional.len += n
-    s.control.len += n
 
 
 cdef inline Py_ssize_t row_bytes_selected(const State* s, int32_t key_length, int32_t value_length) noexcept nogil:
@@ -1384,9 +1404,9 @@ cdef class ArrowDecoder:
         if name == "producerId":
             return pa.Array.from_buffers(pa.int64(), n, [None, take_buffer(&self.s.producer_id)])
         if name == "isTransactional":
-            return pa.array(np.frombuffer(take_buffer(&self.s.transactional), dtype=np.bool_, count=n))
+            return pa.Array.from_buffers(pa.bool_(), n, [None, take_buffer(&self.s.transactional)])
         if name == "isControl":
-            return pa.array(np.frombuffer(take_buffer(&self.s.control), dtype=np.bool_, count=n))
+            return pa.Array.from_buffers(pa.bool_(), n, [None, take_buffer(&self.s.control)])
         raise AssertionError(name)
 
 
