@@ -55,18 +55,9 @@ cdef extern from "kc_copy.h" nogil:
     void kc_copy_stream(unsigned char* dst, const unsigned char* src, size_t n)
     void kc_stream_fence()
 
-# Every `cdef inline` function this module uses (the walker's, the record parsers', the
-# columns') is inlined, whatever GCC's -O2 size limits say: they left the v2 record scan,
-# read_v2_header() and walk_next() out of line in the decode loops, which then kept their
-# DataRun and record in memory around each call (callgrind: 2-5% more instructions a decode
-# than inlined).  Defined before the module's functions, after Cython's default.
-cdef extern from *:
-    """
-    #if defined(__GNUC__) || defined(__clang__)
-    #undef CYTHON_INLINE
-    #define CYTHON_INLINE __inline__ __attribute__((always_inline, unused))
-    #endif
-    """
+# Every `cdef inline` function this module uses is inlined (kc_inline.h says why).
+cdef extern from "kc_inline.h":
+    pass
 
 import numpy as np
 import pyarrow as pa

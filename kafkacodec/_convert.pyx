@@ -31,16 +31,9 @@ from kafkacodec._compression cimport (Decompressor, _Chunk, thread_decompressor,
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
 from kafkacodec._mapguard cimport check_read
 
-# Every `cdef inline` function this module uses is inlined (as in _arrow.pyx): GCC's -O2 size
-# limits left the legacy message writer and the walker's record step out of line in the
-# conversion loops.
-cdef extern from *:
-    """
-    #if defined(__GNUC__) || defined(__clang__)
-    #undef CYTHON_INLINE
-    #define CYTHON_INLINE __inline__ __attribute__((always_inline, unused))
-    #endif
-    """
+# Every `cdef inline` function this module uses is inlined (kc_inline.h says why).
+cdef extern from "kc_inline.h":
+    pass
 
 from kafkacodec._records import MemoryRecords
 from kafkacodec._types import recompress_codec_id
