@@ -493,7 +493,7 @@ cdef struct State:
     # options
     int validate_crc
     int include_headers         # the headers column is selected: header sections are parsed
-    int want_key                # the key / value columns are selected: their bytes are copied
+    int want_key                # the key / value columns are selected: their bytes are copied (or viewed)
     int want_value
     int views                   # key and value are binary_view columns (view_put)
     const unsigned char* view_base   # views: data[start] of this call, and the bytes from it
