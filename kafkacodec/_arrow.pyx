@@ -59,6 +59,8 @@ cdef extern from "kc_copy.h" nogil:
 cdef extern from "kc_inline.h":
     pass
 
+import mmap as _mmap
+
 import numpy as np
 import pyarrow as pa
 
@@ -597,6 +599,19 @@ cdef inline int col_append(State* s, VarCol* c, const unsigned char* p, int32_t 
     return 0
 
 
+cdef bint maps_a_file(object data):
+    """Whether `data` is known to be a file mapping (an mmap, a map_file() mapping, a
+    FileRecords), also through memoryviews and numpy arrays of it: a file that is cut while
+    views of it live would have them read zeros (the truncation guard) or fault."""
+    while True:
+        if isinstance(data, memoryview):
+            data = data.obj
+        elif isinstance(data, np.ndarray) and data.base is not None:
+            data = data.base
+        else:
+            return isinstance(data, _mmap.mmap) or hasattr(data, "_check_read")
+
+
 cdef object viewcol_take(VarCol* c, list chunks):
     """The binary_view array of c's views over buffer 0 (its copies) and the input `chunks`."""
     cdef Py_ssize_t n = c.n, nulls = c.nulls
@@ -1097,9 +1112,10 @@ cdef class ArrowDecoder:
     byte of a record stored uncompressed: its key and value are views of the `data` passed to
     decode(), up to 12 bytes inline and longer ones pointing into it.  So a batch keeps `data`
     alive and holds one buffer export of it while it or any array taken from it lives (a
-    bytearray cannot be resized then, an mmap not closed; a closed FileRecords stays mapped).
-    Change `data` in place only once the batch is gone: its values longer than 12 bytes are
-    read from `data`.  Keys and values of compressed entries are copied out, as in the default
+    bytearray cannot be resized then).  Change `data` in place only once the batch is gone: its
+    values longer than 12 bytes are read from `data`.  A file mapping (an mmap, a FileRecords, or
+    a memoryview or numpy array of one) is refused with ValueError: a cut of the file under a
+    live batch would turn its values into zeros.  Keys and values of compressed entries are copied out, as in the default
     mode; of keys and values, only those copies count towards max_bytes.
 
     Not for concurrent use: decode() runs without the GIL on the decoder's buffers, and a call
@@ -1241,6 +1257,13 @@ cdef class ArrowDecoder:
         try:
             PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
             source = None
+            if self.s.views and maps_a_file(data):
+                PyBuffer_Release(&view)
+                raise ValueError(
+                    "views=True does not decode a file mapping (an mmap or a FileRecords): the "
+                    "batch would read the file for as long as it lives, and a cut of the file "
+                    "(Kafka truncates its active segment) would change its values to zeros; "
+                    "pass the file's bytes, or decode with views=False (copies)")
             if self.s.views:            # the bytes read are those of the export the batch keeps
                 PyBuffer_Release(&view)
                 source = pa.py_buffer(data)
