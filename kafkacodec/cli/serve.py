@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isdir(path):
             raise CliError(f"{path}: not a directory; give Kafka log directories (holding "
                            "<topic>-<partition>/<base offset>.log files)", EXIT_INPUT)
+    _raise_descriptor_limit()
     try:
         config = ServeConfig(
             log_dirs=args.log_dirs, listen=args.listen, advertised=args.advertised_listener,
@@ -53,7 +54,11 @@ def run(args: argparse.Namespace) -> int:
             poll_interval_ms=args.poll_interval_ms,
             group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
             upstream=args.upstream, upstream_buffer_memory=args.upstream_buffer_memory,
-            upstream_cache_memory=args.upstream_cache_memory)
+            upstream_cache_memory=args.upstream_cache_memory,
+            connections_max_idle_ms=args.connections_max_idle_ms,
+            request_read_timeout_ms=args.request_read_timeout_ms,
+            response_write_timeout_ms=args.response_write_timeout_ms,
+            max_connections=args.max_connections, max_request_entries=args.max_request_entries)
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     # The handler only records the signal: it runs in the main thread between two bytecodes,
@@ -74,6 +79,18 @@ def run(args: argparse.Namespace) -> int:
         server.stop()
     return EXIT_OK
 
+
+def _raise_descriptor_limit() -> None:
+    """A server's descriptors are its connections and segments: the soft limit is raised to the
+    hard one (as Go's runtime does), and max_connections follows it unless given."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, OSError, ValueError):
+        pass
 
 
 def add_parser(subparsers: Any) -> None:
@@ -129,5 +146,21 @@ def add_parser(subparsers: Any) -> None:
                     help="how often waiting fetches look for new data (default 10)")
     sv.add_argument("--group-initial-rebalance-delay-ms", type=count_arg(0), default=0,
                     help="group.initial.rebalance.delay.ms (default 0)")
+    limits = sv.add_argument_group("connection limits (docs/reliability.md)")
+    limits.add_argument("--connections-max-idle-ms", type=count_arg(1), default=600_000, metavar="MS",
+                        help="close a connection with nothing in progress and no traffic for this "
+                             "long (connections.max.idle.ms, default 600000)")
+    limits.add_argument("--request-read-timeout-ms", type=count_arg(1), default=30_000, metavar="MS",
+                        help="a request must arrive whole within this long of its first byte, "
+                             "else the connection closes (default 30000)")
+    limits.add_argument("--response-write-timeout-ms", type=count_arg(1), default=30_000, metavar="MS",
+                        help="close a connection whose client reads nothing of its response for "
+                             "this long (default 30000)")
+    limits.add_argument("--max-connections", type=count_arg(1), metavar="N",
+                        help="stop accepting at this many connections (max.connections; default: "
+                             "half the descriptor limit)")
+    limits.add_argument("--max-request-entries", type=count_arg(1), default=20_000, metavar="N",
+                        help="topics, partitions and other array entries one request may hold; "
+                             "more closes the connection before any work (default 20000)")
     sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     sv.set_defaults(run=run)

@@ -20,7 +20,7 @@ import uuid as _uuid
 from collections.abc import Sequence
 from typing import Any
 
-from kafkacodec.errors import CorruptRecordError
+from kafkacodec.errors import CorruptRecordError, RecordTooLargeError
 
 __all__ = ["Field", "Message", "Reader", "f", "array", "struct_field", "versions",
            "INT8", "INT16", "INT32", "INT64", "BOOL", "UUID", "STRING", "BYTES", "RECORDS"]
@@ -106,12 +106,13 @@ def struct_field(name: str, fields: Sequence[Field], valid: str = "0+", **option
 class Reader:
     """A bounds-checked cursor over a buffer: every read past `end` raises CorruptRecordError."""
 
-    __slots__ = ("data", "pos", "end")
+    __slots__ = ("data", "pos", "end", "entries_left")
 
-    def __init__(self, data: Any, pos: int = 0, end: int | None = None):
+    def __init__(self, data: Any, pos: int = 0, end: int | None = None, entries: int = 1 << 62):
         self.data = data
         self.pos = pos
         self.end = len(data) if end is None else end
+        self.entries_left = entries            # array elements this message may still hold
 
     def fail(self, what: str, at: int | None = None) -> CorruptRecordError:
         return CorruptRecordError(f"malformed {what}", position=self.pos if at is None else at)
@@ -200,11 +201,13 @@ class Message:
 
     # --- decoding ------------------------------------------------------------------------------
     def decode(self, data: Any, version: int, pos: int = 0, end: int | None = None, *,
-               strict: bool = True) -> dict[str, Any]:
+               strict: bool = True, max_entries: int = 1 << 62) -> dict[str, Any]:
         """The message at data[pos:end] as a dict; CorruptRecordError when malformed or, if
         `strict`, when bytes are left over (Kafka's broker ignores them: librdkafka sends a few
-        after some requests)."""
-        reader = Reader(data, pos, end)
+        after some requests).  RecordTooLargeError, before they are read, when its arrays
+        hold more than `max_entries` elements in all (a cost bound: a server's work and memory
+        grow with them)."""
+        reader = Reader(data, pos, end, max_entries)
         value = self._read_struct(reader, self.fields, version, self.is_flexible(version))
         if strict and reader.pos != reader.end:
             raise CorruptRecordError(f"{self.name} v{version}: {reader.end - reader.pos} bytes left "
@@ -231,11 +234,12 @@ class Message:
                 if field_for_tag is None:
                     r.take(size, "unknown tagged field")
                     continue
-                sub = Reader(r.data, r.pos, r.pos + size)
+                sub = Reader(r.data, r.pos, r.pos + size, r.entries_left)
                 if size > r.end - r.pos:
                     raise CorruptRecordError("tagged field longer than the message", position=r.pos)
                 out[field_for_tag.name] = self._read_field(sub, field_for_tag, version, flexible)
                 r.pos += size
+                r.entries_left = sub.entries_left
         return out
 
     def _read_field(self, r: Reader, field: Field, version: int, flexible: bool) -> Any:
@@ -251,6 +255,10 @@ class Message:
             if n > (r.end - r.pos) // smallest:
                 raise CorruptRecordError(f"{what}: {n} elements cannot fit in {r.end - r.pos} bytes",
                                          position=r.pos)
+            r.entries_left -= n
+            if r.entries_left < 0:
+                raise RecordTooLargeError(f"{what}: {n} elements, more than the entries allowed "
+                                          "in one message", position=r.pos)
             if isinstance(item, str):
                 return [self._read_value(r, item, False, flexible, what) for _ in range(n)]
             return [self._read_struct(r, item, version, flexible) for _ in range(n)]

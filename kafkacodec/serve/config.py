@@ -11,6 +11,20 @@ __all__ = ["ServeConfig", "parse_host_port", "MiB"]
 MiB = 1 << 20
 
 
+def default_max_connections() -> int:
+    """Half the process's descriptor limit (the other half for segments, mappings and state
+    files), at least 16."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 1024
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 16
+    return max(16, soft // 2)
+
+
 def parse_host_port(text: str, what: str = "address") -> tuple[str, int]:
     """"HOST:PORT", "[v6 address]:PORT" or ":PORT" (all interfaces) -> (host, port);
     ValueError naming `what` otherwise."""
@@ -45,6 +59,18 @@ class ServeConfig:
     - `poll_interval_ms`: how often waiting fetches look at the files for new data.
     - `group_initial_rebalance_delay_ms`: group.initial.rebalance.delay.ms.
     - `shutdown_timeout_s`: how long stop() lets responses in flight finish.
+
+    Connection limits (docs/reliability.md: what a client sees when each is hit):
+    - `connections_max_idle_ms` (Kafka's connections.max.idle.ms): a connection with nothing
+      in progress and no byte either way for this long is closed.
+    - `request_read_timeout_ms`: a request must arrive whole within this long of its first
+      byte (time spent waiting for request memory does not count).
+    - `response_write_timeout_ms`: a response the client stops reading (no write progress for
+      this long) closes the connection and gives back what it held.
+    - `max_connections` (Kafka's max.connections): accepting pauses at this many connections
+      (None: half the process's descriptor limit, at least 16).
+    - `max_request_entries`: array entries one request may hold (topics, partitions, ...),
+      checked while it is decoded, before any work; a larger request closes the connection.
     """
 
     log_dirs: list[str]
@@ -69,6 +95,11 @@ class ServeConfig:
     upstream_buffer_memory: int = 64 * MiB
     upstream_cache_memory: int = 64 * MiB
     upstream_timeout_s: float = 30.0
+    connections_max_idle_ms: int = 600_000
+    request_read_timeout_ms: int = 30_000
+    response_write_timeout_ms: int = 30_000
+    max_connections: int | None = None
+    max_request_entries: int = 20_000
 
     def __post_init__(self) -> None:
         self.log_dirs = [os.fspath(d) for d in self.log_dirs]
@@ -84,6 +115,14 @@ class ServeConfig:
             # Kafka refuses to start too: a request of the maximum size could never be read.
             raise ValueError(f"max_request_memory ({self.max_request_memory}) must be at least "
                              f"socket_request_max_bytes ({self.socket_request_max_bytes}), or 0")
+        for name in ("connections_max_idle_ms", "request_read_timeout_ms", "response_write_timeout_ms",
+                     "max_request_entries"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.max_connections is None:
+            self.max_connections = default_max_connections()
+        elif self.max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
         if self.zstd_codec not in (None, "none", "gzip", "snappy", "lz4"):
             raise ValueError(f"zstd_codec must be none, gzip, snappy or lz4, got {self.zstd_codec!r}")
 

@@ -135,7 +135,9 @@ class Dispatcher:
         if wanted is None or (version == 0 and not wanted):
             entries: list[tuple[str | None, uuid.UUID | None]] = [(name, None) for name in sorted(view.topics)]
         else:
-            entries = [(t["name"], t["topic_id"] if t["topic_id"] != ZERO_UUID else None) for t in wanted]
+            # Kafka answers the set of topics asked for: a name (or id) repeated, once
+            entries = list(dict.fromkeys(
+                (t["name"], t["topic_id"] if t["topic_id"] != ZERO_UUID else None) for t in wanted))
         host, port = server.advertised
         topics: list[dict[str, Any]] = []
         for name, topic_id in entries:

@@ -48,6 +48,11 @@ __all__ = ["FetchHandler"]
 
 log = logging.getLogger("kafkacodec.serve")
 
+#: A response's int32 size limits everything it carries: the records of all its partitions stay
+#: below this (Fetch v0-2 have no max_bytes), the rest of the response (headers, names, aborted
+#: transaction lists) in the reserve below it.
+MAX_ANSWER_BYTES = (1 << 31) - 1 - (16 << 20)
+
 
 @dataclass
 class _PartitionAnswer:
@@ -111,7 +116,7 @@ class FetchHandler:
                     self.parked.append(pending)
             except Exception:
                 log.exception("a waiting fetch failed; closing its connection")
-                pending.req.conn.close("fetch failed")
+                pending.req.conn.close("fetch failed")   # kind FAILED
         self._schedule()
 
     def connection_closed(self, conn: Any) -> None:
@@ -133,10 +138,7 @@ class FetchHandler:
         topics, total, errors = self._build(pending.req, fetch)
         if not force and not errors and total < max(fetch.min_bytes, 1):
             # e.g. the conversion pool refused every first chunk: wait for memory like for data
-            for _, _, answers in topics:
-                for answer in answers:
-                    if answer.piece is not None:
-                        answer.piece.release()
+            _release(topics)
             return False
         self._send(pending.req, topics)
         return True
@@ -174,16 +176,30 @@ class FetchHandler:
 
     def _build(self, req: Request, fetch: FetchRequest
                ) -> tuple[list[tuple[str | None, uuid.UUID | None, list[_PartitionAnswer]]], int, bool]:
+        """Every partition's answer.  The pieces made are the caller's to send or release;
+        if building fails half-way, those made so far are released here."""
+        topics: list[tuple[str | None, uuid.UUID | None, list[_PartitionAnswer]]] = []
+        try:
+            total, errors = self._build_into(topics, fetch)
+        except BaseException:
+            _release(topics)
+            raise
+        return topics, total, errors
+
+    def _build_into(self, topics: list[Any], fetch: FetchRequest) -> tuple[int, bool]:
         view = self.server.view
         version = fetch.api_version
-        budget = fetch.max_bytes if version >= 3 else 1 << 62
+        budget = min(fetch.max_bytes if version >= 3 else MAX_ANSWER_BYTES, MAX_ANSWER_BYTES)
+        room = MAX_ANSWER_BYTES                   # what the int32 frame still holds
         have_data = False
         total = 0
         errors = False
-        topics = []
         for name, topic_id, partitions in fetch.topics:
+            answers: list[_PartitionAnswer] = []
+            topics.append((name, topic_id, answers))
             topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)
-            answers = []
+            if topic is not None:
+                topics[-1] = (topic.name if version < 13 else name, topic.topic_id, answers)
             for p in partitions:
                 answer = _PartitionAnswer(p.partition)
                 answers.append(answer)
@@ -194,6 +210,10 @@ class FetchHandler:
                     continue
                 try:
                     self._partition(part, p, fetch, answer, min(p.partition_max_bytes, budget), not have_data)
+                    if answer.size > room:
+                        # a first batch no response can carry (KIP-74 lets it exceed max_bytes)
+                        raise StorageError(f"the entry at offset {p.fetch_offset} is {answer.size} bytes: "
+                                           "larger than a response can carry")
                 except (StorageError, FileTruncatedError) as exc:
                     log.warning("fetch from %s-%d: %s", part.topic, part.index, exc)
                     if isinstance(exc, FileTruncatedError):
@@ -202,7 +222,9 @@ class FetchHandler:
                         except StorageError:
                             pass
                     answer.error = KAFKA_STORAGE_ERROR if version >= 6 else NOT_LEADER_OR_FOLLOWER
-                    answer.piece, answer.size = None, 0
+                    if answer.piece is not None:
+                        answer.piece.release()
+                    answer.piece, answer.size, answer.aborted = None, 0, None
                     errors = True
                     continue
                 if answer.error != NONE:
@@ -211,9 +233,9 @@ class FetchHandler:
                     have_data = True
                     budget = max(0, budget - answer.size)
                     total += answer.size
-            topics.append((topic.name if topic is not None and version < 13 else name,
-                           topic.topic_id if topic is not None else topic_id, answers))
-        return topics, total, errors
+                room -= answer.size + 16 * len(answer.aborted or ())
+                budget = min(budget, max(0, room))
+        return total, errors
 
     def _partition(self, part: Partition, p: Any, fetch: FetchRequest, answer: _PartitionAnswer,
                    max_bytes: int, first: bool) -> None:
@@ -315,9 +337,15 @@ class FetchHandler:
 
     # --- sending -------------------------------------------------------------------------------
     def _send(self, req: Request, topics: list[tuple[str | None, uuid.UUID | None, list[_PartitionAnswer]]]) -> None:
-        head, cuts, _ = encode_fetch_response(
-            req.api_version, req.correlation_id,
-            [(name, topic_id, [a.row() for a in answers]) for name, topic_id, answers in topics])
+        """Frame the answer and hand its pieces to the connection (which owns them from then
+        on); if framing fails, the pieces are released here."""
+        try:
+            head, cuts, _ = encode_fetch_response(
+                req.api_version, req.correlation_id,
+                [(name, topic_id, [a.row() for a in answers]) for name, topic_id, answers in topics])
+        except BaseException:
+            _release(topics)
+            raise
         pieces: list[Any] = []
         view = memoryview(head)
         at = 0
@@ -330,3 +358,12 @@ class FetchHandler:
             at = cut
         pieces.append(BytesPiece(view[at:]))
         req.conn.send(pieces)
+
+
+def _release(topics: list[tuple[Any, Any, list[_PartitionAnswer]]]) -> None:
+    """Give back the pieces of answers that will not be sent."""
+    for _, _, answers in topics:
+        for answer in answers:
+            if answer.piece is not None:
+                piece, answer.piece = answer.piece, None
+                piece.release()

@@ -149,7 +149,6 @@ class Segment:
         self.times: TimeIndex | None = None
         self.end = 0                            # after the last complete entry
         self.last_offset = base_offset - 1
-        self.fd: int | None = None              # for sendfile, opened on first use
         self.damaged: str | None = None
         self.active = False                     # the last segment: always indexed in memory
 
@@ -194,9 +193,8 @@ class Segment:
         self.aborted, self.aborted_read = None, False
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        """Forget the mapping (a response still sending from it holds its own reference)."""
+        self.records = None
 
     def _map(self) -> None:
         self.records = FileRecords.open(self.path)
@@ -349,11 +347,6 @@ class Segment:
         if self.times is not None and self.times.largest is not None:
             return self.times.largest
         return None
-
-    def file_handle(self) -> int:
-        if self.fd is None:
-            self.fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        return self.fd
 
 
 @dataclass

@@ -15,7 +15,11 @@ one (as the JMX exporter renders them: `kafka_<domain>_<type>_<name>`):
 Ours (no Kafka counterpart): `kafkacodec_serve_conversion_pool_{available,used}_bytes`,
 `kafkacodec_serve_conversion_pool_depleted_time_ms_total`,
 `kafkacodec_serve_conversion_pool_refusals_total` (a chunk the pool refused: the partition's
-data ended there), `kafkacodec_serve_connections`, `kafkacodec_serve_waiting_fetches`; with
+data ended there), `kafkacodec_serve_connections`, `kafkacodec_serve_waiting_fetches`,
+`kafkacodec_serve_connections_closed_total{reason}` (client, idle, request_read_timeout,
+response_write_timeout, request_too_large, request_too_costly, malformed, unsupported,
+failed, shutdown) and `kafkacodec_serve_accept_backoffs_total` (accepting paused: the process
+was out of descriptors); with
 `--upstream`: `kafkacodec_serve_upstream_pool_{available,used}_bytes` (the upstream consumer's
 KIP-81 pool), `kafkacodec_serve_upstream_cached_bytes` (chunks kept for clients) and
 `kafkacodec_serve_upstream_partitions` (partitions clients are reading).
@@ -99,6 +103,10 @@ class ServeMetrics:
         """Counters of where the log view's transactions and indexes came from (IndexUse)."""
         self.registry.register(_IndexUseCollector(view.index_use))
 
+    def add_connection_counts(self, server: Any) -> None:
+        """The server's counts of closed connections (by reason) and accept back-offs."""
+        self.registry.register(_ConnectionCollector(server))
+
     def request(self, name: str, version: int) -> None:
         self.requests.labels(name, str(version)).inc()
 
@@ -140,6 +148,25 @@ def _used(pool: Any) -> int:
 def _pool_metric(pool: Any, name: str) -> float:
     metrics = getattr(pool, "metrics", None)
     return float(metrics()[name]) if metrics is not None else 0.0
+
+
+class _ConnectionCollector:
+    """Server.closed_connections and Server.accept_backoffs, read when scraped."""
+
+    def __init__(self, server: Any):
+        self.server = server
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        closed = CounterMetricFamily("kafkacodec_serve_connections_closed", "Client connections closed, "
+                                     "by reason", labels=["reason"])
+        for reason, count in sorted(dict(self.server.closed_connections).items()):
+            closed.add_metric([reason], count)
+        backoffs = CounterMetricFamily("kafkacodec_serve_accept_backoffs", "Times accepting paused: "
+                                       "out of descriptors")
+        backoffs.add_metric([], self.server.accept_backoffs)
+        return [closed, backoffs]
 
 
 class _IndexUseCollector:

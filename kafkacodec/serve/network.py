@@ -162,25 +162,44 @@ class BytesPiece:
 class FilePiece:
     """Bytes [offset, offset + count) of a segment, sent with os.sendfile (zero-copy: the
     kernel moves page-cache pages to the socket).  Where sendfile is unavailable or refuses
-    this socket, the bytes are written from the segment's mapping instead.  A file that ends
-    before the range (cut by another process) raises FileTruncatedError: the response cannot
-    be completed, the connection closes and the client fetches again.  The piece holds its own
-    descriptor of the file (a duplicate), so a segment deleted or reloaded meanwhile is still
-    read to the end of the range."""
+    this socket, the bytes are written from the segment's mapping instead.
 
-    __slots__ = ("segment", "fd", "offset", "count", "done", "on_bytes")
+    The piece opens its own descriptor of the file when it starts writing and closes it in
+    release(): an answer being built holds none, an answer being written holds one (its
+    current piece), whatever happens to the connection.  The file must still be the one the
+    answer was built from (same device and inode) and hold the range; otherwise (replaced or
+    cut by another process) FileTruncatedError: the response cannot be completed, the
+    connection closes and the client fetches again."""
+
+    __slots__ = ("records", "path", "inode", "fd", "offset", "count", "done", "on_bytes")
     use_sendfile = hasattr(os, "sendfile")
 
     def __init__(self, segment: Any, offset: int, count: int,
                  on_bytes: Callable[[int], None] | None = None):
-        self.segment = segment
-        self.fd = os.dup(segment.file_handle())
+        self.records = segment.records          # the mapping: where sendfile is unavailable
+        self.path = segment.path
+        self.inode = segment.inode              # (st_dev, st_ino) the range was read from
+        self.fd = -1
         self.offset = offset
         self.count = count
         self.done = 0
         self.on_bytes = on_bytes
 
+    def _open(self) -> None:
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            st = os.fstat(fd)
+            if self.inode is not None and (st.st_dev, st.st_ino) != tuple(self.inode):
+                raise FileTruncatedError(f"{self.path} was replaced while its bytes were being sent",
+                                         path=self.path, size=st.st_size, position=self.offset)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+
     def write(self, sock: socket.socket) -> bool:
+        if self.fd < 0:
+            self._open()
         while self.done < self.count:
             left = self.count - self.done
             try:
@@ -199,15 +218,15 @@ class FilePiece:
             if n == 0:
                 size = os.fstat(self.fd).st_size
                 raise FileTruncatedError(
-                    f"{self.segment.path}: the file ends at byte {size}, inside the range being sent",
-                    path=self.segment.path, size=size, position=self.offset + self.done)
+                    f"{self.path}: the file ends at byte {size}, inside the range being sent",
+                    path=self.path, size=size, position=self.offset + self.done)
             self.done += n
             if self.on_bytes is not None:
                 self.on_bytes(n)
         return True
 
     def _write_mapped(self, sock: socket.socket, left: int) -> int:
-        records = self.segment.records
+        records = self.records
         if records is None or self.offset + self.done + left > records.size_in_bytes:
             return 0
         view = memoryview(records)[self.offset + self.done:self.offset + self.done + left]
@@ -217,7 +236,7 @@ class FilePiece:
             view.release()
 
     def release(self) -> None:
-        self.segment = None
+        self.records = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -262,17 +281,29 @@ class _Response:
 class ConnectionHost(Protocol):
     """What a Connection needs from the server."""
     loop: Loop
-    request_pool: Any
     socket_request_max_bytes: int
 
+    def allocate_request(self, conn: Connection, size: int) -> memoryview | None: ...
+    def release_request(self, body: memoryview) -> None: ...
     def handle_request(self, conn: Connection, body: memoryview) -> None: ...
     def memory_muted(self, conn: Connection) -> None: ...
     def connection_closed(self, conn: Connection) -> None: ...
 
 
+# Why a connection closed (the `reason` label of kafkacodec_serve_connections_closed_total).
+CLIENT, IDLE, READ_TIMEOUT, WRITE_TIMEOUT = "client", "idle", "request_read_timeout", "response_write_timeout"
+TOO_LARGE, TOO_COSTLY, MALFORMED, UNSUPPORTED = "request_too_large", "request_too_costly", "malformed", "unsupported"
+FAILED, SHUTDOWN = "failed", "shutdown"
+
+
 class Connection:
     """One client connection: reads one request at a time into a request-pool buffer, writes
-    responses in order."""
+    responses in order.
+
+    Deadlines (checked by `expired()`, which the server's sweep calls): a request must arrive
+    whole within `request_read_timeout` of its first byte (time muted for memory excepted); a
+    response must make progress at least every `response_write_timeout`; a connection with
+    nothing in progress and no byte either way for `idle_timeout` is idle."""
 
     _ids = itertools.count(1)
 
@@ -290,7 +321,14 @@ class Connection:
         self.memory_muted = False         # waiting for request memory
         self.closing = False              # close once the responses are out
         self.closed = False
+        self.close_kind = ""              # why it closed (CLIENT, IDLE, ...)
         self.responses: deque[_Response] = deque()
+        now = time.monotonic()
+        self.last_activity = now          # a byte read or the socket writable
+        self.request_started: float | None = None   # the first byte of the request being read
+        self.muted_at = 0.0
+        self.muted_total = 0.0            # of the request being read, time muted for memory
+        self.write_progress = now         # the last time a response could move
         self._events = 0
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -320,6 +358,7 @@ class Connection:
         failure = None
         try:
             if mask & selectors.EVENT_WRITE:
+                self.last_activity = self.write_progress = time.monotonic()
                 self.flush()
             if mask & selectors.EVENT_READ and not self.closed:
                 self._read()
@@ -331,12 +370,26 @@ class Connection:
             log.exception("connection %s (%s) failed", self.id, self.peer)
             failure = f"failed: {exc}"
         if failure is not None:
-            self.close(failure)
+            self.close(failure, FAILED)
+
+    # --- deadlines ---------------------------------------------------------------------------
+    def expired(self, now: float, idle: float, read: float, write: float) -> str | None:
+        """The deadline this connection has passed (IDLE, READ_TIMEOUT, WRITE_TIMEOUT), if any."""
+        if self.responses:
+            return WRITE_TIMEOUT if now - self.write_progress > write else None
+        if self.request_started is not None:
+            if self.memory_muted:
+                return None
+            return READ_TIMEOUT if now - self.request_started - self.muted_total > read else None
+        if not self.busy and now - self.last_activity > idle:
+            return IDLE
+        return None
 
     # --- reading (KIP-72) ----------------------------------------------------------------------
     def unmute_memory(self) -> None:
         if self.memory_muted and not self.closed:
             self.memory_muted = False
+            self.muted_total += time.monotonic() - self.muted_at
             self._update_interest()
 
     def _read(self) -> None:
@@ -348,8 +401,11 @@ class Connection:
                 except BlockingIOError:
                     return
                 if n == 0:
-                    self.close("closed by the client")
+                    self.close("closed by the client", CLIENT)
                     return
+                self.last_activity = time.monotonic()
+                if self.size_got == 0:
+                    self.request_started, self.muted_total = self.last_activity, 0.0
                 self.size_got += n
                 if self.size_got < 4:
                     continue
@@ -357,13 +413,14 @@ class Connection:
                 if size < 1 or size > self.host.socket_request_max_bytes:
                     # Kafka's InvalidReceiveException: the connection is closed
                     self.close(f"request size {size} is outside 1..socket.request.max.bytes "
-                               f"({self.host.socket_request_max_bytes})")
+                               f"({self.host.socket_request_max_bytes})", TOO_LARGE)
                     return
                 self.frame_size = size
             if self.body is None:
-                block = self.host.request_pool.try_allocate(self.frame_size)
+                block = self.host.allocate_request(self, self.frame_size)
                 if block is None:
                     self.memory_muted = True
+                    self.muted_at = time.monotonic()
                     self._update_interest()
                     self.host.memory_muted(self)
                     return
@@ -374,39 +431,45 @@ class Connection:
             except BlockingIOError:
                 return
             if n == 0:
-                self.close("closed by the client in the middle of a request")
+                self.close("closed by the client in the middle of a request", CLIENT)
                 return
+            self.last_activity = time.monotonic()
             self.body_got += n
             if self.body_got == self.frame_size:
                 body = self.body
                 self.body, self.frame_size, self.size_got = None, -1, 0
+                self.request_started = None
                 self.busy = True
                 self._update_interest()
                 self.host.handle_request(self, body)
 
     # --- writing -------------------------------------------------------------------------------
     def send(self, pieces: list[Any], on_sent: Callable[[], None] | None = None) -> None:
-        """Queue a response (its pieces in order); `on_sent` runs once it is all written."""
+        """Queue a response (its pieces in order); `on_sent` runs once it is all written.  The
+        connection owns the pieces from here: each is released once, written or not."""
         if self.closed:
             for piece in pieces:
                 piece.release()
             return
+        if not self.responses:
+            self.write_progress = time.monotonic()
         self.responses.append(_Response(pieces, on_sent))
         self.flush()
 
     def request_done(self) -> None:
         """The current request needs no (more) response: read the next one."""
         self.busy = False
+        self.last_activity = time.monotonic()
         self._update_interest()
         if not self.responses and self.closing:
-            self.close("shutting down")
+            self.close("shutting down", SHUTDOWN)
 
     def flush(self) -> None:
         failure = self._write()
         if failure is not None:
             # closed outside the except clause: the traceback (and the views of pool blocks its
             # frames hold) is gone, so everything is given back at once
-            self.close(failure)
+            self.close(failure, FAILED)
             return
         self._update_interest()
 
@@ -434,7 +497,7 @@ class Connection:
         return None
 
     # --- closing -------------------------------------------------------------------------------
-    def close(self, reason: str = "") -> None:
+    def close(self, reason: str = "", kind: str = FAILED) -> None:
         if self.closed:
             return
         log.debug("connection %s (%s) closed: %s", self.id, self.peer, reason)
@@ -445,13 +508,14 @@ class Connection:
                 pass
         self._events = 0
         self.closed = True
+        self.close_kind = kind
         try:
             self.sock.close()
         except OSError:
             pass
         if self.body is not None:
             body, self.body = self.body, None
-            self.host.request_pool.release(body)
+            self.host.release_request(body)
         while self.responses:
             for piece in self.responses.popleft().pieces:
                 piece.release()

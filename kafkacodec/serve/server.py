@@ -9,10 +9,17 @@
 fetches at once, lets responses in flight finish (up to `shutdown_timeout_s`) and closes.
 Every request is handled on the loop thread; a handler that fails closes that connection,
 never the server.
+
+Limits (ServeConfig; docs/reliability.md): every connection's deadlines are checked by one
+sweep timer; request memory is shared fairly (requests over LARGE_REQUEST_BYTES hold at most
+half of the request pool together, so the other half always serves ordinary requests);
+accepting pauses at `max_connections` and backs off when the process is out of descriptors.
 """
 
 from __future__ import annotations
 
+import collections
+import errno
 import logging
 import os
 import socket
@@ -22,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kafkacodec._pool import MemoryPool, SimpleMemoryPool
-from kafkacodec.errors import KafkaCodecError, MemoryPoolError
+from kafkacodec.errors import KafkaCodecError, MemoryPoolError, RecordTooLargeError
 from kafkacodec.protocol import messages as m
 from kafkacodec.protocol._fetch_server import decode_fetch_request
 from kafkacodec.serve.config import ServeConfig
@@ -30,12 +37,19 @@ from kafkacodec.serve.dispatch import API_RANGES, Dispatcher, Request, parse_hea
 from kafkacodec.serve.fetch import FetchHandler
 from kafkacodec.serve.groups import GroupCoordinator
 from kafkacodec.serve.logview import LogView
+from kafkacodec.serve import network
 from kafkacodec.serve.network import Connection, Loop
 from kafkacodec.serve.offsets import OffsetStore
 
 __all__ = ["Server"]
 
 log = logging.getLogger("kafkacodec.serve")
+
+#: Requests larger than this (a Produce, in practice) share half of the request pool.
+LARGE_REQUEST_BYTES = 1 << 20
+#: Out of descriptors on accept: listening pauses this long at first, doubling up to the max.
+ACCEPT_BACKOFF_S, ACCEPT_BACKOFF_MAX_S = 0.05, 1.0
+_OUT_OF_DESCRIPTORS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
 class _NullMetrics:
@@ -47,6 +61,7 @@ class _NullMetrics:
         return lambda n: None
     def conversion_done(self, topic: str, stats: Any, refusals: int) -> None: ...
     def conversion_refused(self) -> None: ...
+    def add_connection_counts(self, server: Any) -> None: ...
     def close(self) -> None: ...
 
 
@@ -90,6 +105,13 @@ class Server:
             self.cluster_id = config.cluster_id or _meta_property(config.log_dirs, "cluster.id") or "kafkacodec-serve"
         self.connections: set[Connection] = set()
         self._memory_muted: set[Connection] = set()
+        self._large_held = 0                   # request memory held by large requests
+        self.closed_connections: collections.Counter[str] = collections.Counter()  # by reason
+        self.accept_backoffs = 0               # times accepting paused: out of descriptors
+        self._accept_paused = False
+        self._accept_backoff = ACCEPT_BACKOFF_S
+        self._accept_timer: Any = None         # the end of an out-of-descriptors pause
+        self._sweep_timer: Any = None
         self.dispatcher = Dispatcher(self)
         self.fetches = FetchHandler(self)
         self.groups = GroupCoordinator(self)
@@ -120,6 +142,7 @@ class Server:
                 metrics.add_upstream(self.view)
             else:
                 metrics.add_logview(self.view)
+            metrics.add_connection_counts(self)
             return metrics
         except ImportError:
             if self.config.metrics_listen is not None:
@@ -150,6 +173,7 @@ class Server:
         if self.config.metrics_listen is not None:
             self.metrics_port = self.metrics.serve_http(*self.config.metrics_listen)
         self.loop.selector.register(listener, 1, self._accept)   # EVENT_READ
+        self._sweep_timer = self.loop.call_later(self._sweep_interval(), self._sweep)
         self.loop.thread = threading.Thread(target=self._run, name="kafkacodec-serve", daemon=True)
         self.loop.thread.start()
         return self
@@ -169,7 +193,9 @@ class Server:
             raise
         finally:
             for conn in list(self.connections):
-                conn.close("server stopped")
+                conn.close("server stopped", network.SHUTDOWN)
+            if self._sweep_timer is not None:
+                self._sweep_timer.cancel()
             self.groups.close()
             self._stopped.set()
 
@@ -185,14 +211,14 @@ class Server:
     def _begin_stop(self) -> None:
         self._stopping = True
         if self._listener is not None:
-            self.loop.selector.unregister(self._listener)
+            self._pause_accepting()
             self._listener.close()
             self._listener = None
         self.fetches.answer_all_now()
         for conn in list(self.connections):
             conn.closing = True
             if not conn.busy and not conn.responses:
-                conn.close("shutting down")
+                conn.close("shutting down", network.SHUTDOWN)
 
     def _close_resources(self) -> None:
         if self._listener is not None:
@@ -215,30 +241,87 @@ class Server:
 
     # --- connections ---------------------------------------------------------------------------
     def _accept(self, mask: int) -> None:
-        while self._listener is not None:
+        while self._listener is not None and not self._accept_paused:
+            if len(self.connections) >= self.config.max_connections:
+                # Kafka's max.connections: the listener waits until a connection closes; new
+                # clients wait in the kernel's backlog meanwhile
+                self._pause_accepting()
+                return
             try:
                 sock, peer = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:             # out of file descriptors: try again later
-                log.warning("accept failed: %s", exc)
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_DESCRIPTORS:
+                    log.warning("accept failed: %s", exc)
+                    return
+                # out of descriptors: stop listening for a while instead of a loop of failures
+                if self._accept_backoff == ACCEPT_BACKOFF_S:
+                    log.warning("accept failed (%s) with %d connections open: pausing new "
+                                "connections, backing off up to %.1f s", exc, len(self.connections),
+                                ACCEPT_BACKOFF_MAX_S)
+                self.accept_backoffs += 1
+                self._pause_accepting()
+                self._accept_timer = self.loop.call_later(self._accept_backoff, self._resume_accepting)
+                self._accept_backoff = min(self._accept_backoff * 2, ACCEPT_BACKOFF_MAX_S)
                 return
-            self.connections.add(Connection(self, sock, peer))
+            self._accept_backoff = ACCEPT_BACKOFF_S
+            try:
+                self.connections.add(Connection(self, sock, peer))
+            except OSError as exc:               # the socket died before it was registered
+                log.debug("connection from %s lost at once: %s", peer, exc)
+                sock.close()
+
+    def _pause_accepting(self) -> None:
+        if self._listener is not None and not self._accept_paused:
+            self.loop.selector.unregister(self._listener)
+            self._accept_paused = True
+
+    def _resume_accepting(self) -> None:
+        self._accept_timer = None
+        if self._listener is not None and self._accept_paused and not self._stopping:
+            self.loop.selector.register(self._listener, 1, self._accept)
+            self._accept_paused = False
+            self._accept(1)
 
     def _fairness(self) -> bool:
         pool = self.request_pool
         return bool(isinstance(pool, SimpleMemoryPool) and pool.available_memory < pool.size // 10)
 
-    def memory_muted(self, conn: Connection) -> None:
-        self._memory_muted.add(conn)
+    def _sweep_interval(self) -> float:
+        c = self.config
+        shortest = min(c.connections_max_idle_ms, c.request_read_timeout_ms, c.response_write_timeout_ms)
+        return min(1.0, max(0.01, shortest / 4000))
 
-    def connection_closed(self, conn: Connection) -> None:
-        self.connections.discard(conn)
-        self._memory_muted.discard(conn)
-        self.fetches.connection_closed(conn)
-        self._memory_returned()
+    def _sweep(self) -> None:
+        """Close every connection past one of its deadlines."""
+        c = self.config
+        now = time.monotonic()
+        idle, read, write = (c.connections_max_idle_ms / 1000, c.request_read_timeout_ms / 1000,
+                             c.response_write_timeout_ms / 1000)
+        for conn in list(self.connections):
+            kind = conn.expired(now, idle, read, write)
+            if kind is not None:
+                log.info("closing connection %s (%s): %s", conn.id, conn.peer, kind.replace("_", " "))
+                conn.close(kind, kind)
+        self._sweep_timer = self.loop.call_later(self._sweep_interval(), self._sweep)
 
-    def _release_request(self, body: memoryview) -> None:
+    def allocate_request(self, conn: Connection, size: int) -> memoryview | None:
+        """A request buffer from the pool (KIP-72), or None: wait (muted) until memory returns.
+        Large requests together hold at most half of the pool, so a few connections announcing
+        huge requests and sending nothing cannot take the memory every other client needs."""
+        pool = self.request_pool
+        large = size > LARGE_REQUEST_BYTES and isinstance(pool, SimpleMemoryPool)
+        if large and self._large_held and self._large_held + size > pool.size // 2:
+            return None
+        block = pool.try_allocate(size)
+        if block is not None and large:
+            self._large_held += size
+        return block
+
+    def release_request(self, body: memoryview) -> None:
+        if body.nbytes > LARGE_REQUEST_BYTES and isinstance(self.request_pool, SimpleMemoryPool):
+            self._large_held -= body.nbytes
         try:
             self.request_pool.release(body)
         except MemoryPoolError:
@@ -246,6 +329,18 @@ class Server:
             # block back when the last view goes
             log.debug("request buffer released late")
         self._memory_returned()
+
+    def memory_muted(self, conn: Connection) -> None:
+        self._memory_muted.add(conn)
+
+    def connection_closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        self._memory_muted.discard(conn)
+        self.closed_connections[conn.close_kind] += 1
+        self.fetches.connection_closed(conn)
+        self._memory_returned()
+        if self._accept_paused and self._accept_timer is None:
+            self._resume_accepting()             # below max_connections again
 
     def _memory_returned(self) -> None:
         """Kafka's selector: once the pool is not out of memory, every muted channel reads again."""
@@ -259,35 +354,45 @@ class Server:
         try:
             api_key, version, correlation_id, client_id, start = parse_header(body)
         except KafkaCodecError as exc:
-            self._release_request(body)
-            conn.close(f"malformed request header: {exc}")
+            self.release_request(body)
+            conn.close(f"malformed request header: {exc}", network.MALFORMED)
             return
         req = Request(conn, api_key, version, correlation_id, client_id, time.monotonic())
         served = API_RANGES.get(api_key)
         if served is None or not served[0] <= version <= served[1]:
-            self._release_request(body)
+            self.release_request(body)
             if api_key == m.API_VERSIONS and served is not None and version > served[1]:
                 self.dispatcher.api_versions_fallback(req)
             else:
-                conn.close(f"api key {api_key} version {version} is not served")
+                conn.close(f"api key {api_key} version {version} is not served", network.UNSUPPORTED)
             return
         self.metrics.request(m.API_NAMES[api_key], version)
+        name = m.API_NAMES[api_key]
+        limit = self.config.max_request_entries
         try:
             if api_key == m.FETCH:
                 decoded: Any = decode_fetch_request(body, version, start, strict=False)
+                entries = sum(len(parts) + 1 for _, _, parts in decoded.topics)
+                if entries > limit:
+                    raise RecordTooLargeError(f"{entries} topics and partitions")
             else:
-                decoded = m.REQUESTS[api_key].decode(body, version, start, strict=False)
+                decoded = m.REQUESTS[api_key].decode(body, version, start, strict=False,
+                                                     max_entries=limit)
+        except RecordTooLargeError as exc:
+            log.warning("closing connection %s (%s): %s v%d request over max_request_entries "
+                        "(%d): %s", conn.id, conn.peer, name, version, limit, exc)
+            conn.close(f"{name} v{version} request too costly", network.TOO_COSTLY)
+            return
         except KafkaCodecError as exc:
-            conn.close(f"malformed {m.API_NAMES[api_key]} v{version} request: {exc}")
+            conn.close(f"malformed {name} v{version} request: {exc}", network.MALFORMED)
             return
         finally:
-            self._release_request(body)
+            self.release_request(body)
         try:
             self._handlers[api_key](req, decoded)
         except Exception:
-            log.exception("%s v%d from %s failed; closing the connection", m.API_NAMES[api_key],
-                          version, conn.peer)
-            conn.close("handler failed")
+            log.exception("%s v%d from %s failed; closing the connection", name, version, conn.peer)
+            conn.close("handler failed", network.FAILED)
 
 
 def _meta_property(log_dirs: list[str], key: str) -> str | None:
