@@ -76,7 +76,7 @@ run() {
 
 status=0
 if [ "$FUZZ_ONLY" = 0 ]; then
-  (cd "$OUT" && run "$PY" -m pytest "$ROOT/tests" -q -p no:cacheprovider -m "not spark and not tooling and not broker" \
+  (cd "$OUT" && run "$PY" -m pytest "$ROOT/tests" -q -p no:cacheprovider -m "not spark and not tooling and not broker and not soak" \
       --rootdir "$ROOT" -c "$ROOT/pyproject.toml" "${PYTEST_ARGS[@]}") || status=$?
 fi
 "$PY" -c "import kafka" 2>/dev/null && run "$PY" fuzz/make_corpus.py > /dev/null

@@ -355,7 +355,7 @@ class Connection:
         self._events = events
 
     def _on_event(self, mask: int) -> None:
-        failure = None
+        failure, kind = None, FAILED
         try:
             if mask & selectors.EVENT_WRITE:
                 self.last_activity = self.write_progress = time.monotonic()
@@ -363,14 +363,14 @@ class Connection:
             if mask & selectors.EVENT_READ and not self.closed:
                 self._read()
         except (ConnectionError, TimeoutError) as exc:
-            failure = f"connection lost: {exc}"
+            failure, kind = f"connection lost: {exc}", CLIENT     # reset by the client or the network
         except OSError as exc:
-            failure = f"socket error: {exc}"
+            failure, kind = f"socket error: {exc}", FAILED
         except Exception as exc:
             log.exception("connection %s (%s) failed", self.id, self.peer)
-            failure = f"failed: {exc}"
+            failure, kind = f"failed: {exc}", FAILED
         if failure is not None:
-            self.close(failure, FAILED)
+            self.close(failure, kind)
 
     # --- deadlines ---------------------------------------------------------------------------
     def expired(self, now: float, idle: float, read: float, write: float) -> str | None:
@@ -469,12 +469,12 @@ class Connection:
         if failure is not None:
             # closed outside the except clause: the traceback (and the views of pool blocks its
             # frames hold) is gone, so everything is given back at once
-            self.close(failure, FAILED)
+            self.close(*failure)
             return
         self._update_interest()
 
-    def _write(self) -> str | None:
-        """Write what the socket takes; the reason to close when a response cannot go on."""
+    def _write(self) -> tuple[str, str] | None:
+        """Write what the socket takes; why to close (and the kind) when a response cannot go on."""
         try:
             while self.responses and not self.closed:
                 response = self.responses[0]
@@ -489,11 +489,11 @@ class Connection:
                     response.on_sent()
                 self.request_done()
         except (ConnectionError, TimeoutError) as exc:
-            return f"connection lost while writing: {exc}"
+            return f"connection lost while writing: {exc}", CLIENT
         except Exception as exc:          # a cut segment, a conversion that failed half-way
             log.warning("closing connection %s (%s): a response could not be completed: %s",
                         self.id, self.peer, exc)
-            return f"response failed: {exc}"
+            return f"response failed: {exc}", FAILED
         return None
 
     # --- closing -------------------------------------------------------------------------------
