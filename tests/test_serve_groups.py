@@ -49,7 +49,9 @@ def state_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(log_dir, state_dir):
-    with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state_dir), zstd_codec="lz4") as running:
+    # a session timeout below Kafka's group.min.session.timeout.ms (6 s) for the expiry test
+    with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state_dir), zstd_codec="lz4",
+                group_min_session_timeout_ms=100) as running:
         yield running
 
 
@@ -135,11 +137,11 @@ def test_two_members_split_the_partitions_and_one_takes_over(server, log_dir):
             t.join(30)
 
 
-def request(port: int, key: int, version: int, body: dict) -> dict:
+def request(port: int, key: int, version: int, body: dict, timeout: float = 30) -> dict:
     data = bytes(m.REQUESTS[key].encode(version, body))
     flexible = version >= m.FLEXIBLE[key]
     header = struct.pack(">hhih", key, version, 1, -1) + (b"\0" if flexible else b"")
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(struct.pack(">i", len(header) + len(data)) + header + data)
         size = struct.unpack(">i", _recv(sock, 4))[0]
         answer = _recv(sock, size)
@@ -313,3 +315,63 @@ def test_a_follower_rejoining_with_the_same_metadata_keeps_the_generation(server
     again = request(port, m.JOIN_GROUP, 5, {**join, "member_id": b["member_id"]})   # answered at once
     assert again["error_code"] == 0 and again["generation_id"] == generation and again["members"] == []
     assert server.groups.groups["steady"].state == "Stable"
+
+
+# --- JoinGroup checked as Kafka checks it ----------------------------------------------------------
+JOIN = {"session_timeout_ms": 30000, "rebalance_timeout_ms": 30000, "member_id": "", "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"m"}]}
+
+
+def _stable_member(port: int, group: str) -> tuple[str, int]:
+    joined = request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": group}, timeout=10)
+    assert joined["error_code"] == 0
+    member, generation = joined["member_id"], joined["generation_id"]
+    synced = request(port, m.SYNC_GROUP, 3, {"group_id": group, "generation_id": generation, "member_id": member,
+                                             "assignments": [{"member_id": member, "assignment": b"a"}]}, timeout=10)
+    assert synced["error_code"] == 0
+    return member, generation
+
+
+def test_a_join_without_protocols_is_refused_and_leaves_the_group_usable(server):
+    """ClassicGroup.supportsProtocols: an empty group takes a member only with a protocol type and
+    at least one protocol; a group with members only with its type and a protocol all of them
+    support.  A join with none was taken in, and the group's next rebalance failed for good."""
+    port = server.port
+    for group in ("no-protocols", "no-protocols-v0"):
+        version = 0 if group.endswith("v0") else 5
+        for bad in ({"protocols": []}, {"protocol_type": ""}, {"protocol_type": "", "protocols": []}):
+            answer = request(port, m.JOIN_GROUP, version, {**JOIN, "group_id": group, **bad}, timeout=10)
+            assert answer["error_code"] == 23, (group, bad)            # INCONSISTENT_GROUP_PROTOCOL
+        assert group not in server.groups.groups or not server.groups.groups[group].members
+        member, generation = _stable_member(port, group)              # the group works for everyone else
+        for bad in ({"protocols": []}, {"protocol_type": ""}, {"protocol_type": "connect"},
+                    {"protocols": [{"name": "roundrobin", "metadata": b""}]},
+                    {"member_id": member, "protocols": []}):
+            answer = request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": group, **bad}, timeout=10)
+            assert answer["error_code"] == 23, (group, bad)
+        beat = request(port, m.HEARTBEAT, 3, {"group_id": group, "generation_id": generation, "member_id": member},
+                       timeout=10)
+        assert beat["error_code"] == 0
+        assert (server.groups.groups[group].state, server.groups.groups[group].generation) == ("Stable", generation)
+
+
+def test_join_group_id_and_session_timeout_follow_kafka(server):
+    port = server.port
+    low, high = server.config.group_min_session_timeout_ms, server.config.group_max_session_timeout_ms
+    assert request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": ""}, timeout=10)["error_code"] == 24   # INVALID_GROUP_ID
+    for session in (low - 1, high + 1, -1):
+        answer = request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": "bounds", "session_timeout_ms": session},
+                         timeout=10)
+        assert answer["error_code"] == 26, session                   # INVALID_SESSION_TIMEOUT
+    # a member id the group does not know; a group that does not exist
+    assert request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": "bounds", "member_id": "x"},
+                   timeout=10)["error_code"] == 25
+    answer = request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": "bounds", "session_timeout_ms": high}, timeout=10)
+    assert answer["error_code"] == 0
+    from kafkacodec.serve import ServeConfig
+
+    config = ServeConfig(log_dirs=["x"])          # Kafka's group.{min,max}.session.timeout.ms
+    assert (config.group_min_session_timeout_ms, config.group_max_session_timeout_ms) == (6000, 1800000)
+    with pytest.raises(ValueError, match="group_min_session_timeout_ms"):
+        ServeConfig(log_dirs=["x"], group_min_session_timeout_ms=10, group_max_session_timeout_ms=5)
+

@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
             zstd_codec=args.zstd_downconvert_codec, node_id=args.node_id,
             poll_interval_ms=args.poll_interval_ms,
             group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+            group_min_session_timeout_ms=args.group_min_session_timeout_ms,
+            group_max_session_timeout_ms=args.group_max_session_timeout_ms,
             upstream=args.upstream, upstream_buffer_memory=args.upstream_buffer_memory,
             upstream_cache_memory=args.upstream_cache_memory)
     except ValueError as exc:
@@ -129,5 +131,10 @@ def add_parser(subparsers: Any) -> None:
                     help="how often waiting fetches look for new data (default 10)")
     sv.add_argument("--group-initial-rebalance-delay-ms", type=count_arg(0), default=0,
                     help="group.initial.rebalance.delay.ms (default 0)")
+    sv.add_argument("--group-min-session-timeout-ms", type=count_arg(0), default=6000, metavar="MS",
+                    help="group.min.session.timeout.ms: shorter session timeouts are refused "
+                         "(INVALID_SESSION_TIMEOUT; default 6000)")
+    sv.add_argument("--group-max-session-timeout-ms", type=count_arg(0), default=1800000, metavar="MS",
+                    help="group.max.session.timeout.ms (default 1800000)")
     sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     sv.set_defaults(run=run)
