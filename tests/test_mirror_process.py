@@ -71,6 +71,15 @@ def produce(cluster, topic, n, codec="none", seed="", **config):
     assert producer.flush(30) == 0
 
 
+def topic_on_both(clusters, topic, n, codec="none", seed=""):
+    """`topic` on the source and the target, `n` records in each source partition."""
+    source, target = clusters
+    source.create_topic(topic)
+    target.create_topic(topic)
+    produce(source, topic, n, codec, seed)
+    return source, target
+
+
 def mirror(source, target, topics, state_dir, **options):
     config = MirrorConfig(source=source.bootstrap, target=target.bootstrap, topics=topics,
                           state_dir=str(state_dir), until_caught_up=True, progress=False, **options)
@@ -160,11 +169,8 @@ def test_transactions_and_an_idempotent_source(clusters, tmp_path):
 
 
 def test_group_commits_and_a_second_run_continues(clusters, tmp_path):
-    source, target = clusters
     topic = "resume"
-    source.create_topic(topic)
-    target.create_topic(topic)
-    produce(source, topic, 20, "snappy", "a")
+    source, target = topic_on_both(clusters, topic, 20, "snappy", "a")
     mirror(source, target, [topic], tmp_path, group_id="mirror-group", checkpoint_interval=0)
     with Consumer(source.bootstrap, group_id="mirror-group") as consumer:
         assert consumer.committed([(topic, p) for p in range(4)]) == {(topic, p): 20 for p in range(4)}
@@ -313,3 +319,43 @@ def test_target_errors_are_retried_in_order(clusters, tmp_path, how):
         for p in range(4):                         # at-least-once: order kept, nothing lost
             values = [v for _, v, _, _ in got[p]]
             assert set(values) == {v for _, v, _, _ in want[p]}
+
+
+def test_a_damaged_checkpoint_stops_the_command_in_one_line_unless_a_start_is_given(clusters, tmp_path, capsys):
+    from kafkacodec.cli import main
+
+    topic = "damaged-checkpoint"
+    source, target = topic_on_both(clusters, topic, 10)
+    state = tmp_path / "checkpoint.json"
+    state.write_text('{"format": 1, "positions": {"damaged-checkpoint/0": ')     # cut short
+    argv = ["mirror", "--source", source.bootstrap, "--target", target.bootstrap, "--topics", topic,
+            "--state-dir", str(tmp_path), "--no-progress", "--until-caught-up"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if x.startswith("kafkacodec: error:")]
+    (moved,) = [p for p in tmp_path.iterdir() if p.name.startswith("checkpoint.json.damaged-")]
+    assert str(state) in line and str(moved) in line and "--start" in line
+    assert sum(len(v) for v in read_all(target, topic).values()) == 0    # nothing copied again
+    state.write_text("{}")                                                # damaged again
+    assert main(argv + ["--start", "earliest"]) == 0                     # the user's choice
+    assert read_all(target, topic) == read_all(source, topic)
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith("checkpoint.json.damaged-")]) == 2
+
+
+def test_a_damaged_checkpoint_falls_back_to_the_previous_generation(clusters, tmp_path):
+    topic = "previous-checkpoint"
+    source, target = topic_on_both(clusters, topic, 10, "gzip", "a")
+    mirror(source, target, [topic], tmp_path)
+    # the generation a later write keeps as checkpoint.json.previous
+    (tmp_path / "checkpoint.json.previous").write_bytes((tmp_path / "checkpoint.json").read_bytes())
+    produce(source, topic, 10, "gzip", "b")
+    (tmp_path / "checkpoint.json").write_text("[]")
+    m = mirror(source, target, [topic], tmp_path)
+    assert read_all(target, topic) == read_all(source, topic)           # from 10: none twice, none lost
+    assert m.checkpoint.store.quarantined == 1
+    from kafkacodec.mirror._metrics import MirrorCollector
+
+    families = {f.name: f for f in MirrorCollector(m).collect()}
+    assert families["kafkacodec_mirror_state_files_quarantined"].samples[0].value == 1
+    assert json.loads((tmp_path / "checkpoint.json").read_text())["positions"][f"{topic}/0"] == 20

@@ -15,6 +15,7 @@ import pytest
 
 from kafkacodec.protocol import messages as m
 from kafkacodec.serve import Server
+from kafkacodec.serve.offsets import group_file_name
 
 from serve_support import aiokafka_read, confluent_read, expected, kafka_python_read, make_log_dir
 
@@ -248,7 +249,7 @@ def test_offsets_survive_a_restart(log_dir, tmp_path):
         consumer.commit({tp: __import__("kafka").OffsetAndMetadata(got[499][0] + 1, "", -1)})
         consumer.close()
     files = list((state / "groups").iterdir())
-    assert [f.name for f in files] == ["restart.json"]     # no temporary file left behind
+    assert [f.name for f in files] == [group_file_name("restart")]     # no temporary file left behind
     stored = json.loads(files[0].read_text())
     assert stored["offsets"] == [{**stored["offsets"][0], "topic": "modern", "partition": 0, "offset": 500}]
     with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state)) as srv:
@@ -257,26 +258,27 @@ def test_offsets_survive_a_restart(log_dir, tmp_path):
 
 
 def test_a_commit_that_cannot_be_stored_fails_and_keeps_the_old_offsets(log_dir, tmp_path, monkeypatch):
-    import kafkacodec.serve.offsets as offsets
+    import kafkacodec._statestore as statestore
 
     state = tmp_path / "state"
+    disk = state / "groups" / group_file_name("disk")
     with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state)) as srv:
         body = {"group_id": "disk", "generation_id_or_member_epoch": -1, "member_id": "",
                 "topics": [{"name": "modern", "partitions": [{"partition_index": 0, "committed_offset": 7}]}]}
         assert request(srv.port, m.OFFSET_COMMIT, 2, body)["topics"][0]["partitions"][0]["error_code"] == 0
-        before = (state / "groups" / "disk.json").read_bytes()
+        before = disk.read_bytes()
 
         def full_disk(path):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(offsets, "atomic_output", full_disk)
+        monkeypatch.setattr(statestore, "atomic_output", full_disk)
         body["topics"][0]["partitions"][0]["committed_offset"] = 9
         answer = request(srv.port, m.OFFSET_COMMIT, 2, body)
         assert answer["topics"][0]["partitions"][0]["error_code"] == 15     # COORDINATOR_NOT_AVAILABLE
         fetched = request(srv.port, m.OFFSET_FETCH, 1, {"group_id": "disk", "topics": [
             {"name": "modern", "partition_indexes": [0]}]})
         assert fetched["topics"][0]["partitions"][0]["committed_offset"] == 7
-    assert (state / "groups" / "disk.json").read_bytes() == before
+    assert disk.read_bytes() == before
 
 
 def test_a_follower_rejoining_with_the_same_metadata_keeps_the_generation(server):
@@ -375,3 +377,44 @@ def test_join_group_id_and_session_timeout_follow_kafka(server):
     with pytest.raises(ValueError, match="group_min_session_timeout_ms"):
         ServeConfig(log_dirs=["x"], group_min_session_timeout_ms=10, group_max_session_timeout_ms=5)
 
+
+# --- the state directory: any group id, damaged files --------------------------------------------
+ODD_GROUP_IDS = [".dotted", ".", "..", "a/b", "%2F", "nul\0", "x" * 240, "组" * 30, "Case", "case"]
+
+
+def _commit(port: int, group: str, offset: int) -> int:
+    body = {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+            "topics": [{"name": "modern", "partitions": [{"partition_index": 0, "committed_offset": offset}]}]}
+    return request(port, m.OFFSET_COMMIT, 2, body, timeout=10)["topics"][0]["partitions"][0]["error_code"]
+
+
+def _fetch(port: int, group: str) -> int:
+    answer = request(port, m.OFFSET_FETCH, 1, {"group_id": group, "topics": [
+        {"name": "modern", "partition_indexes": [0]}]}, timeout=10)
+    return answer["topics"][0]["partitions"][0]["committed_offset"]
+
+
+def test_any_group_id_commits_and_survives_a_restart(log_dir, tmp_path):
+    state = tmp_path / "state"
+    with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state)) as srv:
+        assert [_commit(srv.port, g, 10 + i) for i, g in enumerate(ODD_GROUP_IDS)] == [0] * len(ODD_GROUP_IDS)
+    with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state)) as srv:
+        assert [_fetch(srv.port, g) for g in ODD_GROUP_IDS] == [10 + i for i in range(len(ODD_GROUP_IDS))]
+
+
+def test_a_damaged_group_file_does_not_stop_the_start(log_dir, tmp_path):
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import generate_latest
+
+    state = tmp_path / "state"
+    with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state)) as srv:
+        assert _commit(srv.port, "kept", 7) == 0
+    groups = state / "groups"
+    (groups / "broken.json").write_text("[]")                 # a JSON list stopped the start
+    (groups / "half.json").write_text('{"format": 1, "gro')
+    with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state)) as srv:
+        assert _fetch(srv.port, "kept") == 7
+        text = generate_latest(srv.metrics.registry).decode()
+    assert "kafkacodec_serve_state_files_quarantined_total 2.0" in text
+    assert sorted(p.name.split(".damaged-")[0] for p in groups.iterdir() if ".damaged-" in p.name) == [
+        "broken.json", "half.json"]

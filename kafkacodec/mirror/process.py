@@ -29,7 +29,7 @@ from typing import Any
 from kafkacodec.consumer import Consumer, Reactor
 from kafkacodec.consumer._cluster import BrokerError, Cluster
 from kafkacodec.consumer._forms import FetchedPartition
-from kafkacodec.mirror._checkpoint import Checkpoint
+from kafkacodec.mirror._checkpoint import Checkpoint, CheckpointDamagedError
 from kafkacodec.mirror._producer import IdempotentProducer, Item
 
 __all__ = ["Mirror", "MirrorConfig", "MirrorError", "TARGET_RING_BYTES"]
@@ -53,7 +53,8 @@ class MirrorConfig:
     buffer_memory: int = 64 << 20
     multi_batch: bool = False
     group_id: str | None = None          # also commit the positions to this source group
-    start: str = "earliest"              # without a checkpoint: earliest | latest | committed
+    start: str | None = None             # without a checkpoint: earliest (None) | latest | committed;
+                                         # given, also where to begin when it is damaged
     checkpoint_interval: float = 1.0     # seconds between checkpoints (0: after every ack)
     max_in_flight: int = 5               # unacknowledged batches per partition (<= 5)
     max_request_bytes: int = 8 << 20
@@ -120,12 +121,17 @@ class Mirror:
                 raise MirrorError(f"target topic {name!r} has {have} partitions, fewer than the "
                                   f"{counts[topic]} of source topic {topic!r}: each source "
                                   f"partition needs its own target partition")
-        saved = self.checkpoint.load(self.consumer.cluster.cluster_id, self.target.cluster_id)
+        try:
+            saved = self.checkpoint.load(self.consumer.cluster.cluster_id, self.target.cluster_id)
+        except CheckpointDamagedError as exc:
+            if cfg.start is None:                # never the whole topics again unasked
+                raise MirrorError(str(exc)) from None
+            saved = {}
         wanted: dict[tuple[str, int], Any] = {}
         for topic, count in counts.items():
             for p in range(count):
                 key = (topic, p)
-                wanted[key] = saved.get(key, cfg.start)
+                wanted[key] = saved.get(key, cfg.start or "earliest")
         self.consumer.assign(wanted)
         for key in wanted:
             self.acked[key] = self.consumer.position(key)

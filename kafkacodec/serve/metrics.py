@@ -26,6 +26,9 @@ source="txnindex", or from a walk of their batch headers, "rebuilt") and
 `kafkacodec_serve_invalid_index_files_total{suffix}` (`.index`, `.timeindex`, `.txnindex`,
 `.snapshot` files found invalid and read without, each counted once).
 
+With a state directory: `kafkacodec_serve_state_files_quarantined_total` (group offset files
+found damaged at start and moved aside, kafkacodec._statestore).
+
 Each Server has its own registry; the HTTP endpoint runs in prometheus-client's thread.
 """
 
@@ -99,6 +102,10 @@ class ServeMetrics:
         """Counters of where the log view's transactions and indexes came from (IndexUse)."""
         self.registry.register(_IndexUseCollector(view.index_use))
 
+    def add_state_files(self, store: Any) -> None:
+        """The count of damaged state files moved aside (a StateStore's `quarantined`)."""
+        self.registry.register(_StateFilesCollector(store))
+
     def request(self, name: str, version: int) -> None:
         self.requests.labels(name, str(version)).inc()
 
@@ -162,3 +169,16 @@ class _IndexUseCollector:
         for suffix, count in sorted(dict(self.use.invalid).items()):
             invalid.add_metric([suffix], count)
         return [segments, invalid]
+
+
+class _StateFilesCollector:
+    """A StateStore's count of quarantined files, read when scraped."""
+
+    def __init__(self, store: Any):
+        self.store = store
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        return [CounterMetricFamily("kafkacodec_serve_state_files_quarantined", "State files found damaged "
+                                    "and moved aside (<name>.damaged-<UTC time>)", value=self.store.quarantined)]

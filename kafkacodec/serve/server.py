@@ -120,6 +120,8 @@ class Server:
                 metrics.add_upstream(self.view)
             else:
                 metrics.add_logview(self.view)
+                if self.offsets.store is not None:
+                    metrics.add_state_files(self.offsets.store)
             return metrics
         except ImportError:
             if self.config.metrics_listen is not None:
