@@ -321,6 +321,44 @@ def test_target_errors_are_retried_in_order(clusters, tmp_path, how):
             assert set(values) == {v for _, v, _, _ in want[p]}
 
 
+def run_bounded(m, timeout=30.0):
+    """m.run() in a thread: its exit status, or None when it had not ended by itself after
+    `timeout` seconds (then it is stopped)."""
+    result = []
+    runner = threading.Thread(target=lambda: result.append(m.run()))
+    runner.start()
+    runner.join(timeout)
+    if runner.is_alive():
+        m.stop()
+        runner.join(30)
+        return None
+    return result[0] if result else "raised"
+
+
+def test_a_rename_onto_another_mirrored_topic_books_each_source_apart(clusters, tmp_path):
+    """--topics a,b --rename a:b sends both source topics to target topic b (allowed: a merge);
+    each acknowledgement moves the position of the source partition its batch came from (the
+    rename map was inverted, booking b's batches as a's: b never caught up)."""
+    source, target = clusters
+    a, b = "merge-a", "merge-b"
+    for topic in (a, b):
+        source.create_topic(topic)
+    target.create_topic(b)
+    produce(source, a, 30, "lz4", "a")
+    produce(source, b, 20, "none", "b")
+    config = MirrorConfig(source=source.bootstrap, target=target.bootstrap, topics=[a, b], rename={a: b},
+                          state_dir=str(tmp_path), until_caught_up=True, progress=False, checkpoint_interval=0)
+    assert run_bounded(Mirror(config)) == 0
+    state = json.loads((tmp_path / "checkpoint.json").read_text())
+    assert state["positions"] == {f"{t}/{p}": n for t, n in ((a, 30), (b, 20)) for p in range(4)}
+    assert state["topics"] == {a: b, b: b}
+    got, want_a, want_b = read_all(target, b), read_all(source, a), read_all(source, b)
+    for p in range(4):                            # each source's records in order, none twice
+        assert [r for r in got[p] if r[0].startswith(b"a")] == want_a[p]
+        assert [r for r in got[p] if r[0].startswith(b"b")] == want_b[p]
+        assert len(got[p]) == 50
+
+
 def test_a_damaged_checkpoint_stops_the_command_in_one_line_unless_a_start_is_given(clusters, tmp_path, capsys):
     from kafkacodec.cli import main
 

@@ -12,7 +12,9 @@ cluster to a target cluster.
   directory (and optionally committed to a source group): a crash and restart lose nothing and
   write again at most what was acknowledged after the last checkpoint plus what was in flight.
 - Source partition p goes to target partition p of the (renamed) target topic; a target topic
-  with fewer partitions is refused.  `until_caught_up` ends once everything that was in the
+  with fewer partitions is refused.  Several source topics may go to one target topic (a merge,
+  also `--topics a,b --rename a:b`): each batch carries its source partition, whose position
+  its acknowledgement moves.  `until_caught_up` ends once everything that was in the
   source at start is acknowledged.
 
 See docs/mirroring.md.
@@ -152,16 +154,17 @@ class Mirror:
         """Queue a fetched partition's batches for the target (or its new position only)."""
         assert self.producer is not None
         topic = self.target_topic(part.topic)
+        source = (part.topic, part.partition)
         batches = part.batches
         if not batches:
-            self.producer.enqueue(topic, part.partition, Item(None, part.next_offset, part))
+            self.producer.enqueue(topic, part.partition, Item(None, source, part.next_offset, part))
             part.release()
             return
         self._copied_left[id(part)] = len(batches)
         self._parts[id(part)] = part
         for i, batch in enumerate(batches):
             following = batch.offset + 1 if i + 1 < len(batches) else part.next_offset
-            self.producer.enqueue(topic, part.partition, Item(batch, following, part))
+            self.producer.enqueue(topic, part.partition, Item(batch, source, following, part))
 
     def _on_copied(self, item: Item) -> None:
         """A batch is in a request frame: its source bytes may go back to the ring."""
@@ -175,16 +178,9 @@ class Mirror:
         else:
             self._copied_left[key] = left - 1
 
-    def _on_acked(self, topic: str, partition: int, item: Item) -> None:
-        source_topic = self._source_topic(topic)
-        self.acked[(source_topic, partition)] = item.source_next
+    def _on_acked(self, item: Item) -> None:
+        self.acked[item.source] = item.source_next
         self._dirty = True
-
-    def _source_topic(self, target_topic: str) -> str:
-        for source, target in self.config.rename.items():
-            if target == target_topic:
-                return source
-        return target_topic
 
     def caught_up(self) -> bool:
         return bool(self.ends) and all(self.acked.get(tp, -1) >= end for tp, end in self.ends.items())
