@@ -71,6 +71,15 @@ def produce(cluster, topic, n, codec="none", seed="", **config):
     assert producer.flush(30) == 0
 
 
+def topic_on_both(clusters, topic, n, codec="none", seed=""):
+    """`topic` on the source and the target, `n` records in each source partition."""
+    source, target = clusters
+    source.create_topic(topic)
+    target.create_topic(topic)
+    produce(source, topic, n, codec, seed)
+    return source, target
+
+
 def mirror(source, target, topics, state_dir, **options):
     config = MirrorConfig(source=source.bootstrap, target=target.bootstrap, topics=topics,
                           state_dir=str(state_dir), until_caught_up=True, progress=False, **options)
@@ -160,11 +169,8 @@ def test_transactions_and_an_idempotent_source(clusters, tmp_path):
 
 
 def test_group_commits_and_a_second_run_continues(clusters, tmp_path):
-    source, target = clusters
     topic = "resume"
-    source.create_topic(topic)
-    target.create_topic(topic)
-    produce(source, topic, 20, "snappy", "a")
+    source, target = topic_on_both(clusters, topic, 20, "snappy", "a")
     mirror(source, target, [topic], tmp_path, group_id="mirror-group", checkpoint_interval=0)
     with Consumer(source.bootstrap, group_id="mirror-group") as consumer:
         assert consumer.committed([(topic, p) for p in range(4)]) == {(topic, p): 20 for p in range(4)}
@@ -313,3 +319,81 @@ def test_target_errors_are_retried_in_order(clusters, tmp_path, how):
         for p in range(4):                         # at-least-once: order kept, nothing lost
             values = [v for _, v, _, _ in got[p]]
             assert set(values) == {v for _, v, _, _ in want[p]}
+
+
+def run_bounded(m, timeout=30.0):
+    """m.run() in a thread: its exit status, or None when it had not ended by itself after
+    `timeout` seconds (then it is stopped)."""
+    result = []
+    runner = threading.Thread(target=lambda: result.append(m.run()))
+    runner.start()
+    runner.join(timeout)
+    if runner.is_alive():
+        m.stop()
+        runner.join(30)
+        return None
+    return result[0] if result else "raised"
+
+
+def test_a_rename_onto_another_mirrored_topic_books_each_source_apart(clusters, tmp_path):
+    """--topics a,b --rename a:b sends both source topics to target topic b (allowed: a merge);
+    each acknowledgement moves the position of the source partition its batch came from (the
+    rename map was inverted, booking b's batches as a's: b never caught up)."""
+    source, target = clusters
+    a, b = "merge-a", "merge-b"
+    for topic in (a, b):
+        source.create_topic(topic)
+    target.create_topic(b)
+    produce(source, a, 30, "lz4", "a")
+    produce(source, b, 20, "none", "b")
+    config = MirrorConfig(source=source.bootstrap, target=target.bootstrap, topics=[a, b], rename={a: b},
+                          state_dir=str(tmp_path), until_caught_up=True, progress=False, checkpoint_interval=0)
+    assert run_bounded(Mirror(config)) == 0
+    state = json.loads((tmp_path / "checkpoint.json").read_text())
+    assert state["positions"] == {f"{t}/{p}": n for t, n in ((a, 30), (b, 20)) for p in range(4)}
+    assert state["topics"] == {a: b, b: b}
+    got, want_a, want_b = read_all(target, b), read_all(source, a), read_all(source, b)
+    for p in range(4):                            # each source's records in order, none twice
+        assert [r for r in got[p] if r[0].startswith(b"a")] == want_a[p]
+        assert [r for r in got[p] if r[0].startswith(b"b")] == want_b[p]
+        assert len(got[p]) == 50
+
+
+def test_a_damaged_checkpoint_stops_the_command_in_one_line_unless_a_start_is_given(clusters, tmp_path, capsys):
+    from kafkacodec.cli import main
+
+    topic = "damaged-checkpoint"
+    source, target = topic_on_both(clusters, topic, 10)
+    state = tmp_path / "checkpoint.json"
+    state.write_text('{"format": 1, "positions": {"damaged-checkpoint/0": ')     # cut short
+    argv = ["mirror", "--source", source.bootstrap, "--target", target.bootstrap, "--topics", topic,
+            "--state-dir", str(tmp_path), "--no-progress", "--until-caught-up"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if x.startswith("kafkacodec: error:")]
+    (moved,) = [p for p in tmp_path.iterdir() if p.name.startswith("checkpoint.json.damaged-")]
+    assert str(state) in line and str(moved) in line and "--start" in line
+    assert sum(len(v) for v in read_all(target, topic).values()) == 0    # nothing copied again
+    state.write_text("{}")                                                # damaged again
+    assert main(argv + ["--start", "earliest"]) == 0                     # the user's choice
+    assert read_all(target, topic) == read_all(source, topic)
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith("checkpoint.json.damaged-")]) == 2
+
+
+def test_a_damaged_checkpoint_falls_back_to_the_previous_generation(clusters, tmp_path):
+    topic = "previous-checkpoint"
+    source, target = topic_on_both(clusters, topic, 10, "gzip", "a")
+    mirror(source, target, [topic], tmp_path)
+    # the generation a later write keeps as checkpoint.json.previous
+    (tmp_path / "checkpoint.json.previous").write_bytes((tmp_path / "checkpoint.json").read_bytes())
+    produce(source, topic, 10, "gzip", "b")
+    (tmp_path / "checkpoint.json").write_text("[]")
+    m = mirror(source, target, [topic], tmp_path)
+    assert read_all(target, topic) == read_all(source, topic)           # from 10: none twice, none lost
+    assert m.checkpoint.store.quarantined == 1
+    from kafkacodec.mirror._metrics import MirrorCollector
+
+    families = {f.name: f for f in MirrorCollector(m).collect()}
+    assert families["kafkacodec_mirror_state_files_quarantined"].samples[0].value == 1
+    assert json.loads((tmp_path / "checkpoint.json").read_text())["positions"][f"{topic}/0"] == 20

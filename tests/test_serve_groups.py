@@ -15,6 +15,7 @@ import pytest
 
 from kafkacodec.protocol import messages as m
 from kafkacodec.serve import Server
+from kafkacodec.serve.offsets import group_file_name
 
 from serve_support import aiokafka_read, confluent_read, expected, kafka_python_read, make_log_dir
 
@@ -49,7 +50,9 @@ def state_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(log_dir, state_dir):
-    with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state_dir), zstd_codec="lz4") as running:
+    # a session timeout below Kafka's group.min.session.timeout.ms (6 s) for the expiry test
+    with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state_dir), zstd_codec="lz4",
+                group_min_session_timeout_ms=100) as running:
         yield running
 
 
@@ -135,11 +138,11 @@ def test_two_members_split_the_partitions_and_one_takes_over(server, log_dir):
             t.join(30)
 
 
-def request(port: int, key: int, version: int, body: dict) -> dict:
+def request(port: int, key: int, version: int, body: dict, timeout: float = 30) -> dict:
     data = bytes(m.REQUESTS[key].encode(version, body))
     flexible = version >= m.FLEXIBLE[key]
     header = struct.pack(">hhih", key, version, 1, -1) + (b"\0" if flexible else b"")
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(struct.pack(">i", len(header) + len(data)) + header + data)
         size = struct.unpack(">i", _recv(sock, 4))[0]
         answer = _recv(sock, size)
@@ -246,7 +249,7 @@ def test_offsets_survive_a_restart(log_dir, tmp_path):
         consumer.commit({tp: __import__("kafka").OffsetAndMetadata(got[499][0] + 1, "", -1)})
         consumer.close()
     files = list((state / "groups").iterdir())
-    assert [f.name for f in files] == ["restart.json"]     # no temporary file left behind
+    assert [f.name for f in files] == [group_file_name("restart")]     # no temporary file left behind
     stored = json.loads(files[0].read_text())
     assert stored["offsets"] == [{**stored["offsets"][0], "topic": "modern", "partition": 0, "offset": 500}]
     with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state)) as srv:
@@ -255,26 +258,27 @@ def test_offsets_survive_a_restart(log_dir, tmp_path):
 
 
 def test_a_commit_that_cannot_be_stored_fails_and_keeps_the_old_offsets(log_dir, tmp_path, monkeypatch):
-    import kafkacodec.serve.offsets as offsets
+    import kafkacodec._statestore as statestore
 
     state = tmp_path / "state"
+    disk = state / "groups" / group_file_name("disk")
     with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state)) as srv:
         body = {"group_id": "disk", "generation_id_or_member_epoch": -1, "member_id": "",
                 "topics": [{"name": "modern", "partitions": [{"partition_index": 0, "committed_offset": 7}]}]}
         assert request(srv.port, m.OFFSET_COMMIT, 2, body)["topics"][0]["partitions"][0]["error_code"] == 0
-        before = (state / "groups" / "disk.json").read_bytes()
+        before = disk.read_bytes()
 
         def full_disk(path):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(offsets, "atomic_output", full_disk)
+        monkeypatch.setattr(statestore, "atomic_output", full_disk)
         body["topics"][0]["partitions"][0]["committed_offset"] = 9
         answer = request(srv.port, m.OFFSET_COMMIT, 2, body)
         assert answer["topics"][0]["partitions"][0]["error_code"] == 15     # COORDINATOR_NOT_AVAILABLE
         fetched = request(srv.port, m.OFFSET_FETCH, 1, {"group_id": "disk", "topics": [
             {"name": "modern", "partition_indexes": [0]}]})
         assert fetched["topics"][0]["partitions"][0]["committed_offset"] == 7
-    assert (state / "groups" / "disk.json").read_bytes() == before
+    assert disk.read_bytes() == before
 
 
 def test_a_follower_rejoining_with_the_same_metadata_keeps_the_generation(server):
@@ -313,3 +317,104 @@ def test_a_follower_rejoining_with_the_same_metadata_keeps_the_generation(server
     again = request(port, m.JOIN_GROUP, 5, {**join, "member_id": b["member_id"]})   # answered at once
     assert again["error_code"] == 0 and again["generation_id"] == generation and again["members"] == []
     assert server.groups.groups["steady"].state == "Stable"
+
+
+# --- JoinGroup checked as Kafka checks it ----------------------------------------------------------
+JOIN = {"session_timeout_ms": 30000, "rebalance_timeout_ms": 30000, "member_id": "", "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"m"}]}
+
+
+def _stable_member(port: int, group: str) -> tuple[str, int]:
+    joined = request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": group}, timeout=10)
+    assert joined["error_code"] == 0
+    member, generation = joined["member_id"], joined["generation_id"]
+    synced = request(port, m.SYNC_GROUP, 3, {"group_id": group, "generation_id": generation, "member_id": member,
+                                             "assignments": [{"member_id": member, "assignment": b"a"}]}, timeout=10)
+    assert synced["error_code"] == 0
+    return member, generation
+
+
+def test_a_join_without_protocols_is_refused_and_leaves_the_group_usable(server):
+    """ClassicGroup.supportsProtocols: an empty group takes a member only with a protocol type and
+    at least one protocol; a group with members only with its type and a protocol all of them
+    support.  A join with none was taken in, and the group's next rebalance failed for good."""
+    port = server.port
+    for group in ("no-protocols", "no-protocols-v0"):
+        version = 0 if group.endswith("v0") else 5
+        for bad in ({"protocols": []}, {"protocol_type": ""}, {"protocol_type": "", "protocols": []}):
+            answer = request(port, m.JOIN_GROUP, version, {**JOIN, "group_id": group, **bad}, timeout=10)
+            assert answer["error_code"] == 23, (group, bad)            # INCONSISTENT_GROUP_PROTOCOL
+        assert group not in server.groups.groups or not server.groups.groups[group].members
+        member, generation = _stable_member(port, group)              # the group works for everyone else
+        for bad in ({"protocols": []}, {"protocol_type": ""}, {"protocol_type": "connect"},
+                    {"protocols": [{"name": "roundrobin", "metadata": b""}]},
+                    {"member_id": member, "protocols": []}):
+            answer = request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": group, **bad}, timeout=10)
+            assert answer["error_code"] == 23, (group, bad)
+        beat = request(port, m.HEARTBEAT, 3, {"group_id": group, "generation_id": generation, "member_id": member},
+                       timeout=10)
+        assert beat["error_code"] == 0
+        assert (server.groups.groups[group].state, server.groups.groups[group].generation) == ("Stable", generation)
+
+
+def test_join_group_id_and_session_timeout_follow_kafka(server):
+    port = server.port
+    low, high = server.config.group_min_session_timeout_ms, server.config.group_max_session_timeout_ms
+    assert request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": ""}, timeout=10)["error_code"] == 24   # INVALID_GROUP_ID
+    for session in (low - 1, high + 1, -1):
+        answer = request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": "bounds", "session_timeout_ms": session},
+                         timeout=10)
+        assert answer["error_code"] == 26, session                   # INVALID_SESSION_TIMEOUT
+    # a member id the group does not know; a group that does not exist
+    assert request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": "bounds", "member_id": "x"},
+                   timeout=10)["error_code"] == 25
+    answer = request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": "bounds", "session_timeout_ms": high}, timeout=10)
+    assert answer["error_code"] == 0
+    from kafkacodec.serve import ServeConfig
+
+    config = ServeConfig(log_dirs=["x"])          # Kafka's group.{min,max}.session.timeout.ms
+    assert (config.group_min_session_timeout_ms, config.group_max_session_timeout_ms) == (6000, 1800000)
+    with pytest.raises(ValueError, match="group_min_session_timeout_ms"):
+        ServeConfig(log_dirs=["x"], group_min_session_timeout_ms=10, group_max_session_timeout_ms=5)
+
+
+# --- the state directory: any group id, damaged files --------------------------------------------
+ODD_GROUP_IDS = [".dotted", ".", "..", "a/b", "%2F", "nul\0", "x" * 240, "组" * 30, "Case", "case"]
+
+
+def _commit(port: int, group: str, offset: int) -> int:
+    body = {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+            "topics": [{"name": "modern", "partitions": [{"partition_index": 0, "committed_offset": offset}]}]}
+    return request(port, m.OFFSET_COMMIT, 2, body, timeout=10)["topics"][0]["partitions"][0]["error_code"]
+
+
+def _fetch(port: int, group: str) -> int:
+    answer = request(port, m.OFFSET_FETCH, 1, {"group_id": group, "topics": [
+        {"name": "modern", "partition_indexes": [0]}]}, timeout=10)
+    return answer["topics"][0]["partitions"][0]["committed_offset"]
+
+
+def test_any_group_id_commits_and_survives_a_restart(log_dir, tmp_path):
+    state = tmp_path / "state"
+    with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state)) as srv:
+        assert [_commit(srv.port, g, 10 + i) for i, g in enumerate(ODD_GROUP_IDS)] == [0] * len(ODD_GROUP_IDS)
+    with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state)) as srv:
+        assert [_fetch(srv.port, g) for g in ODD_GROUP_IDS] == [10 + i for i in range(len(ODD_GROUP_IDS))]
+
+
+def test_a_damaged_group_file_does_not_stop_the_start(log_dir, tmp_path):
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import generate_latest
+
+    state = tmp_path / "state"
+    with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state)) as srv:
+        assert _commit(srv.port, "kept", 7) == 0
+    groups = state / "groups"
+    (groups / "broken.json").write_text("[]")                 # a JSON list stopped the start
+    (groups / "half.json").write_text('{"format": 1, "gro')
+    with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state)) as srv:
+        assert _fetch(srv.port, "kept") == 7
+        text = generate_latest(srv.metrics.registry).decode()
+    assert "kafkacodec_serve_state_files_quarantined_total 2.0" in text
+    assert sorted(p.name.split(".damaged-")[0] for p in groups.iterdir() if ".damaged-" in p.name) == [
+        "broken.json", "half.json"]

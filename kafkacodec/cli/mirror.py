@@ -14,7 +14,8 @@ MIRROR_EXIT_CODES = """exit codes:
   1  the target refused a batch (or source data was corrupt): nothing past the last
      acknowledged batch is checkpointed, a restart continues there
   2  bad arguments or a configuration the mirror refuses: missing target topic, a target
-     topic with fewer partitions than its source, a --state-dir of other clusters
+     topic with fewer partitions than its source, a --state-dir of other clusters, a
+     damaged checkpoint with no earlier good one and no --start (it is moved aside)
   3  a cluster could not be reached, or the state directory could not be written
   4  optional part missing: pip install "kafkacodec[mirror]\""""
 
@@ -90,8 +91,9 @@ def add_parser(subparsers: Any) -> None:
                    help="several batches per partition per ProduceRequest (only for a target that "
                         "accepts it; Kafka brokers answer INVALID_RECORD)")
     m.add_argument("--group", metavar="GROUP", help="also commit the positions to this source consumer group")
-    m.add_argument("--start", choices=("earliest", "latest", "committed"), default="earliest",
-                   help="where to start without a checkpoint (committed: --group's offsets)")
+    m.add_argument("--start", choices=("earliest", "latest", "committed"),
+                   help="where to start without a checkpoint (committed: --group's offsets; default "
+                        "earliest); given, also where to start when the checkpoint is damaged")
     m.add_argument("--checkpoint-interval", type=float, default=1.0, metavar="SECONDS",
                    help="time between checkpoints (0: after every acknowledgement; default 1)")
     m.add_argument("--max-in-flight", type=count_arg(1), default=5, metavar="N",

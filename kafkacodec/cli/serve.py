@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
             zstd_codec=args.zstd_downconvert_codec, node_id=args.node_id,
             poll_interval_ms=args.poll_interval_ms,
             group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+            group_min_session_timeout_ms=args.group_min_session_timeout_ms,
+            group_max_session_timeout_ms=args.group_max_session_timeout_ms,
             upstream=args.upstream, upstream_buffer_memory=args.upstream_buffer_memory,
             upstream_cache_memory=args.upstream_cache_memory,
             connections_max_idle_ms=args.connections_max_idle_ms,
@@ -162,5 +164,10 @@ def add_parser(subparsers: Any) -> None:
     limits.add_argument("--max-request-entries", type=count_arg(1), default=20_000, metavar="N",
                         help="topics, partitions and other array entries one request may hold; "
                              "more closes the connection before any work (default 20000)")
+    sv.add_argument("--group-min-session-timeout-ms", type=count_arg(0), default=6000, metavar="MS",
+                    help="group.min.session.timeout.ms: shorter session timeouts are refused "
+                         "(INVALID_SESSION_TIMEOUT; default 6000)")
+    sv.add_argument("--group-max-session-timeout-ms", type=count_arg(0), default=1800000, metavar="MS",
+                    help="group.max.session.timeout.ms (default 1800000)")
     sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     sv.set_defaults(run=run)

@@ -43,6 +43,9 @@ class MirrorCollector:
         yield errors
         yield CounterMetricFamily("kafkacodec_mirror_checkpoints", "Checkpoints written",
                                   value=m.checkpoint.writes)
+        yield CounterMetricFamily("kafkacodec_mirror_state_files_quarantined",
+                                  "Checkpoints found damaged and moved aside",
+                                  value=m.checkpoint.store.quarantined)
         yield CounterMetricFamily("kafkacodec_mirror_fetched_bytes", "FetchResponse bytes read",
                                   value=m.consumer.fetcher.bytes_fetched if m.consumer else 0)
         position = GaugeMetricFamily("kafkacodec_mirror_position",

@@ -16,7 +16,8 @@
 
 A batch is the caller's object until it is written into a request frame (one copy, header
 rewritten, CRC updated); `on_copied(item)` then lets the caller release the source bytes, and
-`on_acked(item)` reports its acknowledgement.  Not thread-safe (one thread drives it).
+`on_acked(item)` reports its acknowledgement (`item.source`: the source partition it came from;
+several source partitions may go to one target partition).  Not thread-safe (one thread drives it).
 """
 
 from __future__ import annotations
@@ -57,12 +58,13 @@ class Item:
     """One source batch on its way to a target partition, or a position-only marker (batch
     None: control batches or aborted data the source position moves over)."""
 
-    __slots__ = ("batch", "source_next", "owner", "sequence", "frame", "position", "size",
+    __slots__ = ("batch", "source", "source_next", "owner", "sequence", "frame", "position", "size",
                  "acked", "attempts", "trailers", "serial")
 
-    def __init__(self, batch: Any, source_next: int, owner: Any = None):
+    def __init__(self, batch: Any, source: tuple[str, int], source_next: int, owner: Any = None):
         self.batch = batch                  # RawBytesBatchRecord (or None)
-        self.source_next = source_next      # the source offset after it
+        self.source = source                # the source (topic, partition) it comes from
+        self.source_next = source_next      # the source offset after it there
         self.owner = owner                  # what to release once copied (FetchedPartition)
         self.sequence = -1
         self.frame: Any = None              # the request frame holding the rewritten copy
@@ -95,7 +97,7 @@ class IdempotentProducer:
                  max_request_bytes: int = 8 << 20, multi_batch: bool = False,
                  client_id: str = "kafkacodec-mirror",
                  on_copied: Callable[[Item], None] | None = None,
-                 on_acked: Callable[[str, int, Item], None] | None = None,
+                 on_acked: Callable[[Item], None] | None = None,
                  retry_backoff: float = 0.1, max_retry_backoff: float = 1.0):
         self.cluster = cluster
         self.acks = acks
@@ -163,7 +165,7 @@ class IdempotentProducer:
         else:
             item.acked = True
             if self.on_acked is not None:
-                self.on_acked(topic, partition, item)
+                self.on_acked(item)
 
     @property
     def busy(self) -> bool:
@@ -302,9 +304,9 @@ class IdempotentProducer:
             done = tp.in_flight.popleft()
             done.frame = None
             if self.on_acked is not None:
-                self.on_acked(tp.topic, tp.partition, done)
+                self.on_acked(done)
                 for trailer in done.trailers:
-                    self.on_acked(tp.topic, tp.partition, trailer)
+                    self.on_acked(trailer)
             done.trailers = []
 
     def _on_error(self, exc: BaseException, context: Any) -> None:

@@ -12,7 +12,9 @@ cluster to a target cluster.
   directory (and optionally committed to a source group): a crash and restart lose nothing and
   write again at most what was acknowledged after the last checkpoint plus what was in flight.
 - Source partition p goes to target partition p of the (renamed) target topic; a target topic
-  with fewer partitions is refused.  `until_caught_up` ends once everything that was in the
+  with fewer partitions is refused.  Several source topics may go to one target topic (a merge,
+  also `--topics a,b --rename a:b`): each batch carries its source partition, whose position
+  its acknowledgement moves.  `until_caught_up` ends once everything that was in the
   source at start is acknowledged.
 
 See docs/mirroring.md.
@@ -29,7 +31,7 @@ from typing import Any
 from kafkacodec.consumer import Consumer, Reactor
 from kafkacodec.consumer._cluster import BrokerError, Cluster
 from kafkacodec.consumer._forms import FetchedPartition
-from kafkacodec.mirror._checkpoint import Checkpoint
+from kafkacodec.mirror._checkpoint import Checkpoint, CheckpointDamagedError
 from kafkacodec.mirror._producer import IdempotentProducer, Item
 
 __all__ = ["Mirror", "MirrorConfig", "MirrorError", "TARGET_RING_BYTES"]
@@ -53,7 +55,8 @@ class MirrorConfig:
     buffer_memory: int = 64 << 20
     multi_batch: bool = False
     group_id: str | None = None          # also commit the positions to this source group
-    start: str = "earliest"              # without a checkpoint: earliest | latest | committed
+    start: str | None = None             # without a checkpoint: earliest (None) | latest | committed;
+                                         # given, also where to begin when it is damaged
     checkpoint_interval: float = 1.0     # seconds between checkpoints (0: after every ack)
     max_in_flight: int = 5               # unacknowledged batches per partition (<= 5)
     max_request_bytes: int = 8 << 20
@@ -120,12 +123,17 @@ class Mirror:
                 raise MirrorError(f"target topic {name!r} has {have} partitions, fewer than the "
                                   f"{counts[topic]} of source topic {topic!r}: each source "
                                   f"partition needs its own target partition")
-        saved = self.checkpoint.load(self.consumer.cluster.cluster_id, self.target.cluster_id)
+        try:
+            saved = self.checkpoint.load(self.consumer.cluster.cluster_id, self.target.cluster_id)
+        except CheckpointDamagedError as exc:
+            if cfg.start is None:                # never the whole topics again unasked
+                raise MirrorError(str(exc)) from None
+            saved = {}
         wanted: dict[tuple[str, int], Any] = {}
         for topic, count in counts.items():
             for p in range(count):
                 key = (topic, p)
-                wanted[key] = saved.get(key, cfg.start)
+                wanted[key] = saved.get(key, cfg.start or "earliest")
         self.consumer.assign(wanted)
         for key in wanted:
             self.acked[key] = self.consumer.position(key)
@@ -146,16 +154,17 @@ class Mirror:
         """Queue a fetched partition's batches for the target (or its new position only)."""
         assert self.producer is not None
         topic = self.target_topic(part.topic)
+        source = (part.topic, part.partition)
         batches = part.batches
         if not batches:
-            self.producer.enqueue(topic, part.partition, Item(None, part.next_offset, part))
+            self.producer.enqueue(topic, part.partition, Item(None, source, part.next_offset, part))
             part.release()
             return
         self._copied_left[id(part)] = len(batches)
         self._parts[id(part)] = part
         for i, batch in enumerate(batches):
             following = batch.offset + 1 if i + 1 < len(batches) else part.next_offset
-            self.producer.enqueue(topic, part.partition, Item(batch, following, part))
+            self.producer.enqueue(topic, part.partition, Item(batch, source, following, part))
 
     def _on_copied(self, item: Item) -> None:
         """A batch is in a request frame: its source bytes may go back to the ring."""
@@ -169,16 +178,9 @@ class Mirror:
         else:
             self._copied_left[key] = left - 1
 
-    def _on_acked(self, topic: str, partition: int, item: Item) -> None:
-        source_topic = self._source_topic(topic)
-        self.acked[(source_topic, partition)] = item.source_next
+    def _on_acked(self, item: Item) -> None:
+        self.acked[item.source] = item.source_next
         self._dirty = True
-
-    def _source_topic(self, target_topic: str) -> str:
-        for source, target in self.config.rename.items():
-            if target == target_topic:
-                return source
-        return target_topic
 
     def caught_up(self) -> bool:
         return bool(self.ends) and all(self.acked.get(tp, -1) >= end for tp, end in self.ends.items())

@@ -58,6 +58,9 @@ class ServeConfig:
     - `chunk_size`: input bytes converted per chunk (Kafka's 128 KiB).
     - `poll_interval_ms`: how often waiting fetches look at the files for new data.
     - `group_initial_rebalance_delay_ms`: group.initial.rebalance.delay.ms.
+    - `group_min_session_timeout_ms`, `group_max_session_timeout_ms`: group.min.session.timeout.ms
+      and group.max.session.timeout.ms, the session timeouts a JoinGroup may ask for (Kafka's
+      defaults, 6 s and 30 min; outside: INVALID_SESSION_TIMEOUT).
     - `shutdown_timeout_s`: how long stop() lets responses in flight finish.
 
     Connection limits (docs/reliability.md: what a client sees when each is hit):
@@ -89,6 +92,8 @@ class ServeConfig:
     cluster_id: str | None = None
     poll_interval_ms: int = 10
     group_initial_rebalance_delay_ms: int = 0
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
     offset_metadata_max_bytes: int = 4096
     shutdown_timeout_s: float = 5.0
     upstream: str | None = None
@@ -123,6 +128,10 @@ class ServeConfig:
             self.max_connections = default_max_connections()
         elif self.max_connections < 1:
             raise ValueError("max_connections must be at least 1")
+        if not 0 <= self.group_min_session_timeout_ms <= self.group_max_session_timeout_ms:
+            raise ValueError(f"group_min_session_timeout_ms ({self.group_min_session_timeout_ms}) must be "
+                             f"at least 0 and at most group_max_session_timeout_ms "
+                             f"({self.group_max_session_timeout_ms})")
         if self.zstd_codec not in (None, "none", "gzip", "snappy", "lz4"):
             raise ValueError(f"zstd_codec must be none, gzip, snappy or lz4, got {self.zstd_codec!r}")
 

@@ -8,7 +8,9 @@ the first join of an empty group waits group.initial.rebalance.delay.ms) -> Comp
 everyone's metadata) -> Stable once the leader's SyncGroup brings the assignments (opaque bytes,
 handed to each member).  A member that sends nothing for its session timeout is removed and
 the group rebalances.  Errors as Kafka's: UNKNOWN_MEMBER_ID (25), ILLEGAL_GENERATION (22),
-REBALANCE_IN_PROGRESS (27), INCONSISTENT_GROUP_PROTOCOL (23).
+REBALANCE_IN_PROGRESS (27), INCONSISTENT_GROUP_PROTOCOL (23: a join without a protocol type or
+protocols, or whose type or protocols the group's members do not share), INVALID_GROUP_ID (24),
+INVALID_SESSION_TIMEOUT (26: outside group.{min,max}.session.timeout.ms).
 
 Offsets: OffsetCommit from the group's current generation (or from a consumer outside any
 group, generation -1, while the group has no members), stored by offsets.OffsetStore before the
@@ -39,7 +41,6 @@ OFFSET_METADATA_TOO_LARGE, COORDINATOR_NOT_AVAILABLE = 12, 15
 ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID = 22, 23, 24
 UNKNOWN_MEMBER_ID, INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS = 25, 26, 27
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
-MIN_SESSION_TIMEOUT_MS, MAX_SESSION_TIMEOUT_MS = 1, 30 * 60 * 1000
 _EXPIRY_CHECK_S = 0.2
 
 
@@ -97,19 +98,8 @@ class GroupCoordinator:
         session = body["session_timeout_ms"]
         rebalance = body["rebalance_timeout_ms"] if body["rebalance_timeout_ms"] > 0 else session
         protocols = [(p["name"], p["metadata"]) for p in body["protocols"]]
-        error = NONE
-        if not group_id:
-            error = INVALID_GROUP_ID
-        elif not MIN_SESSION_TIMEOUT_MS <= session <= MAX_SESSION_TIMEOUT_MS:
-            error = INVALID_SESSION_TIMEOUT
-        group = self.groups.get(group_id) if not error else None
-        if not error and group is not None and group.members:
-            if body["protocol_type"] != group.protocol_type or not self._common(group, protocols, member_id):
-                error = INCONSISTENT_GROUP_PROTOCOL
-            elif member_id and member_id not in group.members:
-                error = UNKNOWN_MEMBER_ID
-        elif not error and member_id and (group is None or member_id not in group.members):
-            error = UNKNOWN_MEMBER_ID
+        group = self.groups.get(group_id)
+        error = self._join_error(group, body, {name for name, _ in protocols})
         if error:
             self._join_answer(req, error, member_id=member_id)
             return
@@ -146,13 +136,36 @@ class GroupCoordinator:
             self._prepare(group)
         self._maybe_complete_join(group)
 
+    def _join_error(self, group: _Group | None, body: dict[str, Any], protocols: set[str]) -> int:
+        """Kafka's checks of a JoinGroup, in its order (GroupCoordinatorService.joinGroup, then
+        GroupMetadataManager's classic join): the group id, the session timeout within
+        group.{min,max}.session.timeout.ms, a member id the group knows (the protocols are
+        checked first when the group exists)."""
+        config = self.server.config
+        if not body["group_id"]:
+            return INVALID_GROUP_ID
+        if not config.group_min_session_timeout_ms <= body["session_timeout_ms"] \
+                <= config.group_max_session_timeout_ms:
+            return INVALID_SESSION_TIMEOUT
+        member_id = body["member_id"]
+        if member_id and group is None:
+            return UNKNOWN_MEMBER_ID
+        if not self._supports(group, body["protocol_type"], protocols):
+            return INCONSISTENT_GROUP_PROTOCOL
+        if member_id and group is not None and member_id not in group.members:
+            return UNKNOWN_MEMBER_ID
+        return NONE
+
     @staticmethod
-    def _common(group: _Group, protocols: list[tuple[str, bytes]], member_id: str) -> bool:
-        names = {name for name, _ in protocols}
-        for other in group.members.values():
-            if other.member_id != member_id:
-                names &= {name for name, _ in other.protocols}
-        return bool(names)
+    def _supports(group: _Group | None, protocol_type: str, protocols: set[str]) -> bool:
+        """ClassicGroup.supportsProtocols: an empty group takes a protocol type and at least one
+        protocol; a group with members its own type and a protocol every member (the joining one
+        too, when it is a member) supports.  So every member always shares one with the others,
+        which the protocol vote relies on."""
+        if group is None or not group.members:
+            return bool(protocol_type) and bool(protocols)
+        return protocol_type == group.protocol_type and any(
+            all(name in dict(mm.protocols) for mm in group.members.values()) for name in protocols)
 
     def _prepare(self, group: _Group) -> None:
         """To PreparingRebalance: pending syncs are told REBALANCE_IN_PROGRESS; the join

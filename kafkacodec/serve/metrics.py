@@ -30,6 +30,9 @@ source="txnindex", or from a walk of their batch headers, "rebuilt") and
 `kafkacodec_serve_invalid_index_files_total{suffix}` (`.index`, `.timeindex`, `.txnindex`,
 `.snapshot` files found invalid and read without, each counted once).
 
+With a state directory: `kafkacodec_serve_state_files_quarantined_total` (group offset files
+found damaged at start and moved aside, kafkacodec._statestore).
+
 Each Server has its own registry; the HTTP endpoint runs in prometheus-client's thread.
 """
 
@@ -106,6 +109,10 @@ class ServeMetrics:
     def add_connection_counts(self, server: Any) -> None:
         """The server's counts of closed connections (by reason) and accept back-offs."""
         self.registry.register(_ConnectionCollector(server))
+
+    def add_state_files(self, store: Any) -> None:
+        """The count of damaged state files moved aside (a StateStore's `quarantined`)."""
+        self.registry.register(_StateFilesCollector(store))
 
     def request(self, name: str, version: int) -> None:
         self.requests.labels(name, str(version)).inc()
@@ -189,3 +196,16 @@ class _IndexUseCollector:
         for suffix, count in sorted(dict(self.use.invalid).items()):
             invalid.add_metric([suffix], count)
         return [segments, invalid]
+
+
+class _StateFilesCollector:
+    """A StateStore's count of quarantined files, read when scraped."""
+
+    def __init__(self, store: Any):
+        self.store = store
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        return [CounterMetricFamily("kafkacodec_serve_state_files_quarantined", "State files found damaged "
+                                    "and moved aside (<name>.damaged-<UTC time>)", value=self.store.quarantined)]

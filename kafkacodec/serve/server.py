@@ -142,6 +142,8 @@ class Server:
                 metrics.add_upstream(self.view)
             else:
                 metrics.add_logview(self.view)
+                if self.offsets.store is not None:
+                    metrics.add_state_files(self.offsets.store)
             metrics.add_connection_counts(self)
             return metrics
         except ImportError:
