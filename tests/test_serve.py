@@ -21,7 +21,7 @@ import kafkacodec
 from kafkacodec.protocol import messages as m
 from blocking_client import BlockingClient
 from kafkacodec.serve import Server
-from kafkacodec.serve.network import FilePiece
+from kafkacodec.net.pieces import FilePiece
 
 from serve_support import (TOPICS, aiokafka_read, confluent_read, expected, kafka_python_read, make_log_dir,
                            partition_records)
@@ -249,7 +249,7 @@ def test_fetch_v4_sends_the_stored_bytes_with_sendfile(log_dir, monkeypatch):
     assert sum(sent) >= (log_dir / "modern-0" / "00000000000000000000.log").stat().st_size
 
 
-def test_without_sendfile_the_mapped_bytes_are_written(log_dir, monkeypatch):
+def test_without_sendfile_the_file_is_read_and_sent(log_dir, monkeypatch):
     monkeypatch.setattr(FilePiece, "use_sendfile", False)
     want = expected(log_dir)
     with Server([str(log_dir)], listen=("127.0.0.1", 0)) as srv:

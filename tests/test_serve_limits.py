@@ -156,9 +156,9 @@ def test_a_client_that_stops_reading_its_response_is_closed_and_gives_back_what_
             sock.connect(("127.0.0.1", srv.port))
             sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
             sockets.append(sock)                 # ...and never read
-        wait_for(lambda: not srv.connections, timeout=10)
+        wait_for(lambda: srv.closed_connections.get("response_write_timeout", 0) == 2, timeout=10)
+        assert not srv.connections
         assert srv.conversion_pool.available_memory == 1 << 20
-        assert srv.closed_connections.get("response_write_timeout", 0) == 2
         for sock in sockets:
             sock.close()
 
@@ -299,7 +299,7 @@ def test_an_answer_being_written_holds_at_most_one_descriptor(tmp_path):
         sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
         sock.recv(100)
         time.sleep(0.3)                            # the server is blocked writing the answer
-        assert srv.connections and next(iter(srv.connections)).responses
+        assert srv.connections and next(iter(srv.connections)).messages
         assert open_descriptors() - baseline <= 3  # the connection, one segment (+1 of slack)
         sock.close()
         wait_for(lambda: not srv.connections)

@@ -18,7 +18,7 @@ from kafkacodec import MemoryRecordsBuilder
 from kafkacodec.protocol import messages as m
 from blocking_client import BlockingClient
 from kafkacodec.serve import Server
-from kafkacodec.serve.network import FilePiece
+from kafkacodec.net.pieces import FilePiece
 
 from serve_support import Appender, confluent_read, expected, kafka_python_read, make_log_dir
 
@@ -243,7 +243,7 @@ def test_request_memory_pool_mutes_connections_until_memory_returns(tmp_path):
         muted = set(srv._memory_muted)
         holder.sendall(frame[30_000:])                            # memory comes back...
         assert read_answer(holder) == 1
-        wait_for(lambda: not srv._memory_muted and all(not c.memory_muted for c in muted))
+        wait_for(lambda: not srv._memory_muted and all(not c.reader.muted for c in muted))
         for sock, small in zip(others, frames):
             sock.sendall(small[5_000:])
         for i, sock in enumerate(others):                         # ...and nobody is left behind

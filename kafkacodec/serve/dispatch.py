@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kafkacodec.errors import CorruptRecordError
+from kafkacodec.net.connection import request_done
+from kafkacodec.net.pieces import BytesPiece
 from kafkacodec.protocol import messages as m
 from kafkacodec.protocol._schema import ZERO_UUID, Reader
 
 if TYPE_CHECKING:
-    from kafkacodec.serve.network import Connection
+    from kafkacodec.net.connection import Connection
     from kafkacodec.serve.server import Server
 
 __all__ = ["API_RANGES", "Request", "parse_header", "frame_response", "Dispatcher", "READ_ONLY"]
@@ -61,19 +63,20 @@ class Request:
     def flexible(self) -> bool:
         return self.api_version >= m.FLEXIBLE[self.api_key]
 
-    def respond(self, body: bytes | bytearray) -> None:
-        # ApiVersions answers always use response header v0 (KIP-511)
-        tagged = self.flexible and self.api_key != m.API_VERSIONS
-        self.conn.send([_pieces(frame_response(self.correlation_id, body, tagged))])
+    def respond(self, body: bytes | bytearray, *, tagged: bool | None = None) -> None:
+        """Answer with a response body (framed here)."""
+        if tagged is None:      # ApiVersions answers always use response header v0 (KIP-511)
+            tagged = self.flexible and self.api_key != m.API_VERSIONS
+        self.send([BytesPiece(frame_response(self.correlation_id, body, tagged))])
+
+    def send(self, pieces: list[Any]) -> None:
+        """Answer with framed pieces; the next request is read once they are written (Kafka
+        mutes a connection from a complete request until its response is sent)."""
+        conn = self.conn
+        conn.send(pieces, on_sent=lambda: request_done(conn))
 
     def done(self) -> None:
-        self.conn.request_done()
-
-
-def _pieces(data: bytes | bytearray) -> Any:
-    from kafkacodec.serve.network import BytesPiece
-
-    return BytesPiece(data)
+        request_done(self.conn)
 
 
 def frame_response(correlation_id: int, body: bytes | bytearray, tagged: bool) -> bytearray:
@@ -123,7 +126,7 @@ class Dispatcher:
         keys = [{"api_key": k, "min_version": lo, "max_version": hi}
                 for k, (lo, hi) in sorted(API_RANGES.items())]
         body = m.API_VERSIONS_RESPONSE.encode(0, {"error_code": UNSUPPORTED_VERSION, "api_keys": keys})
-        req.conn.send([_pieces(frame_response(req.correlation_id, body, False))])
+        req.respond(body, tagged=False)
 
     # --- Metadata --------------------------------------------------------------------------
     def metadata(self, req: Request, body: dict[str, Any]) -> None:

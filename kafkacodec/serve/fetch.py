@@ -39,7 +39,8 @@ from kafkacodec.serve.dispatch import (KAFKA_STORAGE_ERROR, MESSAGE_TOO_LARGE, N
                                        UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
                                        UNSUPPORTED_COMPRESSION_TYPE, UNSUPPORTED_VERSION, Request)
 from kafkacodec.serve.logview import Partition, Segment, StorageError
-from kafkacodec.serve.network import BytesPiece, FilePiece, LazyPiece
+from kafkacodec.net.connection import FAILED
+from kafkacodec.net.pieces import BytesPiece, FilePiece, LazyPiece
 
 if TYPE_CHECKING:
     from kafkacodec.serve.server import Server
@@ -81,7 +82,7 @@ def _stored_piece(found: Any, on_bytes: Any) -> Any:
     """The stored bytes of a range: sent with sendfile from a segment, or written from an
     upstream chunk (serve --upstream)."""
     if isinstance(found.segment, Segment):
-        return FilePiece(found.segment, found.position, found.size, on_bytes)
+        return FilePiece(found.segment.path, found.segment.inode, found.position, found.size, on_bytes)
     on_bytes(found.size)
     return BytesPiece(memoryview(found.segment.data)[found.position:found.position + found.size])
 
@@ -116,7 +117,7 @@ class FetchHandler:
                     self.parked.append(pending)
             except Exception:
                 log.exception("a waiting fetch failed; closing its connection")
-                pending.req.conn.close("fetch failed")   # kind FAILED
+                pending.req.conn.close("fetch failed", FAILED)
         self._schedule()
 
     def connection_closed(self, conn: Any) -> None:
@@ -357,7 +358,7 @@ class FetchHandler:
             pieces.append(answer.piece)
             at = cut
         pieces.append(BytesPiece(view[at:]))
-        req.conn.send(pieces)
+        req.send(pieces)
 
 
 def _release(topics: list[tuple[Any, Any, list[_PartitionAnswer]]]) -> None:

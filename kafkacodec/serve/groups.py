@@ -30,7 +30,7 @@ from kafkacodec.serve.dispatch import NONE, POLICY_VIOLATION, READ_ONLY, UNKNOWN
 from kafkacodec.serve.offsets import CommittedOffset
 
 if TYPE_CHECKING:
-    from kafkacodec.serve.network import Timer
+    from kafkacodec.net.loop import Timer
     from kafkacodec.serve.server import Server
 
 __all__ = ["GroupCoordinator"]

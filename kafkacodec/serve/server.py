@@ -32,13 +32,15 @@ from kafkacodec._pool import MemoryPool, SimpleMemoryPool
 from kafkacodec.errors import KafkaCodecError, MemoryPoolError, RecordTooLargeError
 from kafkacodec.protocol import messages as m
 from kafkacodec.protocol._fetch_server import decode_fetch_request
-from kafkacodec.serve.config import ServeConfig
+from kafkacodec.serve.config import ServeConfig, default_max_connections
 from kafkacodec.serve.dispatch import API_RANGES, Dispatcher, Request, parse_header
 from kafkacodec.serve.fetch import FetchHandler
 from kafkacodec.serve.groups import GroupCoordinator
 from kafkacodec.serve.logview import LogView
-from kafkacodec.serve import network
-from kafkacodec.serve.network import Connection, Loop
+from kafkacodec.net import connection as net
+from kafkacodec.net.connection import Connection, Deadlines, RequestReader
+from kafkacodec.net.loop import Loop
+from kafkacodec.net.transport import PlainTransport
 from kafkacodec.serve.offsets import OffsetStore
 
 __all__ = ["Server"]
@@ -85,6 +87,11 @@ class Server:
         else:
             self.view = LogView(config.log_dirs)
         self.loop = Loop()
+        self.loop.fairness = self._fairness
+        self.max_connections = config.max_connections or default_max_connections()
+        self.deadlines = Deadlines(idle=config.connections_max_idle_ms / 1000,
+                                   request_read=config.request_read_timeout_ms / 1000,
+                                   response_write=config.response_write_timeout_ms / 1000)
         self.socket_request_max_bytes = config.socket_request_max_bytes
         if config.max_request_memory > 0:
             # Kafka: SimpleMemoryPool(queued.max.request.bytes, socket.request.max.bytes, strict=false)
@@ -189,13 +196,13 @@ class Server:
                         deadline = time.monotonic() + self.config.shutdown_timeout_s
                     if not self.connections or time.monotonic() > deadline:
                         break
-                self.loop.run_once(self._fairness)
+                self.loop.run_once()
         except BaseException:
             log.exception("the server loop failed")
             raise
         finally:
             for conn in list(self.connections):
-                conn.close("server stopped", network.SHUTDOWN)
+                conn.close("server stopped", net.SHUTDOWN)
             if self._sweep_timer is not None:
                 self._sweep_timer.cancel()
             self.groups.close()
@@ -219,8 +226,8 @@ class Server:
         self.fetches.answer_all_now()
         for conn in list(self.connections):
             conn.closing = True
-            if not conn.busy and not conn.responses:
-                conn.close("shutting down", network.SHUTDOWN)
+            if not conn.busy and not conn.messages:
+                conn.close("shutting down", net.SHUTDOWN)
 
     def _close_resources(self) -> None:
         if self._listener is not None:
@@ -244,7 +251,7 @@ class Server:
     # --- connections ---------------------------------------------------------------------------
     def _accept(self, mask: int) -> None:
         while self._listener is not None and not self._accept_paused:
-            if len(self.connections) >= self.config.max_connections:
+            if len(self.connections) >= self.max_connections:
                 # Kafka's max.connections: the listener waits until a connection closes; new
                 # clients wait in the kernel's backlog meanwhile
                 self._pause_accepting()
@@ -269,7 +276,8 @@ class Server:
                 return
             self._accept_backoff = ACCEPT_BACKOFF_S
             try:
-                self.connections.add(Connection(self, sock, peer))
+                self.connections.add(Connection(self.loop, PlainTransport(sock), peer, RequestReader(self),
+                                                on_closed=self.connection_closed, deadlines=self.deadlines))
             except OSError as exc:               # the socket died before it was registered
                 log.debug("connection from %s lost at once: %s", peer, exc)
                 sock.close()
@@ -291,18 +299,14 @@ class Server:
         return bool(isinstance(pool, SimpleMemoryPool) and pool.available_memory < pool.size // 10)
 
     def _sweep_interval(self) -> float:
-        c = self.config
-        shortest = min(c.connections_max_idle_ms, c.request_read_timeout_ms, c.response_write_timeout_ms)
-        return min(1.0, max(0.01, shortest / 4000))
+        d = self.deadlines
+        return min(1.0, max(0.01, min(d.idle, d.request_read, d.response_write, d.handshake) / 4))
 
     def _sweep(self) -> None:
         """Close every connection past one of its deadlines."""
-        c = self.config
         now = time.monotonic()
-        idle, read, write = (c.connections_max_idle_ms / 1000, c.request_read_timeout_ms / 1000,
-                             c.response_write_timeout_ms / 1000)
         for conn in list(self.connections):
-            kind = conn.expired(now, idle, read, write)
+            kind = conn.expired(now)
             if kind is not None:
                 log.info("closing connection %s (%s): %s", conn.id, conn.peer, kind.replace("_", " "))
                 conn.close(kind, kind)
@@ -316,7 +320,7 @@ class Server:
         large = size > LARGE_REQUEST_BYTES and isinstance(pool, SimpleMemoryPool)
         if large and self._large_held and self._large_held + size > pool.size // 2:
             return None
-        block = pool.try_allocate(size)
+        block: memoryview | None = pool.try_allocate(size)
         if block is not None and large:
             self._large_held += size
         return block
@@ -349,7 +353,7 @@ class Server:
         if self._memory_muted and not self.request_pool.is_out_of_memory:
             muted, self._memory_muted = self._memory_muted, set()
             for conn in muted:
-                conn.unmute_memory()
+                conn.reader.unmute(conn)
 
     # --- requests ------------------------------------------------------------------------------
     def handle_request(self, conn: Connection, body: memoryview) -> None:
@@ -357,7 +361,7 @@ class Server:
             api_key, version, correlation_id, client_id, start = parse_header(body)
         except KafkaCodecError as exc:
             self.release_request(body)
-            conn.close(f"malformed request header: {exc}", network.MALFORMED)
+            conn.close(f"malformed request header: {exc}", net.MALFORMED)
             return
         req = Request(conn, api_key, version, correlation_id, client_id, time.monotonic())
         served = API_RANGES.get(api_key)
@@ -366,7 +370,7 @@ class Server:
             if api_key == m.API_VERSIONS and served is not None and version > served[1]:
                 self.dispatcher.api_versions_fallback(req)
             else:
-                conn.close(f"api key {api_key} version {version} is not served", network.UNSUPPORTED)
+                conn.close(f"api key {api_key} version {version} is not served", net.UNSUPPORTED)
             return
         self.metrics.request(m.API_NAMES[api_key], version)
         name = m.API_NAMES[api_key]
@@ -383,10 +387,10 @@ class Server:
         except RecordTooLargeError as exc:
             log.warning("closing connection %s (%s): %s v%d request over max_request_entries "
                         "(%d): %s", conn.id, conn.peer, name, version, limit, exc)
-            conn.close(f"{name} v{version} request too costly", network.TOO_COSTLY)
+            conn.close(f"{name} v{version} request too costly", net.TOO_COSTLY)
             return
         except KafkaCodecError as exc:
-            conn.close(f"malformed {name} v{version} request: {exc}", network.MALFORMED)
+            conn.close(f"malformed {name} v{version} request: {exc}", net.MALFORMED)
             return
         finally:
             self.release_request(body)
@@ -394,7 +398,7 @@ class Server:
             self._handlers[api_key](req, decoded)
         except Exception:
             log.exception("%s v%d from %s failed; closing the connection", name, version, conn.peer)
-            conn.close("handler failed", network.FAILED)
+            conn.close("handler failed", net.FAILED)
 
 
 def _meta_property(log_dirs: list[str], key: str) -> str | None:
