@@ -10,11 +10,12 @@
  *  - PROCMAP_QUERY (Linux 6.11+): one ioctl on /proc/self/maps for the first file-backed VMA
  *    (vm_file set) at or after the range's start; the range has a file behind it when that VMA
  *    starts before the range's end.  O(log mappings), a few microseconds.
- *  - older kernels (the ioctl answers ENOTTY, remembered): the text of /proc/self/maps, lines
- *    read in address order up to the range's end; a line overlapping the range with a device or
- *    inode (its "maj:min inode" fields) is a file.  Anonymous memory (the heap, the stacks,
- *    anonymous private mappings, named ones such as [anon:...]) shows 00:00 0; every mapping
- *    with a file shows the file's device, and no device is 00:00.  O(mappings).
+ *  - older kernels (the ioctl answers ENOTTY; any error but ENOENT is remembered): the text
+ *    of /proc/self/maps, lines read in address order up to the range's end; a line overlapping
+ *    the range with a device or inode (its "maj:min inode" fields) is a file.  Anonymous
+ *    memory (the heap, the stacks, anonymous private mappings, named ones such as [anon:...])
+ *    shows 00:00 0; every mapping with a file shows the file's device, and no device is 00:00.
+ *    O(mappings).
  *
  * "A file" is what the kernel calls one: shared anonymous memory (MAP_SHARED|MAP_ANONYMOUS,
  * Python's mmap.mmap(-1, n)) is a shmem file ("/dev/zero (deleted)"), and memfd, SysV and POSIX
@@ -176,7 +177,7 @@ static int kc_memory_kind(const void* start, size_t length, int lookup) {
         close(fd);
         if (r == 0) return q.vma_start < hi ? KC_MEM_FILE : KC_MEM_ANONYMOUS;
         if (saved == ENOENT) return KC_MEM_ANONYMOUS;   /* no file-backed VMA from lo on */
-        if (saved == ENOTTY) kc_procmap_query_absent = 1;
+        kc_procmap_query_absent = 1;    /* ENOTTY before 6.11 (or a sandbox's refusal): the text */
     }
     return kc_maps_text(lo, hi);
 }

@@ -1131,9 +1131,10 @@ cdef class ArrowDecoder:
     with ValueError before any view exists, whatever the Python type that hands it over (an mmap,
     a FileRecords, a pyarrow memory map, a numpy memmap, a memfd or shared memory, or any buffer
     over one): a cut of the file under a live batch would kill the process (SIGBUS) or turn its
-    values into zeros.  What the memory is comes from the process's mappings (_mapguard.
-    memory_kind: Linux's /proc/self/maps); bytes, bytearray and numpy arrays that own their data
-    need no lookup, and where the mappings cannot be read (macOS, Windows) only those are taken.
+    values into zeros.  What the memory is comes from the process's mappings (Linux's
+    /proc/self/maps, through _mapguard.memory_kind); bytes, bytearray and numpy arrays that own
+    their data need no lookup, and where the mappings cannot be read (macOS, Windows) only those
+    are taken.
     Keys and values of compressed entries are copied out, as in the default mode; of keys and
     values, only those copies count towards max_bytes.
 
