@@ -44,7 +44,12 @@ class ArrowDecoder:
     def aborted_records(self) -> int: ...
     @property
     def entries(self) -> int: ...
-    def decode(self, data: Buffer, start: int = 0, end: int = -1, base: int = 0) -> tuple[pa.RecordBatch, int]: ...
+    def decode(self, data: Buffer, start: int = 0, end: int = -1, base: int = 0) -> tuple[pa.RecordBatch, int]:
+        """Entries of data[start:end] until the batch is full: (RecordBatch, next position).
+        With views=True, ValueError for memory with a file behind it (an mmap, a FileRecords, a
+        pyarrow memory map, a numpy memmap, a memfd, shared memory, any buffer over one), told
+        by the process's mappings (/proc/self/maps); where those cannot be read, anything but
+        bytes, bytearray and numpy arrays owning their data."""
 
 def scan_entries(
     data: Buffer, start: int = 0, end: int = -1, *, source: str = "<buffer>", base: int = 0, strict: bool = True

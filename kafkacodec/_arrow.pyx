@@ -38,7 +38,7 @@ from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, MAGIC_OFFSET, LEGACY
                                  raise_frame_error)
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
 from kafkacodec._index cimport index_entries
-from kafkacodec._mapguard cimport check_read
+from kafkacodec._mapguard cimport MEMORY_ANONYMOUS, MEMORY_FILE, check_read, memory_kind
 from kafkacodec._legacy cimport read_legacy_message
 from kafkacodec._v2 cimport (V2Record, read_v2_header, record_timestamp, v2_record_body_size, write_v2_batch_header,
                              write_v2_record)
@@ -59,7 +59,7 @@ cdef extern from "kc_copy.h" nogil:
 cdef extern from "kc_inline.h":
     pass
 
-import mmap as _mmap
+import os as _os
 
 import numpy as np
 import pyarrow as pa
@@ -599,17 +599,31 @@ cdef inline int col_append(State* s, VarCol* c, const unsigned char* p, int32_t 
     return 0
 
 
-cdef bint maps_a_file(object data):
-    """Whether `data` is known to be a file mapping (an mmap, a map_file() mapping, a
-    FileRecords), also through memoryviews and numpy arrays of it: a file that is cut while
-    views of it live would have them read zeros (the truncation guard) or fault."""
-    while True:
-        if isinstance(data, memoryview):
-            data = data.obj
-        elif isinstance(data, np.ndarray) and data.base is not None:
-            data = data.base
-        else:
-            return isinstance(data, _mmap.mmap) or hasattr(data, "_check_read")
+cdef int refuse_file_memory(object data, const void* buf, Py_ssize_t length) except -1:
+    """ValueError unless the memory views=True would point into is known
+    to have no file behind it.  A batch of views reads its input for as long as it lives, and a
+    cut of a mapped file (Kafka truncates its active segment) turns a later read of a page past
+    the new end into SIGBUS, which kills the process (or, under the truncation guard, into
+    zeros).  So the rule is about the memory, not the Python type that hands it over (a pyarrow
+    memory map, a numpy memmap, a ctypes array or pa.foreign_buffer over an mmap, a memfd):
+    _mapguard.memory_kind() looks the address range up in the process's mappings; where it
+    cannot tell, the input is refused too.  Checked before any view exists."""
+    cdef int error = 0
+    cdef int kind = memory_kind(data, buf, length, &error)
+    if kind == MEMORY_ANONYMOUS:
+        return 0
+    if kind == MEMORY_FILE:
+        raise ValueError(
+            f"views=True does not decode a file mapping: this {type(data).__name__}'s memory has "
+            "a file behind it (the process's mappings say so: an mmap, a memory map, a memfd or "
+            "shared memory); the batch would read the file for as long as it lives, and a cut of the "
+            "file (Kafka truncates its active segment) would fault the process (SIGBUS) or turn "
+            "its values into zeros; pass the file's bytes, or decode with views=False (copies)")
+    raise ValueError(
+        f"views=True cannot tell whether this {type(data).__name__} is a file mapping "
+        f"({_os.strerror(error)}: the process's mappings are read from /proc/self/maps, on "
+        "Linux); pass bytes, a bytearray or a numpy array that owns its data, or decode with "
+        "views=False (copies)")
 
 
 cdef object viewcol_take(VarCol* c, list chunks):
@@ -1113,10 +1127,16 @@ cdef class ArrowDecoder:
     decode(), up to 12 bytes inline and longer ones pointing into it.  So a batch keeps `data`
     alive and holds one buffer export of it while it or any array taken from it lives (a
     bytearray cannot be resized then).  Change `data` in place only once the batch is gone: its
-    values longer than 12 bytes are read from `data`.  A file mapping (an mmap, a FileRecords, or
-    a memoryview or numpy array of one) is refused with ValueError: a cut of the file under a
-    live batch would turn its values into zeros.  Keys and values of compressed entries are copied out, as in the default
-    mode; of keys and values, only those copies count towards max_bytes.
+    values longer than 12 bytes are read from `data`.  Memory with a file behind it is refused
+    with ValueError before any view exists, whatever the Python type that hands it over (an mmap,
+    a FileRecords, a pyarrow memory map, a numpy memmap, a memfd or shared memory, or any buffer
+    over one): a cut of the file under a live batch would kill the process (SIGBUS) or turn its
+    values into zeros.  What the memory is comes from the process's mappings (Linux's
+    /proc/self/maps, through _mapguard.memory_kind); bytes, bytearray and numpy arrays that own
+    their data need no lookup, and where the mappings cannot be read (macOS, Windows) only those
+    are taken.
+    Keys and values of compressed entries are copied out, as in the default mode; of keys and
+    values, only those copies count towards max_bytes.
 
     Not for concurrent use: decode() runs without the GIL on the decoder's buffers, and a call
     while another runs (from another thread) raises ConcurrentUseError.  Use one per thread.
@@ -1257,18 +1277,13 @@ cdef class ArrowDecoder:
         try:
             PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
             source = None
-            if self.s.views and maps_a_file(data):
-                PyBuffer_Release(&view)
-                raise ValueError(
-                    "views=True does not decode a file mapping (an mmap or a FileRecords): the "
-                    "batch would read the file for as long as it lives, and a cut of the file "
-                    "(Kafka truncates its active segment) would change its values to zeros; "
-                    "pass the file's bytes, or decode with views=False (copies)")
             if self.s.views:            # the bytes read are those of the export the batch keeps
                 PyBuffer_Release(&view)
                 source = pa.py_buffer(data)
                 PyObject_GetBuffer(source, &view, PyBUF_SIMPLE)
             try:
+                if self.s.views:
+                    refuse_file_memory(data, view.buf, view.len)
                 if end < 0 or end > view.len:
                     end = view.len
                 if start < 0 or start > end:

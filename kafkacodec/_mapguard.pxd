@@ -39,3 +39,20 @@ cdef int ensure_handler() except -1
 # per call, and on their errors with the error as `cause`.
 cpdef int check_read(object data, Py_ssize_t end, object position=*, object offset=*,
                      object cause=*) except -1
+
+
+# What the memory under a buffer is (csrc/kc_filemem.h), for readers whose results keep pointing
+# into their input: MEMORY_ANONYMOUS (no byte has a file behind it), MEMORY_FILE (some byte has:
+# a cut of the file would fault a later read, SIGBUS), MEMORY_UNKNOWN (this process cannot tell:
+# *error is the errno; a careful caller refuses as for a file).
+cdef enum:
+    MEMORY_UNKNOWN = -1
+    MEMORY_ANONYMOUS = 0
+    MEMORY_FILE = 1
+
+# The kind of the `length` bytes at `buf` that `data` exports (the caller holds the export).
+# By what the memory is, not by the Python type: bytes, bytearray and numpy arrays that own
+# their data from numpy's allocator (and memoryviews and numpy views of them) are anonymous
+# without a system call; any other buffer's address range is looked up in the process's
+# mappings (Linux: PROCMAP_QUERY, else /proc/self/maps; elsewhere MEMORY_UNKNOWN).
+cdef int memory_kind(object data, const void* buf, Py_ssize_t length, int* error) except -2

@@ -22,3 +22,7 @@ def check_read(data: object, end: int, position: int | None = None, offset: int 
     """After reading `data` (a FileRecords, a MappedFile or a memoryview of one; anything else
     is not checked) up to byte `end`: FileTruncatedError, chained to `cause`, when the file
     was cut before that byte.  Returns 0."""
+
+def _set_memory_lookup(lookup: str) -> None:
+    """Test hook: how the kind of a buffer's memory is asked of the kernel: "auto", "text"
+    (/proc/self/maps only) or "none" (cannot tell)."""

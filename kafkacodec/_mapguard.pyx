@@ -12,6 +12,10 @@ raises FileTruncatedError, and `MappedFile.close()` raises it for the other read
 reader, `kafkacodec verify`), which close in a `finally:`.
 
 Windows has no SIGBUS: files are mapped the same way, unguarded.
+
+`memory_kind()` tells whether a buffer's memory has a file behind it, for readers whose
+results keep pointing into their input (ArrowDecoder's views=True): by what the buffer is, not
+by its Python type (csrc/kc_filemem.h: the address range against the process's mappings).
 """
 
 import mmap as _mmap
@@ -23,6 +27,10 @@ from libc.errno cimport errno
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 
 from kafkacodec.errors import FileTruncatedError, KafkaCodecError, NotRegularFileError
+
+cdef extern from "kc_filemem.h":
+    int KC_MEM_LOOKUP_AUTO, KC_MEM_LOOKUP_TEXT, KC_MEM_LOOKUP_NONE
+    int kc_memory_kind(const void* start, size_t length, int lookup)
 
 cdef extern from *:
     """
@@ -152,6 +160,61 @@ cpdef int check_read(object data, Py_ssize_t end, object position=None, object o
     PyBuffer_Release(&view)
     check(address + <size_t>max(end, 0), position, offset, cause)
     return 0
+
+
+# How memory_kind() asks the kernel (KC_MEM_LOOKUP_*): _set_memory_lookup() for tests.
+cdef int memory_lookup = KC_MEM_LOOKUP_AUTO
+
+try:                                   # numpy >= 2; 1.22 .. 1.26
+    from numpy._core.multiarray import get_handler_name as _numpy_handler
+except ImportError:
+    try:
+        from numpy.core.multiarray import get_handler_name as _numpy_handler
+    except ImportError:                # numpy < 1.22: no allocator to ask, arrays are looked up
+        _numpy_handler = None
+
+
+cdef bint known_anonymous(object data):
+    """Whether `data` exports memory that only Python's or numpy's default allocator hands out
+    (malloc: the heap or anonymous mappings), through memoryviews and numpy views of it: bytes,
+    bytearray (exactly: a subclass may export other memory), a numpy array that owns its data
+    from numpy's default allocator.  No system call: the common inputs cost nothing more."""
+    while True:
+        kind = type(data)
+        if kind is bytes or kind is bytearray:
+            return True
+        if kind is memoryview:
+            data = (<memoryview>data).obj
+            continue
+        numpy = _sys.modules.get("numpy")  # an ndarray exists only once numpy is imported
+        if numpy is None or not isinstance(data, numpy.ndarray):
+            return False
+        if data.base is not None:
+            data = data.base
+            continue
+        return (kind is numpy.ndarray and data.flags.owndata and _numpy_handler is not None
+                and _numpy_handler(data) == "default_allocator")
+
+
+cdef int memory_kind(object data, const void* buf, Py_ssize_t length, int* error) except -2:
+    cdef int kind
+    if known_anonymous(data):
+        return MEMORY_ANONYMOUS
+    kind = kc_memory_kind(buf, <size_t>length, memory_lookup)
+    if kind == MEMORY_UNKNOWN:
+        error[0] = errno
+    return kind
+
+
+def _set_memory_lookup(str lookup):
+    """Test hook: how memory_kind() asks the kernel: "auto" (PROCMAP_QUERY where the kernel has
+    it, else the text of /proc/self/maps), "text" (the text only: what kernels before 6.11 get),
+    "none" (no lookup: a platform that cannot tell, where only known_anonymous() types pass)."""
+    global memory_lookup
+    lookups = {"auto": KC_MEM_LOOKUP_AUTO, "text": KC_MEM_LOOKUP_TEXT, "none": KC_MEM_LOOKUP_NONE}
+    if lookup not in lookups:
+        raise ValueError(f"lookup must be one of {sorted(lookups)}, got {lookup!r}")
+    memory_lookup = lookups[lookup]
 
 
 class MappedFile(_mmap.mmap):

@@ -237,9 +237,9 @@ def test_dump_streams_a_large_segment_in_bounded_memory(tmp_path):
     assert 0 <= growth < size // 8, f"anonymous memory grew {growth} bytes for a {size}-byte segment"
 
 
-def test_dump_refuses_non_regular_files_promptly(tmp_path):
-    fifo = tmp_path / "00000000000000000001.log"
-    os.mkfifo(fifo)
+def test_dump_refuses_a_directory_and_reads_a_device_promptly(tmp_path):
+    # A device named on the command line is read as a stream (a FIFO too: test_dump.py), and
+    # only as far as --max-bytes: /dev/zero's first 100 bytes are no Kafka segment.
     zero = tmp_path / "00000000000000000002.log"
     zero.symlink_to("/dev/zero")
 
@@ -248,11 +248,13 @@ def test_dump_refuses_non_regular_files_promptly(tmp_path):
         if not SANITIZED:
             resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
-    for path, kind in ((fifo, "FIFO"), (zero, "character device"), (tmp_path, "directory")):
-        run = cli("dump", "--max-bytes", "100", path, timeout=60, preexec_fn=guard)
-        assert run.returncode == EXIT_INPUT, run.stderr[-2000:]
-        line = one_line_error(run)
-        assert str(path) in line and kind in line and "not a regular file" in line
+    run = cli("dump", "--max-bytes", "100", tmp_path, timeout=60, preexec_fn=guard)
+    assert run.returncode == EXIT_INPUT, run.stderr[-2000:]
+    line = one_line_error(run)
+    assert str(tmp_path) in line and "directory" in line and "not a regular file" in line
+    run = cli("dump", "--max-bytes", "100", zero, timeout=60, preexec_fn=guard)
+    assert run.returncode == EXIT_DATA, run.stderr[-2000:]
+    assert f"{zero}: this is not a Kafka segment" in one_line_error(run)
 
 
 def test_dump_max_bytes_stops_at_the_last_whole_batch(log_dir, capsys):
@@ -540,3 +542,102 @@ def test_read_says_the_verify_hint_once(tmp_path, capsys):
     code, _, err = run(capsys, "read", tmp_path, "-o", "-5")
     assert code == EXIT_DATA and "invalid magic byte 7" in err and "(batch offset 3)" in err
     assert err.count("lists every problem") == 1, err
+
+
+# --- streams as inputs (`-`, a FIFO, a device): read where the command reads one segment's bytes,
+# refused in one line (exit 3) where it needs the file or directory itself ----------------------
+
+def test_convert_reads_a_segment_from_a_fifo_and_from_stdin(log_dir, tmp_path, capsys, monkeypatch):
+    # Before: "a FIFO, not a regular file" and "-: no such file" (exit 3).
+    from streams import cli_with_stdin, fed_fifo
+
+    seg = convertible(log_dir)
+    code, _, err = run(capsys, "convert", "--to-magic", "1", "--no-progress", seg, tmp_path / "file.log")
+    assert code == EXIT_OK, err
+    stream = tmp_path / "fifo"
+    with fed_fifo(stream, seg.read_bytes()):
+        code, out, err = run(capsys, "convert", "--to-magic", "1", "--no-progress", stream,
+                             tmp_path / "fifo.log")
+    assert code == EXIT_OK and err == "" and out.startswith(f"{stream} -> {tmp_path / 'fifo.log'}: ")
+    piped = cli_with_stdin(seg.read_bytes(), "convert", "--to-magic", "1", "--no-progress", "--json", "-",
+                           tmp_path / "stdin.log")
+    assert piped.returncode == EXIT_OK, piped.stderr
+    assert json.loads(piped.stdout)["input"] == "-"
+    expected = (tmp_path / "file.log").read_bytes()
+    assert (tmp_path / "fifo.log").read_bytes() == expected == (tmp_path / "stdin.log").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "convert", "--to-magic", "1", seg, "-")    # OUT: no stdout (atomic)
+    assert code == EXIT_INPUT and err.startswith("kafkacodec: error: - is stdout; convert needs a file")
+    assert not (tmp_path / "-").exists()
+
+
+def test_a_stream_longer_than_a_segment_is_refused_unread(tmp_path, capsys, monkeypatch):
+    from kafkacodec.cli import _files
+    from streams import fed_fifo
+
+    monkeypatch.setattr(_files, "STREAM_LIMIT", 4096)      # 2 GiB - 1, Kafka's largest segment
+    stream = tmp_path / "big"
+    with fed_fifo(stream, bytes(1 << 20)) as writer:
+        code, out, err = run(capsys, "dump", stream)
+    assert code == EXIT_INPUT and err.count("\n") == 1
+    assert err.startswith(f"kafkacodec: error: {stream}: the stream carries more than 4096 bytes")
+    assert writer.get("broken") and writer["written"] < 1 << 20           # not read further
+    assert not list(tmp_path.glob("kafkacodec-*"))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal: POSIX")
+def test_stdin_that_is_a_terminal_is_refused(tmp_path):
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        run = subprocess.run([sys.executable, "-c", CLI, "dump", "-"], stdin=follower, capture_output=True,
+                             text=True, timeout=60, env=child_env())
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert run.returncode == EXIT_INPUT
+    assert "- is stdin, a terminal; pipe a segment into it (cat seg.log | kafkacodec dump -)" in one_line_error(run)
+
+
+NEEDS_A_PATH = {        # command line with STREAM for the stream, and what the command says it needs
+    "spark convert IN": (["spark", "convert", "STREAM", "OUT"], "spark convert needs a log directory"),
+    "spark convert OUT": (["spark", "convert", "LOG", "STREAM"], "spark convert needs a directory to write into"),
+    "serve LOG_DIR": (["serve", "STREAM", "--listen", "127.0.0.1:0"], "serve needs Kafka log directories"),
+    "serve --state-dir": (["serve", "LOG", "--listen", "127.0.0.1:0", "--state-dir", "STREAM"],
+                          "serve needs a directory for --state-dir"),
+    "generate DIR": (["generate", "STREAM"], "generate needs a directory to write the sample log into"),
+    "mirror --state-dir": (["mirror", "--source", "127.0.0.1:1", "--target", "127.0.0.1:1", "--topics", "t",
+                            "--state-dir", "STREAM"], "mirror needs a directory for --state-dir"),
+}
+STDIN_IS = {"spark convert IN": "stdin", "serve LOG_DIR": "stdin"}     # elsewhere "-" is not an input
+
+
+@pytest.mark.parametrize("stream", ["fifo", "-"])
+@pytest.mark.parametrize("case", sorted(NEEDS_A_PATH))
+def test_commands_that_need_a_path_refuse_a_stream_in_one_line(case, stream, log_dir, tmp_path):
+    # Before: Spark's FileNotFoundError with a SQLSTATE, "-: not a directory", generate's
+    # "Not a directory" for a file under the FIFO, a directory named "-", serve's or mirror's
+    # own errors after starting.  Now one line naming the stream and what the command needs,
+    # exit 3, before anything starts; the stream is never read.
+    from streams import cli_with_stdin, fed_fifo
+
+    argv, needs = NEEDS_A_PATH[case]
+    fifo = tmp_path / "fifo"
+    given = str(fifo) if stream == "fifo" else "-"
+    values = {"STREAM": given, "OUT": str(tmp_path / "out"), "LOG": str(log_dir), "SEG": str(convertible(log_dir))}
+    argv = [values.get(a, a) for a in argv]
+    if stream == "fifo":
+        with fed_fifo(fifo, b"x" * 100) as writer:
+            run = cli_with_stdin(b"", *argv, cwd=tmp_path, timeout=60)
+        assert not writer["opened"]                                     # never opened
+        said = f"{fifo} is a FIFO; {needs}"
+    else:
+        run = cli_with_stdin(b"x" * 100, *argv, cwd=tmp_path, timeout=60)
+        said = f"- is {STDIN_IS.get(case, 'stdout' if 'state-dir' not in case else 'a stream')}; {needs}"
+    stderr = run.stderr.decode()
+    assert run.returncode == EXIT_INPUT, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"kafkacodec: error: {said}"), stderr
+    assert "not a stream" in lines[0] and "corrupt" not in lines[0]
+    assert not (tmp_path / "-").exists() and not list(tmp_path.glob("out*"))

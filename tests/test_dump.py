@@ -12,6 +12,8 @@ from kafkacodec.arrow import scan_entries
 from kafkacodec.cli import EXIT_DATA, EXIT_OK, EXIT_USAGE, generate, main
 from kafkacodec.logdir.indexes import build_indexes
 
+from streams import cli_with_stdin, fed_fifo
+
 
 def run(capsys, *argv):
     code = main([str(a) for a in argv])
@@ -239,3 +241,55 @@ def test_deep_legacy_wrapper_prints_each_inner_messages_own_crc(tmp_path, capsys
         f"true crc: {crcs[0]}", f"false crc: {crcs[1] ^ 1}", f"true crc: {crcs[2]}"]
     assert [r.split()[2] for r in rows] == ["0", "1", "2"]
     assert code == EXIT_OK        # as kafka-dump-log: an inner CRC is printed, not an error
+
+
+# --- streams as inputs: `cat seg.log | kafkacodec dump -`, `dump <(zcat seg.log.gz)` -------------
+
+def test_dump_reads_a_segment_from_a_fifo_and_from_stdin(segment, tmp_path, capsys):
+    # Before, a FIFO was "not a regular file" (exit 3) and `-` "no such file": both refused.
+    seg, scan = segment
+    cut = bytearray(seg.read_bytes()[:int(scan["position"][-1]) + 30])    # a partial last batch,
+    at = int(scan["position"][2])                                          # and offsets that jump
+    struct.pack_into(">q", cut, at, int(scan["base_offset"][2]) + 5)       # (not under the v2 CRC)
+    cut = bytes(cut)
+    seg.write_bytes(cut)
+    code, expected, err = run(capsys, "dump", "--deep", "--print-data", seg)
+    assert code == EXIT_DATA and expected[0] == f"Dumping {seg}"
+    stream = tmp_path / "fifo" / seg.name
+    stream.parent.mkdir()
+    with fed_fifo(stream, cut) as writer:
+        code, lines, fifo_err = run(capsys, "dump", "--deep", "--print-data", stream)
+    assert writer["written"] == len(cut)
+    assert code == EXIT_DATA and lines[0] == f"Dumping {stream}"
+    assert lines[1:] == [line.replace(str(seg), str(stream)) for line in expected[1:]]
+    assert fifo_err == err.replace(str(seg), str(stream)) and str(stream) in fifo_err
+    piped = cli_with_stdin(cut, "dump", "--deep", "--print-data", "-")
+    lines = piped.stdout.decode().splitlines()
+    assert piped.returncode == EXIT_DATA and lines[0] == "Dumping -"
+    assert lines[1:] == [line.replace(str(seg), "-").replace(seg.name, "-") for line in expected[1:]]
+    assert piped.stderr.decode() == err.replace(str(seg), "-")
+    assert "kafkacodec-dump-" not in piped.stderr.decode() + fifo_err     # never the spooled copy
+
+
+def test_dump_of_an_index_stream_checks_it_against_the_segment_beside_it(segment, tmp_path, capsys):
+    seg, _ = segment
+    index = seg.with_suffix(".index")
+    code, expected, err = run(capsys, "dump", index)
+    assert code == EXIT_OK and err == ""
+    data = index.read_bytes()
+    index.unlink()
+    with fed_fifo(index, data):
+        code, lines, err = run(capsys, "dump", "--verify-index-only", index)
+    assert code == EXIT_OK and err == "" and lines == [f"Dumping {index}"]    # every entry checked
+
+
+def test_dump_max_bytes_reads_no_more_of_a_stream(segment, tmp_path, capsys):
+    seg, scan = segment
+    data = seg.read_bytes() * 64                     # megabytes: more than a pipe holds
+    limit = int(scan["position"][3]) + 10
+    code, expected, _ = run(capsys, "dump", "--max-bytes", limit, seg)
+    stream = tmp_path / "00000000000000000000.log"
+    with fed_fifo(stream, data) as writer:
+        code, lines, err = run(capsys, "dump", "--max-bytes", limit, stream)
+    assert code == EXIT_OK and err == "" and lines[1:] == expected[1:] and len(lines) == 2 + 3
+    assert writer.get("broken") and writer["written"] < len(data) // 2     # the rest was never read

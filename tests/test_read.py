@@ -193,3 +193,55 @@ def test_read_gives_what_a_client_gets_through_serve(tmp_path_factory, capsys, i
                 (row["offset"], None if row["key"] is None else base64.b64decode(row["key"]),
                  None if row["value"] is None else base64.b64decode(row["value"])))
     assert served == want and printed == served
+
+
+# --- streams: `kafkacodec read <(zcat seg.log.gz)`, `cat seg.log | kafkacodec read -` ------------
+
+def test_read_a_segment_from_a_fifo_and_from_stdin(log_dir, tmp_path, capsys):
+    # Before, a FIFO was "named like a segment but is a FIFO" (exit 2, "bad arguments", with a
+    # hint about corrupt data) and `-` "no such file or directory" (exit 3).
+    from streams import cli_with_stdin, fed_fifo
+
+    seg = sorted((log_dir / "clicks-1").glob("*.log"))[0]
+    code, expected, err = read_json(capsys, seg)
+    assert code == EXIT_OK and err == "" and expected and {r["topic"] for r in expected} == {"clicks"}
+    stream = tmp_path / "clicks-1" / seg.name               # a FIFO where the segment would be
+    stream.parent.mkdir()
+    with fed_fifo(stream, seg.read_bytes()) as writer:
+        code, rows, err = read_json(capsys, stream)
+    assert code == EXIT_OK and err == "" and rows == expected and writer["written"] == seg.stat().st_size
+    piped = cli_with_stdin(seg.read_bytes(), "read", "-J", "-")
+    assert piped.returncode == EXIT_OK and piped.stderr == b""
+    rows = [json.loads(line) for line in piped.stdout.splitlines()]
+    assert rows == [{**r, "topic": "stdin", "partition": 0} for r in expected]   # no name to tell
+
+
+def test_a_damaged_stream_is_bad_data_named_as_given(log_dir, tmp_path, capsys):
+    from kafkacodec.arrow import scan_entries
+    from streams import cli_with_stdin, fed_fifo
+
+    seg = sorted((log_dir / "orders-0").glob("*.log"))[-1]
+    data = bytearray(seg.read_bytes())
+    data[int(scan_entries(data)["position"][1]) + 80] ^= 0x55
+    stream = tmp_path / "damaged"
+    with fed_fifo(stream, bytes(data)):
+        code = main(["read", "-J", str(stream)])
+    err = capsys.readouterr().err
+    assert code == EXIT_DATA and err.startswith(f"kafkacodec: error: {stream}: ") and "CRC" in err
+    piped = cli_with_stdin(bytes(data), "read", "-J", "-")
+    err = piped.stderr.decode()
+    assert piped.returncode == EXIT_DATA and err.startswith("kafkacodec: error: -: ") and "CRC" in err
+    assert err.count("\n") == 1 and "kafkacodec-read-" not in err           # never the spooled copy
+
+
+def test_a_fifo_inside_a_log_directory_is_damage_not_bad_arguments(tmp_path, capsys):
+    # Found inside a directory, a FIFO named like a segment is reported, never opened (it could
+    # block): exit 1 as any damage, where it was exit 2 ("bad arguments").
+    import os
+
+    part = tmp_path / "t-0"
+    part.mkdir()
+    os.mkfifo(part / "00000000000000000000.log")
+    code = main(["read", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == EXIT_DATA and "is named like a segment but is a FIFO" in err and err.count("\n") == 1

@@ -119,3 +119,35 @@ def test_verify_a_file_that_is_not_kafka(tmp_path, capsys):
     [problem] = json.loads(capsys.readouterr().out)["problems"]
     assert problem["kind"] == "corrupt" and problem["position"] == 0 and problem["offset"] is None
     assert "this is not a Kafka segment" in problem["error"] and problem["error"].count("at byte") == 0
+
+
+def test_verify_a_segment_from_a_fifo_and_from_stdin(tmp_path, capsys):
+    # Before, a FIFO was one "unreadable" problem (exit 1, nothing checked) and `-` "no such
+    # file or directory" (exit 3).  A stream is checked as the segment it carries, named as given.
+    from streams import cli_with_stdin, fed_fifo
+
+    root = tmp_path / "log"
+    generate(root, ("t",), partitions=1, batches_per_segment=6)
+    seg = sorted(root.glob("t-0/*.log"))[1]
+    data = bytearray(seg.read_bytes())
+    crc_at = int(scan_entries(data)["position"][1])
+    data[crc_at + 80] ^= 0x55                                       # a CRC mismatch
+    seg.write_bytes(bytes(data))
+    assert main(["verify", "--json", "--no-progress", str(seg)]) == EXIT_DATA
+    expected = json.loads(capsys.readouterr().out)
+    assert [p["kind"] for p in expected["problems"]] == ["corrupt"] and expected["records"] > 0
+
+    def as_named(result, name):
+        problems = [{**p, "file": name, "error": p["error"].replace(str(seg), name)}
+                    for p in result["problems"]]
+        return {**result, "path": name, "problems": problems}
+
+    stream = tmp_path / "fifo" / seg.name
+    stream.parent.mkdir()
+    with fed_fifo(stream, bytes(data)):
+        assert main(["verify", "--json", "--no-progress", str(stream)]) == EXIT_DATA
+    assert json.loads(capsys.readouterr().out) == as_named(expected, str(stream))
+    piped = cli_with_stdin(bytes(data), "verify", "--json", "--no-progress", "-")
+    assert piped.returncode == EXIT_DATA, piped.stderr
+    got = json.loads(piped.stdout)
+    assert got == as_named(expected, "-") and got["problems"][0]["position"] == crc_at

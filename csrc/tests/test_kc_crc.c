@@ -6,18 +6,7 @@
 #include <stdlib.h>
 
 #include "kc_crc.h"
-
-static int failures = 0, checks = 0;
-
-#define CHECK(cond, ...)                       \
-    do {                                       \
-        checks++;                              \
-        if (!(cond)) {                         \
-            failures++;                        \
-            fprintf(stderr, __VA_ARGS__);      \
-            fputc('\n', stderr);               \
-        }                                      \
-    } while (0)
+#include "kc_check.h"
 
 /* Bit-at-a-time reference, independent of the tables. */
 static uint32_t ref_crc(uint32_t poly, const unsigned char *p, size_t n) {

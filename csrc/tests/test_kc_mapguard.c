@@ -13,18 +13,7 @@
 
 #define KC_MAPGUARD_IMPLEMENTATION
 #include "kc_mapguard.h"
-
-static int failures = 0, checks = 0;
-
-#define CHECK(cond, ...)                       \
-    do {                                       \
-        checks++;                              \
-        if (!(cond)) {                         \
-            failures++;                        \
-            fprintf(stderr, __VA_ARGS__);      \
-            fputc('\n', stderr);               \
-        }                                      \
-    } while (0)
+#include "kc_check.h"
 
 #if defined(_WIN32)
 

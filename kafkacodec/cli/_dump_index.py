@@ -10,7 +10,7 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from kafkacodec.cli._exit import EXIT_DATA, EXIT_INPUT, EXIT_OK
-from kafkacodec.cli._files import check_regular
+from kafkacodec.cli._files import check_regular, local
 
 if TYPE_CHECKING:
     from kafkacodec._records import FileRecords
@@ -35,7 +35,7 @@ def _sibling(path: str, suffix: str) -> str:
 
 def _read(path: str) -> bytes:
     check_regular(path, "dump")
-    with open(path, "rb") as f:
+    with open(local(path), "rb") as f:           # a stream: its spooled copy
         return f.read()
 
 

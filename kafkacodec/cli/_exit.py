@@ -24,7 +24,8 @@ EXIT_CODES = """exit codes (docs/cli.md):
      stopping the command
   2  bad arguments (also: OUT is the input, or generate would replace other segments)
   3  a file could not be read or written: missing, not a regular file, no permission,
-     no space left (OUT is then left as it was)
+     no space left (OUT is then left as it was); a stream (-, a FIFO) where the
+     command needs a file or directory, or one longer than a segment (2 GiB)
   4  optional part missing: pip install "kafkacodec[arrow]" (verify, read),
      "kafkacodec[spark]" (spark), "kafkacodec[serve]" (serve), "kafkacodec[mirror]" (mirror)"""
 
@@ -53,6 +54,7 @@ def run_reporting_errors(command: str, run: Callable[[], int]) -> int:
     """`run()`'s exit status; every failure becomes one `kafkacodec: error:` line on stderr and
     its exit code (no traceback)."""
     from kafkacodec._atomic import SameFileError
+    from kafkacodec.cli._files import shown
     from kafkacodec.errors import KafkaCodecError, UnsupportedCompressionError
 
     try:
@@ -84,5 +86,5 @@ def run_reporting_errors(command: str, run: Callable[[], int]) -> int:
         code, message = EXIT_INPUT, _os_error_text(exc)
     except KeyboardInterrupt:
         code, message = EXIT_INTERRUPTED, "interrupted"
-    print(f"kafkacodec: error: {message}", file=sys.stderr)
+    print(f"kafkacodec: error: {shown(message)}", file=sys.stderr)   # a stream by its name
     return code

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from kafkacodec.cli._exit import EXIT_CODES, EXIT_OK, CliError
-from kafkacodec.cli._files import name_output, open_segment, segment_head
+from kafkacodec.cli._files import local, name_output, open_segment, refuse_stream, segment_head, spooled
 from kafkacodec.cli._output import FORMATTER, emit_json
 
 
@@ -26,8 +26,11 @@ def run(args: argparse.Namespace) -> int:
 
     src = args.input
     warnings = []
-    with open_segment(src, "convert") as segment, \
-            atomic_output(args.output, inputs=[src]) as out, open(src, "rb") as f:
+    if args.output == "-":          # (a FIFO or a device as OUT: atomic_output refuses it)
+        refuse_stream(args.output, "convert", "a file to write OUT into (atomically: a temporary "
+                      "file beside it, renamed)", dash="stdout")
+    with spooled([src], "convert"), open_segment(src, "convert") as segment, \
+            atomic_output(args.output, inputs=[src, local(src)]) as out, open(local(src), "rb") as f:
         total = segment.size_in_bytes
         reason = not_a_segment(segment_head(segment), total)
         if reason is not None:
@@ -79,10 +82,12 @@ def add_parser(subparsers: Any) -> None:
                                           "failure it is left as it was.",
                               epilog="examples:\n  kafkacodec convert --to-magic 1 in.log out.log\n"
                                      "  kafkacodec convert --to-magic 0 --allow-partial-tail active.log out.log\n"
-                              "  kafkacodec convert --to-magic 1 --recompress lz4 zstd.log out.log\n\n"
+                              "  kafkacodec convert --to-magic 1 --recompress lz4 zstd.log out.log\n"
+                              "  zcat seg.log.gz | kafkacodec convert --to-magic 1 - out.log\n\n"
                                      + EXIT_CODES)
     c.add_argument("--to-magic", type=int, choices=(0, 1), required=True)
-    c.add_argument("input", metavar="IN")
+    c.add_argument("input", metavar="IN", help="a segment file; or a stream of one: - (stdin), a FIFO, "
+                                                "<(zcat seg.log.gz)")
     c.add_argument("output", metavar="OUT")
     c.add_argument("--no-verify", action="store_true",
                    help="do not check CRCs first (corrupt batches that are rebuilt get valid CRCs)")

@@ -14,7 +14,7 @@ from typing import Any
 
 from kafkacodec.cli._dump_log import DECODERS, ParseRecord
 from kafkacodec.cli._exit import EXIT_CODES, EXIT_OK, EXIT_USAGE, CliError
-from kafkacodec.cli._files import check_regular
+from kafkacodec.cli._files import check_regular, shown, spooled, stream_kind
 from kafkacodec.cli._output import FORMATTER, count_arg
 
 __all__ = ["add_parser", "run", "Dump"]
@@ -57,7 +57,7 @@ class Dump:
                 None if key is None else decode_key(key), None if value is None else decode_value(value))
 
     def out(self, line: str) -> None:
-        sys.stdout.write(line + "\n")
+        sys.stdout.write(shown(line) + "\n")
 
     def emit(self, line: str, fields: dict[str, Any]) -> None:
         """One output line: `line`, or `fields` as JSON with --json."""
@@ -70,7 +70,7 @@ class Dump:
         elif stdout:
             self.out(message)
         else:
-            print(f"kafkacodec: error: {path}: {message}", file=sys.stderr)
+            print(shown(f"kafkacodec: error: {path}: {message}"), file=sys.stderr)
 
     def report(self, title: str, lines: list[str], fields: dict[str, Any]) -> None:
         """A list printed after every file is dumped, as kafka-dump-log does."""
@@ -80,7 +80,7 @@ class Dump:
         lines = [f"  {a} is followed by {b}" for a, b in kept]
         if count > len(kept):
             lines.append(f"  ... and {count - len(kept)} more")
-        self.report(f"Non-consecutive offsets in {os.path.abspath(path)}", lines,
+        self.report(f"Non-consecutive offsets in {os.path.abspath(path) if path != '-' else path}", lines,
                     {"file": path, "problem": "non-consecutive offsets", "count": count,
                      "first": [list(pair) for pair in kept]})
 
@@ -89,7 +89,7 @@ class Dump:
             if self.args.json:
                 self.out(json.dumps(fields))
             else:
-                print("\n".join([title, *lines]), file=sys.stderr)
+                print(shown("\n".join([title, *lines])), file=sys.stderr)
 
 
 def _files(args: argparse.Namespace) -> list[str]:
@@ -98,6 +98,16 @@ def _files(args: argparse.Namespace) -> list[str]:
         raise CliError("give the files to dump: kafkacodec dump FILE... (or --files a.log,b.index as "
                        "kafka-dump-log takes them)", EXIT_USAGE)
     return files
+
+
+def _dumper(path: str, by_suffix: dict[str, Any]) -> Any:
+    """What dumps `path`, by its suffix (None: nothing); a stream with no known suffix (`-`,
+    `<(zcat seg.log.gz)`) carries a segment, dumped as a .log."""
+    name = os.path.basename(path)
+    command = by_suffix.get(name[name.rfind("."):] if "." in name else "")
+    if command is None and stream_kind(path) is not None:
+        return by_suffix[".log"]
+    return command
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,18 +122,20 @@ def run(args: argparse.Namespace) -> int:
                  ".txnindex": dump_txn_index, ".snapshot": dump_snapshot}
     dump = Dump(args)
     status = EXIT_OK
-    for path in _files(args):
-        name = os.path.basename(path)
-        suffix = name[name.rfind("."):] if "." in name else ""
-        if not args.json:
-            dump.out(f"Dumping {path}")
-        check_regular(path, "dump")
-        command = by_suffix.get(suffix)
-        if command is None:
-            print(f"Ignoring unknown file {path} (dump reads .log, .index, .timeindex, .txnindex and "
-                  ".snapshot files)", file=sys.stderr)
-            continue
-        status = max(status, command(dump, path))
+    files = [(path, _dumper(path, by_suffix)) for path in _files(args)]
+    # streams (`-`, a FIFO, a device) are read first, those not dumped never; of a .log, only
+    # the bytes --max-bytes examines
+    with spooled([p for p, command in files if command is dump_log], "dump", keep=args.max_bytes), \
+            spooled([p for p, command in files if command not in (None, dump_log)], "dump"):
+        for path, command in files:
+            if not args.json:
+                dump.out(f"Dumping {path}")
+            check_regular(path, "dump")         # a stream: its spooled copy
+            if command is None:
+                print(f"Ignoring unknown file {path} (dump reads .log, .index, .timeindex, .txnindex and "
+                      ".snapshot files)", file=sys.stderr)
+                continue
+            status = max(status, command(dump, path))
     dump.finish()
     return status
 
@@ -150,9 +162,12 @@ def add_parser(subparsers: Any) -> None:
                "  kafkacodec dump --files 00000000000000000000.index,00000000000000000000.timeindex\n"
                "  kafkacodec dump --offsets-decoder __consumer_offsets-7/00000000000000000000.log\n"
                "  kafkacodec dump --value-decoder-class base64 --print-data-log seg.log\n"
-               "  kafkacodec dump --json --deep seg.log | jq .records[].offset\n\n" + EXIT_CODES)
+               "  kafkacodec dump --json --deep seg.log | jq .records[].offset\n"
+               "  zcat seg.log.gz | kafkacodec dump --deep -\n\n" + EXIT_CODES)
     d.add_argument("files", nargs="*", metavar="FILE", help="segment files: .log, .index, .timeindex, "
-                                                            ".txnindex, .snapshot")
+                                                            ".txnindex, .snapshot; or streams: - (stdin), "
+                                                            "a FIFO, <(zcat seg.log.gz), a .log unless "
+                                                            "named otherwise")
     d.add_argument("--files", dest="files_option", action="append", default=[], metavar="FILE,FILE",
                    help="comma-separated files, as kafka-dump-log takes them (repeatable)")
     d.add_argument("--deep", "--deep-iteration", action="store_true", help="print every record")

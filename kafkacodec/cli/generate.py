@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkacodec.cli._exit import EXIT_CODES, EXIT_OK, EXIT_USAGE, CliError
-from kafkacodec.cli._files import name_output
+from kafkacodec.cli._files import name_output, refuse_stream
 from kafkacodec.cli._output import FORMATTER, count_arg, emit_json
 
 
@@ -75,6 +75,7 @@ def generate(directory: str | Path, topics: Iterable[str] = ("orders", "clicks")
     from kafkacodec._atomic import atomic_output
     from kafkacodec._sample import sample_segments
 
+    refuse_stream(directory, "generate", "a directory to write the sample log into", dash="stdout")
     root = Path(directory)
     segments: list[tuple[str, bytes]] = []
     for i, topic in enumerate(topics):

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from kafkacodec.cli._exit import EXIT_DATA, EXIT_INPUT, EXIT_USAGE, CliError
+from kafkacodec.cli._files import refuse_stream
 from kafkacodec.cli._output import FORMATTER, count_arg, size_arg
 
 MIRROR_EXIT_CODES = """exit codes:
@@ -33,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from kafkacodec.mirror._checkpoint import StateMismatchError
     from kafkacodec.mirror.process import Mirror, MirrorConfig, MirrorError
 
+    refuse_stream(args.state_dir, "mirror", "a directory for --state-dir (where the checkpoint is kept)",
+                  dash="a stream")
     topics = [t.strip() for t in args.topics.split(",") if t.strip()]
     if not topics:
         raise CliError("--topics names no topic", EXIT_USAGE)

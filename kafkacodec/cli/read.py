@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kafkacodec.cli._exit import EXIT_CODES, EXIT_DATA, EXIT_OK, EXIT_USAGE, CliError
+from kafkacodec.cli._files import shown_problem, spooled
 from kafkacodec.cli._output import FORMATTER, count_arg
 
 __all__ = ["add_parser", "run", "parse_format", "unescape"]
@@ -223,8 +224,17 @@ def _options(args: argparse.Namespace) -> tuple[dict[str, str], str | None, int 
 
 
 def run(args: argparse.Namespace) -> int:
-    import pyarrow.compute as pc          # first: exit 4 with the install hint when missing
+    import pyarrow.compute  # noqa: F401  (first: exit 4 with the install hint when missing)
 
+    # streams among the paths (`-`, a FIFO, a device) are read into files first (_files.spooled)
+    with spooled(args.paths, "read") as args.paths:
+        return _read(args)
+
+
+def _read(args: argparse.Namespace) -> int:
+    import pyarrow.compute as pc
+
+    from kafkacodec.errors import KafkaCodecError
     from kafkacodec.logdir import Problem, ReadOptions, read_split
     from kafkacodec.logdir._plan import Planner
     from kafkacodec.logdir._problems import Reporter, warn
@@ -236,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
 
     def report(problem: Problem) -> None:
         problems.append(problem)
-        warn(problem)
+        warn(shown_problem(problem))        # a stream by the name given
 
     try:
         ro = ReadOptions.parse(options)
@@ -255,6 +265,8 @@ def run(args: argparse.Namespace) -> int:
             ro.starting = OffsetBound("offsets", starts)
         splits = planner.splits()
     except ValueError as exc:
+        if isinstance(exc, KafkaCodecError):     # damage found while planning: exit 1, not 2
+            raise
         raise CliError(str(exc), EXIT_USAGE) from None
     left = args.count
     for split in splits:
@@ -298,9 +310,12 @@ def add_parser(subparsers: Any) -> None:
                "  kafkacodec read /var/kafka-logs -t orders -p 0 -o -10\n"
                "  kafkacodec read /var/kafka-logs -t orders -f '%t [%p] %o %T: %k=%s\\n'\n"
                "  kafkacodec read -J -c 100 -o s@1700000000000 orders-0/ | jq .value\n"
-               "  kafkacodec read -X kafka.isolation.level=read_committed -X mode=DROPMALFORMED /logs\n\n"
+               "  kafkacodec read -X kafka.isolation.level=read_committed -X mode=DROPMALFORMED /logs\n"
+               "  kafkacodec read -J <(zcat orders-0/00000000000000000000.log.gz)\n\n"
                + EXIT_CODES)
-    r.add_argument("paths", nargs="+", metavar="PATH", help="log directory, partition directory or segment files")
+    r.add_argument("paths", nargs="+", metavar="PATH", help="log directory, partition directory or segment files; "
+                                                             "or a stream of one segment: - (stdin), a FIFO, "
+                                                             "<(zcat seg.log.gz)")
     r.add_argument("-t", "--topic", action="append", default=[], metavar="TOPIC",
                    help="only these topics (repeatable, or comma-separated)")
     r.add_argument("-p", "--partition", action="append", default=[], metavar="N",

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from kafkacodec.cli._exit import EXIT_CODES, EXIT_INPUT, EXIT_OK, EXIT_USAGE, CliError
+from kafkacodec.cli._files import refuse_stream
 from kafkacodec.cli._output import FORMATTER, count_arg, size_arg
 
 
@@ -37,9 +38,12 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     for path in args.log_dirs:
+        refuse_stream(path, "serve", "Kafka log directories (it follows their segments as they grow)")
         if not os.path.isdir(path):
             raise CliError(f"{path}: not a directory; give Kafka log directories (holding "
                            "<topic>-<partition>/<base offset>.log files)", EXIT_INPUT)
+    refuse_stream(args.state_dir, "serve", "a directory for --state-dir (where group offsets persist)",
+                  dash="a stream")
     _raise_descriptor_limit()
     try:
         config = ServeConfig(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkacodec.cli._exit import EXIT_CODES, EXIT_DATA, EXIT_INPUT, EXIT_OK, EXIT_USAGE, CliError
+from kafkacodec.cli._files import refuse_stream
 from kafkacodec.cli._output import FORMATTER, emit_json
 from kafkacodec.cli.generate import generate
 
@@ -14,6 +15,15 @@ CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.sample and args.output is None and args.input is not None:
+        args.output, args.input = args.input, None      # --sample DIR OUT
+    # Spark's tasks open their files by path: a stream can be neither IN nor OUT
+    refuse_stream(args.input, "spark convert", "a log directory, a segment file or a directory of "
+                  "Parquet files as IN, which its Spark tasks open by path",
+                  advice=" (`kafkacodec read -` and `verify -` read one)")
+    refuse_stream(args.output, "spark convert", "a directory to write into as OUT", dash="stdout")
+    refuse_stream(args.sample, "spark convert", "a directory for --sample to write the sample log "
+                  "into", dash="stdout")
     import pyspark  # noqa: F401  (before any work: exit 4 with the install hint when missing)
 
     from kafkacodec._progress import Progress
@@ -21,8 +31,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.sample:
         src = args.sample
-        if args.output is None and args.input is not None:
-            args.output, args.input = args.input, None
         if args.input is not None:
             raise CliError("give either --sample DIR or an input, not both", EXIT_USAGE)
         sample = generate(src, records_per_batch=args.sample_records_per_batch)

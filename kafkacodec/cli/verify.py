@@ -6,10 +6,19 @@ import argparse
 from typing import Any
 
 from kafkacodec.cli._exit import EXIT_CODES, EXIT_DATA, EXIT_INPUT, EXIT_OK, CliError
+from kafkacodec.cli._files import shown_problem, spooled
 from kafkacodec.cli._output import FORMATTER, emit_json
 
 
 def run(args: argparse.Namespace) -> int:
+    """verify PATH; a stream (`-`, a FIFO, a device) is read into a file first (_files.spooled)."""
+    import pyarrow  # noqa: F401  (before a stream is read: exit 4 with the install hint when missing)
+
+    with spooled([args.path], "verify") as (path,):
+        return _verify(args, path)
+
+
+def _verify(args: argparse.Namespace, path: str) -> int:
     """Check every segment under PATH and report every problem: unreadable entries, corrupt
     entries (CRC, structure), partial entries, overlapping segments, missing offsets between
     segments, invalid index and checkpoint files.  The same checks, with the same counts, as a
@@ -24,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     problems: list[Problem] = []
     try:
-        options = ReadOptions.parse({"paths": [args.path], "mode": "DROPMALFORMED", "failOnDataLoss": "false",
+        options = ReadOptions.parse({"paths": [path], "mode": "DROPMALFORMED", "failOnDataLoss": "false",
                                      "keepControl": "true"})
         planner = Planner(options, Reporter(options.mode, False, problems.append))
         splits = planner.splits()
@@ -45,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
                                  on_aborted=counted.add_aborted):
                 counted.add(rb)
             bar.update(split.end - split.start, note=f"{split.topic}-{split.partition}")
+    problems = [shown_problem(p) for p in problems]     # a stream by the name given
     counts: dict[str, int] = {}
     for p in problems:
         counts[p.kind] = counts.get(p.kind, 0) + 1
@@ -68,9 +78,11 @@ def add_parser(subparsers: Any) -> None:
                                              "missing offsets, unreadable entries, index files",
                               formatter_class=FORMATTER,
                               epilog="examples:\n  kafkacodec verify /var/kafka-logs\n"
-                                     "  kafkacodec verify --json my-topic-0 | jq .ok\n\n" + EXIT_CODES)
+                                     "  kafkacodec verify --json my-topic-0 | jq .ok\n"
+                                     "  zcat 00000000000000000000.log.gz | kafkacodec verify -\n\n" + EXIT_CODES)
     v.add_argument("path", help="a log directory, a partition directory or a .log file (local, file://, "
-                                "s3://, gs://, hdfs://; globs)")
+                                "s3://, gs://, hdfs://; globs); or a stream of one segment: - (stdin), "
+                                "a FIFO, <(zcat seg.log.gz)")
     v.add_argument("--json", action="store_true", help="print one JSON result on stdout")
     v.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     v.set_defaults(run=run)
