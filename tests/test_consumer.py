@@ -445,12 +445,13 @@ def test_answers_read_before_a_bad_frame_are_delivered(bad):
             with resp:
                 events.append(("metadata", len(decode_metadata_response(resp.payload, version).topics)))
 
-        hang = Request(LIST_OFFSETS, lambda v, cid: _list_offsets_frame(v, cid), lambda r, v: r.release(),
-                       lambda exc: events.append(("hang failed", type(exc).__name__)), max_version=5,
-                       min_version=1)
-        meta = Request(METADATA, lambda v, cid: encode_metadata_request(["t"], api_version=v, correlation_id=cid),
-                       on_metadata, lambda exc: events.append(("metadata failed", repr(exc))), max_version=1,
-                       min_version=1)
+        hang = Request(LIST_OFFSETS, _list_offsets_frame, lambda r, v: r.release(),
+                       lambda exc: events.append(("hang failed", type(exc).__name__)),
+                       max_version=5, min_version=1)
+        meta = Request(METADATA, lambda v, cid: encode_metadata_request(["t"], api_version=v,
+                                                                        correlation_id=cid),
+                       on_metadata, lambda exc: events.append(("metadata failed", repr(exc))),
+                       max_version=1, min_version=1)
         conn = cluster.send(-1, hang)            # sent first: its answer never comes
         cluster.send(-1, meta)
         deadline = time.monotonic() + 5
@@ -508,7 +509,7 @@ def test_a_fetch_answer_followed_by_a_bad_frame_is_kept():
 
 # --- timeouts: every blocking call ends within its deadline ------------------------------------
 
-TIMEOUT, SLACK = 0.5, 0.5
+TIMEOUT, SLACK = 0.3, 0.5
 
 
 def run_bounded(call, limit):
@@ -555,12 +556,13 @@ BLOCKING_CALLS = {
 
 @pytest.mark.parametrize("broker", ["silent", "answers metadata only", "unreachable"])
 def test_every_blocking_call_honours_its_timeout(broker):
-    """request_timeout=0.5 and no other setting: each blocking call raises KafkaTimeoutError
-    (naming the call and the broker) within 0.5 s plus a small slack, against a broker that
-    accepts and never answers, one that answers only ApiVersions and Metadata, and one that
-    refuses connections.  (Before: Cluster.call tried 6 times at timeout + 1 s each, plus
-    backoff, and the loops above it up to 10 or 20 times: 28-38 s at 1 s.)  close() does not
-    wait for what is in flight."""
+    """request_timeout=0.3 and no other setting: each blocking call raises KafkaTimeoutError
+    (naming the call and the broker) within 0.3 s plus a small slack (0.5 s), against a broker
+    that accepts and never answers, one that answers only ApiVersions and Metadata, and one
+    that refuses connections.  (Before: Cluster.call tried 6 times at timeout + 1 s each, plus
+    backoff, under loops of up to 10 or 20 attempts: 6.6-38.7 s at request_timeout=1; against
+    the refusing broker a ConnectionRefusedError.)  close() does not wait for what is in
+    flight."""
     from fake_broker import FakeBroker, answering, refused_address
 
     if broker == "unreachable":

@@ -189,7 +189,8 @@ def test_a_huge_metadata_answer_is_refused_within_bounds():
                     f.write("5")                 # Linux: reset the peak (VmHWM) to the current RSS
                 baseline = status_kib("VmRSS")
                 try:
-                    outcome = f"answered {{c.partitions_for('topic-000000')}}, kept {{len(c.cluster.leaders)}}"
+                    count = c.partitions_for("topic-000000")
+                    outcome = f"answered {{count}}, kept {{len(c.cluster.leaders)}}"
                 except RecordTooLargeError as exc:
                     outcome = f"refused: {{exc}}"
                 print(json.dumps(dict(outcome=outcome, growth=(status_kib("VmHWM") - baseline) * 1024)))
