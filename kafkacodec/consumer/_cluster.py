@@ -572,8 +572,8 @@ class Cluster:
 
     # -- metadata ------------------------------------------------------------------------------
     def metadata_request(self, topics: Iterable[str] | None = None, *,
-                         allow_auto_topic_creation: bool = False
-                         ) -> tuple[Callable[[int, int], Any], Callable[[Response, int], MetadataResponse], set[str]]:
+                         allow_auto_topic_creation: bool = False) -> tuple[
+            Callable[[int, int], Any], Callable[[Response, int], MetadataResponse], set[str]]:
         """(encode, decode, wanted) for a Metadata request about `topics` plus every topic known
         so far (which become known); apply the answer with apply_metadata(answer, wanted)."""
         wanted = set(topics or ()) | self.known_topics
