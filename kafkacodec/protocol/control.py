@@ -16,7 +16,7 @@ topic ids, batched coordinator keys).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kafka.protocol.consumer import (
@@ -48,6 +48,8 @@ __all__ = [
     "offset_commit_request",
     "offset_fetch_request",
     "init_producer_id_request",
+    "request_encoder",
+    "response_decoder",
     "RESPONSES",
 ]
 
@@ -85,6 +87,24 @@ def decode_response(response_class: Any, data: Any, api_version: int) -> Any:
     except (struct.error, ValueError, IndexError, UnicodeDecodeError, TypeError) as exc:
         raise CorruptRecordError(f"malformed {response_class.__name__} v{api_version}: {exc}",
                                  position=0) from None
+
+
+def request_encoder(message: Any, client_id: str | None) -> Callable[[int, int], bytes]:
+    """`encode(api_version, correlation_id)`, the consumer core's Request.encode, for `message`."""
+    def encode(api_version: int, correlation_id: int) -> bytes:
+        return encode_request(message, api_version, correlation_id, client_id)
+
+    return encode
+
+
+def response_decoder(api_key: int) -> Callable[[Any, int], Any]:
+    """`decode(response, api_version)` for Cluster.call: a ring response's payload decoded."""
+    response_class = RESPONSES[api_key]
+
+    def decode(response: Any, api_version: int) -> Any:
+        return decode_response(response_class, response.payload, api_version)
+
+    return decode
 
 
 def list_offsets_request(partitions: Mapping[str, Iterable[tuple[int, int]]], *,
