@@ -21,7 +21,7 @@ from mock_cluster import MockCluster  # noqa: E402
 from kafkacodec import ConcurrentUseError, MemoryRecords  # noqa: E402
 from kafkacodec.consumer import Consumer  # noqa: E402
 from kafkacodec.consumer._cluster import Cluster  # noqa: E402
-from kafkacodec.consumer._connection import BrokerConnection  # noqa: E402
+from kafkacodec.net.client import ResponseReader  # noqa: E402
 from kafkacodec.protocol.control import LIST_OFFSETS  # noqa: E402
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -228,7 +228,7 @@ def test_a_connection_reads_only_when_the_pool_can_hold_it(mock):
         leader = cluster.leaders[(topic, 0)]
         conn = cluster.connections[(leader, "data")]
         while conn.in_flight:                      # the prefetch sent by poll() comes back
-            consumer.reactor.poll(0.05)
+            consumer.loop.run_once(0.05)
         for part in consumer.fetcher.ready:
             part.release()
         consumer.fetcher.ready.clear()
@@ -241,10 +241,10 @@ def test_a_connection_reads_only_when_the_pool_can_hold_it(mock):
         deadline = time.monotonic() + 10
         while not conn.muted:                      # the answer arrives: no ring for it
             assert time.monotonic() < deadline
-            consumer.reactor.poll(0.05)
-        assert conn.ring is None and unread_bytes(conn.sock) > 0
+            consumer.loop.run_once(0.05)
+        assert conn.ring is None and unread_bytes(conn.conn.transport.sock) > 0
         assert consumer.poll(0.5) == []                # nothing read: the bytes wait in the kernel
-        assert unread_bytes(conn.sock) > 0 and consumer.metrics()["muted-connections"] == 1
+        assert unread_bytes(conn.conn.transport.sock) > 0 and consumer.metrics()["muted-connections"] == 1
         assert consumer.pool.metrics()["memory-pool-used"] == 1 << 20
         consumer.pool.release(hog)
         parts = consumer.poll(5.0)
@@ -295,13 +295,13 @@ def test_fewer_ring_bytes_than_brokers_need_mute_instead_of_growing(mock):
         ends = consumer.end_offsets(consumer.assignment())
         assert len({consumer.cluster.leaders[tp] for tp in ends}) >= 2     # 2 or 3 brokers
         used = []
-        real_poll = consumer.reactor.poll
+        real_poll = consumer.loop.run_once
 
         def poll(timeout):
             real_poll(timeout)
             used.append(consumer.pool.size - consumer.pool.available_memory)
 
-        consumer.reactor.poll = poll
+        consumer.loop.run_once = poll  # type: ignore[method-assign]
         got = consume_all(consumer, ends, "raw")
         assert got == expected
         assert max(used) <= 1 << 20
@@ -389,24 +389,25 @@ def test_one_thread_at_a_time(mock):
 
         thread = threading.Thread(target=other)
         thread.start()
-        real = consumer.reactor.poll
+        real = consumer.loop.run_once
 
         def slow(timeout):
             started.set()
             time.sleep(0.2)
             real(timeout)
 
-        consumer.reactor.poll = slow
+        consumer.loop.run_once = slow  # type: ignore[method-assign]
         consumer.poll(0.3)
         thread.join()
         assert len(errors) == 1 and str(errors[0]) == "Consumer is in use by another thread: use one per thread"
 
 
 def test_connection_rings_come_from_the_pool(mock):
-    conn = BrokerConnection(1, "127.0.0.1", 1, pool=__import__("kafkacodec").SimpleMemoryPool(1 << 20, 1 << 20, True),
-                            ring_bytes=1 << 20)
-    assert conn.take_ring() and conn.pool.available_memory == 0
-    assert conn.release_ring_if_idle() and conn.pool.available_memory == 1 << 20
+    pool = __import__("kafkacodec").SimpleMemoryPool(1 << 20, 1 << 20, True)
+    reader = ResponseReader(pool, 1 << 20, lambda conn, done, error: None)
+    assert reader.take_ring() and pool.available_memory == 0
+    closed = type("Closed", (), {"closed": True})()
+    assert reader.release_ring_if_idle(closed) and pool.available_memory == 1 << 20
 
 
 # --- damaged frames: every complete answer read before one is kept ----------------------------
@@ -456,11 +457,10 @@ def test_answers_read_before_a_bad_frame_are_delivered(bad):
         cluster.send(-1, meta)
         deadline = time.monotonic() + 5
         while len(events) < 2 and time.monotonic() < deadline:
-            cluster.reactor.poll(0.05)
+            cluster.loop.run_once(0.05)
         cluster.close()
-        cluster.reactor.close()
     assert events[0] == ("metadata", 1), events
-    assert events[1][0] == "hang failed" and conn.state == "closed", events
+    assert events[1][0] == "hang failed" and conn.closed, events
 
 
 def _list_offsets_frame(version, cid):

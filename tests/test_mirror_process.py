@@ -287,10 +287,10 @@ class DisturbedMirror(Mirror):
 
                 def send_and_cut():
                     send_ready()
-                    for conn in list(self.target.connections.values()):
-                        if conn.in_flight and conn.sock is not None and not self.cut:
-                            conn.handle_write()           # the request is on the wire
-                            conn.sock.shutdown(socket.SHUT_RDWR)
+                    for link in list(self.target.connections.values()):
+                        if link.in_flight and not link.closed and not self.cut:
+                            link.conn.flush()             # the request is on the wire
+                            link.conn.transport.sock.shutdown(socket.SHUT_RDWR)
                             self.cut = True
 
                 self.cut = False

@@ -21,7 +21,6 @@ from kafkacodec.consumer._cluster import (
     DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
     BrokerError,
     Cluster,
-    Reactor,
 )
 from kafkacodec.consumer._consumer import COORDINATOR_RING_BYTES, DEFAULT_BUFFER_MEMORY, Consumer
 from kafkacodec.consumer._forms import FetchedPartition
@@ -31,7 +30,6 @@ __all__ = [
     "FetchedPartition",
     "BrokerError",
     "Cluster",
-    "Reactor",
     "DEFAULT_BUFFER_MEMORY",
     "COORDINATOR_RING_BYTES",
     "DEFAULT_RECEIVE_MESSAGE_MAX_BYTES",

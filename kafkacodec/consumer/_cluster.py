@@ -1,12 +1,13 @@
 """A Kafka cluster as the consumer core sees it: bootstrap, Metadata (brokers, partition
-leaders, topic ids), one BrokerConnection per broker for data (plus one per coordinator, with
-priority), ApiVersions negotiation on every new connection, request timeouts, reconnection
-backoff, and the event loop (one selector; a Reactor can share it between clusters, as the
-mirror does for its source and target).
+leaders, topic ids), one connection per broker for data (plus one per coordinator, with
+priority; kafkacodec.net's Connection with a ResponseReader, kept as a BrokerLink), ApiVersions
+negotiation on every new connection, request timeouts, reconnection backoff.  It runs on a
+kafkacodec.net Loop: its own, or one it shares (the mirror's source and target; the server's
+loop under `serve --upstream`, where its answers arrive as callbacks).
 
 Three rules hold here for every request, whoever sends it:
 - Exactly one of a request's handlers runs, once: its answer (every answer read before a
-  damaged frame included) or the error of its connection (handle_events, fail_connection).
+  damaged frame included) or the error of its connection (_on_responses, _closed).
 - A blocking call (the consumer's assign, commit, end_offsets...) runs inside one deadline
   (`deadline()`, Kafka's default.api.timeout.ms) and waits only in `call()` and `wait()`, which
   both end at that deadline, raising KafkaTimeoutError.  `request_timeout`
@@ -15,35 +16,32 @@ Three rules hold here for every request, whoever sends it:
   `receive_message_max_bytes` (librdkafka's receive.message.max.bytes); a larger one fails its
   request with RecordTooLargeError, and a Metadata answer keeps only the topics asked for.
 
-Not thread-safe: a Cluster and its Reactor are used by one thread at a time.
+Not thread-safe: a Cluster and its Loop are used by one thread at a time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import random
-import selectors
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kafkacodec._pool import SimpleMemoryPool
 from kafkacodec._ring import Response
-from kafkacodec.consumer._connection import (
-    CLOSED,
-    CONNECTED,
-    CONNECTING,
-    BrokerConnection,
-    InFlight,
-)
+from kafkacodec.consumer._link import BrokerLink
 from kafkacodec.errors import (
     KafkaCodecError,
     KafkaTimeoutError,
     RecordTooLargeError,
     UnsupportedVersionError,
 )
+from kafkacodec.net.client import InFlight, ResponseReader, open_connection
+from kafkacodec.net.connection import FAILED, Connection, Deadlines
+from kafkacodec.net.loop import Loop
 from kafkacodec.protocol._metadata import (
     decode_api_versions_response,
     decode_metadata_response,
@@ -53,7 +51,7 @@ from kafkacodec.protocol._metadata import (
 from kafkacodec.protocol._types import MetadataResponse
 from kafkacodec.protocol.messages import API_NAMES
 
-__all__ = ["Cluster", "Reactor", "Request", "Deadline", "BrokerError", "error_name",
+__all__ = ["Cluster", "Request", "Deadline", "BrokerError", "error_name",
            "RETRIABLE_ERRORS", "DEFAULT_RECEIVE_MESSAGE_MAX_BYTES"]
 
 log = logging.getLogger("kafkacodec.consumer")
@@ -62,6 +60,8 @@ log = logging.getLogger("kafkacodec.consumer")
 #: librdkafka's receive.message.max.bytes, a safety cap against memory exhaustion.  Fetch
 #: answers are read in place and bounded by the ring instead.
 DEFAULT_RECEIVE_MESSAGE_MAX_BYTES = 1 << 20
+#: How often a cluster looks at its connections' deadlines and muted reads.
+TICK_S = 0.05
 
 API_VERSIONS, METADATA = 18, 3
 API_VERSIONS_VERSION = 2          # non-flexible, answered by every broker since 2.0 (and the mock)
@@ -164,7 +164,7 @@ class Deadline:
         self.end = time.monotonic() + timeout
         self.broker = "no broker"
         self.last = "nothing was sent"
-        self.conn: BrokerConnection | None = None      # waiting for an answer on it
+        self.conn: BrokerLink | None = None            # waiting for an answer on it
         self.api = ""
 
     def left(self) -> float:
@@ -174,7 +174,7 @@ class Deadline:
         """What a broker did: a failure, an error code, an answer."""
         self.broker, self.last, self.conn = broker, what, None
 
-    def waiting(self, conn: BrokerConnection, api: str) -> None:
+    def waiting(self, conn: BrokerLink, api: str) -> None:
         """A request was sent on `conn`: the call now waits for its answer."""
         self.broker, self.conn, self.api = conn.name, conn, api
 
@@ -185,14 +185,19 @@ class Deadline:
             call=self.call, broker=self.broker, timeout=self.timeout)
 
 
-def waiting_for(conn: BrokerConnection, api: str) -> str:
+def waiting_for(link: BrokerLink, api: str) -> str:
     """What a request without an answer is waiting for."""
-    if conn.state == CONNECTING:
-        return f"still connecting (to send {api})"
-    if conn.state == CLOSED:
+    if link.closed:
         return f"the connection closed before {api} was answered"
-    if conn.api_versions is None:
+    assert link.conn is not None
+    if link.conn.connecting:
+        return f"still connecting (to send {api})"
+    if not link.conn.handshaken:
+        return f"still in the TLS handshake (to send {api})"
+    if link.api_versions is None:
         return f"no answer to ApiVersions (sent before {api})"
+    if not link.authenticated:
+        return f"still authenticating (to send {api})"
     return f"no answer to {api}"
 
 
@@ -203,54 +208,6 @@ def failure_text(exc: BaseException, broker: str) -> str:
     return str(exc).replace(f"{broker}: ", "") or type(exc).__name__
 
 
-class Reactor:
-    """One selector for every connection of one or more clusters."""
-
-    def __init__(self) -> None:
-        self.selector = selectors.DefaultSelector()
-        self.clusters: list[Cluster] = []
-        self._registered: dict[int, tuple[BrokerConnection, int]] = {}
-
-    def poll(self, timeout: float) -> None:
-        """Wait up to `timeout` seconds for socket events and handle them (responses go to
-        their requests' handlers)."""
-        now = time.monotonic()
-        wanted: dict[int, tuple[Cluster, BrokerConnection, int]] = {}
-        for cluster in self.clusters:
-            cluster.prepare(now)
-            for conn in cluster.live_connections():
-                if conn.sock is None:
-                    continue
-                events = (selectors.EVENT_READ if conn.wants_read() else 0) | \
-                         (selectors.EVENT_WRITE if conn.wants_write() else 0)
-                if events:
-                    wanted[conn.sock.fileno()] = (cluster, conn, events)
-        for fd, (conn, events) in list(self._registered.items()):
-            if fd not in wanted or wanted[fd][1] is not conn:
-                try:
-                    self.selector.unregister(fd)
-                except (KeyError, ValueError, OSError):
-                    pass
-                del self._registered[fd]
-        for fd, (cluster, conn, events) in wanted.items():
-            old = self._registered.get(fd)
-            if old is None:
-                self.selector.register(fd, events, (cluster, conn))
-            elif old[1] != events:
-                self.selector.modify(fd, events, (cluster, conn))
-            self._registered[fd] = (conn, events)
-        if not wanted:
-            if timeout > 0:
-                time.sleep(min(timeout, 0.05))
-            return
-        for key, mask in self.selector.select(max(timeout, 0.0)):
-            cluster, conn = key.data
-            cluster.handle_events(conn, mask)
-
-    def close(self) -> None:
-        self.selector.close()
-
-
 class Cluster:
     """Connections to one cluster, its metadata, and request routing."""
 
@@ -259,7 +216,8 @@ class Cluster:
                  request_timeout: float = 30.0, default_api_timeout: float | None = None,
                  receive_message_max_bytes: int = DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
                  retry_backoff: float = 0.1, max_retry_backoff: float = 1.0,
-                 reactor: Reactor | None = None, priority: bool = False, name: str = "cluster"):
+                 loop: Loop | None = None, priority: bool = False, name: str = "cluster",
+                 tls: Any = None, connection_setup_timeout: float = 10.0):
         if not request_timeout > 0:
             raise ValueError(f"request_timeout must be more than 0 seconds, got {request_timeout}")
         if default_api_timeout is not None and not default_api_timeout > 0:
@@ -281,12 +239,16 @@ class Cluster:
         self.max_retry_backoff = max_retry_backoff
         self.priority = priority        # every connection allocates its ring with priority
         self.name = name
-        self.reactor = reactor or Reactor()
-        self.reactor.clusters.append(self)
+        self.own_loop = loop is None
+        self.loop = loop or Loop()
+        self.tls = tls                  # an ssl.SSLContext: every connection speaks TLS
+        # socket.connection.setup.timeout.ms: the connect and the TLS handshake
+        self.deadlines = Deadlines(idle=math.inf, request_read=math.inf,
+                                   response_write=request_timeout, handshake=connection_setup_timeout)
         self.brokers: dict[int, tuple[str, int]] = {}
-        self.connections: dict[tuple[int, str], BrokerConnection] = {}
-        self.closing: list[BrokerConnection] = []       # closed, ring still held by responses
-        self.pending: dict[BrokerConnection, list[Request]] = {}   # waiting for ApiVersions
+        self.connections: dict[tuple[int, str], BrokerLink] = {}
+        self.closing: list[BrokerLink] = []             # closed, ring still held by responses
+        self.pending: dict[BrokerLink, list[Request]] = {}   # waiting for ApiVersions
         self.node_backoff: dict[int, tuple[float, int]] = {}    # node -> (until, failures)
         self.node_failure: dict[int, str] = {}                  # node -> what failed last
         self.leaders: dict[tuple[str, int], int] = {}
@@ -297,15 +259,13 @@ class Cluster:
         self.metadata_stale = True
         self.known_topics: set[str] = set()
         self.closed = False
-        self.on_connection_error: Callable[[BrokerConnection, BaseException], None] | None = None
+        self.on_connection_error: Callable[[BrokerLink, BaseException], None] | None = None
         self._deadline: Deadline | None = None          # the blocking call running, if any
         self.metadata_in_flight = False                 # request_metadata() sent, not answered
         self.metadata_sent_at = float("-inf")           # ...and when it was sent last
+        self._tick_timer = self.loop.call_later(TICK_S, self._tick)
 
     # -- connections ---------------------------------------------------------------------------
-    def live_connections(self) -> Iterable[BrokerConnection]:
-        return list(self.connections.values())
-
     def node_address(self, node_id: int) -> tuple[str, int]:
         if node_id in self.brokers:
             return self.brokers[node_id]
@@ -328,31 +288,35 @@ class Cluster:
         entry = self.node_backoff.get(node_id)
         return entry is None or (now or time.monotonic()) >= entry[0]
 
-    def connection(self, node_id: int, purpose: str = "data") -> BrokerConnection:
+    def connection(self, node_id: int, purpose: str = "data") -> BrokerLink:
         """The connection for (node, purpose), connecting when needed.  ConnectionError while
         the node is in backoff after a failure."""
         key = (node_id, purpose)
         conn = self.connections.get(key)
-        if conn is not None and conn.state != CLOSED:
+        if conn is not None and not conn.closed:
             return conn
         if not self.available(node_id):
             raise ConnectionError(f"{self.broker_name(node_id, purpose)}: in reconnection "
                                   f"backoff after {self.node_failure.get(node_id, 'a failure')}")
         host, port = self.node_address(node_id)
         coordinator = purpose == "coordinator"
-        conn = BrokerConnection(node_id, host, port, pool=self.pool,
-                                ring_bytes=self.coordinator_ring_bytes if coordinator else self.ring_bytes,
-                                priority=coordinator or self.priority,
-                                name=self.broker_name(node_id, purpose))
+        name = self.broker_name(node_id, purpose)
+        link = BrokerLink(node_id, purpose, name, None)  # type: ignore[arg-type]
+        link.reader = ResponseReader(
+            self.pool, self.coordinator_ring_bytes if coordinator else self.ring_bytes,
+            lambda _conn, done, error: self._on_responses(link, done, error),
+            priority=coordinator or self.priority)
         try:
-            conn.connect()
+            link.conn = open_connection(self.loop, host, port, link.reader, tls=self.tls, name=name,
+                                        on_closed=lambda _conn: self._closed(link),
+                                        deadlines=self.deadlines)
         except OSError as exc:
-            self._backoff(node_id, failure_text(exc, conn.name))
+            self._backoff(node_id, failure_text(exc, name))
             raise ConnectionError(str(exc)) from exc
-        self.connections[key] = conn
-        self.pending[conn] = []
-        self._send_api_versions(conn)
-        return conn
+        self.connections[key] = link
+        self.pending[link] = []
+        self._send_api_versions(link)
+        return link
 
     def any_node(self) -> int:
         """A node for cluster-wide requests: a ready connection first, else a known broker or a
@@ -377,9 +341,23 @@ class Cluster:
         delay *= 0.8 + 0.4 * random.random()          # jitter, as Kafka's clients
         self.node_backoff[node_id] = (time.monotonic() + delay, failures + 1)
 
-    def fail_connection(self, conn: BrokerConnection, error: BaseException) -> None:
+    def fail_connection(self, conn: BrokerLink, error: BaseException) -> None:
         """Close a connection and fail its requests (their handlers decide about retrying)."""
-        failed = conn.close(error)
+        if conn.conn is not None and not conn.conn.closed:
+            conn.conn.close(str(error), FAILED, error)        # on to _closed()
+        elif conn.error is None:
+            conn.error = error
+            self._closed(conn)
+
+    def _closed(self, conn: BrokerLink) -> None:
+        """A connection closed (failed by us, by its socket, or by the broker): every request
+        on it or waiting for it gets the error; the ring goes back once its responses are."""
+        closed: Connection | None = conn.conn
+        error = conn.error or (closed.close_error if closed is not None else None) or \
+            ConnectionError(f"{conn.name}: {closed.close_reason if closed is not None else 'closed'}")
+        conn.error = error
+        failed = list(conn.in_flight.values())
+        conn.in_flight.clear()
         for key, value in list(self.connections.items()):
             if value is conn:
                 del self.connections[key]
@@ -400,7 +378,7 @@ class Cluster:
                 log.error("%s: a request's error handler failed: %r", conn.name, exc)
 
     # -- sending -------------------------------------------------------------------------------
-    def _send_api_versions(self, conn: BrokerConnection, version: int = API_VERSIONS_VERSION) -> None:
+    def _send_api_versions(self, conn: BrokerLink, version: int = API_VERSIONS_VERSION) -> None:
         def on_response(resp: Response, _: int) -> None:
             try:
                 decoded = decode_api_versions_response(resp.payload, version)
@@ -414,10 +392,7 @@ class Cluster:
                                                        error_code=decoded.error_code))
                 return
             conn.api_versions = {k.api_key: (k.min_version, k.max_version) for k in decoded.api_keys}
-            self.node_backoff.pop(conn.node_id, None)
-            self.node_failure.pop(conn.node_id, None)
-            for request in self.pending.pop(conn, []):
-                self._dispatch(conn, request)
+            self._authenticated(conn)
 
         cid = conn.next_correlation_id()
         frame = encode_api_versions_request(api_version=version, correlation_id=cid,
@@ -426,7 +401,15 @@ class Cluster:
                                   lambda e: None, time.monotonic() + self.request_timeout,
                                   max_response_bytes=self.receive_message_max_bytes), cid)
 
-    def send(self, node_id: int, request: Request, purpose: str = "data") -> BrokerConnection:
+    def _authenticated(self, conn: BrokerLink) -> None:
+        """The connection is ready: what waited for it goes out."""
+        conn.authenticated = True
+        self.node_backoff.pop(conn.node_id, None)
+        self.node_failure.pop(conn.node_id, None)
+        for request in self.pending.pop(conn, []):
+            self._dispatch(conn, request)
+
+    def send(self, node_id: int, request: Request, purpose: str = "data") -> BrokerLink:
         """Send `request` to a node (queued until the connection knows its versions).  Errors
         (connection failures, no common version) reach request.on_error.  The running blocking
         call, if any, now waits for this answer (its KafkaTimeoutError says so)."""
@@ -444,7 +427,7 @@ class Cluster:
             self.pending.setdefault(conn, []).append(request)
         return conn
 
-    def choose_version(self, conn: BrokerConnection, api_key: int, max_version: int,
+    def choose_version(self, conn: BrokerLink, api_key: int, max_version: int,
                        min_version: int = 0) -> int:
         assert conn.api_versions is not None
         if api_key not in conn.api_versions:
@@ -457,7 +440,12 @@ class Cluster:
                 f"{min_version}-{max_version}")
         return version
 
-    def _dispatch(self, conn: BrokerConnection, request: Request) -> None:
+    def _dispatch(self, conn: BrokerLink, request: Request) -> None:
+        """Send on a ready connection; a request that cannot go (no common version, or the
+        connection closed meanwhile: a write just failed) gets its error instead."""
+        if conn.closed:
+            request.on_error(conn.error or ConnectionError(f"{conn.name}: the connection closed"))
+            return
         try:
             version = self.choose_version(conn, request.api_key, request.max_version,
                                           request.min_version)
@@ -539,7 +527,7 @@ class Cluster:
                 # The request ends in on_response or on_error (its connection times it out
                 # after `timeout`): wait for that, or for the deadline.
                 while not box and (left := deadline.left()) > 0:
-                    self.reactor.poll(min(0.05, left))
+                    self.loop.run_once(min(0.05, left))
                 if not box:
                     raise deadline.expired()
                 ok, value = box[0]
@@ -566,7 +554,7 @@ class Cluster:
         while (left := end - time.monotonic()) > 0:
             if until is not None and until():
                 return
-            self.reactor.poll(min(left, 0.05))
+            self.loop.run_once(min(left, 0.05))
         if deadline is not None and expires and not (until is not None and until()):
             raise deadline.expired()
 
@@ -672,49 +660,57 @@ class Cluster:
                 self.fail_connection(conn, ConnectionError(f"broker {node} left the cluster"))
 
     # -- the loop ------------------------------------------------------------------------------
+    def _tick(self) -> None:
+        """Every TICK_S on the loop: time out requests and connects, give idle rings back,
+        retry muted reads."""
+        if self.closed:
+            return
+        self.prepare(time.monotonic())
+        self._tick_timer = self.loop.call_later(TICK_S, self._tick)
+
     def prepare(self, now: float) -> None:
-        """Before each select: time out requests, give idle rings back, retry muted reads."""
+        """Time out requests (request.timeout.ms) and connection set-ups, give idle rings back,
+        retry muted reads (KIP-81)."""
         pressure = self.has_muted()
-        for conn in list(self.connections.values()):
-            if conn.in_flight and conn.expired(now):
-                self.fail_connection(conn, TimeoutError(
-                    f"{conn.name}: no response within {self.request_timeout} s"))
+        for link in list(self.connections.values()):
+            if link.in_flight and link.reader.expired(now):
+                self.fail_connection(link, TimeoutError(
+                    f"{link.name}: no response within {self.request_timeout} s"))
                 continue
-            if conn.ring is not None and (pressure or not conn.in_flight):
-                conn.release_ring_if_idle()     # idle: back to the pool (others may wait)
-        for conn in list(self.connections.values()):
-            if conn.muted:
-                conn.take_ring()
-        for conn in list(self.closing):
-            if conn.release_ring_if_idle():
-                self.closing.remove(conn)
+            conn = link.conn
+            if conn is not None and conn.expired(now) is not None:
+                self.fail_connection(link, TimeoutError(
+                    f"{link.name}: not connected within {self.deadlines.handshake:g} s"
+                    if conn.connecting or not conn.handshaken else
+                    f"{link.name}: the broker reads nothing of our requests"))
+                continue
+            if link.ring is not None and (pressure or not link.in_flight):
+                link.release_ring_if_idle()     # idle: back to the pool (others may wait)
+        for link in list(self.connections.values()):
+            if link.muted and link.conn is not None:
+                link.reader.unmute(link.conn)
+        for link in list(self.closing):
+            if link.release_ring_if_idle() or link.ring is None:
+                self.closing.remove(link)
 
     def has_muted(self) -> bool:
         return any(c.muted for c in self.connections.values())
 
-    def handle_events(self, conn: BrokerConnection, mask: int) -> None:
-        """Socket events of one connection.  Every answer read is handed to its request, even
-        when the read also found the end of the connection: a failure of the socket or of the
-        response stream (the ring's errors: a response larger than the ring, a negative size; a
-        response without a correlation id or to a request not in flight) then closes the
-        connection and reaches the handlers of the requests still waiting."""
-        if conn.state == CLOSED:
-            return                    # failed by a handler earlier in this round of events
-        responses: list[tuple[InFlight, Response]] = []
-        error: BaseException | None = None
-        try:
-            if mask & selectors.EVENT_WRITE:
-                conn.handle_write()
-            if mask & selectors.EVENT_READ and conn.state == CONNECTED:
-                responses, error = conn.handle_read()
-        except (OSError, KafkaCodecError) as exc:
-            error = exc
+    def _on_responses(self, conn: BrokerLink, responses: list[tuple[InFlight, Response]],
+                      error: BaseException | None) -> None:
+        """What a read of the connection brought.  Every answer read is handed to its request,
+        even when the read also found the end of the connection: a failure of the socket or of
+        the response stream (the ring's errors: a response larger than the ring, a negative
+        size; a response without a correlation id or to a request not in flight) then closes
+        the connection and reaches the handlers of the requests still waiting."""
         failure = self._deliver(conn, responses)
         error = error or failure
-        if error is not None and conn.state != CLOSED:     # (a handler may have closed it)
+        if error is not None and not conn.closed:     # (a handler may have closed it)
             self.fail_connection(conn, error)
+        elif not conn.in_flight:
+            conn.release_ring_if_idle()               # nothing more to read: back to the pool
 
-    def _deliver(self, conn: BrokerConnection, responses: list[tuple[InFlight, Response]]
+    def _deliver(self, conn: BrokerLink, responses: list[tuple[InFlight, Response]]
                  ) -> BaseException | None:
         """Each response to its request, in order.  An answer above the request's size cap fails
         it (RecordTooLargeError).  A handler must not raise; one that does (a damaged
@@ -749,8 +745,9 @@ class Cluster:
         for conn in list(self.connections.values()):
             self.fail_connection(conn, ConnectionError(f"{conn.name}: the client was closed"))
         self.connections.clear()
-        if self in self.reactor.clusters:
-            self.reactor.clusters.remove(self)
+        self._tick_timer.cancel()
+        if self.own_loop:
+            self.loop.close()
 
 
 def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:

@@ -16,13 +16,13 @@ from kafkacodec.consumer._cluster import (
     RETRIABLE_ERRORS,
     BrokerError,
     Cluster,
-    Reactor,
     error_name,
 )
 from kafkacodec.consumer._fetcher import Fetcher
 from kafkacodec.consumer._forms import FetchedPartition, records_filter
 from kafkacodec.consumer._groups import GroupOffsets
 from kafkacodec.consumer._offsets import OffsetLookup
+from kafkacodec.net.loop import Loop
 from kafkacodec.protocol import control
 
 __all__ = ["Consumer", "DEFAULT_BUFFER_MEMORY", "COORDINATOR_RING_BYTES"]
@@ -86,7 +86,7 @@ class Consumer:
                  default_api_timeout: float | None = None,
                  receive_message_max_bytes: int = DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
                  retry_backoff: float = 0.1, max_retry_backoff: float = 1.0,
-                 reactor: Reactor | None = None):
+                 loop: Loop | None = None):
         if isolation_level not in ("read_uncommitted", "read_committed"):
             raise ValueError("isolation_level is 'read_uncommitted' or 'read_committed'")
         if auto_offset_reset not in ("earliest", "latest", "none"):
@@ -106,15 +106,15 @@ class Consumer:
         self.group_id = group_id
         self.client_id = client_id
         self.pool = SimpleMemoryPool(buffer_memory, buffer_memory, strict=True)
-        self._own_reactor = reactor is None
-        self.reactor = reactor or Reactor()
+        self._own_loop = loop is None
+        self.loop = loop or Loop()
         self.cluster = Cluster(bootstrap, pool=self.pool, ring_bytes=ring_bytes,
                                coordinator_ring_bytes=COORDINATOR_RING_BYTES,
                                client_id=client_id, request_timeout=request_timeout,
                                default_api_timeout=default_api_timeout,
                                receive_message_max_bytes=receive_message_max_bytes,
                                retry_backoff=retry_backoff, max_retry_backoff=max_retry_backoff,
-                               reactor=self.reactor, name="source")
+                               loop=self.loop, name="source")
         self.fetcher = Fetcher(self.cluster, read_committed=isolation_level == "read_committed",
                                max_wait_ms=fetch_max_wait_ms, min_bytes=fetch_min_bytes,
                                fetch_max_bytes=fetch_max_bytes,
@@ -369,7 +369,7 @@ class Consumer:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self.reactor.poll(min(left, 0.1))
+                self.loop.run_once(min(left, 0.1))
             out: list[FetchedPartition] = []
             while fetcher.ready and (max_partitions is None or len(out) < max_partitions):
                 part = fetcher.ready.popleft()
@@ -434,6 +434,6 @@ class Consumer:
             part.release()
         self.fetcher.ready.clear()
         self.cluster.close()
-        if self._own_reactor:
-            self.reactor.close()
+        if self._own_loop:
+            self.loop.close()
         self.closed = True

@@ -36,7 +36,7 @@ from kafkacodec.consumer._cluster import (
     Cluster,
     Request,
 )
-from kafkacodec.consumer._connection import RING_OVERHEAD
+from kafkacodec.net.client import RING_OVERHEAD
 from kafkacodec.consumer._forms import FetchedPartition, ResponseLease
 from kafkacodec.consumer._offsets import OffsetLookup
 from kafkacodec.consumer._transactions import TransactionFilter

@@ -28,9 +28,10 @@ import sys
 import time
 from typing import Any
 
-from kafkacodec.consumer import Consumer, Reactor
+from kafkacodec.consumer import Consumer
 from kafkacodec.consumer._cluster import BrokerError, Cluster
 from kafkacodec.consumer._forms import FetchedPartition
+from kafkacodec.net.loop import Loop
 from kafkacodec.mirror._checkpoint import Checkpoint, CheckpointDamagedError
 from kafkacodec.mirror._producer import IdempotentProducer, Item
 
@@ -73,7 +74,7 @@ class Mirror:
         self.config = config
         self.checkpoint = Checkpoint(config.state_dir)
         self.consumer: Consumer | None = None
-        self.reactor: Reactor | None = None
+        self.loop: Loop | None = None
         self.target: Cluster | None = None
         self.producer: IdempotentProducer | None = None
         self.acked: dict[tuple[str, int], int] = {}        # source position acknowledged
@@ -95,14 +96,14 @@ class Mirror:
     # -- set-up --------------------------------------------------------------------------------
     def _setup(self) -> None:
         cfg = self.config
-        self.reactor = reactor = Reactor()
+        self.loop = loop = Loop()
         self.consumer = Consumer(cfg.source, buffer_memory=cfg.buffer_memory,
                                  isolation_level="read_committed", group_id=cfg.group_id,
                                  client_id=cfg.client_id, request_timeout=cfg.request_timeout,
-                                 reactor=reactor, max_in_flight=2)
+                                 loop=loop, max_in_flight=2)
         self.target = Cluster(cfg.target, pool=self.consumer.pool, ring_bytes=TARGET_RING_BYTES,
                               client_id=cfg.client_id, request_timeout=cfg.request_timeout,
-                              reactor=reactor, priority=True, name="target")
+                              loop=loop, priority=True, name="target")
         counts = {topic: self.consumer.partitions_for(topic) for topic in cfg.topics}
         targets = [self.target_topic(t) for t in cfg.topics]
         for attempt in range(12):
@@ -234,7 +235,7 @@ class Mirror:
                     self._take(part)
                 producer.send_ready()
                 if producer.busy:
-                    consumer.reactor.poll(0)            # acknowledgements that already arrived
+                    consumer.loop.run_once(0)           # acknowledgements that already arrived
                     producer.send_ready()
                 self.save_checkpoint()
                 progress.update()
@@ -249,7 +250,7 @@ class Mirror:
             self.consumer.fetcher.states[tp].paused = True
         while any(tp.in_flight for tp in self.producer.partitions.values()) and \
                 time.monotonic() < deadline and self.producer.fatal is None:
-            self.consumer.reactor.poll(0.05)
+            self.consumer.loop.run_once(0.05)
         self.save_checkpoint(force=True)
         return 0
 
@@ -261,9 +262,9 @@ class Mirror:
             self.target.close()
         if self.consumer is not None:
             self.consumer.close()
-        if self.reactor is not None:
-            self.reactor.close()
-            self.reactor = None
+        if self.loop is not None:
+            self.loop.close()
+            self.loop = None
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server = None

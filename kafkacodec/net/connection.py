@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import socket
 import time
 from collections import deque
@@ -86,7 +87,8 @@ class Connection:
 
     def __init__(self, loop: Loop, transport: Transport, peer: Any, reader: Reader, *,
                  on_closed: Callable[[Connection], None], deadlines: Deadlines | None = None,
-                 name: str = ""):
+                 name: str = "", connecting: bool = False,
+                 start_tls: Callable[[Any], Transport] | None = None):
         self.id = next(Connection._ids)
         self.loop = loop
         self.transport = transport
@@ -100,13 +102,16 @@ class Connection:
         self.closed = False
         self.close_kind = ""
         self.close_reason = ""
+        self.close_error: BaseException | None = None
         self.principal = "User:ANONYMOUS"  # set by TLS client certificates or SASL
         self.messages: deque[_Message] = deque()
         now = time.monotonic()
         self.opened_at = now
         self.last_activity = now          # a byte read, or the transport writable
         self.write_progress = now         # the last time a message could move
-        self.handshaken = not transport.encrypted
+        self.connecting = connecting      # client side: the TCP connect is under way
+        self.start_tls = start_tls        # client side: TLS over the socket once connected
+        self.handshaken = not transport.encrypted and not connecting and start_tls is None
         self._events = 0
         self._read_soon: Any = None
         sock = transport.sock
@@ -126,7 +131,9 @@ class Connection:
         if self.closed:
             return
         events = 0
-        if not self.handshaken:
+        if self.connecting:
+            events = WRITE                        # a non-blocking connect completes writable
+        elif not self.handshaken:
             events = self.transport.wants
         else:
             if not self.closing and not self.busy and self.reader.readable(self):
@@ -139,8 +146,11 @@ class Connection:
 
     def _on_event(self, mask: int) -> None:
         kind = FAILED
+        error: BaseException
         try:
             self.last_activity = time.monotonic()
+            if self.connecting:
+                self._connected()
             if not self.handshaken:
                 self._handshake()
                 return
@@ -148,19 +158,34 @@ class Connection:
                 self.write_progress = self.last_activity
             if self.messages:
                 self.flush()
-            if not self.closed:
+            # (a TLS read may have waited for the socket to be writable)
+            if not self.closed and (mask & READ or self.transport.wants == WRITE):
                 self.read_now()
             return
         except TlsError as exc:
-            failure, kind = str(exc), TLS_FAILED
+            failure, kind, error = str(exc), TLS_FAILED, exc
         except (ConnectionError, TimeoutError) as exc:
-            failure, kind = f"connection lost: {exc}", CLIENT      # reset by the peer or the network
+            failure, kind, error = f"connection lost: {exc}", CLIENT, exc   # reset by the peer or the network
         except OSError as exc:
-            failure = f"socket error: {exc}"
+            failure, error = f"socket error: {exc}", exc
         except Exception as exc:
             log.exception("%s failed", self.name)
-            failure = f"failed: {exc}"
-        self.close(failure, kind)
+            failure, error = f"failed: {exc}", exc
+        self.close(failure, kind, error)
+
+    def _connected(self) -> None:
+        """The non-blocking connect ended: an error, or the socket is ready (for TLS first)."""
+        sock = self.transport.sock
+        code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if code:
+            raise ConnectionRefusedError(code, f"cannot connect to {self.name}: {os.strerror(code).lower()}")
+        self.connecting = False
+        if self.start_tls is not None:
+            # the TLS socket takes over the descriptor: watched again under its new object
+            self.loop.forget(sock)
+            self._events = 0
+            self.transport = self.start_tls(sock)
+            self.start_tls = None
 
     def _handshake(self) -> None:
         if self.transport.handshake():
@@ -243,7 +268,7 @@ class Connection:
     def expired(self, now: float) -> str | None:
         """The deadline this connection has passed (a close kind), if any."""
         d = self.deadlines
-        if not self.handshaken:
+        if self.connecting or not self.handshaken:
             return HANDSHAKE_TIMEOUT if now - self.opened_at > d.handshake else None
         if self.messages:
             return WRITE_TIMEOUT if now - self.write_progress > d.response_write else None
@@ -257,14 +282,16 @@ class Connection:
         return None
 
     # --- closing -------------------------------------------------------------------------------
-    def close(self, reason: str = "", kind: str = FAILED) -> None:
+    def close(self, reason: str = "", kind: str = FAILED, error: BaseException | None = None) -> None:
+        """Close (once): `kind` says why for metrics, `reason` for logs, `error` is the exception
+        behind it if any (what a client's waiting requests fail with)."""
         if self.closed:
             return
         log.debug("%s closed (%s): %s", self.name, kind, reason)
         self.loop.forget(self.transport.sock)
         self._events = 0
         self.closed = True
-        self.close_kind, self.close_reason = kind, reason
+        self.close_kind, self.close_reason, self.close_error = kind, reason, error
         if self._read_soon is not None:
             self._read_soon.cancel()
         self.transport.close()

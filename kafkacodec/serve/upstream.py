@@ -313,7 +313,7 @@ class UpstreamView:
                         self._metadata_due = now + 1.0
                 self._follow_demand(consumer)
                 if not consumer.assignment():
-                    consumer.reactor.poll(0.02)
+                    consumer.loop.run_once(0.02)
                     continue
                 try:
                     parts = consumer.poll(0.02)
@@ -426,7 +426,7 @@ class UpstreamView:
         part = self.partition(topic, index) if topic is not None and index is not None else None
         if part is None:
             log.warning("upstream fetch: %s", exc)
-            consumer.reactor.poll(0.1)
+            consumer.loop.run_once(0.1)
             return
         code = getattr(exc, "error_code", None)
         log.info("upstream fetch of %s-%d: %s", topic, index, exc)
