@@ -192,3 +192,22 @@ def test_without_a_valid_txnindex_the_walk_gives_the_same_records(broker_log, tm
         assert counts["rebuilt"] == len(list((copy / f"{TOPIC}-0").glob("*.log"))) - 1 and invalid == 0
     else:
         assert invalid == len(damaged)
+
+
+def test_the_brokers_index_files_pass_the_readers_checks(broker_log):
+    """Every `.index` and `.timeindex` entry a real broker wrote holds by the rule serve and the
+    log-dir reader check entries by (logdir/indexes.py): none is refused, so neither reads
+    without them."""
+    from kafkacodec.logdir import ReadOptions
+    from kafkacodec.logdir._plan import Planner
+    from kafkacodec.logdir._problems import Reporter
+
+    root, _, _ = broker_log
+    problems = []
+    planner = Planner(ReadOptions.parse({"paths": [str(root)]}), Reporter("FAILFAST", True, problems.append))
+    checked = 0
+    for part in planner.partitions():
+        for seg in part.segments:
+            planner.check_indexes(seg)
+            checked += sum(planner._index(seg, suffix) is not None for suffix in (".index", ".timeindex"))
+    assert problems == [] and checked >= 4

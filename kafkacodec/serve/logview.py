@@ -6,12 +6,15 @@ tiered-storage names, several directories merged); topic ids come from `partitio
 (logdir/partition_metadata.py), the log start from `log-start-offset-checkpoint`.
 
 Per segment, where offsets are found:
-- a rolled segment with a valid `.index` (entries checked against the segment: the first and
-  the last point at entry headers holding their offsets) is searched through it plus a short
-  header walk, as Kafka does (`.timeindex` likewise for timestamps);
+- a rolled segment with a valid `.index` is searched through it plus a short header walk, as
+  Kafka does; its entries are checked against the segment before they are relied on, by the
+  rule the log-dir reader follows too (logdir/indexes.py, CheckedOffsetIndex: the first and
+  last at once, any other the first time a fetch seeks through it), and one that does not hold
+  drops the file;
 - otherwise, and always for the active (last) segment, the index is rebuilt in memory: a table
-  of every entry header (position, size, last offset, max timestamp, magic, attributes), read
-  once and extended as the file grows.
+  of every entry header (position, size, base and last offset, max timestamp, magic,
+  attributes), read once and extended as the file grows.
+- ListOffsets by time uses a rolled segment's `.timeindex` the same way (CheckedTimeIndex).
 Header walks go through `FileRecords.index()` on the segment's guarded mapping, so a file cut
 by another process raises FileTruncatedError (never SIGBUS); the partition is then reloaded.
 
@@ -43,9 +46,9 @@ import numpy as np
 from kafkacodec._convert import release_file_pages
 from kafkacodec._format import LOG_OVERHEAD, TRANSACTIONAL_FLAG
 from kafkacodec._records import FileRecords
-from kafkacodec.errors import FileTruncatedError, KafkaCodecError
+from kafkacodec.errors import CorruptRecordError, FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import PartitionFiles, find_partitions
-from kafkacodec.logdir.indexes import (OffsetIndex, TimeIndex, checked_txn_index, parse_offset_index,
+from kafkacodec.logdir.indexes import (CheckedOffsetIndex, CheckedTimeIndex, checked_txn_index, load_offset_index,
                                        parse_time_index)
 from kafkacodec.logdir.partition_metadata import read_partition_metadata
 from kafkacodec.logdir.snapshots import SNAPSHOT_SUFFIX, open_transactions
@@ -57,7 +60,7 @@ log = logging.getLogger("kafkacodec.serve")
 
 WINDOW = 256 * 1024                 # bytes of entry headers walked per FileRecords.index() call
 _COLUMNS: tuple[tuple[str, type], ...] = (
-    ("position", np.int64), ("size", np.int64), ("last_offset", np.int64),
+    ("position", np.int64), ("size", np.int64), ("base_offset", np.int64), ("last_offset", np.int64),
     ("max_timestamp", np.int64), ("magic", np.int8), ("attributes", np.int16))
 _ENTRY_HEAD = struct.Struct(">qi")
 
@@ -111,6 +114,7 @@ class _Table:
         end = self.n + k
         self.cols["position"][self.n:end] = rows["position"]
         self.cols["size"][self.n:end] = rows["size_in_bytes"]
+        self.cols["base_offset"][self.n:end] = rows["base_offset"]
         self.cols["last_offset"][self.n:end] = rows["last_offset"]
         self.cols["max_timestamp"][self.n:end] = rows["max_timestamp"]
         self.cols["magic"][self.n:end] = rows["magic"]
@@ -145,8 +149,9 @@ class Segment:
         self.size = -1                          # bytes the mapping covers
         self.records: FileRecords | None = None
         self.table: _Table | None = None        # the index rebuilt in memory
-        self.sparse: OffsetIndex | None = None  # Kafka's .index (rolled segments)
-        self.times: TimeIndex | None = None
+        self.sparse: CheckedOffsetIndex | None = None  # Kafka's .index (rolled segments)
+        self.times: CheckedTimeIndex | None = None      # Kafka's .timeindex (rolled segments)
+        self.times_read = False
         self.end = 0                            # after the last complete entry
         self.last_offset = base_offset - 1
         self.fd: int | None = None              # for sendfile, opened on first use
@@ -180,7 +185,7 @@ class Segment:
         elif st.st_size > self.size:
             self._map()
             if self.sparse is not None:         # a rolled segment grew: index it in memory
-                self.sparse, self.times = None, None
+                self.sparse, self.times, self.times_read = None, None, True
                 self._scan_all()
             else:
                 self._extend()
@@ -189,7 +194,7 @@ class Segment:
     def reset(self) -> None:
         self.close()
         self.inode, self.size, self.records = None, -1, None
-        self.table, self.sparse, self.times = None, None, None
+        self.table, self.sparse, self.times, self.times_read = None, None, None, False
         self.end, self.last_offset, self.damaged = 0, self.base_offset - 1, None
         self.aborted, self.aborted_read = None, False
 
@@ -220,36 +225,77 @@ class Segment:
             self.end = int(rows["position"][-1] + rows["size_in_bytes"][-1])
             self.last_offset = max(self.last_offset, int(rows["last_offset"][-1]))
 
+    def _read(self, position: int, size: int) -> Any:
+        """Bytes of the mapped segment, for the index checks."""
+        assert self.records is not None
+        return memoryview(self.records)[position:position + size]
+
     def _use_index(self) -> bool:
-        """Kafka's .index and .timeindex when valid: parsed, the first and last entries checked
-        against the segment; the end found by a walk from the last entry."""
+        """Kafka's .index when valid (CheckedOffsetIndex: parsed, its first and last entries
+        checked against the segment); the end found by a walk from the last entry."""
+        path = self.indexes[".index"]
         try:
-            with open(self.indexes[".index"], "rb") as file:
-                index = parse_offset_index(file.read(), self.base_offset, self.size, self.indexes[".index"])
+            with open(path, "rb") as file:
+                index = load_offset_index(file.read(), self._read, self.size, self.base_offset, path)
         except (OSError, KafkaCodecError) as exc:
-            self.use.invalid_file(".index", self.indexes[".index"], exc)
+            self.use.invalid_file(".index", path, exc)
             return False
-        for i in sorted({0, len(index.positions) - 1} if len(index.positions) else set()):
-            previous = int(index.offsets[i - 1]) if i else self.base_offset - 1
-            first = next(self.walk(int(index.positions[i]), self.size, max_entries=1), None)
-            if (first is None or int(first["position"][0]) != int(index.positions[i])
-                    or not previous < int(first["last_offset"][0]) <= int(index.offsets[i])):
-                self.use.invalid_file(".index", self.indexes[".index"], f"{self.indexes['.index']} does not match "
-                                      "its segment (an entry points off a batch boundary or at other offsets)")
-                return False
         self.sparse = index
-        start = int(index.positions[-1]) if len(index.positions) else 0
+        start = index.last_position
         self.end, self.last_offset = start, self.base_offset - 1
         for rows in self.walk(start, self.size):
             self.end = int(rows["position"][-1] + rows["size_in_bytes"][-1])
             self.last_offset = max(self.last_offset, int(rows["last_offset"][-1]))
-        if ".timeindex" in self.indexes:
-            try:
-                with open(self.indexes[".timeindex"], "rb") as file:
-                    self.times = parse_time_index(file.read(), self.base_offset, self.indexes[".timeindex"])
-            except (OSError, KafkaCodecError) as exc:
-                self.use.invalid_file(".timeindex", self.indexes[".timeindex"], exc)
         return True
+
+    def _drop_index(self, exc: CorruptRecordError) -> None:
+        """An entry of the .index does not hold: read the segment without it (the table)."""
+        self.use.invalid_file(".index", self.indexes[".index"], exc)
+        self.sparse = None
+        self._scan_all()
+
+    def time_index(self) -> CheckedTimeIndex | None:
+        """Kafka's .timeindex of a rolled segment (CheckedTimeIndex), read once; None without a
+        valid one."""
+        self.ensure()
+        path = self.indexes.get(".timeindex")
+        if not self.times_read and not self.active and path is not None and self.damaged is None:
+            self.times_read = True
+            try:
+                with open(path, "rb") as file:
+                    self.times = CheckedTimeIndex(parse_time_index(file.read(), self.base_offset, path),
+                                                  self._entry_holding, path)
+            except (OSError, KafkaCodecError) as exc:
+                self.use.invalid_file(".timeindex", path, exc)
+        return self.times
+
+    def _entry_holding(self, offset: int) -> tuple[int, int, int] | None:
+        """(first offset, last offset, max timestamp) of the entry holding `offset` (the time
+        index checks)."""
+        found = self.locate(offset)
+        if found is None:
+            return None
+        rows = next(self.entries(found[0]), None)
+        if rows is None or not len(rows["position"]):
+            return None
+        return int(rows["base_offset"][0]), int(rows["last_offset"][0]), int(rows["max_timestamp"][0])
+
+    def time_start(self, timestamp: int) -> int:
+        """Where to search this segment for `timestamp` from: the position of the offset the
+        checked .timeindex gives, else 0."""
+        times = self.time_index()
+        if times is None:
+            return 0
+        try:
+            return self.position_of(times.lookup(timestamp))
+        except CorruptRecordError as exc:
+            self._drop_times(exc)
+            return 0
+
+    def _drop_times(self, exc: CorruptRecordError) -> None:
+        assert self.times is not None
+        self.use.invalid_file(".timeindex", self.times.source, exc)
+        self.times = None
 
     def txn_index(self) -> list[tuple[int, int, int]] | None:
         """(producer id, first offset, marker offset) of the transactions aborted in this
@@ -316,7 +362,12 @@ class Segment:
                 return int(self.table["position"][i]), int(self.table["size"][i])
             return None
         assert self.sparse is not None
-        for rows in self.walk(self.sparse.start_position(offset), self.end):
+        try:
+            start = self.sparse.start_position(offset)
+        except CorruptRecordError as exc:
+            self._drop_index(exc)
+            return self.locate(offset)
+        for rows in self.walk(start, self.end):
             hits = np.flatnonzero(rows["last_offset"] >= offset)
             if len(hits):
                 j = int(hits[0])
@@ -337,17 +388,21 @@ class Segment:
                 yield {name: self.table[name][i:] for name, _ in _COLUMNS}
             return
         for rows in self.walk(start, self.end):
-            yield {"position": rows["position"], "size": rows["size_in_bytes"],
+            yield {"position": rows["position"], "size": rows["size_in_bytes"], "base_offset": rows["base_offset"],
                    "last_offset": rows["last_offset"], "max_timestamp": rows["max_timestamp"],
                    "magic": rows["magic"], "attributes": rows["attributes"]}
 
     def max_timestamp(self) -> int | None:
-        """The largest batch timestamp, when known without a walk."""
-        self.ensure()
+        """The largest batch timestamp, when known without a walk: a rolled segment's checked
+        .timeindex says (as the log-dir reader's), else the table."""
+        times = self.time_index()
+        if times is not None and len(times):
+            try:
+                return times.largest
+            except CorruptRecordError as exc:
+                self._drop_times(exc)
         if self.table is not None:
             return int(self.table["max_timestamp"].max()) if self.table.n else -1
-        if self.times is not None and self.times.largest is not None:
-            return self.times.largest
         return None
 
     def file_handle(self) -> int:
@@ -509,10 +564,7 @@ class Partition:
             largest = seg.max_timestamp()
             if largest is not None and largest < timestamp and seg is not self.segments[-1]:
                 continue
-            position = 0
-            if seg.times is not None:
-                position = seg.position_of(max(seg.times.lookup(timestamp), start))
-            for rows in seg.entries(position):
+            for rows in seg.entries(seg.time_start(timestamp)):
                 for j in np.flatnonzero(rows["max_timestamp"] >= timestamp):
                     found = self._first_record(seg, int(rows["position"][j]), int(rows["size"][j]),
                                                lambda r: r.timestamp >= timestamp and r.offset >= start)
