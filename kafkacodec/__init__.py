@@ -25,6 +25,7 @@ from kafkacodec.errors import (
     RecordTooLargeError,
     UnsupportedCompressionError,
     UnsupportedVersionError,
+    WriteConflictError,
 )
 from kafkacodec.lazy import LazyDownConvertRecords
 
@@ -58,6 +59,7 @@ __all__ = [
     "MemoryPoolError",
     "NotRegularFileError",
     "LogLayoutError",
+    "WriteConflictError",
     "RawBatchesBuilder",
     "RawBytesBatchRecord",
     "shallow_records",
