@@ -759,10 +759,10 @@ def test_unlistable_partition_directory(sample, monkeypatch):
     root, _ = sample
     real = Storage.list
 
-    def listing(self, directory):
+    def listing(self, directory, skipped=None):
         if directory.endswith("orders-1"):
             raise PermissionError(13, "Permission denied", directory)
-        return real(self, directory)
+        return real(self, directory, skipped)
 
     monkeypatch.setattr(Storage, "list", listing)
     problems = []
@@ -790,3 +790,36 @@ def test_s3a_options_become_pyarrow_s3_arguments_for_reader_and_writer():
     store, root = open_store("s3a://bucket/dir?x=1", {k.upper(): v for k, v in options.items()})
     assert root == "bucket/dir"
     assert store.fs.region == "eu-west-1"
+
+
+# ------------------------------------------------------------------------------ names
+
+def test_names_that_are_not_utf8_are_skipped_and_reported_everywhere(tmp_path):
+    """A partition directory (and a segment) named in another encoding: every listing skips it
+    and says so, the rest is read; a name of non-ASCII digits is no segment either."""
+    from test_serve import odd_named_log
+
+    root = tmp_path / "logs"
+    odd_named_log(root)
+    with open(os.path.join(os.fsencode(root / "plain-0"), b"\xff%019d.log" % 5), "wb") as file:
+        file.write(b"not read")
+    (root / "plain-0" / ("\u0660" * 20 + ".log")).write_bytes(b"not read either")   # Arabic-Indic digits
+    problems = []
+    table, _ = read_all(root, problems=problems)
+    assert offsets_of(table) == [("plain", 0, 0), ("plain", 0, 1), ("plain", 0, 2)]
+    named = sorted(p.path for p in problems if p.kind == "name")
+    assert named == [str(root / "caf\\xe9-0"), str(root / "plain-0" / ("\\xff%019d.log" % 5))]
+    assert all("not UTF-8" in p.message for p in problems if p.kind == "name")
+    assert [s.path for s in discover(root)] == [str(root / "plain-0" / f"{0:020d}.log")]
+    # kafkacodec verify and read: the odd names reported, on a stdout that is strict UTF-8
+    from isolated import child_env
+
+    verify = subprocess.run([sys.executable, "-m", "kafkacodec.cli", "verify", str(root), "--no-progress"],
+                            capture_output=True, text=True, env=dict(child_env(), PYTHONIOENCODING="utf-8:strict"),
+                            timeout=120)
+    assert verify.returncode == 1, verify.stderr
+    assert "caf\\xe9-0" in verify.stdout and "3 records" in verify.stdout
+    as_json = subprocess.run([sys.executable, "-m", "kafkacodec.cli", "verify", str(root), "--json", "--no-progress"],
+                             capture_output=True, text=True, env=child_env(), timeout=120)
+    result = json.loads(as_json.stdout)
+    assert result["records"] == 3 and result["counts"] == {"name": 2}

@@ -400,3 +400,18 @@ def test_a_lock_held_past_the_timeout_is_a_clear_error(tmp_path):
         with pytest.raises(TimeoutError, match="_kafkalog.lock"):
             commit(store, str(tmp_path), "b", runs, mode="append", lock_timeout=0.2)
     assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_a_directory_named_in_another_encoding_is_no_partition_of_the_writer(tmp_path):
+    """A `<topic>-<partition>`-looking directory whose name is not UTF-8 is no partition (no Kafka
+    topic is named so): append does not read it, overwrite leaves it in place, as any other
+    file that is not a partition."""
+    odd = os.path.join(os.fsencode(tmp_path), b"caf\xe9-0")
+    os.mkdir(odd)
+    with open(os.path.join(odd, b"%020d.log" % 0), "wb") as file:
+        file.write(b"\x00" * 40)                      # not even a valid segment: never opened
+    write(tmp_path, [[rows(range(3))]], mode="append")
+    write(tmp_path, [[rows(range(3, 5))]], mode="append")
+    write(tmp_path, [[rows(range(2), partition=1)]], mode="overwrite")
+    assert os.listdir(odd) == [b"%020d.log" % 0]
+    assert sorted(os.listdir(os.fsencode(tmp_path))) == [b"_SUCCESS", b"caf\xe9-0", b"t-1"]

@@ -5,6 +5,7 @@ transactions) and must get exactly what the segment files hold (tests/serve_supp
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -492,3 +493,46 @@ def test_list_offsets_by_time_agrees_with_the_logdir_reader_despite_a_lying_time
             want_logdir = want if want >= 0 else 300                           # the reader starts at the end
             assert (serve_offset_for_time(srv.port, target), logdir_offset_for_time(root, target)) == \
                 (want, want_logdir), target
+
+
+# --- a partition directory whose name is not UTF-8 -----------------------------------------------
+def odd_named_log(root: Path) -> bytes:
+    """`root` with `plain-0` and a partition directory named b"caf\\xe9-0" (Latin-1, not UTF-8)
+    holding a valid segment; returns the odd name."""
+    part = root / "plain-0"
+    part.mkdir(parents=True)
+    b = kafkacodec.MemoryRecordsBuilder(magic=2, base_offset=0)
+    for i in range(3):
+        b.append(AGREE_BASE_TS + i, b"k%d" % i, b"v%d" % i, [])
+    (part / f"{0:020d}.log").write_bytes(b.build())
+    odd = b"caf\xe9-0"
+    os.mkdir(os.path.join(os.fsencode(root), odd))
+    with open(os.path.join(os.fsencode(root), odd, b"%020d.log" % 0), "wb") as file:
+        file.write(b.build())
+    return odd
+
+
+def test_a_partition_directory_named_in_another_encoding_is_skipped_with_a_warning(tmp_path, caplog):
+    root = tmp_path / "logs"
+    odd_named_log(root)
+    with Server([str(root)], listen=("127.0.0.1", 0)) as srv, \
+            BlockingClient("127.0.0.1", srv.port, timeout=30) as client:
+        assert sorted(t.name for t in client.metadata(None).topics) == ["plain"]
+        part = client.fetch([("plain", [(0, 0, 1 << 20)])], api_version=11, max_wait_ms=0).responses[0].partitions[0]
+        assert [r.offset for r in kafkacodec.MemoryRecords(bytes(part.records)).records()] == [0, 1, 2]
+    warned = [r.getMessage() for r in caplog.records if "caf" in r.getMessage()]
+    assert warned and "caf\\xe9-0" in warned[0] and "not UTF-8" in warned[0]
+
+
+def test_a_state_file_named_in_another_encoding_is_skipped_with_a_warning(tmp_path, caplog):
+    from kafkacodec.serve.offsets import OffsetStore
+
+    groups = tmp_path / "groups"
+    groups.mkdir()
+    stored = {"format": 1, "group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 5}]}
+    (groups / "g.json").write_text(json.dumps(stored))
+    with open(os.path.join(os.fsencode(groups), b"\xff.json"), "w") as file:
+        json.dump(dict(stored, group="odd"), file)
+    store = OffsetStore(str(tmp_path))
+    assert sorted(store.groups) == ["g"] and store.get("g")[("t", 0)].offset == 5
+    assert any("\\xff.json" in r.getMessage() and "not UTF-8" in r.getMessage() for r in caplog.records)

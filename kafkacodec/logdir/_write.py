@@ -39,6 +39,7 @@ import numpy as np
 from kafkacodec.errors import CorruptRecordError, WriteConflictError
 from kafkacodec.logdir._read import PARTITION_RE, SEGMENT_RE
 from kafkacodec.logdir._store import LOCK_NAME, LOCK_TIMEOUT, Store
+from kafkacodec.logdir.storage import undecodable
 
 __all__ = ["TaskWriter", "Run", "merge_runs", "commit", "abort", "check_target", "existing_partitions",
            "SAVE_MODES", "STAGING", "SUCCESS", "new_job_id", "validate_topic"]
@@ -472,8 +473,10 @@ def _next_offset(store: Store, folder: str) -> int | None:
 
 
 def existing_partitions(store: Store, root: str) -> list[str]:
-    """The `<topic>-<partition>` directories under root."""
-    return [n for n in store.listdir(root) if PARTITION_RE.match(n) and store.is_dir(store.join(root, n))]
+    """The `<topic>-<partition>` directories under root (never one whose name is not UTF-8: no
+    topic is named so, and the writer leaves what is not a partition alone)."""
+    return [n for n in store.listdir(root)
+            if not undecodable(n) and PARTITION_RE.match(n) and store.is_dir(store.join(root, n))]
 
 
 def has_data(store: Store, root: str) -> bool:

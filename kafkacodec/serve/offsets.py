@@ -17,6 +17,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 from kafkacodec._atomic import atomic_output
+from kafkacodec.logdir.storage import printable, undecodable
 
 __all__ = ["OffsetStore", "CommittedOffset"]
 
@@ -50,6 +51,9 @@ class OffsetStore:
             if not name.endswith(".json") or name.startswith("."):
                 continue                      # temporary files of an interrupted write
             path = os.path.join(self.directory, name)
+            if undecodable(name):             # group files are named in ASCII (percent-encoded)
+                log.warning("%s: its name is not UTF-8, not a group file serve writes; skipped", printable(path))
+                continue
             try:
                 with open(path, encoding="utf-8") as file:
                     data = json.load(file)
