@@ -536,3 +536,87 @@ def test_a_state_file_named_in_another_encoding_is_skipped_with_a_warning(tmp_pa
     store = OffsetStore(str(tmp_path))
     assert sorted(store.groups) == ["g"] and store.get("g")[("t", 0)].offset == 5
     assert any("\\xff.json" in r.getMessage() and "not UTF-8" in r.getMessage() for r in caplog.records)
+
+
+# --- read_committed: serve and the log-dir reader take a partition's transactions by one rule ----
+TXN_SCRIPT = [        # per segment: plain batches, transactional data of a producer, its COMMIT/ABORT marker
+    [("plain",), ("txn", 7), ("plain",), ("txn", 7), ("abort", 7), ("txn", 8), ("plain",)],
+    [("txn", 8), ("txn", 9), ("abort", 8), ("plain",), ("txn", 9), ("commit", 9)],
+    [("plain",), ("txn", 10), ("plain",), ("plain",)],
+    [("txn", 10), ("abort", 10), ("plain",), ("txn", 11), ("plain",)],
+]
+
+
+def txn_log(root: Path) -> Path:
+    """`txn-0`: four segments as a broker writes them (.index, .timeindex, a .txnindex where
+    aborts end, the producer .snapshot at each roll): aborts ending in the first, second (begun
+    in the first) and last segment, a committed transaction, one left open at the end."""
+    from test_logdir import add_indexes
+
+    part = root / "txn-0"
+    part.mkdir(parents=True)
+    offset = 0
+    for segment in TXN_SCRIPT:
+        data = bytearray()
+        base = offset
+        for step in segment:
+            if step[0] in ("commit", "abort"):
+                data += kafkacodec.MemoryRecordsBuilder.build_end_txn_marker(
+                    step[0] == "commit", step[1], 0, coordinator_epoch=0, base_offset=offset,
+                    timestamp=AGREE_BASE_TS + offset)
+                offset += 1
+                continue
+            pid = step[1] if step[0] == "txn" else -1
+            b = kafkacodec.MemoryRecordsBuilder(magic=2, base_offset=offset, producer_id=pid,
+                                                producer_epoch=0 if pid >= 0 else -1,
+                                                base_sequence=offset if pid >= 0 else -1, is_transactional=pid >= 0)
+            for o in range(offset, offset + 3):
+                b.append(AGREE_BASE_TS + o, b"k%d" % o, b"%s %d" % (step[0].encode(), o), [])
+            data += b.build()
+            offset += 3
+        (part / f"{base:020d}.log").write_bytes(bytes(data))
+    add_indexes(root, interval=64)
+    return root
+
+
+def lie_in_txn_index(part: Path, lie: str) -> None:
+    segments = sorted(part.glob("*.log"))
+    entries = [list(e) for e in struct.iter_unpack(">hqqqq", segments[0].with_suffix(".txnindex").read_bytes())]
+    if lie == "removed":                      # the abort begun in the first segment, ended in the second
+        segments[1].with_suffix(".txnindex").unlink()
+    elif lie == "marker-past-the-segment":    # an entry of the first segment ending in the second
+        entries[0][3] = int(segments[1].stem) + 2
+        segments[0].with_suffix(".txnindex").write_bytes(b"".join(struct.pack(">hqqqq", *e) for e in entries))
+    elif lie == "active-segment-emptied":     # the active segment's file lost its entry
+        segments[-1].with_suffix(".txnindex").write_bytes(b"")
+    elif lie == "committed-called-aborted":   # producer 9's committed transaction listed as aborted
+        scan = [(int(b.base_offset), b.producer_id, b.is_control) for b in kafkacodec.FileRecords.open(
+            segments[1]).batches()]
+        first = min(o for o, pid, control in scan if pid == 9)
+        marker = max(o for o, pid, control in scan if pid == 9 and control)
+        with open(segments[1].with_suffix(".txnindex"), "ab") as file:
+            file.write(struct.pack(">hqqqq", 0, 9, first, marker, marker + 1))
+
+
+@pytest.mark.parametrize("lie", ["none", "removed", "marker-past-the-segment", "active-segment-emptied",
+                                 "committed-called-aborted"])
+def test_read_committed_agrees_with_the_logdir_reader_despite_lying_txn_files(tmp_path, lie):
+    root = txn_log(tmp_path / "logs")
+    records = partition_records(root, "txn", 0, committed=True)
+    every = partition_records(root, "txn", 0)
+    last_marker = max(set(range(every[-1][0])) - {r[0] for r in every})
+    lso = min(o for o, _, v, _ in every if v.startswith(b"txn") and o > last_marker)   # producer 11's, open
+    truth = [r[:3] for r in records if r[0] < lso]
+    assert {v.split()[0] for _, _, v in truth} == {b"plain", b"txn"} and len(truth) < len(records)
+    lie_in_txn_index(root / "txn-0", lie)
+    from kafkacodec.logdir import plan, read_split
+
+    splits, _ = plan(str(root), {"kafka.isolation.level": "read_committed", "failOnDataLoss": "false"},
+                     on_problem=lambda p: None)
+    logdir = [(o, k, v) for s in splits for rb in read_split(s, columns=["offset", "key", "value"],
+                                                              on_problem=lambda p: None)
+              for o, k, v in zip(*(rb.column(c).to_pylist() for c in ("offset", "key", "value")))]
+    with Server([str(root)], listen=("127.0.0.1", 0)) as srv:
+        served = confluent_read(f"127.0.0.1:{srv.port}", {("txn", 0): truth}, timeout=10,
+                                **{"isolation.level": "read_committed"}).get(("txn", 0), [])
+    assert (served, logdir) == (truth, truth)

@@ -64,7 +64,8 @@ def test_an_invalid_txnindex_falls_back_to_the_walk_and_is_counted_once(tmp_path
     for hostile in (b"\x01" * 35, entry(7, 0, 3, 4, version=9), entry(7, 0, 5, 6) + entry(7, 0, 2, 3)):
         txnindex.write_bytes(hostile)
         for _ in range(2):                      # the same file twice (a reload): one warning
-            seg = Segment(str(log_file), 0, {".txnindex": str(txnindex)}, use)
+            seg = Segment(str(log_file), 0, {".index": str(log_file.with_suffix(".index")),
+                                             ".txnindex": str(txnindex)}, use)
             assert seg.txn_index() is None
             seg.close()
     assert use.invalid == {".txnindex": 1}
@@ -211,3 +212,21 @@ def test_the_brokers_index_files_pass_the_readers_checks(broker_log):
             planner.check_indexes(seg)
             checked += sum(planner._index(seg, suffix) is not None for suffix in (".index", ".timeindex"))
     assert problems == [] and checked >= 4
+
+
+@pytest.mark.parametrize("damage", ["intact", "removed"])
+def test_the_logdir_reader_reads_what_the_broker_serves_read_committed(broker_log, tmp_path, damage):
+    """The log-dir reader follows the same rule (logdir/_txn.py): the broker's read_committed
+    records, its .txnindex files intact or removed."""
+    from kafkacodec.logdir import plan, read_split
+
+    root, want, _ = broker_log
+    copy = tmp_path / "logs"
+    shutil.copytree(root, copy)
+    if damage == "removed":
+        for path in rolled_with_txnindex(copy):
+            path.unlink()
+    splits, _ = plan(str(copy), {"kafka.isolation.level": "read_committed"}, on_problem=lambda p: None)
+    got = [row for s in splits for rb in read_split(s, columns=["offset", "key", "value"])
+           for row in zip(*(rb.column(c).to_pylist() for c in ("offset", "key", "value")))]
+    assert got == want[(TOPIC, 0)]

@@ -5,10 +5,10 @@ aborted transactions a read_committed read drops.
 What the planner reads (never records, only headers and index files):
 - index files of the segments it cuts or seeks into: `.index` gives a starting position for an
   offset and batch boundaries to cut splits at, `.timeindex` the offset for a timestamp,
-  `.txnindex` the aborted transactions;
+  `.txnindex` the aborted transactions (by the rule serve follows too: logdir/_txn.py);
 - entry headers (a shallow scan) where no valid index answers: local segments for cuts, the
-  segments a timestamp falls in, every segment of a partition for read_committed without
-  `.txnindex`, the last segment for the log end offset when it is needed.
+  segments a timestamp falls in, every segment of a partition for read_committed whose
+  `.txnindex` cannot be used, the last segment for the log end offset when it is needed.
 An index entry is checked against the segment before it is used, by the rule serve follows too
 (logdir/indexes.py: CheckedOffsetIndex, CheckedTimeIndex); one that does not hold drops its file
 (noted), and the segment is read without it.
@@ -24,14 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from kafkacodec._format import CONTROL_FLAG, TRANSACTIONAL_FLAG, entry_head
+from kafkacodec._format import entry_head
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError
 from kafkacodec.logdir._layout import PartitionFiles, Segment, find_partitions, partition_of
 from kafkacodec.logdir._problems import Problem, Reporter
 from kafkacodec.logdir._pushdown import Pushdown
 from kafkacodec.logdir._readopts import OffsetBound, ReadOptions
-from kafkacodec.logdir.indexes import (CheckedOffsetIndex, CheckedTimeIndex, load_offset_index, parse_time_index,
-                                       parse_txn_index)
+from kafkacodec.logdir._txn import TxnState, follow
+from kafkacodec.logdir.indexes import (CheckedOffsetIndex, CheckedTimeIndex, check_txn_markers, checked_txn_index,
+                                       entry_fields, load_offset_index, parse_time_index)
 from kafkacodec.logdir.snapshots import open_transactions
 from kafkacodec.logdir.storage import Storage
 
@@ -85,6 +86,7 @@ class Planner:
         self._indexes: dict[tuple[str, str], Any] = {}
         self._parts: list[PartitionFiles] | None = None
         self._unreadable: list[Problem] = []
+        self._txn: dict[tuple[str, int], TxnState] = {}
 
     # ------------------------------------------------------------------ files and indexes
     def partitions(self) -> list[PartitionFiles]:
@@ -133,11 +135,12 @@ class Planner:
         view, base = src.view(start, end)
         return view, base, src
 
-    def scan(self, seg: Segment, start: int = 0) -> dict[str, Any]:
-        """Entry headers of a segment from `start` (a batch boundary) to its end: scan_entries'
-        arrays, "stop" and "error" (never raises on damage: the executors report it).  Remote
-        files are scanned in windows (one larger window for an entry larger than WINDOW)."""
-        key = f"{seg.uri}@{start}"
+    def scan(self, seg: Segment, start: int = 0, end: int | None = None) -> dict[str, Any]:
+        """Entry headers of a segment from `start` (a batch boundary) to its end (or to `end`, a
+        batch boundary): scan_entries' arrays, "stop" and "error" (never raises on damage: the
+        executors report it).  Remote files are scanned in windows (one larger window for an
+        entry larger than WINDOW)."""
+        key = f"{seg.uri}@{start}" + (f"-{end}" if end is not None else "")
         if key in self._scans:
             return self._scans[key]
         from kafkacodec.arrow import SCAN_FIELDS, scan_entries
@@ -145,7 +148,7 @@ class Planner:
         parts: list[dict[str, Any]] = []
         pos, stop, error, want = start, start, None, WINDOW
         with seg.storage.open(seg.path) as src:
-            size = src.size
+            size = src.size if end is None else min(src.size, end)
             while pos < size:
                 window_end = min(size, pos + want) if seg.storage.scheme else size
                 view, base = src.view(pos, window_end)
@@ -189,7 +192,8 @@ class Planner:
                     result = CheckedTimeIndex(parse_time_index(data, seg.base_offset, uri),
                                               lambda offset: self._entry_holding(seg, offset), uri)
                 else:
-                    result = parse_txn_index(data, seg.base_offset, uri)
+                    result = checked_txn_index(data, seg.base_offset, self._last_offset(seg), uri)
+                    check_txn_markers(result, lambda offset: self._entry_holding(seg, offset), uri)
             except (KafkaCodecError, ValueError, OSError) as exc:
                 self.reporter.note(Problem("index", uri, f"{exc}; read without it (as Kafka rebuilds a "
                                                          "corrupt index)"))
@@ -212,19 +216,26 @@ class Planner:
             view, base = src.view(position, min(src.size, position + size))
             return bytes(memoryview(view)[position - base:min(src.size, position + size) - base])
 
-    def _entry_holding(self, seg: Segment, offset: int) -> tuple[int, int, int] | None:
-        """(first offset, last offset, max timestamp) of the entry holding `offset` (the first
-        whose last offset reaches it), for the time index checks: from the full scan when one
-        was made, else from a scan from the checked .index position."""
+    def _entry_holding(self, seg: Segment, offset: int) -> dict[str, int] | None:
+        """The header of the entry holding `offset` (the first whose last offset reaches it:
+        indexes.ENTRY_FIELDS), for the index checks: from the full scan when one was made, else
+        from a scan of the stretch between the checked .index entries around it."""
         scan = self._scans.get(f"{seg.uri}@0")
         if scan is None:
             index = self.offset_index(seg)
-            scan = self.scan(seg, self._seek(seg, index, offset) if index is not None else 0)
+            start = self._seek(seg, index, offset) if index is not None else 0
+            end = None
+            if self.offset_index(seg) is not None:          # (unless the seek found it lying)
+                try:
+                    end = index.end_position(offset + 1)     # from there every entry holds later offsets
+                except CorruptRecordError as exc:
+                    self._failed(seg, ".index", exc)
+            scan = self.scan(seg, start, end)
         last = scan["last_offset"]
         j = int(np.searchsorted(np.maximum.accumulate(last), offset, side="left")) if len(last) else 0
         if j >= len(last):
             return None
-        return int(scan["base_offset"][j]), int(last[j]), int(scan["max_timestamp"][j])
+        return entry_fields(scan, j)
 
     def offset_index(self, seg: Segment) -> CheckedOffsetIndex | None:
         """The segment's checked `.index` (its first and last entries verified), or None."""
@@ -259,51 +270,30 @@ class Planner:
     def log_end(self, part: PartitionFiles) -> int:
         """The next offset after the last complete entry (the high end of `latest`)."""
         for seg in reversed(part.segments):
-            if seg.unreadable:
-                continue
-            index = self.offset_index(seg)
-            start = index.last_position if index is not None else 0
-            scan = self.scan(seg, start)
-            if len(scan["last_offset"]):
-                return max(int(scan["last_offset"][-1]) + 1, seg.base_offset)
-            if start:
-                scan = self.scan(seg)
-                if len(scan["last_offset"]):
-                    return max(int(scan["last_offset"][-1]) + 1, seg.base_offset)
-            return seg.base_offset
+            if not seg.unreadable:
+                return max(self._last_offset(seg) + 1, seg.base_offset)
         return part.segments[-1].base_offset if part.segments else 0
+
+    def _last_offset(self, seg: Segment) -> int:
+        """A segment's last offset (its base offset - 1 while it holds none): the entries after
+        its last checked .index entry, or all of them."""
+        index = self.offset_index(seg)
+        start = index.last_position if index is not None else 0
+        scan = self.scan(seg, start)
+        if not len(scan["last_offset"]) and start:
+            scan = self.scan(seg)
+        return int(scan["last_offset"].max()) if len(scan["last_offset"]) else seg.base_offset - 1
 
     def aborted_and_lso(self, part: PartitionFiles) -> tuple[list[tuple[int, int, int]], int | None]:
         """read_committed: the aborted transactions and the last stable offset (the first offset
-        of the earliest transaction still open at the end, or None when none is open)."""
-        readable = [s for s in part.segments if not s.unreadable]
-        if readable and all(s.index(".index") is not None for s in readable):
-            txn = [self._index(s, ".txnindex") if s.index(".txnindex") is not None else [] for s in readable]
-            if all(t is not None for t in txn):
-                return [a for t in txn for a in t], self._open_from_end(readable)
-        open_txn: dict[int, int] = {}
-        aborted: list[tuple[int, int, int]] = []
-        for seg in readable:
-            _collect_aborted(self.scan(seg), open_txn, aborted)
-        return aborted, (min(open_txn.values()) if open_txn else None)
-
-    def _open_from_end(self, segments: list[Segment]) -> int | None:
-        """The first offset of the earliest transaction still open at the log's end.  A
-        transaction can stay open across any number of segments, so nothing short of a full
-        walk tells which are open, except the producer snapshot Kafka writes when it rolls to a
-        segment (named by that segment's base offset): it lists every transaction open there,
-        and the segments from it on are walked.  Without a valid snapshot every segment is."""
-        open_txn: dict[int, int] = {}
-        start = 0
-        for i in range(len(segments) - 1, 0, -1):
-            found = self._open_at(segments[i])
-            if found is not None:
-                open_txn, start = found, i
-                break
-        ignored: list[tuple[int, int, int]] = []      # (the aborted list came from the .txnindex)
-        for seg in segments[start:]:
-            _collect_aborted(self.scan(seg), open_txn, ignored)
-        return min(open_txn.values()) if open_txn else None
+        of the earliest transaction still open at the end, or None when none is open), by the
+        rule serve follows too (logdir/_txn.py): a rolled segment from its `.txnindex` and the
+        producer snapshot after it when both hold, else from its entry headers."""
+        key = (part.topic, part.partition)
+        if key not in self._txn:
+            self._txn[key] = follow(TxnState(), _PlannedTxn(self, [s for s in part.segments if not s.unreadable]))
+        state = self._txn[key]
+        return list(state.aborted), state.last_stable
 
     def _open_at(self, seg: Segment) -> dict[int, int] | None:
         """producer id -> first offset of its transaction open at `seg`'s base offset, from the
@@ -593,19 +583,28 @@ def _byte_range(scan: dict[str, Any], start: int | None, end: int | None,
     return a, b
 
 
-def _collect_aborted(scan: dict[str, Any], open_txn: dict[int, int],
-                     aborted: list[tuple[int, int, int]]) -> None:
-    """Aborted transactions as a read_committed consumer sees them: a producer's transactional
-    data from its first batch after a marker up to an ABORT marker."""
-    attributes, pids = scan["attributes"], scan["producer_id"]
-    for j in range(len(attributes)):
-        if scan["magic"][j] != 2 or not attributes[j] & TRANSACTIONAL_FLAG:
-            continue
-        pid = int(pids[j])
-        if attributes[j] & CONTROL_FLAG:
-            first = open_txn.pop(pid, None)
-            if first is not None and scan["control_type"][j] == 0:
-                aborted.append((pid, first, int(scan["base_offset"][j])))
-        else:
-            open_txn.setdefault(pid, int(scan["base_offset"][j]))
+class _PlannedTxn:
+    """The planner's side of logdir/_txn.py (a TxnSource): index files, snapshots and scans."""
 
+    def __init__(self, planner: Planner, segments: list[Segment]):
+        self.planner = planner
+        self.segments = segments
+
+    def segment_count(self) -> int:
+        return len(self.segments)
+
+    def txn_index(self, i: int) -> list[tuple[int, int, int]] | None:
+        seg = self.segments[i]
+        if seg.index(".txnindex") is None or self.planner.offset_index(seg) is None:
+            return None
+        entries: list[tuple[int, int, int]] | None = self.planner._index(seg, ".txnindex")
+        return entries
+
+    def open_at(self, i: int) -> dict[int, int] | None:
+        return self.planner._open_at(self.segments[i])
+
+    def headers(self, i: int, position: int) -> Any:
+        yield self.planner.scan(self.segments[i], position)
+
+    def entry_bytes(self, i: int, position: int, size: int) -> bytes:
+        return self.planner._bytes(self.segments[i], position, size)

@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from kafkacodec._format import LOG_OVERHEAD, V0_RECORD_OVERHEAD, entry_head
+from kafkacodec._format import CONTROL_FLAG, LOG_OVERHEAD, V0_RECORD_OVERHEAD, entry_head
 from kafkacodec.errors import CorruptRecordError, DataError
 
 __all__ = ["OffsetIndex", "TimeIndex", "AbortedTxn", "CheckedOffsetIndex", "CheckedTimeIndex", "parse_offset_index",
            "parse_time_index", "parse_txn_index", "read_txn_index", "checked_txn_index", "check_offset_entry",
-           "check_time_entry", "load_offset_index",
+           "check_time_entry", "check_txn_markers", "entry_fields", "load_offset_index", "ENTRY_FIELDS",
            "sanity_check", "build_indexes", "INDEX_SUFFIXES"]
 
 OFFSET_ENTRY, TIME_ENTRY, TXN_ENTRY = 8, 12, 34
@@ -271,9 +271,15 @@ def parse_time_index(data: Any, base_offset: int, source: str) -> TimeIndex:
     return TimeIndex(timestamps, relative + base_offset, base_offset)
 
 
-# the (first offset, last offset, max timestamp) of the entry holding an offset (its first
-# offset -1 when unknown: a legacy compressed wrapper), or None when no entry holds it
-EntryHolding = Callable[[int], "tuple[int, int, int] | None"]
+# the header of the entry holding an offset (the first whose last offset reaches it), or None:
+# ENTRY_FIELDS (base_offset -1 for a legacy compressed wrapper, control_type -1 when unknown)
+ENTRY_FIELDS = ("base_offset", "last_offset", "max_timestamp", "attributes", "producer_id", "control_type")
+EntryHolding = Callable[[int], "dict[str, int] | None"]
+
+
+def entry_fields(rows: Any, j: int) -> dict[str, int]:
+    """ENTRY_FIELDS of row j of a header table (scan_entries, Records.index, serve's table)."""
+    return {name: int(rows[name][j]) for name in ENTRY_FIELDS}
 
 
 def check_time_entry(times: TimeIndex, j: int, entry_at: EntryHolding) -> str | None:
@@ -288,7 +294,7 @@ def check_time_entry(times: TimeIndex, j: int, entry_at: EntryHolding) -> str | 
     found = entry_at(offset)
     if found is None:
         return f"names offset {offset}, which no entry of the segment holds"
-    first, last, largest = found
+    first, last, largest = found["base_offset"], found["last_offset"], found["max_timestamp"]
     if first > offset:
         return f"names offset {offset}, which no entry of the segment holds (the next one starts at {first})"
     if largest != timestamp:
@@ -383,6 +389,19 @@ def checked_txn_index(data: Any, base_offset: int, last_offset: int, source: str
                     f"past the segment's last offset {last_offset}"), position=i * TXN_ENTRY + 2)
         previous = last
     return entries
+
+
+def check_txn_markers(entries: list[tuple[int, int, int]], entry_at: EntryHolding, source: str) -> None:
+    """Each entry of a checked `.txnindex` against its segment: the offset it names as its ABORT
+    marker holds one (a control batch of that producer whose one record is an ABORT), else
+    CorruptRecordError naming the entry.  An entry naming another producer's batch, or a
+    COMMIT, would drop committed records from read_committed."""
+    for i, (pid, first, last) in enumerate(entries):
+        found = entry_at(last)
+        if (found is None or found["base_offset"] != last or found["producer_id"] != pid
+                or not found["attributes"] & CONTROL_FLAG or found["control_type"] != 0):
+            raise CorruptRecordError(f"{source} does not match its segment: entry {i} names offset {last} as "
+                                     f"producer {pid}'s ABORT marker, which it is not", position=i * TXN_ENTRY + 18)
 
 
 def sanity_check(suffix: str, data: Any, base_offset: int, source: str) -> int:

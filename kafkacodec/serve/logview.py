@@ -19,14 +19,13 @@ Header walks go through `FileRecords.index()` on the segment's guarded mapping, 
 by another process raises FileTruncatedError (never SIGBUS); the partition is then reloaded.
 
 read_committed needs each partition's aborted transactions and the transactions still open at
-its end (the last stable offset).  A rolled segment with a valid `.txnindex` (its aborted
-transactions, checked: whole entries, version 0, markers in order and inside the segment) and a
-valid producer `.snapshot` at the next segment's base offset (the open transactions there, which
-Kafka writes at each roll) is not walked at all: the aborted list comes from the `.txnindex` and
-the walk resumes from the snapshot's open transactions.  Every other segment (the active one, a
-missing or invalid file: Kafka writes no `.txnindex` for a segment without aborts) has its
-transactional batch headers walked, as Kafka rebuilds the index.  An invalid file is logged and
-counted once (IndexUse, the metrics).
+its end (the last stable offset), found by the rule the log-dir reader follows too
+(logdir/_txn.py): a rolled segment whose `.index` loads, whose `.txnindex` holds for it (whole
+entries, version 0, markers in order, inside the segment and each an ABORT of its producer) and
+after which Kafka left a valid producer `.snapshot` is not walked at all; every other segment
+(the active one, a missing or invalid file: Kafka writes no `.txnindex` for a segment without
+aborts) has its transactional batch headers walked, as Kafka rebuilds the index.  An invalid
+file is logged and counted once (IndexUse, the metrics).
 
 Not thread-safe: the server's network thread owns it.
 """
@@ -44,12 +43,13 @@ from typing import Any
 import numpy as np
 
 from kafkacodec._convert import release_file_pages
-from kafkacodec._format import LOG_OVERHEAD, TRANSACTIONAL_FLAG
+from kafkacodec._format import LOG_OVERHEAD
 from kafkacodec._records import FileRecords
 from kafkacodec.errors import CorruptRecordError, FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import PartitionFiles, find_partitions
-from kafkacodec.logdir.indexes import (CheckedOffsetIndex, CheckedTimeIndex, checked_txn_index, load_offset_index,
-                                       parse_time_index)
+from kafkacodec.logdir._txn import TxnState, follow
+from kafkacodec.logdir.indexes import (CheckedOffsetIndex, CheckedTimeIndex, check_txn_markers, checked_txn_index,
+                                       entry_fields, load_offset_index, parse_time_index)
 from kafkacodec.logdir.partition_metadata import read_partition_metadata
 from kafkacodec.logdir.snapshots import SNAPSHOT_SUFFIX, open_transactions
 
@@ -61,7 +61,8 @@ log = logging.getLogger("kafkacodec.serve")
 WINDOW = 256 * 1024                 # bytes of entry headers walked per FileRecords.index() call
 _COLUMNS: tuple[tuple[str, type], ...] = (
     ("position", np.int64), ("size", np.int64), ("base_offset", np.int64), ("last_offset", np.int64),
-    ("max_timestamp", np.int64), ("magic", np.int8), ("attributes", np.int16))
+    ("max_timestamp", np.int64), ("magic", np.int8), ("attributes", np.int16), ("producer_id", np.int64),
+    ("control_type", np.int8))
 _ENTRY_HEAD = struct.Struct(">qi")
 
 
@@ -117,8 +118,8 @@ class _Table:
         self.cols["base_offset"][self.n:end] = rows["base_offset"]
         self.cols["last_offset"][self.n:end] = rows["last_offset"]
         self.cols["max_timestamp"][self.n:end] = rows["max_timestamp"]
-        self.cols["magic"][self.n:end] = rows["magic"]
-        self.cols["attributes"][self.n:end] = rows["attributes"]
+        for name in ("magic", "attributes", "producer_id", "control_type"):
+            self.cols[name][self.n:end] = rows[name]
         self.n = end
 
     def __getitem__(self, name: str) -> Any:
@@ -152,6 +153,7 @@ class Segment:
         self.sparse: CheckedOffsetIndex | None = None  # Kafka's .index (rolled segments)
         self.times: CheckedTimeIndex | None = None      # Kafka's .timeindex (rolled segments)
         self.times_read = False
+        self.index_loaded: bool | None = None  # .index checked for the .txnindex (when not loaded)
         self.end = 0                            # after the last complete entry
         self.last_offset = base_offset - 1
         self.fd: int | None = None              # for sendfile, opened on first use
@@ -195,6 +197,7 @@ class Segment:
         self.close()
         self.inode, self.size, self.records = None, -1, None
         self.table, self.sparse, self.times, self.times_read = None, None, None, False
+        self.index_loaded = None
         self.end, self.last_offset, self.damaged = 0, self.base_offset - 1, None
         self.aborted, self.aborted_read = None, False
 
@@ -269,16 +272,32 @@ class Segment:
                 self.use.invalid_file(".timeindex", path, exc)
         return self.times
 
-    def _entry_holding(self, offset: int) -> tuple[int, int, int] | None:
-        """(first offset, last offset, max timestamp) of the entry holding `offset` (the time
-        index checks)."""
+    def _entry_holding(self, offset: int) -> dict[str, int] | None:
+        """The header of the entry holding `offset` (indexes.ENTRY_FIELDS: the index checks)."""
         found = self.locate(offset)
         if found is None:
             return None
         rows = next(self.entries(found[0]), None)
         if rows is None or not len(rows["position"]):
             return None
-        return int(rows["base_offset"][0]), int(rows["last_offset"][0]), int(rows["max_timestamp"][0])
+        return entry_fields(rows, 0)
+
+    def index_loads(self) -> bool:
+        """Whether the segment's `.index` loads (its first and last entries hold): the
+        condition for trusting its `.txnindex` (logdir/_txn.py)."""
+        self.ensure()
+        if self.sparse is not None:
+            return True
+        if self.index_loaded is None:
+            self.index_loaded = False
+            if ".index" in self.indexes and self.records is not None:
+                try:
+                    with open(self.indexes[".index"], "rb") as file:
+                        load_offset_index(file.read(), self._read, self.size, self.base_offset, self.indexes[".index"])
+                    self.index_loaded = True
+                except (OSError, KafkaCodecError):
+                    pass                          # (noted when the segment loaded)
+        return self.index_loaded
 
     def time_start(self, timestamp: int) -> int:
         """Where to search this segment for `timestamp` from: the position of the offset the
@@ -299,15 +318,18 @@ class Segment:
 
     def txn_index(self) -> list[tuple[int, int, int]] | None:
         """(producer id, first offset, marker offset) of the transactions aborted in this
-        segment, from its `.txnindex` when present and valid (checked once), else None."""
+        segment, from its `.txnindex` when its `.index` loads and the file holds for it (checked
+        once: checked_txn_index, check_txn_markers), else None."""
         if not self.aborted_read:
             self.ensure()
             self.aborted_read = True
             path = self.indexes.get(".txnindex")
-            if path is not None and self.damaged is None:
+            if path is not None and self.damaged is None and self.index_loads():
                 try:
                     with open(path, "rb") as file:
-                        self.aborted = checked_txn_index(file.read(), self.base_offset, self.last_offset, path)
+                        entries = checked_txn_index(file.read(), self.base_offset, self.last_offset, path)
+                    check_txn_markers(entries, self._entry_holding, path)
+                    self.aborted = entries
                 except (OSError, KafkaCodecError) as exc:
                     self.use.invalid_file(".txnindex", path, exc)
         return self.aborted
@@ -388,9 +410,8 @@ class Segment:
                 yield {name: self.table[name][i:] for name, _ in _COLUMNS}
             return
         for rows in self.walk(start, self.end):
-            yield {"position": rows["position"], "size": rows["size_in_bytes"], "base_offset": rows["base_offset"],
-                   "last_offset": rows["last_offset"], "max_timestamp": rows["max_timestamp"],
-                   "magic": rows["magic"], "attributes": rows["attributes"]}
+            yield {"position": rows["position"], "size": rows["size_in_bytes"],
+                   **{name: rows[name] for name, _ in _COLUMNS if name not in ("position", "size")}}
 
     def max_timestamp(self) -> int | None:
         """The largest batch timestamp, when known without a walk: a rolled segment's checked
@@ -411,15 +432,6 @@ class Segment:
         return self.fd
 
 
-@dataclass
-class _Txn:
-    """read_committed state of a partition, from its transactional batch headers in order."""
-    open: dict[int, int]                            # producer id -> first offset of its open txn
-    aborted: list[tuple[int, int, int]]             # (producer id, first offset, marker offset)
-    segment: int = 0                                # scanned up to: segment index and position
-    position: int = 0
-
-
 class Partition:
     """One partition directory: its segments, log start, log end and transactions."""
 
@@ -432,7 +444,7 @@ class Partition:
         self.segments: list[Segment] = []
         self.checkpoint: int | None = files.log_start
         self.dir_stamp: int | None = None
-        self.txn: _Txn | None = None
+        self.txn: TxnState | None = None
         self._adopt(files)
 
     def _adopt(self, files: PartitionFiles) -> None:
@@ -598,35 +610,33 @@ class Partition:
         return None
 
     # --- transactions --------------------------------------------------------------------------
-    def transactions(self) -> _Txn:
-        """Open and aborted transactions (found once, then followed as the log grows): a rolled
-        segment from its `.txnindex` and the producer snapshot after it when both are valid,
-        else (and always the active segment) from its transactional batch headers."""
+    def transactions(self) -> TxnState:
+        """Open and aborted transactions (found once, then followed as the log grows) by the rule
+        of logdir/_txn.py, this partition the source."""
         txn = self.txn
         if txn is None:
-            txn = self.txn = _Txn({}, [])
-        while txn.segment < len(self.segments):
-            seg = self.segments[txn.segment]
-            if txn.position == 0 and txn.segment < len(self.segments) - 1:
-                aborted = seg.txn_index()
-                after = self._open_at(self.segments[txn.segment + 1].base_offset) if aborted is not None else None
-                if aborted is not None and after is not None:
-                    txn.aborted.extend(aborted)
-                    txn.open = dict(after)
-                    txn.segment += 1
-                    self.use.txn_segments["txnindex"] += 1
-                    continue
-                self.use.txn_segments["rebuilt"] += 1
-            for rows in seg.entries(txn.position):
-                flagged = np.flatnonzero((rows["magic"] == 2) & ((rows["attributes"] & TRANSACTIONAL_FLAG) != 0))
-                for j in flagged:
-                    self._transaction_batch(seg, int(rows["position"][j]), int(rows["size"][j]), txn)
-                txn.position = int(rows["position"][-1] + rows["size"][-1])
-            if txn.segment == len(self.segments) - 1:
-                break
-            txn.segment += 1
-            txn.position = 0
+            txn = self.txn = TxnState()
+        before = txn.from_index, txn.walked
+        follow(txn, self)
+        self.use.txn_segments["txnindex"] += txn.from_index - before[0]
+        self.use.txn_segments["rebuilt"] += txn.walked - before[1]
         return txn
+
+    # --- logdir._txn.TxnSource -----------------------------------------------------------------
+    def segment_count(self) -> int:
+        return len(self.segments)
+
+    def txn_index(self, i: int) -> list[tuple[int, int, int]] | None:
+        return self.segments[i].txn_index()
+
+    def open_at(self, i: int) -> dict[int, int] | None:
+        return self._open_at(self.segments[i].base_offset)
+
+    def headers(self, i: int, position: int) -> Iterator[Any]:
+        return self.segments[i].entries(position)
+
+    def entry_bytes(self, i: int, position: int, size: int) -> Any:
+        return bytes(self.segments[i]._read(position, size))
 
     def _open_at(self, offset: int) -> dict[int, int] | None:
         """producer id -> first offset of its open transaction at `offset`, from the producer
@@ -647,22 +657,9 @@ class Partition:
         self._snapshots[offset] = found
         return found
 
-    @staticmethod
-    def _transaction_batch(seg: Segment, position: int, size: int, txn: _Txn) -> None:
-        assert seg.records is not None
-        for batch in seg.records.slice(position, size).batches():
-            pid = batch.producer_id
-            if batch.is_control:
-                record = next(iter(batch), None)
-                first = txn.open.pop(pid, None)
-                if record is not None and record.control_type == 0 and first is not None:   # ABORT
-                    txn.aborted.append((pid, first, batch.base_offset))
-            else:
-                txn.open.setdefault(pid, batch.base_offset)
-
     def last_stable_offset(self) -> int:
-        txn = self.transactions()
-        return min(txn.open.values()) if txn.open else self.log_end
+        lso = self.transactions().last_stable
+        return self.log_end if lso is None else lso
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions overlapping [start, end)."""
