@@ -223,13 +223,14 @@ class Planner:
         scan = self._scans.get(f"{seg.uri}@0")
         if scan is None:
             index = self.offset_index(seg)
-            start = self._seek(seg, index, offset) if index is not None else 0
-            end = None
-            if self.offset_index(seg) is not None:          # (unless the seek found it lying)
-                try:
-                    end = index.end_position(offset + 1)     # from there every entry holds later offsets
-                except CorruptRecordError as exc:
-                    self._failed(seg, ".index", exc)
+            start, end = 0, None
+            if index is not None:
+                start = self._seek(seg, index, offset)
+                if self.offset_index(seg) is not None:      # (unless the seek found it lying)
+                    try:
+                        end = index.end_position(offset + 1)     # from there every entry holds later offsets
+                    except CorruptRecordError as exc:
+                        self._failed(seg, ".index", exc)
             scan = self.scan(seg, start, end)
         last = scan["last_offset"]
         j = int(np.searchsorted(np.maximum.accumulate(last), offset, side="left")) if len(last) else 0

@@ -335,7 +335,7 @@ class Segment:
         return self.aborted
 
     # --- walking entry headers -----------------------------------------------------------------
-    def walk(self, start: int, end: int, max_entries: int = -1) -> Iterator[Any]:
+    def walk(self, start: int, end: int) -> Iterator[Any]:
         """Rows of FileRecords.index() for the complete entries in [start, end), a window at a
         time; stops at a partial entry (a live writer's tail) or a malformed one (noted)."""
         records = self.records
@@ -363,9 +363,6 @@ class Segment:
                 rows = records.slice(position, entry).index(check_crc=False)
                 if not len(rows):
                     return
-            if max_entries >= 0:
-                yield rows[:max_entries]
-                return
             yield rows
             end_of_rows = int(rows["position"][-1] + rows["size_in_bytes"][-1])
             # the headers were read through the mapping: hand its pages back to the page cache
