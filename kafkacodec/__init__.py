@@ -26,6 +26,7 @@ from kafkacodec.errors import (
     RecordTooLargeError,
     UnsupportedCompressionError,
     UnsupportedVersionError,
+    WriteConflictError,
 )
 from kafkacodec.lazy import LazyDownConvertRecords
 
@@ -60,6 +61,7 @@ __all__ = [
     "NotRegularFileError",
     "LogLayoutError",
     "KafkaTimeoutError",
+    "WriteConflictError",
     "RawBatchesBuilder",
     "RawBytesBatchRecord",
     "shallow_records",

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from kafkacodec._atomic import atomic_output, fsync_directory
+from kafkacodec._paths import printable, undecodable
 from kafkacodec.errors import DataError
 
 __all__ = ["StateStore", "StateFileDamaged", "Loaded", "Quarantined", "MAX_STATE_FILE_BYTES",
@@ -76,11 +77,6 @@ class Loaded(Generic[T]):
     damaged: list[Quarantined] = field(default_factory=list)
 
 
-def shown(path: str) -> str:
-    """A path as log lines and messages print it (bytes that are not UTF-8 as escapes)."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
 class StateStore:
     """The state files of one directory (created on the first write).  Not thread-safe: one
     owner reads and writes them."""
@@ -103,6 +99,10 @@ class StateStore:
             return []
         found = set()
         for entry in entries:
+            if undecodable(entry):            # not a name this store writes (they are ASCII)
+                self.log.warning("%s: its name is not UTF-8, not a state file; skipped",
+                                 printable(os.path.join(self.directory, entry)))
+                continue
             if entry.endswith(suffix):
                 found.add(entry)
             elif entry.endswith(suffix + PREVIOUS):
@@ -127,7 +127,7 @@ class StateStore:
                 self._good.add(name)
             elif loaded.damaged:
                 self.log.warning("state file %s: using its previous generation %s instead (written "
-                                 "one write earlier)", shown(self.path(name)), shown(path))
+                                 "one write earlier)", printable(self.path(name)), printable(path))
             loaded.value, loaded.generation = value, generation
             return loaded
         return loaded
@@ -201,12 +201,12 @@ class StateStore:
                 os.rename(path, aside)
             except OSError as exc:
                 self.log.warning("state file %s is damaged (%s) and cannot be moved aside (%s): it "
-                                 "is not read", shown(path), reason, exc.strerror or exc)
+                                 "is not read", printable(path), reason, exc.strerror or exc)
             else:
                 fsync_directory(directory)
                 moved_to = aside
-                self.log.warning("state file %s is damaged (%s); moved to %s", shown(path), reason,
-                                 shown(aside))
+                self.log.warning("state file %s is damaged (%s); moved to %s", printable(path), reason,
+                                 printable(aside))
             break
         self.quarantined += 1
         return Quarantined(path, moved_to, reason)

@@ -3,7 +3,7 @@ KafkaCodecError, in three kinds a caller can tell apart by class:
 
 - bad data, DataError (a ValueError: the bytes given are a bad value): CorruptRecordError,
   InvalidCrcError, UnsupportedCompressionError, UnsupportedVersionError, RecordTooLargeError,
-  LogLayoutError.  Code that skips or reports corrupt input catches DataError, never more.
+  LogLayoutError (and its WriteConflictError).  Code that skips or reports corrupt input catches DataError, never more.
 - misuse, MisuseError (a RuntimeError: the call is wrong in the object's state, whatever the
   data): BufferReleasedError (a view used after its buffer was released), ConcurrentUseError
   (an object that serves one call at a time entered from a second thread), MemoryPoolError
@@ -39,6 +39,7 @@ __all__ = [
     "NotRegularFileError",
     "LogLayoutError",
     "KafkaTimeoutError",
+    "WriteConflictError",
 ]
 
 
@@ -217,3 +218,10 @@ class KafkaTimeoutError(KafkaCodecError, TimeoutError):
         self.call = call
         self.broker = broker
         self.timeout = timeout
+
+
+class WriteConflictError(LogLayoutError):
+    """A log-dir write that would make overlapping segments: its offsets are at or below a
+    partition's last one, or another writer filled the target, or moved a partition's end,
+    since this writer looked (checked again under the log directory's lock, before anything is
+    renamed into place).  Nothing was written; the directory is as the other writer left it."""

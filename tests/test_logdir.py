@@ -25,7 +25,8 @@ from kafkacodec.crc import crc32c  # noqa: E402
 from kafkacodec.cli import generate  # noqa: E402
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError, LogLayoutError  # noqa: E402
 from kafkacodec.logdir import Predicate, Pushdown, ReadOptions, discover, plan, read_split  # noqa: E402
-from kafkacodec.logdir._plan import Planner, _collect_aborted  # noqa: E402
+from kafkacodec.logdir._plan import Planner  # noqa: E402
+from kafkacodec.logdir._txn import collect_aborted as _collect_aborted  # noqa: E402
 from kafkacodec.logdir._problems import Reporter  # noqa: E402
 from kafkacodec.logdir.indexes import build_indexes, parse_offset_index, parse_time_index, parse_txn_index  # noqa: E402
 
@@ -472,20 +473,27 @@ def test_invalid_or_lying_index_is_ignored_with_a_warning(tmp_path):
 
 
 def test_txnindex_replaces_the_scan(sample, tmp_path, monkeypatch):
+    """A rolled segment with a .txnindex that holds and the producer snapshot after it is not
+    walked (its tail is read for its last offset, its markers are looked at); one without a
+    .txnindex is (Kafka writes none for a segment without aborts, and a missing file cannot be
+    told from a removed one: the rule serve follows too, logdir/_txn.py)."""
     root, _ = sample
     dst = copy(root, tmp_path)
     add_indexes(dst, interval=256)
     committed = oracle(root, committed=True)
-    scanned = []
+    walked = []
     original = Planner.scan
-    monkeypatch.setattr(Planner, "scan", lambda self, seg, start=0: scanned.append(seg.path) or original(self, seg, start))
+    monkeypatch.setattr(Planner, "scan", lambda self, seg, start=0, end=None: (
+        None if start or end is not None else walked.append(seg.path)) or original(self, seg, start, end))
     assert offsets_of(read_all(dst, {"kafka.isolation.level": "read_committed"})[0]) == committed
+    with_txnindex = {str(p.with_suffix(".log")) for p in dst.glob("*/*.txnindex")}
     last_segments = {str(sorted(p.glob("*.log"))[-1]) for p in dst.iterdir() if p.is_dir()}
-    assert set(scanned) <= last_segments                          # only the tail, for open transactions
+    assert with_txnindex - last_segments and not (set(walked) & (with_txnindex - last_segments))
+    assert set(walked) == {str(p) for p in dst.glob("*/*.log")} - (with_txnindex - last_segments)
     # the index is what decides: with the aborts removed from it, aborted records come back
     for txn in dst.glob("*/*.txnindex"):
         txn.write_bytes(b"")
-    assert offsets_of(read_all(dst, {"kafka.isolation.level": "read_committed"})[0]) == oracle(root)
+    assert offsets_of(read_all(dst, {"kafka.isolation.level": "read_committed"})[0]) != committed
     # an invalid one: the scan again
     add_indexes(dst, interval=256)
     next(dst.glob("*/*.txnindex")).write_bytes(b"\x00" * 35)
@@ -540,8 +548,11 @@ def test_a_transaction_open_in_an_earlier_segment_holds_the_last_stable_offset(t
             add_indexes(tmp_path, snapshots=False)
         assert [o for _, _, o in offsets_of(read_all(tmp_path, committed)[0])] == expected, indexed
     # Kafka's producer snapshot at the roll is what tells which transactions were open there:
-    # with one, the segments before it are not walked (its word decides: here producer 9 at 1)
+    # with one after a segment whose .txnindex holds (here: no aborts), that segment is not
+    # walked (the snapshot's word decides: here producer 9 at 1); without the .txnindex it is
     (part / f"{5:020d}.snapshot").write_bytes(producer_snapshot({9: 1}))
+    assert [o for _, _, o in offsets_of(read_all(tmp_path, committed)[0])] == expected
+    (part / f"{0:020d}.txnindex").write_bytes(b"")
     assert [o for _, _, o in offsets_of(read_all(tmp_path, committed)[0])] == [0]
     # an invalid one (a flipped byte: CRC mismatch) is noted and the walk decides again
     bad = bytearray(producer_snapshot({9: 1}))
@@ -759,10 +770,10 @@ def test_unlistable_partition_directory(sample, monkeypatch):
     root, _ = sample
     real = Storage.list
 
-    def listing(self, directory):
+    def listing(self, directory, skipped=None):
         if directory.endswith("orders-1"):
             raise PermissionError(13, "Permission denied", directory)
-        return real(self, directory)
+        return real(self, directory, skipped)
 
     monkeypatch.setattr(Storage, "list", listing)
     problems = []
@@ -790,3 +801,36 @@ def test_s3a_options_become_pyarrow_s3_arguments_for_reader_and_writer():
     store, root = open_store("s3a://bucket/dir?x=1", {k.upper(): v for k, v in options.items()})
     assert root == "bucket/dir"
     assert store.fs.region == "eu-west-1"
+
+
+# ------------------------------------------------------------------------------ names
+
+def test_names_that_are_not_utf8_are_skipped_and_reported_everywhere(tmp_path):
+    """A partition directory (and a segment) named in another encoding: every listing skips it
+    and says so, the rest is read; a name of non-ASCII digits is no segment either."""
+    from test_serve import odd_named_log
+
+    root = tmp_path / "logs"
+    odd_named_log(root)
+    with open(os.path.join(os.fsencode(root / "plain-0"), b"\xff%019d.log" % 5), "wb") as file:
+        file.write(b"not read")
+    (root / "plain-0" / ("\u0660" * 20 + ".log")).write_bytes(b"not read either")   # Arabic-Indic digits
+    problems = []
+    table, _ = read_all(root, problems=problems)
+    assert offsets_of(table) == [("plain", 0, 0), ("plain", 0, 1), ("plain", 0, 2)]
+    named = sorted(p.path for p in problems if p.kind == "name")
+    assert named == [str(root / "caf\\xe9-0"), str(root / "plain-0" / ("\\xff%019d.log" % 5))]
+    assert all("not UTF-8" in p.message for p in problems if p.kind == "name")
+    assert [s.path for s in discover(root)] == [str(root / "plain-0" / f"{0:020d}.log")]
+    # kafkacodec verify and read: the odd names reported, on a stdout that is strict UTF-8
+    from isolated import child_env
+
+    verify = subprocess.run([sys.executable, "-m", "kafkacodec.cli", "verify", str(root), "--no-progress"],
+                            capture_output=True, text=True, env=dict(child_env(), PYTHONIOENCODING="utf-8:strict"),
+                            timeout=120)
+    assert verify.returncode == 1, verify.stderr
+    assert "caf\\xe9-0" in verify.stdout and "3 records" in verify.stdout
+    as_json = subprocess.run([sys.executable, "-m", "kafkacodec.cli", "verify", str(root), "--json", "--no-progress"],
+                             capture_output=True, text=True, env=child_env(), timeout=120)
+    result = json.loads(as_json.stdout)
+    assert result["records"] == 3 and result["counts"] == {"name": 2}

@@ -2,15 +2,22 @@
 the all-or-nothing commit and the save modes.  Every log is read back with kafka-python."""
 
 import os
+import queue
 import random
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from isolated import child_env
 from kafka.record.memory_records import MemoryRecords
 
-from kafkacodec.logdir._store import open_store
+from kafkacodec import errors
+from kafkacodec.logdir._store import LocalStore, open_store
 from kafkacodec.logdir._write import STAGING, TaskWriter, abort, commit, next_offsets
 
 SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
@@ -171,3 +178,240 @@ def test_timestamps_are_floored_to_milliseconds():
     assert _to_ms(us).tolist() == [-2, -1, 0, 1, -1]
     assert _to_ms(pa.array([5, None], pa.int64())).tolist() == [5, -1]
     assert np.asarray(_to_ms(pa.array([2**62], pa.timestamp("us")))).tolist() == [2**62 // 1000]
+
+
+# --- two writers at once: the commit's lock ------------------------------------------------------
+HOOKED_STORE = '''
+import sys
+from kafkacodec.logdir._store import LocalStore
+
+class HookedStore(LocalStore):
+    """Says (one line on stdout) when its commit waits for the log directory's lock, and pauses
+    its first rename (inside the lock) until released."""
+
+    def __init__(self, pause=None):
+        self.pause = pause                  # called once, before the first rename
+        self.waiting = None                 # called when the commit asks for the lock
+
+    def lock(self, root, timeout):
+        if self.waiting is not None:
+            self.waiting()
+        return super().lock(root, timeout)
+
+    def move(self, src, dst):
+        pause, self.pause = self.pause, None
+        if pause is not None:
+            pause()
+        super().move(src, dst)
+'''
+exec(HOOKED_STORE)
+
+
+def stage(store, root, job, offsets, topic="t"):
+    """One task's staged runs of `offsets` (a writer that has not committed yet)."""
+    w = TaskWriter(store, store.join(str(root), STAGING, job), task=0)
+    w.add(pa.RecordBatch.from_pylist(rows(offsets, topic=topic), schema=SCHEMA))
+    return w.close()
+
+
+def files_of(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in Path(root).rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("second", [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14], [10, 11]], ids=["overlapping", "after"])
+def test_two_threads_commit_one_after_the_other_and_an_overlap_is_refused(tmp_path, second):
+    """Writer A holds the lock in the middle of its renames; writer B, which looked at the log
+    before A committed, waits for the lock, then finds A's offsets: an overlap is refused with
+    WriteConflictError and the directory stays as A left it; offsets after A's commit."""
+    first = list(range(10))
+    paused, release = threading.Event(), threading.Event()
+    a_store = HookedStore(pause=lambda: (paused.set(), release.wait(30)))
+    b_store = HookedStore()
+    b_waits = threading.Event()
+    b_store.waiting = b_waits.set
+    a_runs = stage(a_store, tmp_path, "a", first)
+    b_runs = stage(b_store, tmp_path, "b", second)
+    outcome = {}
+
+    def run(name, store, job, runs):
+        try:
+            commit(store, str(tmp_path), job, runs, mode="append")
+            outcome[name] = "ok"
+        except Exception as exc:                     # noqa: BLE001 - the test inspects it
+            outcome[name] = exc
+
+    a = threading.Thread(target=run, args=("a", a_store, "a", a_runs))
+    a.start()
+    assert paused.wait(30)                            # A is inside its commit
+    b = threading.Thread(target=run, args=("b", b_store, "b", b_runs))
+    b.start()
+    deadline = time.monotonic() + 30                  # B asks for the lock, or (no lock) finishes
+    while not b_waits.is_set() and b.is_alive():
+        assert time.monotonic() < deadline
+        b_waits.wait(0.01)
+    release.set()
+    a.join(30)
+    b.join(30)
+    assert not a.is_alive() and not b.is_alive()
+    assert outcome["a"] == "ok"
+    got = [r[0] for r in read_partition(tmp_path / "t-0")]
+    if second[0] < 10:
+        assert outcome["b"] != "ok"
+        assert isinstance(outcome["b"], errors.WriteConflictError), outcome["b"]
+        assert "already holds offsets up to 9" in str(outcome["b"]) and "another writer" in str(outcome["b"])
+        assert got == first
+    else:
+        assert outcome["b"] == "ok" and got == first + second
+    assert sorted(os.listdir(tmp_path)) == ["_SUCCESS", "t-0"]    # no staging, no lock file left
+
+
+@pytest.mark.parametrize("mode", ["append", "errorifexists"])
+def test_a_writer_overtaken_after_it_looked_is_refused(tmp_path, mode):
+    """Writer B looks at the log (empty), then writer A commits the same partition whole, then B
+    goes on: B is refused with WriteConflictError and the directory is A's."""
+    looked, a_done = threading.Event(), threading.Event()
+
+    def hold_once():
+        b_store.pause = b_store.waiting = None
+        looked.set()
+        assert a_done.wait(30)
+
+    b_store = HookedStore(pause=hold_once)     # B holds before its lock (or, without one, its renames)
+    b_store.waiting = hold_once
+    b_runs = stage(b_store, tmp_path, "b", [5, 6, 7])
+    outcome = {}
+
+    def run_b():
+        try:
+            commit(b_store, str(tmp_path), "b", b_runs, mode=mode)
+            outcome["b"] = "ok"
+        except Exception as exc:                     # noqa: BLE001 - the test inspects it
+            outcome["b"] = exc
+
+    b = threading.Thread(target=run_b)
+    b.start()
+    assert looked.wait(30)
+    a_store = LocalStore()
+    commit(a_store, str(tmp_path), "a", stage(a_store, tmp_path, "a", list(range(10))), mode=mode)
+    a_done.set()
+    b.join(30)
+    assert not b.is_alive()
+    assert outcome["b"] != "ok"
+    assert isinstance(outcome["b"], errors.WriteConflictError), outcome["b"]
+    assert "another writer" in str(outcome["b"])
+    assert [r[0] for r in read_partition(tmp_path / "t-0")] == list(range(10))
+    assert sorted(os.listdir(tmp_path)) == ["_SUCCESS", "t-0"]
+
+
+def child(code, *args):
+    """A child interpreter; its stdout lines go to `proc.lines` (read by a thread, so a wait for
+    one has a timeout)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOOKED_STORE + code, *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(
+                                os.path.dirname(__file__)))
+    proc.lines = queue.Queue()
+    threading.Thread(target=lambda: [proc.lines.put(text.strip()) for text in proc.stdout], daemon=True).start()
+    return proc
+
+
+WRITER = '''
+import sys, pyarrow as pa
+from test_logdir_write import SCHEMA, rows, stage
+from kafkacodec.logdir._write import commit
+
+root, job, first, last, pause = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "pause"
+
+def say(line):
+    print(line, flush=True)
+
+store = HookedStore(pause=(lambda: (say("moving"), sys.stdin.readline())) if pause else None)
+store.waiting = lambda: say("waiting")
+runs = stage(store, root, job, list(range(first, last)))
+say("staged")
+try:
+    commit(store, root, job, runs, mode="append")
+    say("ok")
+except Exception as exc:
+    say(f"error {type(exc).__name__}: {exc}")
+'''
+
+
+def line(proc, timeout=30):
+    try:
+        return proc.lines.get(timeout=timeout)
+    except queue.Empty:
+        raise AssertionError("the child said nothing in time") from None
+
+
+def inside_commit(proc):
+    """Wait until the child pauses at its first rename (holding the lock, if it takes one)."""
+    said = [line(proc) for _ in range(2)]
+    if said[-1] == "waiting":
+        said.append(line(proc))
+    assert said[0] == "staged" and said[-1] == "moving", (said, proc.stderr.read() if proc.poll() else "")
+
+
+def test_two_processes_overlapping_commits_cannot_both_land(tmp_path):
+    a = child(WRITER, str(tmp_path), "a", "0", "10", "pause")
+    b = None
+    try:
+        inside_commit(a)                               # A holds the lock
+        b = child(WRITER, str(tmp_path), "b", "5", "15", "no")
+        assert line(b) == "staged"
+        said = line(b)                                 # "waiting" (for the lock), or done without one
+        a.stdin.write("go\n")
+        a.stdin.flush()
+        assert line(a) == "ok"
+        if said == "waiting":
+            said = line(b)
+        assert said.startswith("error WriteConflictError: ") and "already holds offsets up to 9" in said, said
+        assert a.wait(30) == 0 and b.wait(30) == 0
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert [r[0] for r in read_partition(tmp_path / "t-0")] == list(range(10))
+    assert sorted(os.listdir(tmp_path)) == ["_SUCCESS", "t-0"]
+
+
+def test_a_writer_killed_inside_its_commit_leaves_the_lock_to_the_next(tmp_path):
+    """The kernel releases the lock of a process that dies (SIGKILL inside the commit, lock
+    held): the next writer takes it at once, and what the dead one staged is only its own."""
+    a = child(WRITER, str(tmp_path), "a", "0", "10", "pause")
+    try:
+        inside_commit(a)
+    finally:
+        a.kill()
+        a.wait()
+    store, path = open_store(str(tmp_path))
+    started = time.monotonic()
+    commit(store, path, "c", stage(store, path, "c", [20, 21]), mode="append", lock_timeout=10)
+    assert time.monotonic() - started < 5
+    assert [r[0] for r in read_partition(tmp_path / "t-0")] == [20, 21]
+    assert sorted(os.listdir(tmp_path)) == ["_SUCCESS", STAGING, "t-0"]        # the lock file went with it
+    assert sorted(os.listdir(tmp_path / STAGING)) == ["a"]       # the dead writer's staging: not ours to remove
+
+
+def test_a_lock_held_past_the_timeout_is_a_clear_error(tmp_path):
+    store = LocalStore()
+    runs = stage(store, tmp_path, "b", [1, 2])
+    with store.lock(str(tmp_path), 1):
+        with pytest.raises(TimeoutError, match="_kafkalog.lock"):
+            commit(store, str(tmp_path), "b", runs, mode="append", lock_timeout=0.2)
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_a_directory_named_in_another_encoding_is_no_partition_of_the_writer(tmp_path):
+    """A `<topic>-<partition>`-looking directory whose name is not UTF-8 is no partition (no Kafka
+    topic is named so): append does not read it, overwrite leaves it in place, as any other
+    file that is not a partition."""
+    odd = os.path.join(os.fsencode(tmp_path), b"caf\xe9-0")
+    os.mkdir(odd)
+    with open(os.path.join(odd, b"%020d.log" % 0), "wb") as file:
+        file.write(b"\x00" * 40)                      # not even a valid segment: never opened
+    write(tmp_path, [[rows(range(3))]], mode="append")
+    write(tmp_path, [[rows(range(3, 5))]], mode="append")
+    write(tmp_path, [[rows(range(2), partition=1)]], mode="overwrite")
+    assert os.listdir(odd) == [b"%020d.log" % 0]
+    assert sorted(os.listdir(os.fsencode(tmp_path))) == [b"_SUCCESS", b"caf\xe9-0", b"t-1"]

@@ -5,6 +5,7 @@ transactions) and must get exactly what the segment files hold (tests/serve_supp
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -352,3 +353,270 @@ def test_garbage_bodies_of_every_api_and_version_never_break_the_server(server):
         time.sleep(0.05)
     assert server.request_pool.available_memory == server.request_pool.size
     assert server.loop.thread.is_alive()
+
+
+# --- serve and the log-dir reader agree on lying index files -------------------------------------
+AGREE_BASE_TS = 1_700_000_000_000
+
+
+def agreement_log(root: Path) -> Path:
+    """`agree-0`: a rolled segment (offsets 0..239, with the .index and .timeindex a broker
+    writes: an entry every ~200 bytes) and the active one (240..299); batches of 1 to 6 records,
+    timestamps rising 10 ms an offset except a late record (5 s early) every 37."""
+    from kafkacodec.arrow import scan_entries
+    from kafkacodec.logdir.indexes import build_indexes
+
+    part = root / "agree-0"
+    part.mkdir(parents=True)
+    offset = 0
+    for base, end in ((0, 240), (240, 300)):
+        data = bytearray()
+        while offset < end:
+            n = min(1 + offset % 6, end - offset)
+            b = kafkacodec.MemoryRecordsBuilder(magic=2, base_offset=offset)
+            for o in range(offset, offset + n):
+                b.append(AGREE_BASE_TS + 10 * o - (5000 if o % 37 == 0 else 0), b"k%d" % o, b"v%d" % o * 3, [])
+            data += b.build()
+            offset += n
+        seg = part / f"{base:020d}.log"
+        seg.write_bytes(bytes(data))
+        index, times = build_indexes(scan_entries(bytes(data)), base, interval=200, rolled=base == 0)
+        seg.with_suffix(".index").write_bytes(index)
+        seg.with_suffix(".timeindex").write_bytes(times)
+    return root
+
+
+def lie_in_index(segment: Path, lie: str) -> None:
+    """Rewrite the segment's .index with one lie in a middle entry (or its order)."""
+    from kafkacodec.arrow import scan_entries
+
+    entries = [list(e) for e in struct.iter_unpack(">ii", segment.with_suffix(".index").read_bytes())]
+    boundaries = [int(p) for p in scan_entries(segment.read_bytes())["position"]]
+    k = next(i for i in range(len(entries) // 2, len(entries) - 1)         # a batch lies between k and k+1
+             if any(entries[i][1] < p < entries[i + 1][1] for p in boundaries))
+    if lie == "wrong-position":          # another batch boundary: a later batch
+        entries[k][1] = next(p for p in boundaries if entries[k][1] < p < entries[k + 1][1])
+    elif lie == "inside-a-batch":
+        entries[k][1] += 9
+    elif lie == "offset-too-small":      # says the batch there holds offsets it does not
+        entries[k][0] = entries[k - 1][0] + 1
+    elif lie == "offset-too-large":      # says earlier batches hold offsets they do not
+        entries[k][0] = entries[k + 1][0] - 1
+    elif lie == "non-monotonic":
+        entries[k][0], entries[k + 1][0] = entries[k + 1][0], entries[k][0]
+    elif lie == "past-the-file":
+        entries[-1][1] = segment.stat().st_size + 100
+    segment.with_suffix(".index").write_bytes(b"".join(struct.pack(">ii", *e) for e in entries))
+
+
+def logdir_rows(root: Path, starting: int | None = None) -> list[tuple[int, bytes, bytes]]:
+    """(offset, key, value) of every record the log-dir reader (plan + read_split) reads."""
+    from kafkacodec.logdir import plan, read_split
+
+    options = {"startingOffsets": f'{{"agree": {{"0": {starting}}}}}'} if starting is not None else {}
+    splits, _ = plan(str(root), options, on_problem=lambda p: None)
+    out = []
+    for split in splits:
+        for rb in read_split(split, columns=["offset", "key", "value"], on_problem=lambda p: None):
+            out += zip(rb.column("offset").to_pylist(), rb.column("key").to_pylist(), rb.column("value").to_pylist())
+    return out
+
+
+@pytest.mark.parametrize("lie", ["wrong-position", "inside-a-batch", "offset-too-small", "offset-too-large",
+                                 "non-monotonic", "past-the-file"])
+def test_serve_fetches_what_the_logdir_reader_reads_despite_a_lying_index(tmp_path, lie):
+    root = agreement_log(tmp_path / "logs")
+    truth = logdir_rows(root)                                        # with the true indexes
+    assert [o for o, _, _ in truth] == list(range(300))
+    lie_in_index(root / "agree-0" / f"{0:020d}.log", lie)
+    assert logdir_rows(root) == truth
+    for start in range(0, 300, 23):                                  # the reader seeks through the index
+        assert logdir_rows(root, start) == truth[start:], start
+    with Server([str(root)], listen=("127.0.0.1", 0)) as srv, \
+            BlockingClient("127.0.0.1", srv.port, timeout=30) as client:
+        for offset in range(300):                                    # a Fetch at every offset
+            part = client.fetch([("agree", [(0, offset, 1 << 20)])], api_version=11,
+                                max_wait_ms=0).responses[0].partitions[0]
+            assert part.error_code == 0, (offset, part.error_code)
+            got = [(r.offset, r.key, r.value) for r in kafkacodec.MemoryRecords(bytes(part.records)).records()
+                   if r.offset >= offset]
+            assert got and got == truth[offset:offset + len(got)], offset
+
+
+def lie_in_time_index(segment: Path, lie: str) -> None:
+    """Rewrite the segment's .timeindex with one lie that its own checks (order) cannot see."""
+    entries = [list(e) for e in struct.iter_unpack(">qi", segment.with_suffix(".timeindex").read_bytes())]
+    k = len(entries) // 2
+    if lie == "offset-too-large":        # a middle entry names the next entry's offset
+        entries[k][1] = entries[k + 1][1]
+    elif lie == "timestamp-too-small":   # a middle entry claims less than the largest so far
+        entries[k][0] = entries[k - 1][0] + 1
+    elif lie == "largest-too-small":     # the rolled segment's largest timestamp, understated
+        entries[-1][0] = entries[-2][0] + 1
+    segment.with_suffix(".timeindex").write_bytes(b"".join(struct.pack(">qi", *e) for e in entries))
+
+
+def serve_offset_for_time(port: int, timestamp: int) -> int:
+    body = m.LIST_OFFSETS_REQUEST.encode(1, {"replica_id": -1, "topics": [
+        {"name": "agree", "partitions": [{"partition_index": 0, "timestamp": timestamp}]}]})
+    answer = raw_request(port, m.LIST_OFFSETS, 1, bytes(body))
+    assert answer is not None
+    part = m.LIST_OFFSETS_RESPONSE.decode(answer, 1, 4)["topics"][0]["partitions"][0]
+    assert part["error_code"] == 0
+    return part["offset"]
+
+
+def logdir_offset_for_time(root: Path, timestamp: int) -> int:
+    from kafkacodec.logdir import plan
+
+    splits, _ = plan(str(root), {"startingTimestamp": str(timestamp), "startingOffsetsByTimestampStrategy": "latest"},
+                     on_problem=lambda p: None)
+    return min((s.start_offset for s in splits), default=-1)
+
+
+@pytest.mark.parametrize("index", ["valid", "wrong-position", "non-monotonic"])
+@pytest.mark.parametrize("lie", ["offset-too-large", "timestamp-too-small", "largest-too-small"])
+def test_list_offsets_by_time_agrees_with_the_logdir_reader_despite_a_lying_timeindex(tmp_path, lie, index):
+    root = agreement_log(tmp_path / "logs")
+    segment = root / "agree-0" / f"{0:020d}.log"
+    stamps = [(r.timestamp, r.offset) for seg in sorted((root / "agree-0").glob("*.log"))
+              for r in kafkacodec.FileRecords.open(seg).records()]
+    indexed = [t for t, _ in struct.iter_unpack(">qi", segment.with_suffix(".timeindex").read_bytes())]
+    targets = sorted({t + d for t in indexed for d in (-15, -5, 0, 5)} | set(range(AGREE_BASE_TS - 6000, AGREE_BASE_TS
+                                                                                 + 3100, 70)))
+    lie_in_time_index(segment, lie)
+    if index != "valid":
+        lie_in_index(segment, index)
+    with Server([str(root)], listen=("127.0.0.1", 0)) as srv:
+        for target in targets:
+            want = min((o for t, o in stamps if t >= target), default=-1)       # Kafka's rule, by brute force
+            want_logdir = want if want >= 0 else 300                           # the reader starts at the end
+            assert (serve_offset_for_time(srv.port, target), logdir_offset_for_time(root, target)) == \
+                (want, want_logdir), target
+
+
+# --- a partition directory whose name is not UTF-8 -----------------------------------------------
+def odd_named_log(root: Path) -> bytes:
+    """`root` with `plain-0` and a partition directory named b"caf\\xe9-0" (Latin-1, not UTF-8)
+    holding a valid segment; returns the odd name."""
+    part = root / "plain-0"
+    part.mkdir(parents=True)
+    b = kafkacodec.MemoryRecordsBuilder(magic=2, base_offset=0)
+    for i in range(3):
+        b.append(AGREE_BASE_TS + i, b"k%d" % i, b"v%d" % i, [])
+    (part / f"{0:020d}.log").write_bytes(b.build())
+    odd = b"caf\xe9-0"
+    os.mkdir(os.path.join(os.fsencode(root), odd))
+    with open(os.path.join(os.fsencode(root), odd, b"%020d.log" % 0), "wb") as file:
+        file.write(b.build())
+    return odd
+
+
+def test_a_partition_directory_named_in_another_encoding_is_skipped_with_a_warning(tmp_path, caplog):
+    root = tmp_path / "logs"
+    odd_named_log(root)
+    with Server([str(root)], listen=("127.0.0.1", 0)) as srv, \
+            BlockingClient("127.0.0.1", srv.port, timeout=30) as client:
+        assert sorted(t.name for t in client.metadata(None).topics) == ["plain"]
+        part = client.fetch([("plain", [(0, 0, 1 << 20)])], api_version=11, max_wait_ms=0).responses[0].partitions[0]
+        assert [r.offset for r in kafkacodec.MemoryRecords(bytes(part.records)).records()] == [0, 1, 2]
+    warned = [r.getMessage() for r in caplog.records if "caf" in r.getMessage()]
+    assert warned and "caf\\xe9-0" in warned[0] and "not UTF-8" in warned[0]
+
+
+def test_a_state_file_named_in_another_encoding_is_skipped_with_a_warning(tmp_path, caplog):
+    from kafkacodec.serve.offsets import OffsetStore
+
+    groups = tmp_path / "groups"
+    groups.mkdir()
+    stored = {"format": 1, "group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 5}]}
+    (groups / "g.json").write_text(json.dumps(stored))
+    with open(os.path.join(os.fsencode(groups), b"\xff.json"), "w") as file:
+        json.dump(dict(stored, group="odd"), file)
+    store = OffsetStore(str(tmp_path))
+    assert sorted(store.groups) == ["g"] and store.get("g")[("t", 0)].offset == 5
+    assert any("\\xff.json" in r.getMessage() and "not UTF-8" in r.getMessage() for r in caplog.records)
+
+
+# --- read_committed: serve and the log-dir reader take a partition's transactions by one rule ----
+TXN_SCRIPT = [        # per segment: plain batches, transactional data of a producer, its COMMIT/ABORT marker
+    [("plain",), ("txn", 7), ("plain",), ("txn", 7), ("abort", 7), ("txn", 8), ("plain",)],
+    [("txn", 8), ("txn", 9), ("abort", 8), ("plain",), ("txn", 9), ("commit", 9)],
+    [("plain",), ("txn", 10), ("plain",), ("plain",)],
+    [("txn", 10), ("abort", 10), ("plain",), ("txn", 11), ("plain",)],
+]
+
+
+def txn_log(root: Path) -> Path:
+    """`txn-0`: four segments as a broker writes them (.index, .timeindex, a .txnindex where
+    aborts end, the producer .snapshot at each roll): aborts ending in the first, second (begun
+    in the first) and last segment, a committed transaction, one left open at the end."""
+    from test_logdir import add_indexes
+
+    part = root / "txn-0"
+    part.mkdir(parents=True)
+    offset = 0
+    for segment in TXN_SCRIPT:
+        data = bytearray()
+        base = offset
+        for step in segment:
+            if step[0] in ("commit", "abort"):
+                data += kafkacodec.MemoryRecordsBuilder.build_end_txn_marker(
+                    step[0] == "commit", step[1], 0, coordinator_epoch=0, base_offset=offset,
+                    timestamp=AGREE_BASE_TS + offset)
+                offset += 1
+                continue
+            pid = step[1] if step[0] == "txn" else -1
+            b = kafkacodec.MemoryRecordsBuilder(magic=2, base_offset=offset, producer_id=pid,
+                                                producer_epoch=0 if pid >= 0 else -1,
+                                                base_sequence=offset if pid >= 0 else -1, is_transactional=pid >= 0)
+            for o in range(offset, offset + 3):
+                b.append(AGREE_BASE_TS + o, b"k%d" % o, b"%s %d" % (step[0].encode(), o), [])
+            data += b.build()
+            offset += 3
+        (part / f"{base:020d}.log").write_bytes(bytes(data))
+    add_indexes(root, interval=64)
+    return root
+
+
+def lie_in_txn_index(part: Path, lie: str) -> None:
+    segments = sorted(part.glob("*.log"))
+    entries = [list(e) for e in struct.iter_unpack(">hqqqq", segments[0].with_suffix(".txnindex").read_bytes())]
+    if lie == "removed":                      # the abort begun in the first segment, ended in the second
+        segments[1].with_suffix(".txnindex").unlink()
+    elif lie == "marker-past-the-segment":    # an entry of the first segment ending in the second
+        entries[0][3] = int(segments[1].stem) + 2
+        segments[0].with_suffix(".txnindex").write_bytes(b"".join(struct.pack(">hqqqq", *e) for e in entries))
+    elif lie == "active-segment-emptied":     # the active segment's file lost its entry
+        segments[-1].with_suffix(".txnindex").write_bytes(b"")
+    elif lie == "committed-called-aborted":   # producer 9's committed transaction listed as aborted
+        scan = [(int(b.base_offset), b.producer_id, b.is_control) for b in kafkacodec.FileRecords.open(
+            segments[1]).batches()]
+        first = min(o for o, pid, control in scan if pid == 9)
+        marker = max(o for o, pid, control in scan if pid == 9 and control)
+        with open(segments[1].with_suffix(".txnindex"), "ab") as file:
+            file.write(struct.pack(">hqqqq", 0, 9, first, marker, marker + 1))
+
+
+@pytest.mark.parametrize("lie", ["none", "removed", "marker-past-the-segment", "active-segment-emptied",
+                                 "committed-called-aborted"])
+def test_read_committed_agrees_with_the_logdir_reader_despite_lying_txn_files(tmp_path, lie):
+    root = txn_log(tmp_path / "logs")
+    records = partition_records(root, "txn", 0, committed=True)
+    every = partition_records(root, "txn", 0)
+    last_marker = max(set(range(every[-1][0])) - {r[0] for r in every})
+    lso = min(o for o, _, v, _ in every if v.startswith(b"txn") and o > last_marker)   # producer 11's, open
+    truth = [r[:3] for r in records if r[0] < lso]
+    assert {v.split()[0] for _, _, v in truth} == {b"plain", b"txn"} and len(truth) < len(records)
+    lie_in_txn_index(root / "txn-0", lie)
+    from kafkacodec.logdir import plan, read_split
+
+    splits, _ = plan(str(root), {"kafka.isolation.level": "read_committed", "failOnDataLoss": "false"},
+                     on_problem=lambda p: None)
+    logdir = [(o, k, v) for s in splits for rb in read_split(s, columns=["offset", "key", "value"],
+                                                              on_problem=lambda p: None)
+              for o, k, v in zip(*(rb.column(c).to_pylist() for c in ("offset", "key", "value")))]
+    with Server([str(root)], listen=("127.0.0.1", 0)) as srv:
+        served = confluent_read(f"127.0.0.1:{srv.port}", {("txn", 0): truth}, timeout=10,
+                                **{"isolation.level": "read_committed"}).get(("txn", 0), [])
+    assert (served, logdir) == (truth, truth)

@@ -181,13 +181,14 @@ def test_index_files_are_used_when_valid_and_ignored_when_not(tmp_path):
         assert segment.table is not None                      # the last segment: indexed in memory
         mixed = srv.view.partition("mixed", 0)
         fetch(srv.port, "mixed", 0)
-        assert mixed.segments[0].sparse is not None and mixed.segments[0].times is not None
-        # ListOffsets by time through the .timeindex
+        assert mixed.segments[0].sparse is not None and mixed.segments[0].times is None
+        # ListOffsets by time through the .timeindex (read when first needed)
         from confluent_kafka import Consumer, TopicPartition
         consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{srv.port}", "group.id": "t"})
         first_ts = 1_700_000_000_000
         found = consumer.offsets_for_times([TopicPartition("mixed", 0, first_ts + 500)], timeout=10)[0].offset
         consumer.close()
+        assert mixed.segments[0].times is not None and srv.view.index_use.invalid == {}
     index = root / "mixed-0" / "00000000000000000000.index"
     index.write_bytes(b"\x00\x00\x00\x07\x00\x00\x00\x05" * 3)    # garbage: out of order, off-boundary
     (root / "mixed-0" / "00000000000000000000.timeindex").write_bytes(b"\x01" * 25)

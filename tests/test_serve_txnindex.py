@@ -64,7 +64,8 @@ def test_an_invalid_txnindex_falls_back_to_the_walk_and_is_counted_once(tmp_path
     for hostile in (b"\x01" * 35, entry(7, 0, 3, 4, version=9), entry(7, 0, 5, 6) + entry(7, 0, 2, 3)):
         txnindex.write_bytes(hostile)
         for _ in range(2):                      # the same file twice (a reload): one warning
-            seg = Segment(str(log_file), 0, {".txnindex": str(txnindex)}, use)
+            seg = Segment(str(log_file), 0, {".index": str(log_file.with_suffix(".index")),
+                                             ".txnindex": str(txnindex)}, use)
             assert seg.txn_index() is None
             seg.close()
     assert use.invalid == {".txnindex": 1}
@@ -192,3 +193,40 @@ def test_without_a_valid_txnindex_the_walk_gives_the_same_records(broker_log, tm
         assert counts["rebuilt"] == len(list((copy / f"{TOPIC}-0").glob("*.log"))) - 1 and invalid == 0
     else:
         assert invalid == len(damaged)
+
+
+def test_the_brokers_index_files_pass_the_readers_checks(broker_log):
+    """Every `.index` and `.timeindex` entry a real broker wrote holds by the rule serve and the
+    log-dir reader check entries by (logdir/indexes.py): none is refused, so neither reads
+    without them."""
+    from kafkacodec.logdir import ReadOptions
+    from kafkacodec.logdir._plan import Planner
+    from kafkacodec.logdir._problems import Reporter
+
+    root, _, _ = broker_log
+    problems = []
+    planner = Planner(ReadOptions.parse({"paths": [str(root)]}), Reporter("FAILFAST", True, problems.append))
+    checked = 0
+    for part in planner.partitions():
+        for seg in part.segments:
+            planner.check_indexes(seg)
+            checked += sum(planner._index(seg, suffix) is not None for suffix in (".index", ".timeindex"))
+    assert problems == [] and checked >= 4
+
+
+@pytest.mark.parametrize("damage", ["intact", "removed"])
+def test_the_logdir_reader_reads_what_the_broker_serves_read_committed(broker_log, tmp_path, damage):
+    """The log-dir reader follows the same rule (logdir/_txn.py): the broker's read_committed
+    records, its .txnindex files intact or removed."""
+    from kafkacodec.logdir import plan, read_split
+
+    root, want, _ = broker_log
+    copy = tmp_path / "logs"
+    shutil.copytree(root, copy)
+    if damage == "removed":
+        for path in rolled_with_txnindex(copy):
+            path.unlink()
+    splits, _ = plan(str(copy), {"kafka.isolation.level": "read_committed"}, on_problem=lambda p: None)
+    got = [row for s in splits for rb in read_split(s, columns=["offset", "key", "value"])
+           for row in zip(*(rb.column(c).to_pylist() for c in ("offset", "key", "value")))]
+    assert got == want[(TOPIC, 0)]

@@ -11,7 +11,8 @@ Layouts recognised, for any path given (a log directory, a partition directory, 
 
 `-delete`, `-future` and `-stray` partition directories (being deleted or moved by the broker)
 are not partitions.  Entries named like segments that are not regular files are reported as
-"unreadable" and never opened.
+"unreadable" and never opened.  Names are Kafka's: ASCII digits, and never a name that is not
+UTF-8 (left out of every listing by `Storage.list` and reported as a "name" problem).
 """
 
 from __future__ import annotations
@@ -21,15 +22,16 @@ from dataclasses import dataclass, field
 
 from kafkacodec.logdir._problems import Problem
 from kafkacodec.logdir.checkpoints import CLEANER, LOG_START, parse_checkpoint
-from kafkacodec.logdir.storage import Entry, Storage, resolve
+from kafkacodec.logdir.storage import Entry, Storage, printable, resolve, undecodable
 
 __all__ = ["Segment", "PartitionFiles", "find_partitions", "partition_of", "segment_base", "SEGMENT_RE",
            "PARTITION_RE"]
 
-SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
-TIERED_SEGMENT_RE = re.compile(r"^(\d{20})-([A-Za-z0-9_-]{22})\.log$")
-PARTITION_RE = re.compile(r"^(.+)-(\d+)$")
-TIERED_PARTITION_RE = re.compile(r"^(.+)-(\d+)-([A-Za-z0-9_-]{22})$")
+# ASCII digits only (re.ASCII): str patterns' \d also matches other scripts' digits, which int() reads
+SEGMENT_RE = re.compile(r"^(\d{20})\.log$", re.ASCII)
+TIERED_SEGMENT_RE = re.compile(r"^(\d{20})-([A-Za-z0-9_-]{22})\.log$", re.ASCII)
+PARTITION_RE = re.compile(r"^(.+)-(\d+)$", re.ASCII)
+TIERED_PARTITION_RE = re.compile(r"^(.+)-(\d+)-([A-Za-z0-9_-]{22})$", re.ASCII)
 MAX_PARTITION = 2**31 - 1
 
 
@@ -69,6 +71,10 @@ def segment_base(name: str) -> int | None:
 
 
 def partition_of(name: str) -> tuple[str, int] | None:
+    """(topic, partition) of a partition directory's name, or None (a name that is not UTF-8
+    names no topic)."""
+    if undecodable(name):
+        return None
     for regex in (TIERED_PARTITION_RE, PARTITION_RE):
         m = regex.match(name)
         if m and int(m.group(2)) <= MAX_PARTITION:
@@ -115,7 +121,8 @@ def find_partitions(paths: list[str], storage_options: dict[str, str] | None = N
     the planner reports the overlap) and the problems found while listing."""
     problems: list[Problem] = []
     found: dict[tuple[str, int], PartitionFiles] = {}
-    roots = resolve(paths, storage_options)
+    skipped: list[str] = []                    # names that are not UTF-8, reported at the end
+    roots = resolve(paths, storage_options, skipped)
 
     def add(topic: str, partition: int, segments: list[Segment],
             checkpoints: dict[str, dict[tuple[str, int], int]]) -> None:
@@ -137,7 +144,7 @@ def find_partitions(paths: list[str], storage_options: dict[str, str] | None = N
         if entry.kind != "dir":
             parent = storage.parent(path)
             topic, partition = partition_of(parent.rstrip("/").rsplit("/", 1)[-1]) or (
-                parent.rstrip("/").rsplit("/", 1)[-1], 0)
+                printable(parent.rstrip("/").rsplit("/", 1)[-1]), 0)
             if segment_base(entry.name) is None:
                 # a file named otherwise, given by its name (a copy such as seg.log): one segment
                 # whose name says no base offset (0), without index files
@@ -146,18 +153,18 @@ def find_partitions(paths: list[str], storage_options: dict[str, str] | None = N
                                                storage, note)], {})
                 continue
             add(topic, partition, _segments_in(storage, parent, topic, partition, [entry] + [
-                e for e in storage.list(parent) if e.name.startswith(entry.name[:-4] + ".")
+                e for e in storage.list(parent, skipped) if e.name.startswith(entry.name[:-4] + ".")
                 and e.name != entry.name]), {})
             continue
-        entries = storage.list(path)
+        entries = storage.list(path, skipped)
         if any(segment_base(e.name) is not None for e in entries):      # a partition directory
             name = path.rstrip("/").rsplit("/", 1)[-1]
-            topic, partition = partition_of(name) or (name, 0)
+            topic, partition = partition_of(name) or (printable(name), 0)
             parent = storage.parent(path)
             checkpoints: dict[str, dict[tuple[str, int], int]] = {}
             if parent and parent != path:
                 try:
-                    checkpoints = _checkpoints(storage, parent, {e.name for e in storage.list(parent)},
+                    checkpoints = _checkpoints(storage, parent, {e.name for e in storage.list(parent, skipped)},
                                                problems)
                 except OSError:
                     pass                             # an unlistable parent: no checkpoints
@@ -175,12 +182,15 @@ def find_partitions(paths: list[str], storage_options: dict[str, str] | None = N
                                             f"but is {e.note}"))
                 continue
             try:
-                listed = storage.list(e.path)
+                listed = storage.list(e.path, skipped)
             except OSError as exc:                   # no permission, gone meanwhile
                 problems.append(Problem("unreadable", storage.uri(e.path),
                                         f"{storage.uri(e.path)} cannot be listed: {exc}"))
                 continue
             add(tp[0], tp[1], _segments_in(storage, e.path, tp[0], tp[1], listed), checkpoints)
+    for path in dict.fromkeys(skipped):
+        problems.append(Problem("name", printable(path), f"{printable(path)}: its name is not UTF-8 (no Kafka "
+                                "topic, partition or segment is named so); skipped"))
     for part in found.values():
         part.segments.sort(key=lambda s: s.base_offset)
     return sorted(found.values(), key=lambda p: (p.topic, p.partition)), problems

@@ -5,11 +5,13 @@ aborted transactions a read_committed read drops.
 What the planner reads (never records, only headers and index files):
 - index files of the segments it cuts or seeks into: `.index` gives a starting position for an
   offset and batch boundaries to cut splits at, `.timeindex` the offset for a timestamp,
-  `.txnindex` the aborted transactions;
+  `.txnindex` the aborted transactions (by the rule serve follows too: logdir/_txn.py);
 - entry headers (a shallow scan) where no valid index answers: local segments for cuts, the
-  segments a timestamp falls in, every segment of a partition for read_committed without
-  `.txnindex`, the last segment for the log end offset when it is needed.
-A position taken from an index is checked against the entry header there before it is used.
+  segments a timestamp falls in, every segment of a partition for read_committed whose
+  `.txnindex` cannot be used, the last segment for the log end offset when it is needed.
+An index entry is checked against the segment before it is used, by the rule serve follows too
+(logdir/indexes.py: CheckedOffsetIndex, CheckedTimeIndex); one that does not hold drops its file
+(noted), and the segment is read without it.
 
 Overlapping segments, missing offsets between segments and partial entries are found by the
 executors while they read (each split knows its segment's offset range and its successor).
@@ -22,14 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from kafkacodec._format import (CONTROL_FLAG, HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET,
-                                TRANSACTIONAL_FLAG, V0_RECORD_OVERHEAD, V2_HEADER_SIZE, entry_head)
-from kafkacodec.errors import KafkaCodecError
+from kafkacodec._format import entry_head
+from kafkacodec.errors import CorruptRecordError, KafkaCodecError
 from kafkacodec.logdir._layout import PartitionFiles, Segment, find_partitions, partition_of
 from kafkacodec.logdir._problems import Problem, Reporter
 from kafkacodec.logdir._pushdown import Pushdown
 from kafkacodec.logdir._readopts import OffsetBound, ReadOptions
-from kafkacodec.logdir.indexes import OffsetIndex, TimeIndex, parse_offset_index, parse_time_index, parse_txn_index
+from kafkacodec.logdir._txn import TxnState, follow
+from kafkacodec.logdir.indexes import (CheckedOffsetIndex, CheckedTimeIndex, check_txn_markers, checked_txn_index,
+                                       entry_fields, load_offset_index, parse_time_index)
 from kafkacodec.logdir.snapshots import open_transactions
 from kafkacodec.logdir.storage import Storage
 
@@ -83,6 +86,7 @@ class Planner:
         self._indexes: dict[tuple[str, str], Any] = {}
         self._parts: list[PartitionFiles] | None = None
         self._unreadable: list[Problem] = []
+        self._txn: dict[tuple[str, int], TxnState] = {}
 
     # ------------------------------------------------------------------ files and indexes
     def partitions(self) -> list[PartitionFiles]:
@@ -131,11 +135,12 @@ class Planner:
         view, base = src.view(start, end)
         return view, base, src
 
-    def scan(self, seg: Segment, start: int = 0) -> dict[str, Any]:
-        """Entry headers of a segment from `start` (a batch boundary) to its end: scan_entries'
-        arrays, "stop" and "error" (never raises on damage: the executors report it).  Remote
-        files are scanned in windows (one larger window for an entry larger than WINDOW)."""
-        key = f"{seg.uri}@{start}"
+    def scan(self, seg: Segment, start: int = 0, end: int | None = None) -> dict[str, Any]:
+        """Entry headers of a segment from `start` (a batch boundary) to its end (or to `end`, a
+        batch boundary): scan_entries' arrays, "stop" and "error" (never raises on damage: the
+        executors report it).  Remote files are scanned in windows (one larger window for an
+        entry larger than WINDOW)."""
+        key = f"{seg.uri}@{start}" + (f"-{end}" if end is not None else "")
         if key in self._scans:
             return self._scans[key]
         from kafkacodec.arrow import SCAN_FIELDS, scan_entries
@@ -143,7 +148,7 @@ class Planner:
         parts: list[dict[str, Any]] = []
         pos, stop, error, want = start, start, None, WINDOW
         with seg.storage.open(seg.path) as src:
-            size = src.size
+            size = src.size if end is None else min(src.size, end)
             while pos < size:
                 window_end = min(size, pos + want) if seg.storage.scheme else size
                 view, base = src.view(pos, window_end)
@@ -167,8 +172,8 @@ class Planner:
         return merged
 
     def _index(self, seg: Segment, suffix: str) -> Any:
-        """The parsed index file (OffsetIndex, TimeIndex, aborted list) or None (absent or
-        invalid: noted)."""
+        """The index file (CheckedOffsetIndex, CheckedTimeIndex, aborted list) or None (absent
+        or invalid: noted)."""
         key = (seg.uri, suffix)
         if key in self._indexes:
             return self._indexes[key]
@@ -181,11 +186,14 @@ class Planner:
                     raise ValueError(f"{uri} is {entry.note or 'not a regular file'}")
                 data = seg.storage.read_bytes(entry.path)
                 if suffix == ".index":
-                    result = parse_offset_index(data, seg.base_offset, seg.size, uri)
+                    result = load_offset_index(data, lambda position, size: self._bytes(seg, position, size),
+                                               seg.size, seg.base_offset, uri)
                 elif suffix == ".timeindex":
-                    result = parse_time_index(data, seg.base_offset, uri)
+                    result = CheckedTimeIndex(parse_time_index(data, seg.base_offset, uri),
+                                              lambda offset: self._entry_holding(seg, offset), uri)
                 else:
-                    result = parse_txn_index(data, seg.base_offset, uri)
+                    result = checked_txn_index(data, seg.base_offset, self._last_offset(seg), uri)
+                    check_txn_markers(result, lambda offset: self._entry_holding(seg, offset), uri)
             except (KafkaCodecError, ValueError, OSError) as exc:
                 self.reporter.note(Problem("index", uri, f"{exc}; read without it (as Kafka rebuilds a "
                                                          "corrupt index)"))
@@ -193,63 +201,67 @@ class Planner:
         self._indexes[key] = result
         return result
 
-    def _header(self, seg: Segment, position: int) -> bytes:
+    def _failed(self, seg: Segment, suffix: str, exc: CorruptRecordError) -> None:
+        """An entry of an index file does not hold for its segment: noted, and the segment is
+        read without the file from now on."""
+        entry = seg.index(suffix)
+        uri = seg.storage.uri(entry.path) if entry is not None else seg.uri
+        self.reporter.note(Problem("index", uri, f"{exc}; read without it (as Kafka rebuilds a corrupt index)",
+                                   exc.position))
+        self._indexes[(seg.uri, suffix)] = None
+
+    def _bytes(self, seg: Segment, position: int, size: int) -> bytes:
+        """Bytes [position, position + size) of a segment (fewer at its end): index checks."""
         with seg.storage.open(seg.path) as src:
-            view, base = src.view(position, min(src.size, position + V2_HEADER_SIZE))
-            return bytes(memoryview(view)[position - base:position - base + V2_HEADER_SIZE])
+            view, base = src.view(position, min(src.size, position + size))
+            return bytes(memoryview(view)[position - base:min(src.size, position + size) - base])
 
-    def _checked_position(self, seg: Segment, index: OffsetIndex, i: int) -> bool:
-        """Whether index entry i points at an entry boundary holding its offsets (Kafka trusts
-        its indexes; a copied or stale one is checked before a read relies on it)."""
-        position = int(index.positions[i])
-        header = self._header(seg, position)
-        if len(header) < HEADER_SIZE_UP_TO_MAGIC:
-            return False
-        base, size = entry_head(header) or (0, 0)          # 17 bytes: never None
-        if not (0 <= header[MAGIC_OFFSET] <= 2 and size >= LOG_OVERHEAD + V0_RECORD_OVERHEAD
-                and position + size <= seg.size):
-            return False
-        before = int(index.offsets[i - 1]) if i > 0 else seg.base_offset - 1
-        return before < int(base) <= int(index.offsets[i])
+    def _entry_holding(self, seg: Segment, offset: int) -> dict[str, int] | None:
+        """The header of the entry holding `offset` (the first whose last offset reaches it:
+        indexes.ENTRY_FIELDS), for the index checks: from the full scan when one was made, else
+        from a scan of the stretch between the checked .index entries around it."""
+        scan = self._scans.get(f"{seg.uri}@0")
+        if scan is None:
+            index = self.offset_index(seg)
+            start, end = 0, None
+            if index is not None:
+                start = self._seek(seg, index, offset)
+                if self.offset_index(seg) is not None:      # (unless the seek found it lying)
+                    try:
+                        end = index.end_position(offset + 1)     # from there every entry holds later offsets
+                    except CorruptRecordError as exc:
+                        self._failed(seg, ".index", exc)
+            scan = self.scan(seg, start, end)
+        last = scan["last_offset"]
+        j = int(np.searchsorted(np.maximum.accumulate(last), offset, side="left")) if len(last) else 0
+        if j >= len(last):
+            return None
+        return entry_fields(scan, j)
 
-    def offset_index(self, seg: Segment) -> OffsetIndex | None:
-        """A checked `.index` (its first and last entries are verified against the segment)."""
-        index: OffsetIndex | None = self._index(seg, ".index")
-        if index is None or not len(index.positions):
-            return index
-        key = (seg.uri, ".index-checked")
-        if key not in self._indexes:
-            good = all(self._checked_position(seg, index, i) for i in {0, len(index.positions) - 1})
-            if not good:
-                self.reporter.note(Problem("index", seg.storage.uri(seg.path[:-4] + ".index"),
-                                           f"{seg.uri[:-4]}.index does not match the segment (an entry points "
-                                           "off a batch boundary or at other offsets); read without it"))
-            self._indexes[key] = good
-        return index if self._indexes[key] else None
+    def offset_index(self, seg: Segment) -> CheckedOffsetIndex | None:
+        """The segment's checked `.index` (its first and last entries verified), or None."""
+        index: CheckedOffsetIndex | None = self._index(seg, ".index")
+        return index
+
+    def time_index(self, seg: Segment) -> CheckedTimeIndex | None:
+        """The segment's checked `.timeindex`, or None."""
+        times: CheckedTimeIndex | None = self._index(seg, ".timeindex")
+        return times
 
     def check_indexes(self, seg: Segment) -> None:
         """Every index file of a segment checked in full (`kafkacodec verify`): Kafka's sanity
-        checks, and each `.index` entry at an entry boundary holding its offset."""
+        checks, and every `.index` and `.timeindex` entry by the rule the readers follow."""
         if seg.unreadable:
             return
-        index: OffsetIndex | None = self._index(seg, ".index")
-        self._index(seg, ".timeindex")
+        self.scan(seg)                              # the time index checks look their entries up in it
         self._index(seg, ".txnindex")
-        if index is None or not len(index.positions):
-            return
-        scan = self.scan(seg)
-        where = {int(p): j for j, p in enumerate(scan["position"])}
-        for i, (offset, position) in enumerate(zip(index.offsets, index.positions)):
-            j = where.get(int(position))
-            before = int(index.offsets[i - 1]) if i else seg.base_offset - 1
-            # a legacy compressed wrapper's base offset is unknown (-1): it names its last offset
-            first = (int(scan["base_offset"][j] if scan["base_offset"][j] >= 0 else scan["last_offset"][j])
-                     if j is not None else None)
-            if first is None or not before < first <= int(offset):
-                self.reporter.note(Problem(
-                    "index", seg.uri[:-4] + ".index", f"{seg.uri[:-4]}.index entry {i} (offset {int(offset)}, "
-                    f"byte {int(position)}) does not match the segment; read without it", int(position)))
-                return
+        for suffix in (".index", ".timeindex"):
+            checked: Any = self._index(seg, suffix)
+            try:
+                for i in range(len(checked) if checked is not None else 0):
+                    checked.position(i) if suffix == ".index" else checked.entry(i)
+            except CorruptRecordError as exc:
+                self._failed(seg, suffix, exc)
 
     # ------------------------------------------------------------------ offsets of a partition
     def earliest(self, part: PartitionFiles) -> int:
@@ -259,51 +271,30 @@ class Planner:
     def log_end(self, part: PartitionFiles) -> int:
         """The next offset after the last complete entry (the high end of `latest`)."""
         for seg in reversed(part.segments):
-            if seg.unreadable:
-                continue
-            index = self.offset_index(seg)
-            start = int(index.positions[-1]) if index is not None and len(index.positions) else 0
-            scan = self.scan(seg, start)
-            if len(scan["last_offset"]):
-                return max(int(scan["last_offset"][-1]) + 1, seg.base_offset)
-            if start:
-                scan = self.scan(seg)
-                if len(scan["last_offset"]):
-                    return max(int(scan["last_offset"][-1]) + 1, seg.base_offset)
-            return seg.base_offset
+            if not seg.unreadable:
+                return max(self._last_offset(seg) + 1, seg.base_offset)
         return part.segments[-1].base_offset if part.segments else 0
+
+    def _last_offset(self, seg: Segment) -> int:
+        """A segment's last offset (its base offset - 1 while it holds none): the entries after
+        its last checked .index entry, or all of them."""
+        index = self.offset_index(seg)
+        start = index.last_position if index is not None else 0
+        scan = self.scan(seg, start)
+        if not len(scan["last_offset"]) and start:
+            scan = self.scan(seg)
+        return int(scan["last_offset"].max()) if len(scan["last_offset"]) else seg.base_offset - 1
 
     def aborted_and_lso(self, part: PartitionFiles) -> tuple[list[tuple[int, int, int]], int | None]:
         """read_committed: the aborted transactions and the last stable offset (the first offset
-        of the earliest transaction still open at the end, or None when none is open)."""
-        readable = [s for s in part.segments if not s.unreadable]
-        if readable and all(s.index(".index") is not None for s in readable):
-            txn = [self._index(s, ".txnindex") if s.index(".txnindex") is not None else [] for s in readable]
-            if all(t is not None for t in txn):
-                return [a for t in txn for a in t], self._open_from_end(readable)
-        open_txn: dict[int, int] = {}
-        aborted: list[tuple[int, int, int]] = []
-        for seg in readable:
-            _collect_aborted(self.scan(seg), open_txn, aborted)
-        return aborted, (min(open_txn.values()) if open_txn else None)
-
-    def _open_from_end(self, segments: list[Segment]) -> int | None:
-        """The first offset of the earliest transaction still open at the log's end.  A
-        transaction can stay open across any number of segments, so nothing short of a full
-        walk tells which are open, except the producer snapshot Kafka writes when it rolls to a
-        segment (named by that segment's base offset): it lists every transaction open there,
-        and the segments from it on are walked.  Without a valid snapshot every segment is."""
-        open_txn: dict[int, int] = {}
-        start = 0
-        for i in range(len(segments) - 1, 0, -1):
-            found = self._open_at(segments[i])
-            if found is not None:
-                open_txn, start = found, i
-                break
-        ignored: list[tuple[int, int, int]] = []      # (the aborted list came from the .txnindex)
-        for seg in segments[start:]:
-            _collect_aborted(self.scan(seg), open_txn, ignored)
-        return min(open_txn.values()) if open_txn else None
+        of the earliest transaction still open at the end, or None when none is open), by the
+        rule serve follows too (logdir/_txn.py): a rolled segment from its `.txnindex` and the
+        producer snapshot after it when both hold, else from its entry headers."""
+        key = (part.topic, part.partition)
+        if key not in self._txn:
+            self._txn[key] = follow(TxnState(), _PlannedTxn(self, [s for s in part.segments if not s.unreadable]))
+        state = self._txn[key]
+        return list(state.aborted), state.last_stable
 
     def _open_at(self, seg: Segment) -> dict[int, int] | None:
         """producer id -> first offset of its transaction open at `seg`'s base offset, from the
@@ -327,15 +318,9 @@ class Planner:
 
         readable = [s for s in part.segments if not s.unreadable]
         for i, seg in enumerate(readable):
-            times: TimeIndex | None = self._index(seg, ".timeindex")
-            last = i == len(readable) - 1
-            if times is not None and not last and times.largest is not None and times.largest < timestamp:
-                continue                           # a rolled segment's largest timestamp is its last entry
-            start = 0
-            if times is not None:
-                index = self.offset_index(seg)
-                if index is not None:
-                    start = self._seek(seg, index, times.lookup(timestamp))
+            start = self._time_start(seg, i == len(readable) - 1, timestamp)
+            if start is None:
+                continue
             scan = self.scan(seg, start)
             for j in np.flatnonzero(scan["max_timestamp"] >= timestamp):
                 pos, size = int(scan["position"][j]), int(scan["size"][j])
@@ -353,17 +338,31 @@ class Planner:
                     return int(rb.column("offset")[int(hits[0])].as_py())
         return None
 
-    def _seek(self, seg: Segment, index: OffsetIndex, offset: int) -> int:
-        i = int(np.searchsorted(index.offsets, offset, side="right")) - 1
-        if i < 0:
+    def _seek(self, seg: Segment, index: CheckedOffsetIndex, offset: int) -> int:
+        """Where to start reading for `offset` (0 when the index entry does not hold)."""
+        try:
+            return index.start_position(offset)
+        except CorruptRecordError as exc:
+            self._failed(seg, ".index", exc)
             return 0
-        if not self._checked_position(seg, index, i):
-            self.reporter.note(Problem("index", seg.uri[:-4] + ".index",
-                                       f"{seg.uri[:-4]}.index entry {i} does not match the segment; read "
-                                       "without it"))
-            self._indexes[(seg.uri, ".index-checked")] = False
+
+    def _time_start(self, seg: Segment, last: bool, timestamp: int) -> int | None:
+        """Where to search a segment for the first record at or after `timestamp` (ms): a rolled
+        segment's checked .timeindex skips it (None) when its largest timestamp is below, and
+        gives an offset to seek to through the .index; 0 otherwise (the segment is scanned)."""
+        times = None if last else self.time_index(seg)
+        if times is None or not len(times):
             return 0
-        return int(index.positions[i])
+        try:
+            largest = times.largest
+            if largest is not None and largest < timestamp:
+                return None
+            offset = times.lookup(timestamp)
+        except CorruptRecordError as exc:
+            self._failed(seg, ".timeindex", exc)
+            return 0
+        index = self.offset_index(seg)
+        return self._seek(seg, index, offset) if index is not None else 0
 
     def _resolve(self, part: PartitionFiles, bound: OffsetBound, starting: bool) -> int | None:
         """A bound as an offset for this partition (None: the log's start or end)."""
@@ -472,7 +471,7 @@ class Planner:
                                  **common))                     # type: ignore[arg-type]
                 continue
             if min_ts is not None:
-                a = self._time_start(seg, i == len(r.files.segments) - 1, a, b, min_ts)
+                a = self._pushdown_start(seg, i == len(r.files.segments) - 1, a, b, min_ts)
                 if a >= b:
                     continue
             cuts = self._cuts(seg, a, b, split_bytes)
@@ -506,10 +505,15 @@ class Planner:
                     (end is not None and (nxt is None or end < nxt)) else None
                 if index is not None and start is not None and start > seg.base_offset:
                     a = self._seek(seg, index, start)
+                index = self.offset_index(seg) if index is not None else None     # a seek may drop it
                 if index is not None and end is not None and (nxt is None or end < nxt):
-                    j = int(np.searchsorted(index.offsets, end - 1, side="left"))
-                    if j + 1 < len(index.positions) and self._checked_position(seg, index, j + 1):
-                        b = int(index.positions[j + 1])
+                    try:
+                        found = index.end_position(end)
+                    except CorruptRecordError as exc:
+                        self._failed(seg, ".index", exc)
+                        found = None
+                    if found is not None:
+                        b = found
                 wants_start = start is not None and start > seg.base_offset and a == 0
                 wants_end = end is not None and (nxt is None or end < nxt) and (b == seg.size or self.exact_end)
                 if (wants_start or wants_end) and (not seg.storage.scheme or self.exact_end):
@@ -519,16 +523,11 @@ class Planner:
             out.append((r, i, a, b, b == seg.size))
         return out
 
-    def _time_start(self, seg: Segment, last: bool, a: int, b: int, min_ts: int) -> int:
+    def _pushdown_start(self, seg: Segment, last: bool, a: int, b: int, min_ts: int) -> int:
         """Skip the head of a segment whose records are all older than min_ts (ms)."""
-        times: TimeIndex | None = self._index(seg, ".timeindex")
-        if times is not None:
-            if not last and times.largest is not None and times.largest < min_ts:
-                return b
-            index = self.offset_index(seg)
-            if index is not None:
-                return max(a, self._seek(seg, index, times.lookup(min_ts)))
-            return a
+        if not last and self.time_index(seg) is not None:
+            start = self._time_start(seg, last, min_ts)
+            return b if start is None else max(a, start)
         if seg.storage.scheme:
             return a                               # no index: a remote segment is not scanned for this
         scan = self.scan(seg)
@@ -541,20 +540,21 @@ class Planner:
         if b - a <= split_bytes:
             return [a, b]
         index = self.offset_index(seg)
-        if index is not None and len(index.positions):
-            candidates = [int(p) for p in index.positions if a < p < b]
+        if index is not None and len(index):
+            candidates = index.positions_between(a, b)
         elif not seg.storage.scheme:
             candidates = [int(p) for p in self.scan(seg)["position"] if a < p < b]
         else:
             return [a, b]                          # a remote segment without index: one split
-
-        def checked(position: int) -> bool:        # index positions are checked before use
-            return index is None or self._checked_position(
-                seg, index, int(np.searchsorted(index.positions, position)))
-
         cuts = [a]
         for p in candidates:
-            if p - cuts[-1] >= split_bytes and b - p > 0 and checked(p):
+            if p - cuts[-1] >= split_bytes and b - p > 0:
+                if index is not None:              # index positions are checked before use
+                    try:
+                        index.position_at(p)
+                    except CorruptRecordError as exc:
+                        self._failed(seg, ".index", exc)
+                        return self._cuts(seg, a, b, split_bytes)
                 cuts.append(p)
         return cuts + [b]
 
@@ -584,19 +584,28 @@ def _byte_range(scan: dict[str, Any], start: int | None, end: int | None,
     return a, b
 
 
-def _collect_aborted(scan: dict[str, Any], open_txn: dict[int, int],
-                     aborted: list[tuple[int, int, int]]) -> None:
-    """Aborted transactions as a read_committed consumer sees them: a producer's transactional
-    data from its first batch after a marker up to an ABORT marker."""
-    attributes, pids = scan["attributes"], scan["producer_id"]
-    for j in range(len(attributes)):
-        if scan["magic"][j] != 2 or not attributes[j] & TRANSACTIONAL_FLAG:
-            continue
-        pid = int(pids[j])
-        if attributes[j] & CONTROL_FLAG:
-            first = open_txn.pop(pid, None)
-            if first is not None and scan["control_type"][j] == 0:
-                aborted.append((pid, first, int(scan["base_offset"][j])))
-        else:
-            open_txn.setdefault(pid, int(scan["base_offset"][j]))
+class _PlannedTxn:
+    """The planner's side of logdir/_txn.py (a TxnSource): index files, snapshots and scans."""
 
+    def __init__(self, planner: Planner, segments: list[Segment]):
+        self.planner = planner
+        self.segments = segments
+
+    def segment_count(self) -> int:
+        return len(self.segments)
+
+    def txn_index(self, i: int) -> list[tuple[int, int, int]] | None:
+        seg = self.segments[i]
+        if seg.index(".txnindex") is None or self.planner.offset_index(seg) is None:
+            return None
+        entries: list[tuple[int, int, int]] | None = self.planner._index(seg, ".txnindex")
+        return entries
+
+    def open_at(self, i: int) -> dict[int, int] | None:
+        return self.planner._open_at(self.segments[i])
+
+    def headers(self, i: int, position: int) -> Any:
+        yield self.planner.scan(self.segments[i], position)
+
+    def entry_bytes(self, i: int, position: int, size: int) -> bytes:
+        return self.planner._bytes(self.segments[i], position, size)

@@ -7,7 +7,7 @@
   offsets), offsets missing between segments, a requested offset outside the log.  true
   raises LogLayoutError; false warns, reads each offset once and goes on.
 - notes: an invalid index or checkpoint file is ignored with a warning (the log is read
-  without it).
+  without it); an entry whose name is not UTF-8 is skipped with a warning.
 
 Warnings go to stderr (the executor's log under Spark) unless a callback collects them
 (`kafkacodec verify`).
@@ -27,7 +27,7 @@ __all__ = ["Problem", "Reporter", "warn", "not_a_segment", "DAMAGE", "DATA_LOSS"
 
 DAMAGE = ("corrupt", "partial", "unreadable")
 DATA_LOSS = ("overlap", "gap", "range")
-NOTE = ("index", "checkpoint")
+NOTE = ("index", "checkpoint", "name")
 
 SKIP_HINT = ("To skip corrupt data read with option mode=DROPMALFORMED (or PERMISSIVE for one row "
              "per problem); `kafkacodec verify DIR` lists every problem")

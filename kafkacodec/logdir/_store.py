@@ -11,13 +11,21 @@ apply (the AWS_* environment variables, ~/.aws, the instance role).
 Renames are atomic on a local file system; on object stores a "move" is a copy and a delete
 per object (no store offers more), so a commit there is all-or-nothing through its rollback,
 not through the store.
+
+A commit holds the log directory's lock (`Store.lock`): on a local file system an exclusive
+flock on `<log dir>/_kafkalog.lock`, so two writers (threads or processes) never rename into
+one directory at once, and the second sees what the first committed.  The kernel releases it
+when its holder dies; its holder removes the file as it lets go.  Object stores offer no lock:
+there the commit's second look narrows the window, no more.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
@@ -25,7 +33,10 @@ from urllib.parse import urlsplit
 from kafkacodec._atomic import fsync_directory
 from kafkacodec.logdir.storage import s3_filesystem_arguments
 
-__all__ = ["Store", "LocalStore", "ArrowStore", "open_store", "is_uri"]
+__all__ = ["Store", "LocalStore", "ArrowStore", "open_store", "is_uri", "LOCK_NAME", "LOCK_TIMEOUT"]
+
+LOCK_NAME = "_kafkalog.lock"             # in the log directory, while a writer commits
+LOCK_TIMEOUT = 60.0                      # seconds a commit waits for another writer's
 
 
 def is_uri(path: str) -> bool:
@@ -55,8 +66,17 @@ class Store:
     def remove_tree(self, path: str) -> None: raise NotImplementedError
     def remove_file(self, path: str) -> None: raise NotImplementedError
 
+    def remove_empty_dir(self, path: str) -> None:
+        """Remove the directory if it is empty (and exists); leave it otherwise."""
+        raise NotImplementedError
+
     def sync_dir(self, path: str) -> None:
         """Make renames into `path` durable (local file systems only)."""
+
+    def lock(self, root: str, timeout: float) -> contextlib.AbstractContextManager[None]:
+        """The log directory `root` for one committing writer at a time (waits up to `timeout`
+        seconds, then TimeoutError).  Object stores have no lock: nothing is held."""
+        return contextlib.nullcontext()
 
     def describe(self, path: str) -> str:
         return path
@@ -117,8 +137,66 @@ class LocalStore(Store):
     def remove_file(self, path: str) -> None:
         os.unlink(path)
 
+    def remove_empty_dir(self, path: str) -> None:
+        try:
+            os.rmdir(path)                    # refuses, atomically, a directory another writer filled
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                raise
+
     def sync_dir(self, path: str) -> None:
         fsync_directory(path)
+
+    @contextlib.contextmanager
+    def lock(self, root: str, timeout: float) -> Iterator[None]:
+        """An exclusive flock on `<root>/_kafkalog.lock` (flock: per open file, so threads of one
+        process exclude each other as processes do; the kernel releases it when the process
+        dies).  The file is removed while still locked, so a writer that opened it meanwhile
+        finds its name gone once it gets the lock, and tries again on a fresh file."""
+        path = os.path.join(root, LOCK_NAME)
+        fd = _locked(path, timeout)
+        try:
+            yield
+        finally:
+            try:
+                os.unlink(path)
+            finally:
+                os.close(fd)                  # releases the lock
+
+
+def _locked(path: str, timeout: float) -> int:
+    """A descriptor of the lock file at `path`, holding its exclusive flock."""
+    import fcntl
+
+    deadline = time.monotonic() + timeout
+    delay = 0.002
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if time.monotonic() >= deadline:
+                raise TimeoutError(errno.ETIMEDOUT, f"another writer has held {path} for {timeout:g} s "
+                                   "(it commits into this log directory); try again when it is done") from None
+            time.sleep(delay)                 # flock has no timeout: poll, backing off
+            delay = min(2 * delay, 0.05)
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            held, named = os.fstat(fd), os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:             # its holder removed it as it let go
+            named = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if named is not None and (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+            return fd
+        os.close(fd)                          # a file no longer named so: lock the current one
 
 
 class ArrowStore(Store):
@@ -182,6 +260,10 @@ class ArrowStore(Store):
 
     def remove_file(self, path: str) -> None:
         self.fs.delete_file(path)
+
+    def remove_empty_dir(self, path: str) -> None:
+        if self.is_dir(path) and not self.listdir(path):
+            self.fs.delete_dir(path)
 
     def describe(self, path: str) -> str:
         return f"{self.prefix}{path}"

@@ -12,7 +12,11 @@ Three steps, usable without Spark (the "kafkalog" writer runs them in tasks and 
    tasks in any order) into one run, streaming with one decoded chunk per run in memory.
 3. `commit` renames the staged segments into `<out>/<topic>-<partition>/` for every partition or
    none: a failure puts back what it had moved (and what it replaced), and files it did not
-   create are never touched.  `_SUCCESS` marks a finished write.
+   create are never touched.  `_SUCCESS` marks a finished write.  The renames happen under the
+   log directory's lock (`Store.lock`: a flock on `<out>/_kafkalog.lock`), after a second look
+   at what the directory holds: a writer that another one overtook since it looked (offsets
+   that now overlap, a target filled meanwhile) is refused with WriteConflictError, leaving the
+   directory as the other writer left it.
 
 Save modes as Spark's file sources: errorifexists (the directory must hold no data), append
 (new offsets must be above the partition's last offset; without an offset column they continue
@@ -32,9 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from kafkacodec.errors import CorruptRecordError
+from kafkacodec.errors import CorruptRecordError, WriteConflictError
 from kafkacodec.logdir._read import PARTITION_RE, SEGMENT_RE
-from kafkacodec.logdir._store import Store
+from kafkacodec.logdir._store import LOCK_NAME, LOCK_TIMEOUT, Store
+from kafkacodec.logdir.storage import undecodable
 
 __all__ = ["TaskWriter", "Run", "merge_runs", "commit", "abort", "check_target", "existing_partitions",
            "SAVE_MODES", "STAGING", "SUCCESS", "new_job_id", "validate_topic"]
@@ -468,13 +473,15 @@ def _next_offset(store: Store, folder: str) -> int | None:
 
 
 def existing_partitions(store: Store, root: str) -> list[str]:
-    """The `<topic>-<partition>` directories under root."""
-    return [n for n in store.listdir(root) if PARTITION_RE.match(n) and store.is_dir(store.join(root, n))]
+    """The `<topic>-<partition>` directories under root (never one whose name is not UTF-8: no
+    topic is named so, and the writer leaves what is not a partition alone)."""
+    return [n for n in store.listdir(root)
+            if not undecodable(n) and PARTITION_RE.match(n) and store.is_dir(store.join(root, n))]
 
 
 def has_data(store: Store, root: str) -> bool:
-    """Anything in root besides writers' temporary directories."""
-    return any(n != STAGING for n in store.listdir(root))
+    """Anything in root besides writers' temporary directories and lock file."""
+    return any(n not in (STAGING, LOCK_NAME) for n in store.listdir(root))
 
 
 def check_target(store: Store, root: str, mode: str) -> bool:
@@ -492,16 +499,41 @@ def check_target(store: Store, root: str, mode: str) -> bool:
     return True
 
 
-def next_offsets(store: Store, root: str) -> dict[TP, int]:
-    """For appending: the offset after each existing partition's last record."""
+def next_offsets(store: Store, root: str, partitions: Iterable[TP] | None = None) -> dict[TP, int]:
+    """For appending: the offset after each existing partition's last record (of `partitions`
+    only, when given)."""
     out = {}
+    wanted = None if partitions is None else set(partitions)
     for name in existing_partitions(store, root):
-        m = PARTITION_RE.match(name)
-        assert m is not None
+        tp = _tp_of(name)
+        if wanted is not None and tp not in wanted:
+            continue
         nxt = _next_offset(store, store.join(root, name))
         if nxt is not None:
-            out[(m.group(1), int(m.group(2)))] = nxt
+            out[tp] = nxt
     return out
+
+
+def check_no_overlap(run: Run, next_offset: int | None, *, meanwhile: bool = False) -> None:
+    """An append's rule: the rows a partition commits start after its last offset (WriteConflictError
+    otherwise: the segments would overlap).  `meanwhile`: another writer committed those
+    offsets after this one looked."""
+    if next_offset is not None and run.first_offset < next_offset:
+        raise WriteConflictError(
+            f"kafkalog append: {run.topic}-{run.partition} already holds offsets up to {next_offset - 1}"
+            + (" (another writer committed them while this one ran)" if meanwhile else "")
+            + f"; the new rows start at offset {run.first_offset}; nothing written")
+
+
+def _check_unchanged(current: Mapping[TP, int], expected_next: Mapping[TP, int] | None,
+                     partitions: Iterable[TP]) -> None:
+    """The partitions written still end where the tasks numbered their rows from (an append
+    without an offset column): a partition that moved since is refused, not renumbered."""
+    for tp in partitions:
+        if expected_next is not None and current.get(tp) != expected_next.get(tp):
+            raise WriteConflictError(
+                f"kafkalog append: {tp[0]}-{tp[1]} changed while this job ran (next offset {current.get(tp)}, "
+                f"the job started at {expected_next.get(tp)}); nothing written")
 
 
 def _plan_partition(store: Store, runs: list[Run], staging: str, *, codec: int, batch_bytes: int,
@@ -515,18 +547,14 @@ def _plan_partition(store: Store, runs: list[Run], staging: str, *, codec: int, 
             if b.first_offset <= a.last_offset:
                 break
         else:
-            if next_offset is not None and first.first_offset < next_offset:
-                raise ValueError(f"kafkalog append: {first.topic}-{first.partition} already holds offsets up to "
-                                 f"{next_offset - 1}; the new rows start at offset {first.first_offset}")
-            return Run(first.topic, first.partition, -1, 0, True, first.first_offset, runs[-1].last_offset,
-                       min(r.first_timestamp for r in runs), max(r.last_timestamp for r in runs),
-                       sum(r.records for r in runs), [s for r in runs for s in r.segments])
-        merged = merge_runs(store, runs, staging, codec=codec, batch_bytes=batch_bytes,
-                            segment_bytes=segment_bytes)
-        if next_offset is not None and merged.first_offset < next_offset:
-            raise ValueError(f"kafkalog append: {first.topic}-{first.partition} already holds offsets up to "
-                             f"{next_offset - 1}; the new rows start at offset {merged.first_offset}")
-        return merged
+            joined = Run(first.topic, first.partition, -1, 0, True, first.first_offset, runs[-1].last_offset,
+                         min(r.first_timestamp for r in runs), max(r.last_timestamp for r in runs),
+                         sum(r.records for r in runs), [s for r in runs for s in r.segments])
+            check_no_overlap(joined, next_offset)
+            return joined
+        check_no_overlap(first, next_offset)     # (the merged run starts at the smallest first offset)
+        return merge_runs(store, runs, staging, codec=codec, batch_bytes=batch_bytes,
+                          segment_bytes=segment_bytes)
     start = base_offset if next_offset is None else max(base_offset, next_offset)
     if len(runs) == 1 and first.first_offset == start:
         return first
@@ -570,8 +598,8 @@ class _Undo:
             try:
                 if src:
                     self.store.move(dst, src)
-                elif not self.store.listdir(dst):
-                    self.store.remove_tree(dst)
+                else:
+                    self.store.remove_empty_dir(dst)
             except OSError as exc:                    # keep going: put back all we can
                 problems.append(f"{self.store.describe(dst)} -> {self.store.describe(src)}: {exc}")
         return problems
@@ -580,10 +608,15 @@ class _Undo:
 def commit(store: Store, root: str, job: str, runs: Iterable[Run], *, mode: str = "errorifexists",
            partition_overwrite: str = "static", codec: int = 0, batch_bytes: int = 16384,
            segment_bytes: int = 1 << 30, base_offset: int = 0,
-           expected_next: Mapping[TP, int] | None = None) -> dict[TP, Run]:
+           expected_next: Mapping[TP, int] | None = None, lock_timeout: float = LOCK_TIMEOUT) -> dict[TP, Run]:
     """Lay the staged runs out under root, all partitions or none; returns the committed run
     per partition.  `expected_next`: the next offsets the tasks numbered from (append without
-    an offset column): a partition that changed since is refused rather than renumbered."""
+    an offset column): a partition that changed since is refused rather than renumbered.
+
+    The runs are planned (merged where tasks overlap) first; the renames happen under the log
+    directory's lock (Store.lock, waiting up to `lock_timeout` seconds for another writer's
+    commit), after the directory is looked at again: WriteConflictError when another writer
+    committed overlapping offsets, or into an errorifexists target, since this one looked."""
     staging = store.join(root, STAGING, job)
     by_tp: dict[TP, list[Run]] = {}
     for run in runs:
@@ -592,18 +625,38 @@ def commit(store: Store, root: str, job: str, runs: Iterable[Run], *, mode: str 
     if not check_target(store, root, mode):
         abort(store, root, job)
         return {}
-    undo = _Undo(store)
     try:
         store.makedirs(staging)
-        current = next_offsets(store, root) if mode == "append" else {}
-        for tp, nxt in (expected_next or {}).items():
-            if mode == "append" and current.get(tp) != nxt:
-                raise RuntimeError(f"kafkalog append: {tp[0]}-{tp[1]} changed while this job ran "
-                                   f"(next offset {current.get(tp)}, the job started at {nxt}); nothing written")
+        seen = next_offsets(store, root, by_tp) if mode == "append" else {}
+        if mode == "append":
+            _check_unchanged(seen, expected_next, by_tp)
         plans = {tp: _plan_partition(store, rs, staging, codec=codec, batch_bytes=batch_bytes,
-                                     segment_bytes=segment_bytes, next_offset=current.get(tp),
+                                     segment_bytes=segment_bytes, next_offset=seen.get(tp),
                                      base_offset=base_offset)
                  for tp, rs in sorted(by_tp.items())}
+        with store.lock(root, lock_timeout):
+            # another writer may have committed since this one looked: look again, under the lock
+            if mode in ("errorifexists", "ignore") and has_data(store, root):
+                if mode == "ignore":
+                    return {}
+                raise WriteConflictError(f"kafkalog write: another writer wrote into {store.describe(root)} "
+                                         "while this one ran (save mode errorifexists); nothing written")
+            current = next_offsets(store, root, plans) if mode == "append" else {}
+            if mode == "append":
+                _check_unchanged(current, expected_next, plans)
+                for tp, run in plans.items():
+                    check_no_overlap(run, current.get(tp), meanwhile=current.get(tp) != seen.get(tp))
+            _install(store, root, staging, plans, current, mode=mode, partition_overwrite=partition_overwrite)
+    finally:
+        abort(store, root, job)
+    return plans
+
+
+def _install(store: Store, root: str, staging: str, plans: dict[TP, Run], current: Mapping[TP, int], *,
+             mode: str, partition_overwrite: str) -> None:
+    """The renames of a commit (under the lock): all, or none (what was moved is put back)."""
+    undo = _Undo(store)
+    try:
         if mode == "overwrite":
             replaced = store.join(staging, "replaced")
             store.makedirs(replaced)
@@ -627,19 +680,16 @@ def commit(store: Store, root: str, job: str, runs: Iterable[Run], *, mode: str 
                 undo.move(seg.path, target)
             store.sync_dir(folder)
         if not store.exists(store.join(root, SUCCESS)):
-            with store.open_write(store.join(root, STAGING, job + SUCCESS)):
+            with store.open_write(store.join(staging, SUCCESS)):
                 pass
-            undo.move(store.join(root, STAGING, job + SUCCESS), store.join(root, SUCCESS))
+            undo.move(store.join(staging, SUCCESS), store.join(root, SUCCESS))
         store.sync_dir(root)
     except BaseException as exc:
         problems = undo.rollback()
-        abort(store, root, job)
         if problems:
             raise RuntimeError(f"kafkalog commit failed ({exc}) and could not put back: "
                                + "; ".join(problems)) from exc
         raise
-    abort(store, root, job)
-    return plans
 
 
 def _tp_of(name: str) -> TP:
@@ -652,5 +702,4 @@ def abort(store: Store, root: str, job: str) -> None:
     """Remove this job's temporary directory (and the staging folder once empty)."""
     parent = store.join(root, STAGING)
     store.remove_tree(store.join(parent, job))
-    if store.is_dir(parent) and not store.listdir(parent):
-        store.remove_tree(parent)
+    store.remove_empty_dir(parent)          # (another writer's staging may be there)

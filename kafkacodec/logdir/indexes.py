@@ -16,19 +16,30 @@ sanity checks and more (entries in order and inside the segment) and raise Corru
 naming the file and the byte; a reader ignores such a file with a warning (the log is read
 without it, as Kafka rebuilds a corrupt index).  `build_indexes` writes what a broker would for
 a segment (tests, writers).
+
+Kafka trusts its indexes; a copied, stale or hostile one can pass every check of the file
+alone and still send a reader past records.  `CheckedOffsetIndex` is the one rule every reader
+of a `.index` follows (serve's log view, the log-dir planner, `kafkacodec verify`): an entry is
+checked against the segment the first time a reader relies on it (`check_offset_entry`), and an
+entry that does not hold makes the whole file unusable.  `CheckedTimeIndex` is the same for a
+`.timeindex` (`check_time_entry`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from kafkacodec.errors import CorruptRecordError
+from kafkacodec._format import CONTROL_FLAG, LOG_OVERHEAD, V0_RECORD_OVERHEAD, entry_head
+from kafkacodec.errors import CorruptRecordError, DataError
 
-__all__ = ["OffsetIndex", "TimeIndex", "AbortedTxn", "parse_offset_index", "parse_time_index",
-           "parse_txn_index", "read_txn_index", "checked_txn_index", "sanity_check", "build_indexes", "INDEX_SUFFIXES"]
+__all__ = ["OffsetIndex", "TimeIndex", "AbortedTxn", "CheckedOffsetIndex", "CheckedTimeIndex", "parse_offset_index",
+           "parse_time_index", "parse_txn_index", "read_txn_index", "checked_txn_index", "check_offset_entry",
+           "check_time_entry", "check_txn_markers", "entry_fields", "load_offset_index", "ENTRY_FIELDS",
+           "sanity_check", "build_indexes", "INDEX_SUFFIXES"]
 
 OFFSET_ENTRY, TIME_ENTRY, TXN_ENTRY = 8, 12, 34
 INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
@@ -113,6 +124,141 @@ def parse_offset_index(data: Any, base_offset: int, segment_size: int, source: s
     return OffsetIndex(relative + base_offset, positions)
 
 
+# bytes [position, position + size) of a segment (fewer at its end)
+SegmentReader = Callable[[int, int], Any]
+
+
+def check_offset_entry(index: OffsetIndex, i: int, read: SegmentReader, segment_size: int,
+                       base_offset: int) -> str | None:
+    """Why entry i of a `.index` does not hold for its segment, or None when it does.
+
+    Kafka appends an entry (O, P) when it appends batches at byte P whose largest offset is O
+    (LogSegment.append; recovery and the cleaner index batch by batch), so the entry starting
+    at P must be a whole entry with a valid checksum (not bytes inside a batch that happen to
+    look like a header), its first offset above the entry before's (earlier appends hold the
+    smaller offsets) and its last offset at most O.  A legacy compressed wrapper names only its
+    last offset, which stands for its first."""
+    from kafkacodec._records import MemoryRecords
+
+    position, offset = int(index.positions[i]), int(index.offsets[i])
+    framed = entry_head(read(position, LOG_OVERHEAD))
+    if framed is None:
+        return f"points at byte {position}, too near the segment's end ({segment_size} bytes) for an entry"
+    size = framed[1]
+    if not LOG_OVERHEAD + V0_RECORD_OVERHEAD <= size <= segment_size - position:
+        return (f"points at byte {position}, where no entry starts (the bytes there would declare an entry "
+                f"of {size} bytes in a segment of {segment_size})")
+    try:
+        rows = MemoryRecords(read(position, size)).index(check_crc=True)
+    except DataError as exc:
+        return f"points at byte {position}, where no entry starts ({exc})"
+    if len(rows) != 1 or not rows["crc_valid"][0]:
+        return f"points at byte {position}, where no entry with a valid checksum starts"
+    last = int(rows["last_offset"][0])
+    first = int(rows["base_offset"][0]) if rows["base_offset"][0] >= 0 else last
+    before = int(index.offsets[i - 1]) if i else base_offset - 1
+    if first <= before:
+        return (f"points at byte {position}, whose entry starts at offset {first}, not after the entry before "
+                f"(offset {before})")
+    if last > offset:
+        return f"points at byte {position}, whose entry holds offsets up to {last}, past the entry's offset"
+    return None
+
+
+class _CheckedEntries:
+    """Entries of an index file checked against the segment once each, the first time a reader
+    relies on one (`_problem` says why an entry does not hold)."""
+
+    ENTRY = 0                            # bytes an entry
+    source = ""
+
+    def __init__(self, count: int):
+        self._checked = np.zeros(count, dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self._checked)
+
+    def _problem(self, i: int) -> str | None:
+        raise NotImplementedError
+
+    def _check(self, i: int) -> int:
+        """i (a negative i counts from the end), once entry i holds; CorruptRecordError naming
+        the file and the entry otherwise."""
+        i = i % len(self) if i < 0 else i
+        if not self._checked[i]:
+            why = self._problem(i)
+            if why is not None:
+                raise CorruptRecordError(f"{self.source} does not match its segment: entry {i} {why}",
+                                         position=i * self.ENTRY)
+            self._checked[i] = True
+        return i
+
+
+class CheckedOffsetIndex(_CheckedEntries):
+    """A segment's `.index` whose entries are checked against the segment before a reader relies
+    on them (check_offset_entry, each entry once): the one rule of serve and the log-dir reader.
+    A method that needs an entry that does not hold raises CorruptRecordError naming the file
+    and the entry; the reader then reads the segment without the index (as Kafka rebuilds a
+    corrupt index), as it does for a file that does not parse."""
+
+    ENTRY = OFFSET_ENTRY
+
+    def __init__(self, index: OffsetIndex, read: SegmentReader, segment_size: int, base_offset: int,
+                 source: str):
+        super().__init__(len(index.positions))
+        self.index = index
+        self.read = read
+        self.segment_size = segment_size
+        self.base_offset = base_offset
+        self.source = source
+
+    def _problem(self, i: int) -> str | None:
+        why = check_offset_entry(self.index, i, self.read, self.segment_size, self.base_offset)
+        return None if why is None else f"(offset {int(self.index.offsets[i])}) {why}"
+
+    def position(self, i: int) -> int:
+        """Entry i's position, once the entry is checked; CorruptRecordError when it does not hold."""
+        return int(self.index.positions[self._check(i)])
+
+    def start_position(self, offset: int) -> int:
+        """OffsetIndex.start_position through a checked entry: where to start reading for `offset`."""
+        i = int(np.searchsorted(self.index.offsets, offset, side="right")) - 1
+        return self.position(i) if i >= 0 else 0
+
+    def end_position(self, offset: int) -> int | None:
+        """OffsetIndex.end_position through a checked entry: from there every entry holds offsets
+        >= `offset` (None: the index does not reach that far)."""
+        i = int(np.searchsorted(self.index.offsets, offset - 1, side="left"))
+        return self.position(i + 1) if i + 1 < len(self) else None
+
+    def positions_between(self, start: int, end: int) -> list[int]:
+        """The positions of the entries strictly inside (start, end), not yet checked (the caller
+        checks the ones it uses, through position_at)."""
+        return [int(p) for p in self.index.positions if start < p < end]
+
+    def position_at(self, position: int) -> int:
+        """The entry at `position` (one of positions_between), checked."""
+        return self.position(int(np.searchsorted(self.index.positions, position)))
+
+    @property
+    def last_position(self) -> int:
+        """The last entry's position, checked (0 without entries): the walk to the segment's end
+        starts there."""
+        return self.position(len(self) - 1) if len(self) else 0
+
+
+def load_offset_index(data: Any, read: SegmentReader, segment_size: int, base_offset: int,
+                      source: str) -> CheckedOffsetIndex:
+    """parse_offset_index, and the first and last entries checked at once (a reader walks from the
+    last to the segment's end, and a file whose ends do not hold is not worth keeping)."""
+    checked = CheckedOffsetIndex(parse_offset_index(data, base_offset, segment_size, source), read,
+                                 segment_size, base_offset, source)
+    if len(checked):
+        checked.position(0)
+        checked.last_position
+    return checked
+
+
 def parse_time_index(data: Any, base_offset: int, source: str) -> TimeIndex:
     rows = _entries(data, TIME_ENTRY, source)
     timestamps = _field(rows, 0, ">i8")
@@ -123,6 +269,73 @@ def parse_time_index(data: Any, base_offset: int, source: str) -> TimeIndex:
     _check_increasing(timestamps, "timestamp", TIME_ENTRY, source, strict=True)
     _check_increasing(relative, "offset", TIME_ENTRY, source, strict=False)
     return TimeIndex(timestamps, relative + base_offset, base_offset)
+
+
+# the header of the entry holding an offset (the first whose last offset reaches it), or None:
+# ENTRY_FIELDS (base_offset -1 for a legacy compressed wrapper, control_type -1 when unknown)
+ENTRY_FIELDS = ("base_offset", "last_offset", "max_timestamp", "attributes", "producer_id", "control_type")
+EntryHolding = Callable[[int], "dict[str, int] | None"]
+
+
+def entry_fields(rows: Any, j: int) -> dict[str, int]:
+    """ENTRY_FIELDS of row j of a header table (scan_entries, Records.index, serve's table)."""
+    return {name: int(rows[name][j]) for name in ENTRY_FIELDS}
+
+
+def check_time_entry(times: TimeIndex, j: int, entry_at: EntryHolding) -> str | None:
+    """Why entry j of a `.timeindex` does not hold for its segment, or None when it does.
+
+    Kafka appends (T, O) with T the largest timestamp appended so far and O the offset it was
+    appended at (LogSegment.append: the offset of the record or, since recovery and newer
+    brokers, the last offset of the batch holding it), so the entry holding O must have
+    largest timestamp T exactly.  An entry that names another batch's offset, or a timestamp
+    that batch does not have, would start a search for a time past records at or after it."""
+    timestamp, offset = int(times.timestamps[j]), int(times.offsets[j])
+    found = entry_at(offset)
+    if found is None:
+        return f"names offset {offset}, which no entry of the segment holds"
+    first, last, largest = found["base_offset"], found["last_offset"], found["max_timestamp"]
+    if first > offset:
+        return f"names offset {offset}, which no entry of the segment holds (the next one starts at {first})"
+    if largest != timestamp:
+        return (f"says offset {offset} was appended with largest timestamp {timestamp}, but the entry "
+                f"holding it (offsets up to {last}) has {largest}")
+    return None
+
+
+class CheckedTimeIndex(_CheckedEntries):
+    """A segment's `.timeindex` whose entries are checked against the segment before a reader
+    relies on them (check_time_entry, each entry once): the one rule of serve's ListOffsets and
+    the log-dir reader's timestamps.  Used for rolled segments only (an active segment's
+    largest timestamp is not final).  A method that needs an entry that does not hold raises
+    CorruptRecordError naming the file and the entry; the reader then walks the segment."""
+
+    ENTRY = TIME_ENTRY
+
+    def __init__(self, times: TimeIndex, entry_at: EntryHolding, source: str):
+        super().__init__(len(times.timestamps))
+        self.times = times
+        self.entry_at = entry_at
+        self.source = source
+
+    def _problem(self, j: int) -> str | None:
+        why = check_time_entry(self.times, j, self.entry_at)
+        return None if why is None else f"(timestamp {int(self.times.timestamps[j])}) {why}"
+
+    def entry(self, j: int) -> tuple[int, int]:
+        """(timestamp, offset) of entry j, once checked; CorruptRecordError when it does not hold."""
+        j = self._check(j)
+        return int(self.times.timestamps[j]), int(self.times.offsets[j])
+
+    def lookup(self, timestamp: int) -> int:
+        """TimeIndex.lookup through a checked entry: the offset to search for `timestamp` from."""
+        j = int(np.searchsorted(self.times.timestamps, timestamp, side="right")) - 1
+        return self.entry(j)[1] if j >= 0 else self.times.base_offset
+
+    @property
+    def largest(self) -> int | None:
+        """The last entry's timestamp, checked: a rolled segment's largest timestamp."""
+        return self.entry(-1)[0] if len(self) else None
 
 
 @dataclass(frozen=True)
@@ -176,6 +389,19 @@ def checked_txn_index(data: Any, base_offset: int, last_offset: int, source: str
                     f"past the segment's last offset {last_offset}"), position=i * TXN_ENTRY + 2)
         previous = last
     return entries
+
+
+def check_txn_markers(entries: list[tuple[int, int, int]], entry_at: EntryHolding, source: str) -> None:
+    """Each entry of a checked `.txnindex` against its segment: the offset it names as its ABORT
+    marker holds one (a control batch of that producer whose one record is an ABORT), else
+    CorruptRecordError naming the entry.  An entry naming another producer's batch, or a
+    COMMIT, would drop committed records from read_committed."""
+    for i, (pid, first, last) in enumerate(entries):
+        found = entry_at(last)
+        if (found is None or found["base_offset"] != last or found["producer_id"] != pid
+                or not found["attributes"] & CONTROL_FLAG or found["control_type"] != 0):
+            raise CorruptRecordError(f"{source} does not match its segment: entry {i} names offset {last} as "
+                                     f"producer {pid}'s ABORT marker, which it is not", position=i * TXN_ENTRY + 18)
 
 
 def sanity_check(suffix: str, data: Any, base_offset: int, source: str) -> int:

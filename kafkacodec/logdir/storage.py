@@ -12,6 +12,11 @@ user already sets them and as the writer takes them: `fs.s3a.endpoint` (a URL or
 Local entries are typed with `lstat`/`stat` before anything opens them: a FIFO, a socket, a
 device, a directory or a dangling link named like a segment is reported, never opened (opening a
 FIFO blocks until a writer appears).
+
+Names that are not UTF-8 (a local file system holds bytes; Python hands the ones that do not
+decode over surrogate-escaped, PEP 383) are no Kafka topic, partition or segment: `Storage.list`
+leaves them out of every listing and hands them to the caller to report (`undecodable`), and
+messages show them with `\\xNN` escapes (`printable`), as `ls -b` does.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-__all__ = ["Storage", "Entry", "Source", "resolve", "S3_OPTIONS", "has_glob"]
+from kafkacodec._paths import printable, undecodable
+
+__all__ = ["Storage", "Entry", "Source", "resolve", "S3_OPTIONS", "has_glob", "undecodable", "printable"]
 
 S3_OPTIONS = ("fs.s3a.endpoint", "fs.s3a.endpoint.region", "fs.s3a.access.key", "fs.s3a.secret.key",
               "fs.s3a.session.token", "fs.s3a.connection.ssl.enabled", "fs.s3a.path.style.access")
@@ -114,8 +121,8 @@ class Storage:
         return self._fs
 
     def uri(self, path: str) -> str:
-        """The path as a user would write it (for messages)."""
-        return f"{self.scheme}://{path}" if self.scheme else path
+        """The path as a user would write it (for messages: printable)."""
+        return f"{self.scheme}://{path}" if self.scheme else printable(path)
 
     def join(self, directory: str, name: str) -> str:
         return f"{directory.rstrip('/')}/{name}" if self.scheme else os.path.join(directory, name)
@@ -134,8 +141,9 @@ class Storage:
             return Entry(path, name, kind, int(info.size or 0) if kind == "file" else 0)
         return _local_entry(path, name)
 
-    def list(self, directory: str) -> list[Entry]:
-        """The entries of a directory, sorted by name."""
+    def list(self, directory: str, skipped: list[str] | None = None) -> list[Entry]:
+        """The entries of a directory, sorted by name; those whose name is not UTF-8 are left
+        out, their paths added to `skipped` (for the caller to report)."""
         if self.scheme:
             from pyarrow import fs as pafs
 
@@ -147,7 +155,9 @@ class Storage:
             return sorted(entries, key=lambda e: e.name)
         with os.scandir(directory) as it:
             names = sorted(e.name for e in it)
-        return [_local_entry(os.path.join(directory, n), n) for n in names]
+        if skipped is not None:
+            skipped += [os.path.join(directory, n) for n in names if undecodable(n)]
+        return [_local_entry(os.path.join(directory, n), n) for n in names if not undecodable(n)]
 
     def read_bytes(self, path: str, limit: int = 64 << 20) -> bytes:
         """A small regular file whole (index and checkpoint files); ValueError past `limit`."""
@@ -260,7 +270,7 @@ def _braces(pattern: str) -> list[str]:
     return [pattern]
 
 
-def _glob(storage: Storage, pattern: str) -> Iterator[str]:
+def _glob(storage: Storage, pattern: str, skipped: list[str] | None = None) -> Iterator[str]:
     sep = "/" if storage.scheme else os.sep
     absolute = pattern.startswith(sep)
     parts = [p for p in pattern.split(sep) if p]
@@ -276,7 +286,7 @@ def _glob(storage: Storage, pattern: str) -> Iterator[str]:
                 following.append(storage.join(directory, part))
                 continue
             try:
-                entries = storage.list(directory)
+                entries = storage.list(directory, skipped)
             except (FileNotFoundError, NotADirectoryError):
                 continue
             following += [e.path for e in entries if fnmatch.fnmatchcase(e.name, part)]
@@ -284,9 +294,11 @@ def _glob(storage: Storage, pattern: str) -> Iterator[str]:
     yield from current
 
 
-def resolve(specs: list[str], options: Mapping[str, str] | None = None) -> list[tuple[Storage, str]]:
+def resolve(specs: list[str], options: Mapping[str, str] | None = None,
+            skipped: list[str] | None = None) -> list[tuple[Storage, str]]:
     """Each path or URI (globs expanded, in order) as (storage, path); FileNotFoundError for a
-    glob that matches nothing (as Spark's file sources do)."""
+    glob that matches nothing (as Spark's file sources do).  Names a glob passes over because
+    they are not UTF-8 go to `skipped`."""
     options = {k.lower(): str(v) for k, v in (options or {}).items() if k.lower().startswith("fs.")}
     stores: dict[tuple[str, str], Storage] = {}
     out: list[tuple[Storage, str]] = []
@@ -298,7 +310,7 @@ def resolve(specs: list[str], options: Mapping[str, str] | None = None) -> list[
         if not has_glob(path):
             out.append((storage, path))
             continue
-        matched = sorted({m for alternative in _braces(path) for m in _glob(storage, alternative)})
+        matched = sorted({m for alternative in _braces(path) for m in _glob(storage, alternative, skipped)})
         if not matched:
             raise FileNotFoundError(f"{spec}: the pattern matches no file or directory")
         out += [(storage, m) for m in matched]

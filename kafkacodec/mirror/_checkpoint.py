@@ -24,8 +24,8 @@ from kafkacodec._statestore import (
     expect_int,
     expect_object,
     expect_str,
-    shown,
 )
+from kafkacodec._paths import printable
 from kafkacodec.errors import DataError
 
 __all__ = ["Checkpoint", "StateMismatchError", "CheckpointDamagedError"]
@@ -76,8 +76,8 @@ class Checkpoint:
         loaded = self.store.load(NAME, _parse, format=FORMAT)
         if loaded.value is None:
             if loaded.damaged:
-                where = "; ".join(f"{shown(q.path)} is damaged ({q.reason}); " + (
-                    f"moved to {shown(q.moved_to)}" if q.moved_to else "it could not be moved aside")
+                where = "; ".join(f"{printable(q.path)} is damaged ({q.reason}); " + (
+                    f"moved to {printable(q.moved_to)}" if q.moved_to else "it could not be moved aside")
                     for q in loaded.damaged)
                 raise CheckpointDamagedError(
                     f"{where}; no earlier checkpoint to continue from: choose where each partition "

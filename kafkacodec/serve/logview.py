@@ -6,24 +6,26 @@ tiered-storage names, several directories merged); topic ids come from `partitio
 (logdir/partition_metadata.py), the log start from `log-start-offset-checkpoint`.
 
 Per segment, where offsets are found:
-- a rolled segment with a valid `.index` (entries checked against the segment: the first and
-  the last point at entry headers holding their offsets) is searched through it plus a short
-  header walk, as Kafka does (`.timeindex` likewise for timestamps);
+- a rolled segment with a valid `.index` is searched through it plus a short header walk, as
+  Kafka does; its entries are checked against the segment before they are relied on, by the
+  rule the log-dir reader follows too (logdir/indexes.py, CheckedOffsetIndex: the first and
+  last at once, any other the first time a fetch seeks through it), and one that does not hold
+  drops the file;
 - otherwise, and always for the active (last) segment, the index is rebuilt in memory: a table
-  of every entry header (position, size, last offset, max timestamp, magic, attributes), read
-  once and extended as the file grows.
+  of every entry header (position, size, base and last offset, max timestamp, magic,
+  attributes), read once and extended as the file grows.
+- ListOffsets by time uses a rolled segment's `.timeindex` the same way (CheckedTimeIndex).
 Header walks go through `FileRecords.index()` on the segment's guarded mapping, so a file cut
 by another process raises FileTruncatedError (never SIGBUS); the partition is then reloaded.
 
 read_committed needs each partition's aborted transactions and the transactions still open at
-its end (the last stable offset).  A rolled segment with a valid `.txnindex` (its aborted
-transactions, checked: whole entries, version 0, markers in order and inside the segment) and a
-valid producer `.snapshot` at the next segment's base offset (the open transactions there, which
-Kafka writes at each roll) is not walked at all: the aborted list comes from the `.txnindex` and
-the walk resumes from the snapshot's open transactions.  Every other segment (the active one, a
-missing or invalid file: Kafka writes no `.txnindex` for a segment without aborts) has its
-transactional batch headers walked, as Kafka rebuilds the index.  An invalid file is logged and
-counted once (IndexUse, the metrics).
+its end (the last stable offset), found by the rule the log-dir reader follows too
+(logdir/_txn.py): a rolled segment whose `.index` loads, whose `.txnindex` holds for it (whole
+entries, version 0, markers in order, inside the segment and each an ABORT of its producer) and
+after which Kafka left a valid producer `.snapshot` is not walked at all; every other segment
+(the active one, a missing or invalid file: Kafka writes no `.txnindex` for a segment without
+aborts) has its transactional batch headers walked, as Kafka rebuilds the index.  An invalid
+file is logged and counted once (IndexUse, the metrics).
 
 Not thread-safe: the server's network thread owns it.
 """
@@ -41,12 +43,13 @@ from typing import Any
 import numpy as np
 
 from kafkacodec._convert import release_file_pages
-from kafkacodec._format import LOG_OVERHEAD, TRANSACTIONAL_FLAG
+from kafkacodec._format import LOG_OVERHEAD
 from kafkacodec._records import FileRecords
-from kafkacodec.errors import FileTruncatedError, KafkaCodecError
+from kafkacodec.errors import CorruptRecordError, FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import PartitionFiles, find_partitions
-from kafkacodec.logdir.indexes import (OffsetIndex, TimeIndex, checked_txn_index, parse_offset_index,
-                                       parse_time_index)
+from kafkacodec.logdir._txn import TxnState, follow
+from kafkacodec.logdir.indexes import (CheckedOffsetIndex, CheckedTimeIndex, check_txn_markers, checked_txn_index,
+                                       entry_fields, load_offset_index, parse_time_index)
 from kafkacodec.logdir.partition_metadata import read_partition_metadata
 from kafkacodec.logdir.snapshots import SNAPSHOT_SUFFIX, open_transactions
 
@@ -57,8 +60,9 @@ log = logging.getLogger("kafkacodec.serve")
 
 WINDOW = 256 * 1024                 # bytes of entry headers walked per FileRecords.index() call
 _COLUMNS: tuple[tuple[str, type], ...] = (
-    ("position", np.int64), ("size", np.int64), ("last_offset", np.int64),
-    ("max_timestamp", np.int64), ("magic", np.int8), ("attributes", np.int16))
+    ("position", np.int64), ("size", np.int64), ("base_offset", np.int64), ("last_offset", np.int64),
+    ("max_timestamp", np.int64), ("magic", np.int8), ("attributes", np.int16), ("producer_id", np.int64),
+    ("control_type", np.int8))
 _ENTRY_HEAD = struct.Struct(">qi")
 
 
@@ -111,10 +115,11 @@ class _Table:
         end = self.n + k
         self.cols["position"][self.n:end] = rows["position"]
         self.cols["size"][self.n:end] = rows["size_in_bytes"]
+        self.cols["base_offset"][self.n:end] = rows["base_offset"]
         self.cols["last_offset"][self.n:end] = rows["last_offset"]
         self.cols["max_timestamp"][self.n:end] = rows["max_timestamp"]
-        self.cols["magic"][self.n:end] = rows["magic"]
-        self.cols["attributes"][self.n:end] = rows["attributes"]
+        for name in ("magic", "attributes", "producer_id", "control_type"):
+            self.cols[name][self.n:end] = rows[name]
         self.n = end
 
     def __getitem__(self, name: str) -> Any:
@@ -145,8 +150,10 @@ class Segment:
         self.size = -1                          # bytes the mapping covers
         self.records: FileRecords | None = None
         self.table: _Table | None = None        # the index rebuilt in memory
-        self.sparse: OffsetIndex | None = None  # Kafka's .index (rolled segments)
-        self.times: TimeIndex | None = None
+        self.sparse: CheckedOffsetIndex | None = None  # Kafka's .index (rolled segments)
+        self.times: CheckedTimeIndex | None = None      # Kafka's .timeindex (rolled segments)
+        self.times_read = False
+        self.index_loaded: bool | None = None  # .index checked for the .txnindex (when not loaded)
         self.end = 0                            # after the last complete entry
         self.last_offset = base_offset - 1
         self.damaged: str | None = None
@@ -179,7 +186,7 @@ class Segment:
         elif st.st_size > self.size:
             self._map()
             if self.sparse is not None:         # a rolled segment grew: index it in memory
-                self.sparse, self.times = None, None
+                self.sparse, self.times, self.times_read = None, None, True
                 self._scan_all()
             else:
                 self._extend()
@@ -188,7 +195,8 @@ class Segment:
     def reset(self) -> None:
         self.close()
         self.inode, self.size, self.records = None, -1, None
-        self.table, self.sparse, self.times = None, None, None
+        self.table, self.sparse, self.times, self.times_read = None, None, None, False
+        self.index_loaded = None
         self.end, self.last_offset, self.damaged = 0, self.base_offset - 1, None
         self.aborted, self.aborted_read = None, False
 
@@ -218,54 +226,114 @@ class Segment:
             self.end = int(rows["position"][-1] + rows["size_in_bytes"][-1])
             self.last_offset = max(self.last_offset, int(rows["last_offset"][-1]))
 
+    def _read(self, position: int, size: int) -> Any:
+        """Bytes of the mapped segment, for the index checks."""
+        assert self.records is not None
+        return memoryview(self.records)[position:position + size]
+
     def _use_index(self) -> bool:
-        """Kafka's .index and .timeindex when valid: parsed, the first and last entries checked
-        against the segment; the end found by a walk from the last entry."""
+        """Kafka's .index when valid (CheckedOffsetIndex: parsed, its first and last entries
+        checked against the segment); the end found by a walk from the last entry."""
+        path = self.indexes[".index"]
         try:
-            with open(self.indexes[".index"], "rb") as file:
-                index = parse_offset_index(file.read(), self.base_offset, self.size, self.indexes[".index"])
+            with open(path, "rb") as file:
+                index = load_offset_index(file.read(), self._read, self.size, self.base_offset, path)
         except (OSError, KafkaCodecError) as exc:
-            self.use.invalid_file(".index", self.indexes[".index"], exc)
+            self.use.invalid_file(".index", path, exc)
             return False
-        for i in sorted({0, len(index.positions) - 1} if len(index.positions) else set()):
-            previous = int(index.offsets[i - 1]) if i else self.base_offset - 1
-            first = next(self.walk(int(index.positions[i]), self.size, max_entries=1), None)
-            if (first is None or int(first["position"][0]) != int(index.positions[i])
-                    or not previous < int(first["last_offset"][0]) <= int(index.offsets[i])):
-                self.use.invalid_file(".index", self.indexes[".index"], f"{self.indexes['.index']} does not match "
-                                      "its segment (an entry points off a batch boundary or at other offsets)")
-                return False
         self.sparse = index
-        start = int(index.positions[-1]) if len(index.positions) else 0
+        start = index.last_position
         self.end, self.last_offset = start, self.base_offset - 1
         for rows in self.walk(start, self.size):
             self.end = int(rows["position"][-1] + rows["size_in_bytes"][-1])
             self.last_offset = max(self.last_offset, int(rows["last_offset"][-1]))
-        if ".timeindex" in self.indexes:
-            try:
-                with open(self.indexes[".timeindex"], "rb") as file:
-                    self.times = parse_time_index(file.read(), self.base_offset, self.indexes[".timeindex"])
-            except (OSError, KafkaCodecError) as exc:
-                self.use.invalid_file(".timeindex", self.indexes[".timeindex"], exc)
         return True
+
+    def _drop_index(self, exc: CorruptRecordError) -> None:
+        """An entry of the .index does not hold: read the segment without it (the table)."""
+        self.use.invalid_file(".index", self.indexes[".index"], exc)
+        self.sparse = None
+        self._scan_all()
+
+    def time_index(self) -> CheckedTimeIndex | None:
+        """Kafka's .timeindex of a rolled segment (CheckedTimeIndex), read once; None without a
+        valid one."""
+        self.ensure()
+        path = self.indexes.get(".timeindex")
+        if not self.times_read and not self.active and path is not None and self.damaged is None:
+            self.times_read = True
+            try:
+                with open(path, "rb") as file:
+                    self.times = CheckedTimeIndex(parse_time_index(file.read(), self.base_offset, path),
+                                                  self._entry_holding, path)
+            except (OSError, KafkaCodecError) as exc:
+                self.use.invalid_file(".timeindex", path, exc)
+        return self.times
+
+    def _entry_holding(self, offset: int) -> dict[str, int] | None:
+        """The header of the entry holding `offset` (indexes.ENTRY_FIELDS: the index checks)."""
+        found = self.locate(offset)
+        if found is None:
+            return None
+        rows = next(self.entries(found[0]), None)
+        if rows is None or not len(rows["position"]):
+            return None
+        return entry_fields(rows, 0)
+
+    def index_loads(self) -> bool:
+        """Whether the segment's `.index` loads (its first and last entries hold): the
+        condition for trusting its `.txnindex` (logdir/_txn.py)."""
+        self.ensure()
+        if self.sparse is not None:
+            return True
+        if self.index_loaded is None:
+            self.index_loaded = False
+            if ".index" in self.indexes and self.records is not None:
+                try:
+                    with open(self.indexes[".index"], "rb") as file:
+                        load_offset_index(file.read(), self._read, self.size, self.base_offset, self.indexes[".index"])
+                    self.index_loaded = True
+                except (OSError, KafkaCodecError):
+                    pass                          # (noted when the segment loaded)
+        return self.index_loaded
+
+    def time_start(self, timestamp: int) -> int:
+        """Where to search this segment for `timestamp` from: the position of the offset the
+        checked .timeindex gives, else 0."""
+        times = self.time_index()
+        if times is None:
+            return 0
+        try:
+            return self.position_of(times.lookup(timestamp))
+        except CorruptRecordError as exc:
+            self._drop_times(exc)
+            return 0
+
+    def _drop_times(self, exc: CorruptRecordError) -> None:
+        assert self.times is not None
+        self.use.invalid_file(".timeindex", self.times.source, exc)
+        self.times = None
 
     def txn_index(self) -> list[tuple[int, int, int]] | None:
         """(producer id, first offset, marker offset) of the transactions aborted in this
-        segment, from its `.txnindex` when present and valid (checked once), else None."""
+        segment, from its `.txnindex` when its `.index` loads and the file holds for it (checked
+        once: checked_txn_index, check_txn_markers), else None."""
         if not self.aborted_read:
             self.ensure()
             self.aborted_read = True
             path = self.indexes.get(".txnindex")
-            if path is not None and self.damaged is None:
+            if path is not None and self.damaged is None and self.index_loads():
                 try:
                     with open(path, "rb") as file:
-                        self.aborted = checked_txn_index(file.read(), self.base_offset, self.last_offset, path)
+                        entries = checked_txn_index(file.read(), self.base_offset, self.last_offset, path)
+                    check_txn_markers(entries, self._entry_holding, path)
+                    self.aborted = entries
                 except (OSError, KafkaCodecError) as exc:
                     self.use.invalid_file(".txnindex", path, exc)
         return self.aborted
 
     # --- walking entry headers -----------------------------------------------------------------
-    def walk(self, start: int, end: int, max_entries: int = -1) -> Iterator[Any]:
+    def walk(self, start: int, end: int) -> Iterator[Any]:
         """Rows of FileRecords.index() for the complete entries in [start, end), a window at a
         time; stops at a partial entry (a live writer's tail) or a malformed one (noted)."""
         records = self.records
@@ -293,9 +361,6 @@ class Segment:
                 rows = records.slice(position, entry).index(check_crc=False)
                 if not len(rows):
                     return
-            if max_entries >= 0:
-                yield rows[:max_entries]
-                return
             yield rows
             end_of_rows = int(rows["position"][-1] + rows["size_in_bytes"][-1])
             # the headers were read through the mapping: hand its pages back to the page cache
@@ -314,7 +379,12 @@ class Segment:
                 return int(self.table["position"][i]), int(self.table["size"][i])
             return None
         assert self.sparse is not None
-        for rows in self.walk(self.sparse.start_position(offset), self.end):
+        try:
+            start = self.sparse.start_position(offset)
+        except CorruptRecordError as exc:
+            self._drop_index(exc)
+            return self.locate(offset)
+        for rows in self.walk(start, self.end):
             hits = np.flatnonzero(rows["last_offset"] >= offset)
             if len(hits):
                 j = int(hits[0])
@@ -336,26 +406,20 @@ class Segment:
             return
         for rows in self.walk(start, self.end):
             yield {"position": rows["position"], "size": rows["size_in_bytes"],
-                   "last_offset": rows["last_offset"], "max_timestamp": rows["max_timestamp"],
-                   "magic": rows["magic"], "attributes": rows["attributes"]}
+                   **{name: rows[name] for name, _ in _COLUMNS if name not in ("position", "size")}}
 
     def max_timestamp(self) -> int | None:
-        """The largest batch timestamp, when known without a walk."""
-        self.ensure()
+        """The largest batch timestamp, when known without a walk: a rolled segment's checked
+        .timeindex says (as the log-dir reader's), else the table."""
+        times = self.time_index()
+        if times is not None and len(times):
+            try:
+                return times.largest
+            except CorruptRecordError as exc:
+                self._drop_times(exc)
         if self.table is not None:
             return int(self.table["max_timestamp"].max()) if self.table.n else -1
-        if self.times is not None and self.times.largest is not None:
-            return self.times.largest
         return None
-
-
-@dataclass
-class _Txn:
-    """read_committed state of a partition, from its transactional batch headers in order."""
-    open: dict[int, int]                            # producer id -> first offset of its open txn
-    aborted: list[tuple[int, int, int]]             # (producer id, first offset, marker offset)
-    segment: int = 0                                # scanned up to: segment index and position
-    position: int = 0
 
 
 class Partition:
@@ -370,7 +434,7 @@ class Partition:
         self.segments: list[Segment] = []
         self.checkpoint: int | None = files.log_start
         self.dir_stamp: int | None = None
-        self.txn: _Txn | None = None
+        self.txn: TxnState | None = None
         self._adopt(files)
 
     def _adopt(self, files: PartitionFiles) -> None:
@@ -502,10 +566,7 @@ class Partition:
             largest = seg.max_timestamp()
             if largest is not None and largest < timestamp and seg is not self.segments[-1]:
                 continue
-            position = 0
-            if seg.times is not None:
-                position = seg.position_of(max(seg.times.lookup(timestamp), start))
-            for rows in seg.entries(position):
+            for rows in seg.entries(seg.time_start(timestamp)):
                 for j in np.flatnonzero(rows["max_timestamp"] >= timestamp):
                     found = self._first_record(seg, int(rows["position"][j]), int(rows["size"][j]),
                                                lambda r: r.timestamp >= timestamp and r.offset >= start)
@@ -539,35 +600,33 @@ class Partition:
         return None
 
     # --- transactions --------------------------------------------------------------------------
-    def transactions(self) -> _Txn:
-        """Open and aborted transactions (found once, then followed as the log grows): a rolled
-        segment from its `.txnindex` and the producer snapshot after it when both are valid,
-        else (and always the active segment) from its transactional batch headers."""
+    def transactions(self) -> TxnState:
+        """Open and aborted transactions (found once, then followed as the log grows) by the rule
+        of logdir/_txn.py, this partition the source."""
         txn = self.txn
         if txn is None:
-            txn = self.txn = _Txn({}, [])
-        while txn.segment < len(self.segments):
-            seg = self.segments[txn.segment]
-            if txn.position == 0 and txn.segment < len(self.segments) - 1:
-                aborted = seg.txn_index()
-                after = self._open_at(self.segments[txn.segment + 1].base_offset) if aborted is not None else None
-                if aborted is not None and after is not None:
-                    txn.aborted.extend(aborted)
-                    txn.open = dict(after)
-                    txn.segment += 1
-                    self.use.txn_segments["txnindex"] += 1
-                    continue
-                self.use.txn_segments["rebuilt"] += 1
-            for rows in seg.entries(txn.position):
-                flagged = np.flatnonzero((rows["magic"] == 2) & ((rows["attributes"] & TRANSACTIONAL_FLAG) != 0))
-                for j in flagged:
-                    self._transaction_batch(seg, int(rows["position"][j]), int(rows["size"][j]), txn)
-                txn.position = int(rows["position"][-1] + rows["size"][-1])
-            if txn.segment == len(self.segments) - 1:
-                break
-            txn.segment += 1
-            txn.position = 0
+            txn = self.txn = TxnState()
+        before = txn.from_index, txn.walked
+        follow(txn, self)
+        self.use.txn_segments["txnindex"] += txn.from_index - before[0]
+        self.use.txn_segments["rebuilt"] += txn.walked - before[1]
         return txn
+
+    # --- logdir._txn.TxnSource -----------------------------------------------------------------
+    def segment_count(self) -> int:
+        return len(self.segments)
+
+    def txn_index(self, i: int) -> list[tuple[int, int, int]] | None:
+        return self.segments[i].txn_index()
+
+    def open_at(self, i: int) -> dict[int, int] | None:
+        return self._open_at(self.segments[i].base_offset)
+
+    def headers(self, i: int, position: int) -> Iterator[Any]:
+        return self.segments[i].entries(position)
+
+    def entry_bytes(self, i: int, position: int, size: int) -> Any:
+        return bytes(self.segments[i]._read(position, size))
 
     def _open_at(self, offset: int) -> dict[int, int] | None:
         """producer id -> first offset of its open transaction at `offset`, from the producer
@@ -588,22 +647,9 @@ class Partition:
         self._snapshots[offset] = found
         return found
 
-    @staticmethod
-    def _transaction_batch(seg: Segment, position: int, size: int, txn: _Txn) -> None:
-        assert seg.records is not None
-        for batch in seg.records.slice(position, size).batches():
-            pid = batch.producer_id
-            if batch.is_control:
-                record = next(iter(batch), None)
-                first = txn.open.pop(pid, None)
-                if record is not None and record.control_type == 0 and first is not None:   # ABORT
-                    txn.aborted.append((pid, first, batch.base_offset))
-            else:
-                txn.open.setdefault(pid, batch.base_offset)
-
     def last_stable_offset(self) -> int:
-        txn = self.transactions()
-        return min(txn.open.values()) if txn.open else self.log_end
+        lso = self.transactions().last_stable
+        return self.log_end if lso is None else lso
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions overlapping [start, end)."""

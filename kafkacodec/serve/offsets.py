@@ -32,8 +32,8 @@ from kafkacodec._statestore import (
     expect_list,
     expect_object,
     expect_str,
-    shown,
 )
+from kafkacodec._paths import printable
 
 __all__ = ["OffsetStore", "CommittedOffset", "group_file_name"]
 
@@ -119,7 +119,7 @@ class OffsetStore:
                         "%s again at the next start", group, new, exc, ", ".join(old))
             return
         log.info("group %r: offsets moved from %s to %s", group,
-                 ", ".join(shown(n) for n in old), new)
+                 ", ".join(printable(n) for n in old), new)
 
     def _write(self, group: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
         assert self.store is not None
