@@ -9,6 +9,9 @@ KafkaCodecError, in three kinds a caller can tell apart by class:
   (an object that serves one call at a time entered from a second thread), MemoryPoolError
   (double release, a foreign buffer; also a ValueError, as it always was).
 - FileTruncatedError: neither; another process cut a file while it was read.
+- AuthenticationError: neither; a peer's credentials were refused (a wrong password, an unknown
+  user, a refused token) or a peer broke its side of a SASL exchange.  Its message never holds
+  a secret.
 
 A bad argument (a negative size, an unknown option) is a plain ValueError or TypeError, as in
 Python.  A path that is not a regular file raises NotRegularFileError, an OSError like every
@@ -36,6 +39,7 @@ __all__ = [
     "MemoryPoolError",
     "NotRegularFileError",
     "LogLayoutError",
+    "AuthenticationError",
 ]
 
 
@@ -200,3 +204,11 @@ class LogLayoutError(DataError):
     """A log directory's files do not form one consistent log: segments that overlap (duplicate
     offsets), offsets missing between segments, an offset outside the log, or an entry named
     like a segment that cannot be read (a directory, a FIFO, a dangling link)."""
+
+
+class AuthenticationError(KafkaCodecError):
+    """SASL authentication failed: wrong credentials, an unknown user, a refused or unobtainable
+    OAUTHBEARER token, or a peer whose messages break the mechanism's exchange (Kafka answers
+    each with SASL_AUTHENTICATION_FAILED, error code 58).  The message says which, never with a
+    password, token or key in it; on the server side it is the same for an unknown user and a
+    wrong password."""

@@ -186,8 +186,11 @@ def test_the_three_kinds_are_told_apart_by_class():
         assert not issubclass(cls, errors.DataError)
     assert issubclass(errors.MemoryPoolError, ValueError)          # as before: kept for callers
     assert not issubclass(errors.FileTruncatedError, (errors.DataError, errors.MisuseError))
+    # refused credentials are neither bad data nor misuse of an object
+    assert not issubclass(errors.AuthenticationError, (errors.DataError, errors.MisuseError,
+                                                       ValueError, RuntimeError))
     every = {getattr(errors, name) for name in errors.__all__}
-    assert data | misuse | {errors.FileTruncatedError} == {
+    assert data | misuse | {errors.FileTruncatedError, errors.AuthenticationError} == {
         c for c in every if c not in (errors.KafkaCodecError, errors.DataError, errors.MisuseError,
                                       errors.NotRegularFileError)}
     import kafkacodec
