@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import base64
 import enum
-import functools
 import hashlib
 import hmac
 import json
@@ -322,10 +321,15 @@ class PlainClient(_Machine):
         return f"PlainClient(username={self._username!r})"
 
 
-@functools.lru_cache(maxsize=1)
+_UNKNOWN_PLAIN: list[PlainCredential] = []
+
+
 def _unknown_plain_user() -> PlainCredential:
-    """Checked against when the user is unknown, so both cases cost one hash."""
-    return PlainCredential.from_password(secrets.token_urlsafe(16))
+    """Checked against when the user is unknown, so both cases cost one hash (made once, at the
+    first use, not at import)."""
+    if not _UNKNOWN_PLAIN:
+        _UNKNOWN_PLAIN.append(PlainCredential.from_password(secrets.token_urlsafe(16)))
+    return _UNKNOWN_PLAIN[0]
 
 
 class PlainServer(_Machine):

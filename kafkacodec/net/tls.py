@@ -227,7 +227,7 @@ def distinguished_name(der: bytes) -> str:
     _, cert, _ = _der(data, 0)                      # Certificate
     _, tbs, tbs_end = _der(data, cert)              # TBSCertificate
     pos = tbs
-    fields = []
+    fields: list[tuple[int, int, int]] = []
     while pos < tbs_end and len(fields) < 7:
         tag, start, end = _der(data, pos)
         fields.append((tag, start, end))
