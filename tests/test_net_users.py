@@ -102,6 +102,22 @@ def test_concurrent_adds_lose_no_user(tmp_path):
     assert not errors and UsersFile.load(path).names() == sorted(f"user{i}" for i in range(8))
 
 
+def test_a_held_lock_times_out_with_a_clear_error(tmp_path):
+    fcntl = pytest.importorskip("fcntl")
+    from kafkacodec.net.users import _locked
+
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)                       # another writer holds the directory
+        with pytest.raises(TimeoutError, match="another process has been changing the users file"):
+            with _locked(tmp_path / "users", timeout=0.2):
+                pass
+    finally:
+        os.close(fd)
+    with _locked(tmp_path / "users", timeout=0.2):          # released: taken at once
+        pass
+
+
 # --- the command ------------------------------------------------------------------------------
 
 def run(capsys, monkeypatch, *argv, stdin=""):

@@ -26,7 +26,7 @@ Format (text, UTF-8, one entry a line; ``#`` starts a comment line; blank lines 
 
 The file is written through `kafkacodec._atomic.atomic_output` (complete or as it was) with
 mode 0600, under an advisory lock on its directory (two ``users add`` at once do not lose an
-entry).  Reading names the file and line of any problem.
+entry; a writer waits for it at most `LOCK_TIMEOUT_S`).  Reading names the file and line of any problem.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import logging
 import os
 import re
 import stat
+import time
 import urllib.parse
 from collections.abc import Iterator
 from typing import Union
@@ -245,11 +246,14 @@ def _parse_entry(content: str, where: str) -> tuple[str, str, Credential]:
                                             binary["server_key"])
 
 
+LOCK_TIMEOUT_S = 10.0
+
+
 @contextlib.contextmanager
-def _locked(path: PathLike) -> Iterator[None]:
+def _locked(path: PathLike, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """An exclusive advisory lock on the file's directory while it is read and rewritten (the
-    file itself is replaced by a rename, so its own lock would not hold); none where fcntl is
-    missing (Windows)."""
+    file itself is replaced by a rename, so its own lock would not hold), waited for at most
+    `timeout` seconds (TimeoutError); none where fcntl is missing (Windows)."""
     try:
         import fcntl
     except ImportError:
@@ -258,7 +262,16 @@ def _locked(path: PathLike) -> Iterator[None]:
     directory = os.path.dirname(os.path.abspath(path))
     fd = os.open(directory, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"{os.fspath(path)}: another process has been changing the users "
+                                       f"file for {timeout:g} s; try again") from None
+                time.sleep(0.02)
         yield
     finally:
         os.close(fd)                   # closing releases the lock
