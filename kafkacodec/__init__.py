@@ -11,6 +11,7 @@ from kafkacodec._types import Compression, ControlType, TimestampType
 from kafkacodec._writer import WriteBuffer
 from kafkacodec.mirror import RawBatchesBuilder, RawBytesBatchRecord, shallow_records
 from kafkacodec.errors import (
+    AuthenticationError,
     BufferReleasedError,
     ConcurrentUseError,
     CorruptRecordError,
@@ -62,6 +63,7 @@ __all__ = [
     "LogLayoutError",
     "KafkaTimeoutError",
     "WriteConflictError",
+    "AuthenticationError",
     "RawBatchesBuilder",
     "RawBytesBatchRecord",
     "shallow_records",

@@ -49,14 +49,22 @@ def fsync_directory(path: PathLike) -> None:
         os.close(fd)
 
 
-def _create_beside(directory: str, name: str) -> tuple[int, str]:
+def _create_beside(directory: str, name: str, mode: int | None = None) -> tuple[int, str]:
     """A new, exclusively created file `.NAME.<random>.tmp` in `directory`, mode 0666 less the
-    umask (as open() would give the target itself)."""
+    umask (as open() would give the target itself), or exactly `mode` when given."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     while True:
         tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
         try:
-            return os.open(tmp, flags, 0o666), tmp
+            fd = os.open(tmp, flags, 0o600 if mode is not None else 0o666)
+            if mode is not None and hasattr(os, "fchmod"):
+                try:
+                    os.fchmod(fd, mode)      # exactly `mode`, whatever the umask
+                except BaseException:
+                    os.close(fd)
+                    os.unlink(tmp)
+                    raise
+            return fd, tmp
         except FileExistsError:
             continue
         except OSError as exc:          # no such directory, no permission: name the directory
@@ -79,7 +87,7 @@ def _link_new(tmp: str, target: str) -> None:
 
 @contextlib.contextmanager
 def atomic_output(target: PathLike, *, inputs: Iterable[PathLike] = (),
-                  overwrite: bool = True) -> Iterator[BinaryIO]:
+                  overwrite: bool = True, mode: int | None = None) -> Iterator[BinaryIO]:
     """Open a temporary file beside `target` for binary writing; on a clean exit flush, fsync
     and rename it over `target` (then fsync the directory).  On an exception the temporary
     file is removed and `target` is left as it was.
@@ -108,7 +116,7 @@ def atomic_output(target: PathLike, *, inputs: Iterable[PathLike] = (),
         if not overwrite:
             raise FileExistsError(f"{target} exists; choose another name or allow overwriting")
     directory = os.path.dirname(os.path.abspath(target))
-    fd, tmp = _create_beside(directory, os.path.basename(target))
+    fd, tmp = _create_beside(directory, os.path.basename(target), mode)
     written = False
     try:
         with os.fdopen(fd, "wb") as out:
@@ -116,7 +124,7 @@ def atomic_output(target: PathLike, *, inputs: Iterable[PathLike] = (),
             written = True
             out.flush()
             os.fsync(out.fileno())
-        if st is not None:
+        if st is not None and mode is None:
             with contextlib.suppress(OSError):
                 os.chmod(tmp, stat.S_IMODE(st.st_mode))     # keep the replaced file's mode
         if overwrite:

@@ -11,6 +11,9 @@ KafkaCodecError, in three kinds a caller can tell apart by class:
 - FileTruncatedError: neither; another process cut a file while it was read.
 - KafkaTimeoutError: neither (also a TimeoutError); a blocking call to a Kafka cluster did not
   finish within its deadline.
+- AuthenticationError: neither; a peer's credentials were refused (a wrong password, an unknown
+  user, a refused token) or a peer broke its side of a SASL exchange.  Its message never holds
+  a secret.
 
 A bad argument (a negative size, an unknown option) is a plain ValueError or TypeError, as in
 Python.  A path that is not a regular file raises NotRegularFileError, an OSError like every
@@ -40,6 +43,7 @@ __all__ = [
     "LogLayoutError",
     "KafkaTimeoutError",
     "WriteConflictError",
+    "AuthenticationError",
 ]
 
 
@@ -225,3 +229,11 @@ class WriteConflictError(LogLayoutError):
     partition's last one, or another writer filled the target, or moved a partition's end,
     since this writer looked (checked again under the log directory's lock, before anything is
     renamed into place).  Nothing was written; the directory is as the other writer left it."""
+
+
+class AuthenticationError(KafkaCodecError):
+    """SASL authentication failed: wrong credentials, an unknown user, a refused or unobtainable
+    OAUTHBEARER token, or a peer whose messages break the mechanism's exchange (Kafka answers
+    each with SASL_AUTHENTICATION_FAILED, error code 58).  The message says which, never with a
+    password, token or key in it; on the server side it is the same for an unknown user and a
+    wrong password."""

@@ -21,6 +21,26 @@ def test_writes_whole_file_and_keeps_mode(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out.log"]
 
 
+def test_a_given_mode_holds_from_the_first_byte_and_replaces_the_old_mode(tmp_path):
+    """A secrets file (the users file) is written with mode 0600: the temporary file has it
+    before anything is written, whatever the umask, and it replaces a wider mode of the file it
+    replaces (which atomic_output otherwise keeps)."""
+    target = tmp_path / "users"
+    old_umask = os.umask(0)
+    try:
+        with atomic_output(target, mode=0o600) as out:
+            assert stat.S_IMODE(os.fstat(out.fileno()).st_mode) == 0o600
+            out.write(b"hashes")
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    os.chmod(target, 0o644)
+    with atomic_output(target, mode=0o600) as out:
+        assert stat.S_IMODE(os.fstat(out.fileno()).st_mode) == 0o600
+        out.write(b"more hashes")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600 and target.read_bytes() == b"more hashes"
+
+
 def test_failure_keeps_target_and_removes_temporary(tmp_path):
     target = tmp_path / "out.log"
     target.write_bytes(b"precious")

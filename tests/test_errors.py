@@ -190,8 +190,12 @@ def test_the_three_kinds_are_told_apart_by_class():
     # a blocking call's deadline ran out: neither kind, and a TimeoutError as Python's
     assert not issubclass(errors.KafkaTimeoutError, (errors.DataError, errors.MisuseError))
     assert issubclass(errors.KafkaTimeoutError, TimeoutError)
+    # refused credentials are neither bad data nor misuse of an object
+    assert not issubclass(errors.AuthenticationError, (errors.DataError, errors.MisuseError,
+                                                       ValueError, RuntimeError))
     every = {getattr(errors, name) for name in errors.__all__}
-    assert data | misuse | {errors.FileTruncatedError, errors.KafkaTimeoutError} == {
+    assert data | misuse | {errors.FileTruncatedError, errors.KafkaTimeoutError,
+                            errors.AuthenticationError} == {
         c for c in every if c not in (errors.KafkaCodecError, errors.DataError, errors.MisuseError,
                                       errors.NotRegularFileError)}
     import kafkacodec

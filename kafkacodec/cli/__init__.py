@@ -1,6 +1,6 @@
 """The `kafkacodec` command: dump, read, verify, convert and generate Kafka log segments, run the
-segments <-> Parquet job on Spark, serve log directories (or a cluster) to Kafka clients, and
-mirror topics between clusters.  `kafkacodec --help` and `kafkacodec COMMAND --help`.
+segments <-> Parquet job on Spark, serve log directories (or a cluster) to Kafka clients, manage
+serve's SASL credentials, and mirror topics between clusters.  `kafkacodec --help` and `kafkacodec COMMAND --help`.
 
 One module per command; each has `add_parser(subparsers)`, which adds its subcommand and sets
 `run=` to the function that carries it out (`run(args) -> exit status`).  COMMANDS lists them
@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from kafkacodec.cli import convert, dump, generate as _generate, mirror, read, serve, spark, verify
+from kafkacodec.cli import convert, dump, generate as _generate, mirror, read, serve, spark, users, verify
 from kafkacodec.cli._exit import (EXIT_CODES, EXIT_DATA, EXIT_INPUT, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE,
                                   CliError, run_reporting_errors)
 from kafkacodec.cli._output import FORMATTER
@@ -27,7 +27,7 @@ from kafkacodec.cli.generate import generate
 __all__ = ["main", "build_parser", "generate", "CliError", "COMMANDS", "EXIT_OK", "EXIT_DATA", "EXIT_USAGE",
            "EXIT_INPUT", "EXIT_UNAVAILABLE"]
 
-COMMANDS = (dump, read, verify, convert, _generate, spark, serve, mirror)
+COMMANDS = (dump, read, verify, convert, _generate, spark, serve, users, mirror)
 
 
 def _version() -> str:
@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  kafkacodec convert --to-magic 1 in.log out.log\n"
                "  kafkacodec spark convert /tmp/log /tmp/parquet\n"
                "  kafkacodec spark convert --sample /tmp/log /tmp/parquet\n"
-               "  kafkacodec serve /tmp/log --listen 127.0.0.1:9092\n\n" + EXIT_CODES)
+               "  kafkacodec serve /tmp/log --listen 127.0.0.1:9092\n"
+               "  kafkacodec users add users.txt alice --mechanism SCRAM-SHA-512\n\n" + EXIT_CODES)
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
