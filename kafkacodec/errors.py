@@ -9,6 +9,8 @@ KafkaCodecError, in three kinds a caller can tell apart by class:
   (an object that serves one call at a time entered from a second thread), MemoryPoolError
   (double release, a foreign buffer; also a ValueError, as it always was).
 - FileTruncatedError: neither; another process cut a file while it was read.
+- KafkaTimeoutError: neither (also a TimeoutError); a blocking call to a Kafka cluster did not
+  finish within its deadline.
 
 A bad argument (a negative size, an unknown option) is a plain ValueError or TypeError, as in
 Python.  A path that is not a regular file raises NotRegularFileError, an OSError like every
@@ -36,6 +38,7 @@ __all__ = [
     "MemoryPoolError",
     "NotRegularFileError",
     "LogLayoutError",
+    "KafkaTimeoutError",
 ]
 
 
@@ -200,3 +203,17 @@ class LogLayoutError(DataError):
     """A log directory's files do not form one consistent log: segments that overlap (duplicate
     offsets), offsets missing between segments, an offset outside the log, or an entry named
     like a segment that cannot be read (a directory, a FIFO, a dangling link)."""
+
+
+class KafkaTimeoutError(KafkaCodecError, TimeoutError):
+    """A blocking call to a Kafka cluster (the consumer core's assign, commit, end_offsets...)
+    did not finish within its deadline (Kafka's ``default.api.timeout.ms``, kafkacodec's
+    ``default_api_timeout`` or the call's ``timeout=``).  ``call`` names the call, ``broker``
+    the broker it last waited for (id, address, connection) and ``timeout`` the seconds it had;
+    the message also says what that broker last did (no answer, connection refused...)."""
+
+    def __init__(self, message: str, *, call: str, broker: str, timeout: float):
+        super().__init__(message)
+        self.call = call
+        self.broker = broker
+        self.timeout = timeout

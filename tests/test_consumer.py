@@ -7,6 +7,7 @@ coordinator rings; retries after NOT_LEADER, disconnects and timeouts."""
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 
@@ -19,7 +20,9 @@ from mock_cluster import MockCluster  # noqa: E402
 
 from kafkacodec import ConcurrentUseError, MemoryRecords  # noqa: E402
 from kafkacodec.consumer import Consumer  # noqa: E402
+from kafkacodec.consumer._cluster import Cluster  # noqa: E402
 from kafkacodec.consumer._connection import BrokerConnection  # noqa: E402
+from kafkacodec.protocol.control import LIST_OFFSETS  # noqa: E402
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 PER_PARTITION = 60
@@ -404,3 +407,230 @@ def test_connection_rings_come_from_the_pool(mock):
                             ring_bytes=1 << 20)
     assert conn.take_ring() and conn.pool.available_memory == 0
     assert conn.release_ring_if_idle() and conn.pool.available_memory == 1 << 20
+
+
+# --- damaged frames: every complete answer read before one is kept ----------------------------
+
+BAD_FRAMES = {
+    "too short for a correlation id": struct.pack(">i", 2) + b"\0\0",
+    "an unknown correlation id": struct.pack(">ii", 4, 0x7FFF0000),
+    "a negative size": struct.pack(">i", -7),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_FRAMES), ids=list(BAD_FRAMES))
+def test_answers_read_before_a_bad_frame_are_delivered(bad):
+    """One read brings a good Metadata answer and then a damaged frame: the answer reaches
+    its request (before: it was taken from the ring and dropped, or failed as if unanswered),
+    the request still waiting gets the connection's error, and the connection is closed."""
+    from fake_broker import METADATA, FakeBroker, answering
+
+    from kafkacodec import SimpleMemoryPool
+    from kafkacodec.consumer._cluster import Request
+    from kafkacodec.protocol._metadata import decode_metadata_response, encode_metadata_request
+
+    normal = answering(lambda: fake.port, {"t": 1})
+
+    def answer(key, version, body):
+        if key == METADATA:
+            return normal(key, version, body), BAD_FRAMES[bad]
+        return normal(key, version, body)       # ApiVersions; never ListOffsets
+
+    with FakeBroker(answer) as fake:
+        cluster = Cluster(fake.bootstrap, pool=SimpleMemoryPool(1 << 20, 1 << 20, True),
+                          ring_bytes=1 << 20, request_timeout=5)
+        events = []
+
+        def on_metadata(resp, version):
+            with resp:
+                events.append(("metadata", len(decode_metadata_response(resp.payload, version).topics)))
+
+        hang = Request(LIST_OFFSETS, _list_offsets_frame, lambda r, v: r.release(),
+                       lambda exc: events.append(("hang failed", type(exc).__name__)),
+                       max_version=5, min_version=1)
+        meta = Request(METADATA, lambda v, cid: encode_metadata_request(["t"], api_version=v,
+                                                                        correlation_id=cid),
+                       on_metadata, lambda exc: events.append(("metadata failed", repr(exc))),
+                       max_version=1, min_version=1)
+        conn = cluster.send(-1, hang)            # sent first: its answer never comes
+        cluster.send(-1, meta)
+        deadline = time.monotonic() + 5
+        while len(events) < 2 and time.monotonic() < deadline:
+            cluster.reactor.poll(0.05)
+        cluster.close()
+        cluster.reactor.close()
+    assert events[0] == ("metadata", 1), events
+    assert events[1][0] == "hang failed" and conn.state == "closed", events
+
+
+def _list_offsets_frame(version, cid):
+    from kafkacodec.protocol import control
+
+    return control.encode_request(control.list_offsets_request({"t": [(0, -1)]}), version, cid)
+
+
+def test_a_fetch_answer_followed_by_a_bad_frame_is_kept():
+    """The red team's case: a valid Fetch answer and a bad frame in one read.  Before, the
+    answer was dropped and its partition stayed "in flight" forever: poll() returned nothing,
+    without an error.  Now its records are returned, the connection is dropped and opened
+    again, and the partition continues after them (offset 0 is fetched once)."""
+    from fake_broker import FETCH, FakeBroker, answering, fetch_v4_body, fetch_v4_offsets
+
+    from kafkacodec import MemoryRecordsBuilder
+
+    def batch(base):
+        builder = MemoryRecordsBuilder(base_offset=base)
+        for i in range(5):
+            builder.append(1_700_000_000_000 + base + i, b"k%d" % (base + i), b"v%d" % (base + i))
+        return bytes(builder.build())
+
+    batches = {0: batch(0), 5: batch(5)}
+    asked = []
+    normal = answering(lambda: fake.port, {"t": 1})
+
+    def answer(key, version, body):
+        if key != FETCH:
+            return normal(key, version, body)
+        offset = fetch_v4_offsets(body)[("t", 0)]
+        asked.append(offset)
+        records = batches.get(offset, b"")
+        if not records:
+            time.sleep(0.05)                     # the end of the log: a (short) long poll
+        body = fetch_v4_body("t", 0, records, 10)
+        return (body, BAD_FRAMES["too short for a correlation id"]) if offset == 0 else body
+
+    with FakeBroker(answer) as fake, \
+            Consumer(fake.bootstrap, buffer_memory=1 << 20, retry_backoff=0.01) as consumer:
+        consumer.assign({("t", 0): 0})
+        got = consume_all(consumer, {("t", 0): 10}, "raw", timeout=5)
+    assert [(p, o, k, v) for p, o, k, v, _, _ in got] == [(0, i, b"k%d" % i, b"v%d" % i) for i in range(10)]
+    assert asked.count(0) == 1 and 5 in asked, asked
+
+
+# --- timeouts: every blocking call ends within its deadline ------------------------------------
+
+TIMEOUT, SLACK = 0.3, 0.5
+
+
+def run_bounded(call, limit):
+    """(seconds `call()` took, what it raised or returned); fails after `limit` seconds instead
+    of waiting for a call that does not end (it runs in a daemon thread)."""
+    box = {}
+
+    def target():
+        start = time.monotonic()
+        try:
+            box["result"] = call()
+        except BaseException as exc:            # handed to the test
+            box["result"] = exc
+        box["took"] = time.monotonic() - start
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(limit)
+    assert not thread.is_alive(), f"still blocked after {limit} s"
+    return box["took"], box["result"]
+
+
+def assert_timed_out(took, result, call, address, timeout=TIMEOUT):
+    from kafkacodec.errors import KafkaCodecError, KafkaTimeoutError
+
+    assert isinstance(result, KafkaTimeoutError), (call, result)
+    assert isinstance(result, TimeoutError) and isinstance(result, KafkaCodecError)
+    assert result.call == call and address in result.broker, (call, str(result))
+    assert f"{call}()" in str(result) and address in str(result), str(result)
+    assert took <= timeout + SLACK, (call, took, str(result))
+
+
+BLOCKING_CALLS = {
+    "partitions_for": lambda c: c.partitions_for("t"),
+    "assign": lambda c: c.assign({("t", 0): "earliest"}),
+    "assign_topics": lambda c: c.assign_topics(["t"]),
+    "beginning_offsets": lambda c: c.beginning_offsets([("t", 0)]),
+    "end_offsets": lambda c: c.end_offsets([("t", 0)]),
+    "commit": lambda c: c.commit({("t", 0): 5}),
+    "committed": lambda c: c.committed([("t", 0)]),
+    "position": lambda c: c.position(("t", 0)),     # after an assign that timed out
+}
+
+
+@pytest.mark.parametrize("broker", ["silent", "answers metadata only", "unreachable"])
+def test_every_blocking_call_honours_its_timeout(broker):
+    """request_timeout=0.3 and no other setting: each blocking call raises KafkaTimeoutError
+    (naming the call and the broker) within 0.3 s plus a small slack (0.5 s), against a broker
+    that accepts and never answers, one that answers only ApiVersions and Metadata, and one
+    that refuses connections.  (Before: Cluster.call tried 6 times at timeout + 1 s each, plus
+    backoff, under loops of up to 10 or 20 attempts: 6.6-38.7 s at request_timeout=1; against
+    the refusing broker a ConnectionRefusedError.)  close() does not wait for what is in
+    flight."""
+    from fake_broker import FakeBroker, answering, refused_address
+
+    if broker == "unreachable":
+        bootstrap, holder = refused_address()
+        fake = None
+    else:
+        fake = FakeBroker(answering(lambda: fake.port, {"t": 1}) if broker != "silent" else None)
+        bootstrap, holder = fake.bootstrap, None
+    try:
+        for name, call in BLOCKING_CALLS.items():
+            if name == "partitions_for" and fake is not None and broker != "silent":
+                continue                               # it answers that one
+            consumer = Consumer(bootstrap, buffer_memory=1 << 20, group_id="g",
+                                request_timeout=TIMEOUT, retry_backoff=0.05)
+            if name == "position":
+                _, error = run_bounded(lambda: consumer.assign({("t", 0): "earliest"}), TIMEOUT + 5)
+                assert isinstance(error, TimeoutError), error
+            took, result = run_bounded(lambda: call(consumer), TIMEOUT + 5)
+            assert_timed_out(took, result, name, bootstrap)
+            took, _ = run_bounded(consumer.close, 5)
+            assert took < 0.2, took
+    finally:
+        if fake is not None:
+            fake.close()
+        if holder is not None:
+            holder.close()
+
+
+def test_the_api_timeout_and_a_call_timeout_set_the_deadline():
+    """default_api_timeout (Kafka's default.api.timeout.ms) bounds every blocking call, a
+    call's own timeout= bounds that call; request_timeout stays the wait for one answer.  At
+    request_timeout=1 s, commit() ends in about 1 s (the red team measured 28-38 s)."""
+    from fake_broker import FakeBroker
+
+    with FakeBroker() as fake:
+        with Consumer(fake.bootstrap, buffer_memory=1 << 20, request_timeout=30,
+                      default_api_timeout=TIMEOUT) as consumer:
+            assert_timed_out(*run_bounded(lambda: consumer.partitions_for("t"), 10),
+                             "partitions_for", fake.bootstrap)
+        with Consumer(fake.bootstrap, buffer_memory=1 << 20, request_timeout=30) as consumer:
+            assert_timed_out(*run_bounded(lambda: consumer.end_offsets([("t", 0)], timeout=TIMEOUT), 10),
+                             "end_offsets", fake.bootstrap)
+        with Consumer(fake.bootstrap, buffer_memory=1 << 20, request_timeout=1.0,
+                      group_id="g") as consumer:
+            assert_timed_out(*run_bounded(lambda: consumer.commit({("t", 0): 1}), 10),
+                             "commit", fake.bootstrap, timeout=1.0)
+
+
+def test_poll_never_waits_longer_than_its_timeout():
+    """poll(timeout) with stale Metadata and a broker that has stopped answering: the refresh
+    is sent without waiting for it, so poll returns after its timeout (before: it waited for
+    the Metadata answer, request_timeout and its retries, inside poll)."""
+    from fake_broker import METADATA, FakeBroker, answering
+
+    normal = answering(lambda: fake.port, {"t": 1})
+    answered = []
+
+    def answer(key, version, body):
+        if key == METADATA:
+            if answered:
+                return None                      # only the first Metadata request
+            answered.append(key)
+        return normal(key, version, body)
+
+    with FakeBroker(answer) as fake, \
+            Consumer(fake.bootstrap, buffer_memory=1 << 20, request_timeout=5) as consumer:
+        consumer.assign({("t", 0): 0})
+        consumer.cluster.metadata_stale = True    # as after a NOT_LEADER answer
+        took, result = run_bounded(lambda: consumer.poll(0.3), 4)
+        assert result == [] and took <= 0.3 + SLACK, (took, result)
+        assert fake.requests[METADATA] == 2       # the refresh went out

@@ -139,3 +139,88 @@ def test_peak_rss_with_a_backlog_ten_times_buffer_memory(backlog, form):
     assert facts["fetched"] >= BACKLOG * 0.9
     growth = (facts["peak"] - facts["baseline"]) * 1024
     assert growth <= BUFFER_MEMORY + CONSTANT, json.dumps(facts)
+
+
+# --- control answers: Metadata --------------------------------------------------------------
+
+HUGE_TOPICS = {f"topic-{i:06d}": 2 for i in range(200_000)}      # ~14 MiB of valid Metadata
+
+
+def metadata_broker(topics):
+    from fake_broker import API_VERSIONS, METADATA, FakeBroker, api_versions_body, metadata_v1_body
+
+    answer: dict[str, bytes] = {}
+
+    def respond(key, version, body):
+        if key == API_VERSIONS:
+            return api_versions_body()
+        return answer["metadata"] if key == METADATA else None
+
+    fake = FakeBroker(respond)
+    answer["metadata"] = metadata_v1_body(fake.port, topics)
+    return fake, len(answer["metadata"])
+
+
+@pytest.mark.skipif(os.environ.get("KAFKACODEC_SANITIZED") == "1",
+                    reason="ASan's quarantine keeps freed memory: the RSS is not the program's")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_a_huge_metadata_answer_is_refused_within_bounds():
+    """A broker answers a one-topic Metadata request with 14 MiB of valid Metadata (200,000
+    topics).  Before, the consumer decoded it all and kept every topic's leaders: ~120 MiB of
+    RSS beside a 64 MiB buffer_memory, for one partitions_for().  Now an answer larger than
+    receive_message_max_bytes fails the call with RecordTooLargeError naming the setting, and
+    the answer costs only the ring it was read into (within buffer_memory).  The process's
+    peak RSS is measured around the call, after the imports and the consumer's set-up."""
+    fake, size = metadata_broker(HUGE_TOPICS)
+    try:
+        result = run_python(f"""
+            import json
+            from kafkacodec.consumer import Consumer
+            from kafkacodec.errors import RecordTooLargeError
+
+            def status_kib(field):
+                with open("/proc/self/status") as f:
+                    for line in f:
+                        if line.startswith(field + ":"):
+                            return int(line.split()[1])
+
+            with Consumer({fake.bootstrap!r}, buffer_memory=64 << 20, request_timeout=20) as c:
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")                 # Linux: reset the peak (VmHWM) to the current RSS
+                baseline = status_kib("VmRSS")
+                try:
+                    count = c.partitions_for("topic-000000")
+                    outcome = f"answered {{count}}, kept {{len(c.cluster.leaders)}}"
+                except RecordTooLargeError as exc:
+                    outcome = f"refused: {{exc}}"
+                print(json.dumps(dict(outcome=outcome, growth=(status_kib("VmHWM") - baseline) * 1024)))
+        """, timeout=120)
+    finally:
+        fake.close()
+    assert result.returncode == 0, result.stderr[-3000:]
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    outcome = facts["outcome"]
+    # the answer's size prefix counts its correlation id too
+    assert outcome.startswith("refused") and "receive_message_max_bytes" in outcome and \
+        str(size + 4) in outcome, facts
+    ring = 16 << 20                                  # buffer_memory / 4: the answer is read into it
+    assert facts["growth"] <= ring + (4 << 20), facts
+
+
+def test_a_metadata_answer_keeps_only_the_topics_asked():
+    """A broker answering with topics nobody asked for (20,000 of them, within the size cap):
+    the Cluster keeps the asked topic's leaders only (Kafka's consumer retains only the topics
+    it wants, ConsumerMetadata.retainTopic); before, it kept them all."""
+    from kafkacodec.consumer import Consumer
+
+    topics = {f"topic-{i:06d}": 1 for i in range(20_000)}
+    fake, size = metadata_broker(topics)
+    assert size < 1 << 20
+    try:
+        with Consumer(fake.bootstrap, buffer_memory=4 << 20, request_timeout=20) as consumer:
+            assert consumer.partitions_for("topic-000007") == 1
+            cluster = consumer.cluster
+            assert list(cluster.leaders) == [("topic-000007", 0)]
+            assert list(cluster.partition_counts) == list(cluster.topic_errors) == ["topic-000007"]
+    finally:
+        fake.close()

@@ -186,8 +186,11 @@ def test_the_three_kinds_are_told_apart_by_class():
         assert not issubclass(cls, errors.DataError)
     assert issubclass(errors.MemoryPoolError, ValueError)          # as before: kept for callers
     assert not issubclass(errors.FileTruncatedError, (errors.DataError, errors.MisuseError))
+    # a blocking call's deadline ran out: neither kind, and a TimeoutError as Python's
+    assert not issubclass(errors.KafkaTimeoutError, (errors.DataError, errors.MisuseError))
+    assert issubclass(errors.KafkaTimeoutError, TimeoutError)
     every = {getattr(errors, name) for name in errors.__all__}
-    assert data | misuse | {errors.FileTruncatedError} == {
+    assert data | misuse | {errors.FileTruncatedError, errors.KafkaTimeoutError} == {
         c for c in every if c not in (errors.KafkaCodecError, errors.DataError, errors.MisuseError,
                                       errors.NotRegularFileError)}
     import kafkacodec

@@ -227,6 +227,80 @@ def test_a_cluster_gone_answers_group_offsets_with_coordinator_not_available():
         assert request(server.port, m.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 15
 
 
+def upstream_sockets(ports: set[int]) -> int:
+    """This process's established TCP connections to `ports` (/proc/self/fd's sockets found
+    in /proc/self/net/tcp{,6}): what the gateway holds open toward the cluster, plus the
+    mock's own client."""
+    import os
+
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    count = 0
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "01" and fields[9] in inodes and int(fields[2].rsplit(":", 1)[1], 16) in ports:
+                count += 1
+    return count
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/net/tcp"), reason="counts sockets in /proc")
+def test_many_groups_share_the_gateways_upstream_connections(mock_gateway):
+    """Twelve groups, each found, joined, committed, fetched and left through the gateway: the
+    gateway's connections to the cluster grow by at most one per broker and bootstrap address
+    (the coordinator connections every group shares), not two per group id for the gateway's
+    lifetime as before (24 here); every group's offsets land in the cluster."""
+    from test_serve_groups import request
+
+    from kafkacodec.protocol import messages as m
+
+    cluster, server, _, partitions = mock_gateway
+    ports = {port for _, port in cluster.brokers.values()}
+    groups = [f"many-{i}" for i in range(12)]
+    before = upstream_sockets(ports)
+    for i, group in enumerate(groups):
+        found = request(server.port, m.FIND_COORDINATOR, 1, {"key": group, "key_type": 0})
+        assert found["error_code"] == 0 and found["port"] == server.port
+        joined = request(server.port, m.JOIN_GROUP, 5, {
+            "group_id": group, "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000,
+            "member_id": "", "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b"\0"}]})
+        member, generation = joined["member_id"], joined["generation_id"]
+        assert request(server.port, m.SYNC_GROUP, 3, {
+            "group_id": group, "generation_id": generation, "member_id": member,
+            "assignments": [{"member_id": member, "assignment": b""}]})["error_code"] == 0
+        commit = request(server.port, m.OFFSET_COMMIT, 2, {
+            "group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
+            "topics": [{"name": "orders", "partitions": [
+                {"partition_index": p, "committed_offset": i + p, "committed_metadata": ""}
+                for p in range(partitions)]}]})
+        assert [p["error_code"] for p in commit["topics"][0]["partitions"]] == [0] * partitions
+        fetched = request(server.port, m.OFFSET_FETCH, 2, {"group_id": group, "topics": [
+            {"name": "orders", "partition_indexes": list(range(partitions))}]})
+        assert [p["committed_offset"] for p in fetched["topics"][0]["partitions"]] == \
+            [i + p for p in range(partitions)]
+        left = request(server.port, m.LEAVE_GROUP, 1, {"group_id": group, "member_id": member})
+        assert left["error_code"] == 0
+    # a coordinator connection per broker, and one to the bootstrap address FindCoordinator
+    # may have gone to: 6 here at most, 24 before (two per group)
+    grown = upstream_sockets(ports) - before
+    assert grown <= len(cluster.brokers) + len(cluster.bootstrap.split(",")), grown
+    for i, group in enumerate(groups):
+        assert committed_upstream(cluster.bootstrap, group, "orders", partitions) == \
+            {p: i + p for p in range(partitions)}
+
+
 def test_readers_far_apart_through_a_small_cache(mock_gateway):
     """Two old clients reading the same partitions at different places, with a cache that holds
     about one chunk: the upstream consumer seeks between them, chunks are dropped and fetched

@@ -17,7 +17,12 @@ See docs/consumer.md.
                     ...
 """
 
-from kafkacodec.consumer._cluster import BrokerError, Cluster, Reactor
+from kafkacodec.consumer._cluster import (
+    DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
+    BrokerError,
+    Cluster,
+    Reactor,
+)
 from kafkacodec.consumer._consumer import COORDINATOR_RING_BYTES, DEFAULT_BUFFER_MEMORY, Consumer
 from kafkacodec.consumer._forms import FetchedPartition
 
@@ -29,4 +34,5 @@ __all__ = [
     "Reactor",
     "DEFAULT_BUFFER_MEMORY",
     "COORDINATOR_RING_BYTES",
+    "DEFAULT_RECEIVE_MESSAGE_MAX_BYTES",
 ]

@@ -4,21 +4,46 @@ priority), ApiVersions negotiation on every new connection, request timeouts, re
 backoff, and the event loop (one selector; a Reactor can share it between clusters, as the
 mirror does for its source and target).
 
+Three rules hold here for every request, whoever sends it:
+- Exactly one of a request's handlers runs, once: its answer (every answer read before a
+  damaged frame included) or the error of its connection (handle_events, fail_connection).
+- A blocking call (the consumer's assign, commit, end_offsets...) runs inside one deadline
+  (`deadline()`, Kafka's default.api.timeout.ms) and waits only in `call()` and `wait()`, which
+  both end at that deadline, raising KafkaTimeoutError.  `request_timeout`
+  (request.timeout.ms) is how long one answer may take before its connection is dropped.
+- An answer decoded into Python objects (everything but Fetch) is at most
+  `receive_message_max_bytes` (librdkafka's receive.message.max.bytes); a larger one fails its
+  request with RecordTooLargeError, and a Metadata answer keeps only the topics asked for.
+
 Not thread-safe: a Cluster and its Reactor are used by one thread at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import random
 import selectors
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kafkacodec._pool import SimpleMemoryPool
 from kafkacodec._ring import Response
-from kafkacodec.consumer._connection import CLOSED, CONNECTED, BrokerConnection, InFlight
-from kafkacodec.errors import KafkaCodecError, UnsupportedVersionError
+from kafkacodec.consumer._connection import (
+    CLOSED,
+    CONNECTED,
+    CONNECTING,
+    BrokerConnection,
+    InFlight,
+)
+from kafkacodec.errors import (
+    KafkaCodecError,
+    KafkaTimeoutError,
+    RecordTooLargeError,
+    UnsupportedVersionError,
+)
 from kafkacodec.protocol._metadata import (
     decode_api_versions_response,
     decode_metadata_response,
@@ -26,8 +51,17 @@ from kafkacodec.protocol._metadata import (
     encode_metadata_request,
 )
 from kafkacodec.protocol._types import MetadataResponse
+from kafkacodec.protocol.messages import API_NAMES
 
-__all__ = ["Cluster", "Reactor", "Request", "BrokerError", "error_name", "RETRIABLE_ERRORS"]
+__all__ = ["Cluster", "Reactor", "Request", "Deadline", "BrokerError", "error_name",
+           "RETRIABLE_ERRORS", "DEFAULT_RECEIVE_MESSAGE_MAX_BYTES"]
+
+log = logging.getLogger("kafkacodec.consumer")
+
+#: The largest answer decoded into Python objects (Metadata, ListOffsets, the coordinator's):
+#: librdkafka's receive.message.max.bytes, a safety cap against memory exhaustion.  Fetch
+#: answers are read in place and bounded by the ring instead.
+DEFAULT_RECEIVE_MESSAGE_MAX_BYTES = 1 << 20
 
 API_VERSIONS, METADATA = 18, 3
 API_VERSIONS_VERSION = 2          # non-flexible, answered by every broker since 2.0 (and the mock)
@@ -85,18 +119,25 @@ class BrokerError(KafkaCodecError):
         super().__init__(f"{message}{where}: {self.error_name} ({error_code})")
 
 
+def api_name(api_key: int) -> str:
+    return API_NAMES.get(api_key, f"api {api_key}")
+
+
 class Request:
     """A request to send once the connection knows the broker's versions: `encode(version,
     correlation_id)` frames it for the version chosen (the highest both sides speak, capped at
-    `max_version`); `on_response(response, version)` owns the ring Response (must release it)."""
+    `max_version`); `on_response(response, version)` owns the ring Response (must release it).
+    `ring_bounded`: its answer is read in place and only the ring bounds it (Fetch); any other
+    is refused above the cluster's receive_message_max_bytes."""
 
     __slots__ = ("api_key", "min_version", "max_version", "encode", "on_response", "on_error",
-                 "timeout", "context")
+                 "timeout", "context", "ring_bounded")
 
     def __init__(self, api_key: int, encode: Callable[[int, int], Any],
                  on_response: Callable[[Response, int], None],
                  on_error: Callable[[BaseException], None], *, max_version: int,
-                 min_version: int = 0, timeout: float = 30.0, context: Any = None):
+                 min_version: int = 0, timeout: float = 30.0, context: Any = None,
+                 ring_bounded: bool = False):
         self.api_key = api_key
         self.encode = encode
         self.on_response = on_response
@@ -105,6 +146,61 @@ class Request:
         self.min_version = min_version
         self.timeout = timeout
         self.context = context
+        self.ring_bounded = ring_bounded
+
+
+class Deadline:
+    """The time one blocking call has (Kafka's default.api.timeout.ms).  Every wait inside it
+    ends by `end`; then `expired()` is the KafkaTimeoutError naming the call, the broker it
+    waited for last and what that broker last did (`note()`, `waiting()`)."""
+
+    __slots__ = ("call", "timeout", "end", "broker", "last", "conn", "api")
+
+    def __init__(self, call: str, timeout: float):
+        if not timeout >= 0:
+            raise ValueError(f"{call}: timeout must be 0 or more seconds, got {timeout}")
+        self.call = call
+        self.timeout = timeout
+        self.end = time.monotonic() + timeout
+        self.broker = "no broker"
+        self.last = "nothing was sent"
+        self.conn: BrokerConnection | None = None      # waiting for an answer on it
+        self.api = ""
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def note(self, broker: str, what: str) -> None:
+        """What a broker did: a failure, an error code, an answer."""
+        self.broker, self.last, self.conn = broker, what, None
+
+    def waiting(self, conn: BrokerConnection, api: str) -> None:
+        """A request was sent on `conn`: the call now waits for its answer."""
+        self.broker, self.conn, self.api = conn.name, conn, api
+
+    def expired(self) -> KafkaTimeoutError:
+        what = self.last if self.conn is None else waiting_for(self.conn, self.api)
+        return KafkaTimeoutError(
+            f"{self.call}() did not complete within {self.timeout:g} s: {self.broker}: {what}",
+            call=self.call, broker=self.broker, timeout=self.timeout)
+
+
+def waiting_for(conn: BrokerConnection, api: str) -> str:
+    """What a request without an answer is waiting for."""
+    if conn.state == CONNECTING:
+        return f"still connecting (to send {api})"
+    if conn.state == CLOSED:
+        return f"the connection closed before {api} was answered"
+    if conn.api_versions is None:
+        return f"no answer to ApiVersions (sent before {api})"
+    return f"no answer to {api}"
+
+
+def failure_text(exc: BaseException, broker: str) -> str:
+    """What a failure says, without the broker it names already: "connection refused"."""
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno).lower()
+    return str(exc).replace(f"{broker}: ", "") or type(exc).__name__
 
 
 class Reactor:
@@ -160,15 +256,27 @@ class Cluster:
 
     def __init__(self, bootstrap: str, *, pool: SimpleMemoryPool, ring_bytes: int,
                  coordinator_ring_bytes: int = 1 << 20, client_id: str = "kafkacodec",
-                 request_timeout: float = 30.0, retry_backoff: float = 0.1,
-                 max_retry_backoff: float = 1.0, reactor: Reactor | None = None,
-                 priority: bool = False, name: str = "cluster"):
+                 request_timeout: float = 30.0, default_api_timeout: float | None = None,
+                 receive_message_max_bytes: int = DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
+                 retry_backoff: float = 0.1, max_retry_backoff: float = 1.0,
+                 reactor: Reactor | None = None, priority: bool = False, name: str = "cluster"):
+        if not request_timeout > 0:
+            raise ValueError(f"request_timeout must be more than 0 seconds, got {request_timeout}")
+        if default_api_timeout is not None and not default_api_timeout > 0:
+            raise ValueError(f"default_api_timeout must be more than 0 seconds, got "
+                             f"{default_api_timeout}")
+        if receive_message_max_bytes < 1024:
+            raise ValueError(f"receive_message_max_bytes must be at least 1024, got "
+                             f"{receive_message_max_bytes}")
         self.bootstrap = parse_bootstrap(bootstrap)
         self.pool = pool
         self.ring_bytes = ring_bytes
         self.coordinator_ring_bytes = coordinator_ring_bytes
         self.client_id = client_id
-        self.request_timeout = request_timeout
+        self.request_timeout = request_timeout          # one answer (request.timeout.ms)
+        # one blocking call, all its requests and retries (default.api.timeout.ms)
+        self.default_api_timeout = request_timeout if default_api_timeout is None else default_api_timeout
+        self.receive_message_max_bytes = receive_message_max_bytes
         self.retry_backoff = retry_backoff
         self.max_retry_backoff = max_retry_backoff
         self.priority = priority        # every connection allocates its ring with priority
@@ -180,6 +288,7 @@ class Cluster:
         self.closing: list[BrokerConnection] = []       # closed, ring still held by responses
         self.pending: dict[BrokerConnection, list[Request]] = {}   # waiting for ApiVersions
         self.node_backoff: dict[int, tuple[float, int]] = {}    # node -> (until, failures)
+        self.node_failure: dict[int, str] = {}                  # node -> what failed last
         self.leaders: dict[tuple[str, int], int] = {}
         self.partition_counts: dict[str, int] = {}
         self.topic_ids: dict[str, Any] = {}
@@ -189,6 +298,9 @@ class Cluster:
         self.known_topics: set[str] = set()
         self.closed = False
         self.on_connection_error: Callable[[BrokerConnection, BaseException], None] | None = None
+        self._deadline: Deadline | None = None          # the blocking call running, if any
+        self.metadata_in_flight = False                 # request_metadata() sent, not answered
+        self.metadata_sent_at = float("-inf")           # ...and when it was sent last
 
     # -- connections ---------------------------------------------------------------------------
     def live_connections(self) -> Iterable[BrokerConnection]:
@@ -200,6 +312,16 @@ class Cluster:
         if node_id < 0 and -node_id - 1 < len(self.bootstrap):
             return self.bootstrap[-node_id - 1]
         raise KeyError(f"unknown broker {node_id}")
+
+    def broker_name(self, node_id: int, purpose: str = "data") -> str:
+        """How errors name a broker: "source broker 1 (host:port, data)", "source bootstrap
+        broker (host:port, data)" before Metadata named it."""
+        try:
+            host, port = self.node_address(node_id)
+        except KeyError:
+            return f"{self.name} broker {node_id} (address unknown, {purpose})"
+        which = "bootstrap broker" if node_id < 0 else f"broker {node_id}"
+        return f"{self.name} {which} ({host}:{port}, {purpose})"
 
     def available(self, node_id: int, now: float | None = None) -> bool:
         """False while the node is in reconnection backoff."""
@@ -214,17 +336,18 @@ class Cluster:
         if conn is not None and conn.state != CLOSED:
             return conn
         if not self.available(node_id):
-            raise ConnectionError(f"broker {node_id} is in reconnection backoff")
+            raise ConnectionError(f"{self.broker_name(node_id, purpose)}: in reconnection "
+                                  f"backoff after {self.node_failure.get(node_id, 'a failure')}")
         host, port = self.node_address(node_id)
         coordinator = purpose == "coordinator"
         conn = BrokerConnection(node_id, host, port, pool=self.pool,
                                 ring_bytes=self.coordinator_ring_bytes if coordinator else self.ring_bytes,
                                 priority=coordinator or self.priority,
-                                name=f"{self.name} broker {node_id} ({host}:{port}, {purpose})")
+                                name=self.broker_name(node_id, purpose))
         try:
             conn.connect()
         except OSError as exc:
-            self._backoff(node_id)
+            self._backoff(node_id, failure_text(exc, conn.name))
             raise ConnectionError(str(exc)) from exc
         self.connections[key] = conn
         self.pending[conn] = []
@@ -245,7 +368,10 @@ class Cluster:
                 return node
         return min(candidates, key=lambda n: self.node_backoff.get(n, (0.0, 0))[0])
 
-    def _backoff(self, node_id: int) -> None:
+    def _backoff(self, node_id: int, failure: str) -> None:
+        """Reconnect to the node only after a while (exponential, jittered); `failure` is
+        what went wrong, for the errors of the calls that meet the backoff."""
+        self.node_failure[node_id] = failure
         _, failures = self.node_backoff.get(node_id, (0.0, 0))
         delay = min(self.retry_backoff * (2 ** failures), self.max_retry_backoff)
         delay *= 0.8 + 0.4 * random.random()          # jitter, as Kafka's clients
@@ -260,14 +386,18 @@ class Cluster:
         failed_pending = self.pending.pop(conn, [])
         if conn.ring is not None:
             self.closing.append(conn)
-        self._backoff(conn.node_id)
+        failure = failure_text(error, conn.name)
+        self._backoff(conn.node_id, failure)
         self.metadata_stale = True
+        if self._deadline is not None and self._deadline.conn is conn:
+            self._deadline.note(conn.name, failure)
         if self.on_connection_error is not None:
             self.on_connection_error(conn, error)
-        for request in failed:
-            request.on_error(error)
-        for pending in failed_pending:
-            pending.on_error(error)
+        for handler in [r.on_error for r in failed] + [r.on_error for r in failed_pending]:
+            try:
+                handler(error)
+            except Exception as exc:      # a handler must not raise: the others still run
+                log.error("%s: a request's error handler failed: %r", conn.name, exc)
 
     # -- sending -------------------------------------------------------------------------------
     def _send_api_versions(self, conn: BrokerConnection, version: int = API_VERSIONS_VERSION) -> None:
@@ -285,6 +415,7 @@ class Cluster:
                 return
             conn.api_versions = {k.api_key: (k.min_version, k.max_version) for k in decoded.api_keys}
             self.node_backoff.pop(conn.node_id, None)
+            self.node_failure.pop(conn.node_id, None)
             for request in self.pending.pop(conn, []):
                 self._dispatch(conn, request)
 
@@ -292,16 +423,21 @@ class Cluster:
         frame = encode_api_versions_request(api_version=version, correlation_id=cid,
                                             client_id=self.client_id)
         conn.send(frame, InFlight(API_VERSIONS, version, lambda r: on_response(r, version),
-                                  lambda e: None, time.monotonic() + self.request_timeout), cid)
+                                  lambda e: None, time.monotonic() + self.request_timeout,
+                                  max_response_bytes=self.receive_message_max_bytes), cid)
 
     def send(self, node_id: int, request: Request, purpose: str = "data") -> BrokerConnection:
         """Send `request` to a node (queued until the connection knows its versions).  Errors
-        (connection failures, no common version) reach request.on_error."""
+        (connection failures, no common version) reach request.on_error.  The running blocking
+        call, if any, now waits for this answer (its KafkaTimeoutError says so)."""
         try:
             conn = self.connection(node_id, purpose)
         except (ConnectionError, KeyError) as exc:
+            self.note(node_id, failure_text(exc, self.broker_name(node_id, purpose)), purpose)
             request.on_error(exc if isinstance(exc, ConnectionError) else ConnectionError(str(exc)))
             raise
+        if self._deadline is not None:
+            self._deadline.waiting(conn, api_name(request.api_key))
         if conn.ready:
             self._dispatch(conn, request)
         else:
@@ -332,101 +468,203 @@ class Cluster:
         frame = request.encode(version, cid)
         conn.send(frame, InFlight(request.api_key, version,
                                   lambda resp: request.on_response(resp, version), request.on_error,
-                                  time.monotonic() + request.timeout, request.context), cid)
+                                  time.monotonic() + request.timeout, request.context,
+                                  None if request.ring_bounded else self.receive_message_max_bytes),
+                  cid)
+
+    @contextlib.contextmanager
+    def deadline(self, call: str, timeout: float | None = None) -> Iterator[Deadline]:
+        """The deadline of a blocking call named `call`: `timeout` seconds (None:
+        default_api_timeout).  Every call() and wait() inside it ends by then (KafkaTimeoutError).
+        Inside another blocking call, that call's deadline stays."""
+        if self._deadline is not None:
+            yield self._deadline
+            return
+        self._deadline = deadline = Deadline(call, self.default_api_timeout if timeout is None
+                                             else timeout)
+        try:
+            yield deadline
+        finally:
+            self._deadline = None
+
+    def note(self, node_id: int | None, what: str, purpose: str = "data") -> None:
+        """Tell the running blocking call's deadline what a broker (None: the one that answered
+        last) last did: its KafkaTimeoutError says so."""
+        deadline = self._deadline
+        if deadline is not None:
+            deadline.note(deadline.broker if node_id is None else self.broker_name(node_id, purpose),
+                          what)
 
     def call(self, node_id: int | None, api_key: int, encode: Callable[[int, int], Any],
              decode: Callable[[Response, int], Any], *, max_version: int, min_version: int = 0,
-             purpose: str = "data", timeout: float | None = None, retries: int = 5) -> Any:
+             purpose: str = "data", timeout: float | None = None, retries: int | None = None) -> Any:
         """Send one request and wait for its decoded answer (`decode(response, version)`; the
-        response is released after it).  Connection failures and timeouts are retried with
-        backoff on another node when `node_id` is None."""
+        response is released after it).  One answer may take `timeout` seconds (default
+        request_timeout: then the connection is dropped); connection failures and timeouts are
+        retried with backoff (on another node when `node_id` is None), `retries` times or (None)
+        as long as there is time.  All of it within the deadline of the blocking call it is part
+        of (`deadline()`; its own of default_api_timeout otherwise): KafkaTimeoutError when that
+        runs out."""
         timeout = self.request_timeout if timeout is None else timeout
-        last: BaseException | None = None
-        for attempt in range(retries + 1):
-            node = self.any_node() if node_id is None else node_id
-            box: list[Any] = []
+        name = api_name(api_key)
+        with self.deadline("call") as deadline:
+            attempt = 0
+            while True:
+                if deadline.left() <= 0:
+                    raise deadline.expired()
+                node = self.any_node() if node_id is None else node_id
+                broker = self.broker_name(node, purpose)
+                entry = self.node_backoff.get(node)
+                if entry is not None and entry[0] > time.monotonic():
+                    if deadline.broker == "no broker":
+                        deadline.note(broker, "in reconnection backoff after a failure")
+                    self.wait(entry[0] - time.monotonic())       # ends at the deadline
+                box: list[tuple[bool, Any]] = []
 
-            def on_response(resp: Response, version: int) -> None:
+                def on_response(resp: Response, version: int) -> None:
+                    try:
+                        box.append((True, decode(resp, version)))
+                    except Exception as exc:      # delivered to the caller below
+                        box.append((False, exc))
+                    finally:
+                        resp.release()
+
+                request = Request(api_key, encode, on_response, lambda exc: box.append((False, exc)),
+                                  max_version=max_version, min_version=min_version,
+                                  timeout=timeout)
                 try:
-                    box.append(("ok", decode(resp, version)))
-                except BaseException as exc:      # delivered to the caller below
-                    box.append(("error", exc))
-                finally:
-                    resp.release()
+                    self.send(node, request, purpose)
+                except (ConnectionError, KeyError):
+                    pass                          # on_error ran: box holds the failure
+                # The request ends in on_response or on_error (its connection times it out
+                # after `timeout`): wait for that, or for the deadline.
+                while not box and (left := deadline.left()) > 0:
+                    self.reactor.poll(min(0.05, left))
+                if not box:
+                    raise deadline.expired()
+                ok, value = box[0]
+                if ok:
+                    deadline.note(broker, f"answered {name}")
+                    return value
+                if isinstance(value, KafkaTimeoutError) or \
+                        not isinstance(value, (ConnectionError, TimeoutError, OSError)):
+                    raise value
+                deadline.note(broker, failure_text(value, broker))
+                if retries is not None and attempt >= retries:
+                    raise value
+                attempt += 1
 
-            def on_error(exc: BaseException) -> None:
-                box.append(("error", exc))
-
-            request = Request(api_key, encode, on_response, on_error, max_version=max_version,
-                              min_version=min_version, timeout=timeout)
-            wait_until = time.monotonic()
-            entry = self.node_backoff.get(node)
-            if entry is not None and entry[0] > wait_until:
-                self.wait(entry[0] - wait_until)
-            try:
-                self.send(node, request, purpose)
-            except (ConnectionError, KeyError):
-                pass
-            deadline = time.monotonic() + timeout + 1.0
-            while not box and time.monotonic() < deadline:
-                self.reactor.poll(min(0.05, max(deadline - time.monotonic(), 0.0)))
-            if not box:
-                last = TimeoutError(f"no answer to api {api_key} from broker {node} in {timeout} s")
-                continue
-            kind, value = box[0]
-            if kind == "ok":
-                return value
-            last = value
-            if not isinstance(value, (ConnectionError, TimeoutError, OSError)):
-                raise value
-        assert last is not None
-        raise last
-
-    def wait(self, seconds: float) -> None:
-        """Run the event loop for `seconds` (other requests keep progressing)."""
+    def wait(self, seconds: float, until: Callable[[], bool] | None = None) -> None:
+        """Run the event loop for `seconds` (other requests keep progressing), or until
+        `until()` is true.  Inside a blocking call whose deadline comes first: run it until
+        then, then KafkaTimeoutError."""
         end = time.monotonic() + seconds
+        deadline = self._deadline
+        expires = deadline is not None and deadline.end < end
+        if deadline is not None and expires:
+            end = deadline.end
         while (left := end - time.monotonic()) > 0:
+            if until is not None and until():
+                return
             self.reactor.poll(min(left, 0.05))
+        if deadline is not None and expires and not (until is not None and until()):
+            raise deadline.expired()
 
     # -- metadata ------------------------------------------------------------------------------
-    def refresh_metadata(self, topics: Iterable[str] | None = None, *,
-                         allow_auto_topic_creation: bool = False) -> MetadataResponse:
-        """Fetch Metadata for `topics` (plus every topic known so far) and update brokers,
-        leaders and partition counts."""
-        wanted = sorted(set(topics or ()) | self.known_topics)
-        self.known_topics.update(wanted)
+    def metadata_request(self, topics: Iterable[str] | None = None, *,
+                         allow_auto_topic_creation: bool = False) -> tuple[
+            Callable[[int, int], Any], Callable[[Response, int], MetadataResponse], set[str]]:
+        """(encode, decode, wanted) for a Metadata request about `topics` plus every topic known
+        so far (which become known); apply the answer with apply_metadata(answer, wanted)."""
+        wanted = set(topics or ()) | self.known_topics
+        self.known_topics = wanted
+        names = sorted(wanted)
 
         def encode(version: int, cid: int) -> bytes:
-            return encode_metadata_request(wanted, api_version=version, correlation_id=cid,
+            return encode_metadata_request(names, api_version=version, correlation_id=cid,
                                            client_id=self.client_id,
                                            allow_auto_topic_creation=allow_auto_topic_creation)
 
         def decode(resp: Response, version: int) -> MetadataResponse:
             return decode_metadata_response(resp.payload, version)
 
-        metadata: MetadataResponse = self.call(None, METADATA, encode, decode,
-                                               max_version=METADATA_MAX_VERSION, min_version=1)
-        self.apply_metadata(metadata)
+        return encode, decode, wanted
+
+    def refresh_metadata(self, topics: Iterable[str] | None = None, *,
+                         allow_auto_topic_creation: bool = False) -> MetadataResponse:
+        """Fetch Metadata for `topics` (plus every topic known so far) and update brokers,
+        leaders and partition counts."""
+        encode, decode, wanted = self.metadata_request(
+            topics, allow_auto_topic_creation=allow_auto_topic_creation)
+        with self.deadline("refresh_metadata"):
+            metadata: MetadataResponse = self.call(None, METADATA, encode, decode,
+                                                   max_version=METADATA_MAX_VERSION, min_version=1)
+        self.apply_metadata(metadata, wanted)
         return metadata
 
-    def apply_metadata(self, metadata: MetadataResponse) -> None:
+    def request_metadata(self, topics: Iterable[str] | None = None) -> None:
+        """refresh_metadata() without waiting: sent now (unless one is in flight or was sent
+        less than retry_backoff ago), applied when answered (poll() uses it, so it never waits
+        for Metadata)."""
+        now = time.monotonic()
+        if self.metadata_in_flight or now - self.metadata_sent_at < self.retry_backoff:
+            return
+        self.metadata_sent_at = now
+        encode, decode, wanted = self.metadata_request(topics)
+
+        def on_response(resp: Response, version: int) -> None:
+            self.metadata_in_flight = False
+            try:
+                metadata = decode(resp, version)
+            except KafkaCodecError as exc:
+                log.warning("%s: a Metadata answer is damaged: %s", self.name, exc)
+                return
+            finally:
+                resp.release()
+            self.apply_metadata(metadata, wanted)
+
+        def on_error(exc: BaseException) -> None:
+            self.metadata_in_flight = False
+            if isinstance(exc, RecordTooLargeError):
+                log.warning("%s: %s", self.name, exc)
+
+        self.metadata_in_flight = True
+        try:
+            self.send(self.any_node(), Request(METADATA, encode, on_response, on_error,
+                                               max_version=METADATA_MAX_VERSION, min_version=1,
+                                               timeout=self.request_timeout))
+        except (ConnectionError, KeyError):
+            pass                                  # on_error ran: retried at the next poll
+
+    def apply_metadata(self, metadata: MetadataResponse, wanted: set[str] | None = None) -> None:
+        """Brokers, leaders and partition counts from an answer; of its topics only those in
+        `wanted` (None: all) are kept, as Kafka's consumer keeps only the topics it needs
+        (ConsumerMetadata.retainTopic): a broker listing more cannot grow this state."""
         self.brokers = {b.node_id: (b.host, b.port) for b in metadata.brokers}
         self.cluster_id = metadata.cluster_id
         for topic in metadata.topics:
-            if topic.name is None:
+            name = topic.name
+            if name is None or (wanted is not None and name not in wanted):
                 continue
-            self.topic_errors[topic.name] = topic.error_code
+            self.topic_errors[name] = topic.error_code
             if topic.error_code:
+                self.note(None, f"Metadata answered {error_name(topic.error_code)} "
+                                f"({topic.error_code}) for topic {name!r}")
                 continue
-            self.partition_counts[topic.name] = len(topic.partitions)
+            count = len(topic.partitions)
+            for gone in range(count, self.partition_counts.get(name, 0)):
+                self.leaders.pop((name, gone), None)
+            self.partition_counts[name] = count
             if topic.topic_id is not None:
-                self.topic_ids[topic.name] = topic.topic_id
+                self.topic_ids[name] = topic.topic_id
             for p in topic.partitions:
-                key = (topic.name, p.partition_index)
+                index = p.partition_index
+                if not 0 <= index < count:
+                    continue                      # partitions are numbered 0..count-1
                 if p.error_code in (0, 9) and p.leader_id >= 0:     # 9: a replica is down
-                    self.leaders[key] = p.leader_id
+                    self.leaders[(name, index)] = p.leader_id
                 else:
-                    self.leaders.pop(key, None)
+                    self.leaders.pop((name, index), None)
         self.metadata_stale = False
         # Connections to brokers that left the cluster are closed.
         for (node, purpose), conn in list(self.connections.items()):
@@ -455,26 +693,61 @@ class Cluster:
         return any(c.muted for c in self.connections.values())
 
     def handle_events(self, conn: BrokerConnection, mask: int) -> None:
-        """Socket events of one connection.  A failure of the socket or of the response
-        stream (the ring's errors: a response larger than the ring, a negative size) closes
-        the connection and reaches the handlers of its requests; handlers do not raise."""
-        responses = []
+        """Socket events of one connection.  Every answer read is handed to its request, even
+        when the read also found the end of the connection: a failure of the socket or of the
+        response stream (the ring's errors: a response larger than the ring, a negative size; a
+        response without a correlation id or to a request not in flight) then closes the
+        connection and reaches the handlers of the requests still waiting."""
+        if conn.state == CLOSED:
+            return                    # failed by a handler earlier in this round of events
+        responses: list[tuple[InFlight, Response]] = []
+        error: BaseException | None = None
         try:
             if mask & selectors.EVENT_WRITE:
                 conn.handle_write()
             if mask & selectors.EVENT_READ and conn.state == CONNECTED:
-                responses = conn.handle_read()
+                responses, error = conn.handle_read()
         except (OSError, KafkaCodecError) as exc:
-            self.fail_connection(conn, exc)
+            error = exc
+        failure = self._deliver(conn, responses)
+        error = error or failure
+        if error is not None and conn.state != CLOSED:     # (a handler may have closed it)
+            self.fail_connection(conn, error)
+
+    def _deliver(self, conn: BrokerConnection, responses: list[tuple[InFlight, Response]]
+                 ) -> BaseException | None:
+        """Each response to its request, in order.  An answer above the request's size cap fails
+        it (RecordTooLargeError).  A handler must not raise; one that does (a damaged
+        ApiVersions answer) does not cost the others their answers: the first such error is
+        returned, for the connection to be closed with it."""
+        failure: BaseException | None = None
         for request, resp in responses:
-            request.on_response(resp)
+            cap = request.max_response_bytes
+            try:
+                if cap is not None and resp.size > cap:
+                    size = resp.size
+                    resp.release()
+                    request.on_error(RecordTooLargeError(
+                        f"{conn.name}: the {api_name(request.api_key)} answer of {size} bytes is "
+                        f"larger than receive_message_max_bytes ({cap}); raise "
+                        f"receive_message_max_bytes if the cluster's answers are that large"))
+                else:
+                    request.on_response(resp)
+            except Exception as exc:
+                if not resp.released:
+                    resp.release()
+                log.error("%s: the handler of a %s answer failed: %r", conn.name,
+                          api_name(request.api_key), exc)
+                failure = failure or exc
+        return failure
 
     def close(self) -> None:
+        """Close every connection; the requests still waiting get ConnectionError."""
         if self.closed:
             return
         self.closed = True
         for conn in list(self.connections.values()):
-            conn.close()
+            self.fail_connection(conn, ConnectionError(f"{conn.name}: the client was closed"))
         self.connections.clear()
         if self in self.reactor.clusters:
             self.reactor.clusters.remove(self)

@@ -55,18 +55,24 @@ class PriorityPool:
 
 
 class InFlight:
-    """A request sent (or queued) on a connection, waiting for its response."""
+    """A request sent (or queued) on a connection, waiting for its response.  Exactly one of
+    its handlers runs, once: `on_response` with the answer, or `on_error` when the connection
+    fails first (the Cluster's rule: handle_events() and fail_connection())."""
 
-    __slots__ = ("api_key", "api_version", "on_response", "on_error", "deadline", "context")
+    __slots__ = ("api_key", "api_version", "on_response", "on_error", "deadline", "context",
+                 "max_response_bytes")
 
     def __init__(self, api_key: int, api_version: int, on_response: Callable[[Response], None],
-                 on_error: Callable[[BaseException], None], deadline: float, context: Any = None):
+                 on_error: Callable[[BaseException], None], deadline: float, context: Any = None,
+                 max_response_bytes: int | None = None):
         self.api_key = api_key
         self.api_version = api_version
         self.on_response = on_response     # takes ownership of the Response (must release it)
         self.on_error = on_error
         self.deadline = deadline
         self.context = context
+        # an answer larger than this fails the request (None: only the ring bounds it)
+        self.max_response_bytes = max_response_bytes
 
 
 class BrokerConnection:
@@ -189,32 +195,45 @@ class BrokerConnection:
         self.ring = None
         return True
 
-    def handle_read(self) -> list[tuple[InFlight, Response]]:
-        """Read what the ring can hold; return the complete responses with their requests.
-        ConnectionError at end of stream; the ring's errors (a response larger than the ring,
-        a negative size) propagate."""
+    def handle_read(self) -> tuple[list[tuple[InFlight, Response]], BaseException | None]:
+        """Read what the ring can hold.  Returns the complete responses with their requests,
+        and the error that ends the connection (None while it is healthy): the end of the
+        stream, a socket error, a bad frame (the ring's errors: a negative size, a response
+        larger than the ring), a response without a correlation id or to a request not in
+        flight.  Never raises after reading: every response read before the error is returned
+        with its request, so each request is either still in flight or returned here."""
         assert self.sock is not None
         if not self.take_ring():
-            return []
+            return [], None
         ring = self.ring
         assert ring is not None
+        error: BaseException | None = None
         try:
             n = ring.recv_into(self.sock)
         except (BlockingIOError, InterruptedError):
             n = -1
+        except (OSError, KafkaCodecError) as exc:     # the complete responses before it count
+            n, error = -1, exc
         if n == 0 and ring.eof:
-            raise ConnectionResetError(f"{self.name} closed the connection")
+            error = ConnectionResetError(f"{self.name} closed the connection")
         if n > 0:
             self.bytes_received += n
         done: list[tuple[InFlight, Response]] = []
         while (resp := ring.next_response()) is not None:
-            request = self.in_flight.pop(resp.correlation_id, None)
+            # A bad response ends the stream there: its error comes before any later one.
+            try:
+                correlation_id = resp.correlation_id
+            except KafkaCodecError as exc:            # shorter than a correlation id
+                resp.release()
+                return done, exc.with_context(f"{self.name}: ")
+            request = self.in_flight.pop(correlation_id, None)
             if request is None:
                 resp.release()
-                raise ConnectionError(f"{self.name} answered correlation id "
-                                      f"{resp.correlation_id}, which is not in flight")
+                return done, ConnectionError(
+                    f"{self.name} answered correlation id {correlation_id}, which is not in "
+                    f"flight")
             done.append((request, resp))
-        return done
+        return done, error
 
     def expired(self, now: float) -> bool:
         return any(r.deadline < now for r in self.in_flight.values())

@@ -3,16 +3,26 @@ Arrow, or flyweight records), look up and commit offsets.  See docs/consumer.md.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from kafkacodec._inuse import InUse
 from kafkacodec._pool import SimpleMemoryPool
 from kafkacodec._ring import FetchRecord, Response
-from kafkacodec.consumer._cluster import RETRIABLE_ERRORS, BrokerError, Cluster, Reactor
+from kafkacodec.consumer._cluster import (
+    DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
+    RETRIABLE_ERRORS,
+    BrokerError,
+    Cluster,
+    Reactor,
+    error_name,
+)
 from kafkacodec.consumer._fetcher import Fetcher
 from kafkacodec.consumer._forms import FetchedPartition, records_filter
+from kafkacodec.consumer._groups import GroupOffsets
+from kafkacodec.consumer._offsets import OffsetLookup
 from kafkacodec.protocol import control
 
 __all__ = ["Consumer", "DEFAULT_BUFFER_MEMORY", "COORDINATOR_RING_BYTES"]
@@ -41,11 +51,27 @@ class Consumer:
       reach the caller, with or without the broker's aborted-transaction lists.
     - ``group_id``: for commit() / committed() (no group membership: partitions are assigned
       by the caller).
+    - Timeouts (seconds): ``request_timeout`` (Kafka's request.timeout.ms) is how long one
+      answer may take before its connection is dropped and the request retried;
+      ``default_api_timeout`` (default.api.timeout.ms; None: request_timeout) is the whole time a
+      blocking call (assign, assign_topics, partitions_for, beginning_offsets, end_offsets,
+      commit, committed, position when it must look the position up) may take with its
+      retries; a call's own ``timeout=`` replaces it for that call.  When it runs out the call
+      raises KafkaTimeoutError (a TimeoutError) naming the call and the broker it waited for.
+      poll(timeout) never waits longer than its timeout (Metadata and resets go on meanwhile);
+      close() does not wait.
+    - ``receive_message_max_bytes`` (librdkafka's receive.message.max.bytes, default 1 MiB):
+      the largest answer decoded into Python objects (Metadata, ListOffsets, the coordinator's);
+      a larger one fails its call with RecordTooLargeError.  Fetch answers are bounded by the
+      ring instead.
 
-    Memory: the rings (and so every fetched byte) stay within `buffer_memory`; on top of it,
-    coordinator rings (COORDINATOR_RING_BYTES each, priority allocations), small per-connection
-    state, one decompression buffer per ring while records() walks compressed batches, and what
-    the caller keeps (Arrow batches, copies).
+    Memory: the rings (and so every fetched byte and every answer read) stay within
+    `buffer_memory`; on top of it, coordinator rings (COORDINATOR_RING_BYTES each, priority
+    allocations), small per-connection state, one decompression buffer per ring while records()
+    walks compressed batches, and what the caller keeps (Arrow batches, copies).  A control
+    answer adds at most receive_message_max_bytes while it is decoded (one copy of it), and
+    the Cluster keeps about 110 bytes per partition of the topics asked about (a Metadata answer
+    naming other topics does not add them).
 
     Not thread-safe: one thread at a time (a second thread entering gets ConcurrentUseError).
     """
@@ -57,6 +83,8 @@ class Consumer:
                  fetch_max_bytes: int = 50 << 20, max_partition_fetch_bytes: int = 1 << 20,
                  max_in_flight: int = 2, auto_offset_reset: str = "earliest",
                  control_batches: bool = False, request_timeout: float = 30.0,
+                 default_api_timeout: float | None = None,
+                 receive_message_max_bytes: int = DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
                  retry_backoff: float = 0.1, max_retry_backoff: float = 1.0,
                  reactor: Reactor | None = None):
         if isolation_level not in ("read_uncommitted", "read_committed"):
@@ -83,6 +111,8 @@ class Consumer:
         self.cluster = Cluster(bootstrap, pool=self.pool, ring_bytes=ring_bytes,
                                coordinator_ring_bytes=COORDINATOR_RING_BYTES,
                                client_id=client_id, request_timeout=request_timeout,
+                               default_api_timeout=default_api_timeout,
+                               receive_message_max_bytes=receive_message_max_bytes,
                                retry_backoff=retry_backoff, max_retry_backoff=max_retry_backoff,
                                reactor=self.reactor, name="source")
         self.fetcher = Fetcher(self.cluster, read_committed=isolation_level == "read_committed",
@@ -91,12 +121,14 @@ class Consumer:
                                max_partition_fetch_bytes=max_partition_fetch_bytes,
                                max_in_flight=max_in_flight, control_batches=control_batches,
                                auto_offset_reset=auto_offset_reset, retry_backoff=retry_backoff,
-                               max_retry_backoff=max_retry_backoff, client_id=client_id)
+                               max_retry_backoff=max_retry_backoff, client_id=client_id,
+                               on_reset=self._on_reset)
+        self.groups = GroupOffsets(self.cluster, client_id=client_id, retry_backoff=retry_backoff,
+                                   max_retry_backoff=max_retry_backoff)
         self.retry_backoff = retry_backoff
+        self.max_retry_backoff = max_retry_backoff
         self._returned: dict[TopicPartition, int] = {}     # next offset after what poll() gave
-        self._coordinator: int | None = None
         self._in_use = InUse("Consumer")     # one thread at a time (ConcurrentUseError)
-        self._last_metadata = 0.0
         self.closed = False
 
     # -- guards --------------------------------------------------------------------------------
@@ -108,77 +140,95 @@ class Consumer:
     def _leave(self) -> None:
         self._in_use.__exit__(None, None, None)
 
+    @contextlib.contextmanager
+    def _blocking(self, call: str, timeout: float | None) -> Iterator[None]:
+        """One thread at a time, and one deadline for the whole call (KafkaTimeoutError)."""
+        self._enter()
+        try:
+            with self.cluster.deadline(call, timeout):
+                yield
+        finally:
+            self._leave()
+
     def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _pause(self, attempt: int) -> None:
+        """The backoff before another attempt (ends at the deadline: KafkaTimeoutError)."""
+        self.cluster.wait(min(self.retry_backoff * 2 ** attempt, self.max_retry_backoff))
+
     # -- metadata and assignment ---------------------------------------------------------------
-    def partitions_for(self, topic: str) -> int:
+    def partitions_for(self, topic: str, *, timeout: float | None = None) -> int:
         """The partition count of `topic` (BrokerError when the cluster does not know it)."""
-        self._enter()
-        try:
+        with self._blocking("partitions_for", timeout):
             return self._partitions_for(topic)
-        finally:
-            self._leave()
 
     def _partitions_for(self, topic: str) -> int:
-        for attempt in range(10):
+        attempt = 0
+        while True:
             self.cluster.refresh_metadata([topic])
             code = self.cluster.topic_errors.get(topic, 0)
             if code == 0 and topic in self.cluster.partition_counts:
                 return self.cluster.partition_counts[topic]
             if code not in RETRIABLE_ERRORS or code == 3 and attempt >= 3:
                 raise BrokerError(f"no metadata for topic {topic!r}", error_code=code or 3)
-            self.cluster.wait(self.retry_backoff * (attempt + 1))
-        raise BrokerError(f"no metadata for topic {topic!r}", error_code=5)
+            self.cluster.note(None, f"Metadata answered {error_name(code)} ({code}) for topic "
+                                    f"{topic!r}")
+            self._pause(attempt)
+            attempt += 1
 
-    def assign(self, positions: Mapping[TopicPartition, Position]) -> None:
+    def assign(self, positions: Mapping[TopicPartition, Position], *,
+               timeout: float | None = None) -> None:
         """Fetch these partitions from these positions: an offset, "earliest", "latest" or
         "committed" (the group's committed offset, else auto_offset_reset)."""
-        self._enter()
-        try:
-            topics = {t for t, _ in positions}
-            self.cluster.refresh_metadata(topics)
-            committed: dict[TopicPartition, int | None] = {}
-            wanted = [tp for tp, pos in positions.items() if pos == "committed"]
-            if wanted:
-                committed = self._committed(wanted)
-            for tp, pos in positions.items():
-                if pos == "committed":
-                    offset = committed.get(tp)
-                    if offset is None or offset < 0:
-                        pos = self.fetcher.auto_offset_reset
-                        if pos == "none":
-                            raise BrokerError("no committed offset and auto_offset_reset='none'",
-                                              error_code=1, topic=tp[0], partition=tp[1])
-                    else:
-                        pos = offset
-                if isinstance(pos, str):
-                    if pos not in ("earliest", "latest"):
-                        raise ValueError(f"position {pos!r}: an offset, 'earliest', 'latest' or 'committed'")
-                    self.fetcher.assign(tp, None, reset=pos)
-                else:
-                    if pos < 0:
-                        raise ValueError(f"offset {pos} for {tp} is negative")
-                    self.fetcher.assign(tp, int(pos))
-                self._returned[tp] = -1
-            self._resolve_resets()
-            for tp in positions:
-                st = self.fetcher.states[tp]
-                self._returned[tp] = st.position if st.position is not None else -1
-        finally:
-            self._leave()
+        with self._blocking("assign", timeout):
+            self._assign(positions)
 
-    def assign_topics(self, topics: Iterable[str], start: Position = "earliest") -> dict[TopicPartition, int]:
+    def _assign(self, positions: Mapping[TopicPartition, Position]) -> None:
+        """Check every position, look up committed ones, assign, then learn the leaders and
+        look up the "earliest"/"latest" positions.  A deadline that runs out in those last two
+        steps leaves the partitions assigned, their positions looked up by poll() or position()."""
+        for tp, pos in positions.items():
+            if isinstance(pos, str):
+                if pos not in ("earliest", "latest", "committed"):
+                    raise ValueError(f"position {pos!r}: an offset, 'earliest', 'latest' or 'committed'")
+            elif pos < 0:
+                raise ValueError(f"offset {pos} for {tp} is negative")
+        committed: dict[TopicPartition, int | None] = {}
+        wanted = [tp for tp, pos in positions.items() if pos == "committed"]
+        if wanted:
+            committed = self.groups.committed(self._group("assign"), wanted)
+        for tp, pos in positions.items():
+            if pos == "committed":
+                offset = committed.get(tp)
+                if offset is None or offset < 0:
+                    pos = self.fetcher.auto_offset_reset
+                    if pos == "none":
+                        raise BrokerError("no committed offset and auto_offset_reset='none'",
+                                          error_code=1, topic=tp[0], partition=tp[1])
+                else:
+                    pos = offset
+            if isinstance(pos, str):
+                self.fetcher.assign(tp, None, reset=pos)
+            else:
+                self.fetcher.assign(tp, int(pos))
+            self._returned[tp] = -1 if isinstance(pos, str) else int(pos)
+        self.cluster.refresh_metadata({t for t, _ in positions})
+        self._resolve_resets(list(positions))
+
+    def assign_topics(self, topics: Iterable[str], start: Position = "earliest", *,
+                      timeout: float | None = None) -> dict[TopicPartition, int]:
         """Assign every partition of `topics` from `start`; returns the positions."""
-        wanted: dict[TopicPartition, Position] = {}
-        for topic in topics:
-            for p in range(self.partitions_for(topic)):
-                wanted[(topic, p)] = start
-        self.assign(wanted)
-        return {tp: self.position(tp) for tp in wanted}
+        with self._blocking("assign_topics", timeout):
+            wanted: dict[TopicPartition, Position] = {}
+            for topic in topics:
+                for p in range(self._partitions_for(topic)):
+                    wanted[(topic, p)] = start
+            self._assign(wanted)
+            return {tp: self._returned[tp] for tp in wanted}
 
     def unassign(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         self._enter()
@@ -201,8 +251,14 @@ class Consumer:
         finally:
             self._leave()
 
-    def position(self, partition: TopicPartition) -> int:
-        """The offset after the data poll() returned last for `partition` (what to commit)."""
+    def position(self, partition: TopicPartition, *, timeout: float | None = None) -> int:
+        """The offset after the data poll() returned last for `partition` (what to commit).  A
+        partition being reset ("earliest"/"latest", or out of range) has its position looked
+        up first (a blocking call: KafkaTimeoutError after the timeout)."""
+        st = self.fetcher.states.get(partition)
+        if st is not None and st.reset is not None:
+            with self._blocking("position", timeout):
+                self._resolve_resets([partition])
         return self._returned[partition]
 
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
@@ -214,195 +270,86 @@ class Consumer:
             self.fetcher.states[tp].paused = False
 
     # -- offsets -------------------------------------------------------------------------------
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        self._enter()
-        try:
+    def beginning_offsets(self, partitions: Iterable[TopicPartition], *,
+                          timeout: float | None = None) -> dict[TopicPartition, int]:
+        with self._blocking("beginning_offsets", timeout):
             return self._list_offsets(list(partitions), control.EARLIEST_TIMESTAMP)
-        finally:
-            self._leave()
 
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    def end_offsets(self, partitions: Iterable[TopicPartition], *,
+                    timeout: float | None = None) -> dict[TopicPartition, int]:
         """The high watermark of each partition, or the last stable offset under
         read_committed (what the consumer can reach now)."""
-        self._enter()
-        try:
+        with self._blocking("end_offsets", timeout):
             return self._list_offsets(list(partitions), control.LATEST_TIMESTAMP)
-        finally:
-            self._leave()
 
     def _list_offsets(self, partitions: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
-        isolation = 1 if self.isolation_level == "read_committed" else 0
-        result: dict[TopicPartition, int] = {}
-        todo = list(partitions)
-        for attempt in range(20):
-            if not todo:
-                return result
-            if attempt or any(tp not in self.cluster.leaders for tp in todo):
-                self.cluster.refresh_metadata({t for t, _ in todo})
-            by_leader: dict[int, list[TopicPartition]] = {}
-            for tp in todo:
-                leader = self.cluster.leaders.get(tp)
-                if leader is not None:
-                    by_leader.setdefault(leader, []).append(tp)
-            retry: list[TopicPartition] = [tp for tp in todo if tp not in self.cluster.leaders]
-            for leader, tps in by_leader.items():
-                grouped: dict[str, list[tuple[int, int]]] = {}
-                for t, p in tps:
-                    grouped.setdefault(t, []).append((p, timestamp))
-                try:
-                    answer = self.cluster.call(
-                        leader, control.LIST_OFFSETS,
-                        _encoder(control.list_offsets_request(grouped, isolation_level=isolation),
-                                 self.client_id),
-                        _decoder(control.LIST_OFFSETS), max_version=control.MAX_VERSIONS[control.LIST_OFFSETS],
-                        min_version=1, retries=0)
-                except (ConnectionError, TimeoutError, OSError):
-                    retry += tps
-                    continue
-                for topic in answer.topics:
-                    for part in topic.partitions:
-                        tp = (topic.name, part.partition_index)
-                        if part.error_code == 0:
-                            result[tp] = part.offset
-                        elif part.error_code in RETRIABLE_ERRORS:
-                            retry.append(tp)
-                        else:
-                            raise BrokerError("ListOffsets failed", error_code=part.error_code,
-                                              topic=tp[0], partition=tp[1])
-            todo = [tp for tp in retry if tp not in result]
-            if todo:
-                self.cluster.wait(min(self.retry_backoff * (2 ** attempt), 1.0))
-        raise BrokerError(f"ListOffsets did not succeed for {todo}", error_code=5)
+        """ListOffsets, waited for (within the running call's deadline, else one of its own)."""
+        lookup = OffsetLookup(self.cluster, partitions, timestamp,
+                              read_committed=self.isolation_level == "read_committed",
+                              client_id=self.client_id, retry_backoff=self.retry_backoff,
+                              max_retry_backoff=self.max_retry_backoff)
+        with self.cluster.deadline("list_offsets"):
+            self._wait_for(lambda: lookup.done, lookup.send, {t for t, _ in partitions})
+        if lookup.error is not None:
+            raise lookup.error
+        return lookup.found
 
-    def _resolve_resets(self) -> None:
-        pending = {tp: st.reset for tp, st in self.fetcher.states.items() if st.reset}
-        if not pending:
-            return
-        for kind in ("earliest", "latest"):
-            tps = [tp for tp, k in pending.items() if k == kind]
-            if not tps:
-                continue
-            offsets = self._list_offsets(tps, control.EARLIEST_TIMESTAMP if kind == "earliest"
-                                         else control.LATEST_TIMESTAMP)
-            for tp, offset in offsets.items():
-                self.fetcher.seek(tp, offset)
-                if self._returned.get(tp, -1) < 0 or kind:
-                    self._returned[tp] = offset
+    def _resolve_resets(self, partitions: list[TopicPartition]) -> None:
+        """Wait until the resets of `partitions` are looked up (the fetcher's lookups)."""
+        fetcher = self.fetcher
+        states = fetcher.states
 
-    def _find_coordinator(self, refresh: bool = False) -> int:
+        def resolved() -> bool:
+            return fetcher.fatal is not None or all(
+                states[tp].reset is None for tp in partitions if tp in states)
+
+        self._wait_for(resolved, fetcher.send_resets, {t for t, _ in partitions})
+        if fetcher.fatal is not None:
+            error, fetcher.fatal = fetcher.fatal, None
+            raise error
+
+    def _wait_for(self, done: Callable[[], bool], send: Callable[[], None],
+                  topics: set[str]) -> None:
+        """Run the loop until `done()`: `send()` what can be sent (again after backoffs), and
+        Metadata for `topics` when it is stale; bounded by the running call's deadline."""
+        while not done():
+            if self.cluster.metadata_stale:
+                self.cluster.request_metadata(topics)
+            send()
+            if done():
+                return
+            self.cluster.wait(min(self.retry_backoff, 0.05), until=done)
+
+    def _on_reset(self, partition: TopicPartition, offset: int) -> None:
+        self._returned[partition] = offset
+
+    def _group(self, call: str) -> str:
         if self.group_id is None:
-            raise ValueError("commit() and committed() need a group_id")
-        if self._coordinator is not None and not refresh:
-            return self._coordinator
-        message = control.find_coordinator_request(self.group_id)
-        for attempt in range(10):
-            # coordinator traffic (KIP-81): over a priority connection, so a pool that the data
-            # rings hold whole does not stall the lookup until the request times out
-            answer = self.cluster.call(
-                None, control.FIND_COORDINATOR,
-                _encoder(message, self.client_id), _decoder(control.FIND_COORDINATOR),
-                max_version=control.MAX_VERSIONS[control.FIND_COORDINATOR], purpose="coordinator")
-            if answer.error_code == 0:
-                self.cluster.brokers.setdefault(answer.node_id, (answer.host, answer.port))
-                self._coordinator = int(answer.node_id)
-                return self._coordinator
-            if answer.error_code not in RETRIABLE_ERRORS:
-                raise BrokerError("FindCoordinator failed", error_code=answer.error_code)
-            self.cluster.wait(min(self.retry_backoff * (2 ** attempt), 1.0))
-        raise BrokerError("no group coordinator", error_code=15)
+            raise ValueError(f"{call}() needs a group_id")
+        return self.group_id
 
-    def _coordinator_call(self, api_key: int, message: Any, check: Any) -> Any:
-        """A request to the group coordinator (its own connection, priority ring), retried
-        while the coordinator moves or loads."""
-        for attempt in range(10):
-            node = self._find_coordinator(refresh=attempt > 0)
-            try:
-                answer = self.cluster.call(
-                    node, api_key, _encoder(message, self.client_id), _decoder(api_key), max_version=control.MAX_VERSIONS[api_key],
-                    min_version=1 if api_key == control.OFFSET_FETCH else 2,
-                    purpose="coordinator", retries=1)
-            except (ConnectionError, TimeoutError, OSError):
-                self.cluster.wait(min(self.retry_backoff * (2 ** attempt), 1.0))
-                continue
-            code = check(answer)
-            if code == 0:
-                return answer
-            if code not in RETRIABLE_ERRORS:
-                raise BrokerError(f"api {api_key} for group {self.group_id!r} failed", error_code=code)
-            self.cluster.wait(min(self.retry_backoff * (2 ** attempt), 1.0))
-        raise BrokerError(f"the coordinator of group {self.group_id!r} did not answer", error_code=15)
-
-    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None, *,
+               timeout: float | None = None) -> None:
         """Commit `offsets` ((topic, partition) -> next offset to read; default: position() of
         every assigned partition) to the group's coordinator (OffsetCommit, no membership)."""
-        self._enter()
-        try:
+        with self._blocking("commit", timeout):
             if offsets is None:
                 offsets = {tp: o for tp, o in self._returned.items() if o >= 0}
-            grouped: dict[str, list[tuple[int, int]]] = {}
-            for (t, p), o in offsets.items():
-                grouped.setdefault(t, []).append((p, o))
-            if not grouped:
-                return
-            if self.group_id is None:
-                raise ValueError("commit() needs a group_id")
-            message = control.offset_commit_request(self.group_id, grouped)
+            if offsets:
+                self.groups.commit(self._group("commit"), offsets)
 
-            def check(answer: Any) -> int:
-                for topic in answer.topics:
-                    for part in topic.partitions:
-                        if part.error_code:
-                            return int(part.error_code)
-                return 0
-
-            self._coordinator_call(control.OFFSET_COMMIT, message, check)
-        finally:
-            self._leave()
-
-    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+    def committed(self, partitions: Iterable[TopicPartition], *,
+                  timeout: float | None = None) -> dict[TopicPartition, int | None]:
         """The group's committed offsets (None where nothing is committed)."""
-        self._enter()
-        try:
-            return self._committed(list(partitions))
-        finally:
-            self._leave()
-
-    def _committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-        grouped: dict[str, list[int]] = {}
-        for t, p in partitions:
-            grouped.setdefault(t, []).append(p)
-        message = control.offset_fetch_request(self.group_id or "", grouped)
-
-        def check(answer: Any) -> int:
-            code = int(getattr(answer, "error_code", 0) or 0)
-            if code:
-                return code
-            for topic in answer.topics:
-                for part in topic.partitions:
-                    if part.error_code and part.error_code != 3:
-                        return int(part.error_code)
-            return 0
-
-        answer = self._coordinator_call(control.OFFSET_FETCH, message, check)
-        out: dict[TopicPartition, int | None] = {tp: None for tp in partitions}
-        for topic in answer.topics:
-            for part in topic.partitions:
-                tp = (topic.name, part.partition_index)
-                if tp in out and part.error_code == 0 and part.committed_offset >= 0:
-                    out[tp] = int(part.committed_offset)
-        return out
+        with self._blocking("committed", timeout):
+            return self.groups.committed(self._group("committed"), partitions)
 
     # -- fetching ------------------------------------------------------------------------------
     def _maintain(self) -> None:
-        now = time.monotonic()
-        if self.cluster.metadata_stale and now - self._last_metadata >= self.retry_backoff:
-            self._last_metadata = now
-            try:
-                self.cluster.refresh_metadata({t for t, _ in self.fetcher.states})
-            except (ConnectionError, TimeoutError, OSError):
-                pass                          # retried at the next poll, after the backoff
-        if any(st.reset for st in self.fetcher.states.values()):
-            self._resolve_resets()
+        """poll()'s upkeep, none of it waited for: Metadata when stale, resets looked up."""
+        if self.cluster.metadata_stale:
+            self.cluster.request_metadata({t for t, _ in self.fetcher.states})
+        self.fetcher.send_resets()
 
     def poll(self, timeout: float = 1.0, max_partitions: int | None = None) -> list[FetchedPartition]:
         """Wait up to `timeout` seconds for fetched data; return it as FetchedPartitions (in
@@ -479,6 +426,8 @@ class Consumer:
         return out
 
     def close(self) -> None:
+        """Close the connections at once (nothing is sent or waited for: requests in flight are
+        abandoned) and release the data not taken by poll()."""
         if self.closed:
             return
         for part in list(self.fetcher.ready):
@@ -488,20 +437,3 @@ class Consumer:
         if self._own_reactor:
             self.reactor.close()
         self.closed = True
-
-
-def _encoder(message: Any, client_id: str) -> Any:
-    def encode(version: int, correlation_id: int) -> bytes:
-        return control.encode_request(message, version, correlation_id, client_id)
-
-    return encode
-
-
-def _decoder(api_key: int) -> Any:
-    cls = control.RESPONSES[api_key]
-
-    def decode(resp: Response, version: int) -> Any:
-        return control.decode_response(cls, resp.payload, version)
-
-    return decode
-

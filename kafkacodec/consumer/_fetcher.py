@@ -11,6 +11,9 @@ FetchResponse becomes (FetchedPartitions, new positions, retries).
   refresh Metadata and retry after a backoff (exponential, jittered, per partition); a dropped
   connection or a timed-out request retries its partitions the same way; OFFSET_OUT_OF_RANGE
   resets by `auto_offset_reset`; other errors are raised (BrokerError).
+- Resets ("earliest"/"latest", from assign() or OFFSET_OUT_OF_RANGE) are looked up without
+  waiting (`send_resets()`: ListOffsets through an OffsetLookup); `on_reset(tp, offset)` tells
+  the consumer the new position.
 - A response is parsed once: `decode_fetch_response` validates it in C; each partition's
   batches are walked shallowly (`shallow_records`, headers only; the first batch trimmed when the
   fetch starts inside it) and, for read_committed, decided by the partition's TransactionFilter.
@@ -18,9 +21,11 @@ FetchResponse becomes (FetchedPartitions, new positions, retries).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from kafkacodec._ring import Response
@@ -33,9 +38,11 @@ from kafkacodec.consumer._cluster import (
 )
 from kafkacodec.consumer._connection import RING_OVERHEAD
 from kafkacodec.consumer._forms import FetchedPartition, ResponseLease
+from kafkacodec.consumer._offsets import OffsetLookup
 from kafkacodec.consumer._transactions import TransactionFilter
 from kafkacodec.errors import RecordTooLargeError
 from kafkacodec.mirror.shallow import shallow_records
+from kafkacodec.protocol import control
 from kafkacodec.protocol._fetch import decode_fetch_response, encode_fetch_request
 
 __all__ = ["Fetcher", "PartitionState", "FETCH_MAX_VERSION", "FETCH_MIN_VERSION"]
@@ -54,7 +61,7 @@ class PartitionState:
 
     __slots__ = ("topic", "partition", "position", "epoch", "fetch", "backoff_until", "failures",
                  "txn", "high_watermark", "last_stable_offset", "log_start_offset", "alone",
-                 "paused", "reset")
+                 "paused", "reset", "lookup")
 
     def __init__(self, topic: str, partition: int, position: int | None, read_committed: bool):
         self.topic = topic
@@ -71,6 +78,7 @@ class PartitionState:
         self.alone = False                 # got only a partial batch: fetch it first and alone
         self.paused = False
         self.reset: str | None = None      # "earliest"/"latest": the position must be looked up
+        self.lookup: OffsetLookup | None = None    # ...and the lookup asking for it
 
     def fetchable(self, now: float) -> bool:
         return (self.fetch is None and not self.paused and self.position is not None
@@ -92,8 +100,10 @@ class Fetcher:
     def __init__(self, cluster: Cluster, *, read_committed: bool, max_wait_ms: int,
                  min_bytes: int, fetch_max_bytes: int, max_partition_fetch_bytes: int,
                  max_in_flight: int, control_batches: bool, auto_offset_reset: str,
-                 retry_backoff: float, max_retry_backoff: float, client_id: str):
+                 retry_backoff: float, max_retry_backoff: float, client_id: str,
+                 on_reset: Callable[[tuple[str, int], int], None] | None = None):
         self.cluster = cluster
+        self.on_reset = on_reset
         self.read_committed = read_committed
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
@@ -109,6 +119,7 @@ class Fetcher:
         self.ready: deque[FetchedPartition] = deque()
         self.fatal: BaseException | None = None
         self.in_flight: dict[int, int] = {}          # node -> fetches in flight
+        self.lookups: list[OffsetLookup] = []        # resets being looked up
         self.rotation = 0
         self.fetches_sent = 0
         self.responses = 0
@@ -125,6 +136,7 @@ class Fetcher:
         st = self.states[key]
         st.position = position
         st.reset = reset
+        st.lookup = None                   # an answer to an older lookup is not for this reset
         st.epoch += 1
         st.alone = False
         st.backoff_until = 0.0
@@ -143,6 +155,47 @@ class Fetcher:
         if key in self.states:
             self.seek(key, None)
             del self.states[key]
+
+    # -- resets --------------------------------------------------------------------------------
+    def send_resets(self) -> None:
+        """Look up the positions of the partitions to reset (one OffsetLookup per kind, asked
+        without waiting; a lookup whose partitions were all sought elsewhere since is dropped).
+        A lookup's non-retriable error becomes `fatal` (poll() raises it)."""
+        fresh: dict[str, list[tuple[str, int]]] = {}
+        for key, st in self.states.items():
+            if st.reset is not None and st.lookup is None:
+                fresh.setdefault(st.reset, []).append(key)
+        for kind, keys in fresh.items():
+            lookup = OffsetLookup(
+                self.cluster, keys, control.EARLIEST_TIMESTAMP if kind == "earliest"
+                else control.LATEST_TIMESTAMP, read_committed=self.read_committed,
+                client_id=self.client_id, retry_backoff=self.retry_backoff,
+                max_retry_backoff=self.max_retry_backoff)
+            lookup.on_found = functools.partial(self._reset_found, lookup)
+            for key in keys:
+                self.states[key].lookup = lookup
+            self.lookups.append(lookup)
+        live = []
+        for lookup in self.lookups:
+            if not any(st.lookup is lookup for st in self.states.values()):
+                continue                         # seek()/unassign() since: nobody waits for it
+            if lookup.error is not None:
+                self.fatal = lookup.error
+                for st in self.states.values():
+                    if st.lookup is lookup:
+                        st.lookup = None         # looked up again at the next call
+                continue
+            lookup.send()
+            live.append(lookup)
+        self.lookups = live
+
+    def _reset_found(self, lookup: OffsetLookup, key: tuple[str, int], offset: int) -> None:
+        st = self.states.get(key)
+        if st is None or st.lookup is not lookup:
+            return                               # sought elsewhere since
+        self.seek(key, offset)
+        if self.on_reset is not None:
+            self.on_reset(key, offset)
 
     # -- sending -------------------------------------------------------------------------------
     def send_fetches(self) -> None:
@@ -205,7 +258,8 @@ class Fetcher:
         request = Request(FETCH, encode, lambda resp, version: self._on_response(resp, version, fetch),
                           lambda exc: self._on_error(exc, fetch), max_version=FETCH_MAX_VERSION,
                           min_version=FETCH_MIN_VERSION,
-                          timeout=self.cluster.request_timeout + self.max_wait_ms / 1000)
+                          timeout=self.cluster.request_timeout + self.max_wait_ms / 1000,
+                          ring_bounded=True)
         for s in group:
             s.fetch = fetch
         self.in_flight[node] = self.in_flight.get(node, 0) + 1

@@ -16,7 +16,7 @@ coordinator keys).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from kafkacodec.protocol import messages
@@ -38,6 +38,8 @@ __all__ = [
     "init_producer_id_request",
     "sasl_handshake_request",
     "sasl_authenticate_request",
+    "request_encoder",
+    "response_decoder",
 ]
 
 #: The newest version of each api whose layout the helpers below fill (and the oldest a
@@ -70,6 +72,24 @@ def decode_response(response: Message, data: Any, api_version: int) -> Any:
     """A response payload (correlation id first) as Structs; CorruptRecordError, naming the
     byte, when the schema does not accept the bytes."""
     return messages.decode_response(response, data, api_version)
+
+
+def request_encoder(message: Outgoing, client_id: str | None) -> Callable[[int, int], bytes]:
+    """`encode(api_version, correlation_id)`, the consumer core's Request.encode, for `message`."""
+    def encode(api_version: int, correlation_id: int) -> bytes:
+        return encode_request(message, api_version, correlation_id, client_id)
+
+    return encode
+
+
+def response_decoder(api_key: int) -> Callable[[Any, int], Any]:
+    """`decode(response, api_version)` for Cluster.call: a ring response's payload decoded."""
+    response = RESPONSES[api_key]
+
+    def decode(ring_response: Any, api_version: int) -> Any:
+        return decode_response(response, ring_response.payload, api_version)
+
+    return decode
 
 
 def list_offsets_request(partitions: Mapping[str, Iterable[tuple[int, int]]], *,

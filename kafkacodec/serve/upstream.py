@@ -23,8 +23,15 @@ KIP-81) on the thread `kafkacodec-upstream`; nothing else touches that consumer.
   cluster's: OffsetFetch reads the cluster's committed offsets of the group and OffsetCommit
   writes them there (OffsetCommit v2+ with generation -1: a group without members upstream),
   answered once the cluster acknowledged it.  A client can later consume the cluster directly
-  with the same group id and resume.  The loop thread waits for those calls (at most
-  `upstream_timeout_s`); they happen at joins and commits, not per fetch.
+  with the same group id and resume.  Every group goes through the upstream consumer's own
+  connections (consumer._groups.GroupOffsets): its coordinator connections, one per broker,
+  carry every group's requests, so the gateway holds at most two connections (data and
+  coordinator) per broker and per bootstrap address however many group ids clients name.
+  The loop thread waits for those calls (at most `upstream_timeout_s`, the deadline of each
+  call upstream too); they happen at joins and commits, not per fetch.
+- Metadata answers: every topic of the cluster is asked for, so the upstream consumer accepts
+  answers (and other control answers) up to its ring's size (`receive_message_max_bytes` =
+  buffer_memory / 4, at least 1 MiB) instead of the consumer's 1 MiB default.
 
 Limitations: read_committed fetches are answered up to the cluster's last stable offset, but
 without the list of aborted transactions (old clients cannot ask for read_committed; new ones
@@ -222,6 +229,7 @@ class UpstreamView:
                  metadata_interval_s: float = 5.0, timeout: float = 30.0,
                  client_id: str = "kafkacodec-serve"):
         from kafkacodec.consumer import Consumer        # kafka-python: the serve extra
+        from kafkacodec.consumer._cluster import DEFAULT_RECEIVE_MESSAGE_MAX_BYTES
 
         self.bootstrap = bootstrap
         self.timeout = timeout
@@ -240,9 +248,9 @@ class UpstreamView:
         self._stop = threading.Event()
         self.consumer = Consumer(bootstrap, buffer_memory=buffer_memory, client_id=client_id,
                                  control_batches=True, auto_offset_reset="none",
-                                 fetch_max_wait_ms=200, request_timeout=timeout)
-        self._group_clients: dict[str, Any] = {}
-        self._consumer_cls = Consumer
+                                 fetch_max_wait_ms=200, request_timeout=timeout,
+                                 receive_message_max_bytes=max(DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
+                                                               buffer_memory // 4))
         self.thread = threading.Thread(target=self._run, name="kafkacodec-upstream", daemon=True)
         self.thread.start()
         try:
@@ -277,15 +285,6 @@ class UpstreamView:
             raise
         except Exception as exc:
             raise UpstreamError(f"upstream cluster ({self.bootstrap}): {exc}") from exc
-
-    def group_client(self, consumer: Any, group: str) -> Any:
-        """A coordinator-only Consumer of `group` (upstream thread only), sharing the reactor."""
-        client = self._group_clients.get(group)
-        if client is None:
-            client = self._group_clients[group] = self._consumer_cls(
-                self.bootstrap, buffer_memory=1 << 20, ring_bytes=64 << 10, group_id=group,
-                client_id=consumer.client_id, request_timeout=self.timeout, reactor=consumer.reactor)
-        return client
 
     @property
     def cached_bytes(self) -> int:
@@ -327,8 +326,6 @@ class UpstreamView:
             log.exception("the upstream thread failed")
         finally:
             self._fail_jobs()
-            for client in self._group_clients.values():
-                client.close()
             consumer.close()
 
     def _run_jobs(self, consumer: Any) -> None:
@@ -481,7 +478,9 @@ class UpstreamView:
 
 class UpstreamOffsetStore:
     """Group offsets kept by the upstream cluster (offsets.OffsetStore's interface): read and
-    written through the cluster's group coordinator on the upstream thread."""
+    written through the cluster's group coordinator on the upstream thread, over the upstream
+    consumer's connections (its GroupOffsets: any number of groups, one coordinator connection
+    per broker)."""
 
     def __init__(self, view: UpstreamView):
         self.view = view
@@ -491,7 +490,7 @@ class UpstreamOffsetStore:
         tps = [(t.name, p) for t in view.topics.values() if not t.is_internal for p in t.partitions]
 
         def fetch(consumer: Any) -> dict[tuple[str, int], int | None]:
-            result: dict[tuple[str, int], int | None] = view.group_client(consumer, group).committed(tps)
+            result: dict[tuple[str, int], int | None] = consumer.groups.committed(group, tps)
             return result
 
         found = view.call(fetch)
@@ -502,4 +501,4 @@ class UpstreamOffsetStore:
         OSError: the client gets COORDINATOR_NOT_AVAILABLE and retries) otherwise."""
         view = self.view
         plain = {tp: value.offset for tp, value in offsets.items()}
-        view.call(lambda consumer: view.group_client(consumer, group).commit(plain))
+        view.call(lambda consumer: consumer.groups.commit(group, plain))
