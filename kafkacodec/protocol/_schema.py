@@ -83,8 +83,8 @@ class Field:
     """One field of a schema: `kind` is a type name, `item` the element type of an array
     (a type name or a tuple of Fields for an array of structs), `fields` a nested struct's."""
 
-    __slots__ = ("name", "json_name", "kind", "valid", "nullable", "tag", "default", "item",
-                 "fields", "compact")
+    __slots__ = ("name", "json_name", "label", "kind", "valid", "nullable", "tag", "default",
+                 "item", "fields", "compact", "plans")
 
     def __init__(self, name: str, kind: str, valid: str = "0+", *, nullable: str | None = None,
                  tag: int | None = None, default: Any = None, item: Any = None,
@@ -92,6 +92,7 @@ class Field:
         self.name = name
         first, *rest = name.split("_")
         self.json_name = first + "".join(part.capitalize() for part in rest)   # Kafka's JSON name
+        self.label = f"field {name}"                   # errors name it (the message added later)
         self.kind = kind
         self.valid = versions(valid)
         self.nullable = versions(nullable)
@@ -102,6 +103,7 @@ class Field:
         # the versions in which a string, bytes or array of this field is compact, where not
         # the message's flexible versions (Kafka's field "flexibleVersions": the header's ClientId)
         self.compact = None if flexible is None else versions(flexible)
+        self.plans: dict[tuple[int, bool], _Plan] = {}   # a nested struct's, by version
 
     def is_compact(self, flexible: bool, version: int) -> bool:
         return flexible if self.compact is None else self.compact[0] <= version <= self.compact[1]
@@ -236,71 +238,100 @@ def _json_value(kind: str, value: Any) -> Any:
     return value
 
 
+class _Plan:
+    """How a struct's fields are read in one version: the fields on the wire in order, the
+    tagged ones by tag, and every field with its default (the output's order).  Made once per
+    struct and version; a (field, nullable, compact) step says how to read one field."""
+
+    __slots__ = ("reads", "tagged", "layout")
+
+    def __init__(self, fields: Sequence[Field], version: int, flexible: bool):
+        reads: list[tuple[Field, bool, bool]] = []
+        self.tagged: dict[int, tuple[Field, bool, bool]] = {}
+        self.layout: list[tuple[Field, bool, Any]] = []
+        for field in fields:
+            present = field.present(version)
+            step = (field, field.nullable_in(version), field.is_compact(flexible, version))
+            if present and flexible and field.tag is not None:
+                self.tagged[field.tag] = step
+            elif present:
+                reads.append(step)
+            self.layout.append((field, present, field.default_value(version)))
+        self.reads = tuple(reads)
+
+
+def _plan(plans: dict[tuple[int, bool], _Plan], fields: Sequence[Field], version: int,
+          flexible: bool) -> _Plan:
+    plan = plans.get((version, flexible))
+    if plan is None:
+        plan = plans[version, flexible] = _Plan(fields, version, flexible)
+    return plan
+
+
+def _fresh(default: Any) -> Any:
+    """A default to hand out: a list (an array's) copied, since callers may change it."""
+    return default.copy() if isinstance(default, list) else default
+
+
 class _Decoding:
-    """One decode: the message, its version and flexibility, and the form asked for."""
+    """One decode: the message's version and flexibility, and the form asked for."""
 
-    __slots__ = ("name", "version", "flexible", "json", "make", "strings")
+    __slots__ = ("version", "flexible", "json", "make", "strings")
 
-    def __init__(self, name: str, version: int, flexible: bool, form: str):
+    def __init__(self, version: int, flexible: bool, form: str):
         if form not in (DICT, ATTRS, JSON):
             raise ValueError(f"unknown decoded form {form!r} (dict, attrs or json)")
-        self.name = name
         self.version = version
         self.flexible = flexible
         self.json = form == JSON
         self.make: Callable[[], dict[str, Any]] = Struct if form == ATTRS else dict
         self.strings = "replace" if self.json else "strict"
 
-    def read_struct(self, r: Reader, fields: Sequence[Field]) -> dict[str, Any]:
-        version, flexible = self.version, self.flexible
+    def read_struct(self, r: Reader, plans: dict[tuple[int, bool], _Plan],
+                    fields: Sequence[Field]) -> dict[str, Any]:
+        plan = _plan(plans, fields, self.version, self.flexible)
         values: dict[str, Any] = {}
-        tagged: dict[int, Field] = {}
-        for field in fields:
-            if not field.present(version):
-                continue
-            if flexible and field.tag is not None:
-                tagged[field.tag] = field
-            else:
-                values[field.name] = self.read_field(r, field)
-        if flexible:
+        for step in plan.reads:
+            values[step[0].name] = self.read_field(r, step)
+        if self.flexible:
             for _ in range(r.uvarint("tagged fields count")):
                 tag = r.uvarint("tag")
                 size = r.uvarint("tagged field size")
-                field_for_tag = tagged.get(tag)
-                if field_for_tag is None:
+                known = plan.tagged.get(tag)
+                if known is None:
                     r.take(size, "unknown tagged field")
                     continue
                 if size > r.end - r.pos:
                     raise CorruptRecordError("tagged field longer than the message", position=r.pos)
                 sub = Reader(r.data, r.pos, r.pos + size, r.entries_left)
-                values[field_for_tag.name] = self.read_field(sub, field_for_tag)
+                values[known[0].name] = self.read_field(sub, known)
                 r.pos += size
                 r.entries_left = sub.entries_left
         out = self.make()
-        for field in fields:
-            if self.json:
+        if self.json:
+            for field, present, default in plan.layout:
                 if field.name not in values:
                     continue            # outside the version, or a tagged field not sent
                 value = values[field.name]
-                if field.tag is not None and value == self.json_default(field):
+                if field.tag is not None and value == self.json_default(field, default):
                     continue            # Kafka's converters write a tagged field if not default
                 out[field.json_name] = value
-            else:
-                value = values.get(field.name, values)
-                out[field.name] = field.default_value(version) if value is values else value
+            return out
+        for field, present, default in plan.layout:
+            value = values.get(field.name, values)
+            out[field.name] = _fresh(default) if value is values else value
         return out
 
-    def json_default(self, field: Field) -> Any:
-        default = field.default_value(self.version)
+    @staticmethod
+    def json_default(field: Field, default: Any) -> Any:
         if field.kind == "array" and isinstance(field.item, str) and default:
             return [_json_value(field.item, item) for item in default]
         return _json_value(field.kind, default)
 
-    def read_field(self, r: Reader, field: Field) -> Any:
+    def read_field(self, r: Reader, step: tuple[Field, bool, bool]) -> Any:
+        field, nullable, compact = step
         kind = field.kind
-        what = f"{self.name} v{self.version} field {field.name}"
-        nullable = field.nullable_in(self.version)
-        compact = field.is_compact(self.flexible, self.version)
+        what = field.label
         if kind == "array":
             n = r.length(compact, 4, nullable, what)
             if n < 0:
@@ -316,20 +347,26 @@ class _Decoding:
                                           "in one message", position=r.pos)
             if isinstance(item, str):
                 return [self.read_value(r, item, False, compact, what) for _ in range(n)]
-            return [self.read_struct(r, item) for _ in range(n)]
+            return [self.read_struct(r, field.plans, item) for _ in range(n)]
         if kind == STRUCT:
             if nullable and r.fixed(INT8, what) < 0:
                 return None
-            return self.read_struct(r, field.fields)
+            return self.read_struct(r, field.plans, field.fields)
         return self.read_value(r, kind, nullable, compact, what)
 
     def read_value(self, r: Reader, kind: str, nullable: bool, compact: bool, what: str) -> Any:
-        if kind in _FIXED:
-            return r.fixed(kind, what)
+        codec = _FIXED.get(kind)
+        if codec is not None:
+            if codec.size > r.end - r.pos:
+                raise CorruptRecordError(f"{what}: {codec.size} bytes needed, {r.end - r.pos} left",
+                                         position=r.pos)
+            value: Any = codec.unpack_from(r.data, r.pos)[0]
+            r.pos += codec.size
+            return value
         if kind == STRING:
             return r.string(compact, nullable, what, self.strings)
         if kind == UUID:
-            value: Any = _uuid.UUID(bytes=bytes(r.take(16, what)))
+            value = _uuid.UUID(bytes=bytes(r.take(16, what)))
         else:
             n = r.length(compact, 4, nullable, what)                      # bytes, records
             value = None if n < 0 else bytes(r.take(n, what))  # a copy: the buffer goes back
@@ -347,6 +384,7 @@ class Message:
         self.valid = versions(valid)
         self.flexible = versions(flexible)
         self.fields = tuple(fields)
+        self.plans: dict[tuple[int, bool], _Plan] = {}
 
     @property
     def min_version(self) -> int:
@@ -379,10 +417,13 @@ class Message:
         """The message at the reader's position, which is left after it.  Invalid UTF-8 in a
         string raises in the DICT and ATTRS forms and is replaced in JSON; `invalid_utf8`
         ("strict" or "replace") overrides that."""
-        decoding = _Decoding(self.name, version, self.is_flexible(version), form)
+        decoding = _Decoding(version, self.is_flexible(version), form)
         if invalid_utf8 is not None:
             decoding.strings = invalid_utf8
-        return decoding.read_struct(reader, self.fields)
+        try:
+            return decoding.read_struct(reader, self.plans, self.fields)
+        except (CorruptRecordError, RecordTooLargeError) as exc:
+            raise exc.with_context(f"{self.name} v{version} ")
 
     # --- encoding ------------------------------------------------------------------------------
     def encode(self, version: int, value: dict[str, Any], out: bytearray | None = None) -> bytearray:

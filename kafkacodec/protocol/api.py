@@ -3,10 +3,10 @@ serve, consumer, mirror).
 
 Facts from Kafka 4.1's `org.apache.kafka.common.protocol.ApiKeys` and `Errors` (names and
 numbers as Kafka's, every one Kafka 4.1 defines); an error's `retriable` and `invalid_metadata`
-follow its exception class there: a `RetriableException` subclass may succeed when retried, an
-`InvalidMetadataException` one (a retriable kind) means the client's metadata is stale and is
-refreshed before the retry.  tests/test_protocol_api.py checks both enums against the
-kafka-clients jar at test time.
+follow its exception class there (the two sets at the end): a `RetriableException` subclass
+may succeed when retried, an `InvalidMetadataException` one (a retriable kind) means the
+client's metadata is stale and is refreshed before the retry.  tests/test_protocol_api.py
+checks both enums against the kafka-clients jar at test time.
 """
 
 from __future__ import annotations
@@ -119,9 +119,14 @@ class ApiKey(IntEnum):
         API_VERSIONS (ApiVersionsRequest, ApiVersionsResponse)."""
         return "".join(part.capitalize() for part in self.name.split("_"))
 
-
-_RETRIABLE = 1                      # a RetriableException subclass
-_INVALID_METADATA = 3               # an InvalidMetadataException subclass (retriable too)
+    @classmethod
+    def name_of(cls, api_key: int) -> str:
+        """Kafka's name of the API (`message_name`), or "api N" for a key this table does not
+        know."""
+        try:
+            return cls(api_key).message_name
+        except ValueError:
+            return f"api {api_key}"
 
 
 class Error(IntEnum):
@@ -129,36 +134,28 @@ class Error(IntEnum):
     (an unknown one to UNKNOWN_SERVER_ERROR, as Kafka's Errors.forCode); `Error.name_of(code)`
     names any code, an unknown one included."""
 
-    _flags: int
-
-    def __new__(cls, code: int, flags: int = 0) -> Error:
-        member = int.__new__(cls, code)
-        member._value_ = code
-        member._flags = flags
-        return member
-
     UNKNOWN_SERVER_ERROR = -1
     NONE = 0
     OFFSET_OUT_OF_RANGE = 1
-    CORRUPT_MESSAGE = 2, _RETRIABLE
-    UNKNOWN_TOPIC_OR_PARTITION = 3, _INVALID_METADATA
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
     INVALID_FETCH_SIZE = 4
-    LEADER_NOT_AVAILABLE = 5, _INVALID_METADATA
-    NOT_LEADER_OR_FOLLOWER = 6, _INVALID_METADATA
-    REQUEST_TIMED_OUT = 7, _RETRIABLE
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
     BROKER_NOT_AVAILABLE = 8
-    REPLICA_NOT_AVAILABLE = 9, _INVALID_METADATA
+    REPLICA_NOT_AVAILABLE = 9
     MESSAGE_TOO_LARGE = 10
     STALE_CONTROLLER_EPOCH = 11
     OFFSET_METADATA_TOO_LARGE = 12
-    NETWORK_EXCEPTION = 13, _INVALID_METADATA
-    COORDINATOR_LOAD_IN_PROGRESS = 14, _RETRIABLE
-    COORDINATOR_NOT_AVAILABLE = 15, _RETRIABLE
-    NOT_COORDINATOR = 16, _RETRIABLE
+    NETWORK_EXCEPTION = 13
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
     INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
-    NOT_ENOUGH_REPLICAS = 19, _RETRIABLE
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20, _RETRIABLE
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     INVALID_REQUIRED_ACKS = 21
     ILLEGAL_GENERATION = 22
     INCONSISTENT_GROUP_PROTOCOL = 23
@@ -179,7 +176,7 @@ class Error(IntEnum):
     INVALID_REPLICATION_FACTOR = 38
     INVALID_REPLICA_ASSIGNMENT = 39
     INVALID_CONFIG = 40
-    NOT_CONTROLLER = 41, _RETRIABLE
+    NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
     POLICY_VIOLATION = 44
@@ -189,12 +186,12 @@ class Error(IntEnum):
     INVALID_TXN_STATE = 48
     INVALID_PRODUCER_ID_MAPPING = 49
     INVALID_TRANSACTION_TIMEOUT = 50
-    CONCURRENT_TRANSACTIONS = 51, _RETRIABLE
+    CONCURRENT_TRANSACTIONS = 51
     TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
     OPERATION_NOT_ATTEMPTED = 55
-    KAFKA_STORAGE_ERROR = 56, _INVALID_METADATA
+    KAFKA_STORAGE_ERROR = 56
     LOG_DIR_NOT_FOUND = 57
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
@@ -208,26 +205,26 @@ class Error(IntEnum):
     INVALID_PRINCIPAL_TYPE = 67
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
-    FETCH_SESSION_ID_NOT_FOUND = 70, _RETRIABLE
-    INVALID_FETCH_SESSION_EPOCH = 71, _RETRIABLE
-    LISTENER_NOT_FOUND = 72, _INVALID_METADATA
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
+    LISTENER_NOT_FOUND = 72
     TOPIC_DELETION_DISABLED = 73
-    FENCED_LEADER_EPOCH = 74, _INVALID_METADATA
-    UNKNOWN_LEADER_EPOCH = 75, _RETRIABLE
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
     UNSUPPORTED_COMPRESSION_TYPE = 76
     STALE_BROKER_EPOCH = 77
-    OFFSET_NOT_AVAILABLE = 78, _RETRIABLE
+    OFFSET_NOT_AVAILABLE = 78
     MEMBER_ID_REQUIRED = 79
-    PREFERRED_LEADER_NOT_AVAILABLE = 80, _INVALID_METADATA
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
-    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83, _INVALID_METADATA
-    ELECTION_NOT_NEEDED = 84, _INVALID_METADATA
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+    ELECTION_NOT_NEEDED = 84
     NO_REASSIGNMENT_IN_PROGRESS = 85
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
-    UNSTABLE_OFFSET_COMMIT = 88, _RETRIABLE
-    THROTTLING_QUOTA_EXCEEDED = 89, _RETRIABLE
+    UNSTABLE_OFFSET_COMMIT = 88
+    THROTTLING_QUOTA_EXCEEDED = 89
     PRODUCER_FENCED = 90
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
@@ -238,13 +235,13 @@ class Error(IntEnum):
     PRINCIPAL_DESERIALIZATION_FAILURE = 97
     SNAPSHOT_NOT_FOUND = 98
     POSITION_OUT_OF_RANGE = 99
-    UNKNOWN_TOPIC_ID = 100, _INVALID_METADATA
+    UNKNOWN_TOPIC_ID = 100
     DUPLICATE_BROKER_REGISTRATION = 101
     BROKER_ID_NOT_REGISTERED = 102
-    INCONSISTENT_TOPIC_ID = 103, _INVALID_METADATA
+    INCONSISTENT_TOPIC_ID = 103
     INCONSISTENT_CLUSTER_ID = 104
     TRANSACTIONAL_ID_NOT_FOUND = 105
-    FETCH_SESSION_TOPIC_ID_ERROR = 106, _RETRIABLE
+    FETCH_SESSION_TOPIC_ID_ERROR = 106
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
     OFFSET_MOVED_TO_TIERED_STORAGE = 109
@@ -260,8 +257,8 @@ class Error(IntEnum):
     INVALID_REGISTRATION = 119
     TRANSACTION_ABORTABLE = 120
     INVALID_RECORD_STATE = 121
-    SHARE_SESSION_NOT_FOUND = 122, _RETRIABLE
-    INVALID_SHARE_SESSION_EPOCH = 123, _RETRIABLE
+    SHARE_SESSION_NOT_FOUND = 122
+    INVALID_SHARE_SESSION_EPOCH = 123
     FENCED_STATE_EPOCH = 124
     INVALID_VOTER_KEY = 125
     DUPLICATE_VOTER = 126
@@ -271,17 +268,17 @@ class Error(IntEnum):
     STREAMS_INVALID_TOPOLOGY = 130
     STREAMS_INVALID_TOPOLOGY_EPOCH = 131
     STREAMS_TOPOLOGY_FENCED = 132
-    SHARE_SESSION_LIMIT_REACHED = 133, _RETRIABLE
+    SHARE_SESSION_LIMIT_REACHED = 133
 
     @property
     def retriable(self) -> bool:
         """A retry may succeed (Kafka's RetriableException)."""
-        return bool(self._flags & _RETRIABLE)
+        return self in _RETRIABLE
 
     @property
     def invalid_metadata(self) -> bool:
         """The client's metadata is stale: refresh it, then retry (InvalidMetadataException)."""
-        return self._flags == _INVALID_METADATA
+        return self in _INVALID_METADATA
 
     @classmethod
     def for_code(cls, code: int) -> Error:
@@ -298,3 +295,22 @@ class Error(IntEnum):
             return cls(code).name
         except ValueError:
             return f"unknown error code {code}"
+
+
+# The exception class of each error in Kafka's Errors: an InvalidMetadataException subclass
+# (all of them are RetriableException subclasses too), or another RetriableException one.
+_INVALID_METADATA = frozenset({
+    Error.UNKNOWN_TOPIC_OR_PARTITION, Error.LEADER_NOT_AVAILABLE, Error.NOT_LEADER_OR_FOLLOWER,
+    Error.REPLICA_NOT_AVAILABLE, Error.NETWORK_EXCEPTION, Error.KAFKA_STORAGE_ERROR,
+    Error.LISTENER_NOT_FOUND, Error.FENCED_LEADER_EPOCH, Error.PREFERRED_LEADER_NOT_AVAILABLE,
+    Error.ELIGIBLE_LEADERS_NOT_AVAILABLE, Error.ELECTION_NOT_NEEDED, Error.UNKNOWN_TOPIC_ID,
+    Error.INCONSISTENT_TOPIC_ID})
+_RETRIABLE = _INVALID_METADATA | {
+    Error.CORRUPT_MESSAGE, Error.REQUEST_TIMED_OUT, Error.COORDINATOR_LOAD_IN_PROGRESS,
+    Error.COORDINATOR_NOT_AVAILABLE, Error.NOT_COORDINATOR, Error.NOT_ENOUGH_REPLICAS,
+    Error.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Error.NOT_CONTROLLER, Error.CONCURRENT_TRANSACTIONS,
+    Error.FETCH_SESSION_ID_NOT_FOUND, Error.INVALID_FETCH_SESSION_EPOCH,
+    Error.UNKNOWN_LEADER_EPOCH, Error.OFFSET_NOT_AVAILABLE, Error.UNSTABLE_OFFSET_COMMIT,
+    Error.THROTTLING_QUOTA_EXCEEDED, Error.FETCH_SESSION_TOPIC_ID_ERROR,
+    Error.SHARE_SESSION_NOT_FOUND, Error.INVALID_SHARE_SESSION_EPOCH,
+    Error.SHARE_SESSION_LIMIT_REACHED}

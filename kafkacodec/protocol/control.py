@@ -44,9 +44,10 @@ __all__ = [
 
 #: The newest version of each api whose layout the helpers below fill (and the oldest a
 #: Kafka 4 broker still answers is at or below it).
-MAX_VERSIONS = {ApiKey.LIST_OFFSETS: 7, ApiKey.OFFSET_COMMIT: 9, ApiKey.OFFSET_FETCH: 7,
-                ApiKey.FIND_COORDINATOR: 3, ApiKey.INIT_PRODUCER_ID: 4,
-                ApiKey.SASL_HANDSHAKE: 1, ApiKey.SASL_AUTHENTICATE: 2}
+MAX_VERSIONS: dict[int, int] = {
+    ApiKey.LIST_OFFSETS: 7, ApiKey.OFFSET_COMMIT: 9, ApiKey.OFFSET_FETCH: 7,
+    ApiKey.FIND_COORDINATOR: 3, ApiKey.INIT_PRODUCER_ID: 4,
+    ApiKey.SASL_HANDSHAKE: 1, ApiKey.SASL_AUTHENTICATE: 2}
 
 #: ListOffsets timestamps (Kafka's ListOffsetsRequest.EARLIEST_TIMESTAMP / LATEST_TIMESTAMP).
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1

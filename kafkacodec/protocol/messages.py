@@ -373,8 +373,10 @@ _PAIRS = (
     (SASL_AUTHENTICATE_REQUEST, SASL_AUTHENTICATE_RESPONSE))
 REQUESTS: dict[int, Message] = {request.api_key: request for request, _ in _PAIRS}  # type: ignore[misc]
 RESPONSES: dict[int, Message] = {response.api_key: response for _, response in _PAIRS}  # type: ignore[misc]
-#: First flexible version of every API with a schema here, and of Fetch (_fetch*.pyx).
-FLEXIBLE: dict[int, int] = {key: m.flexible[0] for key, m in REQUESTS.items()}
+#: First flexible version of every API with a schema here that has one, and of Fetch
+#: (_fetch*.pyx).
+FLEXIBLE: dict[int, int] = {key: m.flexible[0] for key, m in REQUESTS.items()
+                            if m.flexible[0] <= m.flexible[1]}
 FLEXIBLE[ApiKey.FETCH] = 12
 
 _FRAME = struct.Struct(">i")
