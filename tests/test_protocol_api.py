@@ -108,3 +108,23 @@ def test_compiled_codecs_write_the_api_keys_of_ApiKey():
     }
     for key, frame in frames.items():
         assert struct.unpack_from(">h", frame, 4)[0] == key, key.name
+
+
+@pytest.mark.parametrize("version", range(4, 17))
+def test_the_compiled_fetch_codecs_and_messages_agree_on_fetchs_flexible_versions(version):
+    """Fetch has no schema: its first flexible version is a C constant in _wire.pxd and an
+    entry of messages.FLEXIBLE.  A request the client codec frames has its header read by
+    messages.parse_request_header (header v2 from FLEXIBLE[FETCH]) and its body by the server
+    codec from there, strictly: a disagreement leaves a byte over or runs short."""
+    from kafkacodec.protocol import encode_fetch_request, messages
+    from kafkacodec.protocol._fetch_server import decode_fetch_request
+
+    import uuid
+
+    topic = "t" if version < 13 else uuid.UUID(int=7)                   # v13+: topic ids
+    frame = encode_fetch_request([(topic, [(0, 5, 1 << 20)])], api_version=version, correlation_id=9)
+    payload = memoryview(frame)[4:]
+    key, got, cid, _, start = messages.parse_request_header(payload)
+    assert (key, got, cid) == (ApiKey.FETCH, version, 9)
+    request = decode_fetch_request(payload, version, start, strict=True)
+    assert request.topics[0][2][0].fetch_offset == 5
