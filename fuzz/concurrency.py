@@ -840,6 +840,8 @@ _OWNED = {
                           "call (plan, read_split, describe, write_log) or one task",
     "kafkacodec.cli.": "the CLI: made and used by one command",
     "kafkacodec.protocol._schema.": "a value: the message schemas, read-only after import",
+    "kafkacodec.protocol.api.": "a value: ApiKey and Error, enums",
+    "kafkacodec.protocol.control.": "a value: a request to send (Outgoing), made per call",
     "kafkacodec.protocol._fetch_server.": "a value: a decoded request, fields only",
     "kafkacodec.spark.": "Spark: one per task or query plan",
 }

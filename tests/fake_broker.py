@@ -16,8 +16,11 @@ import struct
 import threading
 from collections.abc import Callable
 
-FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 1, 2, 3, 8, 9, 10
-API_VERSIONS = 18
+from kafkacodec.protocol.api import ApiKey
+
+FETCH, LIST_OFFSETS, METADATA = ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA
+OFFSET_COMMIT, OFFSET_FETCH = ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH
+FIND_COORDINATOR, API_VERSIONS = ApiKey.FIND_COORDINATOR, ApiKey.API_VERSIONS
 
 #: api key -> (min, max): what the fake broker says it speaks (non-flexible versions).
 VERSIONS = {API_VERSIONS: (0, 2), METADATA: (1, 1), FETCH: (4, 4), LIST_OFFSETS: (1, 5),
@@ -67,10 +70,11 @@ def fetch_v4_offsets(body: bytes) -> dict[tuple[str, int], int]:
     return out
 
 
-def fetch_v4_body(topic: str, partition: int, records: bytes, high_watermark: int) -> bytes:
-    """FetchResponse v4 for one partition: no error, no aborted transactions, `records`."""
+def fetch_v4_body(topic: str, partition: int, records: bytes, high_watermark: int, *,
+                  error_code: int = 0) -> bytes:
+    """FetchResponse v4 for one partition: `error_code`, no aborted transactions, `records`."""
     return (struct.pack(">ii", 0, 1) + string(topic)
-            + struct.pack(">iihqqi", 1, partition, 0, high_watermark, high_watermark, -1)
+            + struct.pack(">iihqqi", 1, partition, error_code, high_watermark, high_watermark, -1)
             + struct.pack(">i", len(records)) + records)
 
 

@@ -41,17 +41,19 @@ class BrokerUnavailable(RuntimeError):
     """Java or Maven is missing, or the jars could not be resolved."""
 
 
-def classpath(version: str = DEFAULT_VERSION) -> str:
-    """The broker's classpath (kafka_2.13 and its dependencies), resolved once with Maven."""
+def classpath(version: str = DEFAULT_VERSION, *, tools: tuple[str, ...] = ("java", "mvn")) -> str:
+    """The broker's classpath (kafka_2.13 and its dependencies), resolved once with Maven;
+    `tools` are those the caller needs on PATH (reading the jars needs no java)."""
     folder = CACHE / f"kafka-{version}"
     cp_file = folder / "classpath.txt"
     if cp_file.exists():
         cp = cp_file.read_text().strip()
         if all(Path(p).exists() for p in cp.split(os.pathsep)):
             return cp
-    for tool in ("java", "mvn"):
+    for tool in tools:
         if shutil.which(tool) is None:
-            raise BrokerUnavailable(f"a real Kafka broker needs {tool} on PATH")
+            raise BrokerUnavailable(f"{tool} is not on PATH (Kafka's jars are resolved with mvn "
+                                    "and run with java)")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "pom.xml").write_text(_POM.format(version=version))
     tmp = folder / f"classpath.{os.getpid()}.tmp"

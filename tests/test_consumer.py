@@ -14,7 +14,6 @@ import time
 import pytest
 
 ck = pytest.importorskip("confluent_kafka")
-pytest.importorskip("kafka")
 
 from mock_cluster import MockCluster  # noqa: E402
 
@@ -22,7 +21,7 @@ from kafkacodec import ConcurrentUseError, MemoryRecords  # noqa: E402
 from kafkacodec.consumer import Consumer  # noqa: E402
 from kafkacodec.consumer._cluster import Cluster  # noqa: E402
 from kafkacodec.net.client import ResponseReader  # noqa: E402
-from kafkacodec.protocol.control import LIST_OFFSETS  # noqa: E402
+from kafkacodec.protocol.api import ApiKey  # noqa: E402
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 PER_PARTITION = 60
@@ -446,7 +445,7 @@ def test_answers_read_before_a_bad_frame_are_delivered(bad):
             with resp:
                 events.append(("metadata", len(decode_metadata_response(resp.payload, version).topics)))
 
-        hang = Request(LIST_OFFSETS, _list_offsets_frame, lambda r, v: r.release(),
+        hang = Request(ApiKey.LIST_OFFSETS, _list_offsets_frame, lambda r, v: r.release(),
                        lambda exc: events.append(("hang failed", type(exc).__name__)),
                        max_version=5, min_version=1)
         meta = Request(METADATA, lambda v, cid: encode_metadata_request(["t"], api_version=v,
@@ -505,6 +504,34 @@ def test_a_fetch_answer_followed_by_a_bad_frame_is_kept():
         got = consume_all(consumer, {("t", 0): 10}, "raw", timeout=5)
     assert [(p, o, k, v) for p, o, k, v, _, _ in got] == [(0, i, b"k%d" % i, b"v%d" % i) for i in range(10)]
     assert asked.count(0) == 1 and 5 in asked, asked
+
+
+def test_a_corrupt_message_fetch_answer_fails_the_consumer():
+    """CORRUPT_MESSAGE is retriable in Kafka's error table (CorruptRecordException), yet Kafka's
+    consumer fails on it in a fetch answer (FetchCollector) instead of asking for the same bytes
+    again: poll() raises BrokerError naming it, after one fetch."""
+    from fake_broker import FETCH, FakeBroker, answering, fetch_v4_body
+
+    from kafkacodec.consumer import BrokerError
+
+    fetches = []
+    normal = answering(lambda: fake.port, {"t": 1})
+
+    def answer(key, version, body):
+        if key != FETCH:
+            return normal(key, version, body)
+        fetches.append(body)
+        return fetch_v4_body("t", 0, b"", 10, error_code=2)
+
+    with FakeBroker(answer) as fake, \
+            Consumer(fake.bootstrap, buffer_memory=1 << 20, retry_backoff=0.01) as consumer:
+        consumer.assign({("t", 0): 0})
+        deadline = time.monotonic() + 5
+        with pytest.raises(BrokerError) as info:
+            while time.monotonic() < deadline:
+                consumer.poll(0.1)
+    assert info.value.error_code == 2 and info.value.error_name == "CORRUPT_MESSAGE", str(info.value)
+    assert (info.value.topic, info.value.partition) == ("t", 0) and len(fetches) == 1
 
 
 # --- timeouts: every blocking call ends within its deadline ------------------------------------

@@ -10,7 +10,6 @@ import time
 import pytest
 
 ck = pytest.importorskip("confluent_kafka")
-pytest.importorskip("kafka")
 
 from kafkacodec.consumer import Consumer  # noqa: E402
 

@@ -425,3 +425,53 @@ def test_trim_refuses_a_wrapper_its_int32_size_field_cannot_hold(magic, wrapper_
     with pytest.raises(RecordTooLargeError, match="int32") as raised:
         trim_batch(batch, 103)
     assert raised.value.offset == 106 and raised.value.position == 0
+
+
+# --- the mirror's producer: what each produce error code does --------------------------------
+
+@pytest.mark.parametrize(("code", "outcome"), [
+    (0, "acked"), (46, "acked"),                 # NONE, DUPLICATE_SEQUENCE_NUMBER (had it)
+    (6, "retried, metadata"),                    # NOT_LEADER_OR_FOLLOWER: stale metadata
+    (7, "retried"),                              # REQUEST_TIMED_OUT
+    (2, "fatal"),                                # CORRUPT_MESSAGE: our bytes, sent again the same
+    (10, "fatal"), (87, "fatal"),                # MESSAGE_TOO_LARGE, INVALID_RECORD
+    (32000, "fatal"),                            # a code no table knows
+])
+def test_the_producer_acks_retries_or_stops_by_the_error_code(code, outcome):
+    """A ProduceResponse (written by kafka-python) with one partition's error code: acked,
+    put back to be sent again (Metadata refreshed first for InvalidMetadataException codes), or
+    fatal, as Kafka's producer classifies them (RetriableException), except CORRUPT_MESSAGE:
+    retriable in Kafka's table, fatal here, since the mirror sends the same bytes again and has
+    no delivery timeout to end that."""
+    from types import SimpleNamespace
+
+    from kafka.protocol.producer.produce import ProduceResponse as KProduceResponse
+
+    from kafkacodec.consumer import BrokerError
+    from kafkacodec.mirror._producer import IdempotentProducer, Item, _TargetPartition
+
+    T = KProduceResponse.TopicProduceResponse
+    P = T.PartitionProduceResponse
+    answer = KProduceResponse[8](throttle_time_ms=0, responses=[T(name="t", partition_responses=[
+        P(index=0, error_code=code, base_offset=40, log_append_time_ms=-1, log_start_offset=0,
+          record_errors=[], error_message=None)])])
+    answer.with_header(correlation_id=1)
+    payload = bytes(answer.encode(header=True))
+    released = []
+    response = SimpleNamespace(payload=payload, release=lambda: released.append(1))
+    cluster = SimpleNamespace(metadata_stale=False)
+    producer = IdempotentProducer(cluster)
+    tp = _TargetPartition("t", 0)
+    item = Item(SimpleNamespace(base_offset=40, offset=44, record_count=5), ("s", 0), 45)
+    item.sequence, item.serial = 0, 0
+    tp.in_flight.append(item)
+    producer._on_response(response, 8, (1, [(tp, [item])]))
+    assert released == [1]
+    if outcome == "acked":
+        assert item.acked and producer.fatal is None and not tp.pending
+    elif outcome.startswith("retried"):
+        assert producer.fatal is None and list(tp.pending) == [item] and producer.retries == 1
+        assert cluster.metadata_stale is outcome.endswith("metadata")
+    else:
+        assert isinstance(producer.fatal, BrokerError) and producer.fatal.error_code == code
+        assert not tp.pending

@@ -13,7 +13,6 @@ import pytest
 from isolated import child_env
 
 ck = pytest.importorskip("confluent_kafka")
-pytest.importorskip("kafka")
 
 from mock_cluster import MockCluster  # noqa: E402
 from test_mirror_process import produce, read_all  # noqa: E402

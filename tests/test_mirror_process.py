@@ -20,7 +20,6 @@ import pytest
 from isolated import child_env
 
 ck = pytest.importorskip("confluent_kafka")
-pytest.importorskip("kafka")
 
 from mock_cluster import MockCluster  # noqa: E402
 

@@ -100,3 +100,30 @@ def test_child_interpreters_import_the_kafkacodec_under_test(tmp_path):
                          cwd=tests.parent)
     assert run.returncode == 0, run.stderr
     assert os.path.samefile(run.stdout.strip(), kafkacodec.__file__), run.stdout
+
+
+def test_kafka_python_is_a_test_oracle_only():
+    """No extra a user installs needs kafka-python ([serve], [consumer], [mirror] included: the
+    control-plane messages go through kafkacodec's own schema codec), and serve, the consumer
+    core, the mirror and dump's internal-topic decoder import and frame their messages in an
+    interpreter where `import kafka` fails."""
+    tomllib = pytest.importorskip("tomllib")
+    from isolated import run_python
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra, requirements in extras.items():
+        if extra not in ("test", "bench"):
+            assert not any(r.startswith("kafka-python") for r in requirements), extra
+    run = run_python("""
+        import sys
+        sys.modules["kafka"] = None                   # any `import kafka...` raises ImportError
+        import kafkacodec.cli._internal_topics, kafkacodec.consumer, kafkacodec.mirror.process
+        import kafkacodec.serve.server
+        from kafkacodec.protocol import control, messages
+        frame = control.encode_request(control.find_coordinator_request("g"), 3, 7, "c")
+        answer = messages.RESPONSES[10].encode(3, {"error_code": 15, "host": "h"})
+        payload = bytes(messages.frame_response(10, 3, 7, answer))[4:]
+        assert control.decode_response(messages.RESPONSES[10], payload, 3).error_code == 15
+        print("ok", len(frame))
+    """, timeout=120)
+    assert run.returncode == 0 and run.stdout.startswith("ok"), run.stderr[-2000:]

@@ -326,3 +326,112 @@ def test_fetch_decoder_on_mutated_responses(data):
         decode_fetch_response(bytes(raw), version)
     except KafkaCodecError:
         pass
+
+
+# --- the compiled codecs against the schema codec (protocol/messages.py) ----------------------
+# ApiVersions, Metadata and Produce keep compiled client codecs (_metadata.pyx: the consumer's
+# typed answers; _produce.pyx: the hot path); the schema codec, itself checked against Kafka's
+# definitions (test_protocol_schemas.py), reads what they write and writes what they read.
+
+def _request_body(frame, message, version):
+    from kafkacodec.protocol import messages as m
+
+    payload = memoryview(frame)[4:]
+    api_key, got_version, correlation_id, client_id, start = m.parse_request_header(payload)
+    assert (api_key, got_version, correlation_id, client_id) == (message.api_key, version, 77, "cc")
+    return message.decode(payload, version, start)
+
+
+def _response_frame(message, version, value):
+    from kafkacodec.protocol import messages as m
+
+    body = message.encode(version, value)
+    payload = bytes(m.frame_response(message.api_key, version, 31, body))[4:]
+    return payload, message.decode(body, version)
+
+
+@pytest.mark.parametrize("version", range(0, 4))
+def test_compiled_api_versions_codec_agrees_with_the_schema(version):
+    from kafkacodec.protocol import messages as m
+
+    frame = encode_api_versions_request(api_version=version, correlation_id=77, client_id="cc",
+                                        client_software_name="py", client_software_version="1.2")
+    body = _request_body(frame, m.API_VERSIONS_REQUEST, version)
+    assert (body["client_software_name"], body["client_software_version"]) == (
+        ("py", "1.2") if version >= 3 else ("", ""))
+    payload, sent = _response_frame(m.API_VERSIONS_RESPONSE, version, {
+        "error_code": 35, "throttle_time_ms": 9,
+        "api_keys": [{"api_key": k, "min_version": k % 3, "max_version": k + 2} for k in (0, 1, 3, 18)],
+        "finalized_features_epoch": 5})
+    theirs = decode_api_versions_response(payload, version)
+    assert theirs.correlation_id == 31 and theirs.error_code == sent["error_code"]
+    assert theirs.throttle_time_ms == sent["throttle_time_ms"]
+    assert [tuple(r) for r in theirs.api_keys] == [
+        (k["api_key"], k["min_version"], k["max_version"]) for k in sent["api_keys"]]
+
+
+@pytest.mark.parametrize("version", METADATA_VERSIONS)
+def test_compiled_metadata_codec_agrees_with_the_schema(version):
+    from kafkacodec.protocol import messages as m
+
+    frame = encode_metadata_request(["alpha", "béta"], api_version=version, correlation_id=77,
+                                    client_id="cc", allow_auto_topic_creation=False,
+                                    include_topic_authorized_operations=True)
+    body = _request_body(frame, m.METADATA_REQUEST, version)
+    assert [t["name"] for t in body["topics"]] == ["alpha", "béta"]
+    assert body["allow_auto_topic_creation"] is (False if version >= 4 else True)
+    assert body["include_topic_authorized_operations"] is (version >= 8)
+    none = encode_metadata_request(None, api_version=version, correlation_id=77, client_id="cc")
+    assert _request_body(none, m.METADATA_REQUEST, version)["topics"] == (None if version >= 1 else [])
+    payload, sent = _response_frame(m.METADATA_RESPONSE, version, {
+        "throttle_time_ms": 4, "cluster_id": "cluster-x", "controller_id": 2,
+        "brokers": [{"node_id": 1, "host": "h1", "port": 9092, "rack": "r1"},
+                    {"node_id": 2, "host": "h2", "port": 9093, "rack": None}],
+        "topics": [{"error_code": 0, "name": "alpha", "topic_id": TOPIC_IDS["alpha"], "is_internal": True,
+                    "partitions": [{"error_code": 9, "partition_index": 3, "leader_id": 1, "leader_epoch": 6,
+                                    "replica_nodes": [1, 2], "isr_nodes": [1], "offline_replicas": [2]}]},
+                   {"error_code": 3, "name": "béta", "partitions": []}]})
+    theirs = decode_metadata_response(payload, version)
+    assert theirs.correlation_id == 31
+    assert (theirs.throttle_time_ms, theirs.cluster_id, theirs.controller_id) == (
+        sent["throttle_time_ms"], sent["cluster_id"], sent["controller_id"])
+    assert [tuple(b) for b in theirs.brokers] == [
+        (b["node_id"], b["host"], b["port"], b["rack"]) for b in sent["brokers"]]
+    for topic, expected in zip(theirs.topics, sent["topics"], strict=True):
+        assert (topic.error_code, topic.name, topic.is_internal) == (
+            expected["error_code"], expected["name"], expected["is_internal"])
+        assert topic.topic_id == (expected.get("topic_id", uuid.UUID(int=0)) if version >= 10 else None)
+        assert [tuple(p) for p in topic.partitions] == [
+            (p["error_code"], p["partition_index"], p["leader_id"], p["leader_epoch"], p["replica_nodes"],
+             p["isr_nodes"], p["offline_replicas"]) for p in expected["partitions"]]
+
+
+@pytest.mark.parametrize("version", PRODUCE_VERSIONS)
+def test_compiled_produce_codec_agrees_with_the_schema(version):
+    from kafkacodec import MemoryRecordsBuilder
+    from kafkacodec.protocol import messages as m
+
+    builder = MemoryRecordsBuilder()
+    builder.append(5, b"k", b"v")
+    records = builder.build()
+    frame = encode_produce_request([("alpha", [(0, records), (4, records)])], api_version=version,
+                                   correlation_id=77, client_id="cc", acks=-1, timeout_ms=1500)
+    body = _request_body(frame, m.PRODUCE_REQUEST, version)
+    assert (body["acks"], body["timeout_ms"], body["transactional_id"]) == (-1, 1500, None)
+    assert [(t["name"], [(p["index"], p["records"]) for p in t["partition_data"]]) for t in body["topic_data"]] == [
+        ("alpha", [(0, bytes(records)), (4, bytes(records))])]
+    payload, sent = _response_frame(m.PRODUCE_RESPONSE, version, {
+        "throttle_time_ms": 8, "responses": [{"name": "alpha", "partition_responses": [
+            {"index": 4, "error_code": 87, "base_offset": 100, "log_append_time_ms": 7, "log_start_offset": 2,
+             "record_errors": [{"batch_index": 0, "batch_index_error_message": "bad"}],
+             "error_message": "rejected"}]}]})
+    theirs = decode_produce_response(payload, version)
+    assert theirs.correlation_id == 31 and theirs.throttle_time_ms == sent["throttle_time_ms"]
+    (topic,) = theirs.responses
+    (part,) = topic.partition_responses
+    (expected,) = sent["responses"][0]["partition_responses"]
+    assert topic.name == "alpha"
+    assert tuple(part) == (expected["index"], expected["error_code"], expected["base_offset"],
+                           expected["log_append_time_ms"], expected["log_start_offset"],
+                           [(e["batch_index"], e["batch_index_error_message"]) for e in expected["record_errors"]],
+                           expected["error_message"])

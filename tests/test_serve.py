@@ -20,6 +20,7 @@ from isolated import child_env
 
 import kafkacodec
 from kafkacodec.protocol import messages as m
+from kafkacodec.protocol.api import ApiKey
 from blocking_client import BlockingClient
 from kafkacodec.serve import Server
 from kafkacodec.net.pieces import FilePiece
@@ -125,16 +126,16 @@ def test_api_versions_every_version(server, version):
     from kafka.protocol.metadata import ApiVersionsResponse
 
     body = m.API_VERSIONS_REQUEST.encode(version, {"client_software_name": "t", "client_software_version": "1"})
-    answer = raw_request(server.port, m.API_VERSIONS, version, bytes(body), flexible=version >= 3)
+    answer = raw_request(server.port, ApiKey.API_VERSIONS, version, bytes(body), flexible=version >= 3)
     assert answer is not None and struct.unpack(">i", answer[:4])[0] == 7
     decoded = ApiVersionsResponse.decode(answer[4:], version=version).to_dict(json=False)   # header v0
     assert decoded["error_code"] == 0
     ranges = {k["api_key"]: (k["min_version"], k["max_version"]) for k in decoded["api_keys"]}
-    assert ranges[m.FETCH] == (0, 17) and ranges[m.METADATA] == (0, 12) and ranges[m.API_VERSIONS] == (0, 4)
+    assert ranges[ApiKey.FETCH] == (0, 17) and ranges[ApiKey.METADATA] == (0, 12) and ranges[ApiKey.API_VERSIONS] == (0, 4)
 
 
 def test_api_versions_newer_than_served_gets_the_v0_fallback(server):
-    answer = raw_request(server.port, m.API_VERSIONS, 9, b"\x00\x00\x00")
+    answer = raw_request(server.port, ApiKey.API_VERSIONS, 9, b"\x00\x00\x00")
     assert answer is not None
     decoded = m.API_VERSIONS_RESPONSE.decode(answer, 0, 4)
     assert decoded["error_code"] == 35                   # UNSUPPORTED_VERSION, the v0 layout
@@ -148,9 +149,9 @@ def test_api_versions_newer_than_served_gets_the_v0_fallback(server):
     struct.pack(">i", 200 << 20) + b"x" * 10,                # above socket.request.max.bytes
     struct.pack(">i", 6) + b"\x00\x03\x00\x01\x00\x00",      # truncated header
     struct.pack(">i", 10) + struct.pack(">hhih", 999, 0, 1, -1),          # unknown api key
-    struct.pack(">i", 10) + struct.pack(">hhih", m.METADATA, 99, 1, -1),  # unsupported version
-    struct.pack(">i", 14) + struct.pack(">hhih", m.METADATA, 1, 1, -1) + struct.pack(">i", 2**30),
-    struct.pack(">i", 11) + struct.pack(">hhih", m.FETCH, 4, 1, -1) + b"\x01",  # truncated body
+    struct.pack(">i", 10) + struct.pack(">hhih", ApiKey.METADATA, 99, 1, -1),  # unsupported version
+    struct.pack(">i", 14) + struct.pack(">hhih", ApiKey.METADATA, 1, 1, -1) + struct.pack(">i", 2**30),
+    struct.pack(">i", 11) + struct.pack(">hhih", ApiKey.FETCH, 4, 1, -1) + b"\x01",  # truncated body
 ], ids=["negative", "empty", "too-large", "short-header", "unknown-api", "bad-version", "huge-array",
         "short-fetch"])
 def test_malformed_requests_close_the_connection(server, frame):
@@ -302,7 +303,7 @@ def test_produce_with_acks_0_gets_no_answer_and_no_hang(server):
                                            {"index": 0, "records": b""}]}]})
     meta = m.METADATA_REQUEST.encode(1, {"topics": [{"name": "modern"}]})
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        for key, version, data, cid in [(m.PRODUCE, 3, body, 1), (m.METADATA, 1, meta, 2)]:
+        for key, version, data, cid in [(ApiKey.PRODUCE, 3, body, 1), (ApiKey.METADATA, 1, meta, 2)]:
             header = struct.pack(">hhih", key, version, cid, -1)
             sock.sendall(struct.pack(">i", len(header) + len(data)) + header + bytes(data))
         answer = read_frame(sock)
@@ -336,7 +337,7 @@ def test_garbage_bodies_of_every_api_and_version_never_break_the_server(server):
         for version in range(lo, hi + 1):
             flexible = version >= m.FLEXIBLE[key]
             bodies = [bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 48))) for _ in range(2)]
-            if key != m.FETCH:
+            if key != ApiKey.FETCH:
                 valid = bytes(m.REQUESTS[key].encode(version, {}))
                 bodies.append(valid[:rng.randint(0, max(0, len(valid) - 1))])
             for body in bodies:
@@ -459,7 +460,7 @@ def lie_in_time_index(segment: Path, lie: str) -> None:
 def serve_offset_for_time(port: int, timestamp: int) -> int:
     body = m.LIST_OFFSETS_REQUEST.encode(1, {"replica_id": -1, "topics": [
         {"name": "agree", "partitions": [{"partition_index": 0, "timestamp": timestamp}]}]})
-    answer = raw_request(port, m.LIST_OFFSETS, 1, bytes(body))
+    answer = raw_request(port, ApiKey.LIST_OFFSETS, 1, bytes(body))
     assert answer is not None
     part = m.LIST_OFFSETS_RESPONSE.decode(answer, 1, 4)["topics"][0]["partitions"][0]
     assert part["error_code"] == 0

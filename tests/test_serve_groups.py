@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kafkacodec.protocol import messages as m
+from kafkacodec.protocol.api import ApiKey
 from kafkacodec.serve import Server
 from kafkacodec.serve.offsets import group_file_name
 
@@ -146,7 +147,7 @@ def request(port: int, key: int, version: int, body: dict, timeout: float = 30) 
         sock.sendall(struct.pack(">i", len(header) + len(data)) + header + data)
         size = struct.unpack(">i", _recv(sock, 4))[0]
         answer = _recv(sock, size)
-    skip = 4 + (1 if flexible and key != m.API_VERSIONS else 0)
+    skip = 4 + (1 if flexible and key != ApiKey.API_VERSIONS else 0)
     return m.RESPONSES[key].decode(answer, version, skip)
 
 
@@ -164,57 +165,57 @@ def test_group_errors_follow_kafka(server):
     port = server.port
     join = {"group_id": "errors", "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000, "member_id": "",
             "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"\x00"}]}
-    joined = request(port, m.JOIN_GROUP, 5, join)
+    joined = request(port, ApiKey.JOIN_GROUP, 5, join)
     assert joined["error_code"] == 0 and joined["leader"] == joined["member_id"]
     member, generation = joined["member_id"], joined["generation_id"]
-    synced = request(port, m.SYNC_GROUP, 3, {"group_id": "errors", "generation_id": generation, "member_id": member,
+    synced = request(port, ApiKey.SYNC_GROUP, 3, {"group_id": "errors", "generation_id": generation, "member_id": member,
                                              "assignments": [{"member_id": member, "assignment": b"abc"}]})
     assert synced == {**synced, "error_code": 0, "assignment": b"abc"}
     beat = {"group_id": "errors", "generation_id": generation, "member_id": member}
-    assert request(port, m.HEARTBEAT, 3, beat)["error_code"] == 0
-    assert request(port, m.HEARTBEAT, 3, {**beat, "member_id": "stranger"})["error_code"] == 25
-    assert request(port, m.HEARTBEAT, 3, {**beat, "generation_id": generation + 1})["error_code"] == 22
-    assert request(port, m.JOIN_GROUP, 5, {**join, "member_id": "stranger"})["error_code"] == 25
+    assert request(port, ApiKey.HEARTBEAT, 3, beat)["error_code"] == 0
+    assert request(port, ApiKey.HEARTBEAT, 3, {**beat, "member_id": "stranger"})["error_code"] == 25
+    assert request(port, ApiKey.HEARTBEAT, 3, {**beat, "generation_id": generation + 1})["error_code"] == 22
+    assert request(port, ApiKey.JOIN_GROUP, 5, {**join, "member_id": "stranger"})["error_code"] == 25
     other = {**join, "protocol_type": "connect"}
-    assert request(port, m.JOIN_GROUP, 5, other)["error_code"] == 23        # INCONSISTENT_GROUP_PROTOCOL
+    assert request(port, ApiKey.JOIN_GROUP, 5, other)["error_code"] == 23        # INCONSISTENT_GROUP_PROTOCOL
     commit = {"group_id": "errors", "generation_id_or_member_epoch": generation + 5, "member_id": member,
               "topics": [{"name": "modern", "partitions": [{"partition_index": 0, "committed_offset": 3}]}]}
-    assert request(port, m.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 22
+    assert request(port, ApiKey.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 22
     commit["topics"][0]["name"] = "no-such-topic"
     commit["generation_id_or_member_epoch"] = generation
-    assert request(port, m.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 3
-    left = request(port, m.LEAVE_GROUP, 3, {"group_id": "errors", "members": [{"member_id": member}]})
+    assert request(port, ApiKey.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 3
+    left = request(port, ApiKey.LEAVE_GROUP, 3, {"group_id": "errors", "members": [{"member_id": member}]})
     assert left["members"][0]["error_code"] == 0
-    assert request(port, m.HEARTBEAT, 3, beat)["error_code"] == 25
+    assert request(port, ApiKey.HEARTBEAT, 3, beat)["error_code"] == 25
     # a consumer outside any group may commit while the group has no members (generation -1)
     alone = {"group_id": "errors", "generation_id_or_member_epoch": -1, "member_id": "",
              "topics": [{"name": "modern", "partitions": [{"partition_index": 0, "committed_offset": 42,
                                                            "committed_metadata": "meta"}]}]}
-    assert request(port, m.OFFSET_COMMIT, 2, alone)["topics"][0]["partitions"][0]["error_code"] == 0
-    fetched = request(port, m.OFFSET_FETCH, 1, {"group_id": "errors", "topics": [
+    assert request(port, ApiKey.OFFSET_COMMIT, 2, alone)["topics"][0]["partitions"][0]["error_code"] == 0
+    fetched = request(port, ApiKey.OFFSET_FETCH, 1, {"group_id": "errors", "topics": [
         {"name": "modern", "partition_indexes": [0]}, {"name": "legacy", "partition_indexes": [0]}]})
     rows = {t["name"]: t["partitions"][0] for t in fetched["topics"]}
     assert (rows["modern"]["committed_offset"], rows["modern"]["metadata"]) == (42, "meta")
     assert rows["legacy"]["committed_offset"] == -1
     for version in (8, 9):                                # the batched form (several groups)
-        answer = request(port, m.OFFSET_FETCH, version, {"groups": [
+        answer = request(port, ApiKey.OFFSET_FETCH, version, {"groups": [
             {"group_id": "errors", "topics": None}, {"group_id": "nobody", "topics": None}]})
         groups = {g["group_id"]: g for g in answer["groups"]}
         assert groups["errors"]["topics"][0]["partitions"][0]["committed_offset"] == 42
         assert groups["nobody"]["topics"] == []
     too_long = {**alone, "topics": [{"name": "modern", "partitions": [
         {"partition_index": 0, "committed_offset": 1, "committed_metadata": "x" * 5000}]}]}
-    assert request(port, m.OFFSET_COMMIT, 2, too_long)["topics"][0]["partitions"][0]["error_code"] == 12
+    assert request(port, ApiKey.OFFSET_COMMIT, 2, too_long)["topics"][0]["partitions"][0]["error_code"] == 12
 
 
 def test_find_coordinator_is_this_server_and_refuses_transactions(server):
     for version in range(0, 4):
-        answer = request(server.port, m.FIND_COORDINATOR, version, {"key": "g", "key_type": 0})
+        answer = request(server.port, ApiKey.FIND_COORDINATOR, version, {"key": "g", "key_type": 0})
         assert (answer["error_code"], answer["host"], answer["port"]) == (0, "127.0.0.1", server.port)
-    answer = request(server.port, m.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["a", "b"]})
+    answer = request(server.port, ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["a", "b"]})
     assert [(c["key"], c["port"], c["error_code"]) for c in answer["coordinators"]] == [
         ("a", server.port, 0), ("b", server.port, 0)]
-    answer = request(server.port, m.FIND_COORDINATOR, 3, {"key": "txn", "key_type": 1})
+    answer = request(server.port, ApiKey.FIND_COORDINATOR, 3, {"key": "txn", "key_type": 1})
     assert answer["error_code"] == 44 and "read-only" in answer["error_message"]
 
 
@@ -222,12 +223,12 @@ def test_a_silent_member_is_removed_after_its_session_timeout(server):
     port = server.port
     join = {"group_id": "silent", "session_timeout_ms": 500, "rebalance_timeout_ms": 500, "member_id": "",
             "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]}
-    joined = request(port, m.JOIN_GROUP, 5, join)
+    joined = request(port, ApiKey.JOIN_GROUP, 5, join)
     member, generation = joined["member_id"], joined["generation_id"]
-    request(port, m.SYNC_GROUP, 3, {"group_id": "silent", "generation_id": generation, "member_id": member,
+    request(port, ApiKey.SYNC_GROUP, 3, {"group_id": "silent", "generation_id": generation, "member_id": member,
                                     "assignments": []})
     time.sleep(1.5)                                     # no heartbeat for longer than 500 ms
-    beat = request(port, m.HEARTBEAT, 3, {"group_id": "silent", "generation_id": generation, "member_id": member})
+    beat = request(port, ApiKey.HEARTBEAT, 3, {"group_id": "silent", "generation_id": generation, "member_id": member})
     assert beat["error_code"] == 25                      # UNKNOWN_MEMBER_ID: it was removed
 
 
@@ -265,7 +266,7 @@ def test_a_commit_that_cannot_be_stored_fails_and_keeps_the_old_offsets(log_dir,
     with Server([str(log_dir)], listen=("127.0.0.1", 0), state_dir=str(state)) as srv:
         body = {"group_id": "disk", "generation_id_or_member_epoch": -1, "member_id": "",
                 "topics": [{"name": "modern", "partitions": [{"partition_index": 0, "committed_offset": 7}]}]}
-        assert request(srv.port, m.OFFSET_COMMIT, 2, body)["topics"][0]["partitions"][0]["error_code"] == 0
+        assert request(srv.port, ApiKey.OFFSET_COMMIT, 2, body)["topics"][0]["partitions"][0]["error_code"] == 0
         before = disk.read_bytes()
 
         def full_disk(path):
@@ -273,9 +274,9 @@ def test_a_commit_that_cannot_be_stored_fails_and_keeps_the_old_offsets(log_dir,
 
         monkeypatch.setattr(statestore, "atomic_output", full_disk)
         body["topics"][0]["partitions"][0]["committed_offset"] = 9
-        answer = request(srv.port, m.OFFSET_COMMIT, 2, body)
+        answer = request(srv.port, ApiKey.OFFSET_COMMIT, 2, body)
         assert answer["topics"][0]["partitions"][0]["error_code"] == 15     # COORDINATOR_NOT_AVAILABLE
-        fetched = request(srv.port, m.OFFSET_FETCH, 1, {"group_id": "disk", "topics": [
+        fetched = request(srv.port, ApiKey.OFFSET_FETCH, 1, {"group_id": "disk", "topics": [
             {"name": "modern", "partition_indexes": [0]}]})
         assert fetched["topics"][0]["partitions"][0]["committed_offset"] == 7
     assert disk.read_bytes() == before
@@ -289,32 +290,32 @@ def test_a_follower_rejoining_with_the_same_metadata_keeps_the_generation(server
     port = server.port
     join = {"group_id": "steady", "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000, "member_id": "",
             "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"m"}]}
-    a = request(port, m.JOIN_GROUP, 5, join)
-    request(port, m.SYNC_GROUP, 3, {"group_id": "steady", "generation_id": a["generation_id"],
+    a = request(port, ApiKey.JOIN_GROUP, 5, join)
+    request(port, ApiKey.SYNC_GROUP, 3, {"group_id": "steady", "generation_id": a["generation_id"],
                                     "member_id": a["member_id"], "assignments": []})
     joins: list = []
-    newcomer = threading.Thread(target=lambda: joins.append(request(port, m.JOIN_GROUP, 5, join)))
+    newcomer = threading.Thread(target=lambda: joins.append(request(port, ApiKey.JOIN_GROUP, 5, join)))
     newcomer.start()
     wait = time.monotonic() + 30
     while server.groups.groups["steady"].state != "PreparingRebalance" and time.monotonic() < wait:
         time.sleep(0.02)
-    beat = request(port, m.HEARTBEAT, 3, {"group_id": "steady", "generation_id": a["generation_id"],
+    beat = request(port, ApiKey.HEARTBEAT, 3, {"group_id": "steady", "generation_id": a["generation_id"],
                                           "member_id": a["member_id"]})
     assert beat["error_code"] == 27                            # REBALANCE_IN_PROGRESS
-    a = request(port, m.JOIN_GROUP, 5, {**join, "member_id": a["member_id"]})
+    a = request(port, ApiKey.JOIN_GROUP, 5, {**join, "member_id": a["member_id"]})
     newcomer.join(30)
     b = joins[0]
     generation = a["generation_id"]
     assert b["generation_id"] == generation and a["leader"] == a["member_id"]
     syncs: list = []
-    follower = threading.Thread(target=lambda: syncs.append(request(port, m.SYNC_GROUP, 3, {
+    follower = threading.Thread(target=lambda: syncs.append(request(port, ApiKey.SYNC_GROUP, 3, {
         "group_id": "steady", "generation_id": generation, "member_id": b["member_id"], "assignments": []})))
     follower.start()
-    request(port, m.SYNC_GROUP, 3, {"group_id": "steady", "generation_id": generation, "member_id": a["member_id"],
+    request(port, ApiKey.SYNC_GROUP, 3, {"group_id": "steady", "generation_id": generation, "member_id": a["member_id"],
                                     "assignments": [{"member_id": b["member_id"], "assignment": b"p0"}]})
     follower.join(30)
     assert syncs[0]["assignment"] == b"p0"
-    again = request(port, m.JOIN_GROUP, 5, {**join, "member_id": b["member_id"]})   # answered at once
+    again = request(port, ApiKey.JOIN_GROUP, 5, {**join, "member_id": b["member_id"]})   # answered at once
     assert again["error_code"] == 0 and again["generation_id"] == generation and again["members"] == []
     assert server.groups.groups["steady"].state == "Stable"
 
@@ -325,10 +326,10 @@ JOIN = {"session_timeout_ms": 30000, "rebalance_timeout_ms": 30000, "member_id":
 
 
 def _stable_member(port: int, group: str) -> tuple[str, int]:
-    joined = request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": group}, timeout=10)
+    joined = request(port, ApiKey.JOIN_GROUP, 5, {**JOIN, "group_id": group}, timeout=10)
     assert joined["error_code"] == 0
     member, generation = joined["member_id"], joined["generation_id"]
-    synced = request(port, m.SYNC_GROUP, 3, {"group_id": group, "generation_id": generation, "member_id": member,
+    synced = request(port, ApiKey.SYNC_GROUP, 3, {"group_id": group, "generation_id": generation, "member_id": member,
                                              "assignments": [{"member_id": member, "assignment": b"a"}]}, timeout=10)
     assert synced["error_code"] == 0
     return member, generation
@@ -342,16 +343,16 @@ def test_a_join_without_protocols_is_refused_and_leaves_the_group_usable(server)
     for group in ("no-protocols", "no-protocols-v0"):
         version = 0 if group.endswith("v0") else 5
         for bad in ({"protocols": []}, {"protocol_type": ""}, {"protocol_type": "", "protocols": []}):
-            answer = request(port, m.JOIN_GROUP, version, {**JOIN, "group_id": group, **bad}, timeout=10)
+            answer = request(port, ApiKey.JOIN_GROUP, version, {**JOIN, "group_id": group, **bad}, timeout=10)
             assert answer["error_code"] == 23, (group, bad)            # INCONSISTENT_GROUP_PROTOCOL
         assert group not in server.groups.groups or not server.groups.groups[group].members
         member, generation = _stable_member(port, group)              # the group works for everyone else
         for bad in ({"protocols": []}, {"protocol_type": ""}, {"protocol_type": "connect"},
                     {"protocols": [{"name": "roundrobin", "metadata": b""}]},
                     {"member_id": member, "protocols": []}):
-            answer = request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": group, **bad}, timeout=10)
+            answer = request(port, ApiKey.JOIN_GROUP, 5, {**JOIN, "group_id": group, **bad}, timeout=10)
             assert answer["error_code"] == 23, (group, bad)
-        beat = request(port, m.HEARTBEAT, 3, {"group_id": group, "generation_id": generation, "member_id": member},
+        beat = request(port, ApiKey.HEARTBEAT, 3, {"group_id": group, "generation_id": generation, "member_id": member},
                        timeout=10)
         assert beat["error_code"] == 0
         assert (server.groups.groups[group].state, server.groups.groups[group].generation) == ("Stable", generation)
@@ -360,15 +361,15 @@ def test_a_join_without_protocols_is_refused_and_leaves_the_group_usable(server)
 def test_join_group_id_and_session_timeout_follow_kafka(server):
     port = server.port
     low, high = server.config.group_min_session_timeout_ms, server.config.group_max_session_timeout_ms
-    assert request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": ""}, timeout=10)["error_code"] == 24   # INVALID_GROUP_ID
+    assert request(port, ApiKey.JOIN_GROUP, 5, {**JOIN, "group_id": ""}, timeout=10)["error_code"] == 24   # INVALID_GROUP_ID
     for session in (low - 1, high + 1, -1):
-        answer = request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": "bounds", "session_timeout_ms": session},
+        answer = request(port, ApiKey.JOIN_GROUP, 5, {**JOIN, "group_id": "bounds", "session_timeout_ms": session},
                          timeout=10)
         assert answer["error_code"] == 26, session                   # INVALID_SESSION_TIMEOUT
     # a member id the group does not know; a group that does not exist
-    assert request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": "bounds", "member_id": "x"},
+    assert request(port, ApiKey.JOIN_GROUP, 5, {**JOIN, "group_id": "bounds", "member_id": "x"},
                    timeout=10)["error_code"] == 25
-    answer = request(port, m.JOIN_GROUP, 5, {**JOIN, "group_id": "bounds", "session_timeout_ms": high}, timeout=10)
+    answer = request(port, ApiKey.JOIN_GROUP, 5, {**JOIN, "group_id": "bounds", "session_timeout_ms": high}, timeout=10)
     assert answer["error_code"] == 0
     from kafkacodec.serve import ServeConfig
 
@@ -385,11 +386,11 @@ ODD_GROUP_IDS = [".dotted", ".", "..", "a/b", "%2F", "nul\0", "x" * 240, "组" *
 def _commit(port: int, group: str, offset: int) -> int:
     body = {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
             "topics": [{"name": "modern", "partitions": [{"partition_index": 0, "committed_offset": offset}]}]}
-    return request(port, m.OFFSET_COMMIT, 2, body, timeout=10)["topics"][0]["partitions"][0]["error_code"]
+    return request(port, ApiKey.OFFSET_COMMIT, 2, body, timeout=10)["topics"][0]["partitions"][0]["error_code"]
 
 
 def _fetch(port: int, group: str) -> int:
-    answer = request(port, m.OFFSET_FETCH, 1, {"group_id": group, "topics": [
+    answer = request(port, ApiKey.OFFSET_FETCH, 1, {"group_id": group, "topics": [
         {"name": "modern", "partition_indexes": [0]}]}, timeout=10)
     return answer["topics"][0]["partitions"][0]["committed_offset"]
 

@@ -19,6 +19,7 @@ from isolated import child_env
 
 from kafkacodec import MemoryRecordsBuilder
 from kafkacodec.protocol import messages as m
+from kafkacodec.protocol.api import ApiKey
 from blocking_client import BlockingClient
 from kafkacodec.serve import Server
 
@@ -166,7 +167,7 @@ def test_a_client_that_stops_reading_its_response_is_closed_and_gives_back_what_
 # --- cost bounds --------------------------------------------------------------------------------
 def metadata_frame(names: list[bytes], version: int = 1) -> bytes:
     body = struct.pack(">i", len(names)) + b"".join(struct.pack(">h", len(n)) + n for n in names)
-    frame = struct.pack(">hhih", m.METADATA, version, 7, 4) + b"test" + body
+    frame = struct.pack(">hhih", ApiKey.METADATA, version, 7, 4) + b"test" + body
     return struct.pack(">i", len(frame)) + frame
 
 
@@ -286,7 +287,7 @@ def test_an_answer_being_written_holds_at_most_one_descriptor(tmp_path):
             client.fetch([("wide", [(p, 0, 1 << 20) for p in range(60)])], api_version=11, max_wait_ms=0)
         wait_for(lambda: not srv.connections)
         baseline = open_descriptors()
-        header = struct.pack(">hhih", m.FETCH, 4, 1, -1)
+        header = struct.pack(">hhih", ApiKey.FETCH, 4, 1, -1)
         from kafka.protocol.consumer import FetchRequest
         request = FetchRequest[4](
             replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=64 << 20, isolation_level=0,

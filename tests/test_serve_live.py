@@ -16,6 +16,7 @@ import pytest
 
 from kafkacodec import MemoryRecordsBuilder
 from kafkacodec.protocol import messages as m
+from kafkacodec.protocol.api import ApiKey
 from blocking_client import BlockingClient
 from kafkacodec.serve import Server
 from kafkacodec.net.pieces import FilePiece
@@ -209,7 +210,7 @@ def produce_frame(size: int, correlation_id: int) -> bytes:
     body = m.PRODUCE_REQUEST.encode(3, {"transactional_id": None, "acks": 1, "timeout_ms": 1000,
                                        "topic_data": [{"name": "t", "partition_data": [
                                            {"index": 0, "records": b"\0" * size}]}]})
-    header = struct.pack(">hhih", m.PRODUCE, 3, correlation_id, -1)
+    header = struct.pack(">hhih", ApiKey.PRODUCE, 3, correlation_id, -1)
     return struct.pack(">i", len(header) + len(body)) + header + bytes(body)
 
 

@@ -15,18 +15,27 @@ from hypothesis import given, settings, strategies as st
 
 from kafkacodec.errors import CorruptRecordError
 from kafkacodec.protocol import messages as m
+from kafkacodec.protocol.api import ApiKey
 from kafkacodec.protocol._fetch_server import decode_fetch_request, encode_fetch_response
 from kafkacodec.protocol._schema import STRUCT, Field, Message
 
 kafka_protocol = pytest.importorskip("kafka.protocol")
 from kafka.protocol.api_message import ApiMessage  # noqa: E402
 
-SERVED = {m.API_VERSIONS: (0, 4), m.METADATA: (0, 12), m.LIST_OFFSETS: (0, 9),
-          m.FIND_COORDINATOR: (0, 5), m.JOIN_GROUP: (0, 9), m.SYNC_GROUP: (0, 5),
-          m.HEARTBEAT: (0, 4), m.LEAVE_GROUP: (0, 5), m.OFFSET_COMMIT: (0, 9),
-          m.OFFSET_FETCH: (0, 9), m.PRODUCE: (0, 11), m.CREATE_TOPICS: (0, 7),
-          m.DELETE_TOPICS: (0, 6), m.DELETE_RECORDS: (0, 2), m.INIT_PRODUCER_ID: (0, 5),
-          m.CREATE_PARTITIONS: (0, 3)}
+#: Every version of every schema: what serve answers (dispatch.API_RANGES), what the consumer,
+#: the mirror and a SASL client send (protocol/control.py).
+SCHEMA_RANGES = {key: (message.min_version, message.max_version) for key, message in m.REQUESTS.items()}
+
+
+def test_every_version_served_or_sent_has_a_schema():
+    from kafkacodec.protocol import control
+    from kafkacodec.serve.dispatch import API_RANGES
+
+    for key, (low, high) in list(API_RANGES.items()) + [(k, (0, v)) for k, v in control.MAX_VERSIONS.items()]:
+        if key == ApiKey.FETCH:
+            continue                                # the Cython codec (_fetch_server.pyx)
+        assert key in m.REQUESTS and key in m.RESPONSES, key
+        assert SCHEMA_RANGES[key][0] <= low and high <= SCHEMA_RANGES[key][1], (key.name, low, high)
 
 
 def kafka_python_classes() -> dict[str, type]:
@@ -128,15 +137,16 @@ def assert_subset(ours, theirs, path="") -> None:
 
 
 def cases():
-    for key, (lo, hi) in SERVED.items():
+    for key, (lo, hi) in SCHEMA_RANGES.items():
         for kind, table in (("Request", m.REQUESTS), ("Response", m.RESPONSES)):
             for version in range(lo, hi + 1):
-                yield pytest.param(table[key], kind, version, id=f"{m.API_NAMES[key]}{kind}-v{version}")
+                yield pytest.param(table[key], kind, version,
+                                   id=f"{ApiKey(key).message_name}{kind}-v{version}")
 
 
 @pytest.mark.parametrize(("message", "kind", "version"), list(cases()))
 def test_written_by_us_read_by_kafka_python_and_by_us(message: Message, kind: str, version: int):
-    cls = CLASSES.get(f"{m.API_NAMES[message.api_key]}{kind}")
+    cls = CLASSES.get(f"{ApiKey(message.api_key).message_name}{kind}")
     if cls is None:
         pytest.skip("kafka-python has no class for it")
     rng = random.Random(f"{message.name}-{version}")
@@ -297,3 +307,55 @@ def test_fetch_v13_topic_id_is_a_uuid_or_its_16_bytes_in_both_encoders():
         encode_fetch_request([(topic_id.bytes[:15], [(0, 5)])], api_version=13)
     with pytest.raises(ValueError, match="16-byte topic id"):
         encode_fetch_response(13, 1, [("t", topic_id.bytes + b"x", partitions)])
+
+
+# --- protocol/control.py: the consumer's, the mirror's and a SASL client's requests ---------------
+
+def _control_cases():
+    from kafkacodec.protocol import control
+
+    requests = {
+        ApiKey.LIST_OFFSETS: control.list_offsets_request({"t": [(0, -2), (3, 1700)], "u": [(1, -1)]},
+                                                          isolation_level=1),
+        ApiKey.FIND_COORDINATOR: control.find_coordinator_request("group-é", 0),
+        ApiKey.OFFSET_COMMIT: control.offset_commit_request("g", {"t": [(0, 42), (1, 7)]},
+                                                            metadata=None),
+        ApiKey.OFFSET_FETCH: control.offset_fetch_request("g", {"t": [0, 1], "u": [5]}),
+        ApiKey.INIT_PRODUCER_ID: control.init_producer_id_request(transaction_timeout_ms=9000),
+        ApiKey.SASL_HANDSHAKE: control.sasl_handshake_request("SCRAM-SHA-512"),
+        ApiKey.SASL_AUTHENTICATE: control.sasl_authenticate_request(b"n,,n=user,r=abc"),
+    }
+    for key, outgoing in requests.items():
+        for version in range(m.REQUESTS[key].min_version, control.MAX_VERSIONS[key] + 1):
+            yield pytest.param(key, outgoing, version, id=f"{key.message_name}-v{version}")
+
+
+@pytest.mark.parametrize(("key", "outgoing", "version"), list(_control_cases()))
+def test_control_requests_are_read_by_kafka_python_and_answers_by_us(key, outgoing, version):
+    """Each control.py request, framed by us, read by kafka-python (header and body); an answer
+    framed as a broker frames it read by control.decode_response (fields as attributes) and by
+    kafka-python."""
+    from kafkacodec.protocol import control
+
+    frame = control.encode_request(outgoing, version, 4321, "kc-test")
+    assert struct.unpack_from(">i", frame)[0] == len(frame) - 4
+    request_cls = CLASSES[f"{key.message_name}Request"]
+    theirs = request_cls.decode(frame[4:], version=version, header=True)
+    assert (theirs._header.request_api_key, theirs._header.request_api_version) == (key, version)
+    assert (theirs._header.correlation_id, theirs._header.client_id) == (4321, "kc-test")
+    start = m.parse_request_header(memoryview(frame)[4:])[4]
+    sent = outgoing.message.decode(frame, version, 4 + start)        # the fields of the version
+    assert all(sent[f.name] == outgoing.value[f.name] for f in outgoing.message.fields
+               if f.present(version) and f.name in outgoing.value and f.kind != "array")
+    assert_subset(normal(theirs.to_dict(json=False)), normal(sent))   # theirs: the version's fields
+    # an answer (sampled values) framed as a broker does, read by us and by kafka-python
+    response = m.RESPONSES[key]
+    value = sample(response.fields, version, random.Random(f"{response.name}-{version}"))
+    payload = bytes(m.frame_response(key, version, 4321, response.encode(version, value)))[4:]
+    ours = control.decode_response(response, payload, version)
+    assert_subset(value, ours)
+    answer = CLASSES[f"{key.message_name}Response"].decode(payload, version=version, header=True)
+    assert answer._header.correlation_id == 4321
+    assert_subset(normal(value), normal(answer.to_dict(json=False)))
+    first = next(f for f in response.fields if f.present(version) and f.tag is None)
+    assert getattr(ours, first.name) == ours[first.name]            # attribute access

@@ -209,6 +209,7 @@ def test_a_cluster_gone_answers_group_offsets_with_coordinator_not_available():
     from test_serve_groups import request
 
     from kafkacodec.protocol import messages as m
+    from kafkacodec.protocol.api import ApiKey
 
     cluster = MockCluster(1)
     cluster.create_topic("short-lived")
@@ -216,15 +217,15 @@ def test_a_cluster_gone_answers_group_offsets_with_coordinator_not_available():
         commit = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
                   "topics": [{"name": "short-lived", "partitions": [
                       {"partition_index": 0, "committed_offset": 0, "committed_metadata": ""}]}]}
-        assert request(server.port, m.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 0
+        assert request(server.port, ApiKey.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 0
         cluster.producer = None                  # the mock cluster goes with its producer
         import gc
         gc.collect()
-        answer = request(server.port, m.OFFSET_FETCH, 2, {"group_id": "g", "topics": [
+        answer = request(server.port, ApiKey.OFFSET_FETCH, 2, {"group_id": "g", "topics": [
             {"name": "short-lived", "partition_indexes": [0]}]})
         assert answer["error_code"] == 15
         assert answer["topics"][0]["partitions"][0]["error_code"] == 15
-        assert request(server.port, m.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 15
+        assert request(server.port, ApiKey.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 15
 
 
 def upstream_sockets(ports: set[int]) -> int:
@@ -264,33 +265,34 @@ def test_many_groups_share_the_gateways_upstream_connections(mock_gateway):
     from test_serve_groups import request
 
     from kafkacodec.protocol import messages as m
+    from kafkacodec.protocol.api import ApiKey
 
     cluster, server, _, partitions = mock_gateway
     ports = {port for _, port in cluster.brokers.values()}
     groups = [f"many-{i}" for i in range(12)]
     before = upstream_sockets(ports)
     for i, group in enumerate(groups):
-        found = request(server.port, m.FIND_COORDINATOR, 1, {"key": group, "key_type": 0})
+        found = request(server.port, ApiKey.FIND_COORDINATOR, 1, {"key": group, "key_type": 0})
         assert found["error_code"] == 0 and found["port"] == server.port
-        joined = request(server.port, m.JOIN_GROUP, 5, {
+        joined = request(server.port, ApiKey.JOIN_GROUP, 5, {
             "group_id": group, "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000,
             "member_id": "", "protocol_type": "consumer",
             "protocols": [{"name": "range", "metadata": b"\0"}]})
         member, generation = joined["member_id"], joined["generation_id"]
-        assert request(server.port, m.SYNC_GROUP, 3, {
+        assert request(server.port, ApiKey.SYNC_GROUP, 3, {
             "group_id": group, "generation_id": generation, "member_id": member,
             "assignments": [{"member_id": member, "assignment": b""}]})["error_code"] == 0
-        commit = request(server.port, m.OFFSET_COMMIT, 2, {
+        commit = request(server.port, ApiKey.OFFSET_COMMIT, 2, {
             "group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
             "topics": [{"name": "orders", "partitions": [
                 {"partition_index": p, "committed_offset": i + p, "committed_metadata": ""}
                 for p in range(partitions)]}]})
         assert [p["error_code"] for p in commit["topics"][0]["partitions"]] == [0] * partitions
-        fetched = request(server.port, m.OFFSET_FETCH, 2, {"group_id": group, "topics": [
+        fetched = request(server.port, ApiKey.OFFSET_FETCH, 2, {"group_id": group, "topics": [
             {"name": "orders", "partition_indexes": list(range(partitions))}]})
         assert [p["committed_offset"] for p in fetched["topics"][0]["partitions"]] == \
             [i + p for p in range(partitions)]
-        left = request(server.port, m.LEAVE_GROUP, 1, {"group_id": group, "member_id": member})
+        left = request(server.port, ApiKey.LEAVE_GROUP, 1, {"group_id": group, "member_id": member})
         assert left["error_code"] == 0
     # a coordinator connection per broker, and one to the bootstrap address FindCoordinator
     # may have gone to: 6 here at most, 24 before (two per group)

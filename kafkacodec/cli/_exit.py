@@ -30,7 +30,7 @@ EXIT_CODES = """exit codes (docs/cli.md):
      "kafkacodec[spark]" (spark), "kafkacodec[serve]" (serve), "kafkacodec[mirror]" (mirror)"""
 
 # The extra that provides each optional top-level module.
-OPTIONAL_MODULES = {"pyarrow": "arrow", "pyspark": "spark", "pandas": "spark", "kafka": "mirror",
+OPTIONAL_MODULES = {"pyarrow": "arrow", "pyspark": "spark", "pandas": "spark",
                     "prometheus_client": "mirror"}
 # Commands whose own extra holds every optional module they import.
 COMMAND_EXTRAS = {"serve": "serve", "mirror": "mirror"}

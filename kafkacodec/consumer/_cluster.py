@@ -49,10 +49,10 @@ from kafkacodec.protocol._metadata import (
     encode_metadata_request,
 )
 from kafkacodec.protocol._types import MetadataResponse
-from kafkacodec.protocol.messages import API_NAMES
+from kafkacodec.protocol.api import ApiKey, Error
 
-__all__ = ["Cluster", "Request", "Deadline", "BrokerError", "error_name",
-           "RETRIABLE_ERRORS", "DEFAULT_RECEIVE_MESSAGE_MAX_BYTES"]
+__all__ = ["Cluster", "Request", "Deadline", "BrokerError",
+           "DEFAULT_RECEIVE_MESSAGE_MAX_BYTES"]
 
 log = logging.getLogger("kafkacodec.consumer")
 
@@ -63,45 +63,8 @@ DEFAULT_RECEIVE_MESSAGE_MAX_BYTES = 1 << 20
 #: How often a cluster looks at its connections' deadlines and muted reads.
 TICK_S = 0.05
 
-API_VERSIONS, METADATA = 18, 3
 API_VERSIONS_VERSION = 2          # non-flexible, answered by every broker since 2.0 (and the mock)
 METADATA_MAX_VERSION = 12
-
-# Error codes after which a client refreshes metadata and retries (Kafka's RetriableException
-# subclasses and InvalidMetadataException).
-NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE = 6, 3, 5
-RETRIABLE_ERRORS = frozenset({
-    3,    # UNKNOWN_TOPIC_OR_PARTITION
-    5,    # LEADER_NOT_AVAILABLE
-    6,    # NOT_LEADER_OR_FOLLOWER
-    7,    # REQUEST_TIMED_OUT
-    9,    # REPLICA_NOT_AVAILABLE
-    13,   # NETWORK_EXCEPTION
-    14,   # COORDINATOR_LOAD_IN_PROGRESS
-    15,   # COORDINATOR_NOT_AVAILABLE
-    16,   # NOT_COORDINATOR
-    19,   # NOT_ENOUGH_REPLICAS
-    20,   # NOT_ENOUGH_REPLICAS_AFTER_APPEND
-    56,   # KAFKA_STORAGE_ERROR
-    74,   # FENCED_LEADER_EPOCH
-    75,   # UNKNOWN_LEADER_EPOCH
-    78,   # OFFSET_NOT_AVAILABLE
-    89,   # THROTTLING_QUOTA_EXCEEDED
-    100,  # UNKNOWN_TOPIC_ID
-})
-#: Of those, the ones that mean "your metadata is stale": refresh before retrying.
-METADATA_ERRORS = frozenset({3, 5, 6, 9, 56, 74, 75, 100, 15, 16})
-
-
-def error_name(code: int) -> str:
-    """Kafka's name for an error code (kafka-python's table), e.g. 6 -> NOT_LEADER_OR_FOLLOWER."""
-    try:
-        from kafka.errors import for_code
-
-        cls = for_code(code)
-        return str(getattr(cls, "message", cls.__name__))
-    except Exception:
-        return f"error {code}"
 
 
 class BrokerError(KafkaCodecError):
@@ -112,15 +75,11 @@ class BrokerError(KafkaCodecError):
     def __init__(self, message: str, *, error_code: int, topic: str | None = None,
                  partition: int | None = None):
         self.error_code = error_code
-        self.error_name = error_name(error_code)
+        self.error_name = Error.name_of(error_code)
         self.topic = topic
         self.partition = partition
         where = f" ({topic}-{partition})" if topic is not None and partition is not None else ""
         super().__init__(f"{message}{where}: {self.error_name} ({error_code})")
-
-
-def api_name(api_key: int) -> str:
-    return API_NAMES.get(api_key, f"api {api_key}")
 
 
 class Request:
@@ -384,7 +343,7 @@ class Cluster:
                 decoded = decode_api_versions_response(resp.payload, version)
             finally:
                 resp.release()
-            if decoded.error_code == 35 and version > 0:       # UNSUPPORTED_VERSION: retry v0
+            if decoded.error_code == Error.UNSUPPORTED_VERSION and version > 0:   # retry v0
                 self._send_api_versions(conn, 0)
                 return
             if decoded.error_code:
@@ -397,7 +356,7 @@ class Cluster:
         cid = conn.next_correlation_id()
         frame = encode_api_versions_request(api_version=version, correlation_id=cid,
                                             client_id=self.client_id)
-        conn.send(frame, InFlight(API_VERSIONS, version, lambda r: on_response(r, version),
+        conn.send(frame, InFlight(ApiKey.API_VERSIONS, version, lambda r: on_response(r, version),
                                   lambda e: None, time.monotonic() + self.request_timeout,
                                   max_response_bytes=self.receive_message_max_bytes), cid)
 
@@ -420,7 +379,7 @@ class Cluster:
             request.on_error(exc if isinstance(exc, ConnectionError) else ConnectionError(str(exc)))
             raise
         if self._deadline is not None:
-            self._deadline.waiting(conn, api_name(request.api_key))
+            self._deadline.waiting(conn, ApiKey.name_of(request.api_key))
         if conn.ready:
             self._dispatch(conn, request)
         else:
@@ -494,7 +453,7 @@ class Cluster:
         of (`deadline()`; its own of default_api_timeout otherwise): KafkaTimeoutError when that
         runs out."""
         timeout = self.request_timeout if timeout is None else timeout
-        name = api_name(api_key)
+        name = ApiKey.name_of(api_key)
         with self.deadline("call") as deadline:
             attempt = 0
             while True:
@@ -585,7 +544,7 @@ class Cluster:
         encode, decode, wanted = self.metadata_request(
             topics, allow_auto_topic_creation=allow_auto_topic_creation)
         with self.deadline("refresh_metadata"):
-            metadata: MetadataResponse = self.call(None, METADATA, encode, decode,
+            metadata: MetadataResponse = self.call(None, ApiKey.METADATA, encode, decode,
                                                    max_version=METADATA_MAX_VERSION, min_version=1)
         self.apply_metadata(metadata, wanted)
         return metadata
@@ -618,7 +577,7 @@ class Cluster:
 
         self.metadata_in_flight = True
         try:
-            self.send(self.any_node(), Request(METADATA, encode, on_response, on_error,
+            self.send(self.any_node(), Request(ApiKey.METADATA, encode, on_response, on_error,
                                                max_version=METADATA_MAX_VERSION, min_version=1,
                                                timeout=self.request_timeout))
         except (ConnectionError, KeyError):
@@ -636,7 +595,7 @@ class Cluster:
                 continue
             self.topic_errors[name] = topic.error_code
             if topic.error_code:
-                self.note(None, f"Metadata answered {error_name(topic.error_code)} "
+                self.note(None, f"Metadata answered {Error.name_of(topic.error_code)} "
                                 f"({topic.error_code}) for topic {name!r}")
                 continue
             count = len(topic.partitions)
@@ -649,7 +608,7 @@ class Cluster:
                 index = p.partition_index
                 if not 0 <= index < count:
                     continue                      # partitions are numbered 0..count-1
-                if p.error_code in (0, 9) and p.leader_id >= 0:     # 9: a replica is down
+                if p.error_code in (Error.NONE, Error.REPLICA_NOT_AVAILABLE) and p.leader_id >= 0:
                     self.leaders[(name, index)] = p.leader_id
                 else:
                     self.leaders.pop((name, index), None)
@@ -724,7 +683,7 @@ class Cluster:
                     size = resp.size
                     resp.release()
                     request.on_error(RecordTooLargeError(
-                        f"{conn.name}: the {api_name(request.api_key)} answer of {size} bytes is "
+                        f"{conn.name}: the {ApiKey.name_of(request.api_key)} answer of {size} bytes is "
                         f"larger than receive_message_max_bytes ({cap}); raise "
                         f"receive_message_max_bytes if the cluster's answers are that large"))
                 else:
@@ -733,7 +692,7 @@ class Cluster:
                 if not resp.released:
                     resp.release()
                 log.error("%s: the handler of a %s answer failed: %r", conn.name,
-                          api_name(request.api_key), exc)
+                          ApiKey.name_of(request.api_key), exc)
                 failure = failure or exc
         return failure
 

@@ -13,10 +13,8 @@ from kafkacodec._pool import SimpleMemoryPool
 from kafkacodec._ring import FetchRecord, Response
 from kafkacodec.consumer._cluster import (
     DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
-    RETRIABLE_ERRORS,
     BrokerError,
     Cluster,
-    error_name,
 )
 from kafkacodec.consumer._fetcher import Fetcher
 from kafkacodec.consumer._forms import FetchedPartition, records_filter
@@ -24,6 +22,7 @@ from kafkacodec.consumer._groups import GroupOffsets
 from kafkacodec.consumer._offsets import OffsetLookup
 from kafkacodec.net.loop import Loop
 from kafkacodec.protocol import control
+from kafkacodec.protocol.api import Error
 
 __all__ = ["Consumer", "DEFAULT_BUFFER_MEMORY", "COORDINATOR_RING_BYTES"]
 
@@ -173,9 +172,10 @@ class Consumer:
             code = self.cluster.topic_errors.get(topic, 0)
             if code == 0 and topic in self.cluster.partition_counts:
                 return self.cluster.partition_counts[topic]
-            if code not in RETRIABLE_ERRORS or code == 3 and attempt >= 3:
-                raise BrokerError(f"no metadata for topic {topic!r}", error_code=code or 3)
-            self.cluster.note(None, f"Metadata answered {error_name(code)} ({code}) for topic "
+            unknown = Error.UNKNOWN_TOPIC_OR_PARTITION
+            if not Error.for_code(code).retriable or code == unknown and attempt >= 3:
+                raise BrokerError(f"no metadata for topic {topic!r}", error_code=code or unknown)
+            self.cluster.note(None, f"Metadata answered {Error.name_of(code)} ({code}) for topic "
                                     f"{topic!r}")
             self._pause(attempt)
             attempt += 1
@@ -208,7 +208,8 @@ class Consumer:
                     pos = self.fetcher.auto_offset_reset
                     if pos == "none":
                         raise BrokerError("no committed offset and auto_offset_reset='none'",
-                                          error_code=1, topic=tp[0], partition=tp[1])
+                                          error_code=Error.OFFSET_OUT_OF_RANGE, topic=tp[0],
+                                          partition=tp[1])
                 else:
                     pos = offset
             if isinstance(pos, str):

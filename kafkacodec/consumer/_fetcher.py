@@ -9,8 +9,9 @@ FetchResponse becomes (FetchedPartitions, new positions, retries).
   prefetched: a full ring stops its connection from reading.
 - Errors: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION and the other metadata errors
   refresh Metadata and retry after a backoff (exponential, jittered, per partition); a dropped
-  connection or a timed-out request retries its partitions the same way; OFFSET_OUT_OF_RANGE
-  resets by `auto_offset_reset`; other errors are raised (BrokerError).
+  connection or a timed-out request retries its partitions the same way, as do the other
+  retriable errors (Kafka's Errors) but CORRUPT_MESSAGE; OFFSET_OUT_OF_RANGE resets by
+  `auto_offset_reset`; other errors are raised (BrokerError).
 - Resets ("earliest"/"latest", from assign() or OFFSET_OUT_OF_RANGE) are looked up without
   waiting (`send_resets()`: ListOffsets through an OffsetLookup); `on_reset(tp, offset)` tells
   the consumer the new position.
@@ -29,13 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kafkacodec._ring import Response
-from kafkacodec.consumer._cluster import (
-    METADATA_ERRORS,
-    RETRIABLE_ERRORS,
-    BrokerError,
-    Cluster,
-    Request,
-)
+from kafkacodec.consumer._cluster import BrokerError, Cluster, Request
 from kafkacodec.net.client import RING_OVERHEAD
 from kafkacodec.consumer._forms import FetchedPartition, ResponseLease
 from kafkacodec.consumer._offsets import OffsetLookup
@@ -44,12 +39,11 @@ from kafkacodec.errors import RecordTooLargeError
 from kafkacodec.mirror.shallow import shallow_records
 from kafkacodec.protocol import control
 from kafkacodec.protocol._fetch import decode_fetch_response, encode_fetch_request
+from kafkacodec.protocol.api import ApiKey, Error
 
 __all__ = ["Fetcher", "PartitionState", "FETCH_MAX_VERSION", "FETCH_MIN_VERSION"]
 
-FETCH = 1
 FETCH_MIN_VERSION, FETCH_MAX_VERSION = 4, 12     # topic names (v13+ name topics by id)
-OFFSET_OUT_OF_RANGE = 1
 # A response's bytes beyond its records: header, topic names, partition headers and aborted
 # transaction lists.  The request's max_bytes leaves this much of the ring for them.
 RESPONSE_HEADROOM = 4096
@@ -255,7 +249,8 @@ class Fetcher:
                                         max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
                                         max_bytes=max_bytes, isolation_level=isolation)
 
-        request = Request(FETCH, encode, lambda resp, version: self._on_response(resp, version, fetch),
+        request = Request(ApiKey.FETCH, encode,
+                          lambda resp, version: self._on_response(resp, version, fetch),
                           lambda exc: self._on_error(exc, fetch), max_version=FETCH_MAX_VERSION,
                           min_version=FETCH_MIN_VERSION,
                           timeout=self.cluster.request_timeout + self.max_wait_ms / 1000,
@@ -382,16 +377,19 @@ class Fetcher:
                                 st.last_stable_offset, st.log_start_offset)
 
     def _partition_error(self, st: PartitionState, code: int) -> None:
-        if code == OFFSET_OUT_OF_RANGE:
+        if code == Error.OFFSET_OUT_OF_RANGE:
             if self.auto_offset_reset in ("earliest", "latest"):
                 st.reset = self.auto_offset_reset
                 return
             self.fatal = BrokerError(f"offset {st.position} is out of range", error_code=code,
                                      topic=st.topic, partition=st.partition)
             return
-        if code in METADATA_ERRORS:
+        error = Error.for_code(code)
+        if error.invalid_metadata:
             self.cluster.metadata_stale = True
-        if code in RETRIABLE_ERRORS:
+        # CORRUPT_MESSAGE is retriable in Kafka's table, but its consumer fails on it in a
+        # fetch answer (FetchCollector): the same bytes would come back
+        if error.retriable and error != Error.CORRUPT_MESSAGE:
             self._backoff(st)
             return
         self.fatal = BrokerError("fetch failed", error_code=code, topic=st.topic,

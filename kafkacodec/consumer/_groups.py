@@ -13,9 +13,10 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kafkacodec.consumer._cluster import RETRIABLE_ERRORS, BrokerError, Cluster, error_name
+from kafkacodec.consumer._cluster import BrokerError, Cluster
 from kafkacodec.errors import KafkaTimeoutError
 from kafkacodec.protocol import control
+from kafkacodec.protocol.api import ApiKey, Error
 
 __all__ = ["GroupOffsets", "MAX_GROUPS"]
 
@@ -48,13 +49,13 @@ class GroupOffsets:
             return self.coordinators[group]
         self.coordinators.pop(group, None)
         encode = control.request_encoder(control.find_coordinator_request(group), self.client_id)
-        decode = control.response_decoder(control.FIND_COORDINATOR)
+        decode = control.response_decoder(ApiKey.FIND_COORDINATOR)
         attempt = 0
         while True:
             # over a priority connection, so a pool that the data rings hold whole does not
             # stall the lookup until the request times out
-            answer = self.cluster.call(None, control.FIND_COORDINATOR, encode, decode,
-                                       max_version=control.MAX_VERSIONS[control.FIND_COORDINATOR],
+            answer = self.cluster.call(None, ApiKey.FIND_COORDINATOR, encode, decode,
+                                       max_version=control.MAX_VERSIONS[ApiKey.FIND_COORDINATOR],
                                        purpose="coordinator")
             code = answer.error_code
             if code == 0:
@@ -64,9 +65,9 @@ class GroupOffsets:
                 while len(self.coordinators) > self.max_groups:
                     self.coordinators.popitem(last=False)
                 return node
-            if code not in RETRIABLE_ERRORS:
+            if not Error.for_code(code).retriable:
                 raise BrokerError(f"FindCoordinator for group {group!r} failed", error_code=code)
-            self.cluster.note(None, f"FindCoordinator answered {error_name(code)} ({code}) for "
+            self.cluster.note(None, f"FindCoordinator answered {Error.name_of(code)} ({code}) for "
                                     f"group {group!r}")
             self._pause(attempt)
             attempt += 1
@@ -82,7 +83,7 @@ class GroupOffsets:
             try:
                 answer = self.cluster.call(
                     node, api_key, encode, decode, max_version=control.MAX_VERSIONS[api_key],
-                    min_version=1 if api_key == control.OFFSET_FETCH else 2,
+                    min_version=1 if api_key == ApiKey.OFFSET_FETCH else 2,
                     purpose="coordinator", retries=1)
             except KafkaTimeoutError:
                 raise
@@ -93,10 +94,10 @@ class GroupOffsets:
             code = check(answer)
             if code == 0:
                 return answer
-            if code not in RETRIABLE_ERRORS:
-                raise BrokerError(f"{control.RESPONSES[api_key].__name__} for group {group!r} "
-                                  f"failed", error_code=code)
-            self.cluster.note(node, f"answered {error_name(code)} ({code}) for group {group!r}",
+            if not Error.for_code(code).retriable:
+                raise BrokerError(f"{ApiKey.name_of(api_key)} for group {group!r} failed",
+                                  error_code=code)
+            self.cluster.note(node, f"answered {Error.name_of(code)} ({code}) for group {group!r}",
                               "coordinator")
             self._pause(attempt)
             attempt += 1
@@ -117,7 +118,7 @@ class GroupOffsets:
             return 0
 
         with self.cluster.deadline("commit"):
-            self._call(group, control.OFFSET_COMMIT,
+            self._call(group, ApiKey.OFFSET_COMMIT,
                        control.offset_commit_request(group, grouped), check)
 
     def committed(self, group: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
@@ -133,12 +134,12 @@ class GroupOffsets:
                 return code
             for topic in answer.topics:
                 for part in topic.partitions:
-                    if part.error_code and part.error_code != 3:
+                    if part.error_code and part.error_code != Error.UNKNOWN_TOPIC_OR_PARTITION:
                         return int(part.error_code)
             return 0
 
         with self.cluster.deadline("committed"):
-            answer = self._call(group, control.OFFSET_FETCH,
+            answer = self._call(group, ApiKey.OFFSET_FETCH,
                                 control.offset_fetch_request(group, grouped), check)
         out: dict[TopicPartition, int | None] = {tp: None for tp in wanted}
         for topic in answer.topics:

@@ -13,16 +13,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kafkacodec._ring import Response
-from kafkacodec.consumer._cluster import (
-    METADATA_ERRORS,
-    RETRIABLE_ERRORS,
-    BrokerError,
-    Cluster,
-    Request,
-    error_name,
-)
+from kafkacodec.consumer._cluster import BrokerError, Cluster, Request
 from kafkacodec.errors import KafkaTimeoutError
 from kafkacodec.protocol import control
+from kafkacodec.protocol.api import ApiKey, Error
 
 __all__ = ["OffsetLookup"]
 
@@ -83,7 +77,7 @@ class OffsetLookup:
         for t, p in tps:
             grouped.setdefault(t, []).append((p, self.timestamp))
         message = control.list_offsets_request(grouped, isolation_level=self.isolation)
-        decode = control.response_decoder(control.LIST_OFFSETS)
+        decode = control.response_decoder(ApiKey.LIST_OFFSETS)
         self.asking.update(tps)
 
         def on_response(resp: Response, version: int) -> None:
@@ -105,9 +99,9 @@ class OffsetLookup:
             else:
                 self.error = exc
 
-        request = Request(control.LIST_OFFSETS, control.request_encoder(message, self.client_id),
+        request = Request(ApiKey.LIST_OFFSETS, control.request_encoder(message, self.client_id),
                           on_response, on_error,
-                          max_version=control.MAX_VERSIONS[control.LIST_OFFSETS], min_version=1,
+                          max_version=control.MAX_VERSIONS[ApiKey.LIST_OFFSETS], min_version=1,
                           timeout=self.cluster.request_timeout)
         try:
             self.cluster.send(leader, request)
@@ -129,10 +123,10 @@ class OffsetLookup:
                     self.backoff.pop(tp, None)
                     if self.on_found is not None:
                         self.on_found(tp, part.offset)
-                elif code in RETRIABLE_ERRORS:
-                    if code in METADATA_ERRORS:
+                elif Error.for_code(code).retriable:
+                    if Error.for_code(code).invalid_metadata:
                         self.cluster.metadata_stale = True
-                    self.cluster.note(leader, f"ListOffsets answered {error_name(code)} "
+                    self.cluster.note(leader, f"ListOffsets answered {Error.name_of(code)} "
                                               f"({code}) for {tp[0]}-{tp[1]}")
                     retry.append(tp)
                 else:

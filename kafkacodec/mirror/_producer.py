@@ -28,22 +28,15 @@ from collections.abc import Callable
 from typing import Any
 
 from kafkacodec._ring import Response
-from kafkacodec.consumer._cluster import (
-    METADATA_ERRORS,
-    RETRIABLE_ERRORS,
-    BrokerError,
-    Cluster,
-    Request,
-)
+from kafkacodec.consumer._cluster import BrokerError, Cluster, Request
 from kafkacodec.mirror._rewrite import write_produce_request
 from kafkacodec.protocol import control
 from kafkacodec.protocol._produce import decode_produce_response
+from kafkacodec.protocol.api import ApiKey, Error
 
 __all__ = ["IdempotentProducer", "Item", "PRODUCE_MAX_VERSION"]
 
-PRODUCE = 0
 PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION = 3, 11
-OUT_OF_ORDER_SEQUENCE, DUPLICATE_SEQUENCE = 45, 46
 INT32_MAX = 0x7FFFFFFF
 
 
@@ -130,19 +123,18 @@ class IdempotentProducer:
         message = control.init_producer_id_request()
         for attempt in range(10):
             answer = self.cluster.call(
-                None, control.INIT_PRODUCER_ID,
-                lambda v, cid: control.encode_request(message, v, cid, self.client_id),
-                lambda resp, v: control.decode_response(control.RESPONSES[control.INIT_PRODUCER_ID],
-                                                        resp.payload, v),
-                max_version=control.MAX_VERSIONS[control.INIT_PRODUCER_ID])
-            if answer.error_code == 0:
+                None, ApiKey.INIT_PRODUCER_ID, control.request_encoder(message, self.client_id),
+                control.response_decoder(ApiKey.INIT_PRODUCER_ID),
+                max_version=control.MAX_VERSIONS[ApiKey.INIT_PRODUCER_ID])
+            if answer.error_code == Error.NONE:
                 self.producer_id = int(answer.producer_id)
                 self.producer_epoch = int(answer.producer_epoch)
                 return
-            if answer.error_code not in RETRIABLE_ERRORS:
+            if not Error.for_code(answer.error_code).retriable:
                 raise BrokerError("InitProducerId failed on the target", error_code=answer.error_code)
             self.cluster.wait(min(self.retry_backoff * 2 ** attempt, 1.0))
-        raise BrokerError("InitProducerId did not succeed on the target", error_code=15)
+        raise BrokerError("InitProducerId did not succeed on the target",
+                          error_code=Error.COORDINATOR_NOT_AVAILABLE)
 
     # -- queueing ------------------------------------------------------------------------------
     def partition(self, topic: str, partition: int) -> _TargetPartition:
@@ -262,7 +254,7 @@ class IdempotentProducer:
             self.bytes_sent += sum(size for _, size in positions)
             return frame
 
-        request = Request(PRODUCE, encode, lambda resp, v: self._on_response(resp, v, context),
+        request = Request(ApiKey.PRODUCE, encode, lambda resp, v: self._on_response(resp, v, context),
                           lambda exc: self._on_error(exc, context),
                           max_version=PRODUCE_MAX_VERSION, min_version=PRODUCE_MIN_VERSION,
                           timeout=self.cluster.request_timeout + self.timeout_ms / 1000)
@@ -331,12 +323,17 @@ class IdempotentProducer:
             for part in topic.partition_responses:
                 codes[(topic.name, part.partition_index)] = (part.error_code, part.error_message)
         for tp, items in chosen:
-            code, message = codes.get((tp.topic, tp.partition), (13, "partition missing from the answer"))
+            code, message = codes.get((tp.topic, tp.partition),
+                                      (Error.NETWORK_EXCEPTION, "partition missing from the answer"))
+            error = Error.for_code(code)
+            # CORRUPT_MESSAGE is retriable in Kafka's table, but the same bytes would be sent
+            # again, without end (the mirror has no delivery timeout): fatal
+            retriable = error.retriable and error != Error.CORRUPT_MESSAGE
             for item in items:
-                if code == 0 or code == DUPLICATE_SEQUENCE:
+                if code in (Error.NONE, Error.DUPLICATE_SEQUENCE_NUMBER):
                     self._ack(tp, item)
-                elif code in RETRIABLE_ERRORS or (code == OUT_OF_ORDER_SEQUENCE and tp.failed):
-                    if code in METADATA_ERRORS:
+                elif retriable or (code == Error.OUT_OF_ORDER_SEQUENCE_NUMBER and tp.failed):
+                    if error.invalid_metadata:
                         self.cluster.metadata_stale = True
                     self._fail(tp, item, f"error {code}")
                 else:

@@ -1,5 +1,5 @@
 """Kafka wire-protocol framing for the messages around record sets: Fetch, Produce, Metadata
-and ApiVersions (spec protocol.md).
+and ApiVersions (spec protocol.md), and Kafka's api keys and error codes (`ApiKey`, `Error`).
 
 Every ``encode_*_request`` returns a whole frame (int32 size + request header + body); every
 ``decode_*_response(data, api_version, offset=0, size=-1, header=True)`` reads a response
@@ -16,6 +16,7 @@ from kafkacodec.protocol._metadata import (
     encode_metadata_request,
 )
 from kafkacodec.protocol._produce import decode_produce_response, encode_produce_request
+from kafkacodec.protocol.api import ApiKey, Error
 from kafkacodec.protocol._types import (
     AbortedTransaction,
     ApiVersionRange,
@@ -31,14 +32,9 @@ from kafkacodec.protocol._types import (
     ProduceTopicResponse,
 )
 
-#: Api keys of the messages this package encodes and decodes.
-PRODUCE, FETCH, METADATA, API_VERSIONS = 0, 1, 3, 18
-
 __all__ = [
-    "PRODUCE",
-    "FETCH",
-    "METADATA",
-    "API_VERSIONS",
+    "ApiKey",
+    "Error",
     "encode_fetch_request",
     "decode_fetch_response",
     "encode_produce_request",

@@ -1,12 +1,26 @@
-"""Versioned Kafka messages described by schemas, and one interpreter that reads and writes them
-(spec protocol.md §1-2).
+"""Versioned Kafka messages described by schemas, and the one interpreter that reads and writes
+them (spec protocol.md §1-2): the control-plane messages of serve, the consumer and the mirror
+(protocol/messages.py), and the records of Kafka's internal topics that `kafkacodec dump`
+decodes (cli/_internal_topics.py).  The hot Fetch and Produce paths have Cython codecs of
+their own (protocol/_fetch*.pyx, _produce.pyx).
 
-A schema lists a message's fields as Kafka's message definitions do: a name, a type, the
-versions that carry it, the versions where it may be null, and, for flexible versions, an
-optional tag.  `Message.decode` turns the bytes of one version into a dict (snake_case names;
-a field absent from that version holds its default), `Message.encode` does the reverse.  Used
-for the control-plane messages of `kafkacodec serve` (the Fetch path has its own Cython codec,
-protocol/_fetch_server.pyx).
+A schema lists a message's fields as Kafka's message definitions do: a name (snake_case of
+Kafka's), a type, the versions that carry it, the versions where it may be null, and, for
+flexible versions, an optional tag.  `Message.decode` reads one version into one of three forms:
+- `DICT` (the default): a dict of snake_case names; a field absent from the version holds its
+  default, a tagged field its default unless sent;
+- `ATTRS`: the same as `Struct`s, dicts whose keys read as attributes too (`answer.error_code`);
+- `JSON`: as Kafka's generated JSON converters write the message (kafka-dump-log's decoders):
+  camelCase names, a field outside the version left out, a tagged field only where it differs
+  from its default, bytes as standard base64, uuids as Kafka's `Uuid.toString()` (URL-safe
+  base64, no padding), strings with invalid UTF-8 replaced as Java's decoder does.
+`Message.encode` writes a dict (or Struct) in a version.
+
+Wire rules (Kafka's MessageDataGenerator): fixed-size numbers big-endian, a uuid 16 bytes;
+non-flexible versions: string = int16 length, bytes = int32 length, array = int32 count (-1
+null); flexible versions: compact forms (unsigned varint of length + 1, 0 for null) and every
+struct ends with its tagged fields (a count, then tag, size, value; unknown tags skipped); a
+nullable struct is an int8 (-1 null, 1 present) before its fields.
 
 Hostile input: every read is bounds-checked and an array count is checked against the bytes
 left before anything is allocated; any malformation raises CorruptRecordError naming the byte
@@ -15,25 +29,32 @@ left before anything is allocated; any malformation raises CorruptRecordError na
 
 from __future__ import annotations
 
+import base64
 import struct
 import uuid as _uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kafkacodec.errors import CorruptRecordError, RecordTooLargeError
 
-__all__ = ["Field", "Message", "Reader", "f", "array", "struct_field", "versions",
-           "INT8", "INT16", "INT32", "INT64", "BOOL", "UUID", "STRING", "BYTES", "RECORDS"]
+__all__ = ["Field", "Message", "Reader", "Struct", "f", "array", "struct_field", "versions",
+           "DICT", "ATTRS", "JSON", "ZERO_UUID", "INT8", "INT16", "INT32", "INT64", "UINT16",
+           "UINT32", "FLOAT64", "BOOL", "UUID", "STRING", "BYTES", "RECORDS", "STRUCT"]
 
-INT8, INT16, INT32, INT64, BOOL, UUID, STRING, BYTES, RECORDS, STRUCT = (
-    "int8", "int16", "int32", "int64", "bool", "uuid", "string", "bytes", "records", "struct")
+INT8, INT16, INT32, INT64, UINT16, UINT32, FLOAT64 = (
+    "int8", "int16", "int32", "int64", "uint16", "uint32", "float64")
+BOOL, UUID, STRING, BYTES, RECORDS, STRUCT = "bool", "uuid", "string", "bytes", "records", "struct"
 _FIXED = {INT8: struct.Struct(">b"), INT16: struct.Struct(">h"), INT32: struct.Struct(">i"),
-          INT64: struct.Struct(">q"), BOOL: struct.Struct(">?")}
-_SMALLEST = {INT8: 1, INT16: 2, INT32: 4, INT64: 8, BOOL: 1, UUID: 16, STRING: 1, BYTES: 1,
-             RECORDS: 1, STRUCT: 1}
+          INT64: struct.Struct(">q"), UINT16: struct.Struct(">H"), UINT32: struct.Struct(">I"),
+          FLOAT64: struct.Struct(">d"), BOOL: struct.Struct(">?")}
+_SMALLEST = {**{kind: codec.size for kind, codec in _FIXED.items()},
+             UUID: 16, STRING: 1, BYTES: 1, RECORDS: 1, STRUCT: 1}
 _ALWAYS = (0, 1 << 15)
 _NEVER = (1, 0)
 ZERO_UUID = _uuid.UUID(int=0)
+
+#: Decoded forms (see the module docstring).
+DICT, ATTRS, JSON = "dict", "attrs", "json"
 
 
 def versions(text: str | None) -> tuple[int, int]:
@@ -46,16 +67,32 @@ def versions(text: str | None) -> tuple[int, int]:
     return int(lo), int(hi or lo)
 
 
+class Struct(dict[str, Any]):
+    """A decoded struct whose fields also read as attributes (`answer.topics[0].error_code`)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 class Field:
     """One field of a schema: `kind` is a type name, `item` the element type of an array
     (a type name or a tuple of Fields for an array of structs), `fields` a nested struct's."""
 
-    __slots__ = ("name", "kind", "valid", "nullable", "tag", "default", "item", "fields")
+    __slots__ = ("name", "json_name", "label", "kind", "valid", "nullable", "tag", "default",
+                 "item", "fields", "compact", "plans")
 
     def __init__(self, name: str, kind: str, valid: str = "0+", *, nullable: str | None = None,
                  tag: int | None = None, default: Any = None, item: Any = None,
-                 fields: Sequence[Field] = ()):
+                 fields: Sequence[Field] = (), flexible: str | None = None):
         self.name = name
+        first, *rest = name.split("_")
+        self.json_name = first + "".join(part.capitalize() for part in rest)   # Kafka's JSON name
+        self.label = f"field {name}"                   # errors name it (the message added later)
         self.kind = kind
         self.valid = versions(valid)
         self.nullable = versions(nullable)
@@ -63,6 +100,13 @@ class Field:
         self.item = item
         self.fields = tuple(fields)
         self.default = default
+        # the versions in which a string, bytes or array of this field is compact, where not
+        # the message's flexible versions (Kafka's field "flexibleVersions": the header's ClientId)
+        self.compact = None if flexible is None else versions(flexible)
+        self.plans: dict[tuple[int, bool], _Plan] = {}   # a nested struct's, by version
+
+    def is_compact(self, flexible: bool, version: int) -> bool:
+        return flexible if self.compact is None else self.compact[0] <= version <= self.compact[1]
 
     def present(self, version: int) -> bool:
         return self.valid[0] <= version <= self.valid[1]
@@ -86,6 +130,8 @@ class Field:
             return False
         if self.kind == STRUCT:
             return None
+        if self.kind == FLOAT64:
+            return 0.0
         return 0
 
 
@@ -113,9 +159,6 @@ class Reader:
         self.pos = pos
         self.end = len(data) if end is None else end
         self.entries_left = entries            # array elements this message may still hold
-
-    def fail(self, what: str, at: int | None = None) -> CorruptRecordError:
-        return CorruptRecordError(f"malformed {what}", position=self.pos if at is None else at)
 
     def take(self, n: int, what: str) -> Any:
         if n < 0 or n > self.end - self.pos:
@@ -161,14 +204,15 @@ class Reader:
             raise CorruptRecordError(f"{what}: invalid length {n}", position=start)
         return int(n)
 
-    def string(self, compact: bool, nullable: bool, what: str) -> str | None:
+    def string(self, compact: bool, nullable: bool, what: str, errors: str = "strict") -> str | None:
+        """A string; invalid UTF-8 raises, or is replaced with errors="replace" (Java's way)."""
         n = self.length(compact, 2, nullable, what)
         if n < 0:
             return None
         start = self.pos
         raw = self.take(n, what)
         try:
-            return bytes(raw).decode("utf-8")
+            return bytes(raw).decode("utf-8", errors)
         except UnicodeDecodeError:
             raise CorruptRecordError(f"{what}: not UTF-8", position=start) from None
 
@@ -178,15 +222,169 @@ class Reader:
             self.take(self.uvarint("tagged field size"), "tagged field")
 
 
-class Message:
-    """One message type (a request or a response body) across its versions."""
+def _kafka_uuid(value: _uuid.UUID) -> str:
+    """Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes, no padding."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
 
-    def __init__(self, name: str, api_key: int, valid: str, flexible: str, fields: Sequence[Field]):
+
+def _json_value(kind: str, value: Any) -> Any:
+    """A primitive value as Kafka's JSON converters write it."""
+    if value is None:
+        return None
+    if kind == UUID:
+        return _kafka_uuid(value)
+    if kind in (BYTES, RECORDS):
+        return base64.b64encode(value).decode()
+    return value
+
+
+class _Plan:
+    """How a struct's fields are read in one version: the fields on the wire in order, the
+    tagged ones by tag, and every field with its default (the output's order).  Made once per
+    struct and version; a (field, nullable, compact) step says how to read one field."""
+
+    __slots__ = ("reads", "tagged", "layout")
+
+    def __init__(self, fields: Sequence[Field], version: int, flexible: bool):
+        reads: list[tuple[Field, bool, bool]] = []
+        self.tagged: dict[int, tuple[Field, bool, bool]] = {}
+        self.layout: list[tuple[Field, bool, Any]] = []
+        for field in fields:
+            present = field.present(version)
+            step = (field, field.nullable_in(version), field.is_compact(flexible, version))
+            if present and flexible and field.tag is not None:
+                self.tagged[field.tag] = step
+            elif present:
+                reads.append(step)
+            self.layout.append((field, present, field.default_value(version)))
+        self.reads = tuple(reads)
+
+
+def _plan(plans: dict[tuple[int, bool], _Plan], fields: Sequence[Field], version: int,
+          flexible: bool) -> _Plan:
+    plan = plans.get((version, flexible))
+    if plan is None:
+        plan = plans[version, flexible] = _Plan(fields, version, flexible)
+    return plan
+
+
+def _fresh(default: Any) -> Any:
+    """A default to hand out: a list (an array's) copied, since callers may change it."""
+    return default.copy() if isinstance(default, list) else default
+
+
+class _Decoding:
+    """One decode: the message's version and flexibility, and the form asked for."""
+
+    __slots__ = ("version", "flexible", "json", "make", "strings")
+
+    def __init__(self, version: int, flexible: bool, form: str):
+        if form not in (DICT, ATTRS, JSON):
+            raise ValueError(f"unknown decoded form {form!r} (dict, attrs or json)")
+        self.version = version
+        self.flexible = flexible
+        self.json = form == JSON
+        self.make: Callable[[], dict[str, Any]] = Struct if form == ATTRS else dict
+        self.strings = "replace" if self.json else "strict"
+
+    def read_struct(self, r: Reader, plans: dict[tuple[int, bool], _Plan],
+                    fields: Sequence[Field]) -> dict[str, Any]:
+        plan = _plan(plans, fields, self.version, self.flexible)
+        values: dict[str, Any] = {}
+        for step in plan.reads:
+            values[step[0].name] = self.read_field(r, step)
+        if self.flexible:
+            for _ in range(r.uvarint("tagged fields count")):
+                tag = r.uvarint("tag")
+                size = r.uvarint("tagged field size")
+                known = plan.tagged.get(tag)
+                if known is None:
+                    r.take(size, "unknown tagged field")
+                    continue
+                if size > r.end - r.pos:
+                    raise CorruptRecordError("tagged field longer than the message", position=r.pos)
+                sub = Reader(r.data, r.pos, r.pos + size, r.entries_left)
+                values[known[0].name] = self.read_field(sub, known)
+                r.pos += size
+                r.entries_left = sub.entries_left
+        out = self.make()
+        if self.json:
+            for field, present, default in plan.layout:
+                if field.name not in values:
+                    continue            # outside the version, or a tagged field not sent
+                value = values[field.name]
+                if field.tag is not None and value == self.json_default(field, default):
+                    continue            # Kafka's converters write a tagged field if not default
+                out[field.json_name] = value
+            return out
+        for field, present, default in plan.layout:
+            value = values.get(field.name, values)
+            out[field.name] = _fresh(default) if value is values else value
+        return out
+
+    @staticmethod
+    def json_default(field: Field, default: Any) -> Any:
+        if field.kind == "array" and isinstance(field.item, str) and default:
+            return [_json_value(field.item, item) for item in default]
+        return _json_value(field.kind, default)
+
+    def read_field(self, r: Reader, step: tuple[Field, bool, bool]) -> Any:
+        field, nullable, compact = step
+        kind = field.kind
+        what = field.label
+        if kind == "array":
+            n = r.length(compact, 4, nullable, what)
+            if n < 0:
+                return None
+            item = field.item
+            smallest = _SMALLEST[item] if isinstance(item, str) else 1
+            if n > (r.end - r.pos) // smallest:
+                raise CorruptRecordError(f"{what}: {n} elements cannot fit in {r.end - r.pos} bytes",
+                                         position=r.pos)
+            r.entries_left -= n
+            if r.entries_left < 0:
+                raise RecordTooLargeError(f"{what}: {n} elements, more than the entries allowed "
+                                          "in one message", position=r.pos)
+            if isinstance(item, str):
+                return [self.read_value(r, item, False, compact, what) for _ in range(n)]
+            return [self.read_struct(r, field.plans, item) for _ in range(n)]
+        if kind == STRUCT:
+            if nullable and r.fixed(INT8, what) < 0:
+                return None
+            return self.read_struct(r, field.plans, field.fields)
+        return self.read_value(r, kind, nullable, compact, what)
+
+    def read_value(self, r: Reader, kind: str, nullable: bool, compact: bool, what: str) -> Any:
+        codec = _FIXED.get(kind)
+        if codec is not None:
+            if codec.size > r.end - r.pos:
+                raise CorruptRecordError(f"{what}: {codec.size} bytes needed, {r.end - r.pos} left",
+                                         position=r.pos)
+            value: Any = codec.unpack_from(r.data, r.pos)[0]
+            r.pos += codec.size
+            return value
+        if kind == STRING:
+            return r.string(compact, nullable, what, self.strings)
+        if kind == UUID:
+            value = _uuid.UUID(bytes=bytes(r.take(16, what)))
+        else:
+            n = r.length(compact, 4, nullable, what)                      # bytes, records
+            value = None if n < 0 else bytes(r.take(n, what))  # a copy: the buffer goes back
+        return _json_value(kind, value) if self.json else value
+
+
+class Message:
+    """One message type (a request or response body, or a record key or value of an internal
+    topic, `api_key` None) across its versions.  `name` is Kafka's (ProduceRequest)."""
+
+    def __init__(self, name: str, api_key: int | None, valid: str, flexible: str,
+                 fields: Sequence[Field]):
         self.name = name
         self.api_key = api_key
         self.valid = versions(valid)
         self.flexible = versions(flexible)
         self.fields = tuple(fields)
+        self.plans: dict[tuple[int, bool], _Plan] = {}
 
     @property
     def min_version(self) -> int:
@@ -201,84 +399,31 @@ class Message:
 
     # --- decoding ------------------------------------------------------------------------------
     def decode(self, data: Any, version: int, pos: int = 0, end: int | None = None, *,
-               strict: bool = True, max_entries: int = 1 << 62) -> dict[str, Any]:
-        """The message at data[pos:end] as a dict; CorruptRecordError when malformed or, if
-        `strict`, when bytes are left over (Kafka's broker ignores them: librdkafka sends a few
-        after some requests).  RecordTooLargeError, before they are read, when its arrays
-        hold more than `max_entries` elements in all (a cost bound: a server's work and memory
-        grow with them)."""
+               strict: bool = True, max_entries: int = 1 << 62, form: str = DICT) -> dict[str, Any]:
+        """The message at data[pos:end] in `form` (DICT, ATTRS or JSON); CorruptRecordError
+        when malformed or, if `strict`, when bytes are left over (Kafka's broker ignores them:
+        librdkafka sends a few after some requests).  RecordTooLargeError, before they are
+        read, when its arrays hold more than `max_entries` elements in all (a cost bound: a
+        server's work and memory grow with them)."""
         reader = Reader(data, pos, end, max_entries)
-        value = self._read_struct(reader, self.fields, version, self.is_flexible(version))
+        value = self.read(reader, version, form=form)
         if strict and reader.pos != reader.end:
             raise CorruptRecordError(f"{self.name} v{version}: {reader.end - reader.pos} bytes left "
                                      "after the last field", position=reader.pos)
         return value
 
-    def _read_struct(self, r: Reader, fields: Sequence[Field], version: int,
-                     flexible: bool) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        tagged: dict[int, Field] = {}
-        for field in fields:
-            if not field.present(version):
-                out[field.name] = field.default_value(version)
-            elif flexible and field.tag is not None:
-                tagged[field.tag] = field
-                out[field.name] = field.default_value(version)
-            else:
-                out[field.name] = self._read_field(r, field, version, flexible)
-        if flexible:
-            for _ in range(r.uvarint("tagged fields count")):
-                tag = r.uvarint("tag")
-                size = r.uvarint("tagged field size")
-                field_for_tag = tagged.get(tag)
-                if field_for_tag is None:
-                    r.take(size, "unknown tagged field")
-                    continue
-                sub = Reader(r.data, r.pos, r.pos + size, r.entries_left)
-                if size > r.end - r.pos:
-                    raise CorruptRecordError("tagged field longer than the message", position=r.pos)
-                out[field_for_tag.name] = self._read_field(sub, field_for_tag, version, flexible)
-                r.pos += size
-                r.entries_left = sub.entries_left
-        return out
-
-    def _read_field(self, r: Reader, field: Field, version: int, flexible: bool) -> Any:
-        kind = field.kind
-        what = f"{self.name} v{version} field {field.name}"
-        nullable = field.nullable_in(version)
-        if kind == "array":
-            n = r.length(flexible, 4, nullable, what)
-            if n < 0:
-                return None
-            item = field.item
-            smallest = _SMALLEST[item] if isinstance(item, str) else 1
-            if n > (r.end - r.pos) // smallest:
-                raise CorruptRecordError(f"{what}: {n} elements cannot fit in {r.end - r.pos} bytes",
-                                         position=r.pos)
-            r.entries_left -= n
-            if r.entries_left < 0:
-                raise RecordTooLargeError(f"{what}: {n} elements, more than the entries allowed "
-                                          "in one message", position=r.pos)
-            if isinstance(item, str):
-                return [self._read_value(r, item, False, flexible, what) for _ in range(n)]
-            return [self._read_struct(r, item, version, flexible) for _ in range(n)]
-        if kind == STRUCT:
-            if nullable:
-                if r.fixed(INT8, what) < 0:
-                    return None
-            return self._read_struct(r, field.fields, version, flexible)
-        return self._read_value(r, kind, nullable, flexible, what)
-
-    @staticmethod
-    def _read_value(r: Reader, kind: str, nullable: bool, flexible: bool, what: str) -> Any:
-        if kind in _FIXED:
-            return r.fixed(kind, what)
-        if kind == STRING:
-            return r.string(flexible, nullable, what)
-        if kind == UUID:
-            return _uuid.UUID(bytes=bytes(r.take(16, what)))
-        n = r.length(flexible, 4, nullable, what)                       # bytes, records
-        return None if n < 0 else bytes(r.take(n, what))   # a copy: the request buffer goes back
+    def read(self, reader: Reader, version: int, *, form: str = DICT,
+             invalid_utf8: str | None = None) -> dict[str, Any]:
+        """The message at the reader's position, which is left after it.  Invalid UTF-8 in a
+        string raises in the DICT and ATTRS forms and is replaced in JSON; `invalid_utf8`
+        ("strict" or "replace") overrides that."""
+        decoding = _Decoding(version, self.is_flexible(version), form)
+        if invalid_utf8 is not None:
+            decoding.strings = invalid_utf8
+        try:
+            return decoding.read_struct(reader, self.plans, self.fields)
+        except (CorruptRecordError, RecordTooLargeError) as exc:
+            raise exc.with_context(f"{self.name} v{version} ")
 
     # --- encoding ------------------------------------------------------------------------------
     def encode(self, version: int, value: dict[str, Any], out: bytearray | None = None) -> bytearray:
@@ -313,18 +458,19 @@ class Message:
     def _write_field(self, out: bytearray, field: Field, item: Any, version: int,
                      flexible: bool) -> None:
         nullable = field.nullable_in(version)
+        compact = field.is_compact(flexible, version)
         if item is None and not nullable and field.kind in ("array", STRING, BYTES, RECORDS):
             item = field.default_value(version)
             if item is None:
                 raise ValueError(f"{self.name} v{version}: {field.name} cannot be null")
         if field.kind == "array":
             if item is None:
-                _put_length(out, -1, flexible, True)
+                _put_length(out, -1, compact, True)
                 return
-            _put_length(out, len(item), flexible, True)
+            _put_length(out, len(item), compact, True)
             for element in item:
                 if isinstance(field.item, str):
-                    _write_value(out, field.item, element, False, flexible)
+                    _write_value(out, field.item, element, compact)
                 else:
                     self._write_struct(out, field.item, element, version, flexible)
             return
@@ -335,7 +481,7 @@ class Message:
                     return
             self._write_struct(out, field.fields, item or {}, version, flexible)
             return
-        _write_value(out, field.kind, item, nullable, flexible)
+        _write_value(out, field.kind, item, compact)
 
 
 def _put_uvarint(out: bytearray, value: int) -> None:
@@ -352,7 +498,7 @@ def _put_length(out: bytearray, n: int, compact: bool, wide: bool) -> None:
         out += struct.pack(">i" if wide else ">h", n)
 
 
-def _write_value(out: bytearray, kind: str, item: Any, nullable: bool, flexible: bool) -> None:
+def _write_value(out: bytearray, kind: str, item: Any, compact: bool) -> None:
     codec = _FIXED.get(kind)
     if codec is not None:
         out += codec.pack(item)
@@ -361,10 +507,10 @@ def _write_value(out: bytearray, kind: str, item: Any, nullable: bool, flexible:
         out += (item if isinstance(item, _uuid.UUID) else _uuid.UUID(bytes=bytes(item))).bytes
         return
     if item is None:
-        _put_length(out, -1, flexible, kind != STRING)
+        _put_length(out, -1, compact, kind != STRING)
         return
     data: bytes = item.encode("utf-8") if isinstance(item, str) else bytes(item)
-    if kind == STRING and not flexible and len(data) > 0x7FFF:
+    if kind == STRING and not compact and len(data) > 0x7FFF:
         raise ValueError(f"string of {len(data)} bytes does not fit an int16 length")
-    _put_length(out, len(data), flexible, kind != STRING)
+    _put_length(out, len(data), compact, kind != STRING)
     out += data

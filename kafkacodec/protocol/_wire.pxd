@@ -11,6 +11,8 @@ from kafkacodec._cursor cimport (Cursor, cursor_init, need, take, get_int16, get
 from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int32, put_bytes,
                                  put_uvarint, store_u32)
 
+# The api keys and first flexible versions the compiled codecs write: ApiKey's numbers and
+# messages.FLEXIBLE's (tests/test_protocol_api.py checks the frames they write against both).
 cdef enum:
     MAX_FRAME = 0x7FFFFFFF       # every size on the wire is an int32
     API_PRODUCE = 0

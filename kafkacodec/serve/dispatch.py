@@ -13,39 +13,33 @@ where the version has a message field; a Produce with acks=0 gets no response, a
 
 from __future__ import annotations
 
-import struct
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kafkacodec.errors import CorruptRecordError
 from kafkacodec.net.connection import request_done
 from kafkacodec.net.pieces import BytesPiece
 from kafkacodec.protocol import messages as m
-from kafkacodec.protocol._schema import ZERO_UUID, Reader
+from kafkacodec.protocol._schema import ZERO_UUID
+from kafkacodec.protocol.api import ApiKey, Error
 
 if TYPE_CHECKING:
     from kafkacodec.net.connection import Connection
     from kafkacodec.serve.server import Server
 
-__all__ = ["API_RANGES", "Request", "parse_header", "frame_response", "Dispatcher", "READ_ONLY"]
+__all__ = ["API_RANGES", "Request", "Dispatcher", "READ_ONLY"]
 
-# Error codes (Kafka's Errors)
-NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 3
-NOT_LEADER_OR_FOLLOWER, MESSAGE_TOO_LARGE = 6, 10
-UNSUPPORTED_VERSION, POLICY_VIOLATION = 35, 44
-KAFKA_STORAGE_ERROR, UNSUPPORTED_COMPRESSION_TYPE, UNKNOWN_TOPIC_ID = 56, 76, 100
 READ_ONLY = "kafkacodec serve is read-only"
 
 #: api key -> (min, max) version served (Kafka 3.9's ranges; Fetch in _fetch_server.pyx).
-API_RANGES = {
-    m.PRODUCE: (0, 11), m.FETCH: (0, 17), m.LIST_OFFSETS: (0, 9), m.METADATA: (0, 12),
-    m.OFFSET_COMMIT: (0, 9), m.OFFSET_FETCH: (0, 9), m.FIND_COORDINATOR: (0, 5),
-    m.JOIN_GROUP: (0, 9), m.HEARTBEAT: (0, 4), m.LEAVE_GROUP: (0, 5), m.SYNC_GROUP: (0, 5),
-    m.API_VERSIONS: (0, 4), m.CREATE_TOPICS: (0, 7), m.DELETE_TOPICS: (0, 6),
-    m.DELETE_RECORDS: (0, 2), m.INIT_PRODUCER_ID: (0, 5), m.CREATE_PARTITIONS: (0, 3),
+API_RANGES: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (0, 11), ApiKey.FETCH: (0, 17), ApiKey.LIST_OFFSETS: (0, 9),
+    ApiKey.METADATA: (0, 12), ApiKey.OFFSET_COMMIT: (0, 9), ApiKey.OFFSET_FETCH: (0, 9),
+    ApiKey.FIND_COORDINATOR: (0, 5), ApiKey.JOIN_GROUP: (0, 9), ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5), ApiKey.SYNC_GROUP: (0, 5), ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.CREATE_TOPICS: (0, 7), ApiKey.DELETE_TOPICS: (0, 6), ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.INIT_PRODUCER_ID: (0, 5), ApiKey.CREATE_PARTITIONS: (0, 3),
 }
-_HEADER = struct.Struct(">hhih")
 
 
 @dataclass
@@ -61,13 +55,13 @@ class Request:
 
     @property
     def flexible(self) -> bool:
-        return self.api_version >= m.FLEXIBLE[self.api_key]
+        return m.is_flexible(self.api_key, self.api_version)
 
-    def respond(self, body: bytes | bytearray, *, tagged: bool | None = None) -> None:
-        """Answer with a response body (framed here)."""
-        if tagged is None:      # ApiVersions answers always use response header v0 (KIP-511)
-            tagged = self.flexible and self.api_key != m.API_VERSIONS
-        self.send([BytesPiece(frame_response(self.correlation_id, body, tagged))])
+    def respond(self, body: bytes | bytearray) -> None:
+        """Answer with a response body (framed here, with the response header of the api and
+        version: messages.response_header_version)."""
+        self.send([BytesPiece(m.frame_response(self.api_key, self.api_version,
+                                               self.correlation_id, body))])
 
     def send(self, pieces: list[Any]) -> None:
         """Answer with framed pieces; the next request is read once they are written (Kafka
@@ -77,35 +71,6 @@ class Request:
 
     def done(self) -> None:
         request_done(self.conn)
-
-
-def frame_response(correlation_id: int, body: bytes | bytearray, tagged: bool) -> bytearray:
-    head = struct.pack(">ii", 4 + (1 if tagged else 0) + len(body), correlation_id)
-    out = bytearray(head)
-    if tagged:
-        out.append(0)                             # response header v1: no tagged fields
-    out += body
-    return out
-
-
-def parse_header(body: memoryview) -> tuple[int, int, int, str | None, int]:
-    """(api_key, api_version, correlation_id, client_id, where the request body starts).
-    CorruptRecordError when malformed; the tagged section of header v2 is skipped for the
-    APIs served."""
-    if len(body) < _HEADER.size:
-        raise CorruptRecordError("request header shorter than 10 bytes", position=0)
-    api_key, api_version, correlation_id, length = _HEADER.unpack_from(body, 0)
-    reader = Reader(body, _HEADER.size)
-    client_id: str | None = None
-    if length >= 0:
-        raw = reader.take(length, "request header client id")
-        client_id = bytes(raw).decode("utf-8", "replace")
-    elif length != -1:
-        raise CorruptRecordError(f"request header client id length {length}", position=8)
-    flexible_from = m.FLEXIBLE.get(api_key)
-    if flexible_from is not None and api_version >= flexible_from:
-        reader.skip_tags()
-    return api_key, api_version, correlation_id, client_id, reader.pos
 
 
 class Dispatcher:
@@ -119,14 +84,15 @@ class Dispatcher:
         keys = [{"api_key": k, "min_version": lo, "max_version": hi}
                 for k, (lo, hi) in sorted(API_RANGES.items())]
         req.respond(m.API_VERSIONS_RESPONSE.encode(req.api_version, {
-            "error_code": NONE, "api_keys": keys, "throttle_time_ms": 0}))
+            "error_code": Error.NONE, "api_keys": keys, "throttle_time_ms": 0}))
 
     def api_versions_fallback(self, req: Request) -> None:
         """A newer ApiVersions than served: the v0 layout, UNSUPPORTED_VERSION, the ranges."""
         keys = [{"api_key": k, "min_version": lo, "max_version": hi}
                 for k, (lo, hi) in sorted(API_RANGES.items())]
-        body = m.API_VERSIONS_RESPONSE.encode(0, {"error_code": UNSUPPORTED_VERSION, "api_keys": keys})
-        req.respond(body, tagged=False)
+        body = m.API_VERSIONS_RESPONSE.encode(0, {"error_code": Error.UNSUPPORTED_VERSION,
+                                                  "api_keys": keys})
+        req.respond(body)
 
     # --- Metadata --------------------------------------------------------------------------
     def metadata(self, req: Request, body: dict[str, Any]) -> None:
@@ -146,14 +112,15 @@ class Dispatcher:
         for name, topic_id in entries:
             topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)
             if topic is None:
-                topics.append({"error_code": UNKNOWN_TOPIC_ID if name is None else UNKNOWN_TOPIC_OR_PARTITION,
-                               "name": name, "topic_id": topic_id or ZERO_UUID, "partitions": []})
+                missing = Error.UNKNOWN_TOPIC_ID if name is None else Error.UNKNOWN_TOPIC_OR_PARTITION
+                topics.append({"error_code": missing, "name": name,
+                               "topic_id": topic_id or ZERO_UUID, "partitions": []})
                 continue
             node = server.config.node_id
             topics.append({
-                "error_code": NONE, "name": topic.name, "topic_id": topic.topic_id,
+                "error_code": Error.NONE, "name": topic.name, "topic_id": topic.topic_id,
                 "is_internal": topic.is_internal,
-                "partitions": [{"error_code": NONE, "partition_index": p, "leader_id": node,
+                "partitions": [{"error_code": Error.NONE, "partition_index": p, "leader_id": node,
                                 "leader_epoch": -1, "replica_nodes": [node], "isr_nodes": [node],
                                 "offline_replicas": []}
                                for p in sorted(topic.partitions)]})
@@ -171,18 +138,19 @@ class Dispatcher:
         for t in body["topics"]:
             parts = []
             for p in t["partitions"]:
-                answer: dict[str, Any] = {"partition_index": p["partition_index"], "error_code": NONE,
-                                          "old_style_offsets": [], "timestamp": -1, "offset": -1,
-                                          "leader_epoch": -1}
+                answer: dict[str, Any] = {"partition_index": p["partition_index"],
+                                          "error_code": Error.NONE, "old_style_offsets": [],
+                                          "timestamp": -1, "offset": -1, "leader_epoch": -1}
                 part = self.server.view.partition(t["name"], p["partition_index"])
                 if part is None:
-                    answer["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                    answer["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     try:
                         part.refresh()
                         found = part.list_offset(p["timestamp"], committed)
                     except (StorageError, OSError):     # OSError: serve --upstream's cluster
-                        answer["error_code"] = KAFKA_STORAGE_ERROR if version >= 1 else NOT_LEADER_OR_FOLLOWER
+                        answer["error_code"] = (Error.KAFKA_STORAGE_ERROR if version >= 1
+                                                else Error.NOT_LEADER_OR_FOLLOWER)
                         found = None
                     if found is not None:
                         answer["timestamp"], answer["offset"] = found
@@ -194,29 +162,29 @@ class Dispatcher:
     # --- writes ------------------------------------------------------------------------------
     def refuse_write(self, req: Request, body: dict[str, Any]) -> None:
         key, version = req.api_key, req.api_version
-        if key == m.PRODUCE:
+        if key == ApiKey.PRODUCE:
             if body["acks"] == 0:
                 req.done()                            # Kafka sends nothing for acks=0
                 return
             answer: dict[str, Any] = {"responses": [
                 {"name": t["name"], "partition_responses": [
-                    {"index": p["index"], "error_code": POLICY_VIOLATION, "base_offset": -1,
+                    {"index": p["index"], "error_code": Error.POLICY_VIOLATION, "base_offset": -1,
                      "error_message": READ_ONLY} for p in t["partition_data"]]}
                 for t in body["topic_data"]]}
-        elif key == m.CREATE_TOPICS:
-            answer = {"topics": [{"name": t["name"], "error_code": POLICY_VIOLATION,
+        elif key == ApiKey.CREATE_TOPICS:
+            answer = {"topics": [{"name": t["name"], "error_code": Error.POLICY_VIOLATION,
                                   "error_message": READ_ONLY} for t in body["topics"]]}
-        elif key == m.DELETE_TOPICS:
+        elif key == ApiKey.DELETE_TOPICS:
             names = [t["name"] for t in body["topics"]] if version >= 6 else body["topic_names"]
-            answer = {"responses": [{"name": n, "error_code": POLICY_VIOLATION, "error_message": READ_ONLY}
-                                    for n in names]}
-        elif key == m.DELETE_RECORDS:
+            answer = {"responses": [{"name": n, "error_code": Error.POLICY_VIOLATION,
+                                     "error_message": READ_ONLY} for n in names]}
+        elif key == ApiKey.DELETE_RECORDS:
             answer = {"topics": [{"name": t["name"], "partitions": [
                 {"partition_index": p["partition_index"], "low_watermark": -1,
-                 "error_code": POLICY_VIOLATION} for p in t["partitions"]]} for t in body["topics"]]}
-        elif key == m.INIT_PRODUCER_ID:
-            answer = {"error_code": POLICY_VIOLATION, "producer_id": -1, "producer_epoch": -1}
+                 "error_code": Error.POLICY_VIOLATION} for p in t["partitions"]]} for t in body["topics"]]}
+        elif key == ApiKey.INIT_PRODUCER_ID:
+            answer = {"error_code": Error.POLICY_VIOLATION, "producer_id": -1, "producer_epoch": -1}
         else:                                         # CreatePartitions
-            answer = {"results": [{"name": t["name"], "error_code": POLICY_VIOLATION,
+            answer = {"results": [{"name": t["name"], "error_code": Error.POLICY_VIOLATION,
                                    "error_message": READ_ONLY} for t in body["topics"]]}
         req.respond(m.RESPONSES[key].encode(version, answer))

@@ -34,10 +34,8 @@ from kafkacodec.errors import (FileTruncatedError, KafkaCodecError, RecordTooLar
                                UnsupportedCompressionError, UnsupportedVersionError)
 from kafkacodec.lazy import LazyDownConvertRecords
 from kafkacodec.protocol._fetch_server import FetchRequest, encode_fetch_response
-from kafkacodec.serve.dispatch import (KAFKA_STORAGE_ERROR, MESSAGE_TOO_LARGE, NONE,
-                                       NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE,
-                                       UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
-                                       UNSUPPORTED_COMPRESSION_TYPE, UNSUPPORTED_VERSION, Request)
+from kafkacodec.protocol.api import Error
+from kafkacodec.serve.dispatch import Request
 from kafkacodec.serve.logview import Partition, Segment, StorageError
 from kafkacodec.net.connection import FAILED
 from kafkacodec.net.pieces import BytesPiece, FilePiece, LazyPiece
@@ -58,7 +56,7 @@ MAX_ANSWER_BYTES = (1 << 31) - 1 - (16 << 20)
 @dataclass
 class _PartitionAnswer:
     index: int
-    error: int = NONE
+    error: int = Error.NONE
     high_watermark: int = -1
     last_stable: int = -1
     log_start: int = -1
@@ -206,7 +204,8 @@ class FetchHandler:
                 answers.append(answer)
                 part = topic.partitions.get(p.partition) if topic is not None else None
                 if part is None:
-                    answer.error = UNKNOWN_TOPIC_ID if topic is None and version >= 13 else UNKNOWN_TOPIC_OR_PARTITION
+                    answer.error = (Error.UNKNOWN_TOPIC_ID if topic is None and version >= 13
+                                    else Error.UNKNOWN_TOPIC_OR_PARTITION)
                     errors = True
                     continue
                 try:
@@ -222,13 +221,14 @@ class FetchHandler:
                             part.reload()
                         except StorageError:
                             pass
-                    answer.error = KAFKA_STORAGE_ERROR if version >= 6 else NOT_LEADER_OR_FOLLOWER
+                    answer.error = (Error.KAFKA_STORAGE_ERROR if version >= 6
+                                    else Error.NOT_LEADER_OR_FOLLOWER)
                     if answer.piece is not None:
                         answer.piece.release()
                     answer.piece, answer.size, answer.aborted = None, 0, None
                     errors = True
                     continue
-                if answer.error != NONE:
+                if answer.error != Error.NONE:
                     errors = True
                 if answer.size > 0:
                     have_data = True
@@ -254,7 +254,7 @@ class FetchHandler:
         if in_range is None:                    # not known yet (serve --upstream): no records
             return
         if not in_range:
-            answer.error = OFFSET_OUT_OF_RANGE
+            answer.error = Error.OFFSET_OUT_OF_RANGE
             return
         upper = lso if committed else hw
         if committed:
@@ -287,19 +287,20 @@ class FetchHandler:
                     enabled=config.downconversion_enabled(part.topic),
                     pool=self.server.conversion_pool, recompress=config.zstd_codec)
             except UnsupportedVersionError:
-                answer.error = UNSUPPORTED_VERSION
+                answer.error = Error.UNSUPPORTED_VERSION
                 return
             except UnsupportedCompressionError:
-                answer.error = UNSUPPORTED_COMPRESSION_TYPE
+                answer.error = Error.UNSUPPORTED_COMPRESSION_TYPE
                 return
             except RecordTooLargeError:
-                answer.error = MESSAGE_TOO_LARGE
+                answer.error = Error.MESSAGE_TOO_LARGE
                 return
             except FileTruncatedError:
                 raise
             except KafkaCodecError as exc:
                 log.warning("cannot down-convert %s-%d at offset %d: %s", part.topic, part.index, start, exc)
-                answer.error = KAFKA_STORAGE_ERROR if fetch.api_version >= 6 else NOT_LEADER_OR_FOLLOWER
+                answer.error = (Error.KAFKA_STORAGE_ERROR if fetch.api_version >= 6
+                                else Error.NOT_LEADER_OR_FOLLOWER)
                 return
             if lazy.refused:
                 self.server.metrics.conversion_refused()

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kafkacodec.protocol import messages as m
-from kafkacodec.serve.dispatch import NONE, POLICY_VIOLATION, READ_ONLY, UNKNOWN_TOPIC_OR_PARTITION, Request
+from kafkacodec.protocol.api import Error
+from kafkacodec.serve.dispatch import READ_ONLY, Request
 from kafkacodec.serve.offsets import CommittedOffset
 
 if TYPE_CHECKING:
@@ -37,9 +38,6 @@ __all__ = ["GroupCoordinator"]
 
 log = logging.getLogger("kafkacodec.serve")
 
-OFFSET_METADATA_TOO_LARGE, COORDINATOR_NOT_AVAILABLE = 12, 15
-ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID = 22, 23, 24
-UNKNOWN_MEMBER_ID, INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS = 25, 26, 27
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
 _EXPIRY_CHECK_S = 0.2
 
@@ -82,7 +80,7 @@ class GroupCoordinator:
         node = self.server.config.node_id
         host, port = self.server.advertised
         transactional = body["key_type"] == 1     # transactions are writes: refused
-        error = POLICY_VIOLATION if transactional else NONE
+        error = Error.POLICY_VIOLATION if transactional else Error.NONE
         message = READ_ONLY if transactional else None
         keys = body["coordinator_keys"] if req.api_version >= 4 else [body["key"]]
         req.respond(m.FIND_COORDINATOR_RESPONSE.encode(req.api_version, {
@@ -116,7 +114,7 @@ class GroupCoordinator:
             changed = True
         else:
             if member.join is not None:           # a duplicate join: the older one is superseded
-                self._join_answer(member.join, UNKNOWN_MEMBER_ID, member_id=member_id)
+                self._join_answer(member.join, Error.UNKNOWN_MEMBER_ID, member_id=member_id)
                 member.join = None
             changed = member.protocols != protocols
             member.session_timeout_ms, member.rebalance_timeout_ms = session, rebalance
@@ -128,7 +126,7 @@ class GroupCoordinator:
         # means the subscriptions may have changed)
         if not changed and (group.state == COMPLETING
                             or (group.state == STABLE and member_id != group.leader)):
-            self._join_answer(req, NONE, group, member_id,
+            self._join_answer(req, Error.NONE, group, member_id,
                               self._leader_view(group) if member_id == group.leader else [])
             return
         member.join = req
@@ -143,18 +141,18 @@ class GroupCoordinator:
         checked first when the group exists)."""
         config = self.server.config
         if not body["group_id"]:
-            return INVALID_GROUP_ID
+            return Error.INVALID_GROUP_ID
         if not config.group_min_session_timeout_ms <= body["session_timeout_ms"] \
                 <= config.group_max_session_timeout_ms:
-            return INVALID_SESSION_TIMEOUT
+            return Error.INVALID_SESSION_TIMEOUT
         member_id = body["member_id"]
         if member_id and group is None:
-            return UNKNOWN_MEMBER_ID
+            return Error.UNKNOWN_MEMBER_ID
         if not self._supports(group, body["protocol_type"], protocols):
-            return INCONSISTENT_GROUP_PROTOCOL
+            return Error.INCONSISTENT_GROUP_PROTOCOL
         if member_id and group is not None and member_id not in group.members:
-            return UNKNOWN_MEMBER_ID
-        return NONE
+            return Error.UNKNOWN_MEMBER_ID
+        return Error.NONE
 
     @staticmethod
     def _supports(group: _Group | None, protocol_type: str, protocols: set[str]) -> bool:
@@ -172,7 +170,7 @@ class GroupCoordinator:
         answers wait for every member or the rebalance timeout."""
         for member in group.members.values():
             if member.sync is not None:
-                self._sync_answer(member.sync, REBALANCE_IN_PROGRESS)
+                self._sync_answer(member.sync, Error.REBALANCE_IN_PROGRESS)
                 member.sync = None
         group.initial = group.state == EMPTY
         group.state = PREPARING
@@ -218,7 +216,7 @@ class GroupCoordinator:
         for member in group.members.values():
             assert member.join is not None
             member.last_seen = now
-            self._join_answer(member.join, NONE, group, member.member_id,
+            self._join_answer(member.join, Error.NONE, group, member.member_id,
                               leader_view if member.member_id == group.leader else [])
             member.join = None
 
@@ -254,21 +252,21 @@ class GroupCoordinator:
         group = self.groups.get(body["group_id"])
         member = group.members.get(body["member_id"]) if group is not None else None
         if group is None or member is None:
-            self._sync_answer(req, UNKNOWN_MEMBER_ID)
+            self._sync_answer(req, Error.UNKNOWN_MEMBER_ID)
             return
         if body["generation_id"] != group.generation:
-            self._sync_answer(req, ILLEGAL_GENERATION)
+            self._sync_answer(req, Error.ILLEGAL_GENERATION)
             return
         if (body["protocol_type"] is not None and body["protocol_type"] != group.protocol_type) or \
                 (body["protocol_name"] is not None and body["protocol_name"] != group.protocol_name):
-            self._sync_answer(req, INCONSISTENT_GROUP_PROTOCOL)
+            self._sync_answer(req, Error.INCONSISTENT_GROUP_PROTOCOL)
             return
         member.last_seen = time.monotonic()
         if group.state == PREPARING:
-            self._sync_answer(req, REBALANCE_IN_PROGRESS)
+            self._sync_answer(req, Error.REBALANCE_IN_PROGRESS)
             return
         if group.state == STABLE:
-            self._sync_answer(req, NONE, group, member.assignment)
+            self._sync_answer(req, Error.NONE, group, member.assignment)
             return
         member.sync = req
         if member.member_id == group.leader:
@@ -277,7 +275,7 @@ class GroupCoordinator:
             for mm in group.members.values():
                 mm.assignment = assignments.get(mm.member_id, b"")
                 if mm.sync is not None:
-                    self._sync_answer(mm.sync, NONE, group, mm.assignment)
+                    self._sync_answer(mm.sync, Error.NONE, group, mm.assignment)
                     mm.sync = None
 
     def _sync_answer(self, req: Request, error: int, group: _Group | None = None,
@@ -293,12 +291,12 @@ class GroupCoordinator:
         group = self.groups.get(body["group_id"])
         member = group.members.get(body["member_id"]) if group is not None else None
         if group is None or member is None:
-            error = UNKNOWN_MEMBER_ID
+            error = Error.UNKNOWN_MEMBER_ID
         elif body["generation_id"] != group.generation:
-            error = ILLEGAL_GENERATION
+            error = Error.ILLEGAL_GENERATION
         else:
             member.last_seen = time.monotonic()
-            error = REBALANCE_IN_PROGRESS if group.state == PREPARING else NONE
+            error = Error.REBALANCE_IN_PROGRESS if group.state == PREPARING else Error.NONE
         req.respond(m.HEARTBEAT_RESPONSE.encode(req.api_version, {"error_code": error}))
 
     def leave(self, req: Request, body: dict[str, Any]) -> None:
@@ -312,12 +310,13 @@ class GroupCoordinator:
         for member_id, instance in leaving:
             known = group is not None and member_id in group.members
             results.append({"member_id": member_id, "group_instance_id": instance,
-                            "error_code": NONE if known else UNKNOWN_MEMBER_ID})
+                            "error_code": Error.NONE if known else Error.UNKNOWN_MEMBER_ID})
             if known:
                 assert group is not None
                 self._remove(group, member_id)
                 removed = True
-        top = NONE if req.api_version >= 3 or results[0]["error_code"] == NONE else UNKNOWN_MEMBER_ID
+        top = (Error.NONE if req.api_version >= 3 or results[0]["error_code"] == Error.NONE
+               else Error.UNKNOWN_MEMBER_ID)
         req.respond(m.LEAVE_GROUP_RESPONSE.encode(req.api_version, {"error_code": top, "members": results}))
         if removed and group is not None:
             self._after_removal(group)
@@ -325,9 +324,9 @@ class GroupCoordinator:
     def _remove(self, group: _Group, member_id: str) -> None:
         member = group.members.pop(member_id)
         if member.join is not None:
-            self._join_answer(member.join, UNKNOWN_MEMBER_ID, member_id=member_id)
+            self._join_answer(member.join, Error.UNKNOWN_MEMBER_ID, member_id=member_id)
         if member.sync is not None:
-            self._sync_answer(member.sync, UNKNOWN_MEMBER_ID)
+            self._sync_answer(member.sync, Error.UNKNOWN_MEMBER_ID)
 
     def _after_removal(self, group: _Group) -> None:
         if group.state == PREPARING:
@@ -366,19 +365,19 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         generation = body["generation_id_or_member_epoch"]
         member_id = body["member_id"]
-        error = NONE
+        error = Error.NONE
         if version >= 1 and (generation >= 0 or member_id):
             member = group.members.get(member_id) if group is not None else None
             if group is None or member is None:
-                error = UNKNOWN_MEMBER_ID
+                error = Error.UNKNOWN_MEMBER_ID
             elif generation != group.generation:
-                error = ILLEGAL_GENERATION
+                error = Error.ILLEGAL_GENERATION
             elif group.state in (PREPARING, COMPLETING):
-                error = REBALANCE_IN_PROGRESS
+                error = Error.REBALANCE_IN_PROGRESS
             else:
                 member.last_seen = time.monotonic()
         elif group is not None and group.members:
-            error = ILLEGAL_GENERATION         # a consumer outside the group while it has members
+            error = Error.ILLEGAL_GENERATION         # a consumer outside the group while it has members
         results: dict[tuple[str, int], int] = {}
         offsets: dict[tuple[str, int], CommittedOffset] = {}
         view = self.server.view
@@ -389,11 +388,11 @@ class GroupCoordinator:
                 if error:
                     results[key] = error
                 elif view.partition(*key) is None:
-                    results[key] = UNKNOWN_TOPIC_OR_PARTITION
+                    results[key] = Error.UNKNOWN_TOPIC_OR_PARTITION
                 elif p["committed_metadata"] is not None and len(p["committed_metadata"].encode()) > limit:
-                    results[key] = OFFSET_METADATA_TOO_LARGE
+                    results[key] = Error.OFFSET_METADATA_TOO_LARGE
                 else:
-                    results[key] = NONE
+                    results[key] = Error.NONE
                     offsets[key] = CommittedOffset(p["committed_offset"], p["committed_leader_epoch"],
                                                    p["committed_metadata"], p["commit_timestamp"])
         if offsets:
@@ -402,7 +401,7 @@ class GroupCoordinator:
             except OSError as exc:
                 log.error("cannot store the offsets of group %s: %s", group_id, exc)
                 for key in offsets:
-                    results[key] = COORDINATOR_NOT_AVAILABLE
+                    results[key] = Error.COORDINATOR_NOT_AVAILABLE
         topics: dict[str, list[dict[str, int]]] = {}
         for (topic, partition), code in results.items():
             topics.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
@@ -430,8 +429,8 @@ class GroupCoordinator:
             log.warning("offsets of group %s: %s", group_id, exc)
             return [{"name": t["name"], "partitions": [
                 {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
-                 "metadata": "", "error_code": COORDINATOR_NOT_AVAILABLE}
-                for p in t["partition_indexes"]]} for t in topics or []], COORDINATOR_NOT_AVAILABLE
+                 "metadata": "", "error_code": Error.COORDINATOR_NOT_AVAILABLE}
+                for p in t["partition_indexes"]]} for t in topics or []], Error.COORDINATOR_NOT_AVAILABLE
         if topics is None:                       # every partition with an offset
             wanted: dict[str, list[int]] = {}
             for topic, partition in sorted(stored):
@@ -447,6 +446,6 @@ class GroupCoordinator:
                              "committed_offset": found.offset if found else -1,
                              "committed_leader_epoch": found.leader_epoch if found else -1,
                              "metadata": (found.metadata if found else "") or "",
-                             "error_code": NONE})
+                             "error_code": Error.NONE})
             out.append({"name": topic, "partitions": rows})
-        return out, NONE
+        return out, Error.NONE

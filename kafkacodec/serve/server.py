@@ -32,8 +32,9 @@ from kafkacodec._pool import MemoryPool, SimpleMemoryPool
 from kafkacodec.errors import KafkaCodecError, MemoryPoolError, RecordTooLargeError
 from kafkacodec.protocol import messages as m
 from kafkacodec.protocol._fetch_server import decode_fetch_request
+from kafkacodec.protocol.api import ApiKey
 from kafkacodec.serve.config import ServeConfig, default_max_connections
-from kafkacodec.serve.dispatch import API_RANGES, Dispatcher, Request, parse_header
+from kafkacodec.serve.dispatch import API_RANGES, Dispatcher, Request
 from kafkacodec.serve.fetch import FetchHandler
 from kafkacodec.serve.groups import GroupCoordinator
 from kafkacodec.serve.logview import LogView
@@ -130,14 +131,14 @@ class Server:
         self._stopping = False
         self._stopped = threading.Event()
         self._handlers: dict[int, Callable[[Request, Any], None]] = {
-            m.API_VERSIONS: self.dispatcher.api_versions, m.METADATA: self.dispatcher.metadata,
-            m.LIST_OFFSETS: self.dispatcher.list_offsets, m.FETCH: self.fetches.handle,
-            m.FIND_COORDINATOR: self.groups.find_coordinator, m.JOIN_GROUP: self.groups.join,
-            m.SYNC_GROUP: self.groups.sync, m.HEARTBEAT: self.groups.heartbeat,
-            m.LEAVE_GROUP: self.groups.leave, m.OFFSET_COMMIT: self.groups.commit,
-            m.OFFSET_FETCH: self.groups.fetch_offsets}
-        for key in (m.PRODUCE, m.CREATE_TOPICS, m.DELETE_TOPICS, m.DELETE_RECORDS,
-                    m.INIT_PRODUCER_ID, m.CREATE_PARTITIONS):
+            ApiKey.API_VERSIONS: self.dispatcher.api_versions, ApiKey.METADATA: self.dispatcher.metadata,
+            ApiKey.LIST_OFFSETS: self.dispatcher.list_offsets, ApiKey.FETCH: self.fetches.handle,
+            ApiKey.FIND_COORDINATOR: self.groups.find_coordinator, ApiKey.JOIN_GROUP: self.groups.join,
+            ApiKey.SYNC_GROUP: self.groups.sync, ApiKey.HEARTBEAT: self.groups.heartbeat,
+            ApiKey.LEAVE_GROUP: self.groups.leave, ApiKey.OFFSET_COMMIT: self.groups.commit,
+            ApiKey.OFFSET_FETCH: self.groups.fetch_offsets}
+        for key in (ApiKey.PRODUCE, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DELETE_RECORDS,
+                    ApiKey.INIT_PRODUCER_ID, ApiKey.CREATE_PARTITIONS):
             self._handlers[key] = self.dispatcher.refuse_write
 
     def _metrics(self) -> Any:
@@ -358,7 +359,7 @@ class Server:
     # --- requests ------------------------------------------------------------------------------
     def handle_request(self, conn: Connection, body: memoryview) -> None:
         try:
-            api_key, version, correlation_id, client_id, start = parse_header(body)
+            api_key, version, correlation_id, client_id, start = m.parse_request_header(body)
         except KafkaCodecError as exc:
             self.release_request(body)
             conn.close(f"malformed request header: {exc}", net.MALFORMED)
@@ -367,16 +368,16 @@ class Server:
         served = API_RANGES.get(api_key)
         if served is None or not served[0] <= version <= served[1]:
             self.release_request(body)
-            if api_key == m.API_VERSIONS and served is not None and version > served[1]:
+            if api_key == ApiKey.API_VERSIONS and served is not None and version > served[1]:
                 self.dispatcher.api_versions_fallback(req)
             else:
                 conn.close(f"api key {api_key} version {version} is not served", net.UNSUPPORTED)
             return
-        self.metrics.request(m.API_NAMES[api_key], version)
-        name = m.API_NAMES[api_key]
+        name = ApiKey(api_key).message_name
+        self.metrics.request(name, version)
         limit = self.config.max_request_entries
         try:
-            if api_key == m.FETCH:
+            if api_key == ApiKey.FETCH:
                 decoded: Any = decode_fetch_request(body, version, start, strict=False)
                 entries = sum(len(parts) + 1 for _, _, parts in decoded.topics)
                 if entries > limit:

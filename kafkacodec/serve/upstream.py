@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from kafkacodec._records import MemoryRecords
+from kafkacodec.protocol.api import Error
 from kafkacodec.serve.offsets import CommittedOffset
 
 __all__ = ["UpstreamView", "UpstreamOffsetStore", "UpstreamError"]
@@ -431,7 +432,7 @@ class UpstreamView:
         code = getattr(exc, "error_code", None)
         log.info("upstream fetch of %s-%d: %s", topic, index, exc)
         consumer.unassign([(part.topic, part.index)])
-        if code == 1:                          # OFFSET_OUT_OF_RANGE: the client hears it
+        if code == Error.OFFSET_OUT_OF_RANGE:  # the client hears it
             part.out_of_range_at = part.demand if part.demand is not None else -1
             part.refused_at = time.monotonic()
         try:
