@@ -844,6 +844,16 @@ _OWNED = {
     "kafkacodec.protocol.control.": "a value: a request to send (Outgoing), made per call",
     "kafkacodec.protocol._fetch_server.": "a value: a decoded request, fields only",
     "kafkacodec.spark.": "Spark: one per task or query plan",
+    **{f"kafkacodec.net.{m}.": "internal to the network layer: owned by the thread running its "
+                               "Loop (Loop.call_soon_threadsafe is the one entry from others)"
+       for m in ("loop", "connection", "client", "transport", "pieces")},
+    **{f"kafkacodec.net.{m}.": "a value: settings, rules and secrets, read-only once loaded"
+       for m in ("properties", "acl", "_secret")},
+    "kafkacodec.net.sasl.": "internal: one SASL exchange of one connection, on its loop",
+    "kafkacodec.net.users.": "internal: the credentials file, read once by its owner; writers "
+                             "of the file are serialized by a file lock (tests/test_net_users.py)",
+    "kafkacodec._statestore.": "internal: a state store has one owner (serve's loop thread, the "
+                               "mirror's thread)",
 }
 
 
