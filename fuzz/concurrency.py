@@ -846,7 +846,7 @@ _OWNED = {
     "kafkacodec.spark.": "Spark: one per task or query plan",
     **{f"kafkacodec.net.{m}.": "internal to the network layer: owned by the thread running its "
                                "Loop (Loop.call_soon_threadsafe is the one entry from others)"
-       for m in ("loop", "connection", "client", "transport", "pieces")},
+       for m in ("loop", "connection", "client", "transport", "pieces", "authentication")},
     **{f"kafkacodec.net.{m}.": "a value: settings, rules and secrets, read-only once loaded"
        for m in ("properties", "acl", "_secret")},
     "kafkacodec.net.sasl.": "internal: one SASL exchange of one connection, on its loop",

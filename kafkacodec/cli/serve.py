@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from kafkacodec.cli._exit import EXIT_CODES, EXIT_INPUT, EXIT_OK, EXIT_USAGE, CliError
@@ -37,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    security, upstream_security = _security(args)
     for path in args.log_dirs:
         refuse_stream(path, "serve", "Kafka log directories (it follows their segments as they grow)")
         if not os.path.isdir(path):
@@ -64,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
             connections_max_idle_ms=args.connections_max_idle_ms,
             request_read_timeout_ms=args.request_read_timeout_ms,
             response_write_timeout_ms=args.response_write_timeout_ms,
-            max_connections=args.max_connections, max_request_entries=args.max_request_entries)
+            max_connections=args.max_connections, max_request_entries=args.max_request_entries,
+            security=security, upstream_security=upstream_security)
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     # The handler only records the signal: it runs in the main thread between two bytecodes,
@@ -79,11 +82,65 @@ def run(args: argparse.Namespace) -> int:
     try:
         host, port = server.address
         print(f"listening on {host}:{port}", flush=True)
+        for listening in server.listening:
+            print(listening.describe(), flush=True)
         while not signalled and not server.wait(0.2):
             pass
     finally:
         server.stop()
     return EXIT_OK
+
+
+#: Kafka broker properties of a --config file -> ServeConfig fields (flags given on the command
+#: line win over the file).
+_BROKER_PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "connections.max.idle.ms": ("connections_max_idle_ms", int),
+    "socket.request.max.bytes": ("socket_request_max_bytes", int),
+    "queued.max.request.bytes": ("max_request_memory", int),
+    "max.connections": ("max_connections", int),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", int),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", int),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", int),
+    "node.id": ("node_id", int),
+    "log.message.downconversion.enable": ("no_downconversion", lambda v: v.strip().lower() == "false"),
+    "kafkacodec.request.read.timeout.ms": ("request_read_timeout_ms", int),
+    "kafkacodec.response.write.timeout.ms": ("response_write_timeout_ms", int),
+    "kafkacodec.max.request.entries": ("max_request_entries", int),
+    "kafkacodec.state.dir": ("state_dir", str),
+}
+
+
+def _security(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The broker properties of --config (listeners, TLS, SASL, users and ACL files, and the
+    settings above) and the client properties of --upstream-config; one error line for a bad file."""
+    security = upstream = None
+    try:
+        if args.config is not None:
+            from kafkacodec.net.properties import BrokerSecurity
+
+            refuse_stream(args.config, "serve", "a broker properties file for --config", dash="a stream")
+            security = BrokerSecurity.from_file(args.config)
+            defaults = args.flag_defaults
+            for key, (dest, convert) in _BROKER_PROPERTIES.items():
+                value = security.other.get(key)
+                if value is not None and getattr(args, dest) == defaults.get(dest):
+                    try:
+                        setattr(args, dest, convert(value))
+                    except ValueError:
+                        raise ValueError(f"{args.config}: {key}={value!r} is not valid") from None
+            if not args.log_dirs and not args.upstream and security.other.get("log.dirs"):
+                args.log_dirs = [d.strip() for d in security.other["log.dirs"].split(",") if d.strip()]
+        if args.upstream_config is not None:
+            from kafkacodec.net.properties import ClientSecurity
+
+            refuse_stream(args.upstream_config, "serve", "a client properties file for --upstream-config",
+                          dash="a stream")
+            upstream = ClientSecurity.from_file(args.upstream_config)
+    except OSError as exc:
+        raise CliError(f"{exc.filename or exc}: {exc.strerror or exc}", EXIT_INPUT) from None
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    return security, upstream
 
 
 def _raise_descriptor_limit() -> None:
@@ -173,5 +230,14 @@ def add_parser(subparsers: Any) -> None:
                          "(INVALID_SESSION_TIMEOUT; default 6000)")
     sv.add_argument("--group-max-session-timeout-ms", type=count_arg(0), default=1800000, metavar="MS",
                     help="group.max.session.timeout.ms (default 1800000)")
+    sv.add_argument("--config", metavar="FILE",
+                    help="Kafka broker properties: listeners (PLAINTEXT, SSL, SASL_PLAINTEXT, "
+                         "SASL_SSL; several), advertised.listeners, ssl.keystore.* (PEM), "
+                         "ssl.truststore.*, ssl.client.auth, sasl.enabled.mechanisms, "
+                         "kafkacodec.users.file, kafkacodec.acl.file, and limits by Kafka's names "
+                         "(docs/security.md); flags given here win over the file")
+    sv.add_argument("--upstream-config", metavar="FILE",
+                    help="client properties for --upstream (security.protocol, ssl.*, sasl.*: "
+                         "Kafka's or librdkafka's names; docs/security.md)")
     sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
-    sv.set_defaults(run=run)
+    sv.set_defaults(run=run, flag_defaults={a.dest: a.default for a in sv._actions})

@@ -176,7 +176,7 @@ class Cluster:
                  receive_message_max_bytes: int = DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
                  retry_backoff: float = 0.1, max_retry_backoff: float = 1.0,
                  loop: Loop | None = None, priority: bool = False, name: str = "cluster",
-                 tls: Any = None, connection_setup_timeout: float = 10.0):
+                 security: Any = None, connection_setup_timeout: float = 10.0):
         if not request_timeout > 0:
             raise ValueError(f"request_timeout must be more than 0 seconds, got {request_timeout}")
         if default_api_timeout is not None and not default_api_timeout > 0:
@@ -200,7 +200,14 @@ class Cluster:
         self.name = name
         self.own_loop = loop is None
         self.loop = loop or Loop()
-        self.tls = tls                  # an ssl.SSLContext: every connection speaks TLS
+        # TLS and SASL (a kafkacodec.net.ClientSecurity, a dict of client properties, or the path
+        # of a client.properties file; None: PLAINTEXT)
+        self.security = client_security(security)
+        self.tls: Any = None
+        if self.security is not None and self.security.uses_tls:
+            from kafkacodec.net.tls import client_context
+
+            self.tls = client_context(self.security)
         # socket.connection.setup.timeout.ms: the connect and the TLS handshake
         self.deadlines = Deadlines(idle=math.inf, request_read=math.inf,
                                    response_write=request_timeout, handshake=connection_setup_timeout)
@@ -351,7 +358,10 @@ class Cluster:
                                                        error_code=decoded.error_code))
                 return
             conn.api_versions = {k.api_key: (k.min_version, k.max_version) for k in decoded.api_keys}
-            self._authenticated(conn)
+            if self.security is not None and self.security.uses_sasl:
+                self._authenticate(conn)
+            else:
+                self._authenticated(conn)
 
         cid = conn.next_correlation_id()
         frame = encode_api_versions_request(api_version=version, correlation_id=cid,
@@ -359,6 +369,49 @@ class Cluster:
         conn.send(frame, InFlight(ApiKey.API_VERSIONS, version, lambda r: on_response(r, version),
                                   lambda e: None, time.monotonic() + self.request_timeout,
                                   max_response_bytes=self.receive_message_max_bytes), cid)
+
+    def _authenticate(self, link: BrokerLink) -> None:
+        """SASL on a new connection (SaslHandshake v1 + SaslAuthenticate), then ready; again
+        before the session lifetime the broker answered ends (KIP-368)."""
+        from kafkacodec.net.authentication import ClientAuthenticator
+        from kafkacodec.protocol import control
+
+        def send(api_key: int, message: Any, on_answer: Callable[[Any], None]) -> None:
+            decode = control.response_decoder(api_key)
+
+            def on_response(resp: Response, version: int) -> None:
+                try:
+                    answer = decode(resp, version)
+                finally:
+                    resp.release()
+                on_answer(answer)
+
+            self._dispatch(link, Request(api_key, control.request_encoder(message, self.client_id),
+                                         on_response, lambda exc: None,
+                                         max_version=control.MAX_VERSIONS[api_key],
+                                         min_version=1 if api_key == ApiKey.SASL_HANDSHAKE else 0,
+                                         timeout=self.request_timeout))
+
+        def done(lifetime_ms: int) -> None:
+            from kafkacodec.net.sasl import reauthentication_delay_ms
+
+            delay = reauthentication_delay_ms(lifetime_ms)
+            if delay is not None:
+                self.loop.call_later(delay / 1000, lambda: self._reauthenticate(link))
+            self._authenticated(link)
+
+        def failed(error: BaseException) -> None:
+            self.fail_connection(link, error)
+
+        ClientAuthenticator(self.security, send, done, failed).start()
+
+    def _reauthenticate(self, link: BrokerLink) -> None:
+        """KIP-368: a new exchange on the same connection; new requests wait for it."""
+        if link.closed or self.closed:
+            return
+        link.authenticated = False
+        self.pending.setdefault(link, [])
+        self._authenticate(link)
 
     def _authenticated(self, conn: BrokerLink) -> None:
         """The connection is ready: what waited for it goes out."""
@@ -723,3 +776,19 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
     if not out:
         raise ValueError("empty bootstrap list")
     return out
+
+
+def client_security(security: Any) -> Any:
+    """A ClientSecurity from what callers give: one, a dict of client properties (Kafka's and
+    librdkafka's names), the path of a client.properties file, or None (PLAINTEXT: None)."""
+    if security is None:
+        return None
+    from kafkacodec.net.properties import ClientSecurity
+
+    if isinstance(security, ClientSecurity):
+        chosen = security
+    elif isinstance(security, (str, os.PathLike)):
+        chosen = ClientSecurity.from_file(security)
+    else:
+        chosen = ClientSecurity.from_properties(dict(security))
+    return chosen if chosen.uses_tls or chosen.uses_sasl else None

@@ -48,6 +48,10 @@ class Consumer:
       max_in_flight bytes, so every answer in flight fits the ring at once).
     - ``isolation_level="read_committed"``: aborted transactions and control batches never
       reach the caller, with or without the broker's aborted-transaction lists.
+    - ``security``: TLS and SASL: a ``client.properties`` path, a dict of client properties
+      (Kafka's and librdkafka's names: security.protocol, ssl.ca.location, sasl.mechanism,
+      sasl.username/sasl.password or sasl.jaas.config...) or a kafkacodec.net.ClientSecurity
+      (docs/security.md).
     - ``group_id``: for commit() / committed() (no group membership: partitions are assigned
       by the caller).
     - Timeouts (seconds): ``request_timeout`` (Kafka's request.timeout.ms) is how long one
@@ -85,7 +89,7 @@ class Consumer:
                  default_api_timeout: float | None = None,
                  receive_message_max_bytes: int = DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
                  retry_backoff: float = 0.1, max_retry_backoff: float = 1.0,
-                 loop: Loop | None = None):
+                 loop: Loop | None = None, security: Any = None):
         if isolation_level not in ("read_uncommitted", "read_committed"):
             raise ValueError("isolation_level is 'read_uncommitted' or 'read_committed'")
         if auto_offset_reset not in ("earliest", "latest", "none"):
@@ -113,7 +117,7 @@ class Consumer:
                                default_api_timeout=default_api_timeout,
                                receive_message_max_bytes=receive_message_max_bytes,
                                retry_backoff=retry_backoff, max_retry_backoff=max_retry_backoff,
-                               loop=self.loop, name="source")
+                               loop=self.loop, name="source", security=security)
         self.fetcher = Fetcher(self.cluster, read_committed=isolation_level == "read_committed",
                                max_wait_ms=fetch_max_wait_ms, min_bytes=fetch_min_bytes,
                                fetch_max_bytes=fetch_max_bytes,

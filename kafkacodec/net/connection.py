@@ -103,7 +103,9 @@ class Connection:
         self.close_kind = ""
         self.close_reason = ""
         self.close_error: BaseException | None = None
-        self.principal = "User:ANONYMOUS"  # set by TLS client certificates or SASL
+        self.principal = "User:ANONYMOUS"  # set by a TLS client certificate or SASL
+        self.listener: Any = None         # server side: the listener it came in on
+        self.auth: Any = None             # the SASL exchange (kafkacodec.net.authentication)
         self.messages: deque[_Message] = deque()
         now = time.monotonic()
         self.opened_at = now
@@ -190,11 +192,11 @@ class Connection:
     def _handshake(self) -> None:
         if self.transport.handshake():
             self.handshaken = True
-            self.on_handshake()
-        self._update_interest()
+            if self.transport.encrypted:
+                from kafkacodec.net.tls import peer_principal
 
-    def on_handshake(self) -> None:
-        """The TLS handshake is done (the owner may set `principal` from the peer's certificate)."""
+                self.principal = peer_principal(self.transport.sock)   # ANONYMOUS without one
+        self._update_interest()
 
     # --- reading -------------------------------------------------------------------------------
     def read_now(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["ServeConfig", "parse_host_port", "MiB"]
 
@@ -43,9 +44,15 @@ class ServeConfig:
     - `log_dirs`: Kafka log directories (`log.dirs`), served together; or
     - `upstream`: a cluster's bootstrap servers, served through the consumer core instead
       (kafkacodec.serve.upstream), with `upstream_buffer_memory` (the consumer's KIP-81 pool),
-      `upstream_cache_memory` (fetched data kept for clients) and `upstream_timeout_s`.
+      `upstream_cache_memory` (fetched data kept for clients), `upstream_timeout_s` and
+      `upstream_security` (TLS and SASL toward the cluster: a kafkacodec.net.ClientSecurity,
+      client properties or a client.properties path).
     - `listen` / `advertised`: where to listen, and the address clients are told to connect to
-      (Metadata, FindCoordinator); `advertised` defaults to the bound address.
+      (Metadata, FindCoordinator); `advertised` defaults to the bound address.  Or:
+    - `security` (a kafkacodec.net.BrokerSecurity, e.g. from `kafkacodec serve --config FILE`):
+      Kafka's `listeners` (several; PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) with their TLS and
+      SASL settings, `advertised.listeners`, the credentials file (`kafkacodec.users.file`) and
+      the ACL file (`kafkacodec.acl.file`); `listen` and `advertised` are then not used.
     - `state_dir`: where group offsets persist (None: in memory only, lost at exit).
     - `metrics_listen`: Prometheus text format over HTTP there (None: off).
     - `max_conversion_memory`: one pool bounds every down-conversion at once (KIP-283 chunks).
@@ -100,11 +107,13 @@ class ServeConfig:
     upstream_buffer_memory: int = 64 * MiB
     upstream_cache_memory: int = 64 * MiB
     upstream_timeout_s: float = 30.0
+    upstream_security: Any = None
     connections_max_idle_ms: int = 600_000
     request_read_timeout_ms: int = 30_000
     response_write_timeout_ms: int = 30_000
     max_connections: int | None = None
     max_request_entries: int = 20_000
+    security: Any = None
 
     def __post_init__(self) -> None:
         self.log_dirs = [os.fspath(d) for d in self.log_dirs]

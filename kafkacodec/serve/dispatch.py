@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kafkacodec.net.connection import request_done
+from kafkacodec.net.connection import AUTH_FAILED, request_done
 from kafkacodec.net.pieces import BytesPiece
 from kafkacodec.protocol import messages as m
 from kafkacodec.protocol._schema import ZERO_UUID
@@ -39,6 +39,7 @@ API_RANGES: dict[int, tuple[int, int]] = {
     ApiKey.LEAVE_GROUP: (0, 5), ApiKey.SYNC_GROUP: (0, 5), ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (0, 7), ApiKey.DELETE_TOPICS: (0, 6), ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 5), ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.SASL_HANDSHAKE: (0, 1), ApiKey.SASL_AUTHENTICATE: (0, 2),
 }
 
 
@@ -101,16 +102,24 @@ class Dispatcher:
         view.refresh()
         version = req.api_version
         wanted = body["topics"]
+        principal = req.conn.principal
         if wanted is None or (version == 0 and not wanted):
-            entries: list[tuple[str | None, uuid.UUID | None]] = [(name, None) for name in sorted(view.topics)]
+            # every topic the principal may describe (Kafka leaves the others out)
+            entries: list[tuple[str | None, uuid.UUID | None]] = [
+                (name, None) for name in sorted(view.topics) if server.may_read(principal, name)]
         else:
             # Kafka answers the set of topics asked for: a name (or id) repeated, once
             entries = list(dict.fromkeys(
                 (t["name"], t["topic_id"] if t["topic_id"] != ZERO_UUID else None) for t in wanted))
-        host, port = server.advertised
+        host, port = req.conn.listener.advertised if req.conn.listener else server.advertised
         topics: list[dict[str, Any]] = []
         for name, topic_id in entries:
             topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)
+            if not server.may_read(principal, topic.name if topic is not None else name):
+                # Kafka: TOPIC_AUTHORIZATION_FAILED, whether or not the topic exists
+                topics.append({"error_code": Error.TOPIC_AUTHORIZATION_FAILED, "name": name,
+                               "topic_id": topic_id or ZERO_UUID, "partitions": []})
+                continue
             if topic is None:
                 missing = Error.UNKNOWN_TOPIC_ID if name is None else Error.UNKNOWN_TOPIC_OR_PARTITION
                 topics.append({"error_code": missing, "name": name,
@@ -160,6 +169,32 @@ class Dispatcher:
         req.respond(m.LIST_OFFSETS_RESPONSE.encode(version, {"topics": topics}))
 
     # --- writes ------------------------------------------------------------------------------
+    # --- SASL (the listener's ServerAuthenticator decides; kafkacodec.net.authentication) --------
+    def sasl_handshake(self, req: Request, body: dict[str, Any]) -> None:
+        auth = req.conn.auth
+        if auth is None:                          # Kafka: a SASL request on a listener without SASL
+            req.conn.close("SaslHandshake on a listener without SASL", AUTH_FAILED)
+            return
+        answer = auth.handshake(req.api_version, body["mechanism"])
+        req.respond(m.SASL_HANDSHAKE_RESPONSE.encode(req.api_version, answer))
+
+    def sasl_authenticate(self, req: Request, body: dict[str, Any]) -> None:
+        auth = req.conn.auth
+        if auth is None or auth.raw:
+            req.conn.close("SaslAuthenticate without a SaslHandshake v1", AUTH_FAILED)
+            return
+        challenge, failure = auth.step(body["auth_bytes"] or b"", req.api_version)
+        answer = {"error_code": Error.NONE, "error_message": None, "auth_bytes": challenge or b"",
+                  "session_lifetime_ms": auth.session_lifetime_ms()}
+        if failure is not None:
+            answer.update(error_code=Error.SASL_AUTHENTICATION_FAILED, error_message=failure,
+                          auth_bytes=b"", session_lifetime_ms=0)
+            auth.fail(failure, [BytesPiece(m.frame_response(
+                req.api_key, req.api_version, req.correlation_id,
+                m.SASL_AUTHENTICATE_RESPONSE.encode(req.api_version, answer)))])
+            return
+        req.respond(m.SASL_AUTHENTICATE_RESPONSE.encode(req.api_version, answer))
+
     def refuse_write(self, req: Request, body: dict[str, Any]) -> None:
         key, version = req.api_key, req.api_version
         if key == ApiKey.PRODUCE:

@@ -132,7 +132,7 @@ class FetchHandler:
     def _try(self, pending: _Pending, force: bool) -> bool:
         """Answer the fetch if it may be answered now; False when it waits."""
         fetch = pending.fetch
-        if not force and not self._enough(fetch):
+        if not force and not self._enough(fetch, pending.req.conn.principal):
             return False
         topics, total, errors = self._build(pending.req, fetch)
         if not force and not errors and total < max(fetch.min_bytes, 1):
@@ -142,13 +142,13 @@ class FetchHandler:
         self._send(pending.req, topics)
         return True
 
-    def _enough(self, fetch: FetchRequest) -> bool:
+    def _enough(self, fetch: FetchRequest, principal: str) -> bool:
         """Cheap look before building: enough bytes at the fetch offsets, or an error to report."""
         view = self.server.view
         total = 0
         for name, topic_id, partitions in fetch.topics:
             topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)
-            if topic is None:
+            if topic is None or not self.server.may_read(principal, topic.name):
                 return True
             for p in partitions:
                 part = topic.partitions.get(p.partition)
@@ -179,13 +179,13 @@ class FetchHandler:
         if building fails half-way, those made so far are released here."""
         topics: list[tuple[str | None, uuid.UUID | None, list[_PartitionAnswer]]] = []
         try:
-            total, errors = self._build_into(topics, fetch)
+            total, errors = self._build_into(topics, fetch, req.conn.principal)
         except BaseException:
             _release(topics)
             raise
         return topics, total, errors
 
-    def _build_into(self, topics: list[Any], fetch: FetchRequest) -> tuple[int, bool]:
+    def _build_into(self, topics: list[Any], fetch: FetchRequest, principal: str) -> tuple[int, bool]:
         view = self.server.view
         version = fetch.api_version
         budget = min(fetch.max_bytes if version >= 3 else MAX_ANSWER_BYTES, MAX_ANSWER_BYTES)
@@ -199,9 +199,14 @@ class FetchHandler:
             topic = view.topics.get(name) if name is not None else view.by_id.get(topic_id)
             if topic is not None:
                 topics[-1] = (topic.name if version < 13 else name, topic.topic_id, answers)
+            allowed = self.server.may_read(principal, topic.name if topic is not None else name)
             for p in partitions:
                 answer = _PartitionAnswer(p.partition)
                 answers.append(answer)
+                if not allowed:                   # Kafka checks READ before anything else
+                    answer.error = Error.TOPIC_AUTHORIZATION_FAILED
+                    errors = True
+                    continue
                 part = topic.partitions.get(p.partition) if topic is not None else None
                 if part is None:
                     answer.error = (Error.UNKNOWN_TOPIC_ID if topic is None and version >= 13

@@ -78,17 +78,28 @@ class GroupCoordinator:
     # --- FindCoordinator -----------------------------------------------------------------------
     def find_coordinator(self, req: Request, body: dict[str, Any]) -> None:
         node = self.server.config.node_id
-        host, port = self.server.advertised
+        host, port = req.conn.listener.advertised if req.conn.listener else self.server.advertised
         transactional = body["key_type"] == 1     # transactions are writes: refused
-        error = Error.POLICY_VIOLATION if transactional else Error.NONE
-        message = READ_ONLY if transactional else None
         keys = body["coordinator_keys"] if req.api_version >= 4 else [body["key"]]
+
+        def entry(key: str) -> dict[str, Any]:
+            if transactional:
+                error, message = Error.POLICY_VIOLATION, READ_ONLY
+            elif not self.server.may_use_group(req.conn.principal, key):
+                error, message = Error.GROUP_AUTHORIZATION_FAILED, None
+            else:
+                error, message = Error.NONE, None
+            return {"key": key, "node_id": node if not error else -1, "host": host if not error else "",
+                    "port": port if not error else -1, "error_code": error, "error_message": message}
+        coordinators = [entry(k) for k in keys]
+        first = coordinators[0] if coordinators else entry("")
         req.respond(m.FIND_COORDINATOR_RESPONSE.encode(req.api_version, {
-            "error_code": error, "error_message": message, "node_id": node if not error else -1,
-            "host": host if not error else "", "port": port if not error else -1,
-            "coordinators": [{"key": k, "node_id": node if not error else -1, "host": host if not error else "",
-                              "port": port if not error else -1, "error_code": error,
-                              "error_message": message} for k in keys]}))
+            **{k: first[k] for k in ("error_code", "error_message", "node_id", "host", "port")},
+            "coordinators": coordinators}))
+
+    def _group_refused(self, req: Request, group_id: str) -> bool:
+        """GROUP_AUTHORIZATION_FAILED for a principal the ACLs do not let use the group."""
+        return not self.server.may_use_group(req.conn.principal, group_id)
 
     # --- JoinGroup -----------------------------------------------------------------------------
     def join(self, req: Request, body: dict[str, Any]) -> None:
@@ -97,7 +108,8 @@ class GroupCoordinator:
         rebalance = body["rebalance_timeout_ms"] if body["rebalance_timeout_ms"] > 0 else session
         protocols = [(p["name"], p["metadata"]) for p in body["protocols"]]
         group = self.groups.get(group_id)
-        error = self._join_error(group, body, {name for name, _ in protocols})
+        error = (Error.GROUP_AUTHORIZATION_FAILED if self._group_refused(req, group_id)
+                 else self._join_error(group, body, {name for name, _ in protocols}))
         if error:
             self._join_answer(req, error, member_id=member_id)
             return
@@ -251,6 +263,9 @@ class GroupCoordinator:
     def sync(self, req: Request, body: dict[str, Any]) -> None:
         group = self.groups.get(body["group_id"])
         member = group.members.get(body["member_id"]) if group is not None else None
+        if self._group_refused(req, body["group_id"]):
+            self._sync_answer(req, Error.GROUP_AUTHORIZATION_FAILED)
+            return
         if group is None or member is None:
             self._sync_answer(req, Error.UNKNOWN_MEMBER_ID)
             return
@@ -290,7 +305,9 @@ class GroupCoordinator:
     def heartbeat(self, req: Request, body: dict[str, Any]) -> None:
         group = self.groups.get(body["group_id"])
         member = group.members.get(body["member_id"]) if group is not None else None
-        if group is None or member is None:
+        if self._group_refused(req, body["group_id"]):
+            error = Error.GROUP_AUTHORIZATION_FAILED
+        elif group is None or member is None:
             error = Error.UNKNOWN_MEMBER_ID
         elif body["generation_id"] != group.generation:
             error = Error.ILLEGAL_GENERATION
@@ -300,6 +317,10 @@ class GroupCoordinator:
         req.respond(m.HEARTBEAT_RESPONSE.encode(req.api_version, {"error_code": error}))
 
     def leave(self, req: Request, body: dict[str, Any]) -> None:
+        if self._group_refused(req, body["group_id"]):
+            req.respond(m.LEAVE_GROUP_RESPONSE.encode(req.api_version, {
+                "error_code": Error.GROUP_AUTHORIZATION_FAILED, "members": []}))
+            return
         group = self.groups.get(body["group_id"])
         if req.api_version >= 3:
             leaving = [(mm["member_id"], mm["group_instance_id"]) for mm in body["members"]]

@@ -16,7 +16,8 @@ Ours (no Kafka counterpart): `kafkacodec_serve_conversion_pool_{available,used}_
 `kafkacodec_serve_conversion_pool_depleted_time_ms_total`,
 `kafkacodec_serve_conversion_pool_refusals_total` (a chunk the pool refused: the partition's
 data ended there), `kafkacodec_serve_connections`, `kafkacodec_serve_waiting_fetches`,
-`kafkacodec_serve_connections_closed_total{reason}` (client, idle, request_read_timeout,
+`kafkacodec_serve_listener_info{listener,protocol,zero_copy}` (1 per listener; zero_copy:
+sendfile, kernel TLS or buffered), `kafkacodec_serve_connections_closed_total{reason}` (client, idle, request_read_timeout,
 response_write_timeout, request_too_large, request_too_costly, malformed, unsupported,
 failed, shutdown) and `kafkacodec_serve_accept_backoffs_total` (accepting paused: the process
 was out of descriptors); with
@@ -105,6 +106,16 @@ class ServeMetrics:
     def add_logview(self, view: Any) -> None:
         """Counters of where the log view's transactions and indexes came from (IndexUse)."""
         self.registry.register(_IndexUseCollector(view.index_use))
+
+    def add_listeners(self, listening: Any) -> None:
+        """kafkacodec_serve_listener_info{listener,protocol,zero_copy} = 1 per listener: how its
+        connections send segment bytes (sendfile, kernel TLS, buffered)."""
+        from prometheus_client import Gauge
+
+        info = Gauge("kafkacodec_serve_listener_info", "Listeners: protocol and how segment bytes "
+                     "are sent", ["listener", "protocol", "zero_copy"], registry=self.registry)
+        for listener in listening:
+            info.labels(listener.name, listener.protocol, listener.zero_copy).set(1)
 
     def add_connection_counts(self, server: Any) -> None:
         """The server's counts of closed connections (by reason) and accept back-offs."""

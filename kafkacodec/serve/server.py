@@ -37,8 +37,10 @@ from kafkacodec.serve.config import ServeConfig, default_max_connections
 from kafkacodec.serve.dispatch import API_RANGES, Dispatcher, Request
 from kafkacodec.serve.fetch import FetchHandler
 from kafkacodec.serve.groups import GroupCoordinator
+from kafkacodec.serve.listeners import LOOPBACK, Listening, bind, parse_advertised
 from kafkacodec.serve.logview import LogView
 from kafkacodec.net import connection as net
+from kafkacodec.net.authentication import ServerAuthenticator
 from kafkacodec.net.connection import Connection, Deadlines, RequestReader
 from kafkacodec.net.loop import Loop
 from kafkacodec.net.transport import PlainTransport
@@ -65,6 +67,7 @@ class _NullMetrics:
     def conversion_done(self, topic: str, stats: Any, refusals: int) -> None: ...
     def conversion_refused(self) -> None: ...
     def add_connection_counts(self, server: Any) -> None: ...
+    def add_listeners(self, listening: Any) -> None: ...
     def close(self) -> None: ...
 
 
@@ -84,7 +87,8 @@ class Server:
 
             self.view: Any = UpstreamView(config.upstream, buffer_memory=config.upstream_buffer_memory,
                                           cache_memory=config.upstream_cache_memory,
-                                          timeout=config.upstream_timeout_s)
+                                          timeout=config.upstream_timeout_s,
+                                          security=config.upstream_security)
         else:
             self.view = LogView(config.log_dirs)
         self.loop = Loop()
@@ -124,9 +128,20 @@ class Server:
         self.fetches = FetchHandler(self)
         self.groups = GroupCoordinator(self)
         self.metrics: Any = self._metrics()
-        self._listener: socket.socket | None = None
-        self.address: tuple[str, int] = config.listen
+        self.security = config.security
+        self.listening: list[Listening] = []
+        self.address: tuple[str, int] = config.listen         # the first listener's
         self.advertised: tuple[str, int] = config.advertised or config.listen
+        self.users: Any = None                 # the credentials of the SASL listeners
+        self.acl: Any = None                   # kafkacodec.acl.file (None: everything allowed)
+        if self.security is not None:
+            from kafkacodec.net.acl import Acl
+            from kafkacodec.net.users import UsersFile
+
+            if self.security.users_file:
+                self.users = UsersFile.load(self.security.users_file)
+            if self.security.acl_file:
+                self.acl = Acl.load(self.security.acl_file)
         self.metrics_port: int | None = None
         self._stopping = False
         self._stopped = threading.Event()
@@ -136,7 +151,9 @@ class Server:
             ApiKey.FIND_COORDINATOR: self.groups.find_coordinator, ApiKey.JOIN_GROUP: self.groups.join,
             ApiKey.SYNC_GROUP: self.groups.sync, ApiKey.HEARTBEAT: self.groups.heartbeat,
             ApiKey.LEAVE_GROUP: self.groups.leave, ApiKey.OFFSET_COMMIT: self.groups.commit,
-            ApiKey.OFFSET_FETCH: self.groups.fetch_offsets}
+            ApiKey.OFFSET_FETCH: self.groups.fetch_offsets,
+            ApiKey.SASL_HANDSHAKE: self.dispatcher.sasl_handshake,
+            ApiKey.SASL_AUTHENTICATE: self.dispatcher.sasl_authenticate}
         for key in (ApiKey.PRODUCE, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DELETE_RECORDS,
                     ApiKey.INIT_PRODUCER_ID, ApiKey.CREATE_PARTITIONS):
             self._handlers[key] = self.dispatcher.refuse_write
@@ -165,24 +182,25 @@ class Server:
         return self.address[1]
 
     def start(self) -> Server:
-        host, port = self.config.listen
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        listener = socket.socket(family, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            listener.bind((host, port))
-            listener.listen(128)
-        except OSError:
-            listener.close()
+            self._bind()
+        except BaseException:
+            for listening in self.listening:
+                listening.close()
+            self.listening = []
             raise
-        listener.setblocking(False)
-        self._listener = listener
-        self.address = (host, listener.getsockname()[1])
-        if self.config.advertised is None:
-            self.advertised = ("127.0.0.1" if host in ("0.0.0.0", "::", "") else host, self.address[1])
+        first = self.listening[0]
+        self.address, self.advertised = (first.host, first.port), first.advertised
+        for listening in self.listening:
+            if listening.host not in LOOPBACK and not listening.secured:
+                log.warning("listener %s serves %s to anyone who can reach %s:%d without TLS or SASL",
+                            listening.name, "the cluster's data" if self.config.upstream else "the log "
+                            "directories", listening.host, listening.port)
         if self.config.metrics_listen is not None:
             self.metrics_port = self.metrics.serve_http(*self.config.metrics_listen)
-        self.loop.selector.register(listener, 1, self._accept)   # EVENT_READ
+        self.metrics.add_listeners(self.listening)
+        for listening in self.listening:
+            self.loop.selector.register(listening.sock, 1, self._acceptor(listening))   # EVENT_READ
         self._sweep_timer = self.loop.call_later(self._sweep_interval(), self._sweep)
         self.loop.thread = threading.Thread(target=self._run, name="kafkacodec-serve", daemon=True)
         self.loop.thread.start()
@@ -220,10 +238,9 @@ class Server:
 
     def _begin_stop(self) -> None:
         self._stopping = True
-        if self._listener is not None:
-            self._pause_accepting()
-            self._listener.close()
-            self._listener = None
+        self._pause_accepting()
+        for listening in self.listening:
+            listening.close()
         self.fetches.answer_all_now()
         for conn in list(self.connections):
             conn.closing = True
@@ -231,9 +248,8 @@ class Server:
                 conn.close("shutting down", net.SHUTDOWN)
 
     def _close_resources(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
+        for listening in self.listening:
+            listening.close()
         self.metrics.close()
         self.view.close()
         if self._stopped.is_set() or self.loop.thread is None:
@@ -249,21 +265,41 @@ class Server:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    # --- listeners ----------------------------------------------------------------------------
+    def _bind(self) -> None:
+        """Every listener bound (Kafka's `listeners`, else `listen` as one PLAINTEXT listener)."""
+        from kafkacodec.net.properties import Listener
+
+        security = self.security
+        if security is None:
+            host, port = self.config.listen
+            self.listening = [bind(Listener("PLAINTEXT", host, port, "PLAINTEXT"), None, self.config.advertised)]
+            return
+        from kafkacodec.net.tls import server_context
+
+        advertised = parse_advertised(security.other.get("advertised.listeners"))
+        for listener in security.listeners:
+            tls = server_context(security, listener.name, kernel_tls=True) if listener.uses_tls else None
+            self.listening.append(bind(listener, tls, advertised.get(listener.name)))
+
     # --- connections ---------------------------------------------------------------------------
-    def _accept(self, mask: int) -> None:
-        while self._listener is not None and not self._accept_paused:
+    def _acceptor(self, listening: Listening) -> Callable[[int], None]:
+        return lambda mask: self._accept(listening)
+
+    def _accept(self, listening: Listening) -> None:
+        while not self._accept_paused and not self._stopping:
             if len(self.connections) >= self.max_connections:
-                # Kafka's max.connections: the listener waits until a connection closes; new
+                # Kafka's max.connections: the listeners wait until a connection closes; new
                 # clients wait in the kernel's backlog meanwhile
                 self._pause_accepting()
                 return
             try:
-                sock, peer = self._listener.accept()
+                sock, peer = listening.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
                 if exc.errno not in _OUT_OF_DESCRIPTORS:
-                    log.warning("accept failed: %s", exc)
+                    log.warning("accept failed on listener %s: %s", listening.name, exc)
                     return
                 # out of descriptors: stop listening for a while instead of a loop of failures
                 if self._accept_backoff == ACCEPT_BACKOFF_S:
@@ -277,23 +313,48 @@ class Server:
                 return
             self._accept_backoff = ACCEPT_BACKOFF_S
             try:
-                self.connections.add(Connection(self.loop, PlainTransport(sock), peer, RequestReader(self),
-                                                on_closed=self.connection_closed, deadlines=self.deadlines))
+                self.connections.add(self._connection(listening, sock, peer))
             except OSError as exc:               # the socket died before it was registered
                 log.debug("connection from %s lost at once: %s", peer, exc)
                 sock.close()
 
+    def _connection(self, listening: Listening, sock: socket.socket, peer: Any) -> Connection:
+        conn = Connection(self.loop, listening.transport(sock), peer, RequestReader(self),
+                          on_closed=self.connection_closed, deadlines=self.deadlines,
+                          name=f"connection from {peer[0]}:{peer[1]} on {listening.name}")
+        conn.listener = listening
+        if listening.listener.uses_sasl:
+            security = self.security
+            conn.auth = ServerAuthenticator(
+                conn, listening.listener.sasl_enabled_mechanisms, self.users,
+                failed_delay_s=security.connection_failed_authentication_delay_ms / 1000,
+                max_reauth_ms=security.connections_max_reauth_ms,
+                max_receive_size=security.sasl_server_max_receive_size)
+        return conn
+
     def _pause_accepting(self) -> None:
-        if self._listener is not None and not self._accept_paused:
-            self.loop.selector.unregister(self._listener)
+        if not self._accept_paused:
+            for listening in self.listening:
+                self.loop.forget(listening.sock)
             self._accept_paused = True
 
     def _resume_accepting(self) -> None:
         self._accept_timer = None
-        if self._listener is not None and self._accept_paused and not self._stopping:
-            self.loop.selector.register(self._listener, 1, self._accept)
+        if self._accept_paused and not self._stopping:
             self._accept_paused = False
-            self._accept(1)
+            for listening in self.listening:
+                self.loop.selector.register(listening.sock, 1, self._acceptor(listening))
+            for listening in self.listening:
+                self._accept(listening)
+
+    # --- authorization (kafkacodec.acl.file; none: everything allowed) --------------------------
+    def may_read(self, principal: str, topic: str | None) -> bool:
+        """May `principal` describe and read `topic` (Metadata, Fetch, ListOffsets, offsets)?"""
+        return self.acl is None or (topic is not None and self.acl.allows_topic(principal, topic))
+
+    def may_use_group(self, principal: str, group: str) -> bool:
+        """May `principal` find, join and commit for the consumer group `group`?"""
+        return self.acl is None or self.acl.allows_group(principal, group)
 
     def _fairness(self) -> bool:
         pool = self.request_pool
@@ -358,11 +419,21 @@ class Server:
 
     # --- requests ------------------------------------------------------------------------------
     def handle_request(self, conn: Connection, body: memoryview) -> None:
+        auth = conn.auth
+        if auth is not None and auth.expects_raw_token:      # SaslHandshake v0's raw tokens
+            token = bytes(body)
+            self.release_request(body)
+            auth.raw_token(token)
+            return
         try:
             api_key, version, correlation_id, client_id, start = m.parse_request_header(body)
         except KafkaCodecError as exc:
             self.release_request(body)
             conn.close(f"malformed request header: {exc}", net.MALFORMED)
+            return
+        if auth is not None and not auth.allows(api_key):
+            self.release_request(body)
+            conn.close(auth.refusal(api_key), net.AUTH_FAILED)   # Kafka's IllegalSaslState
             return
         req = Request(conn, api_key, version, correlation_id, client_id, time.monotonic())
         served = API_RANGES.get(api_key)

@@ -228,7 +228,7 @@ class UpstreamView:
 
     def __init__(self, bootstrap: str, *, buffer_memory: int, cache_memory: int,
                  metadata_interval_s: float = 5.0, timeout: float = 30.0,
-                 client_id: str = "kafkacodec-serve"):
+                 client_id: str = "kafkacodec-serve", security: Any = None):
         from kafkacodec.consumer import Consumer        # kafka-python: the serve extra
         from kafkacodec.consumer._cluster import DEFAULT_RECEIVE_MESSAGE_MAX_BYTES
 
@@ -249,7 +249,7 @@ class UpstreamView:
         self._stop = threading.Event()
         self.consumer = Consumer(bootstrap, buffer_memory=buffer_memory, client_id=client_id,
                                  control_batches=True, auto_offset_reset="none",
-                                 fetch_max_wait_ms=200, request_timeout=timeout,
+                                 fetch_max_wait_ms=200, request_timeout=timeout, security=security,
                                  receive_message_max_bytes=max(DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
                                                                buffer_memory // 4))
         self.thread = threading.Thread(target=self._run, name="kafkacodec-upstream", daemon=True)
