@@ -31,6 +31,7 @@ def _rename(text: str) -> tuple[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     from kafkacodec.consumer import BrokerError
+    from kafkacodec.errors import AuthenticationError
     from kafkacodec.mirror._checkpoint import StateMismatchError
     from kafkacodec.mirror.process import Mirror, MirrorConfig, MirrorError
 
@@ -49,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
         multi_batch=args.multi_batch, group_id=args.group, start=args.start,
         checkpoint_interval=args.checkpoint_interval, max_in_flight=args.max_in_flight,
         request_timeout=args.request_timeout, metrics_listen=args.metrics_listen,
-        progress=False if args.no_progress else None)
+        progress=False if args.no_progress else None,
+        source_security=_client_properties(args.source_config, "--source-config"),
+        target_security=_client_properties(args.target_config, "--target-config"))
     mirror = Mirror(config)
     try:
         return mirror.run(install_signals=True)
@@ -58,8 +61,25 @@ def run(args: argparse.Namespace) -> int:
     except BrokerError as exc:
         raise CliError(f"{exc}; the checkpoint in {args.state_dir} keeps the last acknowledged "
                        "position", EXIT_DATA) from None
+    except AuthenticationError as exc:
+        raise CliError(f"{exc}; check --source-config / --target-config", EXIT_INPUT) from None
     except (ConnectionError, TimeoutError) as exc:
         raise CliError(f"cannot reach the cluster: {exc}", EXIT_INPUT) from None
+
+
+def _client_properties(path: str | None, flag: str) -> Any:
+    """A ClientSecurity from a client.properties file; one error line for a bad one."""
+    if path is None:
+        return None
+    from kafkacodec.net.properties import ClientSecurity
+
+    refuse_stream(path, "mirror", f"a client properties file for {flag}", dash="a stream")
+    try:
+        return ClientSecurity.from_file(path)
+    except OSError as exc:
+        raise CliError(f"{flag} {path}: {exc.strerror or exc}", EXIT_INPUT) from None
+    except ValueError as exc:
+        raise CliError(f"{flag}: {exc}", EXIT_USAGE) from None
 
 
 
@@ -104,4 +124,8 @@ def add_parser(subparsers: Any) -> None:
     m.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS")
     m.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics there")
     m.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    m.add_argument("--source-config", metavar="FILE",
+                   help="client properties for the source cluster: security.protocol, ssl.*, "
+                        "sasl.* (Kafka's or librdkafka's names; docs/security.md)")
+    m.add_argument("--target-config", metavar="FILE", help="the same for the target cluster")
     m.set_defaults(run=run)

@@ -64,6 +64,10 @@ class MirrorConfig:
     request_timeout: float = 30.0
     metrics_listen: str | None = None
     progress: bool | None = None         # None: when stderr is a terminal
+    # TLS and SASL toward each cluster: a kafkacodec.net.ClientSecurity, client properties, or a
+    # client.properties path (None: PLAINTEXT)
+    source_security: Any = None
+    target_security: Any = None
     client_id: str = "kafkacodec-mirror"
 
 
@@ -100,10 +104,10 @@ class Mirror:
         self.consumer = Consumer(cfg.source, buffer_memory=cfg.buffer_memory,
                                  isolation_level="read_committed", group_id=cfg.group_id,
                                  client_id=cfg.client_id, request_timeout=cfg.request_timeout,
-                                 loop=loop, max_in_flight=2)
+                                 loop=loop, max_in_flight=2, security=cfg.source_security)
         self.target = Cluster(cfg.target, pool=self.consumer.pool, ring_bytes=TARGET_RING_BYTES,
                               client_id=cfg.client_id, request_timeout=cfg.request_timeout,
-                              loop=loop, priority=True, name="target")
+                              loop=loop, priority=True, name="target", security=cfg.target_security)
         counts = {topic: self.consumer.partitions_for(topic) for topic in cfg.topics}
         targets = [self.target_topic(t) for t in cfg.topics]
         for attempt in range(12):
