@@ -316,6 +316,21 @@ def test_a_tls_client_on_a_plaintext_port_fails_clearly(secured, pki):
     assert time.monotonic() - start < 5
 
 
+def test_a_connection_that_never_authenticates_is_closed_at_the_handshake_timeout(tmp_path, pki, log_dir):
+    props = broker_properties(tmp_path, pki, **{"kafkacodec.handshake.timeout.ms": "400"})
+    security = BrokerSecurity.from_properties(props)
+    with Server([str(log_dir)], security=security, handshake_timeout_ms=400) as server:
+        for listener in ("SASL_PLAINTEXT", "SASL_SSL"):        # silent, then no TLS hello at all
+            with socket.create_connection(("127.0.0.1", port_of(server, listener)), timeout=5) as sock:
+                if listener == "SASL_PLAINTEXT":
+                    sock.sendall(request(ApiKey.API_VERSIONS, 0, {}))
+                    assert read_frame(sock) is not None           # served before authenticating
+                start = time.monotonic()
+                assert read_frame(sock) is None
+                assert 0.3 < time.monotonic() - start < 3
+        assert server.closed_connections.get("handshake_timeout", 0) == 2
+
+
 def test_requests_before_authentication_close_the_connection(secured):
     with socket.create_connection(("127.0.0.1", port_of(secured, "SASL_PLAINTEXT")), timeout=5) as sock:
         body = struct.pack(">i", -1)                                # Metadata v1, every topic

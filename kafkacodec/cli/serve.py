@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
             request_read_timeout_ms=args.request_read_timeout_ms,
             response_write_timeout_ms=args.response_write_timeout_ms,
             max_connections=args.max_connections, max_request_entries=args.max_request_entries,
+            handshake_timeout_ms=args.handshake_timeout_ms,
             security=security, upstream_security=upstream_security)
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
@@ -106,6 +107,7 @@ _BROKER_PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "kafkacodec.request.read.timeout.ms": ("request_read_timeout_ms", int),
     "kafkacodec.response.write.timeout.ms": ("response_write_timeout_ms", int),
     "kafkacodec.max.request.entries": ("max_request_entries", int),
+    "kafkacodec.handshake.timeout.ms": ("handshake_timeout_ms", int),
     "kafkacodec.state.dir": ("state_dir", str),
 }
 
@@ -219,6 +221,9 @@ def add_parser(subparsers: Any) -> None:
     limits.add_argument("--response-write-timeout-ms", type=count_arg(1), default=30_000, metavar="MS",
                         help="close a connection whose client reads nothing of its response for "
                              "this long (default 30000)")
+    limits.add_argument("--handshake-timeout-ms", type=count_arg(1), default=10_000, metavar="MS",
+                        help="the TLS handshake and the SASL exchange must end within this long "
+                             "of the connection's start (default 10000)")
     limits.add_argument("--max-connections", type=count_arg(1), metavar="N",
                         help="stop accepting at this many connections (max.connections; default: "
                              "half the descriptor limit)")

@@ -12,8 +12,8 @@ What comes in is the reader's job, the one part that differs by side:
 What goes out is a queue of messages, each a list of pieces (kafkacodec.net.pieces) written in
 order as the transport accepts them; each piece is released once, written or not.
 
-Deadlines (`expired()`, called by the owner's sweep): the TLS handshake within
-`handshake_timeout`; a request whole within `request_read_timeout` of its first byte (time
+Deadlines (`expired()`, called by the owner's sweep): the connect, the TLS handshake and a
+server's SASL exchange within `handshake`; a request whole within `request_read_timeout` of its first byte (time
 muted for memory excepted); a message being written moving at least every
 `response_write_timeout`; nothing in progress and no byte either way for `idle_timeout`.
 
@@ -196,6 +196,8 @@ class Connection:
                 from kafkacodec.net.tls import peer_principal
 
                 self.principal = peer_principal(self.transport.sock)   # ANONYMOUS without one
+            self.resume_reading()                 # (a request may already be decrypted)
+            return
         self._update_interest()
 
     # --- reading -------------------------------------------------------------------------------
@@ -270,8 +272,17 @@ class Connection:
     def expired(self, now: float) -> str | None:
         """The deadline this connection has passed (a close kind), if any."""
         d = self.deadlines
-        if self.connecting or not self.handshaken:
-            return HANDSHAKE_TIMEOUT if now - self.opened_at > d.handshake else None
+        if self.connecting or not self.handshaken or (self.auth is not None and not self.auth.authenticated):
+            # the connect, the TLS handshake and (server side) the SASL exchange, from the start
+            if now - self.opened_at > d.handshake:
+                return HANDSHAKE_TIMEOUT
+            if self.handshaken and not self.connecting:
+                return self._traffic_deadline(now)
+            return None
+        return self._traffic_deadline(now)
+
+    def _traffic_deadline(self, now: float) -> str | None:
+        d = self.deadlines
         if self.messages:
             return WRITE_TIMEOUT if now - self.write_progress > d.response_write else None
         started = self.reader.frame_started

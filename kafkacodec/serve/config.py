@@ -79,6 +79,8 @@ class ServeConfig:
       this long) closes the connection and gives back what it held.
     - `max_connections` (Kafka's max.connections): accepting pauses at this many connections
       (None: half the process's descriptor limit, at least 16).
+    - `handshake_timeout_ms`: the TLS handshake and the SASL exchange must end within this
+      long of the connection's start.
     - `max_request_entries`: array entries one request may hold (topics, partitions, ...),
       checked while it is decoded, before any work; a larger request closes the connection.
     """
@@ -113,6 +115,7 @@ class ServeConfig:
     response_write_timeout_ms: int = 30_000
     max_connections: int | None = None
     max_request_entries: int = 20_000
+    handshake_timeout_ms: int = 10_000
     security: Any = None
 
     def __post_init__(self) -> None:
@@ -130,7 +133,7 @@ class ServeConfig:
             raise ValueError(f"max_request_memory ({self.max_request_memory}) must be at least "
                              f"socket_request_max_bytes ({self.socket_request_max_bytes}), or 0")
         for name in ("connections_max_idle_ms", "request_read_timeout_ms", "response_write_timeout_ms",
-                     "max_request_entries"):
+                     "max_request_entries", "handshake_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if self.max_connections is None:

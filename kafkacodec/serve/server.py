@@ -96,7 +96,8 @@ class Server:
         self.max_connections = config.max_connections or default_max_connections()
         self.deadlines = Deadlines(idle=config.connections_max_idle_ms / 1000,
                                    request_read=config.request_read_timeout_ms / 1000,
-                                   response_write=config.response_write_timeout_ms / 1000)
+                                   response_write=config.response_write_timeout_ms / 1000,
+                                   handshake=config.handshake_timeout_ms / 1000)
         self.socket_request_max_bytes = config.socket_request_max_bytes
         if config.max_request_memory > 0:
             # Kafka: SimpleMemoryPool(queued.max.request.bytes, socket.request.max.bytes, strict=false)
