@@ -7,8 +7,41 @@ run from Kafka's own jars on Maven Central (resolved with `mvn`, cached outside 
 
 Versions: 4.x is what current clusters run (the mirror's target, `serve --upstream`'s upstream);
 3.9.x is the last line with down-conversion (the reference for what old consumers receive).
-Command line (for benchmarks and by hand): `python tests/kafka_broker.py [--version V]` starts
-one, prints `bootstrap HOST:PORT`, and stops on Ctrl-C / SIGTERM.
+Command line (for benchmarks and by hand): `python tests/kafka_broker.py [--version V]
+[--secured]` starts one, prints `bootstrap HOST:PORT` (and with --secured each listener and the
+certificate folder), and stops on Ctrl-C / SIGTERM.  The broker's log (slf4j-simple, INFO) is
+`broker.workdir / "broker.log"`: `log_tail()`, or `log_mark()` then `log_since(mark)`.
+
+TLS and SASL.  The `kafka_broker_secured` fixture (conftest.py, one start per test module,
+5-10 s) is a 4.x broker with three listeners: PLAINTEXT (the broker's own traffic;
+`broker.bootstrap`, `create_topic` use it), SASL_SSL (SCRAM-SHA-256 user alice/alice-secret,
+SCRAM-SHA-512 carol/carol-secret -- each for that mechanism only -- and PLAIN bob/bob-secret)
+and SSL (a client certificate signed by the test CA required); `broker.bootstrap_of("SASL_SSL")`
+and `broker.bootstrap_of("SSL")` are their addresses.  `broker.security` is the `SecurityFiles`
+(made with trustme in the module's tmp folder): `.ca` (CA file), `.server` (127.0.0.1/localhost:
+`.cert`, `.key`, `.keystore` = key + chain, Kafka's PEM keystore; a test server such as
+`kafkacodec serve` can use the same), `.client` (accepted client certificate), `.stranger` (one
+from another CA: refused), `.other_ca` (did not sign the broker), `.users` (mechanism -> (user,
+password)), and each client's settings, wrong ones on request:
+
+    files = broker.security
+    files.librdkafka(broker.bootstrap_of("SASL_SSL"), "SASL_SSL", "SCRAM-SHA-512")   # confluent-kafka
+    files.librdkafka(addr, "SSL")                        # client certificate by default over SSL
+    files.librdkafka(addr, "SASL_SSL", "PLAIN", password="wrong")    # or user=, cert=, ca=files.other_ca
+    files.kafka_python(addr, "SASL_SSL", "PLAIN"); files.aiokafka(addr, "SSL")       # keyword arguments
+    files.java("SASL_SSL", "SCRAM-SHA-256")              # Java / kafkacodec ClientSecurity: PEM stores
+    files.java("SSL", jks=True)                          # JKS stores (keytool) for kafka-clients < 2.7
+    files.broker_properties()                            # the broker's own TLS/SASL server.properties
+    files.kafkacodec_users_file()                        # the same users for `kafkacodec serve`
+
+Kafka's Java consumer is tests/java/ServeConsumer.java (compiled per test module against
+`client_classpath(version)`: any kafka-clients on Maven Central, 4.1.1 and 0.10.2.2 are tried):
+serve_support.java_read(cp, classes, bootstrap, want, config=files.java(...), group=None|"g")
+returns what it read as {(topic, partition): [(offset, key, value)]}; run_java_consumer gives the
+CompletedProcess (exit 1 and "failed: <exception>: <message>" on stderr when the client raised,
+2 on timeout); watch_java_consumer stops it at a log line, for a client that fails silently
+in a loop (0.10.2.2 against Kafka 4: it authenticates, then every Fetch is "too new").
+tests/test_kafka_broker.py shows each, with what Kafka 4.1 answers to wrong credentials.
 """
 
 from __future__ import annotations
@@ -298,22 +331,19 @@ class SecurityFiles:
                          "sasl_plain_password": password})
         return conf
 
-    def aiokafka(self, bootstrap: str, protocol: str, mechanism: str | None = None, *,
-                 user: str | None = None, password: str | None = None,
-                 cert: KeyPair | None | bool = None, ca: Path | None = None) -> dict[str, object]:
-        """aiokafka's keyword arguments (TLS as an ssl.SSLContext, which it requires)."""
+    def aiokafka(self, bootstrap: str, protocol: str, mechanism: str | None = None,
+                 **choice: Any) -> dict[str, object]:
+        """aiokafka's keyword arguments: kafka-python's, with TLS as the ssl.SSLContext aiokafka
+        requires (`choice` as for `librdkafka`)."""
         import ssl
 
-        user, password, pair = self._choose(protocol, mechanism, user, password, cert)
-        conf: dict[str, object] = {"bootstrap_servers": bootstrap, "security_protocol": protocol}
-        if protocol.endswith("SSL"):
-            context = ssl.create_default_context(cafile=str(ca or self.ca))
-            if pair is not None:
-                context.load_cert_chain(str(pair.cert), str(pair.key))
+        conf = self.kafka_python(bootstrap, protocol, mechanism, **choice)
+        cafile, certfile, keyfile = (conf.pop(key, None) for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"))
+        if cafile is not None:
+            context = ssl.create_default_context(cafile=str(cafile))
+            if certfile is not None:
+                context.load_cert_chain(str(certfile), str(keyfile))
             conf["ssl_context"] = context
-        if mechanism is not None:
-            conf.update({"sasl_mechanism": mechanism, "sasl_plain_username": user,
-                         "sasl_plain_password": password})
         return conf
 
     # --- the broker's side -----------------------------------------------------------------------
@@ -331,6 +361,18 @@ class SecurityFiles:
             props[f"listener.name.sasl_ssl.{mechanism.lower()}.sasl.jaas.config"] = (
                 f"{_JAAS[mechanism]} required{plain if mechanism == 'PLAIN' else ''};")
         return props
+
+    def kafkacodec_users_file(self) -> Path:
+        """The same users for `kafkacodec serve` (its kafkacodec.users.file), made on first use."""
+        from kafkacodec.net.users import UsersFile
+
+        path = self.folder / "users.file"
+        if not path.exists():
+            users = UsersFile()
+            for mechanism, (name, secret) in self.users.items():
+                users.set_password(name, mechanism, secret)
+            users.save(path)
+        return path
 
     def scram_arguments(self) -> list[str]:
         """kafka-storage format's --add-scram arguments: the SCRAM users, in the metadata log
@@ -526,11 +568,23 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", default=DEFAULT_VERSION)
+    parser.add_argument("--secured", action="store_true",
+                        help="also SASL_SSL and SSL listeners (certificates in a temporary folder)")
     args = parser.parse_args()
-    with KafkaBroker.start(args.version) as running:
-        print(f"bootstrap {running.bootstrap}", flush=True)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        try:
-            running.process.wait()
-        except KeyboardInterrupt:
-            pass
+    folder = Path(tempfile.mkdtemp(prefix="kafka-tls-")) if args.secured else None
+    try:
+        with KafkaBroker.start(args.version,
+                               security=SecurityFiles.create(folder) if folder else None) as running:
+            print(f"bootstrap {running.bootstrap}", flush=True)
+            if folder is not None:
+                for name in running.listeners:
+                    print(f"listener {name} {running.bootstrap_of(name)}")
+                print(f"certificates {folder}", flush=True)
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+            try:
+                running.process.wait()
+            except KeyboardInterrupt:
+                pass
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)

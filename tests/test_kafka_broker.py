@@ -366,3 +366,32 @@ def test_client_properties_files_read_back_in_java(tmp_path):
     path = tmp_path / "client.properties"
     path.write_text(properties_text(settings), encoding="latin-1")
     assert java_properties([path]) == [settings]
+
+
+def test_the_same_settings_configure_kafkacodec(tmp_path):
+    """What the harness gives Kafka and its clients is what kafkacodec reads too: the broker's
+    TLS/SASL properties (with the users file for the same users) for `serve`, each client's
+    settings for its client side."""
+    pytest.importorskip("trustme")
+    from kafka_broker import SecurityFiles
+    from kafkacodec.net.properties import BrokerSecurity, ClientSecurity
+    from kafkacodec.net.users import UsersFile
+
+    files = SecurityFiles.create(tmp_path)
+    broker = BrokerSecurity.from_properties({
+        "listeners": "SASL_SSL://127.0.0.1:9093,SSL://127.0.0.1:9094",
+        "listener.security.protocol.map": "SASL_SSL:SASL_SSL,SSL:SSL",
+        "kafkacodec.users.file": str(files.kafkacodec_users_file()), **files.broker_properties()})
+    assert broker.listener("SSL").uses_tls and not broker.listener("SSL").uses_sasl
+    assert broker.listener("SASL_SSL").uses_sasl
+    users = UsersFile.load(files.kafkacodec_users_file())
+    assert {(name, m) for name in users.names() for m in users.mechanisms(name)} == {
+        (name, m) for m, (name, _) in files.users.items()}
+    for protocol, mechanism in [("SASL_SSL", m) for m in MECHANISMS] + [("SSL", None)]:
+        user = files.users[mechanism][0] if mechanism else None
+        for settings in (files.java(protocol, mechanism),
+                         {k: v for k, v in files.librdkafka("-", protocol, mechanism).items()
+                          if k != "bootstrap.servers"}):
+            client = ClientSecurity.from_properties(settings)
+            assert (client.security_protocol, client.sasl_mechanism, client.sasl_username) == (
+                protocol, mechanism, user), settings
