@@ -47,6 +47,7 @@ tests/test_kafka_broker.py shows each, with what Kafka 4.1 answers to wrong cred
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import shutil
 import signal
@@ -221,9 +222,6 @@ class SecurityFiles:
         return cls(folder, folder / "ca.pem", _write_pair(server, folder / "server"),
                    _write_pair(client, folder / "client"), _write_pair(stranger, folder / "stranger"),
                    folder / "other-ca.pem", dict(USERS))
-
-    def password(self, mechanism: str) -> str:
-        return self.users[mechanism][1]
 
     # --- stores for Java clients that read no PEM (kafka-clients before 2.7) -------------------
     def java_truststore(self) -> Path:
@@ -499,7 +497,10 @@ class KafkaBroker:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000})
+        # librdkafka's "Connection refused" until the broker listens: through logging, not stderr
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000,
+                                "logger": logging.getLogger("librdkafka")}
+        admin = AdminClient(conf)
         while True:
             if self.process.poll() is not None:
                 raise BrokerUnavailable(f"Kafka {self.version} exited with "

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import os
 import re
-import shutil
 import socket
 import struct
 import subprocess
@@ -321,7 +320,8 @@ def watch_java_consumer(cp: str, classes: Path, bootstrap: str, spec: str, *, un
     ever raising (a debug log can grow by 50 MB a second)."""
     stop, wanted = re.compile(until), re.compile(keep)
     kept: list[str] = []
-    seen = threading.Event()
+    matched = threading.Event()
+    wake = threading.Event()                 # a match, or the end of its stderr (it exited)
     with _java_consumer_command(cp, classes, bootstrap, spec, None, timeout, "read_uncommitted", config,
                                 log_level) as command:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -329,20 +329,27 @@ def watch_java_consumer(cp: str, classes: Path, bootstrap: str, spec: str, *, un
 
         def read() -> None:
             assert process.stderr is not None
-            for line in process.stderr:
-                if not seen.is_set() and (wanted.search(line) or stop.search(line)) and len(kept) < max_kept:
-                    kept.append(line.rstrip("\n"))
-                if stop.search(line):
-                    seen.set()
+            try:
+                for line in process.stderr:
+                    if matched.is_set():
+                        continue                 # drained until the kill
+                    if (wanted.search(line) or stop.search(line)) and len(kept) < max_kept:
+                        kept.append(line.rstrip("\n"))
+                    if stop.search(line):
+                        matched.set()
+                        wake.set()
+            finally:
+                wake.set()
 
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         try:
-            found = seen.wait(timeout)
+            wake.wait(timeout)
         finally:
             process.kill()
             process.wait(30)
             reader.join(30)
+    found = matched.is_set()
     return found, kept
 
 

@@ -395,3 +395,21 @@ def test_the_same_settings_configure_kafkacodec(tmp_path):
             client = ClientSecurity.from_properties(settings)
             assert (client.security_protocol, client.sasl_mechanism, client.sasl_username) == (
                 protocol, mechanism, user), settings
+
+
+def test_the_client_principals_are_what_java_names(tmp_path):
+    """CLIENT_PRINCIPAL and STRANGER_PRINCIPAL: the subjects as X500Principal.getName() prints
+    them, which is the name Kafka's default principal builder gives a TLS client (User:...)."""
+    pytest.importorskip("trustme")
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+    from kafka_broker import CLIENT_PRINCIPAL, STRANGER_PRINCIPAL, SecurityFiles
+    from security_support import java_subject_names
+
+    files = SecurityFiles.create(tmp_path)
+    ders = []
+    for pair in (files.client, files.stranger):
+        der = tmp_path / f"{pair.cert.stem}.der"
+        der.write_bytes(x509.load_pem_x509_certificate(pair.cert.read_bytes()).public_bytes(Encoding.DER))
+        ders.append(der)
+    assert java_subject_names(ders) == [CLIENT_PRINCIPAL, STRANGER_PRINCIPAL]

@@ -45,12 +45,12 @@ public class ServeConsumer {
     // consumer.poll(200 ms) on any client version
     @SuppressWarnings("unchecked")
     static ConsumerRecords<byte[], byte[]> poll(KafkaConsumer<byte[], byte[]> consumer, Method poll)
-            throws Exception {
+            throws Throwable {
         try {
             return (ConsumerRecords<byte[], byte[]>) poll.invoke(consumer,
                     poll.getParameterTypes()[0] == long.class ? (Object) 200L : Duration.ofMillis(200));
         } catch (InvocationTargetException e) {
-            throw e.getCause() instanceof Exception ? (Exception) e.getCause() : e;
+            throw e.getCause();            // what the client raised (an Error too: OutOfMemoryError...)
         }
     }
 
@@ -62,10 +62,10 @@ public class ServeConsumer {
         }
     }
 
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
         try {
             consume(args);
-        } catch (Exception e) {
+        } catch (Throwable e) {
             System.out.flush();
             System.err.println("failed: " + e.getClass().getName() + ": " + e.getMessage());
             e.printStackTrace();
@@ -73,7 +73,7 @@ public class ServeConsumer {
         }
     }
 
-    static void consume(String[] args) throws Exception {
+    static void consume(String[] args) throws Throwable {
         String bootstrap = args[0];
         String group = args[1];
         String isolation = args[2];
