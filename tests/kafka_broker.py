@@ -87,15 +87,21 @@ def _pom(artifact: str, version: str, extra: tuple[tuple[str, str, str], ...] = 
 def _resolve(folder: Path, pom: str, what: str, tools: tuple[str, ...]) -> str:
     """The classpath of `pom`'s dependencies, resolved once with Maven into `folder` (again
     when the POM changes or a jar is gone)."""
+    def need(tool: str) -> None:
+        if shutil.which(tool) is None:
+            raise BrokerUnavailable(f"{tool} is not on PATH (Kafka's jars are resolved with mvn "
+                                    "and run with java)")
+
+    for tool in tools:
+        if tool != "mvn":
+            need(tool)
     cp_file, pom_file = folder / "classpath.txt", folder / "pom.xml"
     if cp_file.exists() and pom_file.exists() and pom_file.read_text() == pom:
         cp = cp_file.read_text().strip()
         if all(Path(p).exists() for p in cp.split(os.pathsep)):
             return cp
-    for tool in tools:
-        if shutil.which(tool) is None:
-            raise BrokerUnavailable(f"{tool} is not on PATH (Kafka's jars are resolved with mvn "
-                                    "and run with java)")
+    if "mvn" in tools:
+        need("mvn")
     folder.mkdir(parents=True, exist_ok=True)
     pom_file.write_text(pom)
     tmp = folder / f"classpath.{os.getpid()}.tmp"

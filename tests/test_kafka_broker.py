@@ -5,6 +5,7 @@ consumer 4.1 with each mechanism and a client certificate, refuses wrong passwor
 certificates as Kafka does, and shows what Kafka 4 does with the 0.10.2 Java consumer."""
 
 import logging
+import shutil
 import socket
 import ssl
 import struct
@@ -238,6 +239,8 @@ def java_clients(tmp_path_factory):
             cp = java_consumer_classpath(version)
             if cp is None:
                 pytest.skip(f"needs java, javac and Maven (kafka-clients {version})")
+            if version == OLD_JAVA and shutil.which("keytool") is None:
+                pytest.skip("needs the JDK's keytool (JKS stores for kafka-clients before 2.7)")
             classes = tmp_path_factory.mktemp(f"java-{version}")
             compile_java_driver(classes, cp)
             built[version] = cp, classes
