@@ -18,7 +18,8 @@ import kafkacodec
 # Tests that run a real Kafka broker or Kafka's own Java tools and clients are marked `broker`
 # (by their fixtures, or a module's pytestmark): the sanitizer run leaves them out, as their part
 # of the compiled core is what the rest of the suite drives under ASan; the installed run has them.
-BROKER_FIXTURES = {"kafka_broker", "kafka_broker_39", "kafka_pool"}     # kafka_pool: Kafka's own pool in a JVM
+BROKER_FIXTURES = {"kafka_broker", "kafka_broker_39", "kafka_broker_secured",
+                   "kafka_pool"}     # kafka_pool: Kafka's own pool in a JVM
 
 
 def pytest_collection_modifyitems(config, items):
@@ -48,11 +49,11 @@ def s3_server():
         server.stop()
 
 
-def _broker_fixture(version):
+def _broker_fixture(version, **options):
     from kafka_broker import BrokerUnavailable, KafkaBroker
 
     try:
-        broker = KafkaBroker.start(version)
+        broker = KafkaBroker.start(version, **options)
     except BrokerUnavailable as exc:
         if os.environ.get("KAFKACODEC_REQUIRE_BROKER") == "1":
             raise
@@ -72,5 +73,19 @@ def kafka_broker():
 def kafka_broker_39():
     """A real Kafka 3.9 broker: the last line with down-conversion (old consumers' reference)."""
     broker = _broker_fixture(__import__("kafka_broker").DOWNCONVERSION_VERSION)
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def kafka_broker_secured(tmp_path_factory):
+    """A real Kafka 4.x broker with listeners SASL_SSL (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN) and
+    SSL (client certificate required) besides PLAINTEXT; `.security` holds its certificates
+    (trustme), users and the client settings (tests/kafka_broker.py).  Per module: a start
+    takes 5-10 s, and each module's tests should see only their own topics and groups."""
+    pytest.importorskip("trustme", reason="the secured broker's certificates are made with trustme (test extra)")
+    from kafka_broker import DEFAULT_VERSION, SecurityFiles
+
+    broker = _broker_fixture(DEFAULT_VERSION, security=SecurityFiles.create(tmp_path_factory.mktemp("broker-tls")))
     yield broker
     broker.stop()

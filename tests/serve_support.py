@@ -6,15 +6,17 @@ with kafkacodec.FileRecords, independently of the server), and the real clients 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-import shutil
+import re
 import socket
 import struct
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from kafkacodec import FileRecords, MemoryRecordsBuilder
 from kafkacodec.sample import write_sample_log
@@ -266,18 +268,14 @@ JAVA_DRIVER = Path(__file__).with_name("java") / "ServeConsumer.java"
 
 
 def java_consumer_classpath(version: str) -> str | None:
-    """kafka-clients <version> and its runtime dependencies (from the broker classpath Maven
-    resolves into ~/.cache/kafkacodec, outside the repository), or None without java/mvn."""
-    from kafka_broker import BrokerUnavailable, classpath
+    """kafka-clients <version> and its runtime dependencies (resolved by Maven into
+    ~/.cache/kafkacodec, outside the repository), or None without java, javac or mvn."""
+    from kafka_broker import BrokerUnavailable, client_classpath
 
-    if not shutil.which("javac"):
-        return None
     try:
-        cp = classpath(version)
+        return client_classpath(version)
     except BrokerUnavailable:
         return None
-    keep = ("/kafka-clients-", "/slf4j-api-", "/lz4-java-", "/snappy-java-", "/zstd-jni-")
-    return os.pathsep.join(p for p in cp.split(os.pathsep) if any(k in p for k in keep))
 
 
 def compile_java_driver(classes: Path, cp: str) -> None:
@@ -285,15 +283,84 @@ def compile_java_driver(classes: Path, cp: str) -> None:
                    capture_output=True)
 
 
+@contextlib.contextmanager
+def _java_consumer_command(cp: str, classes: Path, bootstrap: str, spec: str, group: str | None,
+                           timeout: float, isolation: str, config: dict[str, str] | None,
+                           log_level: str) -> Iterator[list[str]]:
+    from kafka_broker import properties_text
+
+    with tempfile.TemporaryDirectory(prefix="java-consumer-") as folder:
+        extra = []
+        if config:
+            path = Path(folder) / "client.properties"
+            path.write_text(properties_text(config), encoding="latin-1")
+            extra = [str(path)]
+        yield ["java", "-Xmx256m", f"-Dorg.slf4j.simpleLogger.defaultLogLevel={log_level}",
+               "-cp", os.pathsep.join([cp, str(classes)]), "ServeConsumer",
+               bootstrap, group or "-", isolation, spec, str(int(timeout * 1000)), *extra]
+
+
+def run_java_consumer(cp: str, classes: Path, bootstrap: str, spec: str, *, group: str | None = None,
+                      timeout: float = 90, isolation: str = "read_uncommitted",
+                      config: dict[str, str] | None = None, log_level: str = "warn",
+                      ) -> subprocess.CompletedProcess[str]:
+    """ServeConsumer as it ran: `spec` TOPIC:PARTITION:COUNT[,...]; `config` more client settings
+    (a properties file); the client's log (slf4j-simple, at `log_level`) on stderr."""
+    with _java_consumer_command(cp, classes, bootstrap, spec, group, timeout, isolation, config,
+                                log_level) as command:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout + 60)
+
+
+def watch_java_consumer(cp: str, classes: Path, bootstrap: str, spec: str, *, until: str, keep: str,
+                        timeout: float = 30, config: dict[str, str] | None = None,
+                        log_level: str = "debug", max_kept: int = 500) -> tuple[bool, list[str]]:
+    """ServeConsumer run until a line of its stderr (its log, at `log_level`) matches the regex
+    `until`, then killed: whether one did within `timeout`, and the lines that matched `keep`
+    or `until` up to then (at most `max_kept`).  For a client that fails in a loop without
+    ever raising (a debug log can grow by 50 MB a second)."""
+    stop, wanted = re.compile(until), re.compile(keep)
+    kept: list[str] = []
+    matched = threading.Event()
+    wake = threading.Event()                 # a match, or the end of its stderr (it exited)
+    with _java_consumer_command(cp, classes, bootstrap, spec, None, timeout, "read_uncommitted", config,
+                                log_level) as command:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   text=True, errors="replace")
+
+        def read() -> None:
+            assert process.stderr is not None
+            try:
+                for line in process.stderr:
+                    if matched.is_set():
+                        continue                 # drained until the kill
+                    if (wanted.search(line) or stop.search(line)) and len(kept) < max_kept:
+                        kept.append(line.rstrip("\n"))
+                    if stop.search(line):
+                        matched.set()
+                        wake.set()
+            finally:
+                wake.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            wake.wait(timeout)
+        finally:
+            process.kill()
+            process.wait(30)
+            reader.join(30)
+    found = matched.is_set()
+    return found, kept
+
+
 def java_read(cp: str, classes: Path, bootstrap: str, want: dict[tuple[str, int], list[Any]], *,
               group: str | None = None, timeout: float = 90, isolation: str = "read_uncommitted",
-              ) -> dict[tuple[str, int], list[Any]]:
+              config: dict[str, str] | None = None) -> dict[tuple[str, int], list[Any]]:
     """Kafka's own consumer reads the partitions (ServeConsumer.java) and prints one line per
     record: topic, partition, offset, key and value in hex ("-" for null)."""
     spec = ",".join(f"{t}:{p}:{len(v)}" for (t, p), v in sorted(want.items()))
-    run = subprocess.run(["java", "-Xmx256m", "-cp", os.pathsep.join([cp, str(classes)]), "ServeConsumer",
-                          bootstrap, group or "-", isolation, spec, str(int(timeout * 1000))],
-                         capture_output=True, text=True, timeout=timeout + 60)
+    run = run_java_consumer(cp, classes, bootstrap, spec, group=group, timeout=timeout,
+                            isolation=isolation, config=config)
     if run.returncode != 0:
         raise AssertionError(f"java consumer failed ({run.returncode}):\n{run.stderr[-4000:]}")
     got: dict[tuple[str, int], list[Any]] = {}

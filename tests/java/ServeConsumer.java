@@ -1,11 +1,21 @@
 // Kafka's own consumer (org.apache.kafka:kafka-clients) reading from a broker, for
-// tests/test_serve_java.py: by assign (every partition from offset 0) or through a consumer
-// group (subscribe, commitSync at the end).
+// tests/test_serve_java.py and tests/test_kafka_broker.py: by assign (every partition from
+// offset 0) or through a consumer group (subscribe, commitSync at the end).  It compiles and
+// runs with kafka-clients 0.10.2 to 4.x (poll is called by reflection: poll(Duration) came in
+// 2.0, poll(long) went in 4.0).
 //
-// args: BOOTSTRAP GROUP|- ISOLATION TOPIC:PARTITION:COUNT[,...] TIMEOUT_MS
+// args: BOOTSTRAP GROUP|- ISOLATION TOPIC:PARTITION:COUNT[,...] TIMEOUT_MS [PROPERTIES_FILE]
+// PROPERTIES_FILE: more client settings (security.protocol, sasl.*, ssl.*...), read with
+// java.util.Properties; they override the defaults below.
 // stdout: one line per record, "topic partition offset key value" (key and value in hex, "-"
-// for null); exit 0 once COUNT records of every partition were read, 2 on timeout.
+// for null); exit 0 once COUNT records of every partition were read, 2 on timeout (stderr:
+// "timed out: " what was read), 1 with the client's exception (stderr: "failed: " its class
+// and message, then the stack trace).
 
+import java.io.FileInputStream;
+import java.io.InputStream;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -32,7 +42,38 @@ public class ServeConsumer {
         return out.length() == 0 ? "" : out.toString();
     }
 
-    public static void main(String[] args) throws Exception {
+    // consumer.poll(200 ms) on any client version
+    @SuppressWarnings("unchecked")
+    static ConsumerRecords<byte[], byte[]> poll(KafkaConsumer<byte[], byte[]> consumer, Method poll)
+            throws Throwable {
+        try {
+            return (ConsumerRecords<byte[], byte[]>) poll.invoke(consumer,
+                    poll.getParameterTypes()[0] == long.class ? (Object) 200L : Duration.ofMillis(200));
+        } catch (InvocationTargetException e) {
+            throw e.getCause();            // what the client raised (an Error too: OutOfMemoryError...)
+        }
+    }
+
+    static Method pollMethod() throws NoSuchMethodException {
+        try {
+            return KafkaConsumer.class.getMethod("poll", Duration.class);
+        } catch (NoSuchMethodException e) {
+            return KafkaConsumer.class.getMethod("poll", long.class);
+        }
+    }
+
+    public static void main(String[] args) {
+        try {
+            consume(args);
+        } catch (Throwable e) {
+            System.out.flush();
+            System.err.println("failed: " + e.getClass().getName() + ": " + e.getMessage());
+            e.printStackTrace();
+            System.exit(1);
+        }
+    }
+
+    static void consume(String[] args) throws Throwable {
         String bootstrap = args[0];
         String group = args[1];
         String isolation = args[2];
@@ -55,6 +96,12 @@ public class ServeConsumer {
         if (!group.equals("-")) {
             props.put("group.id", group);
         }
+        if (args.length > 5) {
+            try (InputStream in = new FileInputStream(args[5])) {
+                props.load(in);
+            }
+        }
+        Method poll = pollMethod();
         Map<TopicPartition, Integer> got = new HashMap<>();
         StringBuilder lines = new StringBuilder();
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
@@ -81,7 +128,7 @@ public class ServeConsumer {
                     System.out.flush();
                     return;
                 }
-                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(200));
+                ConsumerRecords<byte[], byte[]> records = poll(consumer, poll);
                 for (ConsumerRecord<byte[], byte[]> r : records) {
                     TopicPartition tp = new TopicPartition(r.topic(), r.partition());
                     got.merge(tp, 1, Integer::sum);
