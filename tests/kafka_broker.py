@@ -445,12 +445,17 @@ class KafkaBroker:
 
     @classmethod
     def start(cls, version: str = DEFAULT_VERSION, properties: dict[str, Any] | None = None,
-              timeout: float = 90.0, security: SecurityFiles | None = None) -> KafkaBroker:
+              timeout: float = 90.0, security: SecurityFiles | None = None,
+              oauthbearer: bool = False) -> KafkaBroker:
         """With `security`, listeners SASL_SSL and SSL besides PLAINTEXT (which the broker
-        itself and the controller keep using), set up by `security.broker_properties()`."""
+        itself and the controller keep using), set up by `security.broker_properties()`.  With
+        `oauthbearer`, a SASL_PLAINTEXT listener of OAUTHBEARER with Kafka's unsecured tokens
+        (OAuthBearerUnsecuredValidatorCallbackHandler: an unsigned JWT with `sub` and `exp`)."""
         cp = classpath(version)
         workdir = Path(tempfile.mkdtemp(prefix=f"kafka-{version}-"))
         names = ["PLAINTEXT", "SASL_SSL", "SSL"] if security else ["PLAINTEXT"]
+        if oauthbearer:
+            names.append("SASL_PLAINTEXT")
         listeners = {name: _free_port() for name in names}
         controller = _free_port()
         advertised = ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())
@@ -474,6 +479,10 @@ class KafkaBroker:
             "num.partitions": 1,
             "auto.create.topics.enable": "false",
             **(security.broker_properties() if security else {}),
+            **({"listener.name.sasl_plaintext.sasl.enabled.mechanisms": "OAUTHBEARER",
+                "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config":
+                    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                    'unsecuredLoginStringClaim_sub="broker";'} if oauthbearer else {}),
             **(properties or {}),
         }
         config = workdir / "server.properties"

@@ -35,7 +35,7 @@ from kafkacodec.net.client import RING_OVERHEAD
 from kafkacodec.consumer._forms import FetchedPartition, ResponseLease
 from kafkacodec.consumer._offsets import OffsetLookup
 from kafkacodec.consumer._transactions import TransactionFilter
-from kafkacodec.errors import RecordTooLargeError
+from kafkacodec.errors import AuthenticationError, RecordTooLargeError
 from kafkacodec.mirror.shallow import shallow_records
 from kafkacodec.protocol import control
 from kafkacodec.protocol._fetch import decode_fetch_response, encode_fetch_request
@@ -285,6 +285,9 @@ class Fetcher:
 
     def _on_error(self, exc: BaseException, fetch: _Fetch) -> None:
         self._done(fetch)
+        if isinstance(exc, AuthenticationError):   # refused credentials: poll() raises, as Kafka's
+            self.fatal = exc
+            return
         if isinstance(exc, RecordTooLargeError):
             self.fatal = RecordTooLargeError(
                 f"a fetch response from broker {fetch.node} does not fit the ring "
