@@ -230,10 +230,7 @@ class ClientAuthenticator:
         except AuthenticationError as exc:
             self.failed(exc)
             return
-        if reply is not None and not self.client.complete:
-            self._token(reply)
-            return
-        if reply is not None:                  # a last message the server still expects
+        if reply is not None:                  # the mechanism goes on (or ends with a last message)
             self._token(reply)
             return
         self.done(int(getattr(answer, "session_lifetime_ms", 0) or 0))

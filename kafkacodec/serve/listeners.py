@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import socket
 import ssl
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kafkacodec.net.properties import Listener
 from kafkacodec.net.transport import PlainTransport, TlsTransport, Transport
@@ -34,7 +34,6 @@ class Listening:
     port: int
     advertised: tuple[str, int]
     tls: ssl.SSLContext | None = None
-    accepted: int = field(default=0)
 
     @property
     def name(self) -> str:
