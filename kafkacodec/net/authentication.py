@@ -29,7 +29,7 @@ from typing import Any
 
 from kafkacodec.errors import AuthenticationError, KafkaCodecError
 from kafkacodec.net import sasl
-from kafkacodec.net.connection import AUTH_FAILED, Connection
+from kafkacodec.net.connection import AUTH_FAILED, Connection, request_done
 from kafkacodec.net.pieces import BytesPiece
 from kafkacodec.protocol import messages
 from kafkacodec.protocol.api import ApiKey, Error
@@ -149,7 +149,7 @@ class ServerAuthenticator:
             return
         # (Kafka answers each token with a frame, an empty one when the mechanism has nothing)
         frame = _SIZE.pack(len(challenge or b"")) + (challenge or b"")
-        conn.send([BytesPiece(frame)], on_sent=lambda: _next_request(conn))
+        conn.send([BytesPiece(frame)], on_sent=lambda: request_done(conn))
 
     def fail(self, reason: str, answer: list[Any]) -> None:
         """Refused: after connection.failed.authentication.delay.ms, send `answer` (pieces; none
@@ -166,12 +166,6 @@ class ServerAuthenticator:
             else:
                 conn.close(reason, AUTH_FAILED)
         conn.loop.call_later(self.failed_delay_s, answer_and_close)
-
-
-def _next_request(conn: Connection) -> None:
-    from kafkacodec.net.connection import request_done
-
-    request_done(conn)
 
 
 class ClientAuthenticator:
