@@ -696,3 +696,58 @@ def test_the_asynchronous_forms_never_wait_and_end_as_the_blocking_ones():
         value, error = results[0]
         assert value is None
         assert_timed_out(took, error, call, fake.bootstrap)
+
+
+def test_from_a_loop_callback_the_calls_that_never_wait_consume_and_a_blocking_one_is_refused(mock):
+    """A Consumer on a loop that serves others (the gateway's), driven from that loop's
+    callbacks only: assign_async, seek, pause, resume, position, assignment, poll(0) and
+    unassign never run the loop, and together they read a partition whole; a blocking call made
+    there (assign) is refused with ConcurrentUseError at once instead of holding the loop (before:
+    it ran the loop inside the callback until its answer)."""
+    from kafkacodec.net.loop import Loop
+
+    mock.create_topic("on-loop")
+    produced = mock.produce("on-loop", [(0, b"k%d" % i, b"v%d" % i, None, None) for i in range(30)])
+    loop = Loop()
+    consumer = Consumer(mock.bootstrap, buffer_memory=1 << 20, loop=loop)
+    tp = ("on-loop", 0)
+    got: list[tuple[int, bytes]] = []
+    seen: dict[str, object] = {}
+
+    def start() -> None:
+        consumer.assign_async({tp: 10}, lambda value, error: seen.setdefault("assigned", error))
+        consumer.seek(tp, 0)
+        consumer.pause([tp])
+        consumer.resume([tp])
+        seen["assignment"] = consumer.assignment()
+        seen["position"] = consumer.position(tp)
+        try:
+            consumer.assign({("on-loop", 1): 0})
+        except ConcurrentUseError as exc:
+            seen["blocking"] = exc
+
+    def drain() -> None:
+        for part in consumer.poll(0):
+            with part:
+                for batch in part.batches if part.partition == 0 else ():
+                    got.extend((r.offset, r.value) for r in MemoryRecords(bytes(batch.value)).records()
+                               if r.offset >= part.start_offset)
+        if len(got) < 30:
+            loop.call_later(0.01, drain)
+
+    loop.call_soon(start)
+    loop.call_soon(drain)
+    deadline = time.monotonic() + 20
+    try:
+        while len(got) < 30 and time.monotonic() < deadline:
+            loop.run_once(0.05)
+        assert isinstance(seen.get("blocking"), ConcurrentUseError), seen
+        assert seen["assignment"] == [tp] and seen["position"] == 0, seen
+        assert seen.get("assigned", "missing") is None, seen
+        assert got == sorted((o, v) for (_, o), (_, v) in produced.items()), got
+        consumer.unassign([tp])
+        # the refused assign got as far as a timed-out one: its partition is assigned
+        assert consumer.assignment() == [("on-loop", 1)]
+    finally:
+        consumer.close()
+        loop.close()
