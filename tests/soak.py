@@ -52,8 +52,8 @@ DESCRIPTOR_LIMIT = 220        # RLIMIT_NOFILE of the server process (soft and ha
 #: RSS may grow by the two pools (request and conversion memory; the gateway's two as well)
 #: plus this much (Python objects, the answers being built).
 RSS_SLACK = 96 * MiB
-POOLS = 32 * MiB + 8 * MiB
-GATEWAY_POOLS = POOLS + 16 * MiB + 16 * MiB
+POOLS = int(SOAK_LIMITS["--max-request-memory"]) + int(SOAK_LIMITS["--max-conversion-memory"])
+GATEWAY_POOLS = POOLS + sum(int(v) for v in GATEWAY_LIMITS.values())
 #: A good client's request must be answered within this, and its pass over every partition end
 #: within PASS_DEADLINE_S (unloaded, a pass takes about 0.2 s here).
 REQUEST_DEADLINE_S = 3.0
