@@ -7,8 +7,8 @@ and how far the server's RSS and descriptors went.
     python tests/soak.py --seconds 600            # the nightly run (a log directory)
     python tests/soak.py --seconds 600 --gateway  # through serve --upstream (librdkafka's mock)
 
-tests/test_soak.py runs it briefly in CI.  The limits (SOAK_LIMITS) are the server's flags; the
-bounds asserted are stated beside them.
+tests/test_soak.py runs both briefly in CI.  The limits (SOAK_LIMITS, and GATEWAY_LIMITS for the
+gateway) are the server's flags; the bounds asserted are stated beside them.
 """
 
 from __future__ import annotations
@@ -45,9 +45,15 @@ SOAK_LIMITS = {
     "--response-write-timeout-ms": "1500", "--connections-max-idle-ms": "4000",
     "--max-connections": "100", "--max-request-entries": "20000",
 }
+#: The gateway's own memory under soak (flags of `kafkacodec serve --upstream`): its upstream
+#: consumer's KIP-81 pool and the fetched data it keeps for clients.
+GATEWAY_LIMITS = {"--upstream-buffer-memory": str(16 * MiB), "--upstream-cache-memory": str(16 * MiB)}
 DESCRIPTOR_LIMIT = 220        # RLIMIT_NOFILE of the server process (soft and hard)
-#: RSS may grow by the two pools plus this much (Python objects, the answers being built).
+#: RSS may grow by the two pools (request and conversion memory; the gateway's two as well)
+#: plus this much (Python objects, the answers being built).
 RSS_SLACK = 96 * MiB
+POOLS = int(SOAK_LIMITS["--max-request-memory"]) + int(SOAK_LIMITS["--max-conversion-memory"])
+GATEWAY_POOLS = POOLS + sum(int(v) for v in GATEWAY_LIMITS.values())
 #: A good client's request must be answered within this, and its pass over every partition end
 #: within PASS_DEADLINE_S (unloaded, a pass takes about 0.2 s here).
 REQUEST_DEADLINE_S = 3.0
@@ -69,13 +75,14 @@ class SoakResult:
     hostile: Counter[str] = field(default_factory=Counter)         # hostile attempts made
     closed: dict[str, float] = field(default_factory=dict)         # the server's closed_total
     exit_code: int | None = None
+    pools: int = POOLS                   # the memory the server's limits allow (RSS may add RSS_SLACK)
 
     def problems(self) -> list[str]:
         """What a soak must not show (empty: it passed)."""
         out = list(self.failures)
         if not self.passes or min(self.passes.values()) < 1:
             out.append(f"a good client made no full pass: {dict(self.passes)}")
-        if self.rss_max - self.rss_start > 32 * MiB + 8 * MiB + RSS_SLACK:
+        if self.rss_max - self.rss_start > self.pools + RSS_SLACK:
             out.append(f"RSS grew by {(self.rss_max - self.rss_start) / MiB:.0f} MiB")
         if self.fds_max > DESCRIPTOR_LIMIT:
             out.append(f"{self.fds_max} descriptors")
@@ -353,11 +360,13 @@ HOSTILE = ("slowloris", "slowloris", "huge", "huge", "huge", "huge", "idle", "no
 
 # --- the run ----------------------------------------------------------------------------------------
 def soak(server_args: list[str], want: dict[tuple[str, int], list[Any]], ends: dict[tuple[str, int], int],
-         wide_topic: tuple[str, int], seconds: float, versions: tuple[int, ...] = (11, 3)) -> SoakResult:
+         wide_topic: tuple[str, int], seconds: float, versions: tuple[int, ...] = (11, 3),
+         pools: int = POOLS) -> SoakResult:
     """Run the server with `server_args`, the good clients (one per Fetch version) reading
     `want` (the data records of each partition, up to `ends`), and the hostile mix for
-    `seconds`; `wide_topic` (name, partitions) is what the hostile fetches ask for."""
-    result = SoakResult()
+    `seconds`; `wide_topic` (name, partitions) is what the hostile fetches ask for; `pools`
+    the memory the server's flags allow it."""
+    result = SoakResult(pools=pools)
     proc, port, metrics_port = start_server(server_args)
     lock = threading.Lock()
     stop = threading.Event()
@@ -438,14 +447,50 @@ def log_dir_soak(root: Path, seconds: float) -> SoakResult:
     return soak([str(root)], want, ends, ("wide", 30), seconds)
 
 
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def gateway_soak(seconds: float) -> SoakResult:
+    """The soak through `serve --upstream` (GATEWAY_LIMITS on top of SOAK_LIMITS) in front of
+    librdkafka's mock cluster (3 brokers, in this process; the gateway in the child): `codecs`
+    (4 partitions, 40 records produced with each codec) for the good clients, who compare with
+    what confluent-kafka reads from the mock directly, and `wide` (4 partitions of 1 MiB of
+    incompressible records) for the hostile fetches."""
+    from mock_cluster import MOCK_PARTITIONS, MockCluster
+
+    cluster = MockCluster(3)
+    cluster.create_topic("codecs")
+    cluster.create_topic("wide")
+    for codec in CODECS:
+        cluster.produce("codecs", [(i % MOCK_PARTITIONS, b"%s-%d" % (codec.encode(), i),
+                                    b"%s value %d " % (codec.encode(), i) * (1 + i % 7), None, None)
+                                   for i in range(40)], **{"compression.type": codec})
+    cluster.produce("wide", [(p, b"w%d" % i, os.urandom(64 * 1024), None, None)
+                             for p in range(MOCK_PARTITIONS) for i in range(16)])
+    count = 40 * len(CODECS)
+    direct = cluster.consume("codecs", range(MOCK_PARTITIONS), count)
+    if len(direct) != count:
+        raise RuntimeError(f"the mock cluster holds {len(direct)} of the {count} records produced")
+    want: dict[tuple[str, int], list[Any]] = {("codecs", p): [] for p in range(MOCK_PARTITIONS)}
+    for partition, offset, key, value, _, _ in direct:
+        want[("codecs", partition)].append((offset, key, value))
+    ends = {tp: rows[-1][0] + 1 for tp, rows in want.items() if rows}
+    want = {tp: rows for tp, rows in want.items() if rows}
+    flags = [x for pair in GATEWAY_LIMITS.items() for x in pair]
+    return soak(["--upstream", cluster.bootstrap, *flags], want, ends, ("wide", MOCK_PARTITIONS),
+                seconds, pools=GATEWAY_POOLS)
+
+
 def main() -> int:
     import tempfile
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--gateway", action="store_true",
+                        help="soak serve --upstream in front of librdkafka's mock cluster")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        result = log_dir_soak(Path(tmp) / "logs", args.seconds)
+        result = gateway_soak(args.seconds) if args.gateway else log_dir_soak(Path(tmp) / "logs", args.seconds)
     print(result)
     for problem in result.problems():
         print("PROBLEM:", problem)

@@ -542,21 +542,12 @@ TIMEOUT, SLACK = 0.3, 0.5
 def run_bounded(call, limit):
     """(seconds `call()` took, what it raised or returned); fails after `limit` seconds instead
     of waiting for a call that does not end (it runs in a daemon thread)."""
-    box = {}
+    from background import in_thread
 
-    def target():
-        start = time.monotonic()
-        try:
-            box["result"] = call()
-        except BaseException as exc:            # handed to the test
-            box["result"] = exc
-        box["took"] = time.monotonic() - start
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
+    thread, box = in_thread(call)
     thread.join(limit)
     assert not thread.is_alive(), f"still blocked after {limit} s"
-    return box["took"], box["result"]
+    return box["took"], box["result"] if "result" in box else box["error"]
 
 
 def assert_timed_out(took, result, call, address, timeout=TIMEOUT):
@@ -661,3 +652,102 @@ def test_poll_never_waits_longer_than_its_timeout():
         took, result = run_bounded(lambda: consumer.poll(0.3), 4)
         assert result == [] and took <= 0.3 + SLACK, (took, result)
         assert fake.requests[METADATA] == 2       # the refresh went out
+
+
+def test_the_asynchronous_forms_never_wait_and_end_as_the_blocking_ones():
+    """The calls a loop that serves others makes (the gateway's): commit_async, committed_async,
+    list_offsets_async, metadata_async and assign_async, five of each at once, against a broker
+    that never answers.  Each returns at once, and at its deadline calls back exactly once with
+    the KafkaTimeoutError its blocking form raises (naming the call and the broker); all of them
+    end together, not one after another."""
+    from fake_broker import FakeBroker
+
+    with FakeBroker() as fake, Consumer(fake.bootstrap, buffer_memory=1 << 20, group_id="g",
+                                        request_timeout=TIMEOUT, retry_backoff=0.05) as consumer:
+        ended: dict[tuple[str, int], list] = {}
+
+        def callback(call, i):
+            return lambda value, error: ended.setdefault((call, i), []).append((value, error))
+
+        starts = {
+            "commit": lambda cb: consumer.groups.commit_async(
+                "g", {("t", 0): 5}, cb, deadline=consumer.deadline("commit", TIMEOUT)),
+            "committed": lambda cb: consumer.groups.committed_async(
+                "g", [("t", 0)], cb, deadline=consumer.deadline("committed", TIMEOUT)),
+            "list_offsets": lambda cb: consumer.list_offsets_async(
+                [("t", 0)], -1, cb, deadline=consumer.deadline("list_offsets", TIMEOUT)),
+            "refresh_metadata": lambda cb: consumer.cluster.metadata_async(
+                ["t"], consumer.deadline("refresh_metadata", TIMEOUT), cb),
+            "assign": lambda cb: consumer.assign_async({("t", 0): "earliest"}, cb, timeout=TIMEOUT),
+        }
+        begin = time.monotonic()
+        for call, start in starts.items():
+            for i in range(5):
+                start(callback(call, i))
+        assert time.monotonic() - begin < 0.2
+        assert not ended
+        while len(ended) < 25 and time.monotonic() - begin < TIMEOUT + 5:
+            consumer.loop.run_once(0.05)
+        took = time.monotonic() - begin
+        consumer.loop.run_once(0.2)                     # nothing calls back twice
+    assert sorted(ended) == sorted((call, i) for call in starts for i in range(5))
+    for (call, _), results in ended.items():
+        assert len(results) == 1, (call, results)
+        value, error = results[0]
+        assert value is None
+        assert_timed_out(took, error, call, fake.bootstrap)
+
+
+def test_from_a_loop_callback_the_calls_that_never_wait_consume_and_a_blocking_one_is_refused(mock):
+    """A Consumer on a loop that serves others (the gateway's), driven from that loop's
+    callbacks only: assign_async, seek, pause, resume, position, assignment, poll(0) and
+    unassign never run the loop, and together they read a partition whole; a blocking call made
+    there (assign) is refused with ConcurrentUseError at once instead of holding the loop (before:
+    it ran the loop inside the callback until its answer)."""
+    from kafkacodec.net.loop import Loop
+
+    mock.create_topic("on-loop")
+    produced = mock.produce("on-loop", [(0, b"k%d" % i, b"v%d" % i, None, None) for i in range(30)])
+    loop = Loop()
+    consumer = Consumer(mock.bootstrap, buffer_memory=1 << 20, loop=loop)
+    tp = ("on-loop", 0)
+    got: list[tuple[int, bytes]] = []
+    seen: dict[str, object] = {}
+
+    def start() -> None:
+        consumer.assign_async({tp: 10}, lambda value, error: seen.setdefault("assigned", error))
+        consumer.seek(tp, 0)
+        consumer.pause([tp])
+        consumer.resume([tp])
+        seen["assignment"] = consumer.assignment()
+        seen["position"] = consumer.position(tp)
+        try:
+            consumer.assign({("on-loop", 1): 0})
+        except ConcurrentUseError as exc:
+            seen["blocking"] = exc
+
+    def drain() -> None:
+        for part in consumer.poll(0):
+            with part:
+                for batch in part.batches if part.partition == 0 else ():
+                    got.extend((r.offset, r.value) for r in MemoryRecords(bytes(batch.value)).records()
+                               if r.offset >= part.start_offset)
+        if len(got) < 30:
+            loop.call_later(0.01, drain)
+
+    loop.call_soon(start)
+    loop.call_soon(drain)
+    deadline = time.monotonic() + 20
+    try:
+        while len(got) < 30 and time.monotonic() < deadline:
+            loop.run_once(0.05)
+        assert isinstance(seen.get("blocking"), ConcurrentUseError), seen
+        assert seen["assignment"] == [tp] and seen["position"] == 0, seen
+        assert seen.get("assigned", "missing") is None, seen
+        assert got == sorted((o, v) for (_, o), (_, v) in produced.items()), got
+        consumer.unassign([tp])
+        # the refused assign got as far as a timed-out one: its partition is assigned
+        assert consumer.assignment() == [("on-loop", 1)]
+    finally:
+        consumer.close()
+        loop.close()

@@ -10,6 +10,7 @@ gateway) the real one."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -226,6 +227,134 @@ def test_a_cluster_gone_answers_group_offsets_with_coordinator_not_available():
         assert answer["error_code"] == 15
         assert answer["topics"][0]["partitions"][0]["error_code"] == 15
         assert request(server.port, ApiKey.OFFSET_COMMIT, 2, commit)["topics"][0]["partitions"][0]["error_code"] == 15
+
+
+# --- an upstream that is slow, or gone: the server answers from callbacks ---------------------
+
+#: A long poll's max wait, and what its answer may take beyond it on a loaded CI machine.
+MAX_WAIT_MS, ANSWER_SLACK_S = 300, 0.7
+
+
+def fetch_to(client, topic: str, partition: int, offset: int, end: int, deadline_s: float = 15) -> int:
+    """Fetch (v11) from `offset` until `end`: the upstream consumer follows the partition and
+    the gateway keeps what it fetched.  Returns the offset reached."""
+    from kafkacodec import MemoryRecords
+
+    deadline = time.monotonic() + deadline_s
+    while offset < end and time.monotonic() < deadline:
+        part = client.fetch([(topic, [(partition, offset, 1 << 20)])], api_version=11,
+                            max_wait_ms=MAX_WAIT_MS).responses[0].partitions[0]
+        assert part.error_code == 0, part.error_code
+        for batch in MemoryRecords(bytes(part.records or b"")).batches():
+            offset = max(offset, batch.last_offset + 1)
+    return offset
+
+
+def long_poll_times(client, topic: str, partition: int, offset: int, until) -> list[tuple[float, int]]:
+    """(seconds, records bytes) of each Fetch at `offset` (max wait MAX_WAIT_MS) made until
+    `until()`."""
+    out = []
+    while not until():
+        start = time.monotonic()
+        part = client.fetch([(topic, [(partition, offset, 1 << 20)])], api_version=11,
+                            max_wait_ms=MAX_WAIT_MS).responses[0].partitions[0]
+        out.append((time.monotonic() - start, len(part.records or b"")))
+    return out
+
+
+def commit_request(group: str, topic: str, offset: int) -> dict:
+    return {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+            "topics": [{"name": topic, "partitions": [
+                {"partition_index": 0, "committed_offset": offset, "committed_metadata": ""}]}]}
+
+
+@contextlib.contextmanager
+def steered_gateway(topic: str, timeout: float):
+    """A gateway (upstream_timeout_s `timeout`) in front of a one-broker mock cluster the test
+    steers, and a client that has read the 20 records of `topic`-0 through it (the gateway
+    holds them): (cluster, server, client)."""
+    from blocking_client import BlockingClient
+    from mock_cluster import SteerableMockCluster
+
+    cluster = SteerableMockCluster(1)
+    try:
+        cluster.create_topic(topic)
+        cluster.produce(topic, [(0, b"k%d" % i, b"v%d" % i, None, None) for i in range(20)])
+        with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0),
+                    upstream_timeout_s=timeout) as server, \
+                BlockingClient("127.0.0.1", server.port, timeout=30) as reader:
+            assert fetch_to(reader, topic, 0, 0, 20) == 20
+            yield cluster, server, reader
+    finally:
+        cluster.close()
+
+
+def test_a_slow_upstream_commit_never_stalls_another_clients_fetches():
+    """The cluster holds back its OffsetCommit answer for 5 s.  One client's commit waits for it
+    (and is answered, NONE, once the cluster acknowledged); meanwhile another client's long polls
+    at the end of a partition are answered within their max wait (before: the server's loop
+    thread waited for the upstream call, and the fetch was answered after the 5 s)."""
+    from background import in_thread
+    from test_serve_groups import request
+
+    from kafkacodec.protocol.api import ApiKey
+
+    with steered_gateway("slow", timeout=20) as (cluster, server, reader):
+        cluster.delay(ApiKey.OFFSET_COMMIT, 5000)
+        thread, box = in_thread(lambda: request(server.port, ApiKey.OFFSET_COMMIT, 2,
+                                                commit_request("patient", "slow", 7)))
+        times = long_poll_times(reader, "slow", 0, 20, lambda: not thread.is_alive())
+        thread.join(30)
+        assert box["result"]["topics"][0]["partitions"][0]["error_code"] == 0, box
+        assert box["took"] >= 4.5, box                        # it did wait for the cluster
+        assert max(t for t, _ in times) < MAX_WAIT_MS / 1000 + ANSWER_SLACK_S, times
+        assert len(times) >= 5, times
+        assert committed_upstream(cluster.bootstrap, "patient", "slow", 1) == {0: 7}
+
+
+def test_a_cluster_gone_mid_serving_leaves_the_server_answering():
+    """Every broker of the cluster goes down while clients are served.  Group requests
+    (OffsetCommit, OffsetFetch) and ListOffsets of three clients, at once, end after their
+    deadline (upstream_timeout_s) with COORDINATOR_NOT_AVAILABLE / KAFKA_STORAGE_ERROR, and
+    meanwhile another client's fetches of data the gateway already holds are answered at once,
+    and Metadata too (before: the loop thread waited out each upstream call in turn, and the
+    fetches waited with it)."""
+    from background import in_thread
+    from test_serve_groups import request
+
+    from kafkacodec import MemoryRecords
+    from kafkacodec.protocol.api import ApiKey
+
+    with steered_gateway("fading", timeout=2) as (cluster, server, reader):
+        cluster.set_down()
+        asks = {
+            "commit": (ApiKey.OFFSET_COMMIT, 2, commit_request("g", "fading", 3)),
+            "offsets": (ApiKey.OFFSET_FETCH, 2, {"group_id": "g", "topics": [
+                {"name": "fading", "partition_indexes": [0]}]}),
+            "list": (ApiKey.LIST_OFFSETS, 1, {"replica_id": -1, "topics": [
+                {"name": "fading", "partitions": [{"partition_index": 0, "timestamp": -1}]}]}),
+        }
+        waiting = {name: in_thread(lambda ask=ask: request(server.port, *ask))
+                   for name, ask in asks.items()}
+        cached = []
+        while any(thread.is_alive() for thread, _ in waiting.values()):
+            start = time.monotonic()
+            part = reader.fetch([("fading", [(0, 0, 1 << 20)])], api_version=11,
+                                max_wait_ms=MAX_WAIT_MS).responses[0].partitions[0]
+            took = time.monotonic() - start
+            records = [r.offset for b in MemoryRecords(bytes(part.records or b"")).batches() for r in b]
+            cached.append((took, part.error_code, records[:1]))
+            assert reader.metadata(["fading"], api_version=1).topics[0].error_code == 0
+        for thread, _ in waiting.values():
+            thread.join(30)
+    committed, fetched, listed = (waiting[name][1]["result"] for name in ("commit", "offsets", "list"))
+    assert committed["topics"][0]["partitions"][0]["error_code"] == 15, committed
+    assert fetched["error_code"] == 15 and fetched["topics"][0]["partitions"][0]["error_code"] == 15
+    assert listed["topics"][0]["partitions"][0]["error_code"] == 56, listed    # KAFKA_STORAGE_ERROR
+    assert all(box["took"] >= 1.8 for _, box in waiting.values()), waiting   # their deadline
+    assert max(t for t, _, _ in cached) < ANSWER_SLACK_S, cached
+    assert all(code == 0 and first == [0] for _, code, first in cached), cached
+    assert len(cached) >= 10, cached
 
 
 def upstream_sockets(ports: set[int]) -> int:

@@ -5,13 +5,21 @@ negotiation on every new connection, request timeouts, reconnection backoff.  It
 kafkacodec.net Loop: its own, or one it shares (the mirror's source and target; the server's
 loop under `serve --upstream`, where its answers arrive as callbacks).
 
-Three rules hold here for every request, whoever sends it:
+Four rules hold here for every request, whoever sends it:
 - Exactly one of a request's handlers runs, once: its answer (every answer read before a
   damaged frame included) or the error of its connection (_on_responses, _closed).
-- A blocking call (the consumer's assign, commit, end_offsets...) runs inside one deadline
-  (`deadline()`, Kafka's default.api.timeout.ms) and waits only in `call()` and `wait()`, which
-  both end at that deadline, raising KafkaTimeoutError.  `request_timeout`
-  (request.timeout.ms) is how long one answer may take before its connection is dropped.
+- Every call has an asynchronous form that never waits (`call_async`, `metadata_async`,
+  `pursue`; GroupOffsets and OffsetLookup build theirs on them): it takes a Deadline and a
+  callback `on_done(value, error)`, which runs exactly once, by the deadline at the latest (a
+  Completion: a loop timer ends the call with the deadline's KafkaTimeoutError), with retries
+  and backoffs as loop timers.  So the calls serve a loop that only runs callbacks (the
+  server's, under `serve --upstream`).
+- A blocking call (the consumer's assign, commit, end_offsets...) is its asynchronous form run
+  to its end by `complete()`, inside one deadline (`deadline()`, Kafka's
+  default.api.timeout.ms): it waits only in `complete()` and `wait()`, which both end at that
+  deadline, raising KafkaTimeoutError.  `request_timeout` (request.timeout.ms) is how long one
+  answer may take before its connection is dropped.  The loop refuses to run inside one of its
+  own callbacks (ConcurrentUseError), so a blocking call never stalls a loop that serves others.
 - An answer decoded into Python objects (everything but Fetch) is at most
   `receive_message_max_bytes` (librdkafka's receive.message.max.bytes); a larger one fails its
   request with RecordTooLargeError, and a Metadata answer keeps only the topics asked for.
@@ -22,11 +30,13 @@ Not thread-safe: a Cluster and its Loop are used by one thread at a time.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import os
 import random
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -41,7 +51,7 @@ from kafkacodec.errors import (
 )
 from kafkacodec.net.client import InFlight, ResponseReader, open_connection
 from kafkacodec.net.connection import FAILED, Connection, Deadlines
-from kafkacodec.net.loop import Loop
+from kafkacodec.net.loop import Loop, Timer
 from kafkacodec.protocol._metadata import (
     decode_api_versions_response,
     decode_metadata_response,
@@ -51,7 +61,7 @@ from kafkacodec.protocol._metadata import (
 from kafkacodec.protocol._types import MetadataResponse
 from kafkacodec.protocol.api import ApiKey, Error
 
-__all__ = ["Cluster", "Request", "Deadline", "BrokerError",
+__all__ = ["Cluster", "Request", "Deadline", "Completion", "Done", "BrokerError",
            "DEFAULT_RECEIVE_MESSAGE_MAX_BYTES"]
 
 log = logging.getLogger("kafkacodec.consumer")
@@ -87,16 +97,17 @@ class Request:
     correlation_id)` frames it for the version chosen (the highest both sides speak, capped at
     `max_version`); `on_response(response, version)` owns the ring Response (must release it).
     `ring_bounded`: its answer is read in place and only the ring bounds it (Fetch); any other
-    is refused above the cluster's receive_message_max_bytes."""
+    is refused above the cluster's receive_message_max_bytes.  `deadline`: the call it is sent
+    for (None: the running blocking call, if any), whose KafkaTimeoutError names it."""
 
     __slots__ = ("api_key", "min_version", "max_version", "encode", "on_response", "on_error",
-                 "timeout", "context", "ring_bounded")
+                 "timeout", "context", "ring_bounded", "deadline")
 
     def __init__(self, api_key: int, encode: Callable[[int, int], Any],
                  on_response: Callable[[Response, int], None],
                  on_error: Callable[[BaseException], None], *, max_version: int,
                  min_version: int = 0, timeout: float = 30.0, context: Any = None,
-                 ring_bounded: bool = False):
+                 ring_bounded: bool = False, deadline: Deadline | None = None):
         self.api_key = api_key
         self.encode = encode
         self.on_response = on_response
@@ -106,6 +117,7 @@ class Request:
         self.timeout = timeout
         self.context = context
         self.ring_bounded = ring_bounded
+        self.deadline = deadline
 
 
 class Deadline:
@@ -113,7 +125,7 @@ class Deadline:
     ends by `end`; then `expired()` is the KafkaTimeoutError naming the call, the broker it
     waited for last and what that broker last did (`note()`, `waiting()`)."""
 
-    __slots__ = ("call", "timeout", "end", "broker", "last", "conn", "api")
+    __slots__ = ("call", "timeout", "end", "broker", "last", "conn", "api", "__weakref__")
 
     def __init__(self, call: str, timeout: float):
         if not timeout >= 0:
@@ -142,6 +154,71 @@ class Deadline:
         return KafkaTimeoutError(
             f"{self.call}() did not complete within {self.timeout:g} s: {self.broker}: {what}",
             call=self.call, broker=self.broker, timeout=self.timeout)
+
+
+#: An asynchronous call's callback: (value, None) when it succeeded, (None, error) when not.
+Done = Callable[[Any, "BaseException | None"], None]
+
+
+class Completion:
+    """The end of one asynchronous call: `ok(value)` or `fail(error)` runs `on_done(value,
+    error)` once (a later end is ignored); a loop timer at the deadline fails it with the
+    deadline's KafkaTimeoutError when nothing came first.  `later(delay, step)` runs the call's
+    next step after a backoff, unless it ended meanwhile.  A callback that raises is logged (it
+    runs inside a response handler, whose connection must not pay for it)."""
+
+    __slots__ = ("loop", "deadline", "on_done", "done", "_expiry", "_step")
+
+    def __init__(self, loop: Loop, deadline: Deadline, on_done: Done):
+        self.loop = loop
+        self.deadline = deadline
+        self.on_done = on_done
+        self.done = False
+        self._expiry: Timer = loop.call_at(deadline.end, self._expire)
+        self._step: Timer | None = None
+
+    def _expire(self) -> None:
+        self.fail(self.deadline.expired())
+
+    def ok(self, value: Any = None) -> None:
+        self._end(value, None)
+
+    def fail(self, error: BaseException) -> None:
+        self._end(None, error)
+
+    def _end(self, value: Any, error: BaseException | None) -> None:
+        if self.done:
+            return
+        self.done = True
+        self._expiry.cancel()
+        if self._step is not None:
+            self._step.cancel()
+        # a cancelled timer waits in the loop's heap a while: it keeps nothing of the caller's
+        on_done, self.on_done = self.on_done, _ended
+        try:
+            on_done(value, error)
+        except Exception:
+            log.exception("the callback of %s() failed", self.deadline.call)
+
+    def later(self, delay: float, step: Callable[[], None]) -> None:
+        """Run `step()` in `delay` seconds (replacing a step already waiting), unless the call
+        ended by then."""
+        if self.done:
+            return
+        if self._step is not None:
+            self._step.cancel()
+        self._step = self.loop.call_later(delay, lambda: None if self.done else self.guard(step))
+
+    def guard(self, step: Callable[[], None]) -> None:
+        """Run a step of the call; an exception it raises ends the call with it."""
+        try:
+            step()
+        except Exception as exc:
+            self.fail(exc)
+
+
+def _ended(value: Any, error: BaseException | None) -> None:
+    """A Completion's callback once it ran."""
 
 
 def waiting_for(link: BrokerLink, api: str) -> str:
@@ -227,8 +304,15 @@ class Cluster:
         self.closed = False
         self.on_connection_error: Callable[[BrokerLink, BaseException], None] | None = None
         self._deadline: Deadline | None = None          # the blocking call running, if any
+        # the deadlines of the calls that sent requests (blocking or not): a connection that
+        # closes tells those waiting on it what happened
+        self.live_deadlines: weakref.WeakSet[Deadline] = weakref.WeakSet()
+        self._watchers: dict[int, Callable[[], None]] = {}   # run after answers and failures
+        self._watch_keys = itertools.count()
+        self._change_pending = False
         self.metadata_in_flight = False                 # request_metadata() sent, not answered
         self.metadata_sent_at = float("-inf")           # ...and when it was sent last
+        self.metadata_link: BrokerLink | None = None    # ...and where
         self._tick_timer = self.loop.call_later(TICK_S, self._tick)
 
     # -- connections ---------------------------------------------------------------------------
@@ -333,8 +417,9 @@ class Cluster:
         failure = failure_text(error, conn.name)
         self._backoff(conn.node_id, failure)
         self.metadata_stale = True
-        if self._deadline is not None and self._deadline.conn is conn:
-            self._deadline.note(conn.name, failure)
+        for deadline in list(self.live_deadlines):
+            if deadline.conn is conn:
+                deadline.note(conn.name, failure)
         if self.on_connection_error is not None:
             self.on_connection_error(conn, error)
         for handler in [r.on_error for r in failed] + [r.on_error for r in failed_pending]:
@@ -342,6 +427,7 @@ class Cluster:
                 handler(error)
             except Exception as exc:      # a handler must not raise: the others still run
                 log.error("%s: a request's error handler failed: %r", conn.name, exc)
+        self._changed()
 
     # -- sending -------------------------------------------------------------------------------
     def _send_api_versions(self, conn: BrokerLink, version: int = API_VERSIONS_VERSION) -> None:
@@ -423,21 +509,28 @@ class Cluster:
 
     def send(self, node_id: int, request: Request, purpose: str = "data") -> BrokerLink:
         """Send `request` to a node (queued until the connection knows its versions).  Errors
-        (connection failures, no common version) reach request.on_error.  The running blocking
-        call, if any, now waits for this answer (its KafkaTimeoutError says so)."""
+        (connection failures, no common version) reach request.on_error.  The call it is part
+        of (request.deadline; None: the running blocking call, if any) now waits for this
+        answer (its KafkaTimeoutError says so)."""
+        deadline = request.deadline or self._deadline
         try:
             conn = self.connection(node_id, purpose)
         except (ConnectionError, KeyError) as exc:
-            self.note(node_id, failure_text(exc, self.broker_name(node_id, purpose)), purpose)
+            self.note(node_id, failure_text(exc, self.broker_name(node_id, purpose)), purpose,
+                      deadline)
             request.on_error(exc if isinstance(exc, ConnectionError) else ConnectionError(str(exc)))
             raise
-        if self._deadline is not None:
-            self._deadline.waiting(conn, ApiKey.name_of(request.api_key))
+        if deadline is not None:
+            self._waiting_on(deadline, conn, ApiKey.name_of(request.api_key))
         if conn.ready:
             self._dispatch(conn, request)
         else:
             self.pending.setdefault(conn, []).append(request)
         return conn
+
+    def _waiting_on(self, deadline: Deadline, conn: BrokerLink, api: str) -> None:
+        deadline.waiting(conn, api)
+        self.live_deadlines.add(deadline)
 
     def choose_version(self, conn: BrokerLink, api_key: int, max_version: int,
                        min_version: int = 0) -> int:
@@ -487,72 +580,163 @@ class Cluster:
         finally:
             self._deadline = None
 
-    def note(self, node_id: int | None, what: str, purpose: str = "data") -> None:
-        """Tell the running blocking call's deadline what a broker (None: the one that answered
-        last) last did: its KafkaTimeoutError says so."""
-        deadline = self._deadline
+    def note(self, node_id: int | None, what: str, purpose: str = "data",
+             deadline: Deadline | None = None) -> None:
+        """Tell a call's deadline (None: the running blocking call's) what a broker (None: the
+        one that answered last) last did: its KafkaTimeoutError says so."""
+        deadline = deadline or self._deadline
         if deadline is not None:
             deadline.note(deadline.broker if node_id is None else self.broker_name(node_id, purpose),
                           what)
 
+    def complete(self, start: Callable[[Done], None], deadline: Deadline) -> Any:
+        """Run an asynchronous call to its end: `start(on_done)` begins it, then the loop runs
+        until on_done came or `deadline` passed (KafkaTimeoutError).  Returns its value, or
+        raises its error.  The blocking form of every call here is this, over its async form."""
+        box: list[tuple[Any, BaseException | None]] = []
+        start(lambda value, error: box.append((value, error)))
+        while not box:
+            left = deadline.left()
+            if left <= 0:
+                raise deadline.expired()
+            self.loop.run_once(min(left, TICK_S))
+        value, error = box[0]
+        if error is not None:
+            raise error
+        return value
+
     def call(self, node_id: int | None, api_key: int, encode: Callable[[int, int], Any],
              decode: Callable[[Response, int], Any], *, max_version: int, min_version: int = 0,
              purpose: str = "data", timeout: float | None = None, retries: int | None = None) -> Any:
-        """Send one request and wait for its decoded answer (`decode(response, version)`; the
-        response is released after it).  One answer may take `timeout` seconds (default
-        request_timeout: then the connection is dropped); connection failures and timeouts are
-        retried with backoff (on another node when `node_id` is None), `retries` times or (None)
-        as long as there is time.  All of it within the deadline of the blocking call it is part
-        of (`deadline()`; its own of default_api_timeout otherwise): KafkaTimeoutError when that
-        runs out."""
+        """Send one request and wait for its decoded answer: call_async() run to its end, within
+        the deadline of the blocking call it is part of (`deadline()`; its own of
+        default_api_timeout otherwise): KafkaTimeoutError when that runs out."""
+        with self.deadline("call") as deadline:
+            return self.complete(lambda done: self.call_async(
+                node_id, api_key, encode, decode, done, deadline=deadline,
+                max_version=max_version, min_version=min_version, purpose=purpose,
+                timeout=timeout, retries=retries), deadline)
+
+    def call_async(self, node_id: int | None, api_key: int, encode: Callable[[int, int], Any],
+                   decode: Callable[[Response, int], Any], on_done: Done, *, deadline: Deadline,
+                   max_version: int, min_version: int = 0, purpose: str = "data",
+                   timeout: float | None = None, retries: int | None = None) -> None:
+        """Send one request; `on_done(answer, None)` with its decoded answer (`decode(response,
+        version)`; the response is released after it), or `on_done(None, error)`.  One answer
+        may take `timeout` seconds (default request_timeout: then the connection is dropped);
+        connection failures and timeouts are retried (after the node's reconnection backoff, on
+        another node when `node_id` is None), `retries` times or (None) as long as there is
+        time; `deadline` ends it all (KafkaTimeoutError).  Never waits."""
         timeout = self.request_timeout if timeout is None else timeout
         name = ApiKey.name_of(api_key)
-        with self.deadline("call") as deadline:
-            attempt = 0
-            while True:
-                if deadline.left() <= 0:
-                    raise deadline.expired()
-                node = self.any_node() if node_id is None else node_id
-                broker = self.broker_name(node, purpose)
-                entry = self.node_backoff.get(node)
-                if entry is not None and entry[0] > time.monotonic():
-                    if deadline.broker == "no broker":
-                        deadline.note(broker, "in reconnection backoff after a failure")
-                    self.wait(entry[0] - time.monotonic())       # ends at the deadline
-                box: list[tuple[bool, Any]] = []
+        end = Completion(self.loop, deadline, on_done)
+        attempts = [0]
 
-                def on_response(resp: Response, version: int) -> None:
-                    try:
-                        box.append((True, decode(resp, version)))
-                    except Exception as exc:      # delivered to the caller below
-                        box.append((False, exc))
-                    finally:
-                        resp.release()
+        def attempt() -> None:
+            if deadline.left() <= 0:
+                end.fail(deadline.expired())
+                return
+            node = self.any_node() if node_id is None else node_id
+            broker = self.broker_name(node, purpose)
+            entry = self.node_backoff.get(node)
+            backoff = entry[0] - time.monotonic() if entry is not None else 0.0
+            if backoff > 0:
+                if deadline.broker == "no broker":
+                    deadline.note(broker, "in reconnection backoff after a failure")
+                end.later(backoff, lambda: send(node, broker))
+            else:
+                send(node, broker)
 
-                request = Request(api_key, encode, on_response, lambda exc: box.append((False, exc)),
-                                  max_version=max_version, min_version=min_version,
-                                  timeout=timeout)
+        def send(node: int, broker: str) -> None:
+            def on_response(resp: Response, version: int) -> None:
                 try:
-                    self.send(node, request, purpose)
-                except (ConnectionError, KeyError):
-                    pass                          # on_error ran: box holds the failure
-                # The request ends in on_response or on_error (its connection times it out
-                # after `timeout`): wait for that, or for the deadline.
-                while not box and (left := deadline.left()) > 0:
-                    self.loop.run_once(min(0.05, left))
-                if not box:
-                    raise deadline.expired()
-                ok, value = box[0]
-                if ok:
-                    deadline.note(broker, f"answered {name}")
-                    return value
-                if isinstance(value, KafkaTimeoutError) or \
-                        not isinstance(value, (ConnectionError, TimeoutError, OSError)):
-                    raise value
-                deadline.note(broker, failure_text(value, broker))
-                if retries is not None and attempt >= retries:
-                    raise value
-                attempt += 1
+                    if end.done:
+                        return                    # the deadline came first
+                    try:
+                        value = decode(resp, version)
+                    except Exception as exc:      # a damaged answer: the call's error
+                        end.fail(exc)
+                        return
+                finally:
+                    resp.release()
+                deadline.note(broker, f"answered {name}")
+                end.ok(value)
+
+            def on_error(exc: BaseException) -> None:
+                if end.done:
+                    return
+                if isinstance(exc, KafkaTimeoutError) or \
+                        not isinstance(exc, (ConnectionError, TimeoutError, OSError)):
+                    end.fail(exc)
+                    return
+                deadline.note(broker, failure_text(exc, broker))
+                if retries is not None and attempts[0] >= retries:
+                    end.fail(exc)
+                    return
+                attempts[0] += 1
+                end.later(0.0, attempt)       # from the loop: a failure inside send() returns first
+
+            request = Request(api_key, encode, on_response, on_error, max_version=max_version,
+                              min_version=min_version, timeout=timeout, deadline=deadline)
+            try:
+                self.send(node, request, purpose)
+            except (ConnectionError, KeyError):
+                pass                              # on_error ran
+
+        end.guard(attempt)
+
+    def pursue(self, done: Callable[[], bool], send: Callable[[], None], topics: set[str],
+               deadline: Deadline, on_done: Done) -> None:
+        """Until `done()`: `send()` what can be sent now (again at every answer or failure on the
+        cluster, and at least every min(retry_backoff, TICK_S) for what waited for a backoff),
+        and Metadata for `topics` when it is stale; then `on_done(None, None)`, or the
+        deadline's KafkaTimeoutError.  Never waits (OffsetLookup and the consumer's resets run
+        on it)."""
+        def finish(value: Any, error: BaseException | None) -> None:
+            self.unwatch(key)
+            on_done(value, error)
+
+        end = Completion(self.loop, deadline, finish)
+
+        def step() -> None:
+            if end.done:
+                return
+            if not done():
+                if self.metadata_stale:
+                    self.request_metadata(topics, deadline)
+                send()
+            if done():
+                end.ok()
+            else:
+                end.later(min(self.retry_backoff, TICK_S), step)
+
+        key = self.watch(lambda: end.guard(step))
+        end.guard(step)
+
+    def watch(self, callback: Callable[[], None]) -> int:
+        """Run `callback()` on the loop after answers came or a connection failed (once per
+        loop iteration however many); returns the key for unwatch()."""
+        key = next(self._watch_keys)
+        self._watchers[key] = callback
+        return key
+
+    def unwatch(self, key: int) -> None:
+        self._watchers.pop(key, None)
+
+    def _changed(self) -> None:
+        """Answers came or a connection failed: the pursuits look again, soon (once per loop
+        iteration however many answers came)."""
+        if self._watchers and not self._change_pending:
+            self._change_pending = True
+            self.loop.call_soon(self._notify)
+
+    def _notify(self) -> None:
+        self._change_pending = False
+        for watcher in list(self._watchers.values()):
+            try:
+                watcher()
+            except Exception:                     # one watcher's failure is not the others'
+                log.exception("%s: a watcher failed", self.name)
 
     def wait(self, seconds: float, until: Callable[[], bool] | None = None) -> None:
         """Run the event loop for `seconds` (other requests keep progressing), or until
@@ -572,13 +756,18 @@ class Cluster:
 
     # -- metadata ------------------------------------------------------------------------------
     def metadata_request(self, topics: Iterable[str] | None = None, *,
-                         allow_auto_topic_creation: bool = False) -> tuple[
-            Callable[[int, int], Any], Callable[[Response, int], MetadataResponse], set[str]]:
+                         allow_auto_topic_creation: bool = False, every_topic: bool = False
+                         ) -> tuple[Callable[[int, int], Any],
+                                    Callable[[Response, int], MetadataResponse], set[str] | None]:
         """(encode, decode, wanted) for a Metadata request about `topics` plus every topic known
-        so far (which become known); apply the answer with apply_metadata(answer, wanted)."""
-        wanted = set(topics or ()) | self.known_topics
-        self.known_topics = wanted
-        names = sorted(wanted)
+        so far (which become known), or (`every_topic`) about every topic of the cluster
+        (wanted None: all kept); apply the answer with apply_metadata(answer, wanted)."""
+        wanted: set[str] | None = None
+        names: list[str] | None = None
+        if not every_topic:
+            wanted = set(topics or ()) | self.known_topics
+            self.known_topics = wanted
+            names = sorted(wanted)
 
         def encode(version: int, cid: int) -> bytes:
             return encode_metadata_request(names, api_version=version, correlation_id=cid,
@@ -593,21 +782,41 @@ class Cluster:
     def refresh_metadata(self, topics: Iterable[str] | None = None, *,
                          allow_auto_topic_creation: bool = False) -> MetadataResponse:
         """Fetch Metadata for `topics` (plus every topic known so far) and update brokers,
-        leaders and partition counts."""
-        encode, decode, wanted = self.metadata_request(
-            topics, allow_auto_topic_creation=allow_auto_topic_creation)
-        with self.deadline("refresh_metadata"):
-            metadata: MetadataResponse = self.call(None, ApiKey.METADATA, encode, decode,
-                                                   max_version=METADATA_MAX_VERSION, min_version=1)
-        self.apply_metadata(metadata, wanted)
+        leaders and partition counts: metadata_async() run to its end."""
+        with self.deadline("refresh_metadata") as deadline:
+            metadata: MetadataResponse = self.complete(lambda done: self.metadata_async(
+                topics, deadline, done, allow_auto_topic_creation=allow_auto_topic_creation),
+                deadline)
         return metadata
 
-    def request_metadata(self, topics: Iterable[str] | None = None) -> None:
-        """refresh_metadata() without waiting: sent now (unless one is in flight or was sent
-        less than retry_backoff ago), applied when answered (poll() uses it, so it never waits
-        for Metadata)."""
+    def metadata_async(self, topics: Iterable[str] | None, deadline: Deadline, on_done: Done, *,
+                       allow_auto_topic_creation: bool = False, every_topic: bool = False) -> None:
+        """Metadata for `topics` plus every topic known so far (or, `every_topic`, every topic
+        of the cluster, all kept), applied before `on_done(answer, None)`; the error of the
+        call otherwise.  Never waits."""
+        encode, decode, wanted = self.metadata_request(
+            topics, allow_auto_topic_creation=allow_auto_topic_creation, every_topic=every_topic)
+
+        def applied(metadata: Any, error: BaseException | None) -> None:
+            if error is None:
+                self.apply_metadata(metadata, wanted)
+            on_done(metadata, error)
+
+        self.call_async(None, ApiKey.METADATA, encode, decode, applied, deadline=deadline,
+                        max_version=METADATA_MAX_VERSION, min_version=1)
+
+    def request_metadata(self, topics: Iterable[str] | None = None,
+                         deadline: Deadline | None = None) -> None:
+        """A Metadata refresh nobody waits for: sent now (unless one is in flight or was sent
+        less than retry_backoff ago), not retried, applied when answered (poll() and the
+        pursuits use it, so they never wait for Metadata).  `deadline`: the call it is sent for
+        (None: the running blocking call, if any), whose KafkaTimeoutError then names it."""
         now = time.monotonic()
         if self.metadata_in_flight or now - self.metadata_sent_at < self.retry_backoff:
+            link = self.metadata_link
+            deadline = deadline or self._deadline
+            if self.metadata_in_flight and deadline is not None and link is not None:
+                self._waiting_on(deadline, link, "Metadata")     # the one in flight serves it too
             return
         self.metadata_sent_at = now
         encode, decode, wanted = self.metadata_request(topics)
@@ -630,9 +839,9 @@ class Cluster:
 
         self.metadata_in_flight = True
         try:
-            self.send(self.any_node(), Request(ApiKey.METADATA, encode, on_response, on_error,
-                                               max_version=METADATA_MAX_VERSION, min_version=1,
-                                               timeout=self.request_timeout))
+            self.metadata_link = self.send(self.any_node(), Request(
+                ApiKey.METADATA, encode, on_response, on_error, max_version=METADATA_MAX_VERSION,
+                min_version=1, timeout=self.request_timeout, deadline=deadline))
         except (ConnectionError, KeyError):
             pass                                  # on_error ran: retried at the next poll
 
@@ -721,6 +930,8 @@ class Cluster:
             self.fail_connection(conn, error)
         elif not conn.in_flight:
             conn.release_ring_if_idle()               # nothing more to read: back to the pool
+        if responses:
+            self._changed()
 
     def _deliver(self, conn: BrokerLink, responses: list[tuple[InFlight, Response]]
                  ) -> BaseException | None:

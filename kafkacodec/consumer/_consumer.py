@@ -1,11 +1,17 @@
 """The consumer core's public face: assign partitions, poll FetchedPartitions (raw batches,
-Arrow, or flyweight records), look up and commit offsets.  See docs/consumer.md."""
+Arrow, or flyweight records), look up and commit offsets.  See docs/consumer.md.
+
+The blocking calls are their asynchronous forms (`assign_async`, `list_offsets_async`, and
+GroupOffsets' `commit_async`/`committed_async`, on the Cluster's) run to their end on the
+consumer's loop; on a loop it shares (`loop=`, the gateway's), only the asynchronous forms, and
+the calls that never wait (seek, pause, resume, unassign, poll(0), position of a partition not
+being reset), may be made from its callbacks."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from kafkacodec._inuse import InUse
@@ -15,6 +21,8 @@ from kafkacodec.consumer._cluster import (
     DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
     BrokerError,
     Cluster,
+    Deadline,
+    Done,
 )
 from kafkacodec.consumer._fetcher import Fetcher
 from kafkacodec.consumer._forms import FetchedPartition, records_filter
@@ -144,14 +152,18 @@ class Consumer:
         self._in_use.__exit__(None, None, None)
 
     @contextlib.contextmanager
-    def _blocking(self, call: str, timeout: float | None) -> Iterator[None]:
+    def _blocking(self, call: str, timeout: float | None) -> Iterator[Deadline]:
         """One thread at a time, and one deadline for the whole call (KafkaTimeoutError)."""
         self._enter()
         try:
-            with self.cluster.deadline(call, timeout):
-                yield
+            with self.cluster.deadline(call, timeout) as deadline:
+                yield deadline
         finally:
             self._leave()
+
+    def deadline(self, call: str, timeout: float | None = None) -> Deadline:
+        """A deadline for an asynchronous call: `timeout` seconds (None: default_api_timeout)."""
+        return Deadline(call, self.cluster.default_api_timeout if timeout is None else timeout)
 
     def __enter__(self) -> Consumer:
         return self
@@ -188,10 +200,23 @@ class Consumer:
                timeout: float | None = None) -> None:
         """Fetch these partitions from these positions: an offset, "earliest", "latest" or
         "committed" (the group's committed offset, else auto_offset_reset)."""
-        with self._blocking("assign", timeout):
-            self._assign(positions)
+        with self._blocking("assign", timeout) as deadline:
+            self.cluster.complete(lambda done: self._assign_async(positions, deadline, done),
+                                  deadline)
 
-    def _assign(self, positions: Mapping[TopicPartition, Position]) -> None:
+    def assign_async(self, positions: Mapping[TopicPartition, Position], on_done: Done, *,
+                     timeout: float | None = None) -> None:
+        """assign() without waiting: `on_done(None, None)` once the leaders and the positions
+        are known, else the error (KafkaTimeoutError after `timeout`, default
+        default_api_timeout).  Partitions at an offset are assigned before it returns."""
+        self._enter()
+        try:
+            self._assign_async(positions, self.deadline("assign", timeout), on_done)
+        finally:
+            self._leave()
+
+    def _assign_async(self, positions: Mapping[TopicPartition, Position], deadline: Deadline,
+                      on_done: Done) -> None:
         """Check every position, look up committed ones, assign, then learn the leaders and
         look up the "earliest"/"latest" positions.  A deadline that runs out in those last two
         steps leaves the partitions assigned, their positions looked up by poll() or position()."""
@@ -201,38 +226,53 @@ class Consumer:
                     raise ValueError(f"position {pos!r}: an offset, 'earliest', 'latest' or 'committed'")
             elif pos < 0:
                 raise ValueError(f"offset {pos} for {tp} is negative")
-        committed: dict[TopicPartition, int | None] = {}
         wanted = [tp for tp, pos in positions.items() if pos == "committed"]
-        if wanted:
-            committed = self.groups.committed(self._group("assign"), wanted)
-        for tp, pos in positions.items():
-            if pos == "committed":
-                offset = committed.get(tp)
-                if offset is None or offset < 0:
-                    pos = self.fetcher.auto_offset_reset
-                    if pos == "none":
-                        raise BrokerError("no committed offset and auto_offset_reset='none'",
-                                          error_code=Error.OFFSET_OUT_OF_RANGE, topic=tp[0],
-                                          partition=tp[1])
+        group = self._group("assign") if wanted else None
+        topics = {t for t, _ in positions}
+
+        def with_committed(committed: Any, error: BaseException | None) -> None:
+            if error is not None:
+                on_done(None, error)
+                return
+            for tp, pos in positions.items():
+                if pos == "committed":
+                    offset = committed.get(tp)
+                    if offset is None or offset < 0:
+                        pos = self.fetcher.auto_offset_reset
+                        if pos == "none":
+                            on_done(None, BrokerError(
+                                "no committed offset and auto_offset_reset='none'",
+                                error_code=Error.OFFSET_OUT_OF_RANGE, topic=tp[0], partition=tp[1]))
+                            return
+                    else:
+                        pos = offset
+                if isinstance(pos, str):
+                    self.fetcher.assign(tp, None, reset=pos)
                 else:
-                    pos = offset
-            if isinstance(pos, str):
-                self.fetcher.assign(tp, None, reset=pos)
-            else:
-                self.fetcher.assign(tp, int(pos))
-            self._returned[tp] = -1 if isinstance(pos, str) else int(pos)
-        self.cluster.refresh_metadata({t for t, _ in positions})
-        self._resolve_resets(list(positions))
+                    self.fetcher.assign(tp, int(pos))
+                self._returned[tp] = -1 if isinstance(pos, str) else int(pos)
+            self.cluster.metadata_async(topics, deadline, with_metadata)
+
+        def with_metadata(_: Any, error: BaseException | None) -> None:
+            if error is not None:
+                on_done(None, error)
+                return
+            self._resolve_resets(list(positions), deadline, on_done)
+
+        if group is not None:
+            self.groups.committed_async(group, wanted, with_committed, deadline=deadline)
+        else:
+            with_committed({}, None)
 
     def assign_topics(self, topics: Iterable[str], start: Position = "earliest", *,
                       timeout: float | None = None) -> dict[TopicPartition, int]:
         """Assign every partition of `topics` from `start`; returns the positions."""
-        with self._blocking("assign_topics", timeout):
+        with self._blocking("assign_topics", timeout) as deadline:
             wanted: dict[TopicPartition, Position] = {}
             for topic in topics:
                 for p in range(self._partitions_for(topic)):
                     wanted[(topic, p)] = start
-            self._assign(wanted)
+            self.cluster.complete(lambda done: self._assign_async(wanted, deadline, done), deadline)
             return {tp: self._returned[tp] for tp in wanted}
 
     def unassign(self, partitions: Iterable[TopicPartition] | None = None) -> None:
@@ -262,8 +302,9 @@ class Consumer:
         up first (a blocking call: KafkaTimeoutError after the timeout)."""
         st = self.fetcher.states.get(partition)
         if st is not None and st.reset is not None:
-            with self._blocking("position", timeout):
-                self._resolve_resets([partition])
+            with self._blocking("position", timeout) as deadline:
+                self.cluster.complete(lambda done: self._resolve_resets([partition], deadline, done),
+                                      deadline)
         return self._returned[partition]
 
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
@@ -289,18 +330,26 @@ class Consumer:
 
     def _list_offsets(self, partitions: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
         """ListOffsets, waited for (within the running call's deadline, else one of its own)."""
-        lookup = OffsetLookup(self.cluster, partitions, timestamp,
-                              read_committed=self.isolation_level == "read_committed",
-                              client_id=self.client_id, retry_backoff=self.retry_backoff,
-                              max_retry_backoff=self.max_retry_backoff)
-        with self.cluster.deadline("list_offsets"):
-            self._wait_for(lambda: lookup.done, lookup.send, {t for t, _ in partitions})
-        if lookup.error is not None:
-            raise lookup.error
-        return lookup.found
+        with self.cluster.deadline("list_offsets") as deadline:
+            found: dict[TopicPartition, int] = self.cluster.complete(
+                lambda done: self.list_offsets_async(partitions, timestamp, done, deadline=deadline),
+                deadline)
+        return found
 
-    def _resolve_resets(self, partitions: list[TopicPartition]) -> None:
-        """Wait until the resets of `partitions` are looked up (the fetcher's lookups)."""
+    def list_offsets_async(self, partitions: Iterable[TopicPartition], timestamp: int,
+                           on_done: Done, *, deadline: Deadline) -> None:
+        """The offsets of `partitions` at `timestamp` (control.EARLIEST_TIMESTAMP,
+        LATEST_TIMESTAMP, or a time in ms) without waiting: `on_done({(topic, partition):
+        offset}, None)`, else the error (BrokerError, KafkaTimeoutError at the deadline)."""
+        OffsetLookup(self.cluster, partitions, timestamp,
+                     read_committed=self.isolation_level == "read_committed",
+                     client_id=self.client_id, retry_backoff=self.retry_backoff,
+                     max_retry_backoff=self.max_retry_backoff).start(deadline, on_done)
+
+    def _resolve_resets(self, partitions: list[TopicPartition], deadline: Deadline,
+                        on_done: Done) -> None:
+        """`on_done(None, None)` once the resets of `partitions` are looked up (the fetcher's
+        lookups), else the lookups' error or KafkaTimeoutError."""
         fetcher = self.fetcher
         states = fetcher.states
 
@@ -308,22 +357,13 @@ class Consumer:
             return fetcher.fatal is not None or all(
                 states[tp].reset is None for tp in partitions if tp in states)
 
-        self._wait_for(resolved, fetcher.send_resets, {t for t, _ in partitions})
-        if fetcher.fatal is not None:
-            error, fetcher.fatal = fetcher.fatal, None
-            raise error
+        def finished(_: Any, error: BaseException | None) -> None:
+            if error is None and fetcher.fatal is not None:
+                error, fetcher.fatal = fetcher.fatal, None
+            on_done(None, error)
 
-    def _wait_for(self, done: Callable[[], bool], send: Callable[[], None],
-                  topics: set[str]) -> None:
-        """Run the loop until `done()`: `send()` what can be sent (again after backoffs), and
-        Metadata for `topics` when it is stale; bounded by the running call's deadline."""
-        while not done():
-            if self.cluster.metadata_stale:
-                self.cluster.request_metadata(topics)
-            send()
-            if done():
-                return
-            self.cluster.wait(min(self.retry_backoff, 0.05), until=done)
+        self.cluster.pursue(resolved, fetcher.send_resets, {t for t, _ in partitions}, deadline,
+                            finished)
 
     def _on_reset(self, partition: TopicPartition, offset: int) -> None:
         self._returned[partition] = offset

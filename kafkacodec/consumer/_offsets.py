@@ -1,7 +1,8 @@
 """ListOffsets for the consumer core: the offsets of partitions at a timestamp (earliest,
 latest), asked of each partition's leader without waiting.  poll() resets partitions with it
-(never waiting for an answer); beginning_offsets(), end_offsets() and assign() wait for it
-inside their deadline.  One request per leader; a partition whose leader is not known yet, or
+(never waiting for an answer); `start()` runs a lookup to its end with a callback (the
+gateway's ListOffsets, Consumer.list_offsets_async); beginning_offsets(), end_offsets() and
+assign() are that run to its end inside their deadline.  One request per leader; a partition whose leader is not known yet, or
 whose answer is a retriable error (NOT_LEADER_OR_FOLLOWER, a dropped connection...), is asked
 again after a backoff, with Metadata refreshed first when the error says it is stale."""
 
@@ -13,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kafkacodec._ring import Response
-from kafkacodec.consumer._cluster import BrokerError, Cluster, Request
+from kafkacodec.consumer._cluster import BrokerError, Cluster, Deadline, Done, Request
 from kafkacodec.errors import KafkaTimeoutError
 from kafkacodec.protocol import control
 from kafkacodec.protocol.api import ApiKey, Error
@@ -46,6 +47,21 @@ class OffsetLookup:
         self.error: BaseException | None = None
         self.asking: set[TopicPartition] = set()           # in a request now
         self.backoff: dict[TopicPartition, tuple[float, int]] = {}   # tp -> (until, failures)
+        self.deadline: Deadline | None = None     # the call asking (None: the blocking one)
+
+    def start(self, deadline: Deadline, on_done: Done) -> None:
+        """Look every partition up without waiting (Metadata refreshed while a leader is
+        unknown or stale, retriable errors asked again after a backoff): `on_done(found, None)`
+        once each is found, else the error (a non-retriable answer, or KafkaTimeoutError at
+        the deadline)."""
+        self.deadline = deadline
+
+        def finished(_: object, error: BaseException | None) -> None:
+            error = error or self.error
+            on_done(None if error is not None else self.found, error)
+
+        self.cluster.pursue(lambda: self.done, self.send, {t for t, _ in self.wanted}, deadline,
+                            finished)
 
     @property
     def done(self) -> bool:
@@ -102,7 +118,7 @@ class OffsetLookup:
         request = Request(ApiKey.LIST_OFFSETS, control.request_encoder(message, self.client_id),
                           on_response, on_error,
                           max_version=control.MAX_VERSIONS[ApiKey.LIST_OFFSETS], min_version=1,
-                          timeout=self.cluster.request_timeout)
+                          timeout=self.cluster.request_timeout, deadline=self.deadline)
         try:
             self.cluster.send(leader, request)
         except (ConnectionError, KeyError):
@@ -127,7 +143,8 @@ class OffsetLookup:
                     if Error.for_code(code).invalid_metadata:
                         self.cluster.metadata_stale = True
                     self.cluster.note(leader, f"ListOffsets answered {Error.name_of(code)} "
-                                              f"({code}) for {tp[0]}-{tp[1]}")
+                                              f"({code}) for {tp[0]}-{tp[1]}",
+                                      deadline=self.deadline)
                     retry.append(tp)
                 else:
                     self.error = BrokerError("ListOffsets failed", error_code=code, topic=tp[0],

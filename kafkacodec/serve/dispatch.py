@@ -9,15 +9,22 @@ with UNSUPPORTED_VERSION and the ranges, so the client retries with one it can u
 Writes (Produce, CreateTopics, DeleteTopics, DeleteRecords, InitProducerId, CreatePartitions)
 are answered with POLICY_VIOLATION (44), with the message "kafkacodec serve is read-only"
 where the version has a message field; a Produce with acks=0 gets no response, as Kafka.
+
+Answers that need the view or the offset store (ListOffsets here, OffsetFetch and OffsetCommit
+in groups.py) are built when every part has called back (`Answers`): at once over log
+directories, when the cluster answered under `serve --upstream`.  A handler never waits.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kafkacodec.net.connection import AUTH_FAILED, request_done
+from kafkacodec.net.connection import AUTH_FAILED, FAILED, request_done
 from kafkacodec.net.pieces import BytesPiece
 from kafkacodec.protocol import messages as m
 from kafkacodec.protocol._schema import ZERO_UUID
@@ -27,7 +34,9 @@ if TYPE_CHECKING:
     from kafkacodec.net.connection import Connection
     from kafkacodec.serve.server import Server
 
-__all__ = ["API_RANGES", "Request", "Dispatcher", "READ_ONLY"]
+__all__ = ["API_RANGES", "Request", "Dispatcher", "READ_ONLY", "Answers"]
+
+log = logging.getLogger("kafkacodec.serve")
 
 READ_ONLY = "kafkacodec serve is read-only"
 
@@ -72,6 +81,49 @@ class Request:
 
     def done(self) -> None:
         request_done(self.conn)
+
+
+class Answers:
+    """The parts of one request's answer that come by callback: `expect(fill)` gives the
+    callback of one part (`fill(value, error)` files it); `ready(build)`, after the last
+    expect(), runs `build()` (the one place the answer is made and sent) once every part has
+    come: at once when all came already (log directories), else from the last callback (serve
+    --upstream).  A fill or build that raises closes the request's connection, as a failed
+    handler does."""
+
+    def __init__(self, req: Request):
+        self.req = req
+        self.waiting = 0
+        self.build: Callable[[], None] | None = None
+
+    def expect(self, fill: Callable[[Any, BaseException | None], None]
+               ) -> Callable[[Any, BaseException | None], None]:
+        self.waiting += 1
+
+        def arrived(value: Any, error: BaseException | None) -> None:
+            self._guarded(fill, value, error)
+            self.waiting -= 1
+            self._maybe_build()
+
+        return arrived
+
+    def ready(self, build: Callable[[], None]) -> None:
+        self.build = build
+        self._maybe_build()
+
+    def _maybe_build(self) -> None:
+        if self.waiting == 0 and self.build is not None:
+            build, self.build = self.build, None
+            self._guarded(build)
+
+    def _guarded(self, step: Callable[..., None], *args: Any) -> None:
+        try:
+            step(*args)
+        except Exception:
+            req = self.req
+            log.exception("api key %d v%d from %s failed; closing the connection", req.api_key,
+                          req.api_version, req.conn.peer)
+            req.conn.close("handler failed", FAILED)
 
 
 class Dispatcher:
@@ -139,10 +191,9 @@ class Dispatcher:
 
     # --- ListOffsets -----------------------------------------------------------------------
     def list_offsets(self, req: Request, body: dict[str, Any]) -> None:
-        from kafkacodec.serve.logview import StorageError
-
         version = req.api_version
         committed = body["isolation_level"] == 1
+        answers = Answers(req)
         topics = []
         for t in body["topics"]:
             parts = []
@@ -154,19 +205,24 @@ class Dispatcher:
                 if part is None:
                     answer["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
                 else:
-                    try:
-                        part.refresh()
-                        found = part.list_offset(p["timestamp"], committed)
-                    except (StorageError, OSError):     # OSError: serve --upstream's cluster
-                        answer["error_code"] = (Error.KAFKA_STORAGE_ERROR if version >= 1
-                                                else Error.NOT_LEADER_OR_FOLLOWER)
-                        found = None
-                    if found is not None:
-                        answer["timestamp"], answer["offset"] = found
-                        answer["old_style_offsets"] = [found[1]]
+                    part.list_offset(p["timestamp"], committed, answers.expect(
+                        functools.partial(self._offset_found, answer, version)))
                 parts.append(answer)
             topics.append({"name": t["name"], "partitions": parts})
-        req.respond(m.LIST_OFFSETS_RESPONSE.encode(version, {"topics": topics}))
+        answers.ready(lambda: req.respond(m.LIST_OFFSETS_RESPONSE.encode(version, {"topics": topics})))
+
+    @staticmethod
+    def _offset_found(answer: dict[str, Any], version: int, found: tuple[int, int] | None,
+                      error: BaseException | None) -> None:
+        """One partition's ListOffsets answer: its (timestamp, offset), or the storage (or
+        serve --upstream's cluster) failing."""
+        if error is not None:
+            log.warning("ListOffsets of partition %d: %s", answer["partition_index"], error)
+            answer["error_code"] = (Error.KAFKA_STORAGE_ERROR if version >= 1
+                                    else Error.NOT_LEADER_OR_FOLLOWER)
+        elif found is not None:
+            answer["timestamp"], answer["offset"] = found
+            answer["old_style_offsets"] = [found[1]]
 
     # --- writes ------------------------------------------------------------------------------
     # --- SASL (the listener's ServerAuthenticator decides; kafkacodec.net.authentication) --------

@@ -13,12 +13,15 @@ protocols, or whose type or protocols the group's members do not share), INVALID
 INVALID_SESSION_TIMEOUT (26: outside group.{min,max}.session.timeout.ms).
 
 Offsets: OffsetCommit from the group's current generation (or from a consumer outside any
-group, generation -1, while the group has no members), stored by offsets.OffsetStore before the
-answer; OffsetFetch answers -1 for partitions without a committed offset.
+group, generation -1, while the group has no members), stored by the offset store before the
+answer; OffsetFetch answers -1 for partitions without a committed offset.  The store answers
+by callback (`save`, `load`): offsets.OffsetStore at once, serve --upstream's when the cluster
+did (dispatch.Answers builds the answer then; nothing waits).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafkacodec.protocol import messages as m
 from kafkacodec.protocol.api import Error
-from kafkacodec.serve.dispatch import READ_ONLY, Request
+from kafkacodec.serve.dispatch import READ_ONLY, Answers, Request
 from kafkacodec.serve.offsets import CommittedOffset
 
 if TYPE_CHECKING:
@@ -416,38 +419,59 @@ class GroupCoordinator:
                     results[key] = Error.NONE
                     offsets[key] = CommittedOffset(p["committed_offset"], p["committed_leader_epoch"],
                                                    p["committed_metadata"], p["commit_timestamp"])
-        if offsets:
-            try:
-                self.server.offsets.commit(group_id, offsets)
-            except OSError as exc:
-                log.error("cannot store the offsets of group %s: %s", group_id, exc)
+        answers = Answers(req)
+
+        def stored(_: Any, error: BaseException | None) -> None:
+            if error is not None:                # a full disk, or serve --upstream's cluster
+                log.error("cannot store the offsets of group %s: %s", group_id, error)
                 for key in offsets:
                     results[key] = Error.COORDINATOR_NOT_AVAILABLE
-        topics: dict[str, list[dict[str, int]]] = {}
-        for (topic, partition), code in results.items():
-            topics.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
-        req.respond(m.OFFSET_COMMIT_RESPONSE.encode(version, {"topics": [
-            {"name": name, "partitions": parts} for name, parts in topics.items()]}))
+
+        def build() -> None:
+            topics: dict[str, list[dict[str, int]]] = {}
+            for (topic, partition), code in results.items():
+                topics.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
+            req.respond(m.OFFSET_COMMIT_RESPONSE.encode(version, {"topics": [
+                {"name": name, "partitions": parts} for name, parts in topics.items()]}))
+
+        if offsets:
+            self.server.offsets.save(group_id, offsets, answers.expect(stored))
+        answers.ready(build)
 
     def fetch_offsets(self, req: Request, body: dict[str, Any]) -> None:
         version = req.api_version
-        if version >= 8:
-            groups = []
-            for g in body["groups"]:
-                topics, error = self._committed(g["group_id"], g["topics"])
-                groups.append({"group_id": g["group_id"], "error_code": error, "topics": topics})
-            req.respond(m.OFFSET_FETCH_RESPONSE.encode(version, {"groups": groups}))
-            return
-        topics, error = self._committed(body["group_id"], body["topics"])
-        req.respond(m.OFFSET_FETCH_RESPONSE.encode(version, {"topics": topics, "error_code": error}))
+        answers = Answers(req)
+        wanted = body["groups"] if version >= 8 else [
+            {"group_id": body["group_id"], "topics": body["topics"]}]
+        groups: list[dict[str, Any]] = []
+        for g in wanted:
+            entry: dict[str, Any] = {"group_id": g["group_id"], "error_code": Error.NONE, "topics": []}
+            groups.append(entry)
+            self.server.offsets.load(g["group_id"], answers.expect(
+                functools.partial(self._fill_offsets, entry, g["topics"])))
 
-    def _committed(self, group_id: str, topics: list[dict[str, Any]] | None
-                   ) -> tuple[list[dict[str, Any]], int]:
-        """The rows answering OffsetFetch, and the group's error code."""
-        try:
-            stored = self.server.offsets.get(group_id)
-        except OSError as exc:                   # serve --upstream: the cluster did not answer
-            log.warning("offsets of group %s: %s", group_id, exc)
+        def build() -> None:
+            if version >= 8:
+                req.respond(m.OFFSET_FETCH_RESPONSE.encode(version, {"groups": groups}))
+            else:
+                req.respond(m.OFFSET_FETCH_RESPONSE.encode(version, {
+                    "topics": groups[0]["topics"], "error_code": groups[0]["error_code"]}))
+
+        answers.ready(build)
+
+    def _fill_offsets(self, entry: dict[str, Any], topics: list[dict[str, Any]] | None,
+                      stored: dict[tuple[str, int], CommittedOffset] | None,
+                      error: BaseException | None) -> None:
+        entry["topics"], entry["error_code"] = self._committed(entry["group_id"], topics, stored, error)
+
+    @staticmethod
+    def _committed(group_id: str, topics: list[dict[str, Any]] | None,
+                   stored: dict[tuple[str, int], CommittedOffset] | None,
+                   error: BaseException | None) -> tuple[list[dict[str, Any]], int]:
+        """The rows answering OffsetFetch, and the group's error code, from what the store
+        loaded (or its failure)."""
+        if error is not None or stored is None:  # serve --upstream: the cluster did not answer
+            log.warning("offsets of group %s: %s", group_id, error)
             return [{"name": t["name"], "partitions": [
                 {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
                  "metadata": "", "error_code": Error.COORDINATOR_NOT_AVAILABLE}

@@ -36,7 +36,7 @@ import logging
 import os
 import struct
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -516,7 +516,20 @@ class Partition:
         """Whether a fetch at `offset` is inside the log (None: not known yet, see upstream.py)."""
         return self.log_start <= offset <= self.log_end
 
-    def list_offset(self, timestamp: int, committed: bool) -> tuple[int, int] | None:
+    def list_offset(self, timestamp: int, committed: bool,
+                    on_done: Callable[[tuple[int, int] | None, BaseException | None], None]) -> None:
+        """ListOffsets' answer, called back at once (the view's interface: serve --upstream
+        calls back once the cluster answered): `on_done(offset_at(...), None)`, or
+        `on_done(None, error)` (StorageError, OSError) when the files cannot be read."""
+        try:
+            self.refresh()
+            found = self.offset_at(timestamp, committed)
+        except (StorageError, OSError) as exc:
+            on_done(None, exc)
+            return
+        on_done(found, None)
+
+    def offset_at(self, timestamp: int, committed: bool) -> tuple[int, int] | None:
         """ListOffsets' answer as (timestamp, offset): -1 latest (the last stable offset for
         read_committed), -2 and -4 earliest, -3 the largest timestamp, -5 (earliest not yet in
         tiered storage: none here) nothing, else the first record at or after the time."""

@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +131,22 @@ class OffsetStore:
 
     def get(self, group: str) -> dict[tuple[str, int], CommittedOffset]:
         return self.groups.get(group, {})
+
+    def load(self, group: str, on_done: Callable[[Any, BaseException | None], None]) -> None:
+        """The server's interface (serve --upstream's store calls back once the cluster
+        answered): `on_done(get(group), None)`, at once."""
+        on_done(self.get(group), None)
+
+    def save(self, group: str, offsets: dict[tuple[str, int], CommittedOffset],
+              on_done: Callable[[Any, BaseException | None], None]) -> None:
+        """The server's interface: commit(), then `on_done(None, None)`, or `on_done(None,
+        OSError)` when the state directory refused it; at once."""
+        try:
+            self.commit(group, offsets)
+        except OSError as exc:
+            on_done(None, exc)
+            return
+        on_done(None, None)
 
     def commit(self, group: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
         """Store the offsets (durably when there is a state directory) before returning;

@@ -7,8 +7,9 @@
 
 `start()` binds and starts the loop in a thread; `stop()` stops accepting, answers waiting
 fetches at once, lets responses in flight finish (up to `shutdown_timeout_s`) and closes.
-Every request is handled on the loop thread; a handler that fails closes that connection,
-never the server.
+Every request is handled on the loop thread, and no handler waits: an answer that needs the
+upstream cluster (`upstream=`, whose consumer runs on this same loop) is sent from the callback
+of that call.  A handler that fails closes that connection, never the server.
 
 Limits (ServeConfig; docs/reliability.md): every connection's deadlines are checked by one
 sweep timer; request memory is shared fairly (requests over LARGE_REQUEST_BYTES hold at most
@@ -82,17 +83,22 @@ class Server:
         if config is None:
             config = ServeConfig(log_dirs=list(log_dirs or []), **options)
         self.config = config
+        self.loop = Loop()
         if config.upstream:
             from kafkacodec.serve.upstream import UpstreamView
 
-            self.view: Any = UpstreamView(config.upstream, buffer_memory=config.upstream_buffer_memory,
-                                          cache_memory=config.upstream_cache_memory,
-                                          timeout=config.upstream_timeout_s,
-                                          security=config.upstream_security)
+            try:
+                # the upstream consumer runs on this loop (its topics loaded before it runs)
+                self.view: Any = UpstreamView(config.upstream, loop=self.loop,
+                                              buffer_memory=config.upstream_buffer_memory,
+                                              cache_memory=config.upstream_cache_memory,
+                                              timeout=config.upstream_timeout_s,
+                                              security=config.upstream_security)
+            except BaseException:
+                self.loop.close()
+                raise
         else:
             self.view = LogView(config.log_dirs)
-        self.loop = Loop()
-        self.loop.fairness = self._fairness
         self.max_connections = config.max_connections or default_max_connections()
         self.deadlines = Deadlines(idle=config.connections_max_idle_ms / 1000,
                                    request_read=config.request_read_timeout_ms / 1000,
@@ -105,6 +111,7 @@ class Server:
                                                       config.socket_request_max_bytes, False, arena_bytes=0)
         else:
             self.request_pool = MemoryPool.NONE
+        self.loop.fairness = self._fairness
         # strict: outstanding conversion memory never exceeds max_conversion_memory
         self.conversion_pool = SimpleMemoryPool(config.max_conversion_memory,
                                                 config.max_conversion_memory, True)

@@ -2,23 +2,31 @@
 
 The same server answers clients, but its partitions are the upstream cluster's, fetched by one
 `kafkacodec.consumer.Consumer` (one ResponseRingBuffer per broker from one SimpleMemoryPool,
-KIP-81) on the thread `kafkacodec-upstream`; nothing else touches that consumer.
+KIP-81) on the server's own loop: its connections are watched by the same selector as the
+clients', and every upstream answer is a callback.  Nothing on that loop waits for the cluster:
+a request that needs it (ListOffsets, OffsetFetch, OffsetCommit) is answered from the callback
+of the upstream call (the consumer core's asynchronous forms), so one slow upstream answer
+delays that request only, never another client's.  Only the start waits, once: topics and
+bounds are loaded before the server listens (the loop is not running yet).
 
 - Metadata: every topic of the cluster, loaded before the server listens and again every
   `upstream_metadata_interval_s` (or sooner when a client asks for a topic not known yet); the
   gateway advertises itself as the leader of every partition; topic ids are the cluster's.
-- Fetch: a client's fetch offset becomes the partition's *demand*. The upstream thread assigns
-  the partition (or seeks it) there and copies each fetched answer out of the ring into a
-  `_Chunk` (one copy; the ring is released at once), kept per partition in order.  The loop
-  thread answers from the chunks exactly as from a segment: stored batches as they are for
-  Fetch v4+, lazily down-converted for v0-3.  A partition whose chunks run far enough past the
-  demand is paused upstream; chunks beyond `upstream_cache_memory` are dropped oldest first.
-  The upstream consumer reads read_uncommitted with control batches, so the chunks are the log.
+- Fetch: a client's fetch offset becomes the partition's *demand*.  A pass on the loop (every
+  FOLLOW_S, at once when a demand changes, and after every batch of upstream answers) assigns
+  the partition upstream (or seeks it) there, polls the consumer without waiting and copies each
+  fetched answer out of the ring into a `_Chunk` (one copy; the ring is released at once), kept
+  per partition in order.  The fetch path answers from the chunks exactly as from a segment:
+  stored batches as they are for Fetch v4+, lazily down-converted for v0-3.  A partition whose
+  chunks run far enough past the demand is paused upstream; chunks beyond
+  `upstream_cache_memory` are dropped oldest first.  The upstream consumer reads
+  read_uncommitted with control batches, so the chunks are the log.
 - Offsets out of range: below the log start last heard (it only grows) at once; past the end
   last heard, the fetch waits (the offset is demanded) until the cluster answers it or says it
   is out of range, and only then does the client get OFFSET_OUT_OF_RANGE.  A client at the end
   demands it too, so the upstream consumer long-polls there and new data reaches it.
-- ListOffsets: asked of the cluster (ListOffsets of a current version) on the client's behalf.
+- ListOffsets: asked of the cluster (ListOffsets of a current version) on the client's behalf;
+  the answer (or the failure, at the latest after `upstream_timeout_s`) calls back.
 - Groups: the gateway coordinates them (kafkacodec.serve.groups), and their offsets are the
   cluster's: OffsetFetch reads the cluster's committed offsets of the group and OffsetCommit
   writes them there (OffsetCommit v2+ with generation -1: a group without members upstream),
@@ -27,8 +35,8 @@ KIP-81) on the thread `kafkacodec-upstream`; nothing else touches that consumer.
   connections (consumer._groups.GroupOffsets): its coordinator connections, one per broker,
   carry every group's requests, so the gateway holds at most two connections (data and
   coordinator) per broker and per bootstrap address however many group ids clients name.
-  The loop thread waits for those calls (at most `upstream_timeout_s`, the deadline of each
-  call upstream too); they happen at joins and commits, not per fetch.
+  Each call ends within `upstream_timeout_s` (its deadline: then the client gets
+  COORDINATOR_NOT_AVAILABLE and retries); requests of other clients go on meanwhile.
 - Metadata answers: every topic of the cluster is asked for, so the upstream consumer accepts
   answers (and other control answers) up to its ring's size (`receive_message_max_bytes` =
   buffer_memory / 4, at least 1 MiB) instead of the consumer's 1 MiB default.
@@ -40,19 +48,20 @@ can consume the cluster directly).  By-timestamp ListOffsets answers carry times
 
 from __future__ import annotations
 
-import concurrent.futures
+import functools
 import logging
-import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from kafkacodec._records import MemoryRecords
+from kafkacodec.consumer._cluster import Completion, Deadline, Done
+from kafkacodec.net.loop import Loop
+from kafkacodec.protocol import control
 from kafkacodec.protocol.api import Error
 from kafkacodec.serve.offsets import CommittedOffset
 
@@ -66,6 +75,10 @@ CHUNKS_AHEAD = 2
 IDLE_S = 60.0
 #: how long the cluster's OFFSET_OUT_OF_RANGE for an offset is repeated to clients without asking
 FRESH_S = 1.0
+#: how often the gateway follows the clients' demand when nothing else brings it round
+FOLLOW_S = 0.05
+#: how long upstream fetching rests after a fetch failure that names no partition
+FETCH_FAILURE_BACKOFF_S = 0.1
 
 
 class UpstreamError(OSError):
@@ -115,7 +128,7 @@ class ChunkRange:
 
 class UpstreamPartition:
     """A partition of the upstream cluster as the fetch path sees it (logview.Partition's
-    interface).  Read on the loop thread, filled by the upstream thread."""
+    interface), filled by the view's upstream callbacks on the same loop."""
 
     txn = None                                 # transactions are not scanned here
 
@@ -134,7 +147,7 @@ class UpstreamPartition:
 
     # --- the fetch path's interface -----------------------------------------------------------
     def refresh(self) -> None:
-        """Bounds come from the upstream thread: nothing to look at here."""
+        """Bounds come from the upstream answers: nothing to look at here."""
 
     def in_range(self, offset: int) -> bool | None:
         """True inside the bounds last heard (at their end, the offset is demanded: the upstream
@@ -161,10 +174,8 @@ class UpstreamPartition:
     def read(self, offset: int, max_bytes: int, min_one: bool, upper: int) -> ChunkRange | None:
         """logview.Partition.read over the chunks; None (and the offset demanded) when no chunk
         holds it yet."""
-        with self.view.lock:
-            chunks = list(self.chunks)
         at = offset
-        for chunk in chunks:
+        for chunk in self.chunks:
             if not chunk.start <= at < chunk.next_offset:
                 continue
             i = int(np.searchsorted(chunk.lasts, at, side="left"))
@@ -185,20 +196,32 @@ class UpstreamPartition:
         self._want(at)
         return None
 
-    def list_offset(self, timestamp: int, committed: bool) -> tuple[int, int] | None:
-        """ListOffsets asked of the cluster: (timestamp, offset), None for no answer."""
-        offset = self.view.call(lambda c: c._list_offsets([(self.topic, self.index)], timestamp)
-                                .get((self.topic, self.index)))
-        if offset is None or offset < 0:
-            return None
-        return -1, int(offset)
+    def list_offset(self, timestamp: int, committed: bool, on_done: Done) -> None:
+        """ListOffsets asked of the cluster: `on_done((timestamp, offset) or None, None)` (None:
+        no answer), or `on_done(None, UpstreamError)` when the cluster does not answer within
+        the view's timeout."""
+        tp = (self.topic, self.index)
+        view = self.view
+
+        def found(offsets: Any, error: BaseException | None) -> None:
+            if error is not None:
+                on_done(None, view.failure(error))
+                return
+            offset = offsets.get(tp)
+            on_done(None if offset is None or offset < 0 else (-1, int(offset)), None)
+
+        view.consumer.list_offsets_async([tp], timestamp, found,
+                                         deadline=Deadline("list_offsets", view.timeout))
 
     def _want(self, offset: int) -> None:
+        changed = self.demand != offset or self not in self.view.demanded
         self.demand = offset
         self.demand_at = time.monotonic()
         self.view.demanded.add(self)
+        if changed:
+            self.view.soon()                  # follow it upstream now, not at the next tick
 
-    # --- the upstream thread's side -----------------------------------------------------------
+    # --- the upstream side ----------------------------------------------------------------------
     def set_bounds(self, log_start: int, log_end: int, stable: int) -> None:
         if log_start >= 0:
             self.log_start = log_start
@@ -222,45 +245,52 @@ class UpstreamTopic:
 
 
 class UpstreamView:
-    """The cluster's topics and partitions (logview.LogView's interface) and the thread that
-    feeds them.  Topics and bounds are loaded before the constructor returns; UpstreamError
-    when the cluster cannot be reached within `timeout` seconds."""
+    """The cluster's topics and partitions (logview.LogView's interface), fed on `loop` (the
+    server's) by one Consumer.  Topics and bounds are loaded before the constructor returns (it
+    runs the loop until then: call it before the loop runs elsewhere); UpstreamError when the
+    cluster cannot be reached within `timeout` seconds."""
 
-    def __init__(self, bootstrap: str, *, buffer_memory: int, cache_memory: int,
+    def __init__(self, bootstrap: str, *, loop: Loop, buffer_memory: int, cache_memory: int,
                  metadata_interval_s: float = 5.0, timeout: float = 30.0,
                  client_id: str = "kafkacodec-serve", security: Any = None):
-        from kafkacodec.consumer import Consumer        # kafka-python: the serve extra
+        from kafkacodec.consumer import Consumer
         from kafkacodec.consumer._cluster import DEFAULT_RECEIVE_MESSAGE_MAX_BYTES
 
         self.bootstrap = bootstrap
+        self.loop = loop
         self.timeout = timeout
         self.cache_memory = cache_memory
         self.metadata_interval_s = metadata_interval_s
-        self.lock = threading.Lock()
         self.topics: dict[str, UpstreamTopic] = {}
         self.by_id: dict[uuid.UUID, UpstreamTopic] = {}
         self.cluster_id: str | None = None
         self.demanded: set[UpstreamPartition] = set()
-        self._jobs: list[tuple[Callable[[Any], Any], concurrent.futures.Future[Any]]] = []
-        self._jobs_lock = threading.Lock()
         self._lru: OrderedDict[int, tuple[UpstreamPartition, _Chunk]] = OrderedDict()
         self._cached = 0
         self._metadata_due = 0.0
-        self._stop = threading.Event()
+        self._loading = False                    # a Metadata reload is running
+        self._fetch_rest_until = 0.0             # after a fetch failure naming no partition
+        self._soon = False                       # a pass is scheduled for this loop iteration
+        self._timer: Any = None
+        self._watch: int | None = None
+        self.closed = False
         self.consumer = Consumer(bootstrap, buffer_memory=buffer_memory, client_id=client_id,
                                  control_batches=True, auto_offset_reset="none",
-                                 fetch_max_wait_ms=200, request_timeout=timeout, security=security,
+                                 fetch_max_wait_ms=200, request_timeout=timeout, loop=loop,
+                                 security=security,
                                  receive_message_max_bytes=max(DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
                                                                buffer_memory // 4))
-        self.thread = threading.Thread(target=self._run, name="kafkacodec-upstream", daemon=True)
-        self.thread.start()
+        cluster = self.consumer.cluster
         try:
-            self.call(self._load_metadata)
-        except BaseException:
+            deadline = Deadline("load_metadata", timeout)
+            cluster.complete(lambda done: self._load_metadata(deadline, done), deadline)
+        except Exception as exc:
             self.close()
-            raise
+            raise self.failure(exc) from exc
+        self._watch = cluster.watch(self._pass)     # after every batch of upstream answers
+        self._timer = loop.call_later(FOLLOW_S, self._tick)
 
-    # --- the loop thread's side ---------------------------------------------------------------
+    # --- what the server asks -------------------------------------------------------------------
     def refresh(self) -> None:
         """A Metadata request: look at the cluster again soon (never waits)."""
         self._metadata_due = min(self._metadata_due, time.monotonic() + 1.0)
@@ -269,127 +299,141 @@ class UpstreamView:
         t = self.topics.get(topic)
         return None if t is None else t.partitions.get(index)
 
-    def call(self, job: Callable[[Any], Any], timeout: float | None = None) -> Any:
-        """Run `job(consumer)` on the upstream thread and wait for its result (UpstreamError
-        when it fails or takes longer than the timeout)."""
-        if not self.thread.is_alive():
-            raise UpstreamError("the upstream thread has stopped")
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        with self._jobs_lock:
-            self._jobs.append((job, future))
-        try:
-            return future.result(self.timeout if timeout is None else timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise UpstreamError(f"the upstream cluster ({self.bootstrap}) did not answer in time") from None
-        except OSError:
-            raise
-        except Exception as exc:
-            raise UpstreamError(f"upstream cluster ({self.bootstrap}): {exc}") from exc
+    def failure(self, error: BaseException) -> UpstreamError:
+        """An upstream call's failure as the server hears it: an UpstreamError (an OSError,
+        answered as the cluster unavailable) naming the cluster and what the call last saw."""
+        if isinstance(error, UpstreamError):
+            return error
+        return UpstreamError(f"upstream cluster ({self.bootstrap}): {error}")
 
     @property
     def cached_bytes(self) -> int:
         return self._cached
 
     def close(self) -> None:
-        self._stop.set()
-        if self.thread.is_alive() and threading.current_thread() is not self.thread:
-            self.thread.join(self.timeout + 5)
+        """Stop following the clients and close the upstream connections (on the loop's thread,
+        or once the loop has stopped)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._watch is not None:
+            self.consumer.cluster.unwatch(self._watch)
+        self.consumer.close()
         for t in self.topics.values():
             for p in t.partitions.values():
                 p.close()
 
-    # --- the upstream thread ------------------------------------------------------------------
-    def _run(self) -> None:
-        consumer = self.consumer
-        try:
-            while not self._stop.is_set():
-                self._run_jobs(consumer)
-                now = time.monotonic()
-                if now >= self._metadata_due:
-                    try:
-                        self._load_metadata(consumer)
-                    except (OSError, Exception) as exc:         # retried at the next interval
-                        log.warning("upstream metadata: %s", exc)
-                        self._metadata_due = now + 1.0
-                self._follow_demand(consumer)
-                if not consumer.assignment():
-                    consumer.loop.run_once(0.02)
-                    continue
-                try:
-                    parts = consumer.poll(0.02)
-                except Exception as exc:
-                    self._fetch_failed(consumer, exc)
-                    continue
-                for part in parts:
-                    self._keep(part)
-        except BaseException:
-            log.exception("the upstream thread failed")
-        finally:
-            self._fail_jobs()
-            consumer.close()
+    # --- following the clients, on the loop -----------------------------------------------------
+    def soon(self) -> None:
+        """Run a pass in this loop iteration (once however many ask)."""
+        if not self._soon and not self.closed:
+            self._soon = True
+            self.loop.call_soon(self._pass)
 
-    def _run_jobs(self, consumer: Any) -> None:
-        with self._jobs_lock:
-            jobs, self._jobs = self._jobs, []
-        for job, future in jobs:
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(job(consumer))
-            except BaseException as exc:
-                future.set_exception(exc)
+    def _tick(self) -> None:
+        self._pass()
+        if not self.closed:
+            self._timer = self.loop.call_later(FOLLOW_S, self._tick)
 
-    def _fail_jobs(self) -> None:
-        with self._jobs_lock:
-            jobs, self._jobs = self._jobs, []
-        for _, future in jobs:
-            if future.set_running_or_notify_cancel():
-                future.set_exception(UpstreamError("the upstream thread has stopped"))
-
-    def _load_metadata(self, consumer: Any) -> None:
-        from kafkacodec.protocol._metadata import (METADATA_MAX_VERSION, decode_metadata_response,
-                                                   encode_metadata_request)
-
-        cluster = consumer.cluster
-        metadata = cluster.call(
-            None, 3, lambda v, cid: encode_metadata_request(None, api_version=v, correlation_id=cid,
-                                                            client_id=cluster.client_id,
-                                                            allow_auto_topic_creation=False),
-            lambda resp, v: decode_metadata_response(resp.payload, v),
-            max_version=METADATA_MAX_VERSION, min_version=1)
-        cluster.apply_metadata(metadata)
-        self.cluster_id = metadata.cluster_id
-        topics = dict(self.topics)
-        fresh: list[tuple[str, int]] = []
-        for t in metadata.topics:
-            if t.name is None or t.error_code:
-                continue
-            topic = topics.get(t.name)
-            if topic is None:
-                topic = topics[t.name] = UpstreamTopic(t.name, t.topic_id)
-            for p in t.partitions:
-                if p.partition_index not in topic.partitions:
-                    topic.partitions[p.partition_index] = UpstreamPartition(self, t.name, p.partition_index)
-                    fresh.append((t.name, p.partition_index))
-        if fresh:
-            self._load_bounds(consumer, fresh, topics)
-        self.topics = topics
-        self.by_id = {t.topic_id: t for t in topics.values()}
-        self._metadata_due = time.monotonic() + self.metadata_interval_s
-
-    def _load_bounds(self, consumer: Any, tps: list[tuple[str, int]],
-                     topics: dict[str, UpstreamTopic] | None = None) -> None:
-        topics = topics if topics is not None else self.topics
-        starts = consumer._list_offsets(tps, -2)
-        ends = consumer._list_offsets(tps, -1)
-        for tp in tps:
-            part = topics[tp[0]].partitions[tp[1]]
-            part.set_bounds(starts.get(tp, -1), ends.get(tp, -1), -1)
-
-    def _follow_demand(self, consumer: Any) -> None:
-        """Assign, seek, pause, resume and drop partitions after what clients fetch."""
+    def _pass(self) -> None:
+        """One pass: Metadata when due, the demand followed, what was fetched kept.  Never
+        waits: the consumer is only polled without a timeout."""
+        self._soon = False
+        if self.closed:
+            return
         now = time.monotonic()
+        if now >= self._metadata_due and not self._loading:
+            self._reload_metadata()
+        self._follow_demand(now)
+        if now < self._fetch_rest_until:
+            return
+        try:
+            parts = self.consumer.poll(0)
+        except Exception as exc:
+            self._fetch_failed(exc)
+            return
+        for part in parts:
+            self._keep(part)
+
+    def _reload_metadata(self) -> None:
+        self._loading = True
+
+        def loaded(_: Any, error: BaseException | None) -> None:
+            self._loading = False
+            if error is not None:                # tried again soon
+                log.warning("upstream metadata: %s", error)
+                self._metadata_due = time.monotonic() + 1.0
+
+        self._load_metadata(Deadline("load_metadata", self.timeout), loaded)
+
+    def _load_metadata(self, deadline: Deadline, on_done: Done) -> None:
+        """Every topic of the cluster, and the bounds of partitions not seen before; the topics
+        change once all of it is in (`on_done(None, None)`), else nothing changes."""
+        cluster = self.consumer.cluster
+
+        def loaded(metadata: Any, error: BaseException | None) -> None:
+            if error is not None:
+                on_done(None, error)
+                return
+            topics = dict(self.topics)
+            fresh: list[tuple[str, int]] = []
+            for t in metadata.topics:
+                if t.name is None or t.error_code:
+                    continue
+                topic = topics.get(t.name)
+                if topic is None:
+                    topic = topics[t.name] = UpstreamTopic(t.name, t.topic_id)
+                for p in t.partitions:
+                    if p.partition_index not in topic.partitions:
+                        topic.partitions[p.partition_index] = UpstreamPartition(self, t.name, p.partition_index)
+                        fresh.append((t.name, p.partition_index))
+
+            def bounded(_: Any, error: BaseException | None) -> None:
+                if error is not None:
+                    on_done(None, error)
+                    return
+                self.cluster_id = metadata.cluster_id
+                self.topics = topics
+                self.by_id = {t.topic_id: t for t in topics.values()}
+                self._metadata_due = time.monotonic() + self.metadata_interval_s
+                on_done(None, None)
+
+            if fresh:
+                self._load_bounds(fresh, topics, deadline, bounded)
+            else:
+                bounded(None, None)
+
+        cluster.metadata_async(None, deadline, loaded, every_topic=True)
+
+    def _load_bounds(self, tps: list[tuple[str, int]], topics: dict[str, UpstreamTopic],
+                     deadline: Deadline, on_done: Done) -> None:
+        """The log start and end of `tps` (two ListOffsets lookups at once), set when both
+        are in; `on_done(None, None)` then, else the first error."""
+        end = Completion(self.loop, deadline, on_done)
+        found: dict[int, dict[tuple[str, int], int]] = {}
+
+        def got(timestamp: int, offsets: Any, error: BaseException | None) -> None:
+            if error is not None:
+                end.fail(error)
+                return
+            found[timestamp] = offsets
+            if len(found) < 2 or end.done:
+                return
+            starts, ends = found[control.EARLIEST_TIMESTAMP], found[control.LATEST_TIMESTAMP]
+            for tp in tps:
+                topics[tp[0]].partitions[tp[1]].set_bounds(starts.get(tp, -1), ends.get(tp, -1), -1)
+            end.ok()
+
+        for timestamp in (control.EARLIEST_TIMESTAMP, control.LATEST_TIMESTAMP):
+            self.consumer.list_offsets_async(tps, timestamp, functools.partial(got, timestamp),
+                                             deadline=deadline)
+
+    def _follow_demand(self, now: float) -> None:
+        """Assign, seek, pause, resume and drop partitions after what clients fetch (none of
+        which waits: an offset is assigned at once, its leader learnt by the consumer)."""
+        consumer = self.consumer
         assigned = set(consumer.assignment())
         for part in list(self.demanded):
             tp = (part.topic, part.index)
@@ -407,11 +451,11 @@ class UpstreamView:
             if tp not in assigned:
                 if refused:                    # the client hears OFFSET_OUT_OF_RANGE first
                     continue
-                consumer.assign({tp: demand})
+                consumer.assign_async({tp: demand}, self._assigned(tp), timeout=self.timeout)
                 assigned.add(tp)
                 continue
             covered = any(c.start <= demand < c.next_offset for c in chunks)
-            coming = consumer.position(tp) == demand
+            coming = consumer.position(tp) == demand     # (never a lookup: no resets here)
             if not covered and not coming and not refused:
                 consumer.seek(tp, demand)
                 consumer.resume([tp])
@@ -422,23 +466,33 @@ class UpstreamView:
             else:
                 consumer.resume([tp])
 
-    def _fetch_failed(self, consumer: Any, exc: Exception) -> None:
+    @staticmethod
+    def _assigned(tp: tuple[str, int]) -> Done:
+        def done(_: Any, error: BaseException | None) -> None:
+            if error is not None:              # the consumer asks for the leader again itself
+                log.info("upstream assign of %s-%d: %s", tp[0], tp[1], error)
+        return done
+
+    def _fetch_failed(self, exc: Exception) -> None:
         topic, index = getattr(exc, "topic", None), getattr(exc, "partition", None)
         part = self.partition(topic, index) if topic is not None and index is not None else None
         if part is None:
             log.warning("upstream fetch: %s", exc)
-            consumer.loop.run_once(0.1)
+            self._fetch_rest_until = time.monotonic() + FETCH_FAILURE_BACKOFF_S
             return
         code = getattr(exc, "error_code", None)
         log.info("upstream fetch of %s-%d: %s", topic, index, exc)
-        consumer.unassign([(part.topic, part.index)])
+        tp = (part.topic, part.index)
+        self.consumer.unassign([tp])
         if code == Error.OFFSET_OUT_OF_RANGE:  # the client hears it
             part.out_of_range_at = part.demand if part.demand is not None else -1
             part.refused_at = time.monotonic()
-        try:
-            self._load_bounds(consumer, [(part.topic, part.index)])
-        except Exception as err:
-            log.warning("upstream offsets of %s-%d: %s", topic, index, err)
+
+        def bounded(_: Any, error: BaseException | None) -> None:
+            if error is not None:
+                log.warning("upstream offsets of %s-%d: %s", topic, index, error)
+
+        self._load_bounds([tp], self.topics, Deadline("load_bounds", self.timeout), bounded)
 
     def _keep(self, fetched: Any) -> None:
         """Copy a FetchedPartition out of the ring into a chunk, release it."""
@@ -453,53 +507,60 @@ class UpstreamView:
             data = b"".join(bytes(b.value) for b in fetched.batches)
             chunk = _Chunk(fetched.start_offset, fetched.next_offset, data,
                            f"upstream {fetched.topic}-{fetched.partition}@{fetched.start_offset}")
-        with self.lock:
-            # a seek backwards drops what no longer continues from the new chunk
-            part.chunks = [c for c in part.chunks
-                           if c.next_offset <= chunk.start or c.start >= chunk.next_offset] + [chunk]
-            part.chunks.sort(key=lambda c: c.start)
-            self._lru[id(chunk)] = (part, chunk)
-            self._cached += chunk.nbytes
-            while self._cached > self.cache_memory and len(self._lru) > 1:
-                _, (owner, old) = self._lru.popitem(last=False)
-                if old in owner.chunks:
-                    owner.chunks = [c for c in owner.chunks if c is not old]
-                self._cached -= old.nbytes
-            live = {id(c) for c in part.chunks}
-            for key in [k for k, (owner, _) in self._lru.items() if owner is part and k not in live]:
-                self._cached -= self._lru.pop(key)[1].nbytes
+        # a seek backwards drops what no longer continues from the new chunk
+        part.chunks = [c for c in part.chunks
+                       if c.next_offset <= chunk.start or c.start >= chunk.next_offset] + [chunk]
+        part.chunks.sort(key=lambda c: c.start)
+        self._lru[id(chunk)] = (part, chunk)
+        self._cached += chunk.nbytes
+        while self._cached > self.cache_memory and len(self._lru) > 1:
+            _, (owner, old) = self._lru.popitem(last=False)
+            if old in owner.chunks:
+                owner.chunks = [c for c in owner.chunks if c is not old]
+            self._cached -= old.nbytes
+        live = {id(c) for c in part.chunks}
+        for key in [k for k, (owner, _) in self._lru.items() if owner is part and k not in live]:
+            self._cached -= self._lru.pop(key)[1].nbytes
 
     def _drop(self, part: UpstreamPartition) -> None:
-        with self.lock:
-            for chunk in part.chunks:
-                if self._lru.pop(id(chunk), None) is not None:
-                    self._cached -= chunk.nbytes
-            part.chunks = []
+        for chunk in part.chunks:
+            if self._lru.pop(id(chunk), None) is not None:
+                self._cached -= chunk.nbytes
+        part.chunks = []
 
 
 class UpstreamOffsetStore:
-    """Group offsets kept by the upstream cluster (offsets.OffsetStore's interface): read and
-    written through the cluster's group coordinator on the upstream thread, over the upstream
-    consumer's connections (its GroupOffsets: any number of groups, one coordinator connection
-    per broker)."""
+    """Group offsets kept by the upstream cluster (offsets.OffsetStore's `load`/`save`): read
+    and written through the cluster's group coordinator by the view's consumer (its
+    GroupOffsets: any number of groups, one coordinator connection per broker), answered by
+    callback once the cluster answered, or with UpstreamError after the view's timeout."""
 
     def __init__(self, view: UpstreamView):
         self.view = view
 
-    def get(self, group: str) -> dict[tuple[str, int], CommittedOffset]:
+    def load(self, group: str, on_done: Done) -> None:
+        """`on_done({(topic, partition): CommittedOffset}, None)`: the group's offsets of every
+        partition of the cluster's topics, as the cluster has them."""
         view = self.view
         tps = [(t.name, p) for t in view.topics.values() if not t.is_internal for p in t.partitions]
 
-        def fetch(consumer: Any) -> dict[tuple[str, int], int | None]:
-            result: dict[tuple[str, int], int | None] = consumer.groups.committed(group, tps)
-            return result
+        def found(offsets: Any, error: BaseException | None) -> None:
+            if error is not None:
+                on_done(None, view.failure(error))
+                return
+            on_done({tp: CommittedOffset(offset) for tp, offset in offsets.items()
+                     if offset is not None}, None)
 
-        found = view.call(fetch)
-        return {tp: CommittedOffset(offset) for tp, offset in found.items() if offset is not None}
+        view.consumer.groups.committed_async(group, tps, found,
+                                             deadline=Deadline("committed", view.timeout))
 
-    def commit(self, group: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
-        """Commit upstream and return once the cluster acknowledged; UpstreamError (an
-        OSError: the client gets COORDINATOR_NOT_AVAILABLE and retries) otherwise."""
+    def save(self, group: str, offsets: dict[tuple[str, int], CommittedOffset],
+              on_done: Done) -> None:
+        """Commit upstream: `on_done(None, None)` once the cluster acknowledged, else
+        `on_done(None, UpstreamError)` (an OSError: the client gets COORDINATOR_NOT_AVAILABLE
+        and retries)."""
         view = self.view
         plain = {tp: value.offset for tp, value in offsets.items()}
-        view.call(lambda consumer: consumer.groups.commit(group, plain))
+        view.consumer.groups.commit_async(
+            group, plain, lambda _, error: on_done(None, None if error is None else view.failure(error)),
+            deadline=Deadline("commit", view.timeout))
