@@ -408,3 +408,25 @@ def plain_login(sock: socket.socket, user: str, password: str) -> int:
     answer = read_frame(sock)
     assert answer is not None
     return int(messages.SASL_AUTHENTICATE_RESPONSE.decode(answer, 0, 4)["error_code"])
+
+
+def test_list_offsets_and_group_offsets_follow_the_acls(secured, pki):
+    """ListOffsets of a denied topic, and OffsetCommit/OffsetFetch of a denied group or topic,
+    are refused as Kafka refuses them; what is allowed still works."""
+    from kafkacodec.consumer import BrokerError
+
+    with consumer_for(secured, pki, "alice", "alice-secret", group_id="g-readers") as consumer:
+        assert consumer.end_offsets([("modern", 0)])[("modern", 0)] > 0
+        with pytest.raises(BrokerError) as denied:
+            consumer.end_offsets([("legacy", 0)])
+        assert denied.value.error_code == 29
+        consumer.commit({("modern", 0): 5})
+        assert consumer.committed([("modern", 0)]) == {("modern", 0): 5}
+        with pytest.raises(BrokerError) as topic:
+            consumer.commit({("legacy", 0): 1})
+        assert topic.value.error_code == 29
+    with consumer_for(secured, pki, "alice", "alice-secret", group_id="not-hers") as consumer:
+        for call in (lambda: consumer.commit({("modern", 0): 1}), lambda: consumer.committed([("modern", 0)])):
+            with pytest.raises(BrokerError) as group:
+                call()
+            assert group.value.error_code == 30

@@ -845,6 +845,14 @@ class Cluster:
         except (ConnectionError, KeyError):
             pass                                  # on_error ran: retried at the next poll
 
+    def topic_refused(self, topic: str, partition: int) -> BrokerError | None:
+        """The error of a topic Metadata refused for good (TOPIC_AUTHORIZATION_FAILED, an
+        invalid name: not retriable), as Kafka's clients raise it for the topic's requests."""
+        code = self.topic_errors.get(topic, 0)
+        if code and not Error.for_code(code).retriable:
+            return BrokerError("Metadata refused the topic", error_code=code, topic=topic, partition=partition)
+        return None
+
     def apply_metadata(self, metadata: MetadataResponse, wanted: set[str] | None = None) -> None:
         """Brokers, leaders and partition counts from an answer; of its topics only those in
         `wanted` (None: all) are kept, as Kafka's consumer keeps only the topics it needs

@@ -200,11 +200,9 @@ class Fetcher:
         for st in self.states.values():
             leader = self.cluster.leaders.get((st.topic, st.partition))
             if leader is None:
-                code = self.cluster.topic_errors.get(st.topic, 0)
-                if code and not Error.for_code(code).retriable and self.fatal is None:
-                    # e.g. TOPIC_AUTHORIZATION_FAILED: poll() raises it, as Kafka's consumer
-                    self.fatal = BrokerError("Metadata refused an assigned topic", error_code=code,
-                                             topic=st.topic, partition=st.partition)
+                refused = self.cluster.topic_refused(st.topic, st.partition)
+                if refused is not None and self.fatal is None:
+                    self.fatal = refused             # poll() raises it, as Kafka's consumer
                 if st.position is not None:
                     self.cluster.metadata_stale = True
                 continue

@@ -81,6 +81,10 @@ class OffsetLookup:
                 continue
             leader = self.cluster.leaders.get(tp)
             if leader is None:
+                refused = self.cluster.topic_refused(*tp)
+                if refused is not None:
+                    self.error = refused
+                    return
                 self.cluster.metadata_stale = True      # the caller refreshes Metadata
                 continue
             if self.cluster.available(leader, now):

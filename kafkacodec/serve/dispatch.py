@@ -197,12 +197,15 @@ class Dispatcher:
         topics = []
         for t in body["topics"]:
             parts = []
+            allowed = self.server.may_read(req.conn.principal, t["name"])
             for p in t["partitions"]:
                 answer: dict[str, Any] = {"partition_index": p["partition_index"],
                                           "error_code": Error.NONE, "old_style_offsets": [],
                                           "timestamp": -1, "offset": -1, "leader_epoch": -1}
-                part = self.server.view.partition(t["name"], p["partition_index"])
-                if part is None:
+                part = self.server.view.partition(t["name"], p["partition_index"]) if allowed else None
+                if not allowed:
+                    answer["error_code"] = Error.TOPIC_AUTHORIZATION_FAILED
+                elif part is None:
                     answer["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     part.list_offset(p["timestamp"], committed, answers.expect(

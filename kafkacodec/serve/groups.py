@@ -402,6 +402,8 @@ class GroupCoordinator:
                 member.last_seen = time.monotonic()
         elif group is not None and group.members:
             error = Error.ILLEGAL_GENERATION         # a consumer outside the group while it has members
+        if self._group_refused(req, group_id):       # Kafka checks READ on the group first
+            error = Error.GROUP_AUTHORIZATION_FAILED
         results: dict[tuple[str, int], int] = {}
         offsets: dict[tuple[str, int], CommittedOffset] = {}
         view = self.server.view
@@ -411,6 +413,8 @@ class GroupCoordinator:
                 key = (t["name"], p["partition_index"])
                 if error:
                     results[key] = error
+                elif not self.server.may_read(req.conn.principal, key[0]):
+                    results[key] = Error.TOPIC_AUTHORIZATION_FAILED
                 elif view.partition(*key) is None:
                     results[key] = Error.UNKNOWN_TOPIC_OR_PARTITION
                 elif p["committed_metadata"] is not None and len(p["committed_metadata"].encode()) > limit:
@@ -444,11 +448,16 @@ class GroupCoordinator:
         wanted = body["groups"] if version >= 8 else [
             {"group_id": body["group_id"], "topics": body["topics"]}]
         groups: list[dict[str, Any]] = []
+        principal = req.conn.principal
         for g in wanted:
             entry: dict[str, Any] = {"group_id": g["group_id"], "error_code": Error.NONE, "topics": []}
             groups.append(entry)
+            if self._group_refused(req, g["group_id"]):
+                entry["topics"], entry["error_code"] = _every_partition(
+                    g["topics"], Error.GROUP_AUTHORIZATION_FAILED), Error.GROUP_AUTHORIZATION_FAILED
+                continue
             self.server.offsets.load(g["group_id"], answers.expect(
-                functools.partial(self._fill_offsets, entry, g["topics"])))
+                functools.partial(self._fill_offsets, entry, g["topics"], principal)))
 
         def build() -> None:
             if version >= 8:
@@ -459,38 +468,46 @@ class GroupCoordinator:
 
         answers.ready(build)
 
-    def _fill_offsets(self, entry: dict[str, Any], topics: list[dict[str, Any]] | None,
+    def _fill_offsets(self, entry: dict[str, Any], topics: list[dict[str, Any]] | None, principal: str,
                       stored: dict[tuple[str, int], CommittedOffset] | None,
                       error: BaseException | None) -> None:
-        entry["topics"], entry["error_code"] = self._committed(entry["group_id"], topics, stored, error)
+        entry["topics"], entry["error_code"] = self._committed(entry["group_id"], topics, principal,
+                                                               stored, error)
 
-    @staticmethod
-    def _committed(group_id: str, topics: list[dict[str, Any]] | None,
+    def _committed(self, group_id: str, topics: list[dict[str, Any]] | None, principal: str,
                    stored: dict[tuple[str, int], CommittedOffset] | None,
                    error: BaseException | None) -> tuple[list[dict[str, Any]], int]:
         """The rows answering OffsetFetch, and the group's error code, from what the store
-        loaded (or its failure)."""
+        loaded (or its failure); topics the principal may not read are TOPIC_AUTHORIZATION_FAILED
+        when named, left out of "every partition" (Kafka's rules)."""
         if error is not None or stored is None:  # serve --upstream: the cluster did not answer
             log.warning("offsets of group %s: %s", group_id, error)
-            return [{"name": t["name"], "partitions": [
-                {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
-                 "metadata": "", "error_code": Error.COORDINATOR_NOT_AVAILABLE}
-                for p in t["partition_indexes"]]} for t in topics or []], Error.COORDINATOR_NOT_AVAILABLE
+            return _every_partition(topics, Error.COORDINATOR_NOT_AVAILABLE), Error.COORDINATOR_NOT_AVAILABLE
+        may_read = self.server.may_read
         if topics is None:                       # every partition with an offset
             wanted: dict[str, list[int]] = {}
             for topic, partition in sorted(stored):
-                wanted.setdefault(topic, []).append(partition)
+                if may_read(principal, topic):
+                    wanted.setdefault(topic, []).append(partition)
         else:
             wanted = {t["name"]: list(t["partition_indexes"]) for t in topics}
         out = []
         for topic, partitions in wanted.items():
+            allowed = may_read(principal, topic)
             rows = []
             for partition in partitions:
-                found = stored.get((topic, partition))
+                found = stored.get((topic, partition)) if allowed else None
                 rows.append({"partition_index": partition,
                              "committed_offset": found.offset if found else -1,
                              "committed_leader_epoch": found.leader_epoch if found else -1,
                              "metadata": (found.metadata if found else "") or "",
-                             "error_code": Error.NONE})
+                             "error_code": Error.NONE if allowed else Error.TOPIC_AUTHORIZATION_FAILED})
             out.append({"name": topic, "partitions": rows})
         return out, Error.NONE
+
+
+def _every_partition(topics: list[dict[str, Any]] | None, error: int) -> list[dict[str, Any]]:
+    """OffsetFetch rows of the partitions asked for, each failing with `error`."""
+    return [{"name": t["name"], "partitions": [
+        {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+         "metadata": "", "error_code": error} for p in t["partition_indexes"]]} for t in topics or []]
