@@ -478,6 +478,9 @@ class KafkaBroker:
             "group.initial.rebalance.delay.ms": 0,
             "num.partitions": 1,
             "auto.create.topics.enable": "false",
+            # tests write records stamped years ago (fixed timestamps): time retention would
+            # delete them between a write and the check (7 days by default)
+            "log.retention.ms": -1,
             **(security.broker_properties() if security else {}),
             **({"listener.name.sasl_plaintext.sasl.enabled.mechanisms": "OAUTHBEARER",
                 "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config":
