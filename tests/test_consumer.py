@@ -409,6 +409,37 @@ def test_connection_rings_come_from_the_pool(mock):
     assert reader.release_ring_if_idle(closed) and pool.available_memory == 1 << 20
 
 
+def test_a_ring_full_of_held_answers_reads_again_once_they_are_released(mock):
+    """The caller holds every partition it polled (as the mirror does until the target acks)
+    until the data connection's ring has no room left; the connection stops reading.  Releasing
+    them must let it read again at once.  Before: nothing watched the socket again (the loop
+    re-arms a connection only on its own events, the KIP-81 tick only a pool-muted one), so
+    the next poll got nothing until the request timeout (30 s) failed the connection: the
+    mirror between two Kafka brokers stalled 30 s at a time."""
+    topic = "full-ring"
+    mock.create_topic(topic)
+    mock.produce(topic, [(0, b"k%d" % i, b"v" * 2000, None, None) for i in range(1000)],
+                 **{"batch.num.messages": 20})
+    with Consumer(mock.bootstrap, buffer_memory=4 << 20, ring_bytes=256 << 10, request_timeout=30) as consumer:
+        consumer.assign({(topic, 0): 0})
+        held: list = []
+        link = None
+        deadline = time.monotonic() + 10
+        while link is None or link.ring is None or link.ring.writable() > 0:
+            assert time.monotonic() < deadline, "the ring never filled"
+            held += consumer.poll(0.2)
+            link = next((c for (node, purpose), c in consumer.cluster.connections.items()
+                         if node >= 0 and purpose == "data"), None)
+        assert link.in_flight                       # an answer waits behind the full ring
+        for part in held:
+            part.release()
+        started = time.monotonic()
+        got = consumer.poll(2.0)
+        assert got, f"nothing read {time.monotonic() - started:.1f} s after the ring was emptied"
+        for part in got:
+            part.release()
+
+
 # --- damaged frames: every complete answer read before one is kept ----------------------------
 
 BAD_FRAMES = {

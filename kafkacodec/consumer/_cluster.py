@@ -699,8 +699,7 @@ class Cluster:
             if link.ring is not None and (pressure or not link.in_flight):
                 link.release_ring_if_idle()     # idle: back to the pool (others may wait)
         for link in list(self.connections.values()):
-            if link.muted and link.conn is not None:
-                link.reader.unmute(link.conn)
+            link.unmute()                       # muted by the pool, or its ring was full
         for link in list(self.closing):
             if link.release_ring_if_idle() or link.ring is None:
                 self.closing.remove(link)

@@ -56,6 +56,7 @@ class ResponseLease:
             response.release()
             if self.counted:
                 self.conn.leases -= 1
+                self.conn.unmute()                # the ring has room again: read on
 
 
 class FetchedPartition:

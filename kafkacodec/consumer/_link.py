@@ -66,3 +66,8 @@ class BrokerLink:
 
     def release_ring_if_idle(self) -> bool:
         return self.conn is not None and self.reader.release_ring_if_idle(self.conn)
+
+    def unmute(self) -> None:
+        """Memory may have returned (the pool's, or the ring's): read again if it can now."""
+        if self.conn is not None:
+            self.reader.unmute(self.conn)

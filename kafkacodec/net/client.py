@@ -7,12 +7,15 @@ then the TLS handshake, run on the loop; the requests sent meanwhile wait in its
 the client's SimpleMemoryPool when the connection has something to read and given back when it
 holds nothing (no unreleased response, no partial one); when the pool refuses, the connection is
 *muted*: it stops reading (the bytes wait in the kernel, TCP pushes back on the broker) until
-memory returns (`unmute()`, which the owner calls when it may have).  A full ring mutes it the
-same way.  Coordinator connections (``priority=True``) take their ring with
-``try_allocate(n, priority=True)``: from the pool when it can, else from the heap outside the
-budget (KIP-81 3.b: coordinator traffic never starves behind fetch data).  Each response is
-matched to its request by correlation id; every response read before a damaged frame is handed
-over with its request, then the damage closes the connection.
+memory returns (`unmute()`, which the owner calls when it may have).  A full ring (`full`: the
+responses the caller still holds leave no room) stops it the same way until `unmute()`: the loop
+watches a connection again only when told, so whatever gives ring space back calls it (the
+consumer's ResponseLease as the caller releases data; the owner's tick as well).  Coordinator
+connections (``priority=True``) take their ring with ``try_allocate(n, priority=True)``: from
+the pool when it can, else from the heap outside the budget (KIP-81 3.b: coordinator traffic
+never starves behind fetch data).  Each response is matched to its request by correlation id;
+every response read before a damaged frame is handed over with its request, then the damage
+closes the connection.
 
 Not thread-safe: one connection belongs to one owner on one loop.
 """
@@ -97,6 +100,7 @@ class ResponseReader:
         self.ring: ResponseRingBuffer | None = None
         self.in_flight: dict[int, InFlight] = {}     # correlation id -> request, in send order
         self.muted = False                           # the pool refused a ring: not reading
+        self.full = False                            # the ring had no room: not reading
         self.correlation_id = 0
         self.bytes_received = 0
         self.frame_started: float | None = None      # the client's deadlines are per request
@@ -144,12 +148,23 @@ class ResponseReader:
         return True
 
     def unmute(self, conn: Connection) -> None:
-        if self.muted and self.take_ring():
-            conn.resume_reading()
+        """Memory may have returned (to the pool, or to the ring as the caller released
+        responses): read again if the connection can now."""
+        if self.muted:
+            if not self.take_ring():
+                return
+        elif not self.full or (self.ring is not None and self.ring.writable() == 0):
+            return
+        conn.resume_reading()
 
     # --- reading ------------------------------------------------------------------------------
     def readable(self, conn: Connection) -> bool:
-        return not self.muted and (self.ring is None or self.ring.writable() > 0)
+        """Whether to watch for reads: not muted, and the ring (if any) has room (else `full`,
+        until `unmute()`)."""
+        if self.muted:
+            return False
+        self.full = self.ring is not None and self.ring.writable() == 0
+        return not self.full
 
     def read(self, conn: Connection) -> None:
         """Read what the ring holds now and hand over every complete response with its request,
