@@ -270,3 +270,79 @@ def test_distinguished_name_of_other_string_types():
 def test_distinguished_name_of_damaged_certificates_is_a_clear_error(blob):
     with pytest.raises(ValueError, match="certificate"):
         distinguished_name(blob)
+
+
+# --- reading over TLS ----------------------------------------------------------------------------
+
+def test_one_read_takes_every_tls_record_the_socket_holds(pki):
+    """A broker's answer arrives as TLS records of up to 16 KiB, and one recv decrypts one
+    record: a read event must go on until the socket is empty.  Before, it read one record and
+    went back to the selector, so the loop turned once per record (the mirror over SASL_SSL:
+    ~9,000 loop turns for 87 MB, each with the consumer's per-turn work): 8 answers in the socket
+    took 8 read events, where the test now wants them all from one."""
+    import fcntl
+    import struct
+    import termios
+    import threading
+    import time
+
+    from kafkacodec import SimpleMemoryPool
+    from kafkacodec.net.client import InFlight, ResponseReader, open_connection
+    from kafkacodec.net.connection import Deadlines
+    from kafkacodec.net.loop import Loop
+
+    answers = [struct.pack(">ii", 4 + 1000, cid) + bytes([cid]) * 1000 for cid in range(1, 9)]
+    server_ctx = server_context(broker_security(pki))
+    server_ctx.num_tickets = 0                    # TLS 1.3: nothing but the answers after the handshake
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+    go, done, failures = threading.Event(), threading.Event(), []
+
+    def broker() -> None:
+        try:
+            raw, _ = listener.accept()
+            raw.settimeout(10)
+            with server_ctx.wrap_socket(raw, server_side=True) as tls:
+                assert go.wait(10)
+                for answer in answers:
+                    tls.sendall(answer)          # one TLS record each
+                done.wait(10)                    # open until the test has read
+        except BaseException as exc:             # noqa: BLE001 - reported to the test
+            failures.append(exc)
+
+    thread = threading.Thread(target=broker, daemon=True)
+    thread.start()
+    loop = Loop()
+    delivered: list[int] = []
+
+    def deliver(conn, done, error):
+        assert error is None, error
+        for request, response in done:
+            delivered.append(response.correlation_id)
+            response.release()
+
+    reader = ResponseReader(SimpleMemoryPool(1 << 20, 1 << 20, True), 1 << 20, deliver)
+    for cid in range(1, 9):
+        reader.in_flight[cid] = InFlight(18, 0, lambda r: None, lambda e: None, time.monotonic() + 30)
+    conn = open_connection(loop, "127.0.0.1", listener.getsockname()[1], reader, on_closed=lambda c: None,
+                           deadlines=Deadlines(), tls=client_context(client_security(pki)), name="broker")
+    try:
+        assert loop.run_until(lambda: conn.handshaken or conn.closed, 10) and not conn.closed, conn.close_reason
+        go.set()
+        # every record in the client's socket (TLS 1.3 with AES-GCM or ChaCha20: 22 bytes each
+        # beyond the answer) before the one read event
+        expected = sum(len(a) + 22 for a in answers)
+        deadline = time.monotonic() + 10
+        while struct.unpack("i", fcntl.ioctl(conn.transport.fileno(), termios.FIONREAD, bytes(4)))[0] < expected:
+            assert time.monotonic() < deadline and not failures, failures
+            time.sleep(0.005)                    # (waiting for the bytes, not asserting with time)
+        conn.read_now()
+        assert delivered == list(range(1, 9))
+    finally:
+        go.set()
+        done.set()
+        conn.close("test done")
+        loop.close()
+        listener.close()
+        thread.join(10)
+    assert not failures, failures

@@ -178,22 +178,23 @@ class ResponseReader:
         ring = self.ring
         assert ring is not None
         error: BaseException | None = None
+        received = 0
         try:
-            n = self._receive(conn, ring)
-            while n > 0 and conn.transport.pending() and ring.writable():
-                # TLS records decrypted ahead: the selector will not report them
-                more = self._receive(conn, ring)
-                if more <= 0:
+            while (n := self._receive(conn, ring)) > 0:
+                received += n
+                # A plain read takes what the socket holds (up to the ring's room); a TLS one a
+                # single record: read on until the socket is empty (or the ring full), else the
+                # loop would turn once per record, and records decrypted ahead are never
+                # reported by the selector.
+                if not conn.transport.encrypted or not ring.writable():
                     break
-                n += more
         except BlockingIOError:
             n = -1
         except (OSError, KafkaCodecError) as exc:     # the complete responses before it count
             n, error = -1, exc
         if n == 0 and (ring.eof or conn.transport.encrypted):
             error = ConnectionResetError(f"{conn.name}: the broker closed the connection")
-        elif n > 0:
-            self.bytes_received += n
+        self.bytes_received += received
         done: list[tuple[InFlight, Response]] = []
         while (resp := ring.next_response()) is not None:
             # A bad response ends the stream there: its error comes before any later one.
