@@ -22,7 +22,7 @@ old     down-conversion to magic 1 for kafka-python at Fetch v3 (api_version (0,
         core (the server converts on its single network thread).  Goal: >= 1 GB/s.
 tls     the same log through `serve` over a PLAINTEXT and an SSL listener of one server (a
         broker properties file, --config; trustme certificates), confluent-kafka (CONSUMER
-        settings) and the minimal client over each, rounds alternating the order: bytes/s and
+        settings) and the minimal client over each, each round starting one mode later: bytes/s and
         the server's CPU seconds per GB for plaintext sendfile, TLS as serve sends it on this
         machine (without kernel TLS: each range pread into a 256 KiB buffer and encrypted by
         ssl in user space) and kernel TLS where it works (serve then sendfile()s and the kernel
@@ -538,7 +538,7 @@ def tls_clients(log_dir: Path, segment: Path, size: int, rounds: int, ktls_pytho
     """plaintext sendfile, TLS as serve does it, kernel TLS where it works: confluent-kafka
     (CONSUMER settings) through `serve`, bytes/s and the server's CPU seconds per GB; the
     loopback limits of each (sendfile; pread + SSLSocket.send) with the sending thread's CPU per
-    GB; a minimal Fetch v4 client over each.  Rounds alternate the modes; medians are compared."""
+    GB; a minimal Fetch v4 client over each.  Each round starts one mode later; medians are compared."""
     with tempfile.TemporaryDirectory() as work:
         _tls_clients(log_dir, Path(work), segment, size, rounds, ktls_python)
 
@@ -584,9 +584,8 @@ def _tls_clients(root: Path, work: Path, segment: Path, size: int, rounds: int, 
                 limit = loopback_limit(segment, tls)
                 record(name, "loopback limit: sendfile", rate=limit["rate"], load=load,
                        server=cpu_per_gb(limit["send_cpu"], size), client=cpu_per_gb(limit["recv_cpu"], size))
-            order = list(modes.items())
-            if i % 2:
-                order.reverse()                   # ABAB...: neither mode always first
+            # each round starts one mode later: no mode always first, or always after another
+            order = list(modes.items())[i % len(modes):] + list(modes.items())[:i % len(modes)]
             for name, (which, listener, client) in order:
                 server = servers[which]
                 port = server.ports[listener]
