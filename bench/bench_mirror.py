@@ -7,7 +7,7 @@ kafka-python (decode every record, rebuild the batches, recompress), in the same
     # the mirror process between two mock clusters against a confluent-kafka deep mirror:
     python bench/bench_mirror.py process [MB]
     # the mirror between two Kafka 4.1 brokers, PLAINTEXT against SASL_SSL (SCRAM-SHA-512):
-    python bench/bench_mirror.py kafka [MB] [--rounds 3] [--base OTHER_CHECKOUT ...]
+    python bench/bench_mirror.py kafka [MB] [--rounds 3] [--base OTHER_CHECKOUT] [--base-tls OTHER]
     # pytest-benchmark:
     python -m pytest bench/bench_mirror.py -o python_files='bench_*.py' --benchmark-enable -q
 
@@ -524,6 +524,8 @@ def kafka_main(argv: list[str]) -> None:
     parser.add_argument("--base", type=Path, action="append", default=[],
                         help="another checkout (modules built): its mirror over PLAINTEXT too, in the same "
                              "rounds (repeatable)")
+    parser.add_argument("--base-tls", type=Path, action="append", default=[],
+                        help="another checkout with TLS and SASL: its mirror over SASL_SSL too (repeatable)")
     args = parser.parse_args(argv)
     root = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(root / "tests"))
@@ -533,6 +535,8 @@ def kafka_main(argv: list[str]) -> None:
     modes = {"PLAINTEXT": (None, "PLAINTEXT", root), "SASL_SSL SCRAM-SHA-512": ("SCRAM-SHA-512", "SASL_SSL", root)}
     for base in args.base:
         modes[f"PLAINTEXT, {base.name}"] = (None, "PLAINTEXT", base.resolve())
+    for base in args.base_tls:
+        modes[f"SASL_SSL, {base.name}"] = ("SCRAM-SHA-512", "SASL_SSL", base.resolve())
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         brokers = []
