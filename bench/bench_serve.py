@@ -139,56 +139,70 @@ class ServeProcess:
 
 
 # --- new clients: confluent-kafka vs the loopback sendfile limit -------------------------------------
-def loopback_limit(path: Path, tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None) -> dict[str, float]:
-    """One thread sends the file into a loopback socket, this one recv_into()s it into a reused
-    4 MiB buffer: {"rate": bytes/s, "send_cpu", "recv_cpu": each thread's CPU seconds}.  Plain:
-    os.sendfile (zero copy).  With `tls` (server, client contexts): what serve does without
-    kernel TLS, pread into one 256 KiB buffer (kafkacodec.net.pieces.FILE_BUFFER_BYTES) and
-    SSLSocket.send, decrypted by SSLSocket.recv_into: user-space TLS on this machine."""
+# The sending side of loopback_limit, in a process of its own (as serve is: no GIL shared with
+# the receiving side): argv path, PEM keystore ("" for plaintext); prints its port, then its CPU.
+LOOPBACK_SENDER = r"""
+import os, socket, ssl, sys, time
+path, keystore = sys.argv[1], sys.argv[2]
+listener = socket.create_server(("127.0.0.1", 0))
+print(listener.getsockname()[1], flush=True)
+conn, _ = listener.accept()
+started = time.thread_time()
+if keystore:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(keystore)
+    conn = context.wrap_socket(conn, server_side=True)
+size = os.path.getsize(path)
+with conn, open(path, "rb") as file:
+    done = 0
+    if not keystore:
+        while done < size:
+            done += os.sendfile(conn.fileno(), file.fileno(), done, size - done)
+    else:
+        buffer = memoryview(bytearray(256 << 10))
+        while done < size:
+            got = os.preadv(file.fileno(), [buffer], done)
+            conn.sendall(buffer[:got])
+            done += got
+print(time.thread_time() - started, flush=True)
+"""
+
+
+def loopback_limit(path: Path, tls: tuple[Path, ssl.SSLContext] | None = None) -> dict[str, float]:
+    """A process sends the file into a loopback socket, this one recv_into()s it into a reused
+    4 MiB buffer: {"rate": bytes/s, "send_cpu", "recv_cpu": each side's CPU seconds}.  Plain:
+    os.sendfile (zero copy).  With `tls` (the server's PEM keystore, a client context): what
+    serve does without kernel TLS, pread into one 256 KiB buffer
+    (kafkacodec.net.pieces.FILE_BUFFER_BYTES) and SSLSocket.send, decrypted by
+    SSLSocket.recv_into: user-space TLS on this machine."""
     size = path.stat().st_size
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    sender_cpu: list[float] = []
-
-    def send() -> None:
-        conn, _ = listener.accept()
-        started = time.thread_time()
-        if tls is not None:
-            conn = tls[0].wrap_socket(conn, server_side=True)
-        with conn, open(path, "rb") as file:
-            done = 0
-            if tls is None:
-                while done < size:
-                    done += os.sendfile(conn.fileno(), file.fileno(), done, size - done)
-            else:
-                buffer = memoryview(bytearray(256 << 10))
-                while done < size:
-                    got = os.preadv(file.fileno(), [buffer], done)
-                    conn.sendall(buffer[:got])
-                    done += got
-        sender_cpu.append(time.thread_time() - started)
-
-    sender = threading.Thread(target=send)
-    sender.start()
-    buffer = bytearray(4 << 20)
-    view = memoryview(buffer)
-    with socket.create_connection(("127.0.0.1", port)) as raw:
-        cpu = time.thread_time()
-        sock = tls[1].wrap_socket(raw, server_hostname="127.0.0.1") if tls is not None else raw
-        started = time.perf_counter()
-        got = 0
-        while got < size:
-            n = sock.recv_into(view)
-            if not n:
-                break
-            got += n
-        elapsed = time.perf_counter() - started
-        recv_cpu = time.thread_time() - cpu
-    sender.join()
-    listener.close()
+    sender = subprocess.Popen([sys.executable, "-c", LOOPBACK_SENDER, str(path), str(tls[0]) if tls else ""],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(sender.stdout.readline())
+        buffer = bytearray(4 << 20)
+        view = memoryview(buffer)
+        with socket.create_connection(("127.0.0.1", port)) as raw:
+            cpu = time.thread_time()
+            sock = tls[1].wrap_socket(raw, server_hostname="127.0.0.1") if tls is not None else raw
+            started = time.perf_counter()
+            got = 0
+            while got < size:
+                n = sock.recv_into(view)
+                if not n:
+                    break
+                got += n
+            elapsed = time.perf_counter() - started
+            recv_cpu = time.thread_time() - cpu
+        send_cpu = float(sender.stdout.readline())
+    finally:
+        if sender.poll() is None:
+            sender.kill()                         # (done, or failed: nothing more to wait for)
+        sender.wait()
+        sender.stdout.close()
     if got < size:
         raise RuntimeError(f"the loopback limit read {got} of {size} bytes")
-    return {"rate": size / elapsed, "send_cpu": sender_cpu[0], "recv_cpu": recv_cpu}
+    return {"rate": size / elapsed, "send_cpu": send_cpu, "recv_cpu": recv_cpu}
 
 
 def sendfile_limit(path: Path) -> float:
@@ -552,8 +566,6 @@ def _tls_clients(root: Path, work: Path, segment: Path, size: int, rounds: int, 
     tls_client = {"security.protocol": "SSL", "ssl.ca.location": str(pki["ca"]),
                   "ssl.endpoint.identification.algorithm": "https"}
     client_context = ssl.create_default_context(cafile=str(pki["ca"]))
-    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_tls.load_cert_chain(str(pki["keystore"]))
     cipher = librdkafka_cipher(properties, tls_client)
     ktls_usable, ktls_facts = kernel_tls(ktls_python, pki["keystore"], pki["ca"])
     print(f"  TLS: confluent-kafka negotiates {cipher} with serve's context; {ktls_facts}", flush=True)
@@ -580,7 +592,7 @@ def _tls_clients(root: Path, work: Path, segment: Path, size: int, rounds: int, 
         for i in range(rounds):
             load = os.getloadavg()[0]
             for name, tls in (("loopback limit: sendfile", None), ("loopback limit: pread + ssl send",
-                                                                   (server_tls, client_context))):
+                                                                   (pki["keystore"], client_context))):
                 limit = loopback_limit(segment, tls)
                 record(name, "loopback limit: sendfile", rate=limit["rate"], load=load,
                        server=cpu_per_gb(limit["send_cpu"], size), client=cpu_per_gb(limit["recv_cpu"], size))
@@ -616,7 +628,7 @@ def _tls_clients(root: Path, work: Path, segment: Path, size: int, rounds: int, 
               f"{statistics.median(r['client'] for r in runs):16.2f}")
     if not ktls_usable:
         print(f"  {'TLS, kernel TLS':52} unavailable: {ktls_facts.split(': ', 1)[1]}")
-    print(f"  cipher: {cipher}; server CPU: serve's process (/proc), or the limit's sending thread; goal: "
+    print(f"  cipher: {cipher}; server CPU: serve's process (/proc), or the limit's sending process; goal: "
           f"kernel TLS >= 80% of plaintext sendfile")
 
 
