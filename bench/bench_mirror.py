@@ -569,6 +569,9 @@ def kafka_main(argv: list[str]) -> None:
                             "topic": "bench", "target_topic": topic, "state": str(work / f"state-{topic}"),
                             "source_security": source.security.java(protocol, mechanism) if mechanism else None,
                             "target_security": target.security.java(protocol, mechanism) if mechanism else None}
+                    # the previous run's copy written back to disk first: the kernel's writeback
+                    # of a few hundred MB would otherwise land in this run
+                    os.sync()
                     cpu = {b: _jvm_cpu(b.process.pid) for b in brokers}
                     run = subprocess.run([sys.executable, "-c", MIRROR_CHILD, json.dumps(conf)], capture_output=True,
                                          text=True, env=dict(os.environ, PYTHONPATH=str(code)), cwd=str(code),
