@@ -5,7 +5,9 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+# appended, not first: bench/ has a conftest.py of its own, which must not shadow tests/conftest.py
+# for a later module's `from conftest import ...` (test_security_kafka's broker fixture)
+sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))
 import bench_java  # noqa: E402
 
 SOURCE = """import java.util.List;
