@@ -76,14 +76,14 @@ print(json.dumps(dict(wall=wall, cpu=cpu, records=records, bytes=size)))
 """
 
 
-def main(megabytes: int = 64) -> None:
+def prepare(megabytes: int = 64) -> tuple[object, list[str], int]:
+    """A 3-broker mock cluster holding `megabytes` of lz4 batches in topics of 4 partitions:
+    (the cluster, its topics, the record count)."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     sys.path.insert(0, HERE)
     import confluent_kafka as ck
     from bench_mirror import _value
     from mock_cluster import MockCluster
-
-    import kafkacodec
 
     mock = MockCluster(3)
     topics = [f"consumer-bench-{i}" for i in range(max(1, megabytes // 16))]
@@ -103,18 +103,32 @@ def main(megabytes: int = 64) -> None:
             if records % 10000 == 0:
                 producer.poll(0)
     assert producer.flush(120) == 0
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    return mock, topics, records
+
+
+def run_consumer(script: str, *args: str, code: str = ROOT) -> dict:
+    """One consumer in a child process importing kafkacodec from `code` (bench_net_ab.py passes
+    another tree; the child's working directory is `code` too, since `python -c` puts it first
+    on sys.path): its JSON line."""
+    env = dict(os.environ, PYTHONPATH=code)
+    run = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                         env=env, cwd=code, timeout=1800)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def main(megabytes: int = 64) -> None:
+    import confluent_kafka as ck
+
+    import kafkacodec
+
+    mock, topics, records = prepare(megabytes)
     runs = {
         "kafkacodec raw batches": [OURS, mock.bootstrap, ",".join(topics), "raw"],
         "kafkacodec -> Arrow": [OURS, mock.bootstrap, ",".join(topics), "arrow"],
         "confluent-kafka messages": [CONFLUENT, mock.bootstrap, ",".join(topics), str(records)],
     }
-    results = {}
-    for name, args in runs.items():
-        run = subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True,
-                             env=env, timeout=1800)
-        assert run.returncode == 0, run.stderr[-3000:]
-        results[name] = json.loads(run.stdout.strip().splitlines()[-1])
+    results = {name: run_consumer(*args) for name, args in runs.items()}
     wire = results["kafkacodec raw batches"]["bytes"]
     print(f"kafkacodec {kafkacodec.__version__} | confluent-kafka {ck.version()[0]} (librdkafka "
           f"{ck.libversion()[0]}) | {platform.python_implementation()} {platform.python_version()} | "

@@ -6,6 +6,8 @@ kafka-python (decode every record, rebuild the batches, recompress), in the same
     python bench/bench_mirror.py
     # the mirror process between two mock clusters against a confluent-kafka deep mirror:
     python bench/bench_mirror.py process [MB]
+    # the mirror between two Kafka 4.1 brokers, PLAINTEXT against SASL_SSL (SCRAM-SHA-512):
+    python bench/bench_mirror.py kafka [MB] [--rounds 3] [--base OTHER_CHECKOUT] [--base-tls OTHER]
     # pytest-benchmark:
     python -m pytest bench/bench_mirror.py -o python_files='bench_*.py' --benchmark-enable -q
 
@@ -445,10 +447,182 @@ def process_main(megabytes: int = 64) -> None:
               f"{r['cpu']:7.2f} {r['cpu'] / gb:9.2f} {r['cpu'] / gb / base:6.1f} {r['peak_rss_mb']:12.0f}")
 
 
+# --- the mirror between two real Kafka brokers, PLAINTEXT against SASL_SSL -------------------------
+# `kafkacodec mirror` (Mirror in a child process, --until-caught-up) between two Kafka 4.1 brokers
+# (tests/kafka_broker.py: one KRaft node each, with PLAINTEXT and SASL_SSL listeners), the same
+# source topic copied over PLAINTEXT and over SASL_SSL with SCRAM-SHA-512 toward both clusters
+# (TLS 1.3, the brokers' trustme certificates), and over PLAINTEXT by other checkouts (--base);
+# each round starts one mode later (run 3 or 6 rounds for 3 modes: each in every slot alike).  Figures: wall time,
+# MB/s of source batches moved, the mirror process's CPU seconds per GB (process_time, all its
+# threads, from before Mirror() to after run(): interpreter start and imports left out), and each
+# broker's CPU seconds per GB (the JVM's /proc/PID/stat) for context.
+
+MIRROR_CHILD = """
+import json, resource, sys, time
+from kafkacodec.mirror import Mirror, MirrorConfig
+conf = json.loads(sys.argv[1])
+# (security only when given: a checkout from before TLS and SASL can be compared over PLAINTEXT)
+security = {k: conf[k] for k in ("source_security", "target_security") if conf[k] is not None}
+t0, c0 = time.perf_counter(), time.process_time()
+m = Mirror(MirrorConfig(source=conf["source"], target=conf["target"], topics=[conf["topic"]],
+                        rename={conf["topic"]: conf["target_topic"]}, state_dir=conf["state"],
+                        until_caught_up=True, progress=False, buffer_memory=64 << 20, **security))
+code = m.run()
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps(dict(code=code, wall=wall, cpu=cpu, records=m.producer.records_acked,
+                      bytes=m.producer.bytes_sent, requests=m.producer.requests,
+                      peak_rss_mb=ru.ru_maxrss / 1024)))
+"""
+
+
+def _jvm_cpu(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _fill_source(bootstrap: str, topic: str, megabytes: int, partitions: int) -> int:
+    """About `megabytes` of lz4 batches (256 KiB producer batches of JSON-like records with
+    keys) in `topic`; the record count."""
+    import confluent_kafka as ck
+
+    rng = random.Random(3)
+    pool = [_value(rng, i) for i in range(20_000)]   # distinct within any batch
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": 50,
+                            "batch.size": 256 << 10, "queue.buffering.max.kbytes": 1 << 20, "acks": "all"})
+    size = records = 0
+    while size < megabytes << 20:
+        value = pool[records % len(pool)]
+        while True:
+            try:
+                producer.produce(topic, value=value, key=b"key-%d" % (records % 97), partition=records % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        size += len(value) * 11 // 20             # lz4 keeps about 55% of these values
+        records += 1
+        if records % 10000 == 0:
+            producer.poll(0)
+    assert producer.flush(300) == 0
+    return records
+
+
+def kafka_main(argv: list[str]) -> None:
+    import argparse
+    import json
+    import statistics
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="bench_mirror.py kafka",
+                                     description="the mirror between two Kafka 4.1 brokers, PLAINTEXT vs SASL_SSL")
+    parser.add_argument("megabytes", nargs="?", type=int, default=256, help="lz4 batches in the source topic")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--base", type=Path, action="append", default=[],
+                        help="another checkout (modules built): its mirror over PLAINTEXT too, in the same "
+                             "rounds (repeatable)")
+    parser.add_argument("--base-tls", type=Path, action="append", default=[],
+                        help="another checkout with TLS and SASL: its mirror over SASL_SSL too (repeatable)")
+    args = parser.parse_args(argv)
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "tests"))
+    import confluent_kafka as ck
+    from kafka_broker import DEFAULT_VERSION, BrokerUnavailable, KafkaBroker, SecurityFiles
+
+    modes = {"PLAINTEXT": (None, "PLAINTEXT", root), "SASL_SSL SCRAM-SHA-512": ("SCRAM-SHA-512", "SASL_SSL", root)}
+    for base in args.base:
+        modes[f"PLAINTEXT, {base.name}"] = (None, "PLAINTEXT", base.resolve())
+    for base in args.base_tls:
+        modes[f"SASL_SSL, {base.name}"] = ("SCRAM-SHA-512", "SASL_SSL", base.resolve())
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        brokers = []
+        try:
+            for name in ("source", "target"):
+                brokers.append(KafkaBroker.start(DEFAULT_VERSION, security=SecurityFiles.create(work / name)))
+        except BrokerUnavailable as exc:
+            for broker in brokers:
+                broker.stop()
+            print(f"mirror between Kafka brokers: unavailable: {exc}")
+            return
+        source, target = brokers
+        try:
+            source.create_topic("bench", partitions=args.partitions)
+            started = time.perf_counter()
+            records = _fill_source(source.bootstrap, "bench", args.megabytes, args.partitions)
+            print(f"# source filled: {records} records in {time.perf_counter() - started:.0f} s", flush=True)
+            results: dict[str, list[dict]] = {}
+            for i in range(args.rounds):
+                # each round starts one mode later: every mode runs in every slot of a round as
+                # often (what runs just before, a broker still busy with it, costs the next one)
+                order = list(modes.items())[i % len(modes):] + list(modes.items())[:i % len(modes)]
+                load = os.getloadavg()[0]
+                line = []
+                for n, (name, (mechanism, protocol, code)) in enumerate(order):
+                    # (copies are kept: a deleted topic's files go 60 s later, in another run)
+                    topic = f"copy-{i}-{n}"
+                    target.create_topic(topic, partitions=args.partitions)
+                    conf = {"source": source.bootstrap_of(protocol), "target": target.bootstrap_of(protocol),
+                            "topic": "bench", "target_topic": topic, "state": str(work / f"state-{topic}"),
+                            "source_security": source.security.java(protocol, mechanism) if mechanism else None,
+                            "target_security": target.security.java(protocol, mechanism) if mechanism else None}
+                    # the previous run's copy written back to disk first: the kernel's writeback
+                    # of a few hundred MB would otherwise land in this run
+                    os.sync()
+                    cpu = {b: _jvm_cpu(b.process.pid) for b in brokers}
+                    run = subprocess.run([sys.executable, "-c", MIRROR_CHILD, json.dumps(conf)], capture_output=True,
+                                         text=True, env=dict(os.environ, PYTHONPATH=str(code)), cwd=str(code),
+                                         timeout=1800)
+                    if run.returncode != 0:
+                        raise RuntimeError(f"the mirror ({name}) failed: {run.stderr[-3000:]}")
+                    r = json.loads(run.stdout.strip().splitlines()[-1])
+                    if r["code"] != 0 or r["records"] != records:
+                        raise RuntimeError(f"the mirror ({name}) ended with {r['code']} after {r['records']} of "
+                                           f"{records} records")
+                    r["source_cpu"], r["target_cpu"] = (_jvm_cpu(b.process.pid) - cpu[b] for b in brokers)
+                    r["load"] = load
+                    results.setdefault(name, []).append(r)
+                    line.append(f"{name} {r['bytes'] / 1e6 / r['wall']:.0f} MB/s, "
+                                f"{r['cpu'] / (r['bytes'] / 1e9):.2f} CPU s/GB")
+                print(f"round {i + 1}, load {load:.2f}: " + "; ".join(line), flush=True)
+        finally:
+            target.stop()
+            source.stop()
+    moved = results["PLAINTEXT"][0]["bytes"]
+    print(f"kafkacodec {kafkacodec.__version__} | Kafka {DEFAULT_VERSION} (2 brokers, KRaft, 1 node each) | "
+          f"confluent-kafka {ck.version()[0]} (producer of the source) | {platform.python_implementation()} "
+          f"{platform.python_version()} | {os.cpu_count()} CPUs | load "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"1 topic x {args.partitions} partitions, {records} records, {moved / 1e6:.1f} MB of lz4 batches "
+          f"(256 KiB producer batches); {args.rounds} rounds, each mode in turn first, medians (min..max)")
+    print(f"{'mirror':28} {'wall s':>18} {'MB/s':>18} {'CPU s/GB':>18} {'vs plain':>8} {'source JVM':>10} "
+          f"{'target JVM':>10} {'peak RSS MB':>11}")
+    base = statistics.median(r["cpu"] for r in results["PLAINTEXT"]) / (moved / 1e9)
+
+    def cell(values: list[float], digits: int) -> str:
+        return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}..{max(values):.{digits}f})"
+
+    for name, runs in results.items():
+        gb = [r["bytes"] / 1e9 for r in runs]
+        per_gb = [r["cpu"] / g for r, g in zip(runs, gb)]
+        print(f"{name:28} {cell([r['wall'] for r in runs], 2):>18} "
+              f"{cell([g * 1e3 / r['wall'] for r, g in zip(runs, gb)], 0):>18} {cell(per_gb, 2):>18} "
+              f"{statistics.median(per_gb) / base:8.2f} "
+              f"{statistics.median(r['source_cpu'] / g for r, g in zip(runs, gb)):10.2f} "
+              f"{statistics.median(r['target_cpu'] / g for r, g in zip(runs, gb)):10.2f} "
+              f"{max(r['peak_rss_mb'] for r in runs):11.0f}")
+    print("CPU s/GB: the mirror process; source/target JVM: each broker's CPU seconds per GB moved")
+
+
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:2] == ["process"]:
+    if sys.argv[1:2] == ["kafka"]:
+        kafka_main(sys.argv[2:])
+    elif sys.argv[1:2] == ["process"]:
         process_main(int(sys.argv[2]) if len(sys.argv) > 2 else 64)
     else:
         main()

@@ -343,6 +343,19 @@ def java_section(data: dict, command: str) -> str:
     return "\n".join(lines)
 
 
+def kept_sections(path: Path) -> str:
+    """The sections of `path` that other benchmarks wrote by hand or by their own script, between
+    `<!-- NAME:begin -->` and `<!-- NAME:end -->` (bench_serve.py's TLS, bench_mirror.py's Kafka
+    mode, bench_net_ab.py: docs/results.md's "Network layer"), NAME other than kafka-java (this
+    report makes that one): kept, in order, at the end of the new file."""
+    if not path.exists():
+        return ""
+    text = path.read_text()
+    kept = [m.group(0) for m in re.finditer(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", text, flags=re.S)
+            if m.group(1) != "kafka-java"]
+    return "".join("\n\n" + block + "\n" for block in kept)
+
+
 def replace_java_section(path: Path, section: str) -> None:
     """Put `section` between the markers in `path` (appended when there are none); the rest of
     the file is kept."""
@@ -522,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     chart(data, png, spark)
     rel_png = os.path.relpath(png, args.out.parent)
-    args.out.write_text(markdown(data, rel_png, command, spark))
+    args.out.write_text(markdown(data, rel_png, command, spark) + kept_sections(args.out))
     print(f"report: wrote {args.out} and {png}", file=sys.stderr)
     return 0
 

@@ -5,7 +5,9 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+# appended, not first: bench/ has a conftest.py of its own, which must not shadow tests/conftest.py
+# for a later module's `from conftest import ...` (test_security_kafka's broker fixture)
+sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))
 import bench_java  # noqa: E402
 
 SOURCE = """import java.util.List;
@@ -100,3 +102,16 @@ def test_the_report_describes_only_the_cases_it_ran():
     assert "downConvert()" not in only_cold and "LazyDownConvertRecords` uses" not in only_cold
     only_warm = section(warm)
     assert "(9 rounds each)" in only_warm and "evict the caches" not in only_warm
+
+
+def test_the_report_keeps_the_sections_other_benchmarks_wrote(tmp_path):
+    # docs/results.md's network section (serve over TLS, the mirror between Kafka brokers, the
+    # event-loop A/B) is run by hand: report.py rewriting the file keeps it, not its own Java one.
+    import report
+
+    results = tmp_path / "results.md"
+    network = "<!-- network:begin -->\n## Network layer\n| a | b |\n<!-- network:end -->"
+    results.write_text("# Benchmark results\nold table\n<!-- kafka-java:begin -->\nold Java\n"
+                       f"<!-- kafka-java:end -->\n{network}\ntrailing prose\n")
+    assert report.kept_sections(results) == f"\n\n{network}\n"
+    assert report.kept_sections(tmp_path / "missing.md") == ""
