@@ -20,6 +20,8 @@ import socket
 import ssl
 from typing import Any
 
+from kafkacodec.net.tls import kernel_tls_send
+
 __all__ = ["Transport", "PlainTransport", "TlsTransport", "TlsError"]
 
 READ, WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
@@ -88,9 +90,6 @@ class PlainTransport(Transport):
         return os.sendfile(self.sock.fileno(), fd, offset, count)
 
 
-_KTLS = getattr(ssl, "OP_ENABLE_KTLS", 0)
-
-
 class TlsTransport(Transport):
     """TLS over a connected non-blocking socket (`server_side`, or a client checking
     `server_hostname` when the context verifies hostnames)."""
@@ -125,7 +124,7 @@ class TlsTransport(Transport):
             raise TlsError(f"TLS handshake failed: the peer closed the connection ({exc}); is "
                            "its listener TLS?") from None
         self.done = True
-        self.kernel_tls = _kernel_tls_send(self.sock)
+        self.kernel_tls = kernel_tls_send(self.sock)
         self.zero_copy = self.kernel_tls
         return True
 
@@ -168,22 +167,6 @@ class TlsTransport(Transport):
             return self.sock.getpeercert(binary_form=True)
         except (ValueError, OSError):
             return None
-
-
-SOL_TLS, TLS_TX = 282, 1                  # linux/tls.h
-
-
-def _kernel_tls_send(sock: ssl.SSLSocket) -> bool:
-    """Whether the kernel encrypts what is sent on `sock`: the context asked for kernel TLS
-    (ssl.OP_ENABLE_KTLS, Python 3.12+) and the kernel holds the connection's send keys (its TLS
-    socket option answers; Linux)."""
-    if not _KTLS or not (sock.context.options & _KTLS):
-        return False
-    try:
-        sock.getsockopt(SOL_TLS, TLS_TX, 64)
-        return True
-    except OSError:
-        return False
 
 
 def _explain(exc: ssl.SSLError) -> str:
