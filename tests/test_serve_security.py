@@ -430,3 +430,19 @@ def test_list_offsets_and_group_offsets_follow_the_acls(secured, pki):
             with pytest.raises(BrokerError) as group:
                 call()
             assert group.value.error_code == 30
+
+
+def test_a_listener_off_loopback_without_tls_or_sasl_is_warned_about(log_dir, caplog):
+    """The default address is 127.0.0.1; listening elsewhere in the clear says so at start."""
+    import logging
+
+    from kafkacodec.serve import ServeConfig
+
+    assert ServeConfig(log_dirs=[str(log_dir)]).listen[0] == "127.0.0.1"
+    with caplog.at_level(logging.WARNING, logger="kafkacodec.serve"):
+        with Server([str(log_dir)], listen=("127.0.0.1", 0)):
+            pass
+        assert not [r for r in caplog.records if "without TLS or SASL" in r.getMessage()]
+        with Server([str(log_dir)], listen=("0.0.0.0", 0)):
+            pass
+    assert [r for r in caplog.records if "without TLS or SASL" in r.getMessage()]
