@@ -181,7 +181,8 @@ def test_a_request_with_too_many_entries_is_refused_before_any_work(log_dir):
         sock.sendall(metadata_frame([b"t"] * 666_000))
         took = closed_by_server(sock, 10)
         assert took < 1.0
-        assert rss_bytes() - before < 40 << 20
+        if os.environ.get("KAFKACODEC_SANITIZED") != "1":   # ASan's quarantine keeps freed memory
+            assert rss_bytes() - before < 40 << 20
         assert api_versions_answered(srv.port) < 1.0
         assert srv.closed_connections.get("request_too_costly", 0) == 1
 
