@@ -1,7 +1,16 @@
 """kafkacodec: Kafka's record formats (magic 0, 1, 2; every codec) read, written and converted
 at memory speed by a typed Cython core."""
 
-from kafkacodec import _crc
+try:
+    from kafkacodec import _crc
+except ImportError as exc:    # the compiled core is absent: say where and what to do, once
+    import importlib.util as _util
+    if _util.find_spec("kafkacodec._crc") is not None:
+        raise
+    raise ImportError(
+        f"kafkacodec at {__path__[0]} has no compiled core (a source checkout shadowing the "
+        "installed wheel?): build it in place with `pip install -e .`, or run from another "
+        "directory") from None
 from kafkacodec._builder import MemoryRecordsBuilder
 from kafkacodec._convert import ConvertedRecords, RecordConversionStats, down_convert
 from kafkacodec._pool import MemoryPool, SimpleMemoryPool

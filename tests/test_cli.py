@@ -138,6 +138,26 @@ def test_usage_errors(capsys):
     assert info.value.code == 0 and "examples:" in out and "exit codes (docs/cli.md):" in out
 
 
+@pytest.mark.parametrize("argv, usage, hint", [
+    (["dupm", "x"], "usage: kafkacodec [", "invalid choice: 'dupm'"),
+    (["dump", "--deeep", "x"], "usage: kafkacodec dump ", "unrecognized arguments: --deeep (did you mean --deep?)"),
+    (["spark", "convert", "--sampel", "a", "b"], "usage: kafkacodec spark convert ",
+     "(did you mean --sample?)"),
+    (["users", "lst"], "usage: kafkacodec users ", "(did you mean list?)"),
+    (["read", "/nowhere", "--max-bytes=3"], "usage: kafkacodec read ", "unrecognized arguments: --max-bytes=3"),
+])
+def test_a_typo_is_reported_by_its_subcommand_with_the_nearest_spelling(argv, usage, hint, capsys):
+    """A flag the subcommand does not know: the subcommand's usage and error line (not the top
+    level's), naming the flag and the nearest one it has."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    _, err = capsys.readouterr()
+    assert info.value.code == EXIT_USAGE
+    assert err.startswith(usage) and hint in err, err
+    if argv[0] == "dupm":
+        assert "(did you mean dump?)" in err
+
+
 def test_convert_to_magic_1_read_by_kafka_python(log_dir, tmp_path, capsys):
     from kafka.record.memory_records import MemoryRecords
 

@@ -41,7 +41,7 @@ def expected_records(root):
 
 
 def read_json(capsys, *argv):
-    code = main(["read", "-J", *map(str, argv)])
+    code = main(["read", "--json-columns", *map(str, argv)])
     out, err = capsys.readouterr()
     return code, [json.loads(line) for line in out.splitlines()], err
 
@@ -140,6 +140,46 @@ def test_usage_errors(log_dir, capsys):
     assert parse_format("a%%b%s") == [b"a%b", "s"] and unescape(r"\x7e\q") == b"~q"
 
 
+def test_kcat_json_layout_and_flags(log_dir, capsys):
+    """-J is kcat's layout (jq scripts written for kcat work): tstype/ts, broker, headers as a
+    flat [name, value, ...] list only when there are headers, key and payload as the bytes'
+    text, null for null; -Z prints null as NULL in formats; -e says where each partition ended
+    unless -q."""
+    code, columns, _ = read_json(capsys, log_dir)
+    assert code == EXIT_OK
+    assert main(["read", "-J", "-e", str(log_dir)]) == EXIT_OK
+    out, err = capsys.readouterr()
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert len(rows) == len(columns)
+    types = {"CreateTime": "create", "LogAppendTime": "logappend"}
+    decoded = lambda text: base64.b64decode(text).decode("utf-8", "surrogateescape")  # noqa: E731
+    for row, col in zip(rows, columns):
+        want = {"topic": col["topic"], "partition": col["partition"], "offset": col["offset"]}
+        if col["timestampType"] in types and col["timestamp"] != -1:
+            want.update(tstype=types[col["timestampType"]], ts=col["timestamp"])
+        want["broker"] = -1
+        if col["headers"]:
+            want["headers"] = [x for h in col["headers"]
+                               for x in (h["key"], None if h["value"] is None else decoded(h["value"]))]
+        want["key"] = None if col["key"] is None else decoded(col["key"])
+        want["payload"] = None if col["value"] is None else decoded(col["value"])
+        assert list(row) == list(want) and row == want          # kcat's field order too
+    assert any("headers" in r for r in rows) and any("headers" not in r for r in rows)
+    assert any(r["key"] is None for r in rows) and any("tstype" in r for r in rows)
+    ends = {}
+    for r in rows:
+        ends[(r["topic"], r["partition"])] = r["offset"] + 1
+    assert err.splitlines() == [f"% Reached end of topic {t} [{p}] at offset {o}: exiting"
+                                for (t, p), o in ends.items()]
+    assert main(["read", "-J", "-e", "-q", "-u", str(log_dir)]) == EXIT_OK
+    quiet_out, quiet_err = capsys.readouterr()
+    assert quiet_out == out and quiet_err == ""
+    assert main(["read", "-Z", "-f", "%k|%s\\n", str(log_dir)]) == EXIT_OK
+    lines = capsys.readouterr().out.encode("utf-8", "surrogateescape").split(b"\n")[:-1]
+    assert [line.split(b"|", 1)[0] == b"NULL" for line in lines] == [c["key"] is None for c in columns]
+    assert main(["read", "-J", "--json-columns", str(log_dir)]) == EXIT_USAGE
+
+
 def test_damage_follows_the_mode(log_dir, tmp_path, capsys):
     from kafkacodec.arrow import scan_entries
 
@@ -150,10 +190,10 @@ def test_damage_follows_the_mode(log_dir, tmp_path, capsys):
     scan = scan_entries(data)
     data[int(scan["position"][1]) + 80] ^= 0x55
     (part / seg.name).write_bytes(bytes(data))
-    code = main(["read", "-J", str(part)])
+    code = main(["read", "--json-columns", str(part)])
     out, err = capsys.readouterr()
     assert code == EXIT_DATA and "CRC" in err and "mode=DROPMALFORMED" in err
-    code = main(["read", "-J", "-X", "mode=DROPMALFORMED", str(part)])
+    code = main(["read", "--json-columns", "-X", "mode=DROPMALFORMED", str(part)])
     out, err = capsys.readouterr()
     lost = int(scan["count"][1])
     assert code == EXIT_DATA and "skipping" in err and "CRC" in err
@@ -210,7 +250,7 @@ def test_read_a_segment_from_a_fifo_and_from_stdin(log_dir, tmp_path, capsys):
     with fed_fifo(stream, seg.read_bytes()) as writer:
         code, rows, err = read_json(capsys, stream)
     assert code == EXIT_OK and err == "" and rows == expected and writer["written"] == seg.stat().st_size
-    piped = cli_with_stdin(seg.read_bytes(), "read", "-J", "-")
+    piped = cli_with_stdin(seg.read_bytes(), "read", "--json-columns", "-")
     assert piped.returncode == EXIT_OK and piped.stderr == b""
     rows = [json.loads(line) for line in piped.stdout.splitlines()]
     assert rows == [{**r, "topic": "stdin", "partition": 0} for r in expected]   # no name to tell
@@ -225,10 +265,10 @@ def test_a_damaged_stream_is_bad_data_named_as_given(log_dir, tmp_path, capsys):
     data[int(scan_entries(data)["position"][1]) + 80] ^= 0x55
     stream = tmp_path / "damaged"
     with fed_fifo(stream, bytes(data)):
-        code = main(["read", "-J", str(stream)])
+        code = main(["read", "--json-columns", str(stream)])
     err = capsys.readouterr().err
     assert code == EXIT_DATA and err.startswith(f"kafkacodec: error: {stream}: ") and "CRC" in err
-    piped = cli_with_stdin(bytes(data), "read", "-J", "-")
+    piped = cli_with_stdin(bytes(data), "read", "--json-columns", "-")
     err = piped.stderr.decode()
     assert piped.returncode == EXIT_DATA and err.startswith("kafkacodec: error: -: ") and "CRC" in err
     assert err.count("\n") == 1 and "kafkacodec-read-" not in err           # never the spooled copy

@@ -108,6 +108,31 @@ def test_command_prints_its_address_first_and_stops_cleanly(log_dir, signum):
             proc.wait()
 
 
+@pytest.mark.parametrize("holds", ["segments", "nothing"])
+def test_command_says_what_it_serves_and_warns_of_an_empty_directory(log_dir, tmp_path, holds):
+    """At start, one line of what the directories hold; a directory with no segment (a wrong
+    path, a parent of the log dir) is warned about, not served silently as an empty broker."""
+    root = log_dir if holds == "segments" else tmp_path / "empty"
+    root.mkdir(exist_ok=True)
+    proc = serve_command(str(root), "--listen", "127.0.0.1:0")
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)]
+        served = next(line for line in lines if line.startswith("serving "))
+        parts = sorted(p for p in root.iterdir() if p.is_dir() and list(p.glob("*.log")))
+        segments = sum(len(list(p.glob("*.log"))) for p in parts)
+        topics = {p.name.rsplit("-", 1)[0] for p in parts}
+        assert served.startswith(f"serving {len(topics)} topics, {len(parts)} partitions, "
+                                 f"{segments} segments ("), served
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        warned = "warning: no Kafka segment in" in proc.stderr.read()
+        assert warned == (holds == "nothing") and (len(parts) > 0) == (holds == "segments")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_command_refuses_a_missing_directory(tmp_path):
     proc = serve_command(str(tmp_path / "nope"), "--listen", "127.0.0.1:0")
     assert proc.wait(30) == 3

@@ -263,6 +263,37 @@ def test_cli_spark_convert_round_trip(spark, log_dir, tmp_path, capsys):
     assert values == sorted(r.value for r in parquet.select("value").collect() if r.value is not None)
 
 
+@pytest.mark.parametrize("given", ["empty directory", "not kafka", "output not empty"])
+def test_cli_spark_convert_checks_its_arguments_before_spark_starts(log_dir, tmp_path, capsys,
+                                                                    monkeypatch, given):
+    """Nothing to convert (an empty directory, a file that is not a Kafka segment) or an output
+    it would refuse: one `kafkacodec: error:` line and the exit code, Spark never started."""
+    import kafkacodec.spark.job as job
+    from kafkacodec.cli import EXIT_INPUT, EXIT_USAGE, main
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(job, "make_session", no_spark)
+    src, out = tmp_path / "in", tmp_path / "out"
+    src.mkdir()
+    if given == "not kafka":
+        (src / "t-0").mkdir()
+        (src / "t-0" / "00000000000000000000.log").write_bytes(b"PAR1" + bytes(range(200)) * 20)
+    elif given == "output not empty":
+        src = log_dir[0]
+        out.mkdir()
+        (out / "keep.txt").write_text("mine")
+    code = main(["spark", "convert", "--no-progress", str(src), str(out)])
+    err = capsys.readouterr().err
+    assert err.startswith("kafkacodec: error: ") and err.count("\n") == 1, err
+    if given == "output not empty":
+        assert code == EXIT_USAGE and "is not empty" in err and (out / "keep.txt").read_text() == "mine"
+    else:
+        assert code == EXIT_INPUT and not out.exists()
+        assert ("no segment files" if given == "empty directory" else "holds no Kafka segment") in err, err
+
+
 def test_cli_spark_convert_counts_damage_as_verify_does(spark, log_dir, tmp_path, capsys):
     """On a damaged directory `spark convert` reported 1 problem where `verify` reported 3
     (issue 19): its corrupt entries are verify's damage problems, its records verify's less

@@ -180,6 +180,28 @@ def test_round_trip_through_shuffled_parquet_is_exact(spark, source, tmp_path):
     assert back.count() == sum(map(len, expected.values()))
 
 
+def test_write_log_refuses_aborted_records_read_uncommitted(spark, source, tmp_path):
+    """read_uncommitted (Spark's default) keeps the records of aborted transactions; written
+    back without their markers they would be committed data: write_log refuses, naming the
+    count and both ways out, before any job runs; allow_aborted=True writes them all."""
+    from kafkacodec.spark import write_log
+
+    aborted = sum(len(s.aborted) for s in {(s.topic, s.partition): s for s in
+                                           plan(source, {"kafka.isolation.level": "read_committed"})[0]}.values())
+    assert aborted > 0
+    uncommitted = spark.read.format("kafkalog").load(str(source)).where("offset >= 0")
+    with pytest.raises(ValueError) as info:
+        write_log(uncommitted, str(tmp_path / "refused"))
+    assert f"holds {aborted} aborted transactions" in str(info.value)
+    assert "read_committed" in str(info.value) and "allow_aborted=True" in str(info.value)
+    assert not (tmp_path / "refused").exists()
+    orders = spark.read.format("kafkalog").option("includeHeaders", "true").load(str(source / "orders-0"))
+    write_log(orders, str(tmp_path / "all"), allow_aborted=True)
+    assert rows_by_partition(source)[("orders", 0)] != rows_by_partition(source, drop_aborted=False)[("orders", 0)]
+    assert rows_by_partition(tmp_path / "all", drop_aborted=False)[("orders", 0)] == \
+        rows_by_partition(source, drop_aborted=False)[("orders", 0)]
+
+
 def test_without_offsets_rows_are_numbered_in_timestamp_order(spark, source, tmp_path):
     from pyspark.sql import functions as F
 
@@ -190,7 +212,7 @@ def test_without_offsets_rows_are_numbered_in_timestamp_order(spark, source, tmp
     shuffled.write.format("kafkalog").mode("append").option("baseOffset", 100).save(str(tmp_path / "a"))
     from kafkacodec.spark import write_log
 
-    write_log(shuffled, str(tmp_path / "b"), baseOffset=100)
+    write_log(shuffled, str(tmp_path / "b"), baseOffset=100, allow_aborted=True)   # read_uncommitted
     for out in ("a", "b"):
         got = rows_by_partition(tmp_path / out, drop_aborted=False)[("orders", 1)]
         assert [o for o, *_ in got] == list(range(100, 100 + len(rows)))

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from kafkacodec.cli import convert, dump, generate as _generate, mirror, read, serve, spark, users, verify
 from kafkacodec.cli._exit import (EXIT_CODES, EXIT_DATA, EXIT_INPUT, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE,
                                   CliError, run_reporting_errors)
-from kafkacodec.cli._output import FORMATTER
+from kafkacodec.cli._output import FORMATTER, Parser
 from kafkacodec.cli.generate import generate
 
 __all__ = ["main", "build_parser", "generate", "CliError", "COMMANDS", "EXIT_OK", "EXIT_DATA", "EXIT_USAGE",
@@ -42,7 +42,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="kafkacodec", formatter_class=FORMATTER,
         description="Read, check, convert and serve Kafka log segments (v0/v1 messages, v2 batches); mirror topics between clusters.",
         epilog="examples:\n"

@@ -3,14 +3,51 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import re
 import sys
 from typing import Any, Callable
 
-__all__ = ["emit_json", "count_arg", "size_arg", "FORMATTER"]
+__all__ = ["emit_json", "count_arg", "size_arg", "FORMATTER", "Parser"]
 
 FORMATTER = argparse.RawDescriptionHelpFormatter
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the help a typo needs: an unknown subcommand or flag is reported by the
+    subcommand it was given to (its usage, its name), with the nearest valid spelling."""
+
+    def error(self, message: str) -> Any:
+        wrong = re.match(r"argument \S+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if wrong:
+            choices = re.findall(r"'([^']*)'", wrong.group(2))
+            message += _did_you_mean(wrong.group(1), choices)
+        super().error(message)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            chosen = self._chosen_subcommand(parsed)
+            flags = [o for a in chosen._actions for o in a.option_strings]
+            hints = "".join(_did_you_mean(x.split("=", 1)[0], flags) for x in extras if x.startswith("-"))
+            chosen.error(f"unrecognized arguments: {' '.join(extras)}{hints}")
+        return parsed
+
+    def _chosen_subcommand(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The innermost (sub)parser the arguments chose: `kafkacodec spark convert` for those."""
+        parser: argparse.ArgumentParser = self
+        while True:
+            sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+            name = getattr(parsed, sub.dest, None) if sub is not None else None
+            if sub is None or name not in sub.choices:
+                return parser
+            parser = sub.choices[name]
+
+
+def _did_you_mean(wrong: str, valid: list[str]) -> str:
+    near = difflib.get_close_matches(wrong, valid, n=1, cutoff=0.6)
+    return f" (did you mean {near[0]}?)" if near else ""
 
 
 def emit_json(obj: Any) -> None:

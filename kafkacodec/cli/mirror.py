@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from kafkacodec.cli._exit import EXIT_DATA, EXIT_INPUT, EXIT_USAGE, CliError
@@ -54,8 +55,11 @@ def run(args: argparse.Namespace) -> int:
         source_security=_client_properties(args.source_config, "--source-config"),
         target_security=_client_properties(args.target_config, "--target-config"))
     mirror = Mirror(config)
+    outcome = "failed"
     try:
-        return mirror.run(install_signals=True)
+        code = mirror.run(install_signals=True)
+        outcome = "stopped" if mirror.stopping else "caught up" if args.until_caught_up else "done"
+        return code
     except (MirrorError, StateMismatchError) as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     except BrokerError as exc:
@@ -65,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"{exc}; check --source-config / --target-config", EXIT_INPUT) from None
     except (ConnectionError, TimeoutError) as exc:
         raise CliError(f"cannot reach the cluster: {exc}", EXIT_INPUT) from None
+    finally:
+        if mirror.producer is not None:           # it started: a line for logs (cron, systemd)
+            print(mirror.summary(outcome), file=sys.stderr)
 
 
 def _client_properties(path: str | None, flag: str) -> Any:

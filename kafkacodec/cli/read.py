@@ -1,7 +1,8 @@
 """`kafkacodec read` (alias `cat`): the records of log files and directories one per line, in
 kcat's spirit: a format string (`-f '%t %p %o %k %s %T %h\\n'`), offset and time ranges
-(`-o beginning|end|N|-N|s@ts|e@ts`), a count, topic and partition filters, or JSON Lines with
-fixed keys (`-J`).
+(`-o beginning|end|N|-N|s@ts|e@ts`), a count, topic and partition filters, kcat's JSON (`-J`,
+its layout, so jq scripts written for kcat work) or JSON Lines with the Spark source's columns
+(`--json-columns`), and kcat's -Z, -u, -q, -e.
 
 The name: `read` is what the library and the "kafkalog" data source call it (a *read* of a log
 directory, with the same options); `cat` is accepted for kcat's muscle memory.
@@ -104,10 +105,24 @@ def _headers_csv(headers: list[dict[str, Any]] | None) -> bytes:
     return b",".join(h["key"].encode() + b"=" + (b"NULL" if h["value"] is None else h["value"]) for h in headers)
 
 
+#: kcat -J's "tstype" for Kafka's timestamp types (the field is left out without a timestamp)
+KCAT_TSTYPES = {0: "create", 1: "logappend"}
+
+
+def _kcat_string(data: bytes) -> str:
+    """Bytes as kcat's yajl writes them into a JSON string: as they are (a surrogate per byte
+    that is not UTF-8 here, turned back into that byte on output), control characters escaped."""
+    return data.decode("utf-8", "surrogateescape")
+
+
 class _Printer:
     def __init__(self, args: argparse.Namespace):
         self.out = sys.stdout.buffer
         self.json = args.json
+        self.columns_json = args.json_columns
+        self.null = b"NULL" if args.null_as_text else b""        # kcat -Z
+        self.unbuffered = args.unbuffered                        # kcat -u
+        self.ends: dict[tuple[str, int], int] = {}               # kcat -e's end-of-partition note
         self.encode = ENCODINGS[args.binary]
         fmt = args.format
         if fmt is None:
@@ -124,8 +139,28 @@ class _Printer:
         rows = {name: col.to_pylist() for name, col in cols.items()}
         for i in range(rb.num_rows):
             row = {name: values[i] for name, values in rows.items()}
-            self.out.write(self.json_line(row) if self.json else self.format(row))
+            self.out.write(self.kcat_json_line(row) if self.json else
+                           self.json_line(row) if self.columns_json else self.format(row))
+            if self.unbuffered:
+                self.out.flush()
+            self.ends[(row["topic"], row["partition"])] = row["offset"] + 1
             yield None
+
+    def kcat_json_line(self, row: dict[str, Any]) -> bytes:
+        """kcat -J's layout: topic, partition, offset, tstype and ts (with a timestamp), broker
+        (-1: no broker here), headers as [name, value, ...] (when the record has any), key,
+        payload; keys, values and header values as strings of their bytes, null for null."""
+        doc: dict[str, Any] = {"topic": row["topic"], "partition": row["partition"], "offset": row["offset"]}
+        if row["timestamp"] != -1 and row["timestampType"] in KCAT_TSTYPES:
+            doc["tstype"] = KCAT_TSTYPES[row["timestampType"]]
+            doc["ts"] = row["timestamp"]
+        doc["broker"] = -1
+        if row.get("headers"):
+            doc["headers"] = [x for h in row["headers"]
+                              for x in (h["key"], None if h["value"] is None else _kcat_string(h["value"]))]
+        doc["key"] = None if row["key"] is None else _kcat_string(row["key"])
+        doc["payload"] = None if row["value"] is None else _kcat_string(row["value"])
+        return json.dumps(doc, ensure_ascii=False).encode("utf-8", "surrogateescape") + b"\n"
 
     def json_line(self, row: dict[str, Any]) -> bytes:
         encode = self.encode
@@ -150,7 +185,7 @@ class _Printer:
                 out += b"%d" % row["offset"]
             elif part in "ks":
                 data = row["key" if part == "k" else "value"]
-                out += data or b""
+                out += self.null if data is None else data
             elif part in "KSR":
                 data = row["key" if part == "K" else "value"]
                 n = -1 if data is None else len(data)
@@ -226,6 +261,9 @@ def _options(args: argparse.Namespace) -> tuple[dict[str, str], str | None, int 
 def run(args: argparse.Namespace) -> int:
     import pyarrow.compute  # noqa: F401  (first: exit 4 with the install hint when missing)
 
+    if args.json and args.json_columns:
+        raise CliError("give -J (kcat's JSON) or --json-columns, not both", EXIT_USAGE)
+
     # streams among the paths (`-`, a FIFO, a device) are read into files first (_files.spooled)
     with spooled(args.paths, "read") as args.paths:
         return _read(args)
@@ -288,6 +326,9 @@ def _read(args: argparse.Namespace) -> int:
         if left == 0:
             break
     sys.stdout.flush()
+    if args.kcat_flags and not args.quiet and left != 0:    # kcat -e's note, unless -q
+        for (topic, partition), end in printer.ends.items():
+            print(f"% Reached end of topic {topic} [{partition}] at offset {end}: exiting", file=sys.stderr)
     return EXIT_DATA if any(p.kind in ("corrupt", "partial", "unreadable", "overlap", "gap", "range")
                             for p in problems) else EXIT_OK
 
@@ -309,7 +350,7 @@ def add_parser(subparsers: Any) -> None:
                "examples:\n"
                "  kafkacodec read /var/kafka-logs -t orders -p 0 -o -10\n"
                "  kafkacodec read /var/kafka-logs -t orders -f '%t [%p] %o %T: %k=%s\\n'\n"
-               "  kafkacodec read -J -c 100 -o s@1700000000000 orders-0/ | jq .value\n"
+               "  kafkacodec read -J -c 100 -o s@1700000000000 orders-0/ | jq .payload\n"
                "  kafkacodec read -X kafka.isolation.level=read_committed -X mode=DROPMALFORMED /logs\n"
                "  kafkacodec read -J <(zcat orders-0/00000000000000000000.log.gz)\n\n"
                + EXIT_CODES)
@@ -329,12 +370,24 @@ def add_parser(subparsers: Any) -> None:
     r.add_argument("-D", dest="delimiter", default="\\n", metavar="DELIM",
                    help="without -f: the delimiter after each record (default \\n)")
     r.add_argument("-J", "--json", action="store_true",
-                   help="JSON Lines: topic, partition, offset, timestamp, timestampType, key, value, headers")
+                   help="kcat's JSON, a line per record: topic, partition, offset, tstype, ts, broker, "
+                        "headers ([name, value, ...]), key, payload (bytes as they are, null for null)")
+    r.add_argument("--json-columns", action="store_true",
+                   help="JSON Lines with the Spark source's columns: topic, partition, offset, timestamp, "
+                        "timestampType, key, value, headers ([{key, value}]), bytes in --binary")
     r.add_argument("--binary", choices=tuple(ENCODINGS), default="base64",
-                   help="keys, values and header values in --json (default base64)")
+                   help="keys, values and header values in --json-columns (default base64)")
+    r.add_argument("-Z", dest="null_as_text", action="store_true",
+                   help="print a null key or value (%%k, %%s) as NULL instead of nothing (as kcat -Z)")
+    r.add_argument("-u", dest="unbuffered", action="store_true", help="flush after every record (as kcat -u)")
+    r.add_argument("-q", dest="quiet", action="store_true",
+                   help="no end-of-partition notes with -e (as kcat -q); problems are still reported")
     r.add_argument("-X", dest="option", action="append", default=[], metavar="NAME=VALUE",
                    help="a kafkalog read option (repeatable): mode, failOnDataLoss, kafka.isolation.level, "
                         "keepControl, validateCrc, endingOffsets...")
-    r.add_argument("-e", "-C", dest="kcat_flags", action="count", default=0,
-                   help=argparse.SUPPRESS)        # kcat's consumer-mode and exit-at-end flags: always so here
+    r.add_argument("-e", dest="kcat_flags", action="count", default=0,
+                   help="exit at the end of the log (always so here) and say where each partition "
+                        "ended on stderr, as kcat -e does")
+    r.add_argument("-C", dest="consumer_mode", action="store_true",
+                   help=argparse.SUPPRESS)        # kcat's consumer mode: the only mode here
     r.set_defaults(run=run)

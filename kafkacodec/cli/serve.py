@@ -85,6 +85,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"listening on {host}:{port}", flush=True)
         for listening in server.listening:
             print(listening.describe(), flush=True)
+        if not args.upstream:                 # what the log directories hold
+            partitions, what = server.view.summary()
+            print(f"serving {what}", flush=True)
+            if not partitions:
+                print(f"kafkacodec serve: warning: no Kafka segment in {', '.join(args.log_dirs)} "
+                      "(<topic>-<partition>/<base offset>.log): clients see a broker with no "
+                      "topics", file=sys.stderr, flush=True)
         while not signalled and not server.wait(0.2):
             pass
     finally:

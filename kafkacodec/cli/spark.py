@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,13 @@ def run(args: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
 
     from kafkacodec._atomic import SameFileError
+    from kafkacodec.spark.job import check_output
+
+    try:                                      # input and output checked before Spark starts
+        check_output(str(src), str(args.output), args.overwrite)
+    except (FileExistsError, SameFileError) as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    _check_input(str(src))
 
     conf = {}
     for item in args.conf:
@@ -80,6 +88,37 @@ def run(args: argparse.Namespace) -> int:
             print(f"    {p}")
         print(f"output written to {Path(s.output).resolve()}")
     return EXIT_OK if not s.corrupt_entries else EXIT_DATA
+
+
+def _check_input(src: str) -> None:
+    """CliError (exit 3) unless `src` holds Parquet files or at least one file that starts as
+    a Kafka segment: seconds, where Spark would take minutes to find nothing to convert."""
+    from kafkacodec.logdir import plan
+    from kafkacodec.logdir._problems import not_a_segment
+    from kafkacodec.spark.job import is_parquet
+
+    if "://" in src or is_parquet(src):
+        return
+    try:
+        splits, _ = plan(src, {"mode": "PERMISSIVE"}, on_problem=lambda problem: None)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CliError(f"{exc}; IN is a Kafka log directory, a segment file or a directory of "
+                       "Parquet files", EXIT_INPUT) from None
+    reasons = []
+    for path in dict.fromkeys(s.path for s in splits):
+        try:
+            with open(path, "rb") as f:
+                head = f.read(17)
+            size = os.path.getsize(path)
+        except OSError as exc:
+            reasons.append(f"{path}: {exc.strerror or exc}")
+            continue
+        reason = not_a_segment(head, size)
+        if reason is None:                    # one segment (even an empty active one) will do
+            return
+        reasons.append(f"{path}: {reason}")
+    raise CliError(f"{src} holds no Kafka segment to convert ({len(reasons)} files, none a "
+                   f"segment; {reasons[0] if reasons else 'no segment files'})", EXIT_INPUT)
 
 
 def add_parser(subparsers: Any) -> None:

@@ -83,6 +83,14 @@ def plan(path: Paths, options: ReadOptions | Options | Mapping[str, Any] | None 
     return planner.splits(), noted
 
 
+def aborted_transactions(options: Mapping[str, Any]) -> int:
+    """How many aborted transactions the partitions a read with these source options covers
+    hold (their .txnindex files, else entry headers; never records).  Driver side."""
+    ro = ReadOptions.parse(dict(options, mode="DROPMALFORMED", failOnDataLoss="false"))
+    planner = Planner(ro, Reporter(ro.mode, False, lambda problem: None))
+    return sum(len(planner.aborted_and_lso(p)[0]) for p in planner.partitions())
+
+
 # ------------------------------------------------------------------------------ executors
 
 def read_split(split: Split, *, validate_crc: bool = True, include_headers: bool = True,

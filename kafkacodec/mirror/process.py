@@ -89,6 +89,8 @@ class Mirror:
         self._dirty = False
         self._copied_left: dict[int, int] = {}               # id(FetchedPartition) -> batches left
         self._parts: dict[int, FetchedPartition] = {}
+        self._first: dict[tuple[str, int], int] = {}         # positions at start, for summary()
+        self._started = time.monotonic()
 
     def target_topic(self, topic: str) -> str:
         return self.config.rename.get(topic, topic)
@@ -142,6 +144,7 @@ class Mirror:
         self.consumer.assign(wanted)
         for key in wanted:
             self.acked[key] = self.consumer.position(key)
+        self._first = dict(self.acked)
         if cfg.until_caught_up:
             self.ends = self.consumer.end_offsets(list(wanted))
         self.producer = IdempotentProducer(
@@ -186,6 +189,15 @@ class Mirror:
     def _on_acked(self, item: Item) -> None:
         self.acked[item.source] = item.source_next
         self._dirty = True
+
+    def summary(self, outcome: str) -> str:
+        """One line of what this run did, for a log with no progress bar (cron, systemd)."""
+        cfg = self.config
+        offsets = sum(self.acked[tp] - start for tp, start in self._first.items())
+        sent = self.producer.bytes_sent if self.producer is not None else 0
+        return (f"kafkacodec mirror: {outcome}: {offsets} offsets ({sent / 1e6:.1f} MB) of "
+                f"{len(self._first)} partitions from {cfg.source} to {cfg.target} in "
+                f"{time.monotonic() - self._started:.1f} s; positions kept in {cfg.state_dir}")
 
     def caught_up(self) -> bool:
         return bool(self.ends) and all(self.acked.get(tp, -1) >= end for tp, end in self.ends.items())

@@ -32,6 +32,7 @@ Not thread-safe: the server's network thread owns it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -734,6 +735,18 @@ class LogView:
             return
         if found is not None:
             topic.topic_id = found
+
+    def summary(self) -> tuple[int, str]:
+        """(partitions served, a line saying what: topics, partitions, segments and bytes)."""
+        parts = [p for t in self.topics.values() for p in t.partitions.values()]
+        segments = [s.path for p in parts for s in p.segments]
+        size = 0
+        for path in segments:
+            with contextlib.suppress(OSError):
+                size += os.path.getsize(path)
+        topics = sum(1 for t in self.topics.values() if t.partitions)
+        return len(parts), (f"{topics} topics, {len(parts)} partitions, {len(segments)} segments "
+                            f"({size / 1e6:.1f} MB) from {', '.join(self.log_dirs)}")
 
     def partition(self, topic: str, index: int) -> Partition | None:
         t = self.topics.get(topic)

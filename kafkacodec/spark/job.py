@@ -85,7 +85,7 @@ def _dir_bytes(path: str | os.PathLike[str]) -> int:
     return total
 
 
-def _check_output(src: str, dst: str, overwrite: bool) -> None:
+def check_output(src: str, dst: str, overwrite: bool) -> None:
     """Refuse, before any Spark work, an output that is (inside) the input or not empty."""
     from kafkacodec._atomic import SameFileError
 
@@ -101,7 +101,7 @@ def _check_output(src: str, dst: str, overwrite: bool) -> None:
                               "conversion wrote there (other files are kept), or another output")
 
 
-def _is_parquet(path: str | os.PathLike[str]) -> bool:
+def is_parquet(path: str | os.PathLike[str]) -> bool:
     p = Path(path)
     return p.is_dir() and any(f.suffix == ".parquet" for f in p.rglob("*.parquet"))
 
@@ -197,13 +197,13 @@ def convert(spark: SparkSession, src: str | os.PathLike[str], dst: str | os.Path
     start = time.monotonic()
     # Executors do not share the driver's working directory: hand Spark absolute local paths.
     src, dst = (str(p) if "://" in str(p) else os.path.abspath(p) for p in (src, dst))
-    _check_output(src, dst, overwrite)
+    check_output(src, dst, overwrite)
     sc = spark.sparkContext
     records = sc.accumulator(0)
     payload = sc.accumulator(0)
     per_topic = sc.accumulator({}, _DictSum())
     problems = sc.accumulator([], _ListSum())
-    to_segments = _is_parquet(src)
+    to_segments = is_parquet(src)
 
     def count(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow.compute as pc

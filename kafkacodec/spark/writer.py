@@ -108,7 +108,7 @@ class KafkaLogWriter(DataSourceArrowWriter):
 
 
 def write_log(df: DataFrame, path: str, *, mode: str = "errorifexists", shuffle: bool = True,
-              **options: Any) -> None:
+              allow_aborted: bool = False, **options: Any) -> None:
     """Write `df` as a Kafka log directory at `path` (a local path or a URI) with any of Spark's
     save modes (errorifexists, append, overwrite, ignore); options as the "kafkalog" format's.
 
@@ -116,9 +116,16 @@ def write_log(df: DataFrame, path: str, *, mode: str = "errorifexists", shuffle:
     timestamp without an offset column) first, so each partition is written whole by one task.
     shuffle=False keeps the DataFrame's partitioning (no shuffle): still exact, the commit
     merges what tasks wrote of one partition out of order on the driver; the fast way when the
-    input partitions already hold offset-ordered stretches (a Parquet copy of a log)."""
+    input partitions already hold offset-ordered stretches (a Parquet copy of a log).
+
+    A DataFrame that reads a "kafkalog" source with read_uncommitted (the default) from a log
+    holding aborted transactions is refused (ValueError): written back, those records would be
+    committed data. Read with kafka.isolation.level=read_committed, or allow_aborted=True to
+    write them anyway. (Rows with isControl=true are transaction markers and always refused.)"""
     from kafkacodec.spark.datasource import register
 
+    if not allow_aborted:
+        _refuse_aborted_input(df)
     save_mode = _MODE_ALIASES.get(mode.lower(), mode.lower())
     if save_mode not in SAVE_MODES:
         raise ValueError(f"write_log: mode={mode!r}: use one of {', '.join(SAVE_MODES)}")
@@ -132,3 +139,25 @@ def write_log(df: DataFrame, path: str, *, mode: str = "errorifexists", shuffle:
     for name, value in {"saveMode": save_mode, **options}.items():
         writer = writer.option(name, str(value) if not isinstance(value, str) else value)
     writer.save(path)
+
+
+def _refuse_aborted_input(df: DataFrame) -> None:
+    """ValueError when `df` reads a kafkalog source read_uncommitted whose log holds aborted
+    transactions (the sources are found in Spark's analyzed plan, with their options)."""
+    from kafkacodec.logdir._read import aborted_transactions
+
+    leaves = df._jdf.queryExecution().analyzed().collectLeaves().iterator()
+    while leaves.hasNext():
+        leaf = leaves.next()
+        if not leaf.getClass().getName().endswith("DataSourceV2Relation") or leaf.table().name() != "kafkalog":
+            continue
+        source = dict(leaf.options().asCaseSensitiveMap())
+        if str(source.get("kafka.isolation.level", "read_uncommitted")).lower() == "read_committed":
+            continue
+        aborted = aborted_transactions(source)
+        if aborted:
+            raise ValueError(
+                f"write_log: the DataFrame reads {source.get('path', source.get('paths'))} with "
+                f"kafka.isolation.level=read_uncommitted and that log holds {aborted} aborted "
+                "transactions, whose records would be written as committed data: read it with "
+                ".option('kafka.isolation.level', 'read_committed'), or pass allow_aborted=True")
