@@ -133,11 +133,12 @@ def test_first_batch_larger_than_the_fetch_size_is_sent_whole(server):
 
 
 def test_zstd_without_recompression_ends_the_data_before_it(tmp_path):
-    """Batches sharing a chunk with a zstd batch are sent; the zstd batch itself is
-    UNSUPPORTED_COMPRESSION_TYPE (76) when fetched (Kafka fails the whole chunk)."""
+    """zstd_codec=None (`--zstd-downconvert-codec refuse`, Kafka's way): batches sharing a chunk
+    with a zstd batch are sent; the zstd batch itself is UNSUPPORTED_COMPRESSION_TYPE (76) when
+    fetched (Kafka fails the whole chunk)."""
     batches = [v2(0, 3), v2(3, 3, "gzip"), v2(6, 3, "lz4"), v2(9, 3, "zstd"), v2(12, 3)]
     write_partition(tmp_path, "z", batches)
-    with Server([str(tmp_path)], listen=("127.0.0.1", 0)) as srv:
+    with Server([str(tmp_path)], listen=("127.0.0.1", 0), zstd_codec=None) as srv:
         for version in (1, 3):
             error, _, data = old_fetch(srv.port, version, "z", 0, 0)
             assert error == 0
@@ -152,12 +153,15 @@ def test_zstd_without_recompression_ends_the_data_before_it(tmp_path):
             assert bytes(part.records) == b"".join(batches)
 
 
-@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "default"])
 def test_zstd_recompressed_for_old_clients(tmp_path, codec):
+    """Old clients read every record of a log with zstd batches, by default (gzip) too."""
     batches = [v2(0, 3), v2(3, 4, "zstd"), v2(7, 2)]
     write_partition(tmp_path, "z", batches)
     want = {("z", 0): [(i, b"k%d" % i, b"x" * 100) for i in range(9)]}
-    with Server([str(tmp_path)], listen=("127.0.0.1", 0), zstd_codec=codec) as srv:
+    given = {} if codec == "default" else {"zstd_codec": codec}
+    codec = "gzip" if codec == "default" else codec
+    with Server([str(tmp_path)], listen=("127.0.0.1", 0), **given) as srv:
         assert kafka_python_read(f"127.0.0.1:{srv.port}", want, api_version=(0, 10, 1)) == want
         error, _, data = old_fetch(srv.port, 3, "z", 0, 3)
         wrapper = entries(data)[0][0]

@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
             socket_request_max_bytes=args.socket_request_max_bytes,
             downconversion=not args.no_downconversion,
             topic_downconversion=dict(args.topic_downconversion or []),
-            zstd_codec=args.zstd_downconvert_codec, node_id=args.node_id,
+            zstd_codec=None if args.zstd_downconvert_codec == "refuse" else args.zstd_downconvert_codec,
+            node_id=args.node_id,
             poll_interval_ms=args.poll_interval_ms,
             group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
             group_min_session_timeout_ms=args.group_min_session_timeout_ms,
@@ -210,9 +211,11 @@ def add_parser(subparsers: Any) -> None:
                          "UNSUPPORTED_VERSION")
     sv.add_argument("--topic-downconversion", type=_topic_switch_arg, action="append", metavar="TOPIC=BOOL",
                     help="message.downconversion.enable for one topic (repeatable)")
-    sv.add_argument("--zstd-downconvert-codec", choices=("none", "gzip", "snappy", "lz4"),
-                    help="rebuild zstd batches with this codec for old clients (default: refuse them "
-                         "with UNSUPPORTED_COMPRESSION_TYPE, as Kafka)")
+    sv.add_argument("--zstd-downconvert-codec", choices=("gzip", "snappy", "lz4", "none", "refuse"),
+                    default="gzip",
+                    help="rebuild zstd batches with this codec for old clients, which cannot read zstd "
+                         "(default gzip, which every client reads; refuse: UNSUPPORTED_COMPRESSION_TYPE, "
+                         "as Kafka)")
     sv.add_argument("--node-id", type=int, default=0, help="the broker id clients see (default 0)")
     sv.add_argument("--poll-interval-ms", type=count_arg(1), default=10,
                     help="how often waiting fetches look for new data (default 10)")

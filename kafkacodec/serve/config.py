@@ -60,8 +60,9 @@ class ServeConfig:
       `socket_request_max_bytes` (socket.request.max.bytes): KIP-72 request memory.
     - `downconversion` (log.message.downconversion.enable) and `topic_downconversion`
       (message.downconversion.enable per topic).
-    - `zstd_codec`: rebuild zstd batches with this codec for Fetch v0-3 (None: refuse them with
-      UNSUPPORTED_COMPRESSION_TYPE, as Kafka).
+    - `zstd_codec`: rebuild zstd batches with this codec for Fetch v0-3, whose clients cannot
+      read zstd (default gzip: every old client and kafka-python without extra libraries reads
+      it; None: refuse them with UNSUPPORTED_COMPRESSION_TYPE, as Kafka).
     - `chunk_size`: input bytes converted per chunk (Kafka's 128 KiB).
     - `poll_interval_ms`: how often waiting fetches look at the files for new data.
     - `group_initial_rebalance_delay_ms`: group.initial.rebalance.delay.ms.
@@ -95,7 +96,7 @@ class ServeConfig:
     socket_request_max_bytes: int = 100 * MiB
     downconversion: bool = True
     topic_downconversion: dict[str, bool] = field(default_factory=dict)
-    zstd_codec: str | None = None
+    zstd_codec: str | None = "gzip"
     chunk_size: int = 128 * 1024
     node_id: int = 0
     cluster_id: str | None = None
