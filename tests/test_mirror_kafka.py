@@ -94,9 +94,54 @@ def test_a_target_with_fewer_partitions_or_none_is_refused(source, kafka_broker,
     assert done.returncode == 2
     assert "has 2 partitions, fewer than the 4" in done.stderr
     done = cli("--source", source.bootstrap, "--target", kafka_broker.bootstrap, "--topics", "k-none",
-               "--rename", "k-none:k-missing", "--state-dir", str(tmp_path), "--until-caught-up")
-    assert done.returncode == 2 and "k-missing" in done.stderr
+               "--rename", "k-none:k-missing", "--state-dir", str(tmp_path), "--until-caught-up",
+               "--no-create-topics")
+    assert done.returncode == 2 and "k-missing" in done.stderr and "--no-create-topics" in done.stderr
     assert not (tmp_path / "checkpoint.json").exists()
+
+
+def describe(kafka_broker, topic):
+    """{name: value} of the configs set on `topic` itself, and its partition count."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
+
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    (future,) = admin.describe_configs([ConfigResource("topic", topic)]).values()
+    configs = {name: entry.value for name, entry in future.result(30).items()
+               if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+    partitions = len(admin.list_topics(topic, timeout=30).topics[topic].partitions)
+    return configs, partitions
+
+
+def test_a_missing_target_topic_is_created_as_the_sources(kafka_broker, tmp_path):
+    """As MirrorMaker 2: the source's partition count and the configs set on the source topic
+    (not the broker-specific ones such as min.insync.replicas); then every record mirrored."""
+    kafka_broker.create_topic("k-cfg", 3, config={"retention.ms": "123456789", "max.message.bytes": "200000",
+                                                  "cleanup.policy": "delete", "min.insync.replicas": "1"})
+    producer = ck.Producer({"bootstrap.servers": kafka_broker.bootstrap, "compression.type": "lz4"})
+    for i in range(30):
+        producer.produce("k-cfg", value=b"cfg %d" % i, partition=i % 3)
+    producer.flush(30)
+    done = cli("--source", kafka_broker.bootstrap, "--target", kafka_broker.bootstrap, "--topics", "k-cfg",
+               "--rename", "k-cfg:k-cfg-copy", "--state-dir", str(tmp_path), "--until-caught-up")
+    assert done.returncode == 0, done.stderr
+    assert "created target topic 'k-cfg-copy' with 3 partitions; configs cleanup.policy=delete, " \
+           "max.message.bytes=200000, retention.ms=123456789" in done.stderr, done.stderr
+    configs, partitions = describe(kafka_broker, "k-cfg-copy")
+    assert partitions == 3
+    assert configs == {"retention.ms": "123456789", "max.message.bytes": "200000", "cleanup.policy": "delete"}
+    target = MockCluster.__new__(MockCluster)
+    target.bootstrap = kafka_broker.bootstrap
+    got = read_all(target, "k-cfg-copy", partitions=range(3))
+    assert sorted(v for records in got.values() for _, v, _, _ in records) == sorted(b"cfg %d" % i for i in range(30))
+
+
+def test_a_topic_from_a_source_without_describe_configs_is_created_without_them(source, kafka_broker, tmp_path):
+    """librdkafka's mock answers no DescribeConfigs: the topic gets the partition count alone."""
+    done = cli("--source", source.bootstrap, "--target", kafka_broker.bootstrap, "--topics", "k-gzip",
+               "--rename", "k-gzip:k-gzip-created", "--state-dir", str(tmp_path), "--until-caught-up")
+    assert done.returncode == 0, done.stderr
+    assert "created target topic 'k-gzip-created' with 4 partitions; configs not copied" in done.stderr
+    assert describe(kafka_broker, "k-gzip-created") == ({}, 4)
 
 
 def test_a_real_broker_as_source_and_target(kafka_broker, tmp_path):

@@ -15,8 +15,8 @@ MIRROR_EXIT_CODES = """exit codes:
   0  done (--until-caught-up) or stopped by SIGTERM/SIGINT after a final checkpoint
   1  the target refused a batch (or source data was corrupt): nothing past the last
      acknowledged batch is checkpointed, a restart continues there
-  2  bad arguments or a configuration the mirror refuses: missing target topic, a target
-     topic with fewer partitions than its source, a --state-dir of other clusters, a
+  2  bad arguments or a configuration the mirror refuses: a target topic it may not or
+     cannot create (--no-create-topics), a target topic with fewer partitions than its source, a --state-dir of other clusters, a
      damaged checkpoint with no earlier good one and no --start (it is moved aside)
   3  a cluster could not be reached, or the state directory could not be written
   4  optional part missing: pip install "kafkacodec[mirror]\""""
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         multi_batch=args.multi_batch, group_id=args.group, start=args.start,
         checkpoint_interval=args.checkpoint_interval, max_in_flight=args.max_in_flight,
         request_timeout=args.request_timeout, metrics_listen=args.metrics_listen,
-        progress=False if args.no_progress else None,
+        progress=False if args.no_progress else None, create_topics=not args.no_create_topics,
         source_security=_client_properties(args.source_config, "--source-config"),
         target_security=_client_properties(args.target_config, "--target-config"))
     mirror = Mirror(config)
@@ -131,6 +131,9 @@ def add_parser(subparsers: Any) -> None:
     m.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS")
     m.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics there")
     m.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    m.add_argument("--no-create-topics", action="store_true",
+                   help="refuse a missing target topic instead of creating it with the source's "
+                        "partition count and topic configs (as MirrorMaker 2 does)")
     m.add_argument("--source-config", metavar="FILE",
                    help="client properties for the source cluster: security.protocol, ssl.*, "
                         "sasl.* (Kafka's or librdkafka's names; docs/security.md)")

@@ -12,7 +12,8 @@ cluster to a target cluster.
   directory (and optionally committed to a source group): a crash and restart lose nothing and
   write again at most what was acknowledged after the last checkpoint plus what was in flight.
 - Source partition p goes to target partition p of the (renamed) target topic; a target topic
-  with fewer partitions is refused.  Several source topics may go to one target topic (a merge,
+  with fewer partitions is refused, a missing one created with the source's partition count and
+  topic configs (mirror/_topics.py) unless `create_topics` is off.  Several source topics may go to one target topic (a merge,
   also `--topics a,b --rename a:b`): each batch carries its source partition, whose position
   its acknowledgement moves.  `until_caught_up` ends once everything that was in the
   source at start is acknowledged.
@@ -34,6 +35,8 @@ from kafkacodec.consumer._forms import FetchedPartition
 from kafkacodec.net.loop import Loop
 from kafkacodec.mirror._checkpoint import Checkpoint, CheckpointDamagedError
 from kafkacodec.mirror._producer import IdempotentProducer, Item
+from kafkacodec.mirror._topics import create_topics, source_configs
+from kafkacodec.protocol.api import Error
 
 __all__ = ["Mirror", "MirrorConfig", "MirrorError", "TARGET_RING_BYTES"]
 
@@ -69,6 +72,7 @@ class MirrorConfig:
     source_security: Any = None
     target_security: Any = None
     client_id: str = "kafkacodec-mirror"
+    create_topics: bool = True           # missing target topics are created (MirrorMaker 2 does)
 
 
 class Mirror:
@@ -112,6 +116,11 @@ class Mirror:
                               loop=loop, priority=True, name="target", security=cfg.target_security)
         counts = {topic: self.consumer.partitions_for(topic) for topic in cfg.topics}
         targets = [self.target_topic(t) for t in cfg.topics]
+        self.target.refresh_metadata(targets)
+        missing = [t for t in cfg.topics
+                   if self.target.topic_errors.get(self.target_topic(t)) == Error.UNKNOWN_TOPIC_OR_PARTITION]
+        if missing and cfg.create_topics:
+            self._create_target_topics(missing, counts)
         for attempt in range(12):
             # a topic just created may take a moment to reach every broker's metadata
             self.target.refresh_metadata(targets)
@@ -124,7 +133,8 @@ class Mirror:
             if code:
                 raise MirrorError(f"target topic {name!r} is not available on {cfg.target} "
                                   f"(error {code}): create it with at least {counts[topic]} "
-                                  f"partitions")
+                                  f"partitions" + ("" if cfg.create_topics else
+                                                   ", or leave out --no-create-topics"))
             have = self.target.partition_counts[name]
             if have < counts[topic]:
                 raise MirrorError(f"target topic {name!r} has {have} partitions, fewer than the "
@@ -156,6 +166,24 @@ class Mirror:
             from kafkacodec.mirror._metrics import start_metrics_server
 
             self._metrics_server, self.metrics_port = start_metrics_server(self, cfg.metrics_listen)
+
+    def _create_target_topics(self, topics: list[str], counts: dict[str, int]) -> None:
+        """The missing target topics, as MirrorMaker 2 creates them (mirror/_topics.py)."""
+        assert self.consumer is not None and self.target is not None
+        cfg = self.config
+        configs = source_configs(self.consumer.cluster, topics, cfg.client_id)
+        wanted = {self.target_topic(t): (counts[t], (configs or {}).get(t, {})) for t in topics}
+        try:
+            create_topics(self.target, wanted, cfg.client_id, int(cfg.request_timeout * 1000))
+        except BrokerError as exc:
+            partitions = wanted[exc.topic][0] if exc.topic in wanted else max(counts.values())
+            raise MirrorError(f"{exc} on {cfg.target}: create it with at least {partitions} "
+                              "partitions, or allow the mirror to (CREATE on the topic)") from None
+        for name, (partitions, copied) in wanted.items():
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(copied.items())) or "none set on the source"
+            print(f"kafkacodec mirror: created target topic {name!r} with {partitions} partitions; "
+                  f"configs {shown if configs is not None else 'not copied (the source cannot describe them)'}",
+                  file=sys.stderr)
 
     # -- the flow of batches -------------------------------------------------------------------
     def _take(self, part: FetchedPartition) -> None:

@@ -36,6 +36,8 @@ __all__ = [
     "offset_commit_request",
     "offset_fetch_request",
     "init_producer_id_request",
+    "describe_configs_request",
+    "create_topics_request",
     "sasl_handshake_request",
     "sasl_authenticate_request",
     "request_encoder",
@@ -47,7 +49,11 @@ __all__ = [
 MAX_VERSIONS: dict[int, int] = {
     ApiKey.LIST_OFFSETS: 7, ApiKey.OFFSET_COMMIT: 9, ApiKey.OFFSET_FETCH: 7,
     ApiKey.FIND_COORDINATOR: 3, ApiKey.INIT_PRODUCER_ID: 4,
+    ApiKey.DESCRIBE_CONFIGS: 4, ApiKey.CREATE_TOPICS: 7,
     ApiKey.SASL_HANDSHAKE: 1, ApiKey.SASL_AUTHENTICATE: 2}
+
+#: DescribeConfigs resource type of a topic (Kafka's ConfigResource.Type.TOPIC).
+TOPIC_RESOURCE = 2
 
 #: ListOffsets timestamps (Kafka's ListOffsetsRequest.EARLIEST_TIMESTAMP / LATEST_TIMESTAMP).
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
@@ -136,6 +142,25 @@ def init_producer_id_request(transactional_id: str | None = None, *,
     return Outgoing(messages.INIT_PRODUCER_ID_REQUEST, {
         "transactional_id": transactional_id, "transaction_timeout_ms": transaction_timeout_ms,
         "producer_id": -1, "producer_epoch": -1})
+
+
+def describe_configs_request(topics: Iterable[str]) -> Outgoing:
+    """DescribeConfigs (v1+) of every config of these topics, without synonyms."""
+    return Outgoing(messages.DESCRIBE_CONFIGS_REQUEST, {
+        "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": t, "configuration_keys": None}
+                      for t in topics],
+        "include_synonyms": False, "include_documentation": False})
+
+
+def create_topics_request(topics: Mapping[str, tuple[int, Mapping[str, str]]], *,
+                          timeout_ms: int = 30000) -> Outgoing:
+    """CreateTopics for {name: (partitions, configs)}, with the cluster's default replication
+    factor (-1: KIP-464, v4+)."""
+    return Outgoing(messages.CREATE_TOPICS_REQUEST, {
+        "topics": [{"name": name, "num_partitions": partitions, "replication_factor": -1,
+                    "assignments": [], "configs": [{"name": k, "value": v} for k, v in configs.items()]}
+                   for name, (partitions, configs) in topics.items()],
+        "timeout_ms": timeout_ms, "validate_only": False})
 
 
 def sasl_handshake_request(mechanism: str) -> Outgoing:

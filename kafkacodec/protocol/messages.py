@@ -342,6 +342,29 @@ CREATE_PARTITIONS_RESPONSE = Message("CreatePartitionsResponse", ApiKey.CREATE_P
 ])
 
 # --- SASL (KIP-43, KIP-152): SaslHandshake (17), then SaslAuthenticate (36) ---------------------
+# --- DescribeConfigs (32, v1+): the mirror copies a source topic's configs to a topic it creates
+DESCRIBE_CONFIGS_REQUEST = Message("DescribeConfigsRequest", ApiKey.DESCRIBE_CONFIGS, "1-4", "4+", [
+    array("resources", [f("resource_type", INT8), f("resource_name", STRING),
+                        array("configuration_keys", STRING, nullable="0+")]),
+    f("include_synonyms", BOOL, "1+"),
+    f("include_documentation", BOOL, "3+"),
+])
+DESCRIBE_CONFIGS_RESPONSE = Message("DescribeConfigsResponse", ApiKey.DESCRIBE_CONFIGS, "1-4", "4+", [
+    f("throttle_time_ms", INT32),
+    array("results", [
+        f("error_code", INT16), f("error_message", STRING, nullable="0+"),
+        f("resource_type", INT8), f("resource_name", STRING),
+        array("configs", [
+            f("name", STRING), f("value", STRING, nullable="0+"), f("read_only", BOOL),
+            f("config_source", INT8, "1+", default=-1),
+            f("is_sensitive", BOOL),
+            array("synonyms", [f("name", STRING, "1+"), f("value", STRING, "1+", nullable="0+"),
+                               f("source", INT8, "1+")], "1+"),
+            f("config_type", INT8, "3+"),
+            f("documentation", STRING, "3+", nullable="0+"),
+        ]),
+    ]),
+])
 SASL_HANDSHAKE_REQUEST = Message("SaslHandshakeRequest", ApiKey.SASL_HANDSHAKE, "0-1", "none", [
     f("mechanism", STRING),
 ])
@@ -369,6 +392,7 @@ _PAIRS = (
     (DELETE_TOPICS_REQUEST, DELETE_TOPICS_RESPONSE), (DELETE_RECORDS_REQUEST, DELETE_RECORDS_RESPONSE),
     (INIT_PRODUCER_ID_REQUEST, INIT_PRODUCER_ID_RESPONSE),
     (CREATE_PARTITIONS_REQUEST, CREATE_PARTITIONS_RESPONSE),
+    (DESCRIBE_CONFIGS_REQUEST, DESCRIBE_CONFIGS_RESPONSE),
     (SASL_HANDSHAKE_REQUEST, SASL_HANDSHAKE_RESPONSE),
     (SASL_AUTHENTICATE_REQUEST, SASL_AUTHENTICATE_RESPONSE))
 REQUESTS: dict[int, Message] = {request.api_key: request for request, _ in _PAIRS}  # type: ignore[misc]
