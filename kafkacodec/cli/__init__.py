@@ -13,7 +13,6 @@ the documented exit code."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
@@ -41,7 +40,7 @@ def _version() -> str:
     return f"kafkacodec {kafkacodec.__version__} ({core}, Python {platform.python_version()}, {where})"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     p = Parser(
         prog="kafkacodec", formatter_class=FORMATTER,
         description="Read, check, convert and serve Kafka log segments (v0/v1 messages, v2 batches); mirror topics between clusters.",
@@ -65,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; every failure becomes one `kafkacodec: error:` line on stderr and the
     exit code of EXIT_CODES (argparse exits 2 itself on bad arguments)."""
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_command_line(argv)
     return run_reporting_errors(args.command, lambda: int(args.run(args)))
 
 

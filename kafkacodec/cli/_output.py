@@ -7,6 +7,7 @@ import difflib
 import json
 import re
 import sys
+from collections.abc import Sequence
 from typing import Any, Callable
 
 __all__ = ["emit_json", "count_arg", "size_arg", "FORMATTER", "Parser"]
@@ -25,8 +26,9 @@ class Parser(argparse.ArgumentParser):
             message += _did_you_mean(wrong.group(1), choices)
         super().error(message)
 
-    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
-        parsed, extras = self.parse_known_args(args, namespace)
+    def parse_command_line(self, args: Sequence[str] | None = None) -> argparse.Namespace:
+        """parse_args(), with arguments left over reported by the subcommand that got them."""
+        parsed, extras = self.parse_known_args(args)
         if extras:
             chosen = self._chosen_subcommand(parsed)
             flags = [o for a in chosen._actions for o in a.option_strings]
