@@ -23,7 +23,7 @@ from kafkacodec import Compression, MemoryRecordsBuilder
 
 RESULTS: dict[str, dict[str, float]] = {}
 
-RECORDS = 100_000
+RECORDS = int(os.environ.get("KC_BENCH_RECORDS", "100000"))   # bench/gate.py: fewer
 PER_BATCH = 1_000
 TIMESTAMP = 1_700_000_000_000
 IMPLS = ["kafkacodec", "kafkacodec-append_many", "aiokafka", "kafka-python"]

@@ -25,11 +25,20 @@ from kafkacodec import MemoryRecords
 from kafkacodec import _crc
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-RECORDS = 100_000
+RECORDS = int(os.environ.get("KC_BENCH_RECORDS", "100000"))   # bench/gate.py: fewer
 PER_BATCH = 1_000
 SHALLOW_MB = int(os.environ.get("KAFKACODEC_BENCH_SHALLOW_MB", "256"))
 RESULTS = {}          # group -> {library: (min seconds, median seconds)}
 SHALLOW_BYTES = []
+SLOWDOWN = int(os.environ.get("KC_BENCH_SLOWDOWN", "1"))   # kafkacodec's work done N times a round
+
+
+def _slowed(fn, times):
+    def run(*args):
+        for _ in range(times - 1):
+            fn(*args)
+        return fn(*args)
+    return run
 
 
 def _payloads(n, seed=7):
@@ -109,6 +118,8 @@ DECODERS = {
 
 def _run(benchmark, group, library, fn, *args, rounds=15):
     benchmark.group = group
+    if library == "kafkacodec" and SLOWDOWN > 1:          # bench/gate.py --slow-down: the gate's proof
+        fn = _slowed(fn, SLOWDOWN)
     benchmark.extra_info["library"] = library
     result = benchmark.pedantic(fn, args=args, rounds=rounds if library != "kafka-python" else 3,
                                 iterations=1, warmup_rounds=1 if library != "kafka-python" else 0)
@@ -157,7 +168,7 @@ def v2_logs():
 @pytest.mark.parametrize("library", list(DECODERS))
 @pytest.mark.parametrize("codec", list(CODECS))
 def test_decode_v2(benchmark, v2_logs, codec, library):
-    n = _run(benchmark, f"decode v2 100k records {codec}", library, DECODERS[library],
+    n = _run(benchmark, f"decode v2 {RECORDS // 1000}k records {codec}", library, DECODERS[library],
              v2_logs[codec])
     assert n == RECORDS
 
@@ -174,7 +185,7 @@ def legacy_logs():
 @pytest.mark.parametrize("codec", ["none", "gzip"])
 @pytest.mark.parametrize("magic", [1, 0])
 def test_decode_legacy(benchmark, legacy_logs, magic, codec, library):
-    n = _run(benchmark, f"decode v{magic} 100k records {codec}", library, DECODERS[library],
+    n = _run(benchmark, f"decode v{magic} {RECORDS // 1000}k records {codec}", library, DECODERS[library],
              legacy_logs[magic, codec])
     assert n == RECORDS
 
