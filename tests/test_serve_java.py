@@ -69,6 +69,27 @@ def test_java_consumer_reads_every_record_through_a_group(java, server, log_dir)
         assert stored[(topic, partition)].offset >= rows[-1][0] + 1
 
 
+def test_a_2_0_java_consumer_reads_zstd_batches_rebuilt_and_kafkas_refusal_stops_it(log_dir, tmp_path):
+    """Kafka's Java consumer 2.0.1 speaks Fetch v8, which cannot carry zstd (KIP-110): on
+    `mixed` (zstd batches among the others) it gets every record by default (the zstd batches
+    rebuilt with gzip, still v2); with zstd_codec=None it gets Kafka's answer,
+    UNSUPPORTED_COMPRESSION_TYPE (76), a code 2.0 does not know: it logs it and stays stuck."""
+    cp = java_consumer_classpath("2.0.1")
+    if cp is None:
+        pytest.skip("needs java, javac and Maven (kafka-clients 2.0.1)")
+    compile_java_driver(tmp_path, cp)
+    want = expected(log_dir, {"mixed": 2})
+    with Server([str(log_dir)], listen=("127.0.0.1", 0)) as srv:
+        assert java_read(cp, tmp_path, f"127.0.0.1:{srv.port}", want) == want
+        versions = {s.labels["version"] for mm in srv.metrics.registry.collect() for s in mm.samples
+                    if s.name == "kafka_network_requestmetrics_requests_total" and s.labels["request"] == "Fetch"}
+        assert versions == {"8"}
+    with Server([str(log_dir)], listen=("127.0.0.1", 0), zstd_codec=None) as srv:
+        with pytest.raises(AssertionError, match="Unexpected error code: 76") as stopped:
+            java_read(cp, tmp_path, f"127.0.0.1:{srv.port}", want, timeout=10)
+        assert "timed out" in str(stopped.value)          # stuck at the first zstd batch, as on Kafka
+
+
 # --- the same log directory served by Kafka 3.9.1 ------------------------------------------------
 TOPICS = ("cmp-plain", "cmp-codecs", "cmp-zstd", "cmp-txn")
 

@@ -9,7 +9,10 @@ partition with data gets its whole first batch even when larger (KIP-74), for ev
 partition whose first batch does not fit what is left sends nothing rather than a partial batch
 (clients fail on a partition holding only a partial batch).
 
-Fetch v4+ gets the stored bytes as they are: a byte range of the segment, sent with sendfile.
+Fetch v4+ gets the stored bytes as they are: a byte range of the segment, sent with sendfile;
+Fetch v4-v9, which cannot carry zstd, gets a range holding zstd batches with those rebuilt with
+`zstd_codec` (still v2, kafkacodec._recompress), or UNSUPPORTED_COMPRESSION_TYPE as Kafka answers
+when that is None.
 Fetch v0-3 gets them lazily down-converted (magic 0 for v0-1, magic 1 for v2-3) with KIP-283's
 framing (LazyDownConvertRecords), every conversion's memory from one pool
 (`max_conversion_memory`).  When the pool cannot hold a partition's first chunk, the partition
@@ -32,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from kafkacodec.errors import (FileTruncatedError, KafkaCodecError, RecordTooLargeError,
                                UnsupportedCompressionError, UnsupportedVersionError)
+from kafkacodec._recompress import recompress_zstd
+from kafkacodec._types import Compression
 from kafkacodec.lazy import LazyDownConvertRecords
 from kafkacodec.protocol._fetch_server import FetchRequest, encode_fetch_response
 from kafkacodec.protocol.api import Error
@@ -51,6 +56,8 @@ log = logging.getLogger("kafkacodec.serve")
 #: below this (Fetch v0-2 have no max_bytes), the rest of the response (headers, names, aborted
 #: transaction lists) in the reserve below it.
 MAX_ANSWER_BYTES = (1 << 31) - 1 - (16 << 20)
+#: The first Fetch version that may carry zstd batches (KIP-110); older ones get them rebuilt.
+ZSTD_FETCH_VERSION = 10
 
 
 @dataclass
@@ -271,8 +278,18 @@ class FetchHandler:
             found = part.read(offset, max_bytes, first, upper)
             if found is None or (not first and found.size < found.first_size):
                 return
-            answer.piece = _stored_piece(found, self.server.metrics.bytes_out_counter(part.topic))
-            answer.size = found.size
+            rebuilt = b""
+            if fetch.api_version < ZSTD_FETCH_VERSION:
+                error, rebuilt = self._without_zstd(found, part, fetch.api_version)
+                if error:
+                    answer.error = error
+                    return
+            counter = self.server.metrics.bytes_out_counter(part.topic)
+            if rebuilt:
+                counter(len(rebuilt))
+                answer.piece, answer.size = BytesPiece(memoryview(rebuilt)), len(rebuilt)
+            else:
+                answer.piece, answer.size = _stored_piece(found, counter), found.size
             if committed:
                 end = self._end_offset(found)
                 answer.aborted = part.aborted_between(offset, end)
@@ -326,6 +343,27 @@ class FetchHandler:
             if committed:
                 answer.aborted = part.aborted_between(offset, self._end_offset(found))
             return
+
+    def _without_zstd(self, found: Any, part: Any, version: int) -> tuple[int, bytes]:
+        """Fetch v4-v9 cannot carry zstd (KIP-110): (0, the range with its zstd batches rebuilt
+        with zstd_codec, v2 kept: kafkacodec._recompress), (0, b"") when it has none (sent as
+        stored), or (error, b""): UNSUPPORTED_COMPRESSION_TYPE with zstd_codec None (Kafka's
+        answer), a storage error when the range cannot be read."""
+        assert found.segment.records is not None
+        records = found.segment.records.slice(found.position, found.size)
+        codec = self.server.config.zstd_codec
+        try:
+            if codec is None:
+                zstd = any(b.compression == Compression.ZSTD for b in records.batches())
+                return (Error.UNSUPPORTED_COMPRESSION_TYPE if zstd else 0), b""
+            rebuilt = recompress_zstd(records, codec)
+        except FileTruncatedError:
+            raise
+        except KafkaCodecError as exc:
+            log.warning("cannot recompress %s-%d at position %d: %s", part.topic, part.index,
+                        found.position, exc)
+            return (Error.KAFKA_STORAGE_ERROR if version >= 6 else Error.NOT_LEADER_OR_FOLLOWER), b""
+        return 0, rebuilt or b""
 
     @staticmethod
     def _end_offset(found: Any) -> int:
