@@ -170,6 +170,48 @@ def test_zstd_recompressed_for_old_clients(tmp_path, codec):
         assert attributes & 0x07 == {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3}[codec]
 
 
+@pytest.mark.parametrize("zstd_codec", ["gzip", "lz4", None])
+def test_fetch_below_v10_gets_zstd_batches_rebuilt_as_v2(tmp_path, zstd_codec):
+    """Fetch v4-v9 cannot carry zstd (KIP-110): the zstd batch comes back as a v2 batch with the
+    configured codec, its producer state, offsets (a compaction gap too), timestamps and
+    headers kept, the others byte for byte (kafka-python reads them all); None answers
+    UNSUPPORTED_COMPRESSION_TYPE (76) as Kafka; Fetch v10+ gets the stored bytes."""
+    from blocking_client import BlockingClient
+    from kafka.record.memory_records import MemoryRecords as KafkaPythonRecords
+
+    zstd = MemoryRecordsBuilder(magic=2, compression="zstd", base_offset=3, producer_id=41, producer_epoch=2,
+                                base_sequence=3, partition_leader_epoch=5)
+    for i, offset in enumerate([3, 4, 6]):                     # offset 5 compacted away
+        zstd.append_with_offset(offset, 1_700_000_000_100 + i, b"z%d" % offset, b"zstd %d" % offset,
+                                [("h", b"%d" % i)])
+    batches = [v2(0, 3), zstd.build(), v2(7, 2, "lz4")]
+    write_partition(tmp_path, "z", batches)
+    with Server([str(tmp_path)], listen=("127.0.0.1", 0), zstd_codec=zstd_codec) as srv, \
+            BlockingClient("127.0.0.1", srv.port) as client:
+        def fetch(version):
+            return client.fetch([("z", [(0, 0, 1 << 20)])], api_version=version,
+                                max_wait_ms=0).responses[0].partitions[0]
+
+        assert bytes(fetch(10).records) == b"".join(batches)
+        for version in (4, 9):
+            part = fetch(version)
+            if zstd_codec is None:
+                assert part.error_code == 76 and not bytes(part.records or b"")
+                continue
+            data = bytes(part.records)
+            assert part.error_code == 0 and data.startswith(batches[0]) and data.endswith(batches[2])
+            records = KafkaPythonRecords(data)
+            got = []
+            while (batch := records.next_batch()) is not None:
+                got += [(batch.compression_type, batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                         r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch]
+            rebuilt = [g for g in got if g[6] and g[6].startswith(b"z")]
+            codec_id = {"gzip": 1, "lz4": 3}[zstd_codec]
+            assert rebuilt == [(codec_id, 41, 2, 3, offset, 1_700_000_000_100 + i, b"z%d" % offset,
+                                b"zstd %d" % offset, [("h", b"%d" % i)]) for i, offset in enumerate([3, 4, 6])]
+            assert [g[4] for g in got] == [0, 1, 2, 3, 4, 6, 7, 8]
+
+
 def test_downconversion_switches(tmp_path, log_dir):
     """message.downconversion.enable: off answers UNSUPPORTED_VERSION (35) to a fetch that needs
     conversion; data already old enough passes; per topic over the server default."""
