@@ -14,8 +14,9 @@
 # through ASan too, so an overrun into a bytes object is caught. Leak detection is off here
 # (CPython keeps memory until exit; tests/test_leaks.py covers leaks). Spark tests are skipped:
 # the JVM does not run with the ASan runtime preloaded; so are the `tooling` tests (mypy, stubtest,
-# pdoc) and the `broker` tests (a real Kafka broker, Kafka's Java tools and clients): minutes under
-# ASan, for code paths the rest of the suite drives there too; the installed run has them. Linux only (macOS: DYLD_INSERT_LIBRARIES
+# pdoc), the `broker` tests (a real Kafka broker, Kafka's Java tools and clients) and the `service`
+# tests (servers over sockets: deadlines, TLS, SASL, groups): minutes under ASan, for code paths
+# the rest of the suite drives there too; the installed run has them. Linux only (macOS: DYLD_INSERT_LIBRARIES
 # with clang's runtime; not scripted).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,7 +77,7 @@ run() {
 
 status=0
 if [ "$FUZZ_ONLY" = 0 ]; then
-  (cd "$OUT" && run "$PY" -m pytest "$ROOT/tests" -q -p no:cacheprovider -m "not spark and not tooling and not broker and not soak" \
+  (cd "$OUT" && run "$PY" -m pytest "$ROOT/tests" -q -p no:cacheprovider -m "not spark and not tooling and not broker and not soak and not service" \
       --rootdir "$ROOT" -c "$ROOT/pyproject.toml" "${PYTEST_ARGS[@]}") || status=$?
 fi
 "$PY" -c "import kafka" 2>/dev/null && run "$PY" fuzz/make_corpus.py > /dev/null

@@ -22,10 +22,22 @@ BROKER_FIXTURES = {"kafka_broker", "kafka_broker_39", "kafka_broker_secured",
                    "kafka_pool"}     # kafka_pool: Kafka's own pool in a JVM
 
 
+#: Modules that test services over sockets (deadlines, limits, TLS, SASL, groups, the gateway,
+#: the mirror process): their time is waits and Python, the compiled paths they cross are
+#: driven in-process by the rest of the suite and the fuzz harnesses.  Left out under ASan.
+SERVICE_MODULES = {"test_serve_upstream", "test_serve_security", "test_serve_limits", "test_serve_groups",
+                   "test_serve_live", "test_mirror_e2e", "test_mirror_process", "test_state_files",
+                   "test_net_tls", "test_net_sasl", "test_net_loop", "test_net_users", "test_net_acl",
+                   "test_net_properties", "test_soak"}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.broker)
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__.rsplit(".", 1)[-1] in SERVICE_MODULES:
+            item.add_marker(pytest.mark.service)
 
 
 @pytest.fixture(scope="session", autouse=True)

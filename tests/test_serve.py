@@ -513,6 +513,8 @@ def test_list_offsets_by_time_agrees_with_the_logdir_reader_despite_a_lying_time
     lie_in_time_index(segment, lie)
     if index != "valid":
         lie_in_index(segment, index)
+    if os.environ.get("KAFKACODEC_SANITIZED") == "1":   # every 5th under ASan: the same C paths,
+        targets = targets[::5]                          # a fifth of the Python time
     with Server([str(root)], listen=("127.0.0.1", 0)) as srv:
         for target in targets:
             want = min((o for t, o in stamps if t >= target), default=-1)       # Kafka's rule, by brute force
