@@ -15,9 +15,10 @@ MIRROR_EXIT_CODES = """exit codes:
   0  done (--until-caught-up) or stopped by SIGTERM/SIGINT after a final checkpoint
   1  the target refused a batch (or source data was corrupt): nothing past the last
      acknowledged batch is checkpointed, a restart continues there
-  2  bad arguments or a configuration the mirror refuses: a target topic it may not or
-     cannot create (--no-create-topics), a target topic with fewer partitions than its source, a --state-dir of other clusters, a
-     damaged checkpoint with no earlier good one and no --start (it is moved aside)
+  2  bad arguments or a configuration the mirror refuses: a missing target topic it may
+     not (--no-create-topics) or cannot create, a target topic with fewer partitions than
+     its source, a --state-dir of other clusters, a damaged checkpoint with no earlier
+     good one and no --start (it is moved aside)
   3  a cluster could not be reached, or the state directory could not be written
   4  optional part missing: pip install "kafkacodec[mirror]\""""
 

@@ -352,10 +352,17 @@ class FetchHandler:
         assert found.segment.records is not None
         records = found.segment.records.slice(found.position, found.size)
         codec = self.server.config.zstd_codec
+        try:                                  # the entry headers, walked in C
+            zstd = bool((records.index(check_crc=False)["compression"] == Compression.ZSTD).any())
+        except FileTruncatedError:
+            raise
+        except KafkaCodecError:               # damage: the stored bytes, as Kafka sends them
+            return 0, b""
+        if not zstd:
+            return 0, b""
+        if codec is None:
+            return Error.UNSUPPORTED_COMPRESSION_TYPE, b""
         try:
-            if codec is None:
-                zstd = any(b.compression == Compression.ZSTD for b in records.batches())
-                return (Error.UNSUPPORTED_COMPRESSION_TYPE if zstd else 0), b""
             rebuilt = recompress_zstd(records, codec)
         except FileTruncatedError:
             raise
