@@ -3,7 +3,7 @@ at memory speed by a typed Cython core."""
 
 try:
     from kafkacodec import _crc
-except ImportError as exc:    # the compiled core is absent: say where and what to do, once
+except ImportError:    # the compiled core is absent: say where and what to do, once
     import importlib.util as _util
     if _util.find_spec("kafkacodec._crc") is not None:
         raise

@@ -475,3 +475,38 @@ def test_the_producer_acks_retries_or_stops_by_the_error_code(code, outcome):
     else:
         assert isinstance(producer.fatal, BrokerError) and producer.fatal.error_code == code
         assert not tp.pending
+
+
+def test_the_producer_sends_one_batch_of_a_partition_until_its_first_is_acknowledged():
+    """A broker takes any first sequence from a producer it has no state for (Kafka 4.1 took
+    sequence 10 after sequence 0 failed with NOT_LEADER_OR_FOLLOWER on a topic just created,
+    then refused 0 as OUT_OF_ORDER): until one batch of a partition is acknowledged, one is in
+    flight; then up to max_in_flight.  And an acknowledgement is never reported past a batch
+    waiting to be sent again (the checkpoint must not skip it)."""
+    from types import SimpleNamespace
+
+    from kafkacodec.mirror._producer import IdempotentProducer, Item
+
+    sent = []
+    cluster = SimpleNamespace(metadata_stale=False, leaders={("t", 0): 1}, request_timeout=30.0,
+                              available=lambda node, now: True,
+                              send=lambda node, request: sent.append(request))
+    acked = []
+    producer = IdempotentProducer(cluster, on_acked=lambda item: acked.append(item.source_next))
+    items = []
+    for n in range(4):
+        item = Item(SimpleNamespace(base_offset=10 * n, offset=10 * n + 9, record_count=10, value=b"x"),
+                    ("s", 0), 10 * n + 10)
+        items.append(item)
+        producer.enqueue("t", 0, item)
+    tp = producer.partition("t", 0)
+    producer.send_ready()
+    assert [i.sequence for i in tp.in_flight] == [0] and len(sent) == 1
+    producer._ack(tp, items[0])
+    assert acked == [10]
+    producer.send_ready()
+    assert [i.sequence for i in tp.in_flight] == [10, 20, 30] and len(sent) == 4
+    producer._fail(tp, items[1], "error 6")            # NOT_LEADER_OR_FOLLOWER
+    producer._ack(tp, items[2])                        # a broker that took its successor anyway
+    producer._ack(tp, items[3])
+    assert acked == [10], "reported past the batch waiting to be sent again"

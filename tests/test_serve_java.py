@@ -173,11 +173,16 @@ def test_down_converted_bytes_are_kafkas(kafka_and_copy, version, max_bytes):
         assert a and b and a[:len(b)] == b[:len(a)]
 
 
-def test_zstd_gets_the_same_error(kafka_and_copy):
-    broker, ours, _ = kafka_and_copy
-    for version in (1, 3):
-        assert old_fetch(broker.port, version, "cmp-zstd", 0, 0)[0] == 76
-        assert old_fetch(ours.port, version, "cmp-zstd", 0, 0)[0] == 76
+def test_zstd_gets_the_same_error_with_refuse_and_the_records_by_default(kafka_and_copy):
+    """zstd_codec=None (`--zstd-downconvert-codec refuse`) answers old fetches as Kafka 3.9 does
+    (UNSUPPORTED_COMPRESSION_TYPE, 76); the default rebuilds the zstd batch with gzip."""
+    broker, ours, copy = kafka_and_copy
+    with Server([str(copy)], listen=("127.0.0.1", 0), zstd_codec=None) as refusing:
+        for version in (1, 3):
+            assert old_fetch(broker.port, version, "cmp-zstd", 0, 0)[0] == 76
+            assert old_fetch(refusing.port, version, "cmp-zstd", 0, 0)[0] == 76
+            error, _, data = old_fetch(ours.port, version, "cmp-zstd", 0, 0)
+            assert error == 0 and [r[0] for r in records_of(data)][:1] == [0]
 
 
 def test_a_fetch_at_a_closing_marker_gets_no_lone_stub(kafka_and_copy):

@@ -71,7 +71,7 @@ class Item:
 
 class _TargetPartition:
     __slots__ = ("topic", "partition", "pending", "in_flight", "next_sequence", "failed",
-                 "backoff_until", "failures")
+                 "backoff_until", "failures", "confirmed")
 
     def __init__(self, topic: str, partition: int):
         self.topic = topic
@@ -82,6 +82,10 @@ class _TargetPartition:
         self.failed = False                      # resend once nothing is in flight
         self.backoff_until = 0.0
         self.failures = 0
+        # a broker takes any first sequence from a producer it has no state for: until one
+        # batch of the partition is acknowledged, one at a time (Java's producer waits for its
+        # first in-flight sequence alike), or a failed first batch would land after its successors
+        self.confirmed = False
 
 
 class IdempotentProducer:
@@ -187,7 +191,7 @@ class IdempotentProducer:
                 if tp.in_flight:
                     continue                     # wait for every later batch to answer
                 tp.failed = False
-            if len(tp.in_flight) >= self.max_in_flight:
+            if len(tp.in_flight) >= self._window(tp):
                 continue
             leader = self.cluster.leaders.get((tp.topic, tp.partition))
             if leader is None:
@@ -202,7 +206,7 @@ class IdempotentProducer:
                 rest = []
                 for tp in ready:
                     items: list[Item] = []
-                    room = self.max_in_flight - len(tp.in_flight)
+                    room = self._window(tp) - len(tp.in_flight)
                     while tp.pending and room > 0 and (not items or self.multi_batch):
                         item = tp.pending[0]
                         n = item.size or len(item.batch.value)
@@ -214,11 +218,15 @@ class IdempotentProducer:
                         room -= 1
                     if items:
                         chosen.append((tp, items))
-                    if tp.pending and len(tp.in_flight) + len(items) < self.max_in_flight:
+                    if tp.pending and len(tp.in_flight) + len(items) < self._window(tp):
                         rest.append(tp)
                 ready = rest if chosen else []
                 if chosen:
                     self._send(node, chosen)
+
+    def _window(self, tp: _TargetPartition) -> int:
+        """Batches the partition may have in flight: one until its first is acknowledged."""
+        return self.max_in_flight if tp.confirmed else 1
 
     def _send(self, node: int, chosen: list[tuple[_TargetPartition, list[Item]]]) -> None:
         topics: dict[str, list[tuple[int, list[tuple[Any, int, int, int]]]]] = {}
@@ -288,11 +296,16 @@ class IdempotentProducer:
 
     def _ack(self, tp: _TargetPartition, item: Item) -> None:
         item.acked = True
+        tp.confirmed = True
         tp.failures = 0
         self.batches_acked += 1
         self.records_acked += item.batch.record_count or 0
-        # acknowledgements are reported in sequence order
-        while tp.in_flight and tp.in_flight[0].acked:
+        # acknowledgements are reported in sequence order: never past a batch waiting to be sent
+        # again (its successors cannot have landed before it; if a broker says they did, the
+        # position stays before it and the run ends on the broker's refusal of it)
+        first_waiting = min((i.serial for i in tp.pending if i.sequence >= 0), default=None)
+        while tp.in_flight and tp.in_flight[0].acked and (
+                first_waiting is None or tp.in_flight[0].serial < first_waiting):
             done = tp.in_flight.popleft()
             done.frame = None
             if self.on_acked is not None:
