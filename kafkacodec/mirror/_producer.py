@@ -7,8 +7,8 @@
   or success with its first offset).
 - One batch per partition per ProduceRequest (real brokers answer INVALID_RECORD to more)
   unless `multi_batch`; acks=all; at most `max_in_flight` batches of a partition unacknowledged
-  (Kafka keeps the last 5 per producer for duplicate detection) and `max_in_flight_requests`
-  requests per broker.
+  (Kafka keeps the last 5 per producer for duplicate detection), one until the partition's
+  first is acknowledged, and `max_in_flight_requests` requests per broker.
 - A failed batch (retriable error, dropped connection, timeout) waits until every later batch of
   its partition has answered, then the unacknowledged ones are sent again in order with their
   sequences (leader moves are followed through Metadata).  Other errors are fatal
