@@ -1,5 +1,5 @@
 """The soak (tests/soak.py) in CI: `kafkacodec serve` over a log directory, and as the gateway
-`serve --upstream` in front of librdkafka's mock cluster, each for SOAK_SECONDS (default 30)
+`serve --upstream` in front of librdkafka's mock cluster, each for SOAK_SECONDS (default 20)
 under good clients and the hostile mix, with a descriptor limit and small pools.  The nightly
 workflow runs them longer (SOAK_SECONDS=1200)."""
 
@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = [pytest.mark.soak, pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")]
 
-SECONDS = float(os.environ.get("SOAK_SECONDS", "30"))
+SECONDS = float(os.environ.get("SOAK_SECONDS", "20"))
 
 
 def assert_held(result):
