@@ -13,10 +13,10 @@ cluster to a target cluster.
   write again at most what was acknowledged after the last checkpoint plus what was in flight.
 - Source partition p goes to target partition p of the (renamed) target topic; a target topic
   with fewer partitions is refused, a missing one created with the source's partition count and
-  topic configs (mirror/_topics.py) unless `create_topics` is off.  Several source topics may go to one target topic (a merge,
-  also `--topics a,b --rename a:b`): each batch carries its source partition, whose position
-  its acknowledgement moves.  `until_caught_up` ends once everything that was in the
-  source at start is acknowledged.
+  topic configs (mirror/_topics.py) unless `create_topics` is off.  Several source topics may
+  go to one target topic (a merge, also `--topics a,b --rename a:b`): each batch carries its
+  source partition, whose position its acknowledgement moves.  `until_caught_up` ends once
+  everything that was in the source at start is acknowledged.
 
 See docs/mirroring.md.
 """

@@ -146,7 +146,10 @@ def _refuse_aborted_input(df: DataFrame) -> None:
     transactions (the sources are found in Spark's analyzed plan, with their options)."""
     from kafkacodec.logdir._read import aborted_transactions
 
-    leaves = df._jdf.queryExecution().analyzed().collectLeaves().iterator()
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:                       # Spark Connect: the plan is not reachable from here
+        return
+    leaves = jdf.queryExecution().analyzed().collectLeaves().iterator()
     while leaves.hasNext():
         leaf = leaves.next()
         if not leaf.getClass().getName().endswith("DataSourceV2Relation") or leaf.table().name() != "kafkalog":
