@@ -784,7 +784,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     for name in live:
         by_kind.setdefault(kind_of(name), []).append(name)
     for kind, members in by_kind.items():
-        share = max(2.0, args.seconds / len(members))
+        share = max(1.0, args.seconds / len(members))      # at least a second of mutation each
         for name in members:
             t0 = time.monotonic()
             runs, findings = _campaign_one(name, engine, share, args)
