@@ -12,7 +12,8 @@ except ImportError:    # the compiled core is absent: say where and what to do, 
         "installed wheel?): build it in place with `pip install -e .`, or run from another "
         "directory") from None
 from kafkacodec._builder import MemoryRecordsBuilder
-from kafkacodec._convert import ConvertedRecords, RecordConversionStats, down_convert
+from kafkacodec._convert import (ConvertedRecords, RecordConversionStats, down_convert, up_convert,
+                                 up_convert_log)
 from kafkacodec._pool import MemoryPool, SimpleMemoryPool
 from kafkacodec._records import FileRecords, MemoryRecords, Record, RecordBatch, Records
 from kafkacodec._ring import ResponseRingBuffer
@@ -27,6 +28,7 @@ from kafkacodec.errors import (
     DataError,
     FileTruncatedError,
     InvalidCrcError,
+    InvalidRecordError,
     KafkaCodecError,
     KafkaTimeoutError,
     LogLayoutError,
@@ -64,6 +66,7 @@ __all__ = [
     "UnsupportedCompressionError",
     "UnsupportedVersionError",
     "RecordTooLargeError",
+    "InvalidRecordError",
     "BufferReleasedError",
     "FileTruncatedError",
     "ConcurrentUseError",
@@ -80,6 +83,8 @@ __all__ = [
     "SimpleMemoryPool",
     "ResponseRingBuffer",
     "down_convert",
+    "up_convert",
+    "up_convert_log",
     "ConvertedRecords",
     "RecordConversionStats",
     "LazyDownConvertRecords",

@@ -1,16 +1,18 @@
-"""Down-conversion core (compiled): the eager loop and the chunk converter used by lazy.py."""
+"""Conversion between magics (compiled): down-conversion (the eager loop and the chunk converter
+used by lazy.py) and up-conversion to v2 batches."""
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, overload
 
 from typing_extensions import Buffer
 
 from kafkacodec._records import MemoryRecords
-from kafkacodec._types import Compression
+from kafkacodec._types import Compression, TimestampType
 from kafkacodec._writer import WriteBuffer
 
 __all__ = ["DownConverter", "RecordConversionStats", "ConvertedRecords", "down_convert",
-           "first_entry_above", "records_buffer", "release_file_pages"]
+           "first_entry_above", "records_buffer", "release_file_pages", "up_convert",
+           "up_convert_log"]
 
 class RecordConversionStats:
     temporary_memory_bytes: int
@@ -51,3 +53,17 @@ class ChunkReader:
     file_backed: bool
     def __init__(self, data: Any, converter: DownConverter, file_backed: bool = False) -> None: ...
     def step(self, max_bytes: int, again: bool = True) -> tuple[Buffer, int, int, int] | None: ...
+
+class UpConverter:
+    def __init__(self) -> None: ...
+
+def up_convert(records: Any, *, base_offset: int = 0, compression: Compression | int | str | None = None,
+               timestamp_type: TimestampType | int = ..., now: int | None = None,
+               timestamp_before_max_ms: int | None = None, timestamp_after_max_ms: int | None = None,
+               compacted: bool = False, partition_leader_epoch: int = -1) -> ConvertedRecords: ...
+@overload
+def up_convert_log(records: Any, *, max_batch_bytes: int = 1048576,
+                   chunk_bytes: None = None) -> ConvertedRecords: ...
+@overload
+def up_convert_log(records: Any, *, max_batch_bytes: int = 1048576,
+                   chunk_bytes: int) -> Iterator[ConvertedRecords]: ...

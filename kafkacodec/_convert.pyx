@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""Down-conversion of record sets to an older magic (Kafka 3.8 RecordsUtil.downConvert).
+"""Conversion of record sets between magics: down to an older one (Kafka 3.8
+RecordsUtil.downConvert) and up from magic 0/1 to v2 batches (Kafka 3.9 LogValidator, toMagic 2).
 
 The loop runs on the format primitives: entries are framed with `next_entry`, v2 records
 parsed in place with `read_v2_record` and re-emitted with `write_legacy_message` straight
@@ -8,24 +9,27 @@ costs one decompression and one compression.  See docs/down-conversion.md and
 spec downconvert.md §2 for the rules implemented here.
 """
 
-from libc.stdint cimport int8_t, int32_t, int64_t, INT64_MIN, INT32_MAX
+from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, INT64_MIN, INT64_MAX, INT32_MAX
 from libc.stdlib cimport free
 from cpython.time cimport monotonic_ns
 
 from kafkacodec._cursor cimport Cursor, cursor_init, load_u32
-from kafkacodec._writer cimport Writer, WriteBuffer, writer_grow, put_bytes
+from kafkacodec._writer cimport Writer, WriteBuffer, writer_grow, put_bytes, reserve
 from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, SIZE_OFFSET,
                                  V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
                                  CONTROL_FLAG, TIMESTAMP_TYPE_MASK, TIMESTAMP_LOG_APPEND,
-                                 NO_TIMESTAMP, CODEC_NONE, CODEC_LZ4, CODEC_ZSTD, wrap_sub, wrap_add)
-from kafkacodec._v2 cimport record_timestamp
+                                 NO_TIMESTAMP, CODEC_NONE, CODEC_LZ4, CODEC_ZSTD, wrap_sub, wrap_add,
+                                 crc_is_valid, compute_crc, MAGIC_OFFSET, LEGACY_CRC_OFFSET,
+                                 LEGACY_ATTRIBUTES_OFFSET, COMPRESSION_MASK, TIMESTAMP_CREATE)
+from kafkacodec._v2 cimport record_timestamp, write_v2_record, write_v2_batch_header
 from kafkacodec._legacy cimport write_legacy_message
 from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
                                walk_step, DataRun, walk_data_begin, walk_data_record,
                                walk_data_end, pin_output, unpin_chunk,
-                               OPEN_NONE, OPEN_COMPRESSED)
-from kafkacodec._legacy cimport begin_legacy_wrapper, end_legacy_wrapper, wrapper_fits
-from kafkacodec._crc cimport kc_crc_init
+                               OPEN_NONE, OPEN_IN_PLACE, OPEN_COMPRESSED, WALK_INNER)
+from kafkacodec._legacy cimport (begin_legacy_wrapper, end_legacy_wrapper, wrapper_fits,
+                                 next_inner_entry)
+from kafkacodec._crc cimport kc_crc_init, kc_crc32
 from kafkacodec._compression cimport (Decompressor, _Chunk, thread_decompressor, compress_into,
                                       LEVEL_DEFAULT, RETAINED_CHUNK, DEFAULT_MAX_DECOMPRESSED)
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
@@ -35,9 +39,12 @@ from kafkacodec._mapguard cimport check_read
 cdef extern from "kc_inline.h":
     pass
 
+import time
+
 from kafkacodec._records import MemoryRecords
-from kafkacodec._types import recompress_codec_id
-from kafkacodec.errors import (CorruptRecordError, KafkaCodecError, RecordTooLargeError,
+from kafkacodec._types import TimestampType, compression_of, recompress_codec_id
+from kafkacodec.errors import (CorruptRecordError, InvalidCrcError, InvalidRecordError,
+                               KafkaCodecError, RecordTooLargeError,
                                UnsupportedCompressionError, UnsupportedVersionError)
 
 kc_crc_init()                        # kc_crc.h is header-only: this module's own tables
@@ -56,7 +63,8 @@ def _set_max_wrapper_size(Py_ssize_t size):
     return old
 
 __all__ = ["DownConverter", "RecordConversionStats", "ConvertedRecords", "down_convert",
-           "first_entry_above", "records_buffer", "release_file_pages"]
+           "first_entry_above", "records_buffer", "release_file_pages", "up_convert",
+           "up_convert_log"]
 
 
 class RecordConversionStats:
@@ -658,3 +666,521 @@ def release_file_pages(data):
     cdef const unsigned char[::1] view = records_buffer(data)
     if view.shape[0]:
         kc_release_pages(&view[0], view.shape[0])
+
+
+# --- up-conversion: magic 0/1 messages -> v2 batches -----------------------------------------
+# Two uses, two rule sets (docs/up-conversion.md):
+#   up_convert      a produce request's message set as a Kafka 3.9 broker appends it with
+#                   toMagic 2 (LogValidator: convertAndAssignOffsetsNonCompressed and
+#                   validateMessagesAndAssignOffsetsCompressed -> buildRecordsAndAssignOffsets):
+#                   one v2 batch, offsets assigned from base_offset, the topic's timestamp type.
+#   up_convert_log  a log's entries with their offsets and timestamps kept: each compressed
+#                   wrapper one batch (same codec), runs of uncompressed messages one batch,
+#                   v2 batches copied.
+
+cdef enum:
+    ERROR_UNKNOWN = -1               # Kafka's Errors codes an append refusal carries
+    ERROR_INVALID_TIMESTAMP = 32
+    ERROR_INVALID_RECORD = 87
+    RECORD_ERRORS_SHOWN = 3          # Kafka's message lists the first three record errors
+
+
+cdef class UpConverter:
+    """Writes v2 batches (producer id -1, no headers) from the records of magic 0/1 entries:
+    the core of up_convert() and up_convert_log().
+
+    Not for concurrent use (one call at a time: a second call, from another thread or from
+    code run inside the first, raises ConcurrentUseError); a compressed entry is decompressed
+    by the calling thread's Decompressor."""
+
+    cdef WriteBuffer out                 # the converted batches
+    cdef WriteBuffer scratch             # a compressed batch's records before compression
+    cdef Guard guard
+    # the batch being written (open)
+    cdef bint open
+    cdef Py_ssize_t start                # its first byte in out
+    cdef int codec
+    cdef int8_t timestamp_type           # TIMESTAMP_CREATE or TIMESTAMP_LOG_APPEND
+    cdef int64_t log_append_time
+    cdef int32_t leader_epoch
+    cdef int64_t base_offset, last_offset, base_timestamp, max_timestamp
+    cdef int32_t count
+    # stats since the start (RecordConversionStats)
+    cdef int64_t uncompressed_bytes      # MemoryRecordsBuilder.uncompressedBytesWritten
+    cdef int64_t records_converted
+
+    def __cinit__(self):
+        self.out = WriteBuffer()
+        self.scratch = WriteBuffer()
+
+    cdef inline Writer* records(self) noexcept:
+        return &self.out.w if self.codec == CODEC_NONE else &self.scratch.w
+
+    cdef int begin(self, int codec, int8_t timestamp_type, int64_t log_append_time,
+                   int32_t leader_epoch) except -1:
+        self.open = True
+        self.codec = codec
+        self.timestamp_type = timestamp_type
+        self.log_append_time = log_append_time
+        self.leader_epoch = leader_epoch
+        self.count = 0
+        self.max_timestamp = NO_TIMESTAMP
+        self.start = self.out.w.length
+        if codec == CODEC_NONE:
+            reserve(&self.out.w, V2_HEADER_SIZE)     # the header goes in front once known
+        else:
+            self.scratch.w.length = 0
+        return 0
+
+    cdef inline bint fits(self, int64_t offset, const RecordView* v) noexcept:
+        """Whether the record can join the open batch: its offset delta is an int32 and the
+        records stay below the 2 GiB a batch's Size can describe."""
+        cdef Writer* w = self.records()
+        return (self.count == 0 or offset - self.base_offset <= INT32_MAX) and (
+            w.length + (v.rec.key_length if v.rec.key_length > 0 else 0)
+            + (v.rec.value_length if v.rec.value_length > 0 else 0) + 64
+            < <Py_ssize_t>INT32_MAX - V2_HEADER_SIZE)
+
+    cdef int add(self, int64_t offset, int64_t timestamp, const RecordView* v) except -1:
+        """Append a record (MemoryRecordsBuilder.appendWithOffset; fits() checked)."""
+        if self.count == 0:
+            self.base_offset = offset
+            self.base_timestamp = timestamp
+        write_v2_record(self.records(), <int32_t>(offset - self.base_offset),
+                        wrap_sub(timestamp, self.base_timestamp), v.rec.key, v.rec.key_length,
+                        v.rec.value, v.rec.value_length, NULL, 0, 0)
+        self.count += 1
+        self.last_offset = offset
+        if timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+        return 0
+
+    cdef int finish(self) except -1:
+        """Close the open batch: its header (and the compressed records) into out."""
+        cdef BatchHeader h
+        cdef Py_ssize_t start = self.start, n
+        self.open = False
+        if self.count == 0:
+            self.out.w.length = start
+            return 0
+        h.base_offset = self.base_offset
+        h.partition_leader_epoch = self.leader_epoch
+        h.attributes = self.codec
+        if self.timestamp_type == TIMESTAMP_LOG_APPEND:
+            h.attributes |= TIMESTAMP_TYPE_MASK
+        h.last_offset_delta = <int32_t>(self.last_offset - self.base_offset)
+        h.base_timestamp = self.base_timestamp
+        # MemoryRecordsBuilder.writeDefaultBatchHeader: LogAppendTime stamps the batch
+        h.max_timestamp = (self.log_append_time if self.timestamp_type == TIMESTAMP_LOG_APPEND
+                           else self.max_timestamp)
+        h.producer_id = -1
+        h.producer_epoch = -1
+        h.base_sequence = -1
+        h.records_count = self.count
+        if self.codec == CODEC_NONE:
+            self.uncompressed_bytes += self.out.w.length - start
+        else:
+            self.uncompressed_bytes += V2_HEADER_SIZE + self.scratch.w.length
+            start = reserve(&self.out.w, V2_HEADER_SIZE)
+            n = compress_into(&self.out.w, self.codec, 2, self.scratch.w.buf,
+                              self.scratch.w.length, LEVEL_DEFAULT)
+            if n > <Py_ssize_t>INT32_MAX - V2_HEADER_SIZE:
+                raise RecordTooLargeError("the compressed v2 batch exceeds Kafka's 2 GiB limit",
+                                          offset=self.base_offset)
+        write_v2_batch_header(self.out.w.buf + start, self.out.w.length - start, &h)
+        self.records_converted += self.count
+        return 0
+
+    # --- a produce request's set (LogValidator) ---------------------------------------------
+    cdef int produce(self, const unsigned char* data, Py_ssize_t size, int64_t base_offset,
+                     int target, int8_t timestamp_type, int64_t now, int64_t before_max,
+                     int64_t after_max, bint compacted, int32_t leader_epoch) except -1:
+        """target: the topic's codec, -1 for "producer" (the source codec kept)."""
+        cdef Cursor cur
+        cdef BatchHeader h
+        cdef int8_t first_magic = -1
+        cdef Py_ssize_t entries = 0
+        cdef int source = CODEC_NONE
+        cdef int64_t offset = base_offset
+        cdef bint rebuilt
+        cdef int negative = 0
+        # UnifiedLog.analyzeAndValidateRecords: each entry's checksum (CorruptRecordException);
+        # the source codec is the last compressed entry's
+        cursor_init(&cur, data, size, 0)
+        while next_entry(&cur, &h):
+            if not crc_is_valid(data + cur.pos - h.size, &h):
+                raise InvalidCrcError(f"record is corrupt (magic {h.magic} entry)", stored=h.crc,
+                                      computed=compute_crc(data + cur.pos - h.size, &h),
+                                      position=h.position, offset=h.base_offset)
+            if entries == 0:
+                first_magic = h.magic
+            if h.compression != CODEC_NONE:
+                source = h.compression
+            entries += 1
+        if entries == 0:
+            raise InvalidRecordError("Record batch has no batches at all",
+                                     error_code=ERROR_INVALID_RECORD)
+        if first_magic >= 2:
+            raise UnsupportedVersionError(
+                "up_convert takes magic 0/1 message sets; this one starts with a v2 batch "
+                "(already the newest format)", position=0)
+        if target < 0:
+            target = source              # compression.type=producer
+        # the uncompressed path takes many entries; the compressed one a single wrapper
+        rebuilt = source != CODEC_NONE or target != CODEC_NONE
+        if source != CODEC_NONE and entries > 1:
+            raise InvalidRecordError("Compressed outer record has more than one batch",
+                                     error_code=ERROR_INVALID_RECORD)
+        self.begin(target, timestamp_type, now, leader_epoch)
+        cursor_init(&cur, data, size, 0)
+        while next_entry(&cur, &h):
+            if h.magic != first_magic:   # validateBatch
+                raise InvalidRecordError(
+                    f"Batch magic {h.magic} is not the same as the first batch's magic byte "
+                    f"{first_magic}", error_code=ERROR_INVALID_RECORD, position=h.position,
+                    offset=h.base_offset)
+            offset = self.produce_entry(data + cur.pos - h.size, &h, offset, timestamp_type, now,
+                                        before_max, after_max, compacted, not rebuilt, &negative)
+        if negative:                     # the builder's check, after every record validated
+            raise InvalidRecordError("Invalid negative timestamp", error_code=ERROR_UNKNOWN)
+        self.finish()
+        return 0
+
+    cdef int64_t produce_entry(self, const unsigned char* entry, BatchHeader* h, int64_t offset,
+                               int8_t timestamp_type, int64_t now, int64_t before_max,
+                               int64_t after_max, bint compacted, bint append_checks,
+                               int* negative) except? -1:
+        """Validate one entry's records (validateRecord) and append those kept at `offset` on;
+        returns the next offset.  Record errors are raised once the entry is read
+        (processRecordErrors): INVALID_TIMESTAMP if any, else INVALID_RECORD.
+        append_checks: the uncompressed path appends as it validates, so a negative timestamp
+        fails at once (else after every entry: *negative)."""
+        cdef BatchWalk w
+        cdef RecordView v
+        cdef const unsigned char* records
+        cdef const unsigned char* inner
+        cdef Py_ssize_t size = 0, inner_size = 0
+        cdef int code
+        cdef int32_t index = 0
+        cdef int64_t diff
+        cdef uint32_t crc
+        cdef _Chunk chunk = None
+        cdef Decompressor decompressor
+        cdef list errors = None
+        cdef bint bad_timestamp = False
+        w.h = h[0]
+        code = walk_open(&w, entry, &records, &size)
+        if code == OPEN_COMPRESSED:
+            decompressor = thread_decompressor()
+            records = decompress_entry(decompressor, h.compression, h.magic, records, size,
+                                       w.data_position, h, &size)
+            chunk = pin_output(decompressor)
+        try:
+            if chunk is not None:
+                walk_decompressed(&w, records, size)
+            while True:
+                if w.state == WALK_INNER and next_inner_entry(&w.cur, &inner_size):
+                    # validateRecordCompression, then the magic and the inner checksum
+                    # (validateRecord: record.ensureValid() for v0/v1 inner messages)
+                    inner = w.cur.data + w.cur.pos
+                    if inner[LEGACY_ATTRIBUTES_OFFSET] & COMPRESSION_MASK or inner[MAGIC_OFFSET] != h.magic:
+                        errors = record_error(errors, index, (
+                            "Compressed outer record should not have an inner record with a "
+                            "compression attribute set" if inner[LEGACY_ATTRIBUTES_OFFSET] & COMPRESSION_MASK
+                            else f"Record's magic {inner[MAGIC_OFFSET]} does not match outer magic {h.magic}"))
+                        w.cur.pos += inner_size
+                        index += 1
+                        continue
+                    crc = kc_crc32(0, inner + MAGIC_OFFSET, inner_size - MAGIC_OFFSET)
+                    if crc != load_u32(inner + LEGACY_CRC_OFFSET):
+                        raise InvalidCrcError(
+                            "Record is corrupt (an inner message of a compressed wrapper)",
+                            stored=load_u32(inner + LEGACY_CRC_OFFSET), computed=crc,
+                            position=w.data_position, offset=h.base_offset)
+                if not walk_next(&w, &v):
+                    break
+                if compacted and v.rec.key == NULL:       # validateKey
+                    errors = record_error(errors, index, "Compacted topic cannot accept message without key")
+                elif timestamp_type == TIMESTAMP_CREATE and v.timestamp != NO_TIMESTAMP:
+                    diff = wrap_sub(now, v.timestamp)      # validateTimestamp, Java long math
+                    if diff > before_max or wrap_sub(0, diff) > after_max:
+                        bad_timestamp = True
+                        errors = record_error(errors, index, (
+                            f"Timestamp {v.timestamp} of message with offset {v.offset} is out of "
+                            f"range. The timestamp should be within [{wrap_sub(now, before_max)}, "
+                            f"{wrap_add(now, after_max)}]"))
+                elif h.timestamp_type == TIMESTAMP_LOG_APPEND:
+                    bad_timestamp = True
+                    errors = record_error(errors, index, "Invalid timestamp type in message. Producer "
+                                                         "should not set timestamp type to LogAppendTime.")
+                if errors is None:
+                    if v.timestamp < NO_TIMESTAMP:
+                        if append_checks:
+                            raise InvalidRecordError("Invalid negative timestamp",
+                                                     error_code=ERROR_UNKNOWN,
+                                                     position=h.position, offset=h.base_offset)
+                        negative[0] = 1
+                    if offset == INT64_MAX or not self.fits(offset, &v):
+                        raise RecordTooLargeError("the converted batch would exceed Kafka's limits "
+                                                  "(2 GiB, 2^31 records)", position=h.position,
+                                                  offset=h.base_offset)
+                    self.add(offset, v.timestamp, &v)
+                    offset += 1
+                index += 1
+        except KafkaCodecError as error:
+            if chunk is not None:
+                raise in_decompressed(error, &w)
+            raise
+        finally:
+            if chunk is not None:
+                unpin_chunk(chunk)
+        if errors is not None:           # processRecordErrors
+            if bad_timestamp:
+                message = "One or more records have been rejected due to invalid timestamp"
+            else:
+                message = (f"One or more records have been rejected due to {len(errors)} record "
+                           f"errors in total, and only showing the first three errors at most: "
+                           f"{[m for _, m in errors[:RECORD_ERRORS_SHOWN]]}")
+            raise InvalidRecordError(
+                message, error_code=ERROR_INVALID_TIMESTAMP if bad_timestamp else ERROR_INVALID_RECORD,
+                record_errors=tuple(errors[:RECORD_ERRORS_SHOWN]), position=h.position,
+                offset=h.base_offset)
+        return offset
+
+    # --- a log's entries, offsets kept --------------------------------------------------------
+    cdef Py_ssize_t log(self, const unsigned char* data, Py_ssize_t size, Py_ssize_t position,
+                        Py_ssize_t max_batch_bytes, Py_ssize_t max_bytes) except -1:
+        """Convert the complete entries of data (at `position` in the caller's set), the first
+        and then those within `max_bytes` of input (-1: all); returns the bytes converted."""
+        cdef Cursor cur
+        cdef BatchHeader h
+        cdef BatchWalk w
+        cdef RecordView v
+        cdef const unsigned char* entry
+        cdef const unsigned char* records
+        cdef Py_ssize_t records_size = 0
+        cdef int code
+        cdef int8_t ts_type
+        cdef int64_t last = INT64_MIN
+        cdef _Chunk chunk
+        cdef Decompressor decompressor
+        cursor_init(&cur, data, size, position)
+        while next_entry(&cur, &h):
+            if max_bytes >= 0 and cur.pos > max_bytes and cur.pos > h.size:
+                cur.pos -= h.size            # the next chunk's
+                break
+            entry = data + cur.pos - h.size
+            if h.magic >= 2:                 # already v2: copied as it is
+                if self.open:
+                    self.finish()
+                put_bytes(&self.out.w, entry, h.size)
+                last = h.last_offset
+                continue
+            ts_type = TIMESTAMP_LOG_APPEND if h.timestamp_type == TIMESTAMP_LOG_APPEND else TIMESTAMP_CREATE
+            w.h = h
+            code = walk_open(&w, entry, &records, &records_size)
+            if code == OPEN_IN_PLACE:
+                walk_next(&w, &v)
+                check_record(v.offset, v.timestamp, last, &h)
+                # a run of uncompressed messages shares a batch while its timestamp rule holds
+                # (LogAppendTime: one append time per batch) and it stays below max_batch_bytes
+                if self.open and (self.codec != CODEC_NONE or self.timestamp_type != ts_type
+                                  or (ts_type == TIMESTAMP_LOG_APPEND and v.timestamp != self.log_append_time)
+                                  or self.out.w.length - self.start >= max_batch_bytes
+                                  or not self.fits(v.offset, &v)):
+                    self.finish()
+                if not self.open:
+                    self.begin(CODEC_NONE, ts_type, v.timestamp, -1)
+                self.add(v.offset, v.timestamp, &v)
+                last = v.offset
+                continue
+            if self.open:
+                self.finish()
+            decompressor = thread_decompressor()
+            records = decompress_entry(decompressor, h.compression, h.magic, records, records_size,
+                                       w.data_position, &h, &records_size)
+            chunk = pin_output(decompressor)
+            try:
+                walk_decompressed(&w, records, records_size)
+                self.begin(h.compression, ts_type, h.max_timestamp, -1)
+                while walk_next(&w, &v):
+                    check_record(v.offset, v.timestamp, last, &h)
+                    if not self.fits(v.offset, &v):
+                        self.finish()
+                        self.begin(h.compression, ts_type, h.max_timestamp, -1)
+                    self.add(v.offset, v.timestamp, &v)
+                    last = v.offset
+                self.finish()
+            except KafkaCodecError as error:
+                raise in_decompressed(error, &w)
+            finally:
+                unpin_chunk(chunk)
+        if self.open:
+            self.finish()
+        return cur.pos
+
+
+cdef list record_error(list errors, int32_t index, str message):
+    if errors is None:
+        errors = []
+    errors.append((index, message))
+    return errors
+
+
+cdef const unsigned char* decompress_entry(Decompressor decompressor, int codec, int magic,
+                                           const unsigned char* data, Py_ssize_t size,
+                                           Py_ssize_t position, const BatchHeader* h,
+                                           Py_ssize_t* out_size) except NULL:
+    decompressor.max_size = DEFAULT_MAX_DECOMPRESSED
+    try:
+        return decompressor.decompress_into(codec, magic, data, size, out_size)
+    except KafkaCodecError as error:
+        where = None if error.position is None else position + error.position
+        raise error.with_context(position=where, offset=h.base_offset)
+
+
+cdef int64_t bound_ms(object value, str name) except? -1:
+    if value is None:
+        return INT64_MAX
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return min(int(value), INT64_MAX)
+
+
+def up_convert(records, *, base_offset=0, compression=None,
+               timestamp_type=TimestampType.CREATE_TIME, now=None, timestamp_before_max_ms=None,
+               timestamp_after_max_ms=None, compacted=False, partition_leader_epoch=-1):
+    """A produce request's magic 0/1 message set as one v2 batch, exactly as a Kafka 3.9 broker
+    appends it to a partition of message format v2 (LogValidator with toMagic 2).
+
+    Each entry's checksum is checked (InvalidCrcError: Kafka answers CORRUPT_MESSAGE), then every
+    record as Kafka validates it: the inner messages of a compressed wrapper (not compressed
+    themselves, of the wrapper's magic, their checksums), keys on a `compacted` topic, timestamps
+    against `now` (CreateTime: within timestamp_before_max_ms / timestamp_after_max_ms, None: no
+    bound; a LogAppendTime message is refused on a LogAppendTime topic).  A refused record raises
+    InvalidRecordError with Kafka's error code (INVALID_RECORD 87, INVALID_TIMESTAMP 32) and the
+    first three record errors; several entries of which one is compressed, or entries of two
+    magics, are refused as Kafka refuses them.
+
+    The batch: offsets from `base_offset` (the broker assigns them; pass the log end offset, or 0
+    to forward the batch to a broker), each record's timestamp (magic 0: -1), `timestamp_type` the
+    topic's (LogAppendTime: the batch stamped `now`), the codec `compression` (None: the
+    producer's, Kafka's compression.type=producer), producer id -1, no headers.  `now`: ms since
+    the epoch (default: the clock).  A trailing partial entry is ignored, as the broker drops it.
+    Returns ConvertedRecords; its records own their memory."""
+    cdef const unsigned char[::1] view = records_buffer(records)
+    cdef int64_t started = monotonic_ns()
+    cdef UpConverter converter = UpConverter()
+    cdef int target = -1 if compression is None else int(compression_of(compression))
+    cdef int8_t ts_type
+    try:
+        ts = TimestampType(timestamp_type)
+    except ValueError:
+        raise ValueError(f"unknown timestamp_type {timestamp_type!r}: use a TimestampType") from None
+    if ts not in (TimestampType.CREATE_TIME, TimestampType.LOG_APPEND_TIME):
+        raise ValueError("timestamp_type: the topic's, CREATE_TIME or LOG_APPEND_TIME")
+    ts_type = TIMESTAMP_LOG_APPEND if ts == TimestampType.LOG_APPEND_TIME else TIMESTAMP_CREATE
+    if not 0 <= base_offset < INT64_MAX:
+        raise ValueError(f"base_offset {base_offset} is not a log offset")
+    if not -1 <= partition_leader_epoch <= INT32_MAX:
+        raise ValueError(f"partition_leader_epoch {partition_leader_epoch} is not an int32 epoch")
+    now_ms = int(time.time() * 1000) if now is None else int(now)
+    guard_enter(&converter.guard, b"UpConverter")
+    try:
+        converter.produce(&view[0] if view.shape[0] else NULL, view.shape[0], base_offset,
+                          target, ts_type, now_ms, bound_ms(timestamp_before_max_ms, "timestamp_before_max_ms"),
+                          bound_ms(timestamp_after_max_ms, "timestamp_after_max_ms"),
+                          bool(compacted), partition_leader_epoch)
+    except KafkaCodecError as error:
+        check_read(records, view.shape[0], error.position, error.offset, error)
+        raise
+    finally:
+        guard_leave(&converter.guard)
+    check_read(records, view.shape[0])
+    stats = RecordConversionStats(converter.uncompressed_bytes, converter.records_converted,
+                                  monotonic_ns() - started)
+    return ConvertedRecords(MemoryRecords(converter.out), stats)
+
+
+def up_convert_log(records, *, Py_ssize_t max_batch_bytes=1 << 20, chunk_bytes=None):
+    """A log's record set with every magic 0/1 entry rebuilt as v2 batches, each record's offset,
+    timestamp, timestamp type, key and value kept (`kafkacodec convert --to-magic 2`).
+
+    A compressed wrapper becomes one batch with the same codec (LogAppendTime: stamped with the
+    wrapper's time); consecutive uncompressed messages share a batch until it holds
+    `max_batch_bytes` of records (LogAppendTime ones: while their times are equal, as a v2 batch
+    has one); magic 0 messages become CreateTime records with no timestamp (-1).  v2 batches are
+    copied as they are.  Batches carry no producer id and partition leader epoch -1 (unknown).
+    A trailing partial entry is left out.  Offsets that do not increase, and negative ones, raise
+    CorruptRecordError.
+
+    Returns ConvertedRecords; a set with no magic 0/1 entry comes back as a view of `records`
+    (zero-copy: valid while `records` is).  With `chunk_bytes`, an iterator of ConvertedRecords
+    instead, each converting whole entries of about `chunk_bytes` of input (at least one): memory
+    stays bounded by the chunk (a batch does not span two chunks)."""
+    if max_batch_bytes <= 0:
+        raise ValueError(f"max_batch_bytes must be > 0, got {max_batch_bytes}")
+    if chunk_bytes is not None:
+        if chunk_bytes <= 0:
+            raise ValueError(f"chunk_bytes must be > 0, got {chunk_bytes}")
+        return _log_chunks(records, max_batch_bytes, chunk_bytes)
+    cdef const unsigned char[::1] view = records_buffer(records)
+    cdef int64_t started = monotonic_ns()
+    consumed, legacy = first_legacy_entry(view)
+    check_read(records, consumed)
+    if not legacy:
+        return ConvertedRecords(MemoryRecords(records_buffer(records)[:consumed]),
+                                RecordConversionStats(0, 0, monotonic_ns() - started))
+    return convert_log_chunk(records, view, 0, max_batch_bytes, -1)
+
+
+def _log_chunks(records, Py_ssize_t max_batch_bytes, Py_ssize_t chunk_bytes):
+    view = records_buffer(records)
+    position = 0
+    while True:
+        chunk = convert_log_chunk(records, view, position, max_batch_bytes, chunk_bytes)
+        if chunk is None:
+            return
+        position, converted = chunk
+        yield converted
+
+
+cdef object convert_log_chunk(object records, const unsigned char[::1] view, Py_ssize_t position,
+                              Py_ssize_t max_batch_bytes, Py_ssize_t max_bytes):
+    """Convert from `position`: ConvertedRecords (max_bytes -1: all of it), else (the next
+    position, ConvertedRecords), or None when no complete entry is left."""
+    cdef int64_t started = monotonic_ns()
+    cdef UpConverter converter = UpConverter()
+    cdef Py_ssize_t consumed
+    if position >= view.shape[0]:
+        return None
+    guard_enter(&converter.guard, b"UpConverter")
+    try:
+        consumed = converter.log(&view[position], view.shape[0] - position, position,
+                                 max_batch_bytes, max_bytes)
+    except KafkaCodecError as error:
+        check_read(records, view.shape[0], error.position, error.offset, error)
+        raise
+    finally:
+        guard_leave(&converter.guard)
+    check_read(records, position + consumed)   # a mapped segment cut under what was read
+    stats = RecordConversionStats(converter.uncompressed_bytes, converter.records_converted,
+                                  monotonic_ns() - started)
+    converted = ConvertedRecords(MemoryRecords(converter.out), stats)
+    if max_bytes < 0:
+        return converted
+    if consumed == 0:
+        return None
+    return position + consumed, converted
+
+
+cdef tuple first_legacy_entry(const unsigned char[::1] view):
+    """(bytes of complete entries, whether one of them is magic 0/1)."""
+    cdef Cursor cur
+    cdef BatchHeader h
+    cdef bint legacy = False
+    cursor_init(&cur, &view[0] if view.shape[0] else NULL, view.shape[0], 0)
+    while next_entry(&cur, &h):
+        if h.magic < 2:
+            legacy = True
+    return cur.pos, legacy

@@ -3,7 +3,8 @@ KafkaCodecError, in three kinds a caller can tell apart by class:
 
 - bad data, DataError (a ValueError: the bytes given are a bad value): CorruptRecordError,
   InvalidCrcError, UnsupportedCompressionError, UnsupportedVersionError, RecordTooLargeError,
-  LogLayoutError (and its WriteConflictError).  Code that skips or reports corrupt input catches DataError, never more.
+  InvalidRecordError (what a broker refuses to append), LogLayoutError (and its
+  WriteConflictError).  Code that skips or reports corrupt input catches DataError, never more.
 - misuse, MisuseError (a RuntimeError: the call is wrong in the object's state, whatever the
   data): BufferReleasedError (a view used after its buffer was released), ConcurrentUseError
   (an object that serves one call at a time entered from a second thread), MemoryPoolError
@@ -35,6 +36,7 @@ __all__ = [
     "UnsupportedCompressionError",
     "UnsupportedVersionError",
     "RecordTooLargeError",
+    "InvalidRecordError",
     "BufferReleasedError",
     "FileTruncatedError",
     "ConcurrentUseError",
@@ -157,6 +159,19 @@ class UnsupportedVersionError(DataError):
 
 class RecordTooLargeError(DataError):
     """Data exceeds a size limit: decompression cap, ring capacity, produce max bytes."""
+
+
+class InvalidRecordError(DataError):
+    """Records Kafka refuses to append (its LogValidator; up_convert applies the same rules):
+    ``error_code`` is the broker's answer (87 INVALID_RECORD, 32 INVALID_TIMESTAMP) and
+    ``record_errors`` the (index in its batch, reason) of the first records refused, at most
+    three, as Kafka's message lists them."""
+
+    def __init__(self, message: str, *, error_code: int, record_errors: tuple[tuple[int, str], ...] = (),
+                 position: int | None = None, offset: int | None = None):
+        super().__init__(message, position=position, offset=offset)
+        self.error_code = error_code
+        self.record_errors = record_errors
 
 
 class BufferReleasedError(MisuseError):
