@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
             group_min_session_timeout_ms=args.group_min_session_timeout_ms,
             group_max_session_timeout_ms=args.group_max_session_timeout_ms,
             upstream=args.upstream, upstream_buffer_memory=args.upstream_buffer_memory,
-            upstream_cache_memory=args.upstream_cache_memory,
+            upstream_cache_memory=args.upstream_cache_memory, produce=args.produce,
             connections_max_idle_ms=args.connections_max_idle_ms,
             request_read_timeout_ms=args.request_read_timeout_ms,
             response_write_timeout_ms=args.response_write_timeout_ms,
@@ -187,6 +187,10 @@ def add_parser(subparsers: Any) -> None:
                     help="serve this cluster instead of log directories: a gateway for old clients "
                          "(down-converted) and new ones (the cluster's batches); groups are "
                          "coordinated here and their offsets committed to the cluster")
+    sv.add_argument("--produce", action="store_true",
+                    help="with --upstream: forward producers to the cluster, Produce v0-2 (which Kafka "
+                         "4 refuses) up-converted to v2 batches; an ACL file needs Write:TOPIC rules "
+                         "(default: read-only, writes refused)")
     sv.add_argument("--upstream-buffer-memory", type=size_arg(0), default=64 << 20, metavar="BYTES",
                     help="the upstream consumer's memory (KIP-81 pool of its rings, default 64MiB)")
     sv.add_argument("--upstream-cache-memory", type=size_arg(0), default=64 << 20, metavar="BYTES",

@@ -1,5 +1,5 @@
-"""Read-only ACLs for ``kafkacodec serve`` (``kafkacodec.acl.file``): which principals may read
-which topics and use which consumer groups.
+"""ACLs for ``kafkacodec serve`` (``kafkacodec.acl.file``): which principals may read which
+topics, write which (``serve --upstream --produce``) and use which consumer groups.
 
 Format (text, UTF-8, one rule a line)::
 
@@ -10,6 +10,7 @@ Format (text, UTF-8, one rule a line)::
     User:bob                           Group:team-*      # groups starting with team-
     User:*                             public            # every authenticated principal
     User:analyst                       *                 # every topic
+    User:ingest                        Write:orders-*    # produce to topics starting with orders-
     User:CN=svc,OU=Data,O=Example Inc  events            # a TLS principal (spaces, commas)
 
 - A rule is a principal and a resource.  The resource is the last blank-separated word of the
@@ -19,13 +20,14 @@ Format (text, UTF-8, one rule a line)::
   ``User:`` + the certificate's RFC 2253 subject, kafkacodec.net.tls.peer_principal), or
   ``User:*`` for every authenticated principal.  ``User:ANONYMOUS`` (a PLAINTEXT listener, TLS
   without a client certificate) is not matched by ``User:*``: it needs rules of its own.
-- The resource is a topic name (``Topic:NAME`` is the same), or ``Group:NAME`` for a consumer
-  group.  A trailing ``*`` makes it a prefix (Kafka's PREFIXED pattern type); ``*`` alone is
+- The resource is a topic name (``Topic:NAME`` is the same), ``Write:NAME`` for producing to
+  a topic (through ``serve --upstream --produce``; it does not allow reading), or
+  ``Group:NAME`` for a consumer group.  A trailing ``*`` makes it a prefix (Kafka's PREFIXED pattern type); ``*`` alone is
   every topic (``Group:*`` every group).  Topic names are Kafka's (a-z A-Z 0-9 . _ -).
 - ``#`` at the start of a line or after a blank starts a comment; blank lines are ignored.
 
-Rules only allow (there is no deny), and allowing a topic allows reading and describing it:
-``serve`` is read-only.  Without rules nothing is allowed.  A malformed rule raises ValueError
+Rules only allow (there is no deny); allowing a topic allows reading and describing it, and
+only a ``Write:`` rule allows producing.  Without rules nothing is allowed.  A malformed rule raises ValueError
 naming the file and line.
 """
 
@@ -109,6 +111,10 @@ class Acl:
         """May `principal` read (and describe) `topic`?"""
         return self._allows(principal, "topic", topic)
 
+    def allows_write(self, principal: str, topic: str) -> bool:
+        """May `principal` produce to `topic`?"""
+        return self._allows(principal, "write", topic)
+
     def allows_group(self, principal: str, group: str) -> bool:
         """May `principal` use the consumer group `group` (join it, commit and fetch offsets)?"""
         return self._allows(principal, "group", group)
@@ -125,7 +131,7 @@ def _parse_rule(line: str, where: str, number: int) -> AclRule:
     content = _COMMENT.split(line, 1)[0].strip()
     parts = content.rsplit(None, 1)
     if len(parts) != 2:
-        raise ValueError(f"{where}: a rule is 'User:NAME RESOURCE' (a topic, TOPIC-PREFIX*, or Group:GROUP); "
+        raise ValueError(f"{where}: a rule is 'User:NAME RESOURCE' (a topic, TOPIC-PREFIX*, Write:TOPIC or Group:GROUP); "
                          f"got {content!r}")
     principal, resource = parts[0].strip(), parts[1]
     if not principal.startswith("User:") or principal == "User:":
@@ -133,13 +139,15 @@ def _parse_rule(line: str, where: str, number: int) -> AclRule:
     kind = "topic"
     if resource.startswith("Group:"):
         kind, resource = "group", resource[len("Group:"):]
+    elif resource.startswith("Write:"):
+        kind, resource = "write", resource[len("Write:"):]
     elif resource.startswith("Topic:"):
         resource = resource[len("Topic:"):]
     prefix = resource.endswith("*")
     name = resource[:-1] if prefix else resource
     if not name and not prefix:
         raise ValueError(f"{where}: the {kind} name is empty")
-    if kind == "topic" and name and not _TOPIC.fullmatch(name):
+    if kind in ("topic", "write") and name and not _TOPIC.fullmatch(name):
         raise ValueError(f"{where}: {name!r} is not a topic name (Kafka's are a-z A-Z 0-9 . _ -)"
                          + ("; a '*' only ends a prefix" if "*" in name else ""))
     if kind == "group" and "*" in name:

@@ -46,7 +46,8 @@ class ServeConfig:
       (kafkacodec.serve.upstream), with `upstream_buffer_memory` (the consumer's KIP-81 pool),
       `upstream_cache_memory` (fetched data kept for clients), `upstream_timeout_s` and
       `upstream_security` (TLS and SASL toward the cluster: a kafkacodec.net.ClientSecurity,
-      client properties or a client.properties path).
+      client properties or a client.properties path).  `produce`: forward producers' requests
+      to that cluster, Produce v0-2 up-converted (kafkacodec.serve.produce); else read-only.
     - `listen` / `advertised`: where to listen, and the address clients are told to connect to
       (Metadata, FindCoordinator); `advertised` defaults to the bound address.  Or:
     - `security` (a kafkacodec.net.BrokerSecurity, e.g. from `kafkacodec serve --config FILE`):
@@ -111,6 +112,7 @@ class ServeConfig:
     upstream_cache_memory: int = 64 * MiB
     upstream_timeout_s: float = 30.0
     upstream_security: Any = None
+    produce: bool = False
     connections_max_idle_ms: int = 600_000
     request_read_timeout_ms: int = 30_000
     response_write_timeout_ms: int = 30_000
@@ -125,6 +127,8 @@ class ServeConfig:
             raise ValueError("give at least one log directory, or an upstream cluster")
         if self.log_dirs and self.upstream:
             raise ValueError("serve log directories or an upstream cluster, not both")
+        if self.produce and not self.upstream:
+            raise ValueError("produce forwards to an upstream cluster: log directories are served read-only")
         if self.max_conversion_memory < 1:
             raise ValueError("max_conversion_memory must be at least 1 byte")
         if self.socket_request_max_bytes < 1:

@@ -165,6 +165,12 @@ class Server:
         for key in (ApiKey.PRODUCE, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DELETE_RECORDS,
                     ApiKey.INIT_PRODUCER_ID, ApiKey.CREATE_PARTITIONS):
             self._handlers[key] = self.dispatcher.refuse_write
+        if config.produce:                     # serve --upstream --produce (serve/produce.py)
+            from kafkacodec.serve.produce import ProduceForwarder
+
+            forwarder = ProduceForwarder(self)
+            self._handlers[ApiKey.PRODUCE] = forwarder.produce
+            self._handlers[ApiKey.INIT_PRODUCER_ID] = forwarder.init_producer_id
 
     def _metrics(self) -> Any:
         try:
@@ -359,6 +365,10 @@ class Server:
     def may_read(self, principal: str, topic: str | None) -> bool:
         """May `principal` describe and read `topic` (Metadata, Fetch, ListOffsets, offsets)?"""
         return self.acl is None or (topic is not None and self.acl.allows_topic(principal, topic))
+
+    def may_write(self, principal: str, topic: str) -> bool:
+        """May `principal` produce to `topic` (serve --upstream --produce)?"""
+        return self.acl is None or self.acl.allows_write(principal, topic)
 
     def may_use_group(self, principal: str, group: str) -> bool:
         """May `principal` find, join and commit for the consumer group `group`?"""

@@ -1,0 +1,196 @@
+"""serve --upstream --produce: producers write to the cluster through the gateway, old ones too.
+
+Kafka 4 closes the connection of a Produce v0-2 (KIP-896).  Here:
+- Produce v0-2 (magic 0/1 message sets): each partition's set is up-converted as a Kafka 3.9
+  broker appends it (up_convert: LogValidator's rules; the cluster assigns the offsets) and sent
+  as one v2 batch with the newest Produce version the leader speaks.  A set Kafka 3.9 refused
+  gets the code it answered: CORRUPT_MESSAGE for a checksum, INVALID_RECORD or INVALID_TIMESTAMP
+  for records (up_convert's InvalidRecordError.error_code).
+- Produce v3+ passes through as it came (batches, producer ids and sequences untouched), and
+  InitProducerId without a transactional id is forwarded, so idempotent producers work;
+  transactional producers are refused (their coordinator is not bridged).
+- The leader's answer is mapped back: error, base offset, log append time (v2+), log start
+  offset (v5+), record errors and message (v8+).  acks=0 is sent to the cluster with acks=1
+  (the cluster's answer is awaited by nobody: Kafka sends the client none).
+- A leader that cannot be reached, or no answer in time: REQUEST_TIMED_OUT, which every client
+  retries; a partition the cluster does not have: UNKNOWN_TOPIC_OR_PARTITION.
+
+Off by default (serve is read-only: POLICY_VIOLATION); with an ACL file, a principal needs a
+``Write:TOPIC`` rule (kafkacodec.net.acl).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kafkacodec.consumer._cluster import Deadline
+from kafkacodec.errors import (CorruptRecordError, InvalidRecordError, KafkaCodecError,
+                               KafkaTimeoutError, RecordTooLargeError, UnsupportedCompressionError)
+from kafkacodec.protocol import control
+from kafkacodec.protocol import messages as m
+from kafkacodec.protocol._produce import decode_produce_response, encode_produce_request
+from kafkacodec.protocol.api import ApiKey, Error
+from kafkacodec.serve.dispatch import Answers
+
+if TYPE_CHECKING:
+    from kafkacodec.serve.dispatch import Request
+    from kafkacodec.serve.server import Server
+
+__all__ = ["ProduceForwarder", "UP_CONVERTED_VERSIONS"]
+
+log = logging.getLogger("kafkacodec.serve")
+
+#: Produce versions whose message sets are magic 0/1 (Produce v3 brought v2 batches, KIP-98).
+UP_CONVERTED_VERSIONS = range(0, 3)
+#: The Produce versions the gateway sends the cluster (its writer's range).
+FORWARD_VERSIONS = (3, 11)
+
+
+def refusal_code(error: KafkaCodecError) -> int:
+    """Kafka 3.9's answer to a message set up_convert refused."""
+    if isinstance(error, InvalidRecordError):
+        return error.error_code if error.error_code >= 0 else Error.UNKNOWN_SERVER_ERROR
+    if isinstance(error, RecordTooLargeError):
+        return Error.MESSAGE_TOO_LARGE
+    if isinstance(error, UnsupportedCompressionError):
+        return Error.UNSUPPORTED_COMPRESSION_TYPE
+    if isinstance(error, CorruptRecordError):
+        return Error.CORRUPT_MESSAGE
+    return Error.INVALID_RECORD                 # e.g. a v2 batch in a Produce v0-2
+
+
+class ProduceForwarder:
+    """Produce and InitProducerId requests forwarded to serve --upstream's cluster (the upstream
+    view's Cluster, on the server's loop).  Handlers never wait: the answer is sent from the
+    last leader's callback (dispatch.Answers)."""
+
+    def __init__(self, server: Server):
+        self.server = server
+        self.cluster = server.view.consumer.cluster
+
+    def produce(self, req: Request, body: dict[str, Any]) -> None:
+        version, acks = req.api_version, body["acks"]
+        principal = req.conn.principal
+        answers = Answers(req)
+        responses: list[dict[str, Any]] = []
+        by_leader: dict[int, list[tuple[str, int, Any, dict[str, Any]]]] = {}
+        for t in body["topic_data"]:
+            name = t["name"]
+            parts: list[dict[str, Any]] = []
+            for p in t["partition_data"]:
+                answer: dict[str, Any] = {"index": p["index"], "error_code": Error.NONE,
+                                          "base_offset": -1, "log_append_time_ms": -1,
+                                          "log_start_offset": -1, "record_errors": [],
+                                          "error_message": None}
+                parts.append(answer)
+                code, batch = self._batch(req, principal, name, p["index"], p["records"])
+                if code != Error.NONE:
+                    answer["error_code"] = code
+                    continue
+                leader = self.cluster.leaders.get((name, p["index"]))
+                if leader is None:               # the client asks Metadata again and retries
+                    self.cluster.metadata_stale = True
+                    answer["error_code"] = Error.NOT_LEADER_OR_FOLLOWER
+                    continue
+                by_leader.setdefault(leader, []).append((name, p["index"], batch, answer))
+            responses.append({"name": name, "partition_responses": parts})
+        timeout_ms = body["timeout_ms"]
+        for leader, batches in by_leader.items():
+            self._forward(leader, batches, acks, timeout_ms, req.client_id,
+                          answers.expect(lambda value, error, batches=batches: self._answered(
+                              batches, value, error)))
+        if acks == 0:
+            req.done()                           # Kafka sends nothing for acks=0
+            return
+        answers.ready(lambda: req.respond(m.PRODUCE_RESPONSE.encode(version, {
+            "responses": responses, "throttle_time_ms": 0})))
+
+    def _batch(self, req: Request, principal: str, topic: str, partition: int,
+               records: Any) -> tuple[int, Any]:
+        """(Error.NONE, what to send) or (the error code, None)."""
+        if not self.server.may_write(principal, topic):
+            return Error.TOPIC_AUTHORIZATION_FAILED, None
+        if self.server.view.partition(topic, partition) is None:
+            self.server.view.refresh()           # a topic created since: known on the retry
+            return Error.UNKNOWN_TOPIC_OR_PARTITION, None
+        if records is None or not len(records):
+            return Error.INVALID_RECORD, None
+        if req.api_version not in UP_CONVERTED_VERSIONS:
+            return Error.NONE, bytes(records)    # the request's buffer goes back to the pool
+        from kafkacodec import up_convert
+
+        try:
+            return Error.NONE, up_convert(records).records
+        except KafkaCodecError as exc:
+            log.info("Produce v%d to %s-%d from %s refused: %s", req.api_version, topic,
+                     partition, req.conn.peer, exc)
+            return refusal_code(exc), None
+
+    def _forward(self, leader: int, batches: list[tuple[str, int, Any, dict[str, Any]]], acks: int,
+                 timeout_ms: int, client_id: str | None, on_done: Any) -> None:
+        topics: dict[str, list[tuple[int, Any]]] = {}
+        for topic, partition, batch, _ in batches:
+            topics.setdefault(topic, []).append((partition, batch))
+
+        def encode(version: int, correlation_id: int) -> Any:
+            return encode_produce_request(list(topics.items()), api_version=version,
+                                          correlation_id=correlation_id,
+                                          client_id=client_id or "kafkacodec-serve",
+                                          acks=acks or 1, timeout_ms=timeout_ms)
+
+        def decode(resp: Any, version: int) -> dict[tuple[str, int], Any]:
+            decoded = decode_produce_response(resp.payload, version)
+            return {(t.name, p.partition_index): p for t in decoded.responses
+                    for p in t.partition_responses}
+
+        wait = max(timeout_ms, 0) / 1000 + self.cluster.request_timeout
+        self.cluster.call_async(leader, ApiKey.PRODUCE, encode, decode, on_done,
+                                deadline=Deadline("produce", wait), min_version=FORWARD_VERSIONS[0],
+                                max_version=FORWARD_VERSIONS[1], retries=0)
+
+    def _answered(self, batches: list[tuple[str, int, Any, dict[str, Any]]], value: Any,
+                  error: BaseException | None) -> None:
+        for topic, partition, _, answer in batches:
+            got = None if value is None else value.get((topic, partition))
+            if got is None:
+                if error is not None and not isinstance(error, KafkaTimeoutError):
+                    log.warning("Produce to %s-%d: the cluster failed: %s", topic, partition, error)
+                self.cluster.metadata_stale = True
+                answer["error_code"] = Error.REQUEST_TIMED_OUT
+                continue
+            answer.update(error_code=got.error_code, base_offset=got.base_offset,
+                          log_append_time_ms=got.log_append_time_ms,
+                          log_start_offset=got.log_start_offset, error_message=got.error_message,
+                          record_errors=[{"batch_index": i, "batch_index_error_message": text}
+                                         for i, text in got.record_errors])
+            if Error.for_code(got.error_code).invalid_metadata:
+                self.cluster.metadata_stale = True
+
+    def init_producer_id(self, req: Request, body: dict[str, Any]) -> None:
+        """An idempotent producer's id, from the cluster; a transactional one is refused."""
+        version = req.api_version
+
+        def reply(code: int, producer_id: int = -1, epoch: int = -1) -> None:
+            req.respond(m.INIT_PRODUCER_ID_RESPONSE.encode(version, {
+                "throttle_time_ms": 0, "error_code": code, "producer_id": producer_id,
+                "producer_epoch": epoch}))
+
+        if body["transactional_id"] is not None:
+            reply(Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            return
+
+        def answered(value: Any, error: BaseException | None) -> None:
+            if error is not None:
+                reply(Error.COORDINATOR_NOT_AVAILABLE)
+            else:
+                reply(value.error_code, value.producer_id, value.producer_epoch)
+
+        outgoing = control.Outgoing(m.INIT_PRODUCER_ID_REQUEST, {
+            "transactional_id": None, "transaction_timeout_ms": body["transaction_timeout_ms"],
+            "producer_id": body.get("producer_id", -1), "producer_epoch": body.get("producer_epoch", -1)})
+        self.cluster.call_async(None, ApiKey.INIT_PRODUCER_ID,
+                                control.request_encoder(outgoing, req.client_id),
+                                control.response_decoder(ApiKey.INIT_PRODUCER_ID), answered,
+                                deadline=Deadline("init_producer_id", self.cluster.request_timeout),
+                                max_version=control.MAX_VERSIONS[ApiKey.INIT_PRODUCER_ID])

@@ -1,0 +1,193 @@
+"""`serve --upstream --produce`: producers write to the cluster through the gateway
+(kafkacodec/serve/produce.py), old ones (Produce v0-2, which Kafka 4 refuses) up-converted.
+
+Each producer's records are read back from the cluster itself by confluent-kafka, the oracle:
+every key and value, in order, and the v1 producers' timestamps.  Old producers are
+kafka-python at api_version (0, 9) (Produce v1, magic 0) and (0, 10, 1) (Produce v2, magic 1)
+and librdkafka told the broker is 0.9.0.1 or 0.10.0.0 (no ApiVersions); new ones pass through
+(confluent-kafka, idempotent too).  The librdkafka mock cluster gives the fast cases; a real
+Kafka 4.1 broker, which closes the connection of every old producer, the real one."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+ck = pytest.importorskip("confluent_kafka")
+kafka = pytest.importorskip("kafka")
+
+from blocking_client import BlockingClient  # noqa: E402
+from kafkacodec import MemoryRecordsBuilder  # noqa: E402
+from kafkacodec.protocol import control  # noqa: E402
+from kafkacodec.protocol import messages as m  # noqa: E402
+from kafkacodec.protocol.api import Error  # noqa: E402
+from kafkacodec.serve import Server  # noqa: E402
+
+pytestmark = pytest.mark.service
+
+OLD_PRODUCERS = {"kafka-python 0.9": ("kafka-python", (0, 9)),
+                 "kafka-python 0.10.1": ("kafka-python", (0, 10, 1)),
+                 "librdkafka 0.9.0.1": ("librdkafka", "0.9.0.1"),
+                 "librdkafka 0.10.0.0": ("librdkafka", "0.10.0.0")}
+
+
+def rows(tag: str, n: int) -> list[tuple[bytes | None, bytes]]:
+    return [(None if i % 9 == 4 else b"%s-%d" % (tag.encode(), i), b"%s value %d " % (tag.encode(), i) * (1 + i % 5))
+            for i in range(n)]
+
+
+def produce_with(kind: str, version, port: int, topic: str, codec: str, data) -> None:
+    if kind == "kafka-python":
+        producer = kafka.KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", api_version=version,
+                                       compression_type=None if codec == "none" else codec,
+                                       linger_ms=5, acks=1)
+        try:
+            for key, value in data:
+                producer.send(topic, key=key, value=value, partition=0, timestamp_ms=1_700_000_000_000)
+            producer.flush(30)
+        finally:
+            producer.close(10)
+        return
+    producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{port}", "api.version.request": False,
+                            "broker.version.fallback": version, "compression.type": codec,
+                            "linger.ms": 5, "message.timeout.ms": 30000})
+    failed = []
+    for key, value in data:
+        producer.produce(topic, key=key, value=value, partition=0, timestamp=1_700_000_000_000,
+                         on_delivery=lambda err, msg: failed.append(err) if err else None)
+    assert producer.flush(30) == 0 and not failed, failed
+
+
+def read_cluster(bootstrap: str, topic: str, count: int) -> list[tuple]:
+    """confluent-kafka reading partition 0 of the cluster itself."""
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "oracle",
+                            "enable.auto.commit": False})
+    consumer.assign([ck.TopicPartition(topic, 0, 0)])
+    out: list[tuple] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(out) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                out.append((msg.offset(), msg.key(), msg.value(), msg.timestamp()[1]))
+    finally:
+        consumer.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def gateway():
+    from mock_cluster import MockCluster
+
+    cluster = MockCluster(3)
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0), produce=True) as server:
+        yield cluster, server
+
+
+@pytest.mark.parametrize("producer", list(OLD_PRODUCERS))
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
+def test_old_producers_write_the_cluster_through_the_gateway(gateway, producer, codec):
+    cluster, server = gateway
+    kind, version = OLD_PRODUCERS[producer]
+    if kind == "kafka-python" and codec == "lz4" and version == (0, 9):
+        pytest.skip("kafka-python writes no lz4 at magic 0")
+    topic = f"old-{producer.replace(' ', '-')}-{codec}"
+    cluster.create_topic(topic)
+    data = rows(f"{producer}/{codec}", 60)
+    produce_with(kind, version, server.port, topic, codec, data)
+    got = read_cluster(cluster.bootstrap, topic, len(data))
+    assert [(k, v) for _, k, v, _ in got] == data
+    assert [o for o, *_ in got] == list(range(len(data)))
+    magic0 = version in ((0, 9), "0.9.0.1")
+    assert {t for *_, t in got} == ({-1} if magic0 else {1_700_000_000_000})
+
+
+def test_new_producers_pass_through_idempotent_too(gateway):
+    cluster, server = gateway
+    topic = "new-producers"
+    cluster.create_topic(topic)
+    data = rows("new", 50)
+    for idempotent in (False, True):
+        producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{server.port}", "linger.ms": 5,
+                                "enable.idempotence": idempotent, "compression.type": "zstd"})
+        for key, value in data:
+            producer.produce(topic, key=key, value=value, partition=0, headers=[("h", b"1")])
+        assert producer.flush(30) == 0
+    got = read_cluster(cluster.bootstrap, topic, 2 * len(data))
+    assert [(k, v) for _, k, v, _ in got] == data * 2
+
+
+def produce_v2(port: int, topic: str, records: bytes, acks: int = 1, version: int = 2):
+    with BlockingClient("127.0.0.1", port) as client:
+        frame = control.encode_request(control.Outgoing(m.PRODUCE_REQUEST, {
+            "transactional_id": None, "acks": acks, "timeout_ms": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]}),
+            version, client.next_correlation_id())
+        answer = control.decode_response(m.PRODUCE_RESPONSE, client.request(frame), version)
+    return answer.responses[0].partition_responses[0]
+
+
+def test_refused_sets_get_the_code_kafka_3_9_answered(gateway):
+    cluster, server = gateway
+    cluster.create_topic("refusals")
+    good = MemoryRecordsBuilder(magic=1, compression="gzip")
+    good.append(1_700_000_000_000, b"k", b"v")
+    data = bytearray(good.build())
+    deadline = time.monotonic() + 20                    # until the gateway learns the new topic
+    while (code := produce_v2(server.port, "refusals", bytes(data)).error_code) == \
+            Error.UNKNOWN_TOPIC_OR_PARTITION and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert code == Error.NONE
+    data[-1] ^= 1                                       # the wrapper's checksum no longer holds
+    assert produce_v2(server.port, "refusals", bytes(data)).error_code == Error.CORRUPT_MESSAGE
+    v2 = MemoryRecordsBuilder(magic=2)
+    v2.append(1, b"k", b"v")                            # a v2 batch in a Produce v2
+    assert produce_v2(server.port, "refusals", v2.build()).error_code == Error.INVALID_RECORD
+    assert produce_v2(server.port, "no-such-topic", bytes(good.build())).error_code == \
+        Error.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_without_produce_the_gateway_stays_read_only():
+    from mock_cluster import MockCluster
+
+    cluster = MockCluster(1)
+    cluster.create_topic("ro")
+    good = MemoryRecordsBuilder(magic=1)
+    good.append(1, b"k", b"v")
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0)) as server:
+        assert produce_v2(server.port, "ro", good.build()).error_code == Error.POLICY_VIOLATION
+    with pytest.raises(ValueError, match="upstream"):
+        Server(log_dirs=["/nonexistent"], produce=True)
+
+
+def test_writes_need_a_write_rule(tmp_path):
+    from kafkacodec.net.acl import Acl
+
+    acl = Acl.parse("User:alice orders\nUser:bob Write:orders-*\n")
+    assert acl.allows_topic("User:alice", "orders") and not acl.allows_write("User:alice", "orders")
+    assert acl.allows_write("User:bob", "orders-eu") and not acl.allows_topic("User:bob", "orders-eu")
+    with pytest.raises(ValueError, match="topic name"):
+        Acl.parse("User:bob Write:bad/name\n")
+
+
+@pytest.mark.broker
+def test_old_producers_write_kafka_4_through_the_gateway(kafka_broker):
+    topic = "old-producers-k4"
+    kafka_broker.create_topic(topic, 1)
+    data = rows("k4", 40)
+    # Kafka 4 closes the connection of a Produce v0-2: the old producer never gets through
+    with pytest.raises(kafka.errors.KafkaError):
+        producer = kafka.KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, api_version=(0, 10, 1),
+                                       request_timeout_ms=3000, max_block_ms=5000, retries=0)
+        try:
+            producer.send(topic, key=b"k", value=b"v", partition=0).get(timeout=10)
+        finally:
+            producer.close(5)
+    with Server(upstream=kafka_broker.bootstrap, listen=("127.0.0.1", 0), produce=True) as server:
+        produce_with("kafka-python", (0, 9), server.port, topic, "gzip", data)
+        produce_with("kafka-python", (0, 10, 1), server.port, topic, "snappy", data)
+        produce_with("librdkafka", "0.10.0.0", server.port, topic, "lz4", data)
+    got = read_cluster(kafka_broker.bootstrap, topic, 3 * len(data))
+    assert [(k, v) for _, k, v, _ in got] == data * 3
+    assert [t for *_, t in got] == [-1] * len(data) + [1_700_000_000_000] * 2 * len(data)
