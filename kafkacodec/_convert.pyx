@@ -669,7 +669,7 @@ def release_file_pages(data):
 
 
 # --- up-conversion: magic 0/1 messages -> v2 batches -----------------------------------------
-# Two uses, two rule sets (docs/up-conversion.md):
+# Two uses, two rule sets (docs/down-conversion.md, "Up-conversion"):
 #   up_convert      a produce request's message set as a Kafka 3.9 broker appends it with
 #                   toMagic 2 (LogValidator: convertAndAssignOffsetsNonCompressed and
 #                   validateMessagesAndAssignOffsetsCompressed -> buildRecordsAndAssignOffsets):
