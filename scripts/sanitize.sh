@@ -3,7 +3,8 @@
 # the fuzz corpus (replay + a short campaign) under it.
 #   bash scripts/sanitize.sh                  tests (not spark) + corpus replay + 60 s of fuzzing
 #                                             per harness kind (fuzz/fuzz_targets.py: 6 kinds)
-#   bash scripts/sanitize.sh -k v2            extra arguments go to pytest
+#   bash scripts/sanitize.sh -k v2            extra arguments go to pytest (SANITIZE_WORKERS=N:
+#                                             pytest-xdist workers, default one per core)
 #   SANITIZE_FUZZ_SECONDS=0 bash scripts/sanitize.sh      no fuzz campaign
 #   bash scripts/sanitize.sh --fuzz-only --fuzz-seconds 600   (what FUZZ_SANITIZE=1 fuzz.sh runs)
 #
@@ -77,8 +78,11 @@ run() {
 
 status=0
 if [ "$FUZZ_ONLY" = 0 ]; then
+  # one pytest worker per core (pytest-xdist, a test extra): the instrumented suite is CPU-bound
+  WORKERS=()
+  "$PY" -c "import xdist" 2>/dev/null && WORKERS=(-n "${SANITIZE_WORKERS:-auto}")
   (cd "$OUT" && run "$PY" -m pytest "$ROOT/tests" -q -p no:cacheprovider -m "not spark and not tooling and not broker and not soak and not service" \
-      --rootdir "$ROOT" -c "$ROOT/pyproject.toml" "${PYTEST_ARGS[@]}") || status=$?
+      --rootdir "$ROOT" -c "$ROOT/pyproject.toml" "${WORKERS[@]}" "${PYTEST_ARGS[@]}") || status=$?
 fi
 "$PY" -c "import kafka" 2>/dev/null && run "$PY" fuzz/make_corpus.py > /dev/null
 run "$PY" fuzz/fuzz_targets.py replay "${FUZZ_ARGS[@]}" || status=$?

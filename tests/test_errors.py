@@ -177,7 +177,7 @@ def test_the_three_kinds_are_told_apart_by_class():
 
     data = {errors.CorruptRecordError, errors.InvalidCrcError, errors.UnsupportedCompressionError,
             errors.UnsupportedVersionError, errors.RecordTooLargeError, errors.LogLayoutError,
-            errors.WriteConflictError}
+            errors.WriteConflictError, errors.InvalidRecordError}
     misuse = {errors.BufferReleasedError, errors.ConcurrentUseError, errors.MemoryPoolError}
     for cls in data:
         assert issubclass(cls, errors.DataError) and issubclass(cls, ValueError)

@@ -26,11 +26,12 @@ README = ROOT / "README.md"
 
 # The benchmark commands in their quick mode (the README runs them in full).
 # (report.py leaves out its Spark run: the same block runs bench_spark.py right after it; the Java
-# benchmark runs each case once over a few batches.)
+# benchmark runs each case once over a few batches, in one run.)
 QUICK = [
     (re.compile(r"(bench/report\.py)(?=\s|$)"), r"\1 --quick --no-spark"),
     (re.compile(r"(\S*python\S* bench/bench_java\.py)"),
      r"KC_BENCH_JAVA_BATCHES=16 KC_BENCH_JAVA_ROUNDS=1 KC_BENCH_JAVA_WARM_MS=0 \1"),
+    (re.compile(r"(bench/bench_java\.py.*?)--runs \d+"), r"\1--runs 1"),
     (re.compile(r"(bench/bench_arrow\.py)(?=\s|$)"), r"\1 20000"),
     (re.compile(r"(bench/bench_spark\.py) \d+"), r"\1 40000 --rounds 1"),
 ]

@@ -9,6 +9,7 @@ clients send wrong: inner offsets, LogAppendTime set by a producer, bad checksum
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import struct
@@ -26,6 +27,8 @@ JAVA_SOURCE = Path(__file__).parent / "java" / "UpConvertOracle.java"
 NOW = 1_700_000_000_000
 MAX = 2**63 - 1
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3}
+# the JVM without the sanitizer runtime scripts/sanitize.sh preloads into the tests
+JAVA_ENV = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 
 
 class Oracle:
@@ -33,7 +36,7 @@ class Oracle:
 
     def __init__(self, classpath: str, classes: Path):
         self.proc = subprocess.Popen(["java", "-cp", f"{classes}:{classpath}", "UpConvertOracle"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=JAVA_ENV)
 
     def call(self, data: bytes, *, now=NOW, base_offset=0, timestamp_type=0, target=-1,
              compacted=False, before=MAX, after=MAX, repeat=1):
@@ -64,7 +67,8 @@ def start_oracle(tmp_path_factory) -> Oracle:
     except kafka_broker.BrokerUnavailable as exc:
         pytest.skip(str(exc))
     classes = tmp_path_factory.mktemp("upconvert-oracle")
-    subprocess.run(["javac", "-d", str(classes), "-cp", cp, str(JAVA_SOURCE)], check=True, timeout=300)
+    subprocess.run(["javac", "-d", str(classes), "-cp", cp, str(JAVA_SOURCE)], check=True, timeout=300,
+                   env=JAVA_ENV)
     return Oracle(cp, classes)
 
 

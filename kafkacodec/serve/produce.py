@@ -21,6 +21,7 @@ Off by default (serve is read-only: POLICY_VIOLATION); with an ACL file, a princ
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -98,8 +99,7 @@ class ProduceForwarder:
         timeout_ms = body["timeout_ms"]
         for leader, batches in by_leader.items():
             self._forward(leader, batches, acks, timeout_ms, req.client_id,
-                          answers.expect(lambda value, error, batches=batches: self._answered(
-                              batches, value, error)))
+                          answers.expect(functools.partial(self._answered, batches)))
         if acks == 0:
             req.done()                           # Kafka sends nothing for acks=0
             return
