@@ -4,13 +4,17 @@
 Each producer's records are read back from the cluster itself by confluent-kafka, the oracle:
 every key and value, in order, and the v1 producers' timestamps.  Old producers are
 kafka-python at api_version (0, 9) (Produce v1, magic 0) and (0, 10, 1) (Produce v2, magic 1)
-and librdkafka told the broker is 0.9.0.1 or 0.10.0.0 (no ApiVersions); new ones pass through
+librdkafka told the broker is 0.9.0.1 or 0.10.0.0 (no ApiVersions), and Kafka's own Java
+producer 0.9.0.1 (Produce v1) and 0.10.2.2 (Produce v2) from Maven Central; new ones pass through
 (confluent-kafka, idempotent too).  The librdkafka mock cluster gives the fast cases; a real
 Kafka 4.1 broker, which closes the connection of every old producer, the real one."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -118,6 +122,60 @@ def test_new_producers_pass_through_idempotent_too(gateway):
     assert [(k, v) for _, k, v, _ in got] == data * 2
 
 
+# --- Kafka's own old Java producers -----------------------------------------------------------
+JAVA_PRODUCER = Path(__file__).with_name("java") / "ServeProducer.java"
+JAVA_VERSIONS = ("0.9.0.1", "0.10.2.2")
+
+
+def java_rows(n: int) -> list[tuple[bytes | None, bytes]]:
+    """What ServeProducer sends."""
+    return [(None if i % 9 == 4 else b"key-%d" % i, b"value %d " % i * (1 + i % 5)) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def java_producers(tmp_path_factory):
+    """{version: (classpath, compiled driver)} for kafka-clients 0.9.0.1 and 0.10.2.2."""
+    from serve_support import java_consumer_classpath
+
+    if shutil.which("javac") is None:
+        pytest.skip("needs java and javac")
+    drivers = {}
+    for version in JAVA_VERSIONS:
+        cp = java_consumer_classpath(version)
+        if cp is None:
+            pytest.skip(f"needs Maven and kafka-clients {version}")
+        classes = tmp_path_factory.mktemp(f"producer-{version}")
+        subprocess.run(["javac", "-d", str(classes), "-cp", cp, str(JAVA_PRODUCER)], check=True,
+                       capture_output=True)
+        drivers[version] = (cp, classes)
+    return drivers
+
+
+def java_produce(driver, bootstrap: str, topic: str, count: int, codec: str,
+                 max_block_ms: int = 30000) -> subprocess.CompletedProcess:
+    cp, classes = driver
+    return subprocess.run(["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                           "-cp", f"{cp}:{classes}", "ServeProducer", bootstrap, topic, "0",
+                           str(count), codec, str(max_block_ms)],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("version", JAVA_VERSIONS)
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
+def test_kafkas_old_java_producers_write_through_the_gateway(gateway, java_producers, version, codec):
+    cluster, server = gateway
+    topic = f"java-{version}-{codec}"
+    cluster.create_topic(topic)
+    run = java_produce(java_producers[version], f"127.0.0.1:{server.port}", topic, 60, codec)
+    assert run.returncode == 0 and "sent 60" in run.stdout, run.stderr[-2000:]
+    got = read_cluster(cluster.bootstrap, topic, 60)
+    assert [(k, v) for _, k, v, _ in got] == java_rows(60)
+    if version == "0.9.0.1":                             # magic 0: no timestamps
+        assert {t for *_, t in got} == {-1}
+    else:                                               # the producer's clock (CreateTime)
+        assert all(abs(t - time.time() * 1000) < 600_000 for *_, t in got)
+
+
 def produce_v2(port: int, topic: str, records: bytes, acks: int = 1, version: int = 2):
     with BlockingClient("127.0.0.1", port) as client:
         frame = control.encode_request(control.Outgoing(m.PRODUCE_REQUEST, {
@@ -191,3 +249,19 @@ def test_old_producers_write_kafka_4_through_the_gateway(kafka_broker):
     got = read_cluster(kafka_broker.bootstrap, topic, 3 * len(data))
     assert [(k, v) for _, k, v, _ in got] == data * 3
     assert [t for *_, t in got] == [-1] * len(data) + [1_700_000_000_000] * 2 * len(data)
+
+
+@pytest.mark.broker
+def test_kafkas_old_java_producers_write_kafka_4_through_the_gateway(kafka_broker, java_producers):
+    topic = "java-producers-k4"
+    kafka_broker.create_topic(topic, 1)
+    # directly, Kafka 4.1 turns the 0.10.2 producer away: it never gets its metadata
+    direct = java_produce(java_producers["0.10.2.2"], kafka_broker.bootstrap, topic, 1, "none",
+                          max_block_ms=5000)
+    assert direct.returncode == 1 and "failed:" in direct.stderr, direct.stdout
+    with Server(upstream=kafka_broker.bootstrap, listen=("127.0.0.1", 0), produce=True) as server:
+        for version, codec in (("0.9.0.1", "gzip"), ("0.10.2.2", "lz4")):
+            run = java_produce(java_producers[version], f"127.0.0.1:{server.port}", topic, 40, codec)
+            assert run.returncode == 0, run.stderr[-2000:]
+    got = read_cluster(kafka_broker.bootstrap, topic, 80)
+    assert [(k, v) for _, k, v, _ in got] == java_rows(40) * 2
