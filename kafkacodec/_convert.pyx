@@ -9,18 +9,20 @@ costs one decompression and one compression.  See docs/down-conversion.md and
 spec downconvert.md §2 for the rules implemented here.
 """
 
-from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, INT64_MIN, INT64_MAX, INT32_MAX
+from libc.stdint cimport int8_t, int32_t, int64_t, uint16_t, uint32_t, INT64_MIN, INT64_MAX, INT32_MAX
 from libc.stdlib cimport free
 from cpython.time cimport monotonic_ns
 
-from kafkacodec._cursor cimport Cursor, cursor_init, load_u32
-from kafkacodec._writer cimport Writer, WriteBuffer, writer_grow, put_bytes, reserve
+from kafkacodec._cursor cimport Cursor, cursor_init, load_u16, load_u32
+from kafkacodec._writer cimport (Writer, WriteBuffer, writer_grow, put_bytes, reserve, store_u16,
+                                 store_u32)
 from kafkacodec._format cimport (BatchHeader, next_entry, LOG_OVERHEAD, SIZE_OFFSET,
                                  V0_RECORD_OVERHEAD, V1_RECORD_OVERHEAD, V2_HEADER_SIZE,
                                  CONTROL_FLAG, TIMESTAMP_TYPE_MASK, TIMESTAMP_LOG_APPEND,
                                  NO_TIMESTAMP, CODEC_NONE, CODEC_LZ4, CODEC_ZSTD, wrap_sub, wrap_add,
                                  crc_is_valid, compute_crc, MAGIC_OFFSET, LEGACY_CRC_OFFSET,
-                                 LEGACY_ATTRIBUTES_OFFSET, COMPRESSION_MASK, TIMESTAMP_CREATE)
+                                 LEGACY_ATTRIBUTES_OFFSET, COMPRESSION_MASK, TIMESTAMP_CREATE,
+                                 V2_ATTRIBUTES_OFFSET, V2_CRC_OFFSET)
 from kafkacodec._v2 cimport record_timestamp, write_v2_record, write_v2_batch_header
 from kafkacodec._legacy cimport write_legacy_message
 from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompressed, walk_next,
@@ -29,7 +31,7 @@ from kafkacodec._walk cimport (BatchWalk, RecordView, walk_open, walk_decompress
                                OPEN_NONE, OPEN_IN_PLACE, OPEN_COMPRESSED, WALK_INNER)
 from kafkacodec._legacy cimport (begin_legacy_wrapper, end_legacy_wrapper, wrapper_fits,
                                  next_inner_entry)
-from kafkacodec._crc cimport kc_crc_init, kc_crc32
+from kafkacodec._crc cimport kc_crc_init, kc_crc32, kc_crc32c
 from kafkacodec._compression cimport (Decompressor, _Chunk, thread_decompressor, compress_into,
                                       LEVEL_DEFAULT, RETAINED_CHUNK, DEFAULT_MAX_DECOMPRESSED)
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
@@ -155,7 +157,8 @@ cdef class DownConverter:
       convert (zstd or an unknown codec below magic 2) instead of failing whole, so the lazy
       path sends what precedes it; the next call starting there raises.
     - `zstd_codec` (-1: refuse, as Kafka): a zstd batch converted below magic 2 is rebuilt with
-      this codec instead (0 none, 1 gzip, 2 snappy, 3 lz4), every record kept.
+      this codec instead (0 none, 1 gzip, 2 snappy, 3 lz4), every record kept; with to_magic 2
+      it stays a v2 batch, its records recompressed with this codec (Fetch v4-v9 readers).
     Not for concurrent use (it decompresses without the GIL): a call while another runs
     raises ConcurrentUseError.  Threads may use it one at a time: a compressed batch is
     decompressed by the converting thread's Decompressor (the walker's policy, _walk.pxd)."""
@@ -336,6 +339,8 @@ cdef class DownConverter:
                     f"unknown compression type id {h.compression}",
                     position=h.position, offset=h.base_offset)
         if h.magic <= to_magic:          # already old enough: copied byte for byte
+            if h.magic == 2 and h.compression == CODEC_ZSTD and self.zstd_codec >= 0:
+                return self.recompress_v2(entry, h, decompressor)
             put_bytes(&self.out.w, entry, h.size)
             self.temporary_memory_bytes += h.size
             return 0
@@ -364,6 +369,60 @@ cdef class DownConverter:
         if h.magic >= 2:
             return self.convert_v2_plain(&w)
         return self.convert_v1_plain(&w)
+
+    cdef int recompress_v2(self, const unsigned char* entry, const BatchHeader* h,
+                           Decompressor decompressor) except -1:
+        """A zstd v2 batch rebuilt with zstd_codec, v2 kept (to_magic 2: for readers of Fetch
+        v4-v9, which cannot read zstd, KIP-110).  Its records are decompressed and walked whole
+        (a corrupt one raises: the rebuilt batch would carry a fresh CRC), then compressed
+        again; the header is the stored one with the codec, Size and CRC changed, so offsets,
+        timestamps, producer state, flags and the leader epoch are kept."""
+        cdef BatchWalk w
+        cdef RecordView v
+        cdef const unsigned char* data = NULL
+        cdef Py_ssize_t size = 0, start, n
+        cdef _Chunk chunk = None
+        cdef Writer* out = &self.out.w
+        w.h = h[0]
+        if walk_open(&w, entry, &data, &size) == OPEN_COMPRESSED:
+            data = self.decompress(decompressor, h.compression, 2, data, size, w.data_position,
+                                   h, &size)
+            chunk = pin_output(decompressor)
+        else:                            # RecordsCount 0: nothing read, nothing written
+            size = 0
+        start = out.length
+        try:
+            if chunk is not None:
+                try:
+                    walk_decompressed(&w, data, size)
+                    while walk_next(&w, &v):
+                        pass
+                except KafkaCodecError as error:
+                    raise in_decompressed(error, &w)
+            put_bytes(out, entry, V2_HEADER_SIZE)
+            if self.zstd_codec == CODEC_NONE:
+                put_bytes(out, data, size)
+            else:
+                compress_into(out, self.zstd_codec, 2, data, size, LEVEL_DEFAULT)
+        except BaseException:
+            out.length = start
+            raise
+        finally:
+            if chunk is not None:
+                unpin_chunk(chunk)
+        n = out.length - start
+        if n - LOG_OVERHEAD > INT32_MAX:
+            out.length = start
+            raise RecordTooLargeError(f"the batch recompressed with codec {self.zstd_codec} exceeds "
+                                      f"Kafka's 2 GiB limit", position=h.position, offset=h.base_offset)
+        store_u16(out.buf + start + V2_ATTRIBUTES_OFFSET,
+                  <uint16_t>((load_u16(entry + V2_ATTRIBUTES_OFFSET) & ~COMPRESSION_MASK) | self.zstd_codec))
+        store_u32(out.buf + start + SIZE_OFFSET, <uint32_t>(n - LOG_OVERHEAD))
+        store_u32(out.buf + start + V2_CRC_OFFSET,
+                  kc_crc32c(0, out.buf + start + V2_ATTRIBUTES_OFFSET, n - V2_ATTRIBUTES_OFFSET))
+        self.temporary_memory_bytes += h.size + size
+        self.records_converted += h.records_count
+        return 0
 
     cdef int convert_v2_plain(self, BatchWalk* walk) except -1:
         """Uncompressed v2 batch -> one standalone v0/v1 message per record at or above
@@ -614,8 +673,9 @@ def down_convert(records, int to_magic, int64_t first_offset=0, WriteBuffer out=
     same codec; control batches vanish; records below `first_offset` are dropped from
     uncompressed source batches only; a zstd batch raises UnsupportedCompressionError for a
     v0/v1 target, as Kafka answers UNSUPPORTED_COMPRESSION_TYPE, unless `recompress` names
-    the codec to rebuild it with ("none", "gzip", "snappy", "lz4", a Compression or its id).
-    A trailing partial entry is ignored.  Returns ConvertedRecords.
+    the codec to rebuild it with ("none", "gzip", "snappy", "lz4", a Compression or its id);
+    with to_magic 2 and `recompress`, zstd batches stay v2 batches, recompressed with it (the
+    rest is copied).  A trailing partial entry is ignored.  Returns ConvertedRecords.
 
     `out`: a WriteBuffer the converted set is appended to (reuse one, clear()ed, for fetch
     after fetch; or collect several conversions in it) instead of a new output.  The result's

@@ -89,7 +89,7 @@ def test_recompress_refuses_zstd(mixed):
         down_convert(mixed, 1, recompress="zstd")
     with pytest.raises(ValueError, match="another codec"):
         LazyDownConvertRecords(mixed, 0, recompress="zstd")
-    assert bytes(down_convert(mixed, 2, recompress="lz4").records.buffer) == mixed   # magic 2: untouched
+    assert bytes(down_convert(mixed, 2).records.buffer) == mixed   # magic 2 without recompress: untouched
 
 
 def test_cli_convert_recompress(mixed, tmp_path, capsys):
@@ -114,3 +114,58 @@ def test_cli_convert_recompress(mixed, tmp_path, capsys):
                  str(src), str(out)]) == EXIT_DATA
     assert "CRC" in capsys.readouterr().err
     assert kafka_python_read(out.read_bytes())[0] == source_values(mixed)  # the earlier OUT is kept
+
+
+# --- to magic 2: zstd batches stay v2, recompressed (Fetch v4-v9 readers) ---------------------
+
+def kafka_python_v2(data):
+    """kafka-python (an independent reader) over v2 batches: (header fields, records) each."""
+    records = kafka_records.MemoryRecords(bytes(data))
+    out = []
+    while records.has_next():
+        b = records.next_batch()
+        assert b.magic == 2
+        assert b.validate_crc()
+        out.append(((b.base_offset, b.producer_id, b.producer_epoch, b.base_sequence,
+                     b.is_transactional, b.is_control_batch, b.timestamp_type, b.max_timestamp),
+                    b.compression_type,
+                    [(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in b]))
+    return out
+
+
+@pytest.mark.parametrize("codec,attribute", [("gzip", 1), ("lz4", 3), ("snappy", 2), ("none", 0)])
+def test_to_magic_2_zstd_batches_are_recompressed_and_everything_else_kept(mixed, codec, attribute):
+    converted = down_convert(mixed, 2, recompress=codec)
+    out = bytes(converted.records)
+    before, after = kafka_python_v2(mixed), kafka_python_v2(out)
+    assert [(h, r) for h, _, r in after] == [(h, r) for h, _, r in before]
+    assert [c for _, c, _ in after] == [attribute if c == 4 else c for _, c, _ in before]
+    # the batches that were not zstd are the stored bytes
+    kept = [bytes(b.raw) for b in kafkacodec.MemoryRecords(mixed).batches() if b.compression.name != "ZSTD"]
+    assert all(k in out for k in kept)
+    assert converted.stats.records_converted == 5 + 30 + 400 + 2
+
+
+def test_to_magic_2_without_recompress_copies_zstd(mixed):
+    assert bytes(down_convert(mixed, 2).records) == mixed
+
+
+def test_to_magic_2_lazily_in_chunks_as_eagerly(mixed):
+    eager = bytes(down_convert(mixed, 2, recompress="lz4").records)
+    lazy = b"".join(bytes(c.records) for c in LazyDownConvertRecords(mixed, 2, 0, 4096, recompress="lz4"))
+    assert lazy == eager
+
+
+def test_a_corrupt_zstd_batch_is_not_given_a_fresh_checksum():
+    import zstandard
+
+    inner = b"\x10\x00\x00\x00\x02k0\x02v0\x00" + b"\xff" * 5      # a record, then garbage
+    data = bytearray(batch("zstd", 0, 1))
+    header = data[:61]
+    body = zstandard.ZstdCompressor().compress(inner)
+    data = bytearray(header) + body
+    struct.pack_into(">i", data, 8, len(data) - 12)
+    from kafkacodec.crc import crc32c
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    with pytest.raises(kafkacodec.CorruptRecordError):
+        down_convert(bytes(data), 2, recompress="gzip")

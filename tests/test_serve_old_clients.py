@@ -189,8 +189,8 @@ def test_fetch_below_v10_gets_zstd_batches_rebuilt_as_v2(tmp_path, zstd_codec):
     write_partition(tmp_path, "z", batches)
     with Server([str(tmp_path)], listen=("127.0.0.1", 0), zstd_codec=zstd_codec) as srv, \
             BlockingClient("127.0.0.1", srv.port) as client:
-        def fetch(version):
-            return client.fetch([("z", [(0, 0, 1 << 20)])], api_version=version,
+        def fetch(version, offset=0):
+            return client.fetch([("z", [(0, offset, 1 << 20)])], api_version=version,
                                 max_wait_ms=0).responses[0].partitions[0]
 
         assert bytes(fetch(10).records) == b"".join(batches)
@@ -200,12 +200,21 @@ def test_fetch_below_v10_gets_zstd_batches_rebuilt_as_v2(tmp_path, zstd_codec):
                 assert part.error_code == 76 and not bytes(part.records or b"")
                 continue
             data = bytes(part.records)
-            assert part.error_code == 0 and data.startswith(batches[0]) and data.endswith(batches[2])
-            records = KafkaPythonRecords(data)
+            assert part.error_code == 0 and data.startswith(batches[0])
             got = []
-            while (batch := records.next_batch()) is not None:
-                got += [(batch.compression_type, batch.producer_id, batch.producer_epoch, batch.base_sequence,
-                         r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch]
+            while True:
+                records = KafkaPythonRecords(data)            # a partial last batch is left out
+                while (batch := records.next_batch()) is not None:
+                    got += [(batch.compression_type, batch.producer_id, batch.producer_epoch,
+                             batch.base_sequence, r.offset, r.timestamp, r.key, r.value, list(r.headers))
+                            for r in batch]
+                if got[-1][4] == 8:
+                    break
+                # the lazy send declares the stored size (KIP-283): a rebuilt batch that grew
+                # pushes the last one out of this answer, and the client fetches it next
+                part = fetch(version, got[-1][4] + 1)
+                data = bytes(part.records)
+                assert part.error_code == 0 and data == batches[2]
             rebuilt = [g for g in got if g[6] and g[6].startswith(b"z")]
             codec_id = {"gzip": 1, "lz4": 3}[zstd_codec]
             assert rebuilt == [(codec_id, 41, 2, 3, offset, 1_700_000_000_100 + i, b"z%d" % offset,

@@ -10,9 +10,9 @@ partition whose first batch does not fit what is left sends nothing rather than 
 (clients fail on a partition holding only a partial batch).
 
 Fetch v4+ gets the stored bytes as they are: a byte range of the segment, sent with sendfile;
-Fetch v4-v9, which cannot carry zstd, gets a range holding zstd batches with those rebuilt with
-`zstd_codec` (still v2, kafkacodec._recompress), or UNSUPPORTED_COMPRESSION_TYPE as Kafka answers
-when that is None.
+Fetch v4-v9, which cannot carry zstd, gets a range holding zstd batches lazily converted to
+magic 2 (the same chunked path as below: those batches recompressed with `zstd_codec`, v2 kept,
+the rest copied), or UNSUPPORTED_COMPRESSION_TYPE as Kafka answers when that is None.
 Fetch v0-3 gets them lazily down-converted (magic 0 for v0-1, magic 1 for v2-3) with KIP-283's
 framing (LazyDownConvertRecords), every conversion's memory from one pool
 (`max_conversion_memory`).  When the pool cannot hold a partition's first chunk, the partition
@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 from kafkacodec.errors import (FileTruncatedError, KafkaCodecError, RecordTooLargeError,
                                UnsupportedCompressionError, UnsupportedVersionError)
-from kafkacodec._recompress import recompress_zstd
 from kafkacodec._types import Compression
 from kafkacodec.lazy import LazyDownConvertRecords
 from kafkacodec.protocol._fetch_server import FetchRequest, encode_fetch_response
@@ -273,23 +272,20 @@ class FetchHandler:
             answer.aborted = []
         if offset >= upper:
             return
-        config = self.server.config
         if fetch.api_version >= 4:
             found = part.read(offset, max_bytes, first, upper)
             if found is None or (not first and found.size < found.first_size):
                 return
-            rebuilt = b""
             if fetch.api_version < ZSTD_FETCH_VERSION:
-                error, rebuilt = self._without_zstd(found, part, fetch.api_version)
+                error, zstd = self._holds_zstd(found)
                 if error:
                     answer.error = error
                     return
-            counter = self.server.metrics.bytes_out_counter(part.topic)
-            if rebuilt:
-                counter(len(rebuilt))
-                answer.piece, answer.size = BytesPiece(memoryview(rebuilt)), len(rebuilt)
-            else:
-                answer.piece, answer.size = _stored_piece(found, counter), found.size
+                if zstd:                        # recompressed in chunks, v2 kept
+                    self._lazy_answer(part, found, 2, 0, offset, fetch, answer)
+                    return
+            answer.piece = _stored_piece(found, self.server.metrics.bytes_out_counter(part.topic))
+            answer.size = found.size
             if committed:
                 end = self._end_offset(found)
                 answer.aborted = part.aborted_between(offset, end)
@@ -301,76 +297,74 @@ class FetchHandler:
             found = part.read(start, max_bytes, first, upper)
             if found is None or (not first and found.size < found.first_size):
                 return
-            assert found.segment.records is not None
-            records = found.segment.records.slice(found.position, found.size)
-            try:
-                lazy = LazyDownConvertRecords(
-                    records, to_magic, offset, config.chunk_size,
-                    enabled=config.downconversion_enabled(part.topic),
-                    pool=self.server.conversion_pool, recompress=config.zstd_codec)
-            except UnsupportedVersionError:
-                answer.error = Error.UNSUPPORTED_VERSION
+            lazy = self._lazy_answer(part, found, to_magic, offset, offset, fetch, answer)
+            if lazy is None or not (lazy.size_in_bytes == 12 and lazy.converts):
                 return
-            except UnsupportedCompressionError:
-                answer.error = Error.UNSUPPORTED_COMPRESSION_TYPE
+            # nothing in the range converts (markers): take the batches after it
+            answer.piece, answer.size, answer.aborted = None, 0, [] if committed else None
+            lazy.close()
+            rows = found.segment.records.slice(found.position, found.size).index(check_crc=False)
+            if not len(rows):
                 return
-            except RecordTooLargeError:
-                answer.error = Error.MESSAGE_TOO_LARGE
+            start = int(rows["last_offset"][-1]) + 1
+            if start >= upper:
                 return
-            except FileTruncatedError:
-                raise
-            except KafkaCodecError as exc:
-                log.warning("cannot down-convert %s-%d at offset %d: %s", part.topic, part.index, start, exc)
-                answer.error = (Error.KAFKA_STORAGE_ERROR if fetch.api_version >= 6
-                                else Error.NOT_LEADER_OR_FOLLOWER)
-                return
-            if lazy.refused:
-                self.server.metrics.conversion_refused()
-                return
-            if lazy.size_in_bytes == 12 and lazy.converts:
-                # nothing in the range converts (markers): take the batches after it
-                lazy.close()
-                rows = records.index(check_crc=False)
-                if not len(rows):
-                    return
-                start = int(rows["last_offset"][-1]) + 1
-                if start >= upper:
-                    return
-                continue
-            answer.piece = LazyPiece(lazy, self._converted(part.topic),
-                                     self.server.metrics.bytes_out_counter(part.topic))
-            answer.size = lazy.size_in_bytes
-            if committed:
-                answer.aborted = part.aborted_between(offset, self._end_offset(found))
-            return
 
-    def _without_zstd(self, found: Any, part: Any, version: int) -> tuple[int, bytes]:
-        """Fetch v4-v9 cannot carry zstd (KIP-110): (0, the range with its zstd batches rebuilt
-        with zstd_codec, v2 kept: kafkacodec._recompress), (0, b"") when it has none (sent as
-        stored), or (error, b""): UNSUPPORTED_COMPRESSION_TYPE with zstd_codec None (Kafka's
-        answer), a storage error when the range cannot be read."""
+    def _lazy_answer(self, part: Partition, found: Any, to_magic: int, first_offset: int,
+                     fetch_offset: int, fetch: FetchRequest,
+                     answer: _PartitionAnswer) -> LazyDownConvertRecords | None:
+        """Answer with `found` converted lazily to `to_magic` (KIP-283 chunks from the conversion
+        pool; records below `first_offset` dropped from rebuilt v2 batches, zstd rebuilt with
+        zstd_codec); an error in `answer` and None when it cannot be."""
+        config = self.server.config
         assert found.segment.records is not None
         records = found.segment.records.slice(found.position, found.size)
-        codec = self.server.config.zstd_codec
-        try:                                  # the entry headers, walked in C
-            zstd = bool((records.index(check_crc=False)["compression"] == Compression.ZSTD).any())
-        except FileTruncatedError:
-            raise
-        except KafkaCodecError:               # damage: the stored bytes, as Kafka sends them
-            return 0, b""
-        if not zstd:
-            return 0, b""
-        if codec is None:
-            return Error.UNSUPPORTED_COMPRESSION_TYPE, b""
         try:
-            rebuilt = recompress_zstd(records, codec)
+            lazy = LazyDownConvertRecords(
+                records, to_magic, first_offset, config.chunk_size,
+                enabled=to_magic == 2 or config.downconversion_enabled(part.topic),
+                pool=self.server.conversion_pool, recompress=config.zstd_codec)
+        except UnsupportedVersionError:
+            answer.error = Error.UNSUPPORTED_VERSION
+            return None
+        except UnsupportedCompressionError:
+            answer.error = Error.UNSUPPORTED_COMPRESSION_TYPE
+            return None
+        except RecordTooLargeError:
+            answer.error = Error.MESSAGE_TOO_LARGE
+            return None
         except FileTruncatedError:
             raise
         except KafkaCodecError as exc:
-            log.warning("cannot recompress %s-%d at position %d: %s", part.topic, part.index,
-                        found.position, exc)
-            return (Error.KAFKA_STORAGE_ERROR if version >= 6 else Error.NOT_LEADER_OR_FOLLOWER), b""
-        return 0, rebuilt or b""
+            log.warning("cannot convert %s-%d at position %d to magic %d: %s", part.topic, part.index,
+                        found.position, to_magic, exc)
+            answer.error = (Error.KAFKA_STORAGE_ERROR if fetch.api_version >= 6
+                            else Error.NOT_LEADER_OR_FOLLOWER)
+            return None
+        if lazy.refused:
+            self.server.metrics.conversion_refused()
+            return None
+        answer.piece = LazyPiece(lazy, self._converted(part.topic),
+                                 self.server.metrics.bytes_out_counter(part.topic))
+        answer.size = lazy.size_in_bytes
+        if fetch.isolation_level == 1:
+            answer.aborted = part.aborted_between(fetch_offset, self._end_offset(found))
+        return lazy
+
+    def _holds_zstd(self, found: Any) -> tuple[int, bool]:
+        """Whether the range holds a zstd batch (the entry headers, walked in C): (0, answer),
+        or (UNSUPPORTED_COMPRESSION_TYPE, False) when it does and zstd_codec is None (Kafka's
+        answer to Fetch v4-v9); a damaged range is sent as stored, as Kafka sends it."""
+        records = found.segment.records.slice(found.position, found.size)
+        try:
+            zstd = bool((records.index(check_crc=False)["compression"] == Compression.ZSTD).any())
+        except FileTruncatedError:
+            raise
+        except KafkaCodecError:
+            return 0, False
+        if zstd and self.server.config.zstd_codec is None:
+            return Error.UNSUPPORTED_COMPRESSION_TYPE, False
+        return 0, zstd
 
     @staticmethod
     def _end_offset(found: Any) -> int:

@@ -18,6 +18,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"log"
 	"os"
 	"strconv"
 	"strings"
@@ -73,6 +74,9 @@ func (h *handler) ConsumeClaim(s sarama.ConsumerGroupSession, c sarama.ConsumerG
 }
 
 func main() {
+	if os.Getenv("SARAMA_LOG") != "" {
+		sarama.Logger = log.New(os.Stderr, "[sarama] ", log.Lmicroseconds)
+	}
 	mode, bootstrap, topic := os.Args[1], []string{os.Args[2]}, os.Args[3]
 	version, err := sarama.ParseKafkaVersion(os.Args[4])
 	if err != nil {
@@ -141,8 +145,9 @@ func main() {
 			}
 		}
 		partition.Close()
+		// without auto-commit, Commit() flushes the marks and releases the closing manager
+		managed.AsyncClose()
 		offsets.Commit()
-		managed.Close()
 		if err := offsets.Close(); err != nil {
 			fail(err)
 		}
