@@ -559,3 +559,72 @@ def test_old_clients_read_kafka_4_through_the_gateway(kafka_broker):
     for p, offset, _, _ in got:
         read_to[p] = max(read_to.get(p, -1), offset + 1)
     assert {p: o for p, o in upstream.items() if o >= 0} == read_to
+
+
+# --- transactions through the gateway ------------------------------------------------------------
+
+def read_through(port: int, topic: str, partitions: list[int], count: int, isolation: str) -> list[tuple]:
+    """confluent-kafka (Fetch v4+: it asks for read_committed with the aborted lists) through
+    the gateway: (partition, value) of every data record."""
+    consumer = ck.Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": f"txn-{isolation}",
+                            "enable.auto.commit": False, "isolation.level": isolation})
+    consumer.assign([ck.TopicPartition(topic, p, 0) for p in partitions])
+    out: list[tuple] = []
+    deadline = time.monotonic() + 60
+    idle_until = None
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                out.append((msg.partition(), msg.value()))
+                idle_until = None
+            elif len(out) >= count:
+                idle_until = idle_until or time.monotonic() + 2     # nothing more may come
+                if time.monotonic() > idle_until:
+                    break
+    finally:
+        consumer.close()
+    return sorted(out)
+
+
+def test_read_committed_through_the_gateway_is_exact(mock_gateway):
+    """Committed and aborted transactions (the mock lists no aborted transactions in its
+    Fetch answers: the gateway's consumer reads the markers): a read_committed client gets the
+    committed records only, a read_uncommitted one every data record, old ones too."""
+    from test_consumer import transactional_history
+
+    cluster, server, _, _ = mock_gateway
+    topic = "gateway-transactions"
+    cluster.create_topic(topic)
+    committed, everything = transactional_history(cluster, topic, [0, 1])
+    assert len(committed) < len(everything)
+    assert read_through(server.port, topic, [0, 1], len(committed), "read_committed") == committed
+    assert read_through(server.port, topic, [0, 1], len(everything), "read_uncommitted") == everything
+    old = read_kafka_python(server.port, topic, 2, len(everything), (0, 10, 1))
+    assert sorted((p, v) for p, _, _, v in old) == everything
+
+
+def test_read_committed_through_the_gateway_from_kafka_4(kafka_broker):
+    """The same against a Kafka 4.1 broker, whose Fetch answers list the aborted transactions."""
+    topic = "gateway-transactions-k4"
+    kafka_broker.create_topic(topic, 2)
+    txn = ck.Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": "gateway-k4",
+                       "compression.type": "lz4", "linger.ms": 5})
+    txn.init_transactions(30)
+    committed, everything = [], []
+    for t in range(6):
+        txn.begin_transaction()
+        values = [(p, b"txn %d p%d r%d" % (t, p, r)) for r in range(10) for p in range(2)]
+        for p, value in values:
+            txn.produce(topic, value=value, partition=p)
+        txn.flush(30)
+        if t % 2:
+            txn.abort_transaction(30)
+        else:
+            txn.commit_transaction(30)
+            committed += values
+        everything += values
+    committed, everything = sorted(committed), sorted(everything)
+    with Server(upstream=kafka_broker.bootstrap, listen=("127.0.0.1", 0)) as server:
+        assert read_through(server.port, topic, [0, 1], len(committed), "read_committed") == committed
+        assert read_through(server.port, topic, [0, 1], len(everything), "read_uncommitted") == everything

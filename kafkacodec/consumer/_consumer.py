@@ -55,7 +55,10 @@ class Consumer:
     - ``max_in_flight``: fetches in flight per connection (each asks for at most ring_bytes /
       max_in_flight bytes, so every answer in flight fits the ring at once).
     - ``isolation_level="read_committed"``: aborted transactions and control batches never
-      reach the caller, with or without the broker's aborted-transaction lists.
+      reach the caller, with or without the broker's aborted-transaction lists.  With
+      ``control_batches=True`` too, ``batches`` keep every decided batch instead (aborted data
+      and markers: what a log holds up to the last stable offset) and ``dropped`` names the
+      aborted ones (serve --upstream answers clients of both isolation levels from them).
     - ``security``: TLS and SASL: a ``client.properties`` path, a dict of client properties
       (Kafka's and librdkafka's names: security.protocol, ssl.ca.location, sasl.mechanism,
       sasl.username/sasl.password or sasl.jaas.config...) or a kafkacodec.net.ClientSecurity

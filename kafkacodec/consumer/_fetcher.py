@@ -368,6 +368,8 @@ class Fetcher:
             if scanning:
                 return None                    # markers only: nothing is returned
             following = stop if stop is not None else next_fetch
+            if self.control_batches:           # every decided batch, the aborted ones named
+                kept = [b for b in batches if b.offset < following]
         else:
             kept = batches if self.control_batches else [b for b in batches if not b.is_control]
             dropped = []

@@ -66,6 +66,8 @@ class FetchedPartition:
       first trimmed when the fetch started inside it; control batches, aborted transactions
       and, under read_committed, undecided ones left out).
     - ``next_offset``: where this partition continues (commit it to resume after this data).
+    - ``dropped``: (producer id, base offset, last offset) of the aborted batches left out
+      (read_committed; with control_batches, they are in ``batches`` and named here).
     - ``high_watermark``, ``last_stable_offset``, ``log_start_offset``: from the broker.
     - ``to_arrow()``: the records as pyarrow RecordBatches (Spark's Kafka schema).
 
@@ -105,6 +107,10 @@ class FetchedPartition:
         if self._batches is None:
             raise BufferReleasedError("FetchedPartition used after release()")
         return self._batches
+
+    @property
+    def dropped(self) -> list[tuple[int, int, int]]:
+        return self._dropped
 
     @property
     def released(self) -> bool:

@@ -90,10 +90,13 @@ class _Chunk:
     offsets [start, next_offset) (the first may begin before start)."""
 
     __slots__ = ("start", "next_offset", "data", "records", "positions", "sizes", "lasts",
-                 "last_offset", "nbytes", "path")
+                 "last_offset", "nbytes", "path", "aborted")
 
-    def __init__(self, start: int, next_offset: int, data: bytes, where: str):
+    def __init__(self, start: int, next_offset: int, data: bytes, where: str,
+                 aborted: list[tuple[int, int, int]] | None = None):
         self.start = start
+        # (producer id, base offset, last offset) of the aborted batches in `data`
+        self.aborted = aborted or []
         self.next_offset = next_offset
         self.data = data
         self.records = _ChunkRecords(data)   # segment.records.slice(...), as for a segment
@@ -169,7 +172,12 @@ class UpstreamPartition:
         return self.stable
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
-        return []
+        """(producer id, first offset) of the aborted batches the chunks hold in [start, end):
+        what a broker lists for a read_committed fetch (each aborted batch names its producer
+        from its base offset on; the client drops that producer's transactional batches until
+        its ABORT marker, which the chunks hold too)."""
+        return [(pid, first) for chunk in self.chunks if chunk.start < end and chunk.next_offset > start
+                for pid, first, last in chunk.aborted if last >= start and first < end]
 
     def read(self, offset: int, max_bytes: int, min_one: bool, upper: int) -> ChunkRange | None:
         """logview.Partition.read over the chunks; None (and the offset demanded) when no chunk
@@ -274,8 +282,13 @@ class UpstreamView:
         self._timer: Any = None
         self._watch: int | None = None
         self.closed = False
+        # read_committed with control batches: every batch up to the last stable offset, the
+        # aborted ones named (the consumer core's decisions, from the cluster's aborted lists or
+        # the markers it reads itself), so read_committed clients are told exactly what the
+        # cluster would tell them
         self.consumer = Consumer(bootstrap, buffer_memory=buffer_memory, client_id=client_id,
                                  control_batches=True, auto_offset_reset="none",
+                                 isolation_level="read_committed",
                                  fetch_max_wait_ms=200, request_timeout=timeout, loop=loop,
                                  security=security,
                                  receive_message_max_bytes=max(DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
@@ -506,7 +519,8 @@ class UpstreamView:
                 return
             data = b"".join(bytes(b.value) for b in fetched.batches)
             chunk = _Chunk(fetched.start_offset, fetched.next_offset, data,
-                           f"upstream {fetched.topic}-{fetched.partition}@{fetched.start_offset}")
+                           f"upstream {fetched.topic}-{fetched.partition}@{fetched.start_offset}",
+                           list(fetched.dropped))
         # a seek backwards drops what no longer continues from the new chunk
         part.chunks = [c for c in part.chunks
                        if c.next_offset <= chunk.start or c.start >= chunk.next_offset] + [chunk]
