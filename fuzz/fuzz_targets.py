@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -783,18 +784,26 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     by_kind: dict[str, list[str]] = {}
     for name in live:
         by_kind.setdefault(kind_of(name), []).append(name)
-    for kind, members in by_kind.items():
-        share = max(1.0, args.seconds / len(members))      # at least a second of mutation each
-        for name in members:
-            t0 = time.monotonic()
-            runs, findings = _campaign_one(name, engine, share, args)
+    plan = [(kind, name, max(1.0, args.seconds / len(members)))   # at least a second each
+            for kind, members in by_kind.items() for name in members]
+
+    def one(step: tuple[str, str, float]) -> tuple[str, str, int, list[dict[str, Any]], float]:
+        kind, name, share = step
+        t0 = time.monotonic()
+        runs, findings = _campaign_one(name, engine, share, args)
+        return kind, name, runs, findings, time.monotonic() - t0
+
+    # the targets run in worker processes, `jobs` at a time (a time-boxed campaign: the same
+    # seconds per target, the wall time divided)
+    with ThreadPoolExecutor(max(1, args.jobs or os.cpu_count() or 1)) as pool:
+        for kind, name, runs, findings, took in pool.map(one, plan):
             for finding in findings:
                 print(f"[{name}] FINDING: {finding['why']}\n  reproducer: {finding['path']}\n"
                       + "\n".join("    " + line for line in finding["stderr"].splitlines()))
             known = f", {KNOWN_HITS[name]} hits of known open findings" if KNOWN_HITS.get(name) else ""
-            print(f"[{name}] {engine}: {runs} executions in {time.monotonic() - t0:.1f}s "
+            print(f"[{name}] {engine}: {runs} executions in {took:.1f}s "
                   f"{'ok' if not findings else 'FAILED'}{known}", flush=True)
-            report[name] = {"kind": kind, "executions": runs, "seconds": time.monotonic() - t0,
+            report[name] = {"kind": kind, "executions": runs, "seconds": took,
                             "findings": [{k: f[k] for k in ("why", "path")} for f in findings]}
             if findings:
                 failed.append(name)
@@ -871,6 +880,8 @@ def main(argv: list[str] | None = None) -> int:
     campaign.add_argument("--rss-limit-mb", type=int, default=2048)
     campaign.add_argument("--engine", choices=["auto", "atheris", "builtin"], default="auto")
     campaign.add_argument("--seed", type=int, default=0)
+    campaign.add_argument("--jobs", type=int, default=0,
+                          help="targets run at once (default: one per core)")
     campaign.add_argument("--report", help="write executions and findings per target (JSON)")
     campaign.set_defaults(func=cmd_campaign)
     replay = sub.add_parser("replay")

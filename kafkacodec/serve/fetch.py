@@ -303,6 +303,7 @@ class FetchHandler:
             # nothing in the range converts (markers): take the batches after it
             answer.piece, answer.size, answer.aborted = None, 0, [] if committed else None
             lazy.close()
+            assert found.segment.records is not None
             rows = found.segment.records.slice(found.position, found.size).index(check_crc=False)
             if not len(rows):
                 return
