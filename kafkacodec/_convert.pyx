@@ -138,6 +138,20 @@ def records_buffer(records):
     return view
 
 
+cdef const unsigned char* decompress_entry(Decompressor decompressor, int codec, int magic,
+                                           const unsigned char* data, Py_ssize_t size,
+                                           Py_ssize_t position, const BatchHeader* h,
+                                           Py_ssize_t* out_size) except NULL:
+    """A compressed entry's records into `decompressor`'s chunk (the converting thread's); an
+    error names the byte in the caller's record set and the batch."""
+    decompressor.max_size = DEFAULT_MAX_DECOMPRESSED    # other readers set their own cap
+    try:
+        return decompressor.decompress_into(codec, magic, data, size, out_size)
+    except KafkaCodecError as error:
+        where = None if error.position is None else position + error.position
+        raise error.with_context(position=where, offset=h.base_offset)
+
+
 cdef inline int check_magic(int to_magic) except -1:
     if to_magic < 0 or to_magic > 2:
         raise UnsupportedVersionError(f"cannot down-convert to magic {to_magic}: use 0, 1 or 2")
@@ -353,8 +367,8 @@ cdef class DownConverter:
         if code == OPEN_COMPRESSED:
             # one wrapper with the same codec (default level) holding every record (no
             # first_offset filter); wrapper offset = the last record's offset
-            data = self.decompress(decompressor, h.compression, h.magic, data, size,
-                                   w.data_position, h, &size)
+            data = decompress_entry(decompressor, h.compression, h.magic, data, size,
+                                    w.data_position, h, &size)
             chunk = pin_output(decompressor)          # walked until the batch ends
             try:
                 walk_decompressed(&w, data, size)
@@ -385,8 +399,8 @@ cdef class DownConverter:
         cdef Writer* out = &self.out.w
         w.h = h[0]
         if walk_open(&w, entry, &data, &size) == OPEN_COMPRESSED:
-            data = self.decompress(decompressor, h.compression, 2, data, size, w.data_position,
-                                   h, &size)
+            data = decompress_entry(decompressor, h.compression, 2, data, size, w.data_position,
+                                    h, &size)
             chunk = pin_output(decompressor)
         else:                            # RecordsCount 0: nothing read, nothing written
             size = 0
@@ -474,18 +488,6 @@ cdef class DownConverter:
         self.temporary_memory_bytes += h.size + (w.length - start)
         self.records_converted += 1
         return 0
-
-    cdef const unsigned char* decompress(self, Decompressor decompressor, int codec, int magic,
-                                         const unsigned char* data, Py_ssize_t size,
-                                         Py_ssize_t position, const BatchHeader* h,
-                                         Py_ssize_t* out_size) except NULL:
-        decompressor.max_size = DEFAULT_MAX_DECOMPRESSED    # other readers set their own cap
-        try:
-            return decompressor.decompress_into(codec, magic, data, size, out_size)
-        except KafkaCodecError as error:
-            # name the byte in the caller's record set and the batch
-            where = None if error.position is None else position + error.position
-            raise error.with_context(position=where, offset=h.base_offset)
 
     cdef int wrap_v2_records(self, BatchWalk* walk, int codec) except -1:
         """The decompressed records of a v2 batch -> one wrapper compressed with `codec`, or
@@ -1085,18 +1087,6 @@ cdef list record_error(list errors, int32_t index, str message):
         errors = []
     errors.append((index, message))
     return errors
-
-
-cdef const unsigned char* decompress_entry(Decompressor decompressor, int codec, int magic,
-                                           const unsigned char* data, Py_ssize_t size,
-                                           Py_ssize_t position, const BatchHeader* h,
-                                           Py_ssize_t* out_size) except NULL:
-    decompressor.max_size = DEFAULT_MAX_DECOMPRESSED
-    try:
-        return decompressor.decompress_into(codec, magic, data, size, out_size)
-    except KafkaCodecError as error:
-        where = None if error.position is None else position + error.position
-        raise error.with_context(position=where, offset=h.base_offset)
 
 
 cdef int64_t bound_ms(object value, str name) except? -1:
