@@ -1,8 +1,9 @@
 """The speed gate .ci/run runs: pytest-benchmark over bench_decode.py and bench_build.py in a short
 mode (KC_BENCH_RECORDS records), each kafkacodec workload as a ratio against its peer measured in
 the same process (peer time / kafkacodec time, from each side's best round: the least disturbed
-by other load), compared with the floors in bench/floors.toml.  A ratio below its floor fails
-(exit 1) naming the workload, both times and the ratio.  Ratios, not times: CI machines are
+by other load), compared with the floors in bench/floors.toml.  A ratio below its floor is
+measured again (as many runs more, the best rounds over all of them) and then fails (exit 1)
+naming the workload, both times and the ratio.  Ratios, not times: CI machines are
 shared and noisy; the floors sit below what this machine measures (docs/results.md) by the noise
 seen between runs, so they catch a real slowdown, not a busy neighbour.
 
@@ -84,12 +85,22 @@ def main() -> int:
     args = parser.parse_args()
     floors = tomllib.loads(FLOORS.read_text())
     best: dict[str, dict[str, float]] = {}
-    for _ in range(args.repeat):
-        for name, times in measure(args.records, args.slow_down, args.json).items():
-            for impl, seconds in times.items():
-                kept = best.setdefault(name, {})
-                kept[impl] = min(seconds, kept.get(impl, seconds))
-    lines = check(best, floors)
+
+    def runs(n: int) -> list[str]:
+        for _ in range(n):
+            for name, times in measure(args.records, args.slow_down, args.json).items():
+                for impl, seconds in times.items():
+                    kept = best.setdefault(name, {})
+                    kept[impl] = min(seconds, kept.get(impl, seconds))
+        return check(best, floors)
+
+    lines = runs(args.repeat)
+    if any(line.startswith("FAIL") for line in lines):
+        # a burst of load (a process of the test run still exiting) fails one run, a slowdown
+        # every run: as many runs again, each side's best round over all of them
+        print("\n".join(f"gate: {line}" for line in lines if line.startswith("FAIL")))
+        print(f"gate: measuring {args.repeat} more runs before failing")
+        lines = runs(args.repeat)
     print("\n".join(f"gate: {line}" for line in lines))
     failed = [line for line in lines if line.startswith("FAIL")]
     print(f"gate: {len(lines) - len(failed)} of {len(lines)} ratios at or above their floors")
