@@ -51,14 +51,26 @@ def source(kafka_broker):
                              partition=i % PARTITIONS)
             committed.append((i % PARTITIONS, value))
         assert producer.flush(30) == 0
-    txn = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": "consumer-test",
+    txn_committed, txn_everything = write_transactions(bootstrap, TOPIC, PARTITIONS, "consumer-test")
+    everything = txn_everything + committed
+    committed += txn_committed
+    return kafka_broker, sorted(committed), len(everything)
+
+
+def write_transactions(bootstrap: str, topic: str, partitions: int, transactional_id: str
+                       ) -> tuple[list[tuple[int, bytes]], list[tuple[int, bytes]]]:
+    """Six transactions of 10 records a partition (lz4), every other one aborted; returns the
+    (partition, value) of the committed ones and of all of them."""
+    committed: list[tuple[int, bytes]] = []
+    everything: list[tuple[int, bytes]] = []
+    txn = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
                        "compression.type": "lz4", "linger.ms": 5})
     txn.init_transactions(30)
     for t in range(6):
         txn.begin_transaction()
-        values = [(p, b"txn %d p%d r%d" % (t, p, r)) for r in range(10) for p in range(PARTITIONS)]
+        values = [(p, b"txn %d p%d r%d" % (t, p, r)) for r in range(10) for p in range(partitions)]
         for p, value in values:
-            txn.produce(TOPIC, value=value, partition=p)
+            txn.produce(topic, value=value, partition=p)
         txn.flush(30)
         if t % 2:
             txn.abort_transaction(30)
@@ -66,8 +78,7 @@ def source(kafka_broker):
             txn.commit_transaction(30)
             committed += values
         everything += values
-    everything += committed[:150]
-    return kafka_broker, sorted(committed), len(everything)
+    return committed, everything
 
 
 @pytest.mark.parametrize("form", ["raw", "arrow", "records"])

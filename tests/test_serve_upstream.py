@@ -606,24 +606,11 @@ def test_read_committed_through_the_gateway_is_exact(mock_gateway):
 
 def test_read_committed_through_the_gateway_from_kafka_4(kafka_broker):
     """The same against a Kafka 4.1 broker, whose Fetch answers list the aborted transactions."""
+    from test_consumer_kafka import write_transactions
+
     topic = "gateway-transactions-k4"
     kafka_broker.create_topic(topic, 2)
-    txn = ck.Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": "gateway-k4",
-                       "compression.type": "lz4", "linger.ms": 5})
-    txn.init_transactions(30)
-    committed, everything = [], []
-    for t in range(6):
-        txn.begin_transaction()
-        values = [(p, b"txn %d p%d r%d" % (t, p, r)) for r in range(10) for p in range(2)]
-        for p, value in values:
-            txn.produce(topic, value=value, partition=p)
-        txn.flush(30)
-        if t % 2:
-            txn.abort_transaction(30)
-        else:
-            txn.commit_transaction(30)
-            committed += values
-        everything += values
+    committed, everything = write_transactions(kafka_broker.bootstrap, topic, 2, "gateway-k4")
     committed, everything = sorted(committed), sorted(everything)
     with Server(upstream=kafka_broker.bootstrap, listen=("127.0.0.1", 0)) as server:
         assert read_through(server.port, topic, [0, 1], len(committed), "read_committed") == committed
