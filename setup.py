@@ -15,6 +15,7 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).parent
 DEBUG = os.environ.get("KAFKACODEC_DEBUG") == "1"
@@ -31,6 +32,7 @@ SNAPPY = [f"csrc/snappy/{name}.cc" for name in
 SOURCES = {"kafkacodec._compression": LIBDEFLATE + SNAPPY}
 # HAVE_CONFIG_H: snappy reads csrc/snappy/config.h (its compiler builtins) only with it.
 MACROS = {"kafkacodec._compression": [("HAVE_CONFIG_H", "1")]}
+SPARK_PTH = "kafkacodec-spark.pth"
 ONLY = {m.strip() for m in os.environ.get("KAFKACODEC_MODULES", "").split(",") if m.strip()}
 
 
@@ -75,6 +77,15 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
+class BuildPy(build_py):
+    """Puts pyspark_kafkalog/kafkacodec-spark.pth at the top of the wheel (site-packages), where
+    Python runs it at start-up: see that file."""
+
+    def run(self):
+        super().run()
+        self.copy_file(str(ROOT / "pyspark_kafkalog" / SPARK_PTH), os.path.join(self.build_lib, SPARK_PTH))
+
+
 def add_cxx_flags(compiler, flags):
     """Append `flags` to the command line of the C++ (.cc) sources only."""
     compile_one = compiler._compile
@@ -103,5 +114,5 @@ setup(
     ext_modules=cythonize(list(extensions()), compiler_directives=directives,
                           include_path=[str(ROOT)], nthreads=0 if sys.platform == "win32" else 2,
                           annotate=os.environ.get("KAFKACODEC_ANNOTATE") == "1"),
-    cmdclass={"build_ext": BuildExt},
+    cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
 )

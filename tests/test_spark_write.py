@@ -404,6 +404,87 @@ def test_kafkalog_is_registered_in_a_fresh_session(source, tmp_path):
     assert n < expected and f"rows {n} {n}" in result.stdout
 
 
+UNACTIVATED_VENV_JOB = """
+import sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+spark.sparkContext.setLogLevel("ERROR")
+print("rows", spark.read.format("kafkalog").load(sys.argv[1]).count())
+from kafkacodec.errors import MisuseError
+from kafkacodec.spark import validate
+try:
+    validate(spark.createDataFrame([(b"",)], "batch binary"), "batch")
+except MisuseError as exc:
+    print("refused:", exc)
+spark.stop()
+"""
+
+
+def pth_environment(bin_dir: Path, **extra: str) -> dict[str, str]:
+    """This interpreter's environment as a venv that is not activated sees it: no PYSPARK_*,
+    VIRTUAL_ENV or PYTHONPATH; `python3` on PATH is the base interpreter (bin_dir/python3)."""
+    venv_bin = str(Path(sys.executable).parent)
+    path = [str(bin_dir)] + [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != venv_bin]
+    bin_dir.mkdir(exist_ok=True)
+    base = getattr(sys, "_base_executable", sys.executable)
+    if not (bin_dir / "python3").exists():
+        (bin_dir / "python3").symlink_to(base)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV", "PYTHONPATH")}
+    return {**env, "PATH": os.pathsep.join(path), "SPARK_LOCAL_IP": "127.0.0.1", **extra}
+
+
+def test_spark_pth_names_the_driver_only_from_a_venv_that_is_not_activated(tmp_path):
+    """pyspark_kafkalog/kafkacodec-spark.pth's line (run by site at start-up once installed, by
+    the probe here too: it is idempotent): it sets
+    PYSPARK_DRIVER_PYTHON to the interpreter only in a venv that is not activated, and never
+    over PYSPARK_PYTHON or an existing PYSPARK_DRIVER_PYTHON."""
+    import subprocess
+
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("needs a venv interpreter")
+    line = next(l for l in (Path(PACKAGE_PARENT) / "pyspark_kafkalog" / "kafkacodec-spark.pth").read_text()
+                .splitlines() if l.startswith("import "))
+    probe = f"{line}\nimport os; print(os.environ.get('PYSPARK_DRIVER_PYTHON'))"
+
+    def driver(**extra):
+        env = pth_environment(tmp_path / "bin", **extra)
+        return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                              timeout=60, check=True).stdout.strip()
+
+    assert driver() == sys.executable
+    assert driver(VIRTUAL_ENV=sys.prefix) == "None"
+    assert driver(PYSPARK_PYTHON="/opt/py/bin/python") == "None"
+    assert driver(PYSPARK_DRIVER_PYTHON="/opt/py/bin/python") == "/opt/py/bin/python"
+
+
+def test_kafkalog_from_a_venv_that_is_not_activated(source, tmp_path):
+    """The installed wheel's venv, run by path with no venv activated and no PYSPARK_PYTHON
+    (python3 on PATH is the base interpreter, without kafkacodec): `format("kafkalog")` reads
+    the log (kafkacodec-spark.pth), and the mapInArrow functions, which Spark runs in python3,
+    refuse before the job with the interpreter and the setting to change."""
+    import site
+    import subprocess
+
+    installed = [Path(d) / "kafkacodec-spark.pth" for d in site.getsitepackages()
+                 if (Path(d) / "kafkacodec-spark.pth").exists()]
+    if not installed:
+        if os.environ.get("KAFKACODEC_TEST_INSTALLED") == "1":
+            pytest.fail("the installed wheel put no kafkacodec-spark.pth in site-packages")
+        pytest.skip("kafkacodec-spark.pth is installed by the wheel (scripts/test.sh)")
+    env = pth_environment(tmp_path / "bin")
+    base = str(tmp_path / "bin" / "python3")
+    if subprocess.run([base, "-c", "import kafkacodec"], env=env, capture_output=True).returncode == 0:
+        pytest.skip("the base interpreter imports kafkacodec too")
+    result = subprocess.run([sys.executable, "-c", UNACTIVATED_VENV_JOB, str(source / "orders-0")],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    n = len(rows_by_partition(source, drop_aborted=False)[("orders", 0)])
+    assert f"rows {n}" in result.stdout
+    refused = next(l for l in result.stdout.splitlines() if l.startswith("refused:"))
+    assert base in refused and f"PYSPARK_PYTHON={sys.executable}" in refused
+
+
 def raw_cells(source):
     """(id, topic, partition, batch) per entry of orders-0's segments, plus a corrupt copy of a
     v2 batch (CRC) and the ids of the zstd ones."""

@@ -74,6 +74,39 @@ def _check_spark_binary(df: DataFrame, column: str) -> None:
                         "bytes (a base64 string column: unbase64(col) first)")
 
 
+# Interpreters found able (True) or unable (False) to import kafkacodec, by path.
+_WORKERS_IMPORT: dict[str, bool] = {}
+
+
+def _check_workers(df: DataFrame) -> None:
+    """Refuse, before the job starts, a local session whose Python workers cannot import
+    kafkacodec.  mapInArrow runs `sc.pythonExec`: PYSPARK_PYTHON, else "python3" from PATH,
+    which from a venv that is not activated is another interpreter.  Clusters are left alone:
+    their executors' Python is theirs to choose (docs/spark-and-cli.md)."""
+    import os
+    import shutil
+    import subprocess
+
+    sc = df.sparkSession.sparkContext
+    if not sc.master.startswith("local") or sc.getConf().get("spark.pyspark.python"):
+        return
+    exe = shutil.which(sc.pythonExec) or sc.pythonExec
+    if os.path.abspath(exe) == os.path.abspath(sys.executable):   # not realpath: a venv's python links to its base
+        return
+    if exe not in _WORKERS_IMPORT:
+        try:
+            probe = subprocess.run([exe, "-c", "import kafkacodec"], capture_output=True, timeout=60)
+            _WORKERS_IMPORT[exe] = probe.returncode == 0
+        except OSError:
+            _WORKERS_IMPORT[exe] = False
+    if not _WORKERS_IMPORT[exe]:
+        from kafkacodec.errors import MisuseError
+
+        chosen = "PYSPARK_PYTHON" if os.environ.get("PYSPARK_PYTHON") else '"python3" on PATH (PYSPARK_PYTHON unset)'
+        raise MisuseError(f"Spark's Python workers run {exe}, {chosen}, which cannot import kafkacodec: "
+                          f"start the session with PYSPARK_PYTHON={sys.executable} (or activate its venv)")
+
+
 def _warn(where: str, exc: Exception) -> None:
     print(f"kafkacodec: skipping corrupt data in {where}: {exc}", file=sys.stderr)
 
@@ -161,6 +194,7 @@ def decode(df: DataFrame, column: str, *, keep_columns: bool | Sequence[str] = F
     from pyspark.sql.types import StringType, StructField, StructType
 
     _check_spark_binary(df, column)
+    _check_workers(df)
     mode = _check_mode(options.get("mode", "FAILFAST"))
     decoded = StructType.fromDDL(kafka_schema(options.get("include_headers", True)))
     assert isinstance(decoded, StructType)
@@ -219,6 +253,7 @@ def validate(df: DataFrame, column: str) -> DataFrame:
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     _check_spark_binary(df, column)
+    _check_workers(df)
     schema = StructType(list(df.schema.fields) + [StructField("error", StringType()),
                                                   StructField("records", LongType())])
     return df.mapInArrow(validate_batches(column), schema)
@@ -272,6 +307,7 @@ def down_convert(df: DataFrame, column: str, to_magic: int, *, mode: str = "FAIL
     from pyspark.sql.types import StringType, StructField, StructType
 
     _check_spark_binary(df, column)
+    _check_workers(df)
     schema = df.schema
     if _check_mode(mode) == "PERMISSIVE":
         schema = StructType(list(schema.fields) + [StructField(CORRUPT_COLUMN, StringType())])
