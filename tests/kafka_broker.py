@@ -481,6 +481,9 @@ class KafkaBroker:
             # tests write records stamped years ago (fixed timestamps): time retention would
             # delete them between a write and the check (7 days by default)
             "log.retention.ms": -1,
+            # a KRaft snapshot (__cluster_metadata-0/*.checkpoint) every 5 s instead of every hour,
+            # for tests that read one (test_dump_kafka); each is a few KB written once
+            "metadata.log.max.snapshot.interval.ms": 5000,
             **(security.broker_properties() if security else {}),
             **({"listener.name.sasl_plaintext.sasl.enabled.mechanisms": "OAUTHBEARER",
                 "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config":

@@ -293,3 +293,50 @@ def test_dump_max_bytes_reads_no_more_of_a_stream(segment, tmp_path, capsys):
         code, lines, err = run(capsys, "dump", "--max-bytes", limit, stream)
     assert code == EXIT_OK and err == "" and lines[1:] == expected[1:] and len(lines) == 2 + 3
     assert writer.get("broken") and writer["written"] < len(data) // 2     # the rest was never read
+
+
+def test_cluster_metadata_records_kafka_cannot_read_either():
+    """--cluster-metadata-decoder: a record that cannot be read gives kafka-dump-log's
+    "skipping" text (an unknown type, a frame of KRaft's 2.8 preview, a cut record, bytes
+    after it), never a crash; a float64 (a client quota) as Java prints a double."""
+    import uuid
+
+    from kafkacodec.cli._cluster_metadata import RECORDS, metadata_record
+
+    topic = bytes(RECORDS[2].encode(0, {"name": "t", "topic_id": uuid.UUID(int=1)}))
+    assert metadata_record(None, b"\x01\x02\x00" + topic, 4) == (
+        None, '{"type":"TOPIC_RECORD","version":0,"data":{"name":"t","topicId":"AAAAAAAAAAAAAAAAAAAAAQ"}}')
+    skipped = {data: metadata_record(None, data, 4)[1] for data in (
+        b"\x01\x63\x00", b"\x00\x02\x00", b"\x01\x02\x00" + topic[:-3], b"\x01\x02\x00" + topic + b"\x00", b"\x01")}
+    assert list(skipped.values()) == [
+        "Error at 4, skipping. org.apache.kafka.common.errors.UnsupportedVersionException: Unknown metadata id 99",
+        "Error at 4, skipping. Could not deserialize metadata record with frame version 0. Note that upgrades from "
+        "the preview release of KRaft in 2.8 to newer versions are not supported.",
+        skipped[b"\x01\x02\x00" + topic[:-3]],
+        "Error at 4, skipping. Found 1 byte(s) of garbage after 2",
+        "Error at 4, skipping. Error while reading type"]
+    assert skipped[b"\x01\x02\x00" + topic[:-3]].startswith("Error at 4, skipping. Failed to deserialize record "
+                                                            "with type 2: TopicRecord v0 ")
+    quota = {"entity": [{"entity_type": "user", "entity_name": None}], "key": "producer_byte_rate", "remove": False}
+    for value, java in ((1e7, "1.0E7"), (1048576.0, "1048576.0"), (0.001, "0.001"), (1e-4, "1.0E-4"),
+                        (-2.5e-5, "-2.5E-5"), (123.456, "123.456"), (9999999.0, "9999999.0"), (0.0, "0.0")):
+        record = b"\x01\x0e\x00" + bytes(RECORDS[14].encode(0, dict(quota, value=value)))
+        assert f'"value":{java},' in metadata_record(None, record, 0)[1]
+
+
+def test_kraft_control_records_as_kafka_41_prints_them():
+    """Read at version 0, written at the version their own `version` field names: a leader
+    change of version 1 lists its voters' directory ids (zero: version 0 does not carry them)."""
+    from kafkacodec.cli._cluster_metadata import CONTROL_RECORDS, control_record
+    from kafkacodec.errors import CorruptRecordError
+
+    leader_change = CONTROL_RECORDS[2][1]
+    change = {"leader_id": 1, "voters": [{"voter_id": 1}, {"voter_id": 2}], "granting_voters": [{"voter_id": 1}]}
+    assert control_record(2, bytes(leader_change.encode(0, dict(change, version=0)))) == {
+        "version": 0, "leaderId": 1, "voters": [{"voterId": 1}, {"voterId": 2}], "grantingVoters": [{"voterId": 1}]}
+    zero = "AAAAAAAAAAAAAAAAAAAAAA"
+    assert control_record(2, bytes(leader_change.encode(0, dict(change, version=1))))["voters"] == [
+        {"voterId": 1, "voterDirectoryId": zero}, {"voterId": 2, "voterDirectoryId": zero}]
+    assert control_record(0, b"") is None                       # a transaction marker: not KRaft's
+    with pytest.raises(CorruptRecordError):
+        control_record(3, b"\x00")

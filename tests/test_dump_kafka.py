@@ -2,11 +2,18 @@
 4.1.1 and 3.9.1 jars, resolved by Maven as tests/kafka_broker.py does): the same files, the same
 options, the same lines.  The files are a real broker's (the `kafka_broker` fixture): segments
 rolled and active, `.index`, `.timeindex`, `.txnindex`, producer `.snapshot`, `__consumer_offsets`
-and `__transaction_state`; and the sample log (magics 0/1/2, every codec), clean and damaged.
+and `__transaction_state`, and KRaft's metadata log (`__cluster_metadata-0` segments, its newest
+`.checkpoint` snapshot and `bootstrap.checkpoint`, with and without `--cluster-metadata-decoder`),
+plus the snapshot `kafka-storage format --standalone` writes (KRaftVersion and KRaftVoters
+control records); the sample log (magics 0/1/2, every codec), clean, damaged, and with offsets
+that skip (the non-consecutive pairs Kafka lists on stderr, compared too).
 
 Known differences, normalised below: Kafka prints a stray `}` after a v0/v1 record's crc; its
 SLF4J warnings; its unknown-file line; its `Found N invalid bytes` (ours is on stdout too, and
-the exit status is 1).  3.9's transaction-log decoder printed text, not JSON: compared on 4.1 only.
+the exit status is 1).  Compared on 4.1 only: 3.9's transaction-log decoder printed text, not
+JSON; 3.9 printed a KRaft leader change as `controlType: LEADER_CHANGE(2)`, not as 4.1's
+`LeaderChange: {json}`, so the metadata log's segments (each starts with one) are compared on 4.1
+and its snapshots on both.
 """
 
 import base64
@@ -189,6 +196,69 @@ def test_sanity_check_of_an_active_segments_time_index(broker_files):
     assert code == 0 and len(lines) > 1 and all(line.startswith("timestamp: ") for line in lines[1:])
 
 
+# ------------------------------------------------------------------------------ KRaft's metadata log
+
+@pytest.fixture(scope="module")
+def metadata_files(broker_files, kafka_broker, tmp_path_factory):
+    """Copies of the broker's metadata log after `broker_files` (a topic, its configs, producer
+    ids): segments, the newest snapshot (kafka_broker.py has one made every 5 s) and the
+    bootstrap snapshot; and the snapshot of a controller formatted `--standalone` (KIP-853)."""
+    from kafka_broker import classpath, properties_text
+
+    data = kafka_broker.log_dir
+    meta = data / "__cluster_metadata-0"
+    deadline = time.monotonic() + 30
+    while not list(meta.glob("*.checkpoint")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    snapshots = sorted(meta.glob("*.checkpoint"))        # zero-padded names: the newest last
+    assert snapshots, "the broker wrote no KRaft snapshot (metadata.log.max.snapshot.interval.ms)"
+    out = tmp_path_factory.mktemp("metadata")
+    logs = []
+    for src in sorted(meta.glob("*.log")):
+        logs.append(out / src.name)
+        shutil.copyfile(src, logs[-1])
+    copied = [out / snapshots[-1].name, out / "bootstrap.checkpoint"]
+    shutil.copyfile(snapshots[-1], copied[0])
+    shutil.copyfile(data / "bootstrap.checkpoint", copied[1])
+    standalone = out / "standalone"
+    (standalone / "data").mkdir(parents=True)
+    (standalone / "server.properties").write_text(properties_text({
+        "process.roles": "broker,controller", "node.id": 1, "controller.listener.names": "CONTROLLER",
+        "controller.quorum.bootstrap.servers": "127.0.0.1:9093",
+        "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093", "log.dirs": standalone / "data"}))
+    run = subprocess.run(["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp",
+                          classpath(VERSIONS[0]), "kafka.tools.StorageTool", "format", "-t", "a2Fma2Fjb2RlYy1kdW1wIQ",
+                          "--standalone", "-c", standalone / "server.properties"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    copied += sorted((standalone / "data" / "__cluster_metadata-0").glob("*.checkpoint"))
+    return logs, copied
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_kraft_metadata_log_and_snapshots_as_kafka_prints_them(metadata_files, version):
+    logs, snapshots = metadata_files
+    runs = [(logs + snapshots, ["--deep-iteration"]), (logs + snapshots, ["--cluster-metadata-decoder"])]
+    if version != VERSIONS[0]:
+        runs = [(snapshots, ["--cluster-metadata-decoder"])]     # 3.9: no LeaderChange JSON (docstring)
+    for files, options in runs:
+        joined = ",".join(map(str, files))
+        code, theirs, _ = kafka_dump_log(version, "--files", joined, *options)
+        code_ours, mine, err = ours("--files", joined, *options)
+        assert code == 0
+        # the active segment, copied while the broker writes it, may end in part of a batch
+        assert code_ours == (1 if any(line.startswith("Found ") for line in theirs) else 0), err
+        assert_same(mine, theirs)
+    text = "\n".join(mine)
+    for seen in ("SnapshotHeader {", "SnapshotFooter {", "KRaftVersion {", "KRaftVoters {", "KRaft bootstrap snapshot",
+                 "Snapshot end offset: ", *(() if version != VERSIONS[0] else (
+                     "LeaderChange: {", '"type":"TOPIC_RECORD"', '"type":"PARTITION_RECORD"', '"type":"CONFIG_RECORD"',
+                     '"type":"REGISTER_BROKER_RECORD"', '"type":"BROKER_REGISTRATION_CHANGE_RECORD"',
+                     '"type":"PRODUCER_IDS_RECORD"', '"type":"NO_OP_RECORD"', '"type":"FEATURE_LEVEL_RECORD"'))):
+        assert seen in text, seen
+    assert "Error at" not in text
+
+
 # ------------------------------------------------------------------------------ the sample log
 
 @pytest.fixture(scope="module")
@@ -225,3 +295,23 @@ def test_damage_as_kafka_prints_it_but_exit_1(sample, tmp_path):
     assert_same(mine, theirs)
     assert any("isvalid: false" in line for line in mine)
     assert mine[-1].startswith("Found ") and mine[-1].endswith(f"invalid bytes at the end of {bad.name}")
+
+
+def test_non_consecutive_offsets_listed_as_kafka_lists_them(sample, tmp_path):
+    """Offsets that skip (as in a compacted log): after the dump, on stderr, each pair, the
+    latest first, as kafka-dump-log lists them."""
+    from kafkacodec.arrow import scan_entries
+
+    data = bytearray(sample[-1].read_bytes())                       # v2 batches: base offset outside the CRC
+    for i, position in enumerate(scan_entries(data)["position"]):
+        base = int.from_bytes(data[position:position + 8], "big")
+        data[position:position + 8] = (base + 3 * i).to_bytes(8, "big")
+    gapped = tmp_path / sample[-1].name
+    gapped.write_bytes(bytes(data))
+    code, theirs, their_err = kafka_dump_log(VERSIONS[0], "--files", gapped, "--deep-iteration")
+    code_ours, mine, err = ours("--files", gapped, "--deep-iteration")
+    assert code == code_ours == 0, err
+    assert_same(mine, theirs)
+    their_err = their_err.splitlines()
+    their_err = their_err[their_err.index(f"Non-consecutive offsets in {gapped}"):]
+    assert err.splitlines() == their_err and len(their_err) > 3

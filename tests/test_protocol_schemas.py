@@ -1,10 +1,12 @@
 """Every schema kafkacodec defines, checked version by version against Kafka's own message
-definitions: protocol/messages.py (the control-plane messages, SASL, the headers) and
+definitions: protocol/messages.py (the control-plane messages, SASL, the headers),
 cli/_internal_topics.py (the records of __consumer_offsets and __transaction_state, the consumer
-protocol).  Kafka's definitions (`common/message/*.json`) are read at test time from Kafka 4.1's
-jars on Maven Central (kafka-clients; the group and transaction coordinators' jars for the
-internal topics), resolved with `mvn` as tests/kafka_broker.py does; kafkacodec commits none of
-Kafka's files.  Skipped, saying why, when Maven cannot resolve the jars.
+protocol) and cli/_cluster_metadata.py (KRaft's metadata records and control records).  Kafka's
+definitions (`common/message/*.json`, `common/metadata/*.json`) are read at test time from Kafka
+4.1's jars on Maven Central (kafka-clients; the group and transaction coordinators' jars for the
+internal topics; kafka-metadata for the metadata records), resolved with `mvn` as
+tests/kafka_broker.py does; kafkacodec commits none of Kafka's files.  Skipped, saying why, when
+Maven cannot resolve the jars.
 
 For every version we define (what serve answers, what the consumer, the mirror and the SASL
 client send): the api key, whether the version is flexible, and each field present in it, in
@@ -24,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from kafkacodec.cli import _internal_topics
+from kafkacodec.cli import _cluster_metadata, _internal_topics
 from kafkacodec.protocol import _schema as s
 from kafkacodec.protocol import messages
 from kafkacodec.protocol._schema import Field, Message
@@ -63,11 +65,11 @@ def kafka_definitions() -> dict[str, dict[str, Any]]:
             continue
         with zipfile.ZipFile(jar) as archive:
             for name in archive.namelist():
-                if re.fullmatch(r"common/message/\w+\.json", name):
+                if re.fullmatch(r"common/(message|metadata)/\w+\.json", name):
                     text = archive.read(name).decode()
                     spec = json.loads(re.sub(r"(?m)^\s*//.*$", "", text))   # their licence header
                     found[spec["name"]] = spec
-    assert "ProduceRequest" in found and "TransactionLogValue" in found, sorted(found)[:20]
+    assert {"ProduceRequest", "TransactionLogValue", "PartitionRecord"} <= set(found), sorted(found)[:20]
     return found
 
 
@@ -85,7 +87,7 @@ def our_schemas() -> list[Message]:
             for item in value:
                 visit(item)
 
-    for module in (messages, _internal_topics):
+    for module in (messages, _internal_topics, _cluster_metadata):
         for value in vars(module).values():
             visit(value)
     return sorted(seen.values(), key=lambda m: m.name)
@@ -97,7 +99,7 @@ SCHEMAS = our_schemas()
 def test_the_schemas_are_found():
     names = {m.name for m in SCHEMAS}
     assert {"ProduceRequest", "SaslAuthenticateResponse", "RequestHeader", "OffsetCommitValue",
-            "TransactionLogValue", "ConsumerProtocolAssignment"} <= names
+            "TransactionLogValue", "ConsumerProtocolAssignment", "PartitionRecord", "VotersRecord"} <= names
     assert len(names) == len(SCHEMAS) >= 60            # one definition per name
 
 

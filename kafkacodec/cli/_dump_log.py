@@ -1,14 +1,19 @@
-"""`kafkacodec dump` of a log segment: kafka-dump-log's batch and record lines (Kafka 4.x), or
-one JSON object per batch, streamed through FileRecords (memory stays about one batch)."""
+"""`kafkacodec dump` of a log segment or a KRaft snapshot: kafka-dump-log's batch and record lines
+(Kafka 4.1), or one JSON object per batch, streamed through FileRecords (memory stays about one
+batch)."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import re
 import struct
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from kafkacodec.cli._cluster_metadata import CONTROL_LABELS, control_record
 from kafkacodec.cli._exit import EXIT_DATA, EXIT_OK
 from kafkacodec.cli._files import open_segment, segment_head
 
@@ -22,7 +27,14 @@ TS_NAMES = {-1: "NoTimestampType", 0: "CreateTime", 1: "LogAppendTime"}
 # kafka-dump-log's ControlRecordType names (the key's int16 type after its int16 version)
 CONTROL_NAMES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
                  5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
+# kafka-dump-log 4.1's label before a KRaft control record's JSON, by the controlType text
+_LABELS = {f"{CONTROL_NAMES[c]}({c})": label for c, label in CONTROL_LABELS.items()}
 GAPS_KEPT = 100                 # non-consecutive offsets listed per file (the rest are counted)
+# KRaft snapshots (Kafka's Snapshots.SUFFIX): <end offset, 20 digits>-<epoch, 10 digits>.checkpoint,
+# and the bootstrap snapshot kafka-storage format writes (BootstrapDirectory's file name)
+SNAPSHOT_SUFFIX = ".checkpoint"
+SNAPSHOT_RE = re.compile(r"(\d{20})-(\d{10})\.checkpoint")
+BOOTSTRAP_SNAPSHOT = "bootstrap.checkpoint"
 
 # (key or value bytes) -> text, as kafka-dump-log's --key-decoder-class / --value-decoder-class
 DECODERS: dict[str, Callable[[bytes], str]] = {
@@ -80,10 +92,22 @@ def _legacy_checks(batch: RecordBatch) -> list[tuple[bool, int]]:
 
 
 def _control_fields(r: Record) -> dict[str, Any]:
+    """A control record as kafka-dump-log 4.1 prints it: a transaction marker, a KRaft control
+    record's message (`controlRecord`; `controlError` when it cannot be read), else its type."""
+    from kafkacodec.errors import DataError
+
     control = int(r.control_type)  # type: ignore[arg-type]
     if control in (0, 1) and r.coordinator_epoch is not None:
         return {"endTxnMarker": CONTROL_NAMES[control], "coordinatorEpoch": r.coordinator_epoch}
-    return {"controlType": f"{CONTROL_NAMES.get(control, 'UNKNOWN')}({control})"}
+    out: dict[str, Any] = {"controlType": f"{CONTROL_NAMES.get(control, 'UNKNOWN')}({control})"}
+    try:
+        message = control_record(control, r.value)
+    except DataError as exc:
+        out["controlError"] = str(exc)
+    else:
+        if message is not None:
+            out["controlRecord"] = message
+    return out
 
 
 class _LogDumper:
@@ -93,7 +117,7 @@ class _LogDumper:
         self.path = path
         self.status = EXIT_OK
         self.last_offset: int | None = None
-        self.gaps: list[tuple[int, int]] = []
+        self.gaps: deque[tuple[int, int]] = deque(maxlen=GAPS_KEPT)     # the latest ones
         self.gap_count = 0
 
     def records(self, batch: RecordBatch, b: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -145,8 +169,13 @@ class _LogDumper:
                 line += f" isValid: {_text(f['isValid'])} crc: {f['crc']}"
             if "endTxnMarker" in f:
                 line += f" endTxnMarker: {f['endTxnMarker']} coordinatorEpoch: {f['coordinatorEpoch']}"
+            elif "controlRecord" in f:
+                text = json.dumps(f["controlRecord"], separators=(",", ":"), ensure_ascii=False)
+                line += f" {_LABELS[f['controlType']]}{text}"
             elif "controlType" in f:
                 line += f" controlType: {f['controlType']}"
+                if "controlError" in f:
+                    line += f" error: {f['controlError']}"
         if "key" in f:
             line += f"{prefix}key: {f['key']}"
         if "payload" in f:
@@ -156,15 +185,17 @@ class _LogDumper:
     def note_offset(self, offset: int) -> None:
         if self.last_offset is not None and offset != self.last_offset + 1:
             self.gap_count += 1
-            if len(self.gaps) < GAPS_KEPT:
-                self.gaps.append((self.last_offset, offset))
+            self.gaps.append((self.last_offset, offset))
         self.last_offset = offset
+
+    def report_gaps(self) -> None:
+        if self.gap_count:      # kafka-dump-log lists them latest first (it prepends each pair)
+            self.dump.gaps(self.path, list(reversed(self.gaps)), self.gap_count)
 
     def json_record(self, f: dict[str, Any]) -> dict[str, Any]:
         """A record for --json: the internal topics' key and payload as JSON, not as text."""
-        if self.dump.structured and f.get("key", "").startswith("{"):
-            f = dict(f, key=json.loads(f["key"]), **({"payload": json.loads(f["payload"])}
-                                                    if f.get("payload", "").startswith("{") else {}))
+        if self.dump.structured:
+            f = dict(f, **{k: json.loads(f[k]) for k in ("key", "payload") if (f.get(k) or "").startswith("{")})
         return f
 
     def run(self, records: Records) -> int:
@@ -179,8 +210,7 @@ class _LogDumper:
                 batch = next(batches, None)
             except KafkaCodecError as exc:      # broken framing: the rest cannot be walked
                 self.dump.problem(self.path, f"{exc}; the rest of the file cannot be read (its framing is lost)")
-                if self.gap_count:
-                    self.dump.gaps(self.path, self.gaps, self.gap_count)
+                self.report_gaps()
                 return EXIT_DATA
             if batch is None:
                 break
@@ -196,6 +226,8 @@ class _LogDumper:
                     self.status = EXIT_DATA
                 else:
                     self.note_offset(f["offset"])
+                    if "controlError" in f:
+                        self.status = EXIT_DATA
                 if args.json:
                     rows.append(self.json_record(f))
                 else:
@@ -208,13 +240,27 @@ class _LogDumper:
             self.dump.problem(self.path, f"Found {rest} invalid bytes at the end of {self.path.rsplit('/', 1)[-1]}",
                               stdout=not args.json)
             self.status = EXIT_DATA
-        if self.gap_count:
-            self.dump.gaps(self.path, self.gaps, self.gap_count)
+        self.report_gaps()
         return self.status
 
 
-def dump_log(dump: Dump, path: str) -> int:
+def _first_line(path: str) -> str | None:
+    """kafka-dump-log's line before a file's batches: a segment's base offset, a KRaft
+    snapshot's end offset and epoch (from its name); None for a snapshot misnamed."""
     from kafkacodec.logdir._layout import segment_base
+
+    name = os.path.basename(path)
+    if not name.endswith(SNAPSHOT_SUFFIX):
+        base = segment_base(name)
+        return f"Log starting offset: {base if base is not None else 0}"
+    if name == BOOTSTRAP_SNAPSHOT:
+        return "KRaft bootstrap snapshot"
+    m = SNAPSHOT_RE.fullmatch(name)
+    return None if m is None else f"Snapshot end offset: {int(m.group(1))}, epoch: {int(m.group(2))}"
+
+
+def dump_log(dump: Dump, path: str) -> int:
+    """A segment (`.log`) or a KRaft snapshot (`.checkpoint`: record batches too)."""
     from kafkacodec.logdir._problems import not_a_segment
 
     with open_segment(path, "dump") as segment:
@@ -223,9 +269,12 @@ def dump_log(dump: Dump, path: str) -> int:
             dump.problem(path, f"this is not a Kafka segment: {reason}")
             status = EXIT_DATA
         else:
-            if not dump.args.json:
-                base = segment_base(path.rsplit("/", 1)[-1])
-                dump.out(f"Log starting offset: {base if base is not None else 0}")
+            first = _first_line(path)
+            if first is None:
+                dump.problem(path, "a KRaft snapshot is named <end offset: 20 digits>-<epoch: 10 digits>.checkpoint "
+                                   "(or bootstrap.checkpoint); its records follow")
+            elif not dump.args.json:
+                dump.out(first)
             records = segment if dump.args.max_bytes is None else segment.slice(0, dump.args.max_bytes)
             status = _LogDumper(dump, path).run(records)
     return status

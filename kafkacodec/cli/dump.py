@@ -1,8 +1,9 @@
-"""`kafkacodec dump`: kafka-dump-log (Kafka 4.x's `kafka.tools.DumpLogSegments`) for a segment's
+"""`kafkacodec dump`: kafka-dump-log (Kafka 4.1's `kafka.tools.DumpLogSegments`) for a segment's
 files, with its options and output: `.log` batches and records (streamed, memory about one
-batch), `__consumer_offsets` and `__transaction_state` records decoded from Kafka's schemas,
-`.index` / `.timeindex` entries checked against the segment (or Kafka's sanity check only),
-`.txnindex` and producer `.snapshot` entries.  `--json`: one JSON object per line instead."""
+batch) and KRaft `.checkpoint` snapshots alike, `__consumer_offsets`, `__transaction_state` and
+`__cluster_metadata` records decoded from Kafka's schemas, `.index` / `.timeindex` entries
+checked against the segment (or Kafka's sanity check only), `.txnindex` and producer `.snapshot`
+entries.  `--json`: one JSON object per line instead."""
 
 from __future__ import annotations
 
@@ -40,17 +41,20 @@ class Dump:
     kafka-dump-log prints at the end (on stderr; with --json as objects on stdout)."""
 
     def __init__(self, args: argparse.Namespace):
+        from kafkacodec.cli._cluster_metadata import metadata_record
         from kafkacodec.cli._internal_topics import offsets_record, transaction_record
 
         self.args = args
         self.reports: list[tuple[str, list[str], dict[str, Any]]] = []
         self.offset_indexes: dict[str, list[tuple[int, int]]] = {}
-        self.structured = args.offsets_decoder or args.transaction_log_decoder
+        self.structured = args.offsets_decoder or args.transaction_log_decoder or args.cluster_metadata_decoder
         self.parse_record: ParseRecord
         if args.offsets_decoder:
             self.parse_record = offsets_record
         elif args.transaction_log_decoder:
             self.parse_record = transaction_record
+        elif args.cluster_metadata_decoder:
+            self.parse_record = metadata_record
         else:
             decode_key, decode_value = DECODERS[args.key_decoder], DECODERS[args.value_decoder]
             self.parse_record = lambda key, value, offset: (
@@ -76,13 +80,14 @@ class Dump:
         """A list printed after every file is dumped, as kafka-dump-log does."""
         self.reports.append((title, lines, fields))
 
-    def gaps(self, path: str, kept: list[tuple[int, int]], count: int) -> None:
-        lines = [f"  {a} is followed by {b}" for a, b in kept]
-        if count > len(kept):
-            lines.append(f"  ... and {count - len(kept)} more")
+    def gaps(self, path: str, latest: list[tuple[int, int]], count: int) -> None:
+        """Non-consecutive record offsets: the latest pairs, latest first (kafka-dump-log's order)."""
+        lines = [f"  {a} is followed by {b}" for a, b in latest]
+        if count > len(latest):
+            lines.append(f"  ... and {count - len(latest)} earlier")
         self.report(f"Non-consecutive offsets in {os.path.abspath(path) if path != '-' else path}", lines,
                     {"file": path, "problem": "non-consecutive offsets", "count": count,
-                     "first": [list(pair) for pair in kept]})
+                     "latest": [list(pair) for pair in latest]})
 
     def finish(self) -> None:
         for title, lines, fields in self.reports:
@@ -114,12 +119,15 @@ def run(args: argparse.Namespace) -> int:
     from kafkacodec.cli._dump_index import dump_offset_index, dump_snapshot, dump_time_index, dump_txn_index
     from kafkacodec.cli._dump_log import dump_log
 
-    if args.offsets_decoder and args.transaction_log_decoder:
-        raise CliError("give one of --offsets-decoder and --transaction-log-decoder", EXIT_USAGE)
-    if args.offsets_decoder or args.transaction_log_decoder or args.key_decoder_given or args.value_decoder_given:
+    topics = args.offsets_decoder + args.transaction_log_decoder + args.cluster_metadata_decoder
+    if topics > 1:
+        raise CliError("give one of --offsets-decoder, --transaction-log-decoder and --cluster-metadata-decoder",
+                       EXIT_USAGE)
+    if topics or args.key_decoder_given or args.value_decoder_given:
         args.print_data = True                  # as kafka-dump-log: any decoder prints the data
-    by_suffix = {".log": dump_log, ".index": dump_offset_index, ".timeindex": dump_time_index,
-                 ".txnindex": dump_txn_index, ".snapshot": dump_snapshot}
+    # a KRaft snapshot (.checkpoint) is record batches, dumped as a segment is (Kafka's dumpLog)
+    by_suffix = {".log": dump_log, ".checkpoint": dump_log, ".index": dump_offset_index,
+                 ".timeindex": dump_time_index, ".txnindex": dump_txn_index, ".snapshot": dump_snapshot}
     dump = Dump(args)
     status = EXIT_OK
     files = [(path, _dumper(path, by_suffix)) for path in _files(args)]
@@ -132,8 +140,8 @@ def run(args: argparse.Namespace) -> int:
                 dump.out(f"Dumping {path}")
             check_regular(path, "dump")         # a stream: its spooled copy
             if command is None:
-                print(f"Ignoring unknown file {path} (dump reads .log, .index, .timeindex, .txnindex and "
-                      ".snapshot files)", file=sys.stderr)
+                print(f"Ignoring unknown file {path} (dump reads .log, .checkpoint, .index, .timeindex, "
+                      ".txnindex and .snapshot files)", file=sys.stderr)
                 continue
             status = max(status, command(dump, path))
     dump.finish()
@@ -152,8 +160,9 @@ def add_parser(subparsers: Any) -> None:
     d = subparsers.add_parser(
         "dump", help="print a segment's batches and records, indexes, snapshots (like kafka-dump-log)",
         formatter_class=FORMATTER,
-        description="kafka-dump-log for a segment's files, with its options and output (Kafka 4.x): "
-                    ".log batches (records with --deep-iteration), .index and .timeindex entries checked "
+        description="kafka-dump-log for a segment's files, with its options and output (Kafka 4.1): "
+                    ".log batches (records with --deep-iteration), KRaft .checkpoint snapshots likewise, "
+                    ".index and .timeindex entries checked "
                     "against their segment, .txnindex aborted transactions, producer .snapshot entries. "
                     "Problems (bad CRCs, broken framing, a partial last batch, index entries that do not "
                     "match) are listed and make the exit status 1.",
@@ -161,13 +170,14 @@ def add_parser(subparsers: Any) -> None:
                "  kafkacodec dump --deep-iteration --print-data-log 00000000000000000000.log\n"
                "  kafkacodec dump --files 00000000000000000000.index,00000000000000000000.timeindex\n"
                "  kafkacodec dump --offsets-decoder __consumer_offsets-7/00000000000000000000.log\n"
+               "  kafkacodec dump --cluster-metadata-decoder __cluster_metadata-0/*.{log,checkpoint}\n"
                "  kafkacodec dump --value-decoder-class base64 --print-data-log seg.log\n"
                "  kafkacodec dump --json --deep seg.log | jq .records[].offset\n"
                "  zcat seg.log.gz | kafkacodec dump --deep -\n\n" + EXIT_CODES)
-    d.add_argument("files", nargs="*", metavar="FILE", help="segment files: .log, .index, .timeindex, "
-                                                            ".txnindex, .snapshot; or streams: - (stdin), "
-                                                            "a FIFO, <(zcat seg.log.gz), a .log unless "
-                                                            "named otherwise")
+    d.add_argument("files", nargs="*", metavar="FILE", help="segment files: .log, .checkpoint, .index, "
+                                                            ".timeindex, .txnindex, .snapshot; or streams: - "
+                                                            "(stdin), a FIFO, <(zcat seg.log.gz), a .log "
+                                                            "unless named otherwise")
     d.add_argument("--files", dest="files_option", action="append", default=[], metavar="FILE,FILE",
                    help="comma-separated files, as kafka-dump-log takes them (repeatable)")
     d.add_argument("--deep", "--deep-iteration", action="store_true", help="print every record")
@@ -184,6 +194,9 @@ def add_parser(subparsers: Any) -> None:
                    help="records are __consumer_offsets' (offset commits, group metadata), printed as JSON")
     d.add_argument("--transaction-log-decoder", action="store_true",
                    help="records are __transaction_state's (transactional ids' state), printed as JSON")
+    d.add_argument("--cluster-metadata-decoder", action="store_true",
+                   help="records are __cluster_metadata's (KRaft's topics, partitions, brokers, configs, "
+                        "features...), printed as JSON")
     d.add_argument("--index-sanity-check", action="store_true",
                    help=".index/.timeindex: only Kafka's sanity check at broker start (fails: a broker rebuilds it)")
     d.add_argument("--verify-index-only", action="store_true",
