@@ -206,6 +206,48 @@ def test_refused_sets_get_the_code_kafka_3_9_answered(gateway):
         Error.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def test_up_conversion_leaves_the_loop_to_other_connections(gateway, monkeypatch):
+    """A message set being up-converted (held here until another connection has its answer)
+    does not stop the gateway: the conversion runs on the converter thread, so a Metadata
+    request on a second connection is answered meanwhile.  On the loop, it would wait for the
+    release that comes only after that answer: the client's timeout fails the test."""
+    import threading
+
+    import kafkacodec
+
+    cluster, server = gateway
+    cluster.create_topic("held")
+    good = MemoryRecordsBuilder(magic=1, compression="gzip")
+    good.append(1_700_000_000_000, b"k", b"v")
+    data = bytes(good.build())
+    deadline = time.monotonic() + 20                    # until the gateway learns the new topic
+    while (code := produce_v2(server.port, "held", data).error_code) != Error.NONE:
+        assert time.monotonic() < deadline, code
+        time.sleep(0.2)
+    entered, release = threading.Event(), threading.Event()
+    up_convert = kafkacodec.up_convert
+
+    def held(records, *args, **kwargs):
+        entered.set()
+        release.wait(60)
+        return up_convert(records, *args, **kwargs)
+
+    monkeypatch.setattr(kafkacodec, "up_convert", held)
+    produced: list[int] = []
+    producer = threading.Thread(target=lambda: produced.append(
+        produce_v2(server.port, "held", data).error_code))
+    producer.start()
+    try:
+        assert entered.wait(20)
+        with BlockingClient("127.0.0.1", server.port, timeout=10) as other:
+            assert [t.name for t in other.metadata(["held"], api_version=1).topics] == ["held"]
+        assert not produced                             # still held
+    finally:
+        release.set()
+        producer.join(30)
+    assert produced == [Error.NONE]
+
+
 def test_without_produce_the_gateway_stays_read_only():
     from mock_cluster import MockCluster
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from kafkacodec.consumer._cluster import Deadline
@@ -32,6 +33,7 @@ from kafkacodec.protocol import control
 from kafkacodec.protocol import messages as m
 from kafkacodec.protocol._produce import decode_produce_response, encode_produce_request
 from kafkacodec.protocol.api import ApiKey, Error
+from kafkacodec.net.connection import FAILED, SHUTDOWN
 from kafkacodec.serve.dispatch import Answers
 
 if TYPE_CHECKING:
@@ -64,18 +66,26 @@ def refusal_code(error: KafkaCodecError) -> int:
 class ProduceForwarder:
     """Produce and InitProducerId requests forwarded to serve --upstream's cluster (the upstream
     view's Cluster, on the server's loop).  Handlers never wait: the answer is sent from the
-    last leader's callback (dispatch.Answers)."""
+    last leader's callback (dispatch.Answers).
+
+    Up-conversion (a gzip message set of a few MB takes a second: inflate, check, deflate again)
+    runs on one converter thread, never on the loop, which meanwhile serves every other
+    connection; the connection itself is muted until its answer is sent (Kafka's rule), so its
+    requests stay in order.  Decompression and compression release the GIL.  The thread is
+    owned here: `close()` (the server's stop) ends it and drops conversions not yet started."""
 
     def __init__(self, server: Server):
         self.server = server
         self.cluster = server.view.consumer.cluster
+        self.converter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkacodec-serve-upconvert")
+
+    def close(self) -> None:
+        self.converter.shutdown(wait=False, cancel_futures=True)
 
     def produce(self, req: Request, body: dict[str, Any]) -> None:
-        version, acks = req.api_version, body["acks"]
         principal = req.conn.principal
-        answers = Answers(req)
         responses: list[dict[str, Any]] = []
-        by_leader: dict[int, list[tuple[str, int, Any, dict[str, Any]]]] = {}
+        admitted: list[tuple[str, int, Any, dict[str, Any]]] = []     # (topic, partition, records, answer)
         for t in body["topic_data"]:
             name = t["name"]
             parts: list[dict[str, Any]] = []
@@ -85,47 +95,79 @@ class ProduceForwarder:
                                           "log_start_offset": -1, "record_errors": [],
                                           "error_message": None}
                 parts.append(answer)
-                code, batch = self._batch(req, principal, name, p["index"], p["records"])
-                if code != Error.NONE:
-                    answer["error_code"] = code
-                    continue
-                leader = self.cluster.leaders.get((name, p["index"]))
-                if leader is None:               # the client asks Metadata again and retries
-                    self.cluster.metadata_stale = True
-                    answer["error_code"] = Error.NOT_LEADER_OR_FOLLOWER
-                    continue
-                by_leader.setdefault(leader, []).append((name, p["index"], batch, answer))
+                answer["error_code"] = self._admitted(principal, name, p["index"], p["records"])
+                if answer["error_code"] == Error.NONE:
+                    admitted.append((name, p["index"], p["records"], answer))
             responses.append({"name": name, "partition_responses": parts})
-        timeout_ms = body["timeout_ms"]
-        for leader, batches in by_leader.items():
-            self._forward(leader, batches, acks, timeout_ms, req.client_id,
-                          answers.expect(functools.partial(self._answered, batches)))
-        if acks == 0:
-            req.done()                           # Kafka sends nothing for acks=0
+        if req.api_version not in UP_CONVERTED_VERSIONS or not admitted:
+            # the request's buffer goes back to the pool
+            self._send(req, body, responses, [(t, i, bytes(r), a) for t, i, r, a in admitted])
             return
-        answers.ready(lambda: req.respond(m.PRODUCE_RESPONSE.encode(version, {
-            "responses": responses, "throttle_time_ms": 0})))
+        def send(done: Future) -> None:          # on the loop
+            try:
+                self._send(req, body, responses, done.result())
+            except Exception:
+                log.exception("Produce v%d from %s failed; closing the connection", req.api_version,
+                              req.conn.peer)
+                req.conn.close("handler failed", FAILED)
 
-    def _batch(self, req: Request, principal: str, topic: str, partition: int,
-               records: Any) -> tuple[int, Any]:
-        """(Error.NONE, what to send) or (the error code, None)."""
-        if not self.server.may_write(principal, topic):
-            return Error.TOPIC_AUTHORIZATION_FAILED, None
-        if self.server.view.partition(topic, partition) is None:
-            self.server.view.refresh()           # a topic created since: known on the retry
-            return Error.UNKNOWN_TOPIC_OR_PARTITION, None
-        if records is None or not len(records):
-            return Error.INVALID_RECORD, None
-        if req.api_version not in UP_CONVERTED_VERSIONS:
-            return Error.NONE, bytes(records)    # the request's buffer goes back to the pool
-        from kafkacodec import up_convert
+        def converted(done: Future) -> None:     # on the converter thread
+            if not done.cancelled():
+                self.server.loop.call_soon_threadsafe(lambda: send(done))
 
         try:
-            return Error.NONE, up_convert(records).records
-        except KafkaCodecError as exc:
-            log.info("Produce v%d to %s-%d from %s refused: %s", req.api_version, topic,
-                     partition, req.conn.peer, exc)
-            return refusal_code(exc), None
+            self.converter.submit(self._up_converted, req, admitted).add_done_callback(converted)
+        except RuntimeError:                     # shut down: the server is stopping
+            req.conn.close("server stopped", SHUTDOWN)
+
+    def _admitted(self, principal: str, topic: str, partition: int, records: Any) -> int:
+        """Error.NONE, or the code a partition's records are refused with before conversion."""
+        if not self.server.may_write(principal, topic):
+            return Error.TOPIC_AUTHORIZATION_FAILED
+        if self.server.view.partition(topic, partition) is None:
+            self.server.view.refresh()           # a topic created since: known on the retry
+            return Error.UNKNOWN_TOPIC_OR_PARTITION
+        if records is None or not len(records):
+            return Error.INVALID_RECORD
+        return Error.NONE
+
+    @staticmethod
+    def _up_converted(req: Request, admitted: list[tuple[str, int, Any, dict[str, Any]]]
+                      ) -> list[tuple[str, int, Any, dict[str, Any]]]:
+        """On the converter thread: each message set as one v2 batch; a refused one gets its
+        code in its answer (nobody else touches it meanwhile: the connection is muted)."""
+        from kafkacodec import up_convert
+
+        out = []
+        for topic, partition, records, answer in admitted:
+            try:
+                out.append((topic, partition, up_convert(records).records, answer))
+            except KafkaCodecError as exc:
+                log.info("Produce v%d to %s-%d from %s refused: %s", req.api_version, topic,
+                         partition, req.conn.peer, exc)
+                answer["error_code"] = refusal_code(exc)
+        return out
+
+    def _send(self, req: Request, body: dict[str, Any], responses: list[dict[str, Any]],
+              batches: list[tuple[str, int, Any, dict[str, Any]]]) -> None:
+        """On the loop: each batch to its partition's leader; the answer once all have come."""
+        answers = Answers(req)
+        by_leader: dict[int, list[tuple[str, int, Any, dict[str, Any]]]] = {}
+        for topic, partition, batch, answer in batches:
+            leader = self.cluster.leaders.get((topic, partition))
+            if leader is None:                   # the client asks Metadata again and retries
+                self.cluster.metadata_stale = True
+                answer["error_code"] = Error.NOT_LEADER_OR_FOLLOWER
+                continue
+            by_leader.setdefault(leader, []).append((topic, partition, batch, answer))
+        for leader, led in by_leader.items():
+            self._forward(leader, led, body["acks"], body["timeout_ms"], req.client_id,
+                          answers.expect(functools.partial(self._answered, led)))
+        if body["acks"] == 0:
+            req.done()                           # Kafka sends nothing for acks=0
+            return
+        answers.ready(lambda: req.respond(m.PRODUCE_RESPONSE.encode(req.api_version, {
+            "responses": responses, "throttle_time_ms": 0})))
 
     def _forward(self, leader: int, batches: list[tuple[str, int, Any, dict[str, Any]]], acks: int,
                  timeout_ms: int, client_id: str | None, on_done: Any) -> None:

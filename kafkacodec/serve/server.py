@@ -84,6 +84,7 @@ class Server:
             config = ServeConfig(log_dirs=list(log_dirs or []), **options)
         self.config = config
         self.loop = Loop()
+        self.forwarder: Any = None               # serve/produce.py's, with --produce
         if config.upstream:
             from kafkacodec.serve.upstream import UpstreamView
 
@@ -168,9 +169,9 @@ class Server:
         if config.produce:                     # serve --upstream --produce (serve/produce.py)
             from kafkacodec.serve.produce import ProduceForwarder
 
-            forwarder = ProduceForwarder(self)
-            self._handlers[ApiKey.PRODUCE] = forwarder.produce
-            self._handlers[ApiKey.INIT_PRODUCER_ID] = forwarder.init_producer_id
+            self.forwarder = ProduceForwarder(self)
+            self._handlers[ApiKey.PRODUCE] = self.forwarder.produce
+            self._handlers[ApiKey.INIT_PRODUCER_ID] = self.forwarder.init_producer_id
 
     def _metrics(self) -> Any:
         try:
@@ -265,6 +266,8 @@ class Server:
         for listening in self.listening:
             listening.close()
         self.metrics.close()
+        if self.forwarder is not None:
+            self.forwarder.close()
         self.view.close()
         if self._stopped.is_set() or self.loop.thread is None:
             self.loop.close()
