@@ -28,7 +28,7 @@ BROKER_FIXTURES = {"kafka_broker", "kafka_broker_39", "kafka_broker_secured",
 SERVICE_MODULES = {"test_serve_upstream", "test_serve_security", "test_serve_limits", "test_serve_groups",
                    "test_serve_live", "test_mirror_e2e", "test_mirror_process", "test_state_files",
                    "test_net_tls", "test_net_sasl", "test_net_loop", "test_net_users", "test_net_acl",
-                   "test_net_properties", "test_soak"}
+                   "test_net_properties", "test_soak", "test_docs_blocks_services"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -9,7 +9,7 @@ one round).  Outside the installed suite set KAFKACODEC_README_VENV to a venv ho
 (and KAFKACODEC_README_DIST to its directory), else the test is skipped.
 
 Examples that need a Kafka cluster (mirror, serve --upstream) are fenced ```sh, not ```bash:
-their own tests run them against real brokers.  Slow (three Spark sessions): marked `slow`, run once by .ci/run through scripts/test.sh.
+tests/test_docs_blocks_services.py runs them as written against librdkafka's mock cluster.  Slow (three Spark sessions): marked `slow`, run once by .ci/run through scripts/test.sh.
 """
 
 import os
