@@ -73,6 +73,7 @@ RUNS: dict[tuple[str, int], str] = {
     ("docs/mirroring.md", 2): "test_mirroring_md_fetch_to_produce_loop",
     ("docs/consumer.md", 0): "test_consumer_md_opening_example",
     ("README.md", 7): "test_readme_mirror_command",
+    ("README.md", 10): "test_readme_serve_command",
     ("README.md", 12): "test_readme_gateway_command",
 }
 
@@ -1036,6 +1037,24 @@ def test_readme_mirror_command(cluster, shell_bin, tmp_path):
     assert read_cluster(target.bootstrap, "users") == read_cluster(cluster.bootstrap, "users")
     ends = {p: len(rows) for p, rows in read_cluster(cluster.bootstrap, "orders").items()}
     assert committed(cluster.bootstrap, "mirror", "orders", MOCK_PARTITIONS) == ends
+
+
+def test_readme_serve_command(sample_log, shell_bin, tmp_path):
+    """The README's `pip install` + `kafkacodec serve` block over the sample log (background;
+    ready at the `listening on` line it shows), then its kafka-python block as a 0.10.1 client:
+    it prints every data record of orders, zstd batches rebuilt for it."""
+    port = free_port()
+    places = dict(serve=address(port), log_dir=sample_log, state_dir=tmp_path / "state")
+    command = fill(doc_block("README.md", 10, "bash", "kafkacodec serve /backups/kafka-logs"), **places)
+    consumer_block = fill(doc_block("README.md", 11, "python", "api_version=(0, 10, 1)"), **places)
+    want = sum(len(rows) for rows in expected(sample_log, {"orders": 2}).values())
+    with Shell(command, tmp_path, shell_bin) as serve:
+        assert serve.expect_shown(command) == [f"listening on 127.0.0.1:{port}"]
+        assert serve.installed() == ["kafkacodec[serve]"]
+        printed = subprocess.run([sys.executable, "-c", consumer_block], capture_output=True, text=True,
+                                 timeout=120, env=child_env())
+        assert printed.stdout.split() == [str(want), "records"], printed.stderr[-2000:]
+        assert serve.stop() == 0
 
 
 def test_readme_gateway_command(cluster, shell_bin, tmp_path):
