@@ -121,6 +121,8 @@ def _run(benchmark, group, library, fn, *args, rounds=15):
     if library == "kafkacodec" and SLOWDOWN > 1:          # bench/gate.py --slow-down: the gate's proof
         fn = _slowed(fn, SLOWDOWN)
     benchmark.extra_info["library"] = library
+    if "records" in group:                                 # bench/report.py: records/s
+        benchmark.extra_info["items"] = RECORDS
     result = benchmark.pedantic(fn, args=args, rounds=rounds if library != "kafka-python" else 3,
                                 iterations=1, warmup_rounds=1 if library != "kafka-python" else 0)
     if benchmark.stats is not None:   # None with --benchmark-disable

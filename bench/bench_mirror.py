@@ -101,7 +101,10 @@ _out = WriteBuffer(64 << 20)
 
 def shallow(raw: bytes) -> int:
     response = decode_fetch_response(raw, FETCH_VERSION)
-    frame = fetch_to_produce(response, api_version=PRODUCE_VERSION, correlation_id=2, out=_out)
+    # every batch of a partition in one request (the peers' paths rebuild them all; a real broker
+    # takes one per partition, the default, which would forward 1/BATCHES of the data)
+    frame = fetch_to_produce(response, api_version=PRODUCE_VERSION, correlation_id=2, out=_out,
+                             max_batches_per_partition=-1)
     return len(frame)
 
 

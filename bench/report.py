@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 IMPLS = ["kafkacodec", "aiokafka", "kafka-python", "confluent-kafka", "limit"]
 COLORS = {"kafkacodec": "#1f77b4", "aiokafka": "#ff7f0e", "kafka-python": "#2ca02c",
           "confluent-kafka": "#9467bd", "limit": "#7f7f7f"}
+DEFAULT_OUT = ROOT / "docs" / "results.md"
 JAVA_BEGIN, JAVA_END = "<!-- kafka-java:begin -->", "<!-- kafka-java:end -->"
 
 
@@ -59,7 +60,10 @@ def _env(quick: bool) -> dict[str, str]:
 
 def run_benchmarks(json_path: Path, extra: list[str], quick: bool = False) -> None:
     targets = [str(ROOT / "bench" / m) for m in QUICK_MODULES] if quick else [str(ROOT / "bench")]
-    cmd = [sys.executable, "-m", "pytest", *targets, "-p", "no:cacheprovider", "-q",
+    # bench_java.py has its own protocol (whole runs pooled: `bench_java.py --runs 5 --write-docs`)
+    # and its section of the report, kept as it is
+    cmd = [sys.executable, "-m", "pytest", *targets, "--ignore", str(ROOT / "bench" / "bench_java.py"),
+           "-p", "no:cacheprovider", "-q",
            "--benchmark-enable", "--benchmark-only", f"--benchmark-json={json_path}",
            "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), *(QUICK_PYTEST if quick else []), *extra]
     print("report: running", " ".join(cmd), file=sys.stderr)
@@ -118,10 +122,12 @@ def rows_of(data: dict) -> dict[str, list[dict]]:
         if "kafka_java_s" in extra:
             continue                                    # java_section()
         median = stats["median"]
-        mb_s = extra["bytes"] / median / 1e6 if extra.get("bytes") else None
+        nbytes = extra.get("bytes") or extra.get("input_bytes")
+        items = extra.get("items") or extra.get("records")
+        mb_s = nbytes / median / 1e6 if nbytes else None
         if mb_s is None and extra.get("GB/s"):
             mb_s = float(extra["GB/s"]) * 1e3
-        krec_s = extra["items"] / median / 1e3 if extra.get("items") else None
+        krec_s = items / median / 1e3 if items else None
         if krec_s is None and extra.get("records_per_second"):
             krec_s = float(extra["records_per_second"]) / 1e3
         row = {"name": bench["name"], "variant": str(bench.get("param") or bench["name"]),
@@ -343,16 +349,17 @@ def java_section(data: dict, command: str) -> str:
     return "\n".join(lines)
 
 
-def kept_sections(path: Path) -> str:
+def kept_sections(path: Path, *, java: bool = True) -> str:
     """The sections of `path` that other benchmarks wrote by hand or by their own script, between
-    `<!-- NAME:begin -->` and `<!-- NAME:end -->` (bench_serve.py's TLS, bench_mirror.py's Kafka
-    mode, bench_net_ab.py: docs/results.md's "Network layer"), NAME other than kafka-java (this
-    report makes that one): kept, in order, at the end of the new file."""
+    `<!-- NAME:begin -->` and `<!-- NAME:end -->` (bench_java.py --write-docs: the Kafka-Java
+    section; bench_serve.py's TLS, bench_mirror.py's Kafka mode, bench_net_ab.py: docs/results.md's
+    "Network layer"): kept, in order, at the end of the new file; the Kafka-Java one only with
+    `java` (a run that measured Java itself writes its own)."""
     if not path.exists():
         return ""
     text = path.read_text()
     kept = [m.group(0) for m in re.finditer(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", text, flags=re.S)
-            if m.group(1) != "kafka-java"]
+            if java or m.group(1) != "kafka-java"]
     return "".join("\n\n" + block + "\n" for block in kept)
 
 
@@ -368,36 +375,91 @@ def replace_java_section(path: Path, section: str) -> None:
     path.write_text(text)
 
 
-# The README chart's workloads: (group name pattern, label), those of the run that match.
+# The README's workloads, in its table and its chart: (group name pattern, label), those of the
+# run that match.
 HEADLINE = [
     (r"^decode v2 100k records none$", "decode v2 to records, none"),
     (r"^decode v2 100k records lz4$", "decode v2 to records, lz4"),
     (r"^decode v2 100k records zstd$", "decode v2 to records, zstd"),
+    (r"^decode v2 100k records gzip$", "decode v2 to records, gzip"),
+    (r"^decode v2 100k records snappy$", "decode v2 to records, snappy"),
+    (r"^decode v1 100k records none$", "decode v1 to records, none"),
+    (r"^decode v0 100k records none$", "decode v0 to records, none"),
     (r"^decode v2 none, 100-byte values$", "decode v2 to Arrow columns"),
     (r"^shallow\+CRC", "walk + check CRCs"),
     (r"^build v2 none:", "build v2, none"),
     (r"^build v2 lz4:", "build v2, lz4"),
-    (r"^v2->v1 1KiB none$", "down-convert v2 to v1"),
+    (r"^build v2 zstd:", "build v2, zstd"),
+    (r"^v2->v1 1KiB none$", "down-convert v2 to v1, 1 KiB"),
+    (r"^v2->v1 100B lz4$", "down-convert v2 to v1, 100 B lz4"),
 ]
 PEERS = ["aiokafka", "kafka-python"]
+README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
-def speedups(data: dict) -> list[tuple[str, dict[str, float]]]:
-    """(label, {peer: the peer's best median / kafkacodec's best median}) per headline workload."""
+def headline(data: dict) -> list[tuple[str, dict, dict[str, float]]]:
+    """(label, kafkacodec's fastest row, {peer: the peer's best median / that row's median})
+    per headline workload the run has."""
     groups = rows_of(data)
     out = []
     for pattern, label in HEADLINE:
         name = next((g for g in sorted(groups) if re.search(pattern, g)), None)
-        if name is None:
+        ours = min((r for r in groups.get(name, []) if r["impl"] == "kafkacodec"), key=lambda r: r["median_s"],
+                   default=None)
+        if ours is None:
             continue
         best: dict[str, float] = {}
         for r in groups[name]:
             best[r["impl"]] = min(best.get(r["impl"], float("inf")), r["median_s"])
-        if "kafkacodec" in best:
-            ratios = {p: best[p] / best["kafkacodec"] for p in PEERS if p in best}
-            if ratios:
-                out.append((label, ratios))
+        ratios = {p: best[p] / ours["median_s"] for p in PEERS if p in best}
+        if ratios:
+            out.append((label, ours, ratios))
     return out
+
+
+def speedups(data: dict) -> list[tuple[str, dict[str, float]]]:
+    """(label, {peer: speed-up}) per headline workload: the chart's left panel."""
+    return [(label, ratios) for label, _, ratios in headline(data)]
+
+
+def rate(row: dict) -> str:
+    """kafkacodec's rate in a README row: records/s where the workload counts records, else bytes/s."""
+    if row["krec_s"]:
+        return f"{row['krec_s'] / 1e3:.2f} M records/s"
+    return f"{row['mb_s'] / 1e3:.1f} GB/s" if row["mb_s"] else human_time(row["median_s"])
+
+
+def readme_results(data: dict, spark: dict | None) -> str:
+    """The README's results table, from the run that drew the chart and docs/results.md."""
+    facts = data.get("machine_info", {}).get("kafkacodec_facts", {})
+    lines = [README_BEGIN,
+             f"One run, {data.get('datetime', '?')[:16].replace('T', ' ')} UTC, {facts.get('cpu_model') or '?'} "
+             f"({facts.get('cpu_count', '?')} cores), Python {facts.get('python', '?')}: medians; the chart above "
+             "and docs/results.md are the same run (bench/report.py). Each row: kafkacodec's fastest "
+             "variant (its name in docs/results.md) against each peer's fastest.", "",
+             "| workload | kafkacodec | vs aiokafka (compiled) | vs kafka-python |", "|---|---|---|---|"]
+    for label, ours, ratios in headline(data):
+        cells = [f"{ratios[p]:.2f}x" if p in ratios else "" for p in PEERS]
+        lines.append(f"| {label} | {rate(ours)} (`{ours['variant']}`) | {' | '.join(cells)} |")
+    if spark:
+        paths = spark["rows_per_s"]
+        source = paths.get("kafkalog source")
+        others = [f"{source / v:.0%} of {name}" if v > source else f"{source / v:.2f}x {name}"
+                  for name, v in paths.items() if name != "kafkalog source"]
+        lines.append(f"| Spark `format(\"kafkalog\")`, local[2], {spark['records'] / 1e6:g}M rows | "
+                     f"{source / 1e6:.2f} M rows/s | | {'; '.join(others)} |")
+    return "\n".join(lines + ["", README_END])
+
+
+def run_id(data: dict) -> str:
+    """What the chart's PNG carries (tEXt Description) to name the run it was drawn from."""
+    return f"bench/report.py run {data.get('datetime', '?')}"
+
+
+def replace_readme_results(path: Path, block: str) -> None:
+    text = path.read_text()
+    start, end = text.index(README_BEGIN), text.index(README_END) + len(README_END)
+    path.write_text(text[:start] + block + text[end:])
 
 
 def chart(data: dict, png: Path, spark: dict | None = None) -> None:
@@ -441,7 +503,7 @@ def chart(data: dict, png: Path, spark: dict | None = None) -> None:
     if spark:
         ax2 = axes[0][1]
         paths = list(spark["rows_per_s"].items())
-        colors = [COLORS["kafkacodec"] if "kafka-python" not in name and "ceiling" not in name
+        colors = [COLORS["kafkacodec"] if "kafka-python" not in name and "no-decode" not in name
                   and "Parquet" not in name else COLORS["kafka-python"] if "kafka-python" in name
                   else COLORS["limit"] for name, _ in paths]
         values = [v / 1e6 for _, v in paths]
@@ -460,7 +522,7 @@ def chart(data: dict, png: Path, spark: dict | None = None) -> None:
                          f"({facts.get('cpu_count', '?')} cores), Python {facts.get('python', '?')}; medians; "
                          "bench/report.py", fontsize=6, color="#555555")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(png, dpi=100)
+    fig.savefig(png, dpi=100, metadata={"Description": run_id(data)})
     plt.close(fig)
 
 
@@ -493,7 +555,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-spark", action="store_true", help="do not run bench_spark.py")
     parser.add_argument("--java-json", type=Path,
                         help="a saved bench_java.py run: replace only its section of --out")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--readme", type=Path, default=None,
+                        help="the README whose results table to replace (default: README.md with the default --out)")
     parser.add_argument("--png", type=Path, default=None, help="default: beside --out")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("OLD", "NEW"))
     parser.add_argument("--threshold", type=float, default=1.5)
@@ -516,8 +580,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = "python bench/report.py" + (" --quick" if args.quick else "") + \
         (" " + " ".join(args.pytest_args) if args.pytest_args else "")
-    if args.json:
-        command += f"   # rendered from {args.json}"
     spark_path = args.spark_json
     if args.json:
         json_path = args.json
@@ -531,12 +593,25 @@ def main(argv: list[str] | None = None) -> int:
             spark_path = json_path.with_name("spark.json")
     data = json.loads(json_path.read_text())
     spark = json.loads(spark_path.read_text()) if spark_path else None
+    if "run" in data:                     # a results.json this script wrote: the run as it was
+        data, spark, command = data["run"], data.get("spark"), data["command"]
+    elif args.json:
+        command += f"   # rendered from {args.json}"
     png = args.png or args.out.with_suffix(".png")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     chart(data, png, spark)
     rel_png = os.path.relpath(png, args.out.parent)
-    args.out.write_text(markdown(data, rel_png, command, spark) + kept_sections(args.out))
-    print(f"report: wrote {args.out} and {png}", file=sys.stderr)
+    measured_java = any("kafka_java_s" in (b.get("extra_info") or {}) for b in data["benchmarks"])
+    args.out.write_text(markdown(data, rel_png, command, spark) + kept_sections(args.out, java=not measured_java))
+    # The run itself beside its report: tests/test_bench_report.py renders the README's table,
+    # docs/results.md and the chart's run id from it and compares.
+    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "run": data, "spark": spark},
+                                                        indent=None, separators=(",", ":")))
+    readme = args.readme or (ROOT / "README.md" if args.out == DEFAULT_OUT else None)
+    if readme:
+        replace_readme_results(readme, readme_results(data, spark))
+    print(f"report: wrote {args.out}, {png}, {args.out.with_suffix('.json')}"
+          + (f" and {readme}'s results" if readme else ""), file=sys.stderr)
     return 0
 
 

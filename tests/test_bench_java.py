@@ -106,12 +106,15 @@ def test_the_report_describes_only_the_cases_it_ran():
 
 def test_the_report_keeps_the_sections_other_benchmarks_wrote(tmp_path):
     # docs/results.md's network section (serve over TLS, the mirror between Kafka brokers, the
-    # event-loop A/B) is run by hand: report.py rewriting the file keeps it, not its own Java one.
+    # event-loop A/B) is run by hand, the Java one by bench_java.py --write-docs: report.py
+    # rewriting the file keeps them (the Java one unless its run measured Java itself).
     import report
 
     results = tmp_path / "results.md"
     network = "<!-- network:begin -->\n## Network layer\n| a | b |\n<!-- network:end -->"
     results.write_text("# Benchmark results\nold table\n<!-- kafka-java:begin -->\nold Java\n"
                        f"<!-- kafka-java:end -->\n{network}\ntrailing prose\n")
-    assert report.kept_sections(results) == f"\n\n{network}\n"
+    java = "<!-- kafka-java:begin -->\nold Java\n<!-- kafka-java:end -->"
+    assert report.kept_sections(results) == f"\n\n{java}\n\n\n{network}\n"
+    assert report.kept_sections(results, java=False) == f"\n\n{network}\n"     # the run measured Java
     assert report.kept_sections(tmp_path / "missing.md") == ""

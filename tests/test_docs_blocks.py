@@ -31,7 +31,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import types
 from pathlib import Path
@@ -42,23 +41,16 @@ import kafkacodec
 from kafkacodec.cli import generate
 
 sys.path.insert(0, os.path.dirname(__file__))
+from doc_blocks import fenced_blocks  # noqa: E402
 from isolated import child_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-LANGUAGES = ("python", "bash", "sh", "console")
-FENCE = re.compile(r"^( *)```(" + "|".join(LANGUAGES) + r")\n(.*?)^\1```[ \t]*$", re.S | re.M)
 THIS = "tests/test_docs_blocks.py"
 README_TEST = "tests/test_readme.py::test_every_readme_command_in_a_fresh_clone"
 
 
 # --- the blocks -----------------------------------------------------------------------------
-def fenced_blocks(name: str) -> list[tuple[str, str]]:
-    """(language, text) of every fenced python/bash/sh/console block of ROOT/name, in order,
-    the text dedented by the fence's own indentation (a block inside a list item)."""
-    return [(m.group(2), textwrap.dedent(m.group(3))) for m in FENCE.finditer((ROOT / name).read_text())]
-
-
 def documented_files() -> list[str]:
     return ["README.md"] + [f"docs/{p.name}" for p in sorted(DOCS.glob("*.md"))]
 
@@ -616,9 +608,7 @@ S3_BUCKET = "bucket"                 # the blocks' bucket name, created on moto'
 @pytest.fixture(scope="module")
 def spark(request, tmp_path_factory):
     pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
-    from kafkacodec.spark import register
+    from spark_support import local_session
 
     try:
         s3_env = request.getfixturevalue("s3_server").env
@@ -626,28 +616,11 @@ def spark(request, tmp_path_factory):
         s3_env = {}
     saved = dict(os.environ)
     os.environ.update(s3_env)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    owned = SparkSession.getActiveSession() is None
-    cwd = os.getcwd()
-    os.chdir(tmp_path_factory.mktemp("spark-cwd"))      # workers must not see the source tree
     try:
-        builder = (SparkSession.builder.master("local[2]").appName("kafkacodec-docs-blocks")
-                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
-                   .config("spark.executorEnv.PYTHONPATH", str(Path(kafkacodec.__file__).resolve().parents[1])))
-        for name, value in s3_env.items():
-            builder = builder.config(f"spark.executorEnv.{name}", value)
-        session = builder.getOrCreate()
+        with local_session(tmp_path_factory.mktemp("spark-cwd"), "kafkacodec-docs-blocks",
+                           executor_env=s3_env) as session:
+            yield session
     finally:
-        os.chdir(cwd)
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    try:
-        yield session
-    finally:
-        if owned:
-            session.stop()
         os.environ.clear()
         os.environ.update(saved)
 

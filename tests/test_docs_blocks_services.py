@@ -40,7 +40,6 @@ import socket
 import stat
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import urllib.request
@@ -80,6 +79,7 @@ RUNS: dict[tuple[str, int], str] = {
 #: Blocks that cannot run here: none.
 EXEMPT: dict[tuple[str, int], str] = {}
 
+from doc_blocks import fenced_blocks  # noqa: E402
 from isolated import child_env  # noqa: E402
 
 ck = pytest.importorskip("confluent_kafka")
@@ -148,21 +148,10 @@ READER_FILES = {
 
 
 # --- the blocks ----------------------------------------------------------------------------------
-FENCE = re.compile(r"^( *)```([^\s`]*)[^\n]*\n(.*?)^\1```[ \t]*$", re.S | re.M)
-RUNNABLE = ("python", "bash", "sh", "console")
-
-
-def doc_blocks(doc: str) -> list[tuple[str, str]]:
-    """(language, text) of the doc's python/bash/sh/console blocks, in order (a block inside a
-    list item dedented by its fence's indentation)."""
-    text = (ROOT / doc).read_text(encoding="utf-8")
-    return [(lang, textwrap.dedent(body)) for _, lang, body in FENCE.findall(text) if lang in RUNNABLE]
-
-
 def doc_block(doc: str, index: int, language: str, shows: str) -> str:
     """Block `index` of `doc`, checked to be the one the test means (its language, a line it
     shows): an edit that moves blocks fails here, not somewhere obscure."""
-    lang, body = doc_blocks(doc)[index]
+    lang, body = fenced_blocks(doc)[index]
     assert (lang, shows in body) == (language, True), \
         f"{doc} block {index} is not the {language} block showing {shows!r}"
     return body
@@ -1084,7 +1073,7 @@ def test_runs_names_this_modules_tests():
     tests = {name for name, value in globals().items() if name.startswith("test_") and callable(value)}
     assert set(RUNS.values()) <= tests
     for doc, index in RUNS:
-        assert index < len(doc_blocks(doc)), (doc, index)
+        assert index < len(fenced_blocks(doc)), (doc, index)
     block_tests = {name for name in tests if name.startswith(("test_serve_md", "test_security_md", "test_mirroring_md",
                                                              "test_consumer_md", "test_readme"))}
     assert block_tests == set(RUNS.values())

@@ -5,7 +5,6 @@ import json
 import os
 import struct
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,6 +12,7 @@ pyspark = pytest.importorskip("pyspark")
 
 sys.path.insert(0, os.path.dirname(__file__))
 from kafka_oracle import kafka_python_rows  # noqa: E402
+from spark_support import local_session  # noqa: E402
 
 from kafkacodec.arrow import ArrowDecoder, scan_entries  # noqa: E402
 from kafkacodec.logdir import discover  # noqa: E402
@@ -20,39 +20,11 @@ from kafkacodec.cli import generate  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
-import kafkacodec  # noqa: E402
-
-# Workers import the kafkacodec this process imported: the in-place build while developing,
-# the installed wheel in CI (the source tree on their path would shadow its compiled modules).
-PACKAGE_PARENT = str(Path(kafkacodec.__file__).resolve().parents[1])
-
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    from pyspark.sql import SparkSession
-
-    from kafkacodec.spark import register
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    # Python workers run `python -m pyspark.daemon` in the JVM's working directory, which `-m`
-    # puts first on their sys.path: start the JVM outside the source tree.
-    cwd = os.getcwd()
-    os.chdir(tmp_path_factory.mktemp("spark-cwd"))
-    try:
-        session = (SparkSession.builder.master("local[2]").appName("kafkacodec-tests")
-                   .config("spark.ui.enabled", "false")
-                   .config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.sql.shuffle.partitions", "2")
-                   .config("spark.sql.session.timeZone", "UTC")
-                   .config("spark.executorEnv.PYTHONPATH", PACKAGE_PARENT)
-                   .getOrCreate())
-    finally:
-        os.chdir(cwd)
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
+    with local_session(tmp_path_factory.mktemp("spark-cwd"), "kafkacodec-tests") as session:
+        yield session
 
 
 @pytest.fixture(scope="session")

@@ -22,36 +22,13 @@ from kafkacodec.logdir import discover, plan  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
-# Workers import the kafkacodec this process imported (see test_spark.py).
-PACKAGE_PARENT = str(Path(kafkacodec.__file__).resolve().parents[1])
+from spark_support import PACKAGE_PARENT, local_session  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
-    from pyspark.sql import SparkSession
-
-    from kafkacodec.spark import register
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    owned = SparkSession.getActiveSession() is None
-    cwd = os.getcwd()
-    os.chdir(tmp_path_factory.mktemp("spark-cwd"))   # workers must not see the source tree
-    try:
-        session = (SparkSession.builder.master("local[2]").appName("kafkacodec-write-tests")
-                   .config("spark.ui.enabled", "false")
-                   .config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.sql.shuffle.partitions", "3")
-                   .config("spark.sql.session.timeZone", "UTC")
-                   .config("spark.executorEnv.PYTHONPATH", PACKAGE_PARENT)
-                   .getOrCreate())
-    finally:
-        os.chdir(cwd)
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    if owned:
-        session.stop()
+    with local_session(tmp_path_factory.mktemp("spark-cwd"), "kafkacodec-write-tests", partitions=3) as session:
+        yield session
 
 
 def add_compacted_topic(root, topic="compacted", partitions=2):
