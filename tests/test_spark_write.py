@@ -420,7 +420,8 @@ def test_spark_pth_names_the_driver_only_from_a_venv_that_is_not_activated(tmp_p
 
     if sys.prefix == sys.base_prefix:
         pytest.skip("needs a venv interpreter")
-    line = next(l for l in (Path(PACKAGE_PARENT) / "pyspark_kafkalog" / "kafkacodec-spark.pth").read_text()
+    source = Path(__file__).resolve().parents[1] / "pyspark_kafkalog" / "kafkacodec-spark.pth"   # the checkout's
+    line = next(l for l in source.read_text()
                 .splitlines() if l.startswith("import "))
     probe = f"{line}\nimport os; print(os.environ.get('PYSPARK_DRIVER_PYTHON'))"
 

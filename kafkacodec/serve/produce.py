@@ -46,6 +46,8 @@ log = logging.getLogger("kafkacodec.serve")
 
 #: Produce versions whose message sets are magic 0/1 (Produce v3 brought v2 batches, KIP-98).
 UP_CONVERTED_VERSIONS = range(0, 3)
+#: One partition of a Produce request: (topic, partition, its records or the batch to send, its answer).
+Part = tuple[str, int, Any, dict[str, Any]]
 #: The Produce versions the gateway sends the cluster (its writer's range).
 FORWARD_VERSIONS = (3, 11)
 
@@ -85,7 +87,7 @@ class ProduceForwarder:
     def produce(self, req: Request, body: dict[str, Any]) -> None:
         principal = req.conn.principal
         responses: list[dict[str, Any]] = []
-        admitted: list[tuple[str, int, Any, dict[str, Any]]] = []     # (topic, partition, records, answer)
+        admitted: list[Part] = []
         for t in body["topic_data"]:
             name = t["name"]
             parts: list[dict[str, Any]] = []
@@ -103,7 +105,7 @@ class ProduceForwarder:
             # the request's buffer goes back to the pool
             self._send(req, body, responses, [(t, i, bytes(r), a) for t, i, r, a in admitted])
             return
-        def send(done: Future) -> None:          # on the loop
+        def send(done: Future[list[Part]]) -> None:          # on the loop
             try:
                 self._send(req, body, responses, done.result())
             except Exception:
@@ -111,7 +113,7 @@ class ProduceForwarder:
                               req.conn.peer)
                 req.conn.close("handler failed", FAILED)
 
-        def converted(done: Future) -> None:     # on the converter thread
+        def converted(done: Future[list[Part]]) -> None:     # on the converter thread
             if not done.cancelled():
                 self.server.loop.call_soon_threadsafe(lambda: send(done))
 
@@ -132,8 +134,7 @@ class ProduceForwarder:
         return Error.NONE
 
     @staticmethod
-    def _up_converted(req: Request, admitted: list[tuple[str, int, Any, dict[str, Any]]]
-                      ) -> list[tuple[str, int, Any, dict[str, Any]]]:
+    def _up_converted(req: Request, admitted: list[Part]) -> list[Part]:
         """On the converter thread: each message set as one v2 batch; a refused one gets its
         code in its answer (nobody else touches it meanwhile: the connection is muted)."""
         from kafkacodec import up_convert
@@ -148,11 +149,10 @@ class ProduceForwarder:
                 answer["error_code"] = refusal_code(exc)
         return out
 
-    def _send(self, req: Request, body: dict[str, Any], responses: list[dict[str, Any]],
-              batches: list[tuple[str, int, Any, dict[str, Any]]]) -> None:
+    def _send(self, req: Request, body: dict[str, Any], responses: list[dict[str, Any]], batches: list[Part]) -> None:
         """On the loop: each batch to its partition's leader; the answer once all have come."""
         answers = Answers(req)
-        by_leader: dict[int, list[tuple[str, int, Any, dict[str, Any]]]] = {}
+        by_leader: dict[int, list[Part]] = {}
         for topic, partition, batch, answer in batches:
             leader = self.cluster.leaders.get((topic, partition))
             if leader is None:                   # the client asks Metadata again and retries
@@ -169,7 +169,7 @@ class ProduceForwarder:
         answers.ready(lambda: req.respond(m.PRODUCE_RESPONSE.encode(req.api_version, {
             "responses": responses, "throttle_time_ms": 0})))
 
-    def _forward(self, leader: int, batches: list[tuple[str, int, Any, dict[str, Any]]], acks: int,
+    def _forward(self, leader: int, batches: list[Part], acks: int,
                  timeout_ms: int, client_id: str | None, on_done: Any) -> None:
         topics: dict[str, list[tuple[int, Any]]] = {}
         for topic, partition, batch, _ in batches:
@@ -191,7 +191,7 @@ class ProduceForwarder:
                                 deadline=Deadline("produce", wait), min_version=FORWARD_VERSIONS[0],
                                 max_version=FORWARD_VERSIONS[1], retries=0)
 
-    def _answered(self, batches: list[tuple[str, int, Any, dict[str, Any]]], value: Any,
+    def _answered(self, batches: list[Part], value: Any,
                   error: BaseException | None) -> None:
         for topic, partition, _, answer in batches:
             got = None if value is None else value.get((topic, partition))

@@ -88,7 +88,7 @@ def _check_workers(df: DataFrame) -> None:
     import subprocess
 
     sc = df.sparkSession.sparkContext
-    if not sc.master.startswith("local") or sc.getConf().get("spark.pyspark.python"):
+    if not (sc.master or "").startswith("local") or sc.getConf().get("spark.pyspark.python"):
         return
     exe = shutil.which(sc.pythonExec) or sc.pythonExec
     if os.path.abspath(exe) == os.path.abspath(sys.executable):   # not realpath: a venv's python links to its base
