@@ -347,6 +347,7 @@ def test_readme_logdir(sample_log):
 
 
 @runs(("README.md", "from kafka import KafkaConsumer"))
+@pytest.mark.service          # a server over sockets, and the block's 5 s consumer timeout: not under ASan
 def test_readme_serve_old_client(sample_log, capsys):
     """kafka-python as a 0.10.1 client reads orders from a kafkacodec serve over the sample log:
     every data record of both partitions (Fetch v3 has no isolation level)."""

@@ -69,21 +69,38 @@ def test_java_consumer_reads_every_record_through_a_group(java, server, log_dir)
         assert stored[(topic, partition)].offset >= rows[-1][0] + 1
 
 
-def test_a_2_0_java_consumer_reads_zstd_batches_rebuilt_and_kafkas_refusal_stops_it(log_dir, tmp_path):
-    """Kafka's Java consumer 2.0.1 speaks Fetch v8, which cannot carry zstd (KIP-110): on
-    `mixed` (zstd batches among the others) it gets every record by default (the zstd batches
-    rebuilt with gzip, still v2); with zstd_codec=None it gets Kafka's answer,
-    UNSUPPORTED_COMPRESSION_TYPE (76), a code 2.0 does not know: it logs it and stays stuck."""
-    cp = java_consumer_classpath("2.0.1")
+#: Kafka's Java consumers from before zstd (KIP-110, 2.1) and the Fetch version each speaks.
+BEFORE_ZSTD = {"0.11.0.3": "5", "1.0.2": "6", "1.1.1": "7", "2.0.1": "8"}
+
+
+def java_before_zstd(version: str, classes: Path) -> str:
+    cp = java_consumer_classpath(version)
     if cp is None:
-        pytest.skip("needs java, javac and Maven (kafka-clients 2.0.1)")
-    compile_java_driver(tmp_path, cp)
+        pytest.skip(f"needs java, javac and Maven (kafka-clients {version})")
+    compile_java_driver(classes, cp)
+    return cp
+
+
+@pytest.mark.parametrize("version", list(BEFORE_ZSTD))
+def test_java_consumers_before_zstd_read_zstd_batches_rebuilt(log_dir, tmp_path, version):
+    """Kafka's Java consumers 0.11-2.0 speak Fetch v5-v8, which cannot carry zstd (a Kafka
+    broker answers them UNSUPPORTED_COMPRESSION_TYPE, see the next test): reading `mixed` (zstd
+    batches among the others) through serve they get every record, the zstd batches rebuilt
+    with gzip (still v2, their offsets, transactions and headers kept)."""
+    cp = java_before_zstd(version, tmp_path)
     want = expected(log_dir, {"mixed": 2})
     with Server([str(log_dir)], listen=("127.0.0.1", 0)) as srv:
         assert java_read(cp, tmp_path, f"127.0.0.1:{srv.port}", want) == want
         versions = {s.labels["version"] for mm in srv.metrics.registry.collect() for s in mm.samples
                     if s.name == "kafka_network_requestmetrics_requests_total" and s.labels["request"] == "Fetch"}
-        assert versions == {"8"}
+        assert versions == {BEFORE_ZSTD[version]}
+
+
+def test_kafkas_refusal_of_zstd_stops_a_2_0_java_consumer(log_dir, tmp_path):
+    """With zstd_codec=None serve answers as Kafka does, UNSUPPORTED_COMPRESSION_TYPE (76), a
+    code 2.0 does not know: it logs it and stays stuck at the first zstd batch."""
+    cp = java_before_zstd("2.0.1", tmp_path)
+    want = expected(log_dir, {"mixed": 2})
     with Server([str(log_dir)], listen=("127.0.0.1", 0), zstd_codec=None) as srv:
         with pytest.raises(AssertionError, match="Unexpected error code: 76") as stopped:
             java_read(cp, tmp_path, f"127.0.0.1:{srv.port}", want, timeout=10)
