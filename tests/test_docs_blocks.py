@@ -357,8 +357,9 @@ def test_readme_serve_old_client(sample_log, capsys):
     from kafkacodec.serve import Server
 
     with Server([str(sample_log)], listen=("127.0.0.1", 0)) as server:
-        run_python("README.md", "from kafka import KafkaConsumer",
-                   values={"127.0.0.1:9092": f"127.0.0.1:{server.port}"})
+        scope = run_python("README.md", "from kafka import KafkaConsumer",
+                           values={"127.0.0.1:9092": f"127.0.0.1:{server.port}"})
+        scope["consumer"].close()
     want = sum(len(partition_records(sample_log, "orders", p)) for p in (0, 1))
     assert capsys.readouterr().out == f"{want} records\n"
 

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 from kafkacodec.consumer._cluster import Deadline
 from kafkacodec.errors import (CorruptRecordError, InvalidRecordError, KafkaCodecError,
                                KafkaTimeoutError, RecordTooLargeError, UnsupportedCompressionError)
+from kafkacodec.net.connection import FAILED, SHUTDOWN
 from kafkacodec.protocol import control
 from kafkacodec.protocol import messages as m
 from kafkacodec.protocol._produce import decode_produce_response, encode_produce_request
 from kafkacodec.protocol.api import ApiKey, Error
-from kafkacodec.net.connection import FAILED, SHUTDOWN
 from kafkacodec.serve.dispatch import Answers
 
 if TYPE_CHECKING:
@@ -105,6 +105,7 @@ class ProduceForwarder:
             # the request's buffer goes back to the pool
             self._send(req, body, responses, [(t, i, bytes(r), a) for t, i, r, a in admitted])
             return
+
         def send(done: Future[list[Part]]) -> None:          # on the loop
             try:
                 self._send(req, body, responses, done.result())

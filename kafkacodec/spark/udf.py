@@ -86,6 +86,7 @@ def _check_workers(df: DataFrame) -> None:
     import os
     import shutil
     import subprocess
+    import tempfile
 
     sc = df.sparkSession.sparkContext
     if not (sc.master or "").startswith("local") or sc.getConf().get("spark.pyspark.python"):
@@ -95,7 +96,9 @@ def _check_workers(df: DataFrame) -> None:
         return
     if exe not in _WORKERS_IMPORT:
         try:
-            probe = subprocess.run([exe, "-c", "import kafkacodec"], capture_output=True, timeout=60)
+            # from outside any checkout, whose unbuilt sources the probe would import instead
+            probe = subprocess.run([exe, "-c", "import kafkacodec"], capture_output=True, timeout=60,
+                                   cwd=tempfile.gettempdir())
             _WORKERS_IMPORT[exe] = probe.returncode == 0
         except OSError:
             _WORKERS_IMPORT[exe] = False
