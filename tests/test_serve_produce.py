@@ -186,17 +186,24 @@ def produce_v2(port: int, topic: str, records: bytes, acks: int = 1, version: in
     return answer.responses[0].partition_responses[0]
 
 
-def test_refused_sets_get_the_code_kafka_3_9_answered(gateway):
-    cluster, server = gateway
-    cluster.create_topic("refusals")
+def a_new_topic_written(cluster, server, topic: str):
+    """`topic` created on the cluster and one gzip magic-1 set (the builder, its bytes) produced
+    through the gateway once the gateway knows the topic."""
+    cluster.create_topic(topic)
     good = MemoryRecordsBuilder(magic=1, compression="gzip")
     good.append(1_700_000_000_000, b"k", b"v")
-    data = bytearray(good.build())
+    data = bytes(good.build())
     deadline = time.monotonic() + 20                    # until the gateway learns the new topic
-    while (code := produce_v2(server.port, "refusals", bytes(data)).error_code) == \
-            Error.UNKNOWN_TOPIC_OR_PARTITION and time.monotonic() < deadline:
+    while (code := produce_v2(server.port, topic, data).error_code) != Error.NONE:
+        assert code == Error.UNKNOWN_TOPIC_OR_PARTITION and time.monotonic() < deadline, code
         time.sleep(0.2)
-    assert code == Error.NONE
+    return good, data
+
+
+def test_refused_sets_get_the_code_kafka_3_9_answered(gateway):
+    cluster, server = gateway
+    good, data = a_new_topic_written(cluster, server, "refusals")
+    data = bytearray(data)
     data[-1] ^= 1                                       # the wrapper's checksum no longer holds
     assert produce_v2(server.port, "refusals", bytes(data)).error_code == Error.CORRUPT_MESSAGE
     v2 = MemoryRecordsBuilder(magic=2)
@@ -216,14 +223,7 @@ def test_up_conversion_leaves_the_loop_to_other_connections(gateway, monkeypatch
     import kafkacodec
 
     cluster, server = gateway
-    cluster.create_topic("held")
-    good = MemoryRecordsBuilder(magic=1, compression="gzip")
-    good.append(1_700_000_000_000, b"k", b"v")
-    data = bytes(good.build())
-    deadline = time.monotonic() + 20                    # until the gateway learns the new topic
-    while (code := produce_v2(server.port, "held", data).error_code) != Error.NONE:
-        assert time.monotonic() < deadline, code
-        time.sleep(0.2)
+    _, data = a_new_topic_written(cluster, server, "held")
     entered, release = threading.Event(), threading.Event()
     up_convert = kafkacodec.up_convert
 
