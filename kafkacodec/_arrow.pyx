@@ -37,7 +37,7 @@ from kafkacodec._format cimport (BatchHeader, LOG_OVERHEAD, MAGIC_OFFSET, LEGACY
                                  compute_crc, wrap_add, wrap_sub, SIZE_OFFSET, CODEC_ZSTD, CODEC_NONE,
                                  raise_frame_error)
 from kafkacodec._guard cimport Guard, guard_enter, guard_leave
-from kafkacodec._index cimport index_entries
+from kafkacodec._index import SCAN_FIELDS, scan_entries   # the shallow index (core: no pyarrow)
 from kafkacodec._mapguard cimport MEMORY_ANONYMOUS, MEMORY_FILE, check_read, memory_kind
 from kafkacodec._legacy cimport read_legacy_message
 from kafkacodec._v2 cimport (V2Record, read_v2_header, record_timestamp, v2_record_body_size, write_v2_batch_header,
@@ -1441,55 +1441,6 @@ cdef class ArrowDecoder:
 
 # --------------------------------------------------------------------------------------------
 # Shallow scan: one row per complete entry, no record decode.
-
-# scan_entries' names for the index's fields (size: size_in_bytes, count: records_count).
-SCAN_FIELDS = ("position", "size", "base_offset", "last_offset", "magic", "attributes",
-               "producer_id", "count", "max_timestamp", "control_type")
-cdef tuple SCAN_COLUMNS = tuple(zip(SCAN_FIELDS, (
-    "position", "size_in_bytes", "base_offset", "last_offset", "magic", "attributes", "producer_id",
-    "records_count", "max_timestamp", "control_type")))
-
-
-def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<buffer>",
-                 Py_ssize_t base=0, bint strict=True):
-    """The shallow index of data[start:end] (Records.index(check_crc=False) with the in-memory
-    framing rules: the same walk and rows), as a dict of its columns under the names
-    SCAN_FIELDS (numpy views of one structured array; legacy compressed wrappers have
-    base_offset and count -1), plus "stop" (position after the last complete entry, or of the
-    corrupt one) and "error" (None, or the KafkaCodecError found at "stop", its message
-    naming `source`, when strict is False; strict raises it).  Positions are base + the byte
-    in data.  `data` is any C-contiguous buffer, read as raw bytes.  Safe to call from several
-    threads at once."""
-    cdef Py_buffer view
-    cdef const unsigned char* p
-    cdef Py_ssize_t pos, first_bad
-    cdef int code
-    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-    try:
-        if end < 0 or end > view.len:
-            end = view.len
-        if start < 0 or start > end:
-            raise ValueError(f"start {start} outside 0..{end}")
-        p = <const unsigned char*>view.buf + start
-        rows, code, pos, first_bad, error = index_entries(p, end - start, base + start, False, False)
-        try:
-            if code < 0:
-                raise_frame_error(code, p + pos, base + start + pos)
-            if error is not None:
-                raise error
-        except KafkaCodecError as exc:
-            check_read(data, end, exc.position, exc.offset, exc)
-            error = exc.with_context(f"{source}: ")
-            if strict:
-                raise error
-        # the entries up to "stop" were judged complete: they must still be there
-        check_read(data, min(end, start + pos + <Py_ssize_t>V2_HEADER_SIZE))
-        result = {name: rows[field] for name, field in SCAN_COLUMNS}
-        result["stop"] = base + start + pos
-        result["error"] = error
-        return result
-    finally:
-        PyBuffer_Release(&view)
 
 # --------------------------------------------------------------------------------------------
 # Columnar encode: Arrow columns of one topic-partition -> v2 record batches.  The Arrow input

@@ -9,8 +9,10 @@ from libc.string cimport memcpy
 cimport numpy as cnp
 
 from kafkacodec._cursor cimport Cursor, cursor_init
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from kafkacodec._format cimport (BatchHeader, CODEC_NONE, CONTROL_FLAG, FRAME_OK, V2_HEADER_SIZE,
-                                 compute_crc, frame_entry, parse_entry_header)
+                                 compute_crc, frame_entry, parse_entry_header, raise_frame_error)
+from kafkacodec._mapguard cimport check_read
 from kafkacodec._prefetch cimport kc_prefetch
 from kafkacodec._v2 cimport V2Record, read_control_type, read_v2_record
 
@@ -164,3 +166,53 @@ cdef tuple index_entries(const unsigned char* data, Py_ssize_t size, Py_ssize_t 
     if n < cap:
         trim_rows(result, n)
     return result, code, pos, first_bad, error
+
+
+# scan_entries' names for the index's fields (size: size_in_bytes, count: records_count).
+SCAN_FIELDS = ("position", "size", "base_offset", "last_offset", "magic", "attributes",
+               "producer_id", "count", "max_timestamp", "control_type")
+cdef tuple SCAN_COLUMNS = tuple(zip(SCAN_FIELDS, (
+    "position", "size_in_bytes", "base_offset", "last_offset", "magic", "attributes", "producer_id",
+    "records_count", "max_timestamp", "control_type")))
+
+
+def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<buffer>",
+                 Py_ssize_t base=0, bint strict=True):
+    """The shallow index of data[start:end] (Records.index(check_crc=False) with the in-memory
+    framing rules: the same walk and rows), as a dict of its columns under the names
+    SCAN_FIELDS (numpy views of one structured array; legacy compressed wrappers have
+    base_offset and count -1), plus "stop" (position after the last complete entry, or of the
+    corrupt one) and "error" (None, or the KafkaCodecError found at "stop", its message
+    naming `source`, when strict is False; strict raises it).  Positions are base + the byte
+    in data.  `data` is any C-contiguous buffer, read as raw bytes.  Safe to call from several
+    threads at once."""
+    cdef Py_buffer view
+    cdef const unsigned char* p
+    cdef Py_ssize_t pos, first_bad
+    cdef int code
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if end < 0 or end > view.len:
+            end = view.len
+        if start < 0 or start > end:
+            raise ValueError(f"start {start} outside 0..{end}")
+        p = <const unsigned char*>view.buf + start
+        rows, code, pos, first_bad, error = index_entries(p, end - start, base + start, False, False)
+        try:
+            if code < 0:
+                raise_frame_error(code, p + pos, base + start + pos)
+            if error is not None:
+                raise error
+        except KafkaCodecError as exc:
+            check_read(data, end, exc.position, exc.offset, exc)
+            error = exc.with_context(f"{source}: ")
+            if strict:
+                raise error
+        # the entries up to "stop" were judged complete: they must still be there
+        check_read(data, min(end, start + pos + <Py_ssize_t>V2_HEADER_SIZE))
+        result = {name: rows[field] for name, field in SCAN_COLUMNS}
+        result["stop"] = base + start + pos
+        result["error"] = error
+        return result
+    finally:
+        PyBuffer_Release(&view)

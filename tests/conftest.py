@@ -61,6 +61,9 @@ def s3_server():
         server.stop()
 
 
+from tiered_support import tiered_log, tiered_s3  # noqa: E402,F401  (session fixtures: a partition Kafka tiered)
+
+
 def _broker_fixture(version, **options):
     from kafka_broker import BrokerUnavailable, KafkaBroker
 
@@ -75,8 +78,10 @@ def _broker_fixture(version, **options):
 
 @pytest.fixture(scope="session")
 def kafka_broker():
-    """A real Kafka 4.x broker (KRaft, loopback) from Maven Central's jars, for the session."""
-    broker = _broker_fixture(__import__("kafka_broker").DEFAULT_VERSION)
+    """A real Kafka 4.x broker (KRaft, loopback) from Maven Central's jars, for the session; tiered
+    storage is on (Kafka's LocalTieredStorage under `broker.remote_dir`) for the topics created
+    with remote.storage.enable=true."""
+    broker = _broker_fixture(__import__("kafka_broker").DEFAULT_VERSION, tiered=True)
     yield broker
     broker.stop()
 

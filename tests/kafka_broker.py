@@ -72,15 +72,17 @@ class BrokerUnavailable(RuntimeError):
     """Java or Maven is missing, or the jars could not be resolved."""
 
 
-def _pom(artifact: str, version: str, extra: tuple[tuple[str, str, str], ...] = ()) -> str:
+def _pom(artifact: str, version: str, extra: tuple[tuple[str, ...], ...] = (), classifier: str = "") -> str:
     # slf4j-simple: Kafka logs through slf4j and the artifacts bring no binding (the distribution
     # adds log4j's); without one the broker's and the clients' logs would be silently dropped
-    deps = [("org.apache.kafka", artifact, version), ("org.slf4j", "slf4j-simple", SLF4J_SIMPLE), *extra]
+    deps = [("org.apache.kafka", artifact, version, classifier), ("org.slf4j", "slf4j-simple", SLF4J_SIMPLE),
+            *extra]
     return ("<project xmlns=\"http://maven.apache.org/POM/4.0.0\"><modelVersion>4.0.0</modelVersion>\n"
             f"<groupId>kafkacodec.tests</groupId><artifactId>{artifact}-env</artifactId><version>1</version>\n"
             "<dependencies>\n"
-            + "".join(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
-                      "</dependency>\n" for g, a, v in deps)
+            + "".join(f"<dependency><groupId>{d[0]}</groupId><artifactId>{d[1]}</artifactId><version>{d[2]}</version>"
+                      + (f"<classifier>{d[3]}</classifier>" if len(d) > 3 and d[3] else "") + "</dependency>\n"
+                      for d in deps)
             + "</dependencies></project>\n")
 
 
@@ -120,6 +122,17 @@ def classpath(version: str = DEFAULT_VERSION, *, tools: tuple[str, ...] = ("java
     `tools` are those the caller needs on PATH (reading the jars needs no java)."""
     return _resolve(CACHE / f"kafka-{version}", _pom("kafka_2.13", version),
                     f"kafka_2.13:{version}", tools)
+
+
+def tiered_storage_classpath(version: str = DEFAULT_VERSION) -> str:
+    """The jar of Kafka's own LocalTieredStorage (the RemoteStorageManager Kafka tests tiered
+    storage with: the `kafka-storage` test jar on Maven Central), for
+    `remote.log.storage.manager.class.path`: that jar alone, as the broker loads it child-first
+    and its dependencies are the broker's own (a second copy of the RemoteStorageManager
+    interface would not be the broker's)."""
+    cp = _resolve(CACHE / f"kafka-storage-test-{version}", _pom("kafka-storage", version, classifier="test"),
+                  f"kafka-storage:{version}:test", ("mvn",))
+    return next(p for p in cp.split(os.pathsep) if Path(p).name == f"kafka-storage-{version}-test.jar")
 
 
 def client_classpath(version: str) -> str:
@@ -443,16 +456,39 @@ class KafkaBroker:
         """The broker's log.dirs: `<topic>-<partition>/<base offset>.log` segments."""
         return self.workdir / "data"
 
+    @property
+    def remote_dir(self) -> Path:
+        """Where LocalTieredStorage keeps remote segments (a broker started with `tiered`)."""
+        return self.workdir / "remote" / "kafka-tiered-storage"
+
     @classmethod
     def start(cls, version: str = DEFAULT_VERSION, properties: dict[str, Any] | None = None,
               timeout: float = 90.0, security: SecurityFiles | None = None,
-              oauthbearer: bool = False) -> KafkaBroker:
-        """With `security`, listeners SASL_SSL and SSL besides PLAINTEXT (which the broker
+              oauthbearer: bool = False, tiered: bool = False) -> KafkaBroker:
+        """With `tiered`, tiered storage (KIP-405) on: Kafka's LocalTieredStorage keeps the remote
+        segments of topics created with `remote.storage.enable=true` under `remote_dir`
+        (`kafka-tiered-storage/<topic>-<partition>-<topic id>/<base offset>-<segment id>.log`
+        and its index and snapshot files), the topic-based metadata manager their metadata in
+        `__remote_log_metadata`; the remote log manager runs every second.  With `security`, listeners SASL_SSL and SSL besides PLAINTEXT (which the broker
         itself and the controller keep using), set up by `security.broker_properties()`.  With
         `oauthbearer`, a SASL_PLAINTEXT listener of OAUTHBEARER with Kafka's unsecured tokens
         (OAuthBearerUnsecuredValidatorCallbackHandler: an unsigned JWT with `sub` and `exp`)."""
         cp = classpath(version)
         workdir = Path(tempfile.mkdtemp(prefix=f"kafka-{version}-"))
+        remote = {
+            "remote.log.storage.system.enable": "true",
+            "remote.log.storage.manager.class.name": "org.apache.kafka.server.log.remote.storage.LocalTieredStorage",
+            "remote.log.storage.manager.class.path": tiered_storage_classpath(version),
+            "remote.log.storage.manager.impl.prefix": "rsm.config.",
+            "rsm.config.dir": str(workdir / "remote"),
+            "rsm.config.delete.on.close": "false",
+            "remote.log.metadata.manager.listener.name": "PLAINTEXT",
+            "rlmm.config.remote.log.metadata.topic.replication.factor": 1,
+            "rlmm.config.remote.log.metadata.topic.num.partitions": 1,
+            "remote.log.manager.task.interval.ms": 1000,
+            "log.retention.check.interval.ms": 1000,    # local retention deletes tiered segments soon
+            "log.segment.delete.delay.ms": 1000,
+        } if tiered else {}
         names = ["PLAINTEXT", "SASL_SSL", "SSL"] if security else ["PLAINTEXT"]
         if oauthbearer:
             names.append("SASL_PLAINTEXT")
@@ -484,6 +520,7 @@ class KafkaBroker:
             # a KRaft snapshot (__cluster_metadata-0/*.checkpoint) every 5 s instead of every hour,
             # for tests that read one (test_dump_kafka); each is a few KB written once
             "metadata.log.max.snapshot.interval.ms": 5000,
+            **remote,
             **(security.broker_properties() if security else {}),
             **({"listener.name.sasl_plaintext.sasl.enabled.mechanisms": "OAUTHBEARER",
                 "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config":

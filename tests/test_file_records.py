@@ -331,7 +331,7 @@ def test_a_finaliser_closing_the_file_mid_read_never_reads_the_unmapped_segment(
 NOT_REGULAR = '''
 import json, sys
 from kafkacodec import FileRecords
-from kafkacodec.logdir._read import _mapped
+from kafkacodec.logdir.storage import mapped as _mapped
 
 out = {}
 for name, open_ in (("FileRecords.open", FileRecords.open), ("logdir _mapped", _mapped)):

@@ -6,6 +6,7 @@ Expected rows are derived independently: kafka-python decodes the same bytes (te
 offsets for timestamps are found by brute force over every record."""
 
 import json
+import itertools
 import os
 import shutil
 import struct
@@ -25,7 +26,7 @@ from kafkacodec.crc import crc32c  # noqa: E402
 from kafkacodec.cli import generate  # noqa: E402
 from kafkacodec.errors import CorruptRecordError, KafkaCodecError, LogLayoutError  # noqa: E402
 from kafkacodec.logdir import Predicate, Pushdown, ReadOptions, discover, plan, read_split  # noqa: E402
-from kafkacodec.logdir._plan import Planner  # noqa: E402
+from kafkacodec.logdir.partition_log import LogSegment  # noqa: E402
 from kafkacodec.logdir._txn import collect_aborted as _collect_aborted  # noqa: E402
 from kafkacodec.logdir._problems import Reporter  # noqa: E402
 from kafkacodec.logdir.indexes import build_indexes, parse_offset_index, parse_time_index, parse_txn_index  # noqa: E402
@@ -336,6 +337,33 @@ def test_entries_named_like_segments_that_are_not_files(sample, tmp_path, kind):
     assert [p.kind for p in problems] == ["unreadable"] and offsets_of(table) == oracle(root)
 
 
+def test_a_tiered_segment_in_a_plugins_format_is_refused(sample, tmp_path):
+    """Remote segments a RemoteStorageManager encrypted (or chunked, or compressed whole) are no
+    Kafka segment files: refused naming the segment and why, never read as records (issue 32);
+    the local segments and the readable remote ones are read."""
+    root, _ = sample
+    dst = copy(root, tmp_path)
+    local = dst / "orders-0"
+    segments = sorted(local.glob("*.log"))
+    remote = tmp_path / "remote" / "kafka-tiered-storage" / "orders-0-AAECAwQFBgcICQoLDA0ODw"
+    remote.mkdir(parents=True)
+    for seg in segments[:2]:                                   # tiered, then deleted locally
+        for path in local.glob(seg.stem + ".*"):
+            path.rename(remote / f"{seg.stem}-ZZECAwQFBgcICQoLDA0ODw{path.suffix}")
+    encrypted = remote / f"{segments[1].stem}-ZZECAwQFBgcICQoLDA0ODw.log"
+    data = encrypted.read_bytes()
+    encrypted.write_bytes(bytes(b ^ k for b, k in zip(data, itertools.cycle(os.urandom(32)))))
+    with pytest.raises(LogLayoutError, match="RemoteStorageManager") as raised:
+        read_all([dst, remote.parent])
+    assert encrypted.name in str(raised.value)
+    problems = []
+    table, _ = read_all([dst, remote.parent], {"mode": "DROPMALFORMED", "failOnDataLoss": "false"},
+                        problems=problems)
+    assert [p.kind for p in problems] == ["unreadable"] and encrypted.name in problems[0].message
+    lost = set(range(int(segments[1].stem), int(segments[2].stem)))
+    assert offsets_of(table) == [r for r in oracle(root) if not (r[:2] == ("orders", 0) and r[2] in lost)]
+
+
 # ------------------------------------------------------------------------------ data loss
 
 def test_overlapping_copy_follows_failOnDataLoss(sample, tmp_path):
@@ -482,9 +510,9 @@ def test_txnindex_replaces_the_scan(sample, tmp_path, monkeypatch):
     add_indexes(dst, interval=256)
     committed = oracle(root, committed=True)
     walked = []
-    original = Planner.scan
-    monkeypatch.setattr(Planner, "scan", lambda self, seg, start=0, end=None: (
-        None if start or end is not None else walked.append(seg.path)) or original(self, seg, start, end))
+    original = LogSegment.walk
+    monkeypatch.setattr(LogSegment, "walk", lambda self, start, end: (     # the whole segment walked
+        None if start or end < self.size else walked.append(self.path)) or original(self, start, end))
     assert offsets_of(read_all(dst, {"kafka.isolation.level": "read_committed"})[0]) == committed
     with_txnindex = {str(p.with_suffix(".log")) for p in dst.glob("*/*.txnindex")}
     last_segments = {str(sorted(p.glob("*.log"))[-1]) for p in dst.iterdir() if p.is_dir()}
@@ -679,8 +707,8 @@ def test_tiered_storage_layout(sample, tmp_path):
 
 def test_s3(sample, s3_server, monkeypatch):
     """The same rows from a real S3 API server, read in ranges (small windows force many)."""
-    import kafkacodec.logdir._plan as plan_module
     import kafkacodec.logdir._read as read_module
+    import kafkacodec.logdir.partition_log as log_module
 
     root, _ = sample
     fs = s3_server.filesystem()
@@ -691,7 +719,7 @@ def test_s3(sample, s3_server, monkeypatch):
                 out.write(f.read_bytes())
     options = {"fs.s3a.endpoint": s3_server.endpoint, "fs.s3a.access.key": "kafkacodec-test",
                "fs.s3a.secret.key": "kafkacodec-test-secret", "fs.s3a.endpoint.region": "us-east-1"}
-    monkeypatch.setattr(plan_module, "WINDOW", 700)
+    monkeypatch.setattr(log_module, "REMOTE_WINDOW", 700)
     monkeypatch.setattr(read_module, "WINDOW", 700)
     assert offsets_of(read_all(f"s3a://{bucket}/logs", options)[0]) == oracle(root)
     assert offsets_of(read_all(f"s3://{bucket}/logs/orders-*", {**options, "kafka.isolation.level": "read_committed"})[0]) == \

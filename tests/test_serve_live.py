@@ -189,7 +189,7 @@ def test_index_files_are_used_when_valid_and_ignored_when_not(tmp_path):
         first_ts = 1_700_000_000_000
         found = consumer.offsets_for_times([TopicPartition("mixed", 0, first_ts + 500)], timeout=10)[0].offset
         consumer.close()
-        assert mixed.segments[0].times is not None and srv.view.index_use.invalid == {}
+        assert mixed.segments[0].times is not None and srv.view.index_use.invalid_files == {}
     index = root / "mixed-0" / "00000000000000000000.index"
     index.write_bytes(b"\x00\x00\x00\x07\x00\x00\x00\x05" * 3)    # garbage: out of order, off-boundary
     (root / "mixed-0" / "00000000000000000000.timeindex").write_bytes(b"\x01" * 25)

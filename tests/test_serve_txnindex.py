@@ -18,7 +18,9 @@ import pytest
 from kafkacodec.errors import CorruptRecordError
 from kafkacodec.logdir.indexes import checked_txn_index
 from kafkacodec.serve import Server
-from kafkacodec.serve.logview import IndexUse, Segment
+from kafkacodec.logdir._layout import find_partitions
+from kafkacodec.logdir.partition_log import PartitionLog
+from kafkacodec.serve.logview import IndexUse
 
 from serve_support import confluent_read, make_log_dir
 
@@ -64,11 +66,11 @@ def test_an_invalid_txnindex_falls_back_to_the_walk_and_is_counted_once(tmp_path
     for hostile in (b"\x01" * 35, entry(7, 0, 3, 4, version=9), entry(7, 0, 5, 6) + entry(7, 0, 2, 3)):
         txnindex.write_bytes(hostile)
         for _ in range(2):                      # the same file twice (a reload): one warning
-            seg = Segment(str(log_file), 0, {".index": str(log_file.with_suffix(".index")),
-                                             ".txnindex": str(txnindex)}, use)
+            files = next(p for p in find_partitions([str(root)])[0] if p.topic == "modern")
+            seg = PartitionLog(files, use).segments[0]
             assert seg.txn_index() is None
             seg.close()
-    assert use.invalid == {".txnindex": 1}
+    assert use.invalid_files == {".txnindex": 1}
     assert sum("txnindex" in r.getMessage() for r in caplog.records) == 1
 
 
@@ -210,7 +212,7 @@ def test_the_brokers_index_files_pass_the_readers_checks(broker_log):
     for part in planner.partitions():
         for seg in part.segments:
             planner.check_indexes(seg)
-            checked += sum(planner._index(seg, suffix) is not None for suffix in (".index", ".timeindex"))
+            checked += (planner.offset_index(seg) is not None) + (planner.time_index(seg) is not None)
     assert problems == [] and checked >= 4
 
 

@@ -428,3 +428,42 @@ def test_s3_through_spark(spark, log_dir, s3_server):
     assert sorted(map(tuple, df.select("topic", "partition", "offset", "value").collect())) == \
         sorted(map(tuple, local.select("topic", "partition", "offset", "value").collect()))
     assert df.count() == summary["records"]
+
+
+# --- the one partition-log engine (issue 32): Spark reads what the other readers read -------------
+
+def _spark_records(df) -> dict:
+    got: dict = {}
+    for r in sorted(df.select("topic", "partition", "offset", "key", "value").collect(),
+                    key=lambda r: (r.topic, r.partition, r.offset)):
+        got.setdefault((r.topic, r.partition), []).append(
+            (r.offset, None if r.key is None else bytes(r.key), None if r.value is None else bytes(r.value)))
+    return got
+
+
+@pytest.mark.parametrize("name", ["txnindex-out-of-order", "lying-indexes", "partial-tail"])
+def test_hostile_directories_read_as_the_other_readers_do(spark, tmp_path, name):
+    """tests/test_partition_log_agree.py's corpus: serve, `kafkacodec read` and the log-dir
+    reader agree with kafka-python there; Spark does too (its three most hostile directories)."""
+    from test_partition_log_agree import CORPUS, expected_records
+
+    root = tmp_path / "logs"
+    generate(root, batches_per_segment=6)
+    CORPUS[name](root)
+    for level in ("read_uncommitted", "read_committed"):
+        df = (spark.read.format("kafkalog").option("kafka.isolation.level", level)
+              .option("failOnDataLoss", "false").option("mode", "DROPMALFORMED").load(str(root)))
+        assert _spark_records(df) == expected_records(root, level == "read_committed"), level
+
+
+@pytest.mark.broker
+def test_a_tiered_partition_from_local_disk_and_s3(spark, tiered_log, tiered_s3):
+    """A partition Kafka tiered (tests/tiered_support.py): its log directory and its remote
+    segments on S3 read as one log, what the broker's consumer reads at read_committed."""
+    local, _, want = tiered_log
+    uri, options = tiered_s3
+    reader = spark.read.format("kafkalog").option("kafka.isolation.level", "read_committed")
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    got = _spark_records(reader.load([str(local), uri]))
+    assert got == {("tiered", 0): want["read_committed"]}

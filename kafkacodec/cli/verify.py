@@ -11,14 +11,14 @@ from kafkacodec.cli._output import FORMATTER, emit_json
 
 
 def run(args: argparse.Namespace) -> int:
-    """verify PATH; a stream (`-`, a FIFO, a device) is read into a file first (_files.spooled)."""
+    """verify PATH...; a stream (`-`, a FIFO, a device) is read into a file first (_files.spooled)."""
     import pyarrow  # noqa: F401  (before a stream is read: exit 4 with the install hint when missing)
 
-    with spooled([args.path], "verify") as (path,):
-        return _verify(args, path)
+    with spooled(args.paths, "verify") as paths:
+        return _verify(args, list(paths))
 
 
-def _verify(args: argparse.Namespace, path: str) -> int:
+def _verify(args: argparse.Namespace, paths: list[str]) -> int:
     """Check every segment under PATH and report every problem: unreadable entries, corrupt
     entries (CRC, structure), partial entries, overlapping segments, missing offsets between
     segments, invalid index and checkpoint files.  The same checks, with the same counts, as a
@@ -33,7 +33,7 @@ def _verify(args: argparse.Namespace, path: str) -> int:
 
     problems: list[Problem] = []
     try:
-        options = ReadOptions.parse({"paths": [path], "mode": "DROPMALFORMED", "failOnDataLoss": "false",
+        options = ReadOptions.parse({"paths": paths, "mode": "DROPMALFORMED", "failOnDataLoss": "false",
                                      "keepControl": "true"})
         planner = Planner(options, Reporter(options.mode, False, problems.append))
         splits = planner.splits()
@@ -58,7 +58,7 @@ def _verify(args: argparse.Namespace, path: str) -> int:
     counts: dict[str, int] = {}
     for p in problems:
         counts[p.kind] = counts.get(p.kind, 0) + 1
-    result = {"path": str(args.path), "segments": len(segments), "bytes": total, **counted.as_dict(),
+    result = {"path": " ".join(map(str, args.paths)), "segments": len(segments), "bytes": total, **counted.as_dict(),
               "problems": [p.as_dict() for p in problems], "counts": counts, "ok": not problems}
     if args.json:
         emit_json(result)
@@ -80,9 +80,10 @@ def add_parser(subparsers: Any) -> None:
                               epilog="examples:\n  kafkacodec verify /var/kafka-logs\n"
                                      "  kafkacodec verify --json my-topic-0 | jq .ok\n"
                                      "  zcat 00000000000000000000.log.gz | kafkacodec verify -\n\n" + EXIT_CODES)
-    v.add_argument("path", help="a log directory, a partition directory or a .log file (local, file://, "
-                                "s3://, gs://, hdfs://; globs); or a stream of one segment: - (stdin), "
-                                "a FIFO, <(zcat seg.log.gz)")
+    v.add_argument("paths", nargs="+", metavar="PATH",
+                   help="a log directory, a partition directory or a .log file (local, file://, s3://, gs://, "
+                        "hdfs://; globs); or a stream of one segment: - (stdin), a FIFO, <(zcat seg.log.gz). "
+                        "Several are read as one log: a broker's log directory and its tiered-storage store")
     v.add_argument("--json", action="store_true", help="print one JSON result on stdout")
     v.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     v.set_defaults(run=run)

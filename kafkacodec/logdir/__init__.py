@@ -1,7 +1,9 @@
 """Kafka log directories on disk (`<topic>-<partition>/<base offset>.log`) or in object stores,
 without Spark: the "kafkalog" data source, the command line and plain Python use them.
 
-- reading (`_read`): discover segments (`_layout`), plan splits (`_plan`, with `indexes`,
+- one partition's log (`partition_log`: segments, offset and time lookups, transactions; the
+  engine of the reader and of `kafkacodec serve`);
+- reading (`_read`): discover segments (`_layout`), plan splits (`_plan`, on `partition_log`,
   `checkpoints`, `storage`), read a split into Arrow batches (damage and data-loss policies
   in `_problems`);
 - writing (`_write`): rows per (topic, partition) in offset order, staged and committed at once;

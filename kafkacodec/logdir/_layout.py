@@ -25,7 +25,7 @@ from kafkacodec.logdir.checkpoints import CLEANER, LOG_START, parse_checkpoint
 from kafkacodec.logdir.storage import Entry, Storage, printable, resolve, undecodable
 
 __all__ = ["Segment", "PartitionFiles", "find_partitions", "partition_of", "segment_base", "SEGMENT_RE",
-           "PARTITION_RE"]
+           "PARTITION_RE", "SNAPSHOT_AT_END"]
 
 # ASCII digits only (re.ASCII): str patterns' \d also matches other scripts' digits, which int() reads
 SEGMENT_RE = re.compile(r"^(\d{20})\.log$", re.ASCII)
@@ -33,6 +33,7 @@ TIERED_SEGMENT_RE = re.compile(r"^(\d{20})-([A-Za-z0-9_-]{22})\.log$", re.ASCII)
 PARTITION_RE = re.compile(r"^(.+)-(\d+)$", re.ASCII)
 TIERED_PARTITION_RE = re.compile(r"^(.+)-(\d+)-([A-Za-z0-9_-]{22})$", re.ASCII)
 MAX_PARTITION = 2**31 - 1
+SNAPSHOT_AT_END = ".snapshot@end"    # (Segment.index key) a tiered segment's snapshot: the state at its end
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,15 @@ class Segment:
     indexes: tuple[tuple[str, Entry], ...] = field(default=(), compare=False, repr=False)
 
     def index(self, suffix: str) -> Entry | None:
-        """The `.index`/`.timeindex`/`.txnindex` file beside this segment, or the producer
-        `.snapshot` Kafka took at its base offset, if any."""
+        """The `.index`/`.timeindex`/`.txnindex` file beside this segment, the producer
+        `.snapshot` Kafka took at its base offset, or (SNAPSHOT_AT_END) the one a tiered copy
+        carries, taken at its end; None when there is none."""
         return dict(self.indexes).get(suffix)
+
+    @property
+    def tiered(self) -> bool:
+        """A remote copy in Kafka's tiered-storage layout (`<base offset>-<segment id>.log`)."""
+        return TIERED_SEGMENT_RE.match(self.path.rstrip("/").rsplit("/", 1)[-1]) is not None
 
     @property
     def uri(self) -> str:
@@ -91,8 +98,11 @@ def _segments_in(storage: Storage, directory: str, topic: str, partition: int,
         if base is None:
             continue
         stem = e.name[:-len(".log")]
-        indexes = tuple((suffix, by_name[stem + suffix]) for suffix in (".index", ".timeindex", ".txnindex",
-                                                                   ".snapshot") if stem + suffix in by_name)
+        # a tiered segment's producer snapshot is the state at its end (Kafka's RemoteLogManager
+        # copies the snapshot taken at the next segment's base offset); a local one's at its base
+        at_end = TIERED_SEGMENT_RE.match(e.name) is not None
+        indexes = tuple((SNAPSHOT_AT_END if suffix == ".snapshot" and at_end else suffix, by_name[stem + suffix])
+                        for suffix in (".index", ".timeindex", ".txnindex", ".snapshot") if stem + suffix in by_name)
         note = "" if e.kind == "file" else (e.note or ("a directory" if e.kind == "dir" else "missing"))
         out.append(Segment(e.path, topic, partition, base, e.size if e.kind == "file" else 0, storage,
                            note, indexes))
@@ -118,7 +128,9 @@ def find_partitions(paths: list[str], storage_options: dict[str, str] | None = N
                     ) -> tuple[list[PartitionFiles], list[Problem]]:
     """Every partition under the given paths (globs expanded) with its segments sorted by base
     offset (a base offset found twice, e.g. the same partition under two paths, stays twice:
-    the planner reports the overlap) and the problems found while listing."""
+    the planner reports the overlap; a tiered copy of a local segment is left out) and the
+    problems found while listing.  A partition's local directory and its tiered-storage one
+    (`<topic>-<partition>-<topic id>`), given as two paths, are one partition."""
     problems: list[Problem] = []
     found: dict[tuple[str, int], PartitionFiles] = {}
     skipped: list[str] = []                    # names that are not UTF-8, reported at the end
@@ -193,4 +205,13 @@ def find_partitions(paths: list[str], storage_options: dict[str, str] | None = N
                                 "topic, partition or segment is named so); skipped"))
     for part in found.values():
         part.segments.sort(key=lambda s: s.base_offset)
+        part.segments = _one_copy_per_tier(part.segments)
     return sorted(found.values(), key=lambda p: (p.topic, p.partition)), problems
+
+
+def _one_copy_per_tier(segments: list[Segment]) -> list[Segment]:
+    """A partition's local segments and its tiered ones (remote copies, KIP-405) as one log: where
+    a rolled segment is in both tiers (Kafka keeps it locally until local retention deletes it),
+    the local copy is read and the remote one left out."""
+    local = {s.base_offset for s in segments if not s.tiered}
+    return [s for s in segments if not (s.tiered and s.base_offset in local)]

@@ -2,16 +2,12 @@
 offsets, timestamps or pushed predicates), which segments and which byte ranges, and the
 aborted transactions a read_committed read drops.
 
-What the planner reads (never records, only headers and index files):
-- index files of the segments it cuts or seeks into: `.index` gives a starting position for an
-  offset and batch boundaries to cut splits at, `.timeindex` the offset for a timestamp,
-  `.txnindex` the aborted transactions (by the rule serve follows too: logdir/_txn.py);
-- entry headers (a shallow scan) where no valid index answers: local segments for cuts, the
-  segments a timestamp falls in, every segment of a partition for read_committed whose
-  `.txnindex` cannot be used, the last segment for the log end offset when it is needed.
-An index entry is checked against the segment before it is used, by the rule serve follows too
-(logdir/indexes.py: CheckedOffsetIndex, CheckedTimeIndex); one that does not hold drops its file
-(noted), and the segment is read without it.
+Every question about a partition (its log start and end, the segment and byte position of an
+offset, the offset for a timestamp, the aborted transactions and the last stable offset, the
+index files and whether they hold) is answered by `partition_log.PartitionLog`, the engine
+`kafkacodec serve` answers with too; the planner never reads records, and reads headers only
+where no valid index answers.  This module keeps its own job: options to offset ranges, ranges to
+byte ranges, byte ranges to splits.  Index files found invalid are reported as Problems.
 
 Overlapping segments, missing offsets between segments and partial entries are found by the
 executors while they read (each split knows its segment's offset range and its successor).
@@ -24,21 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from kafkacodec._format import entry_head
-from kafkacodec.errors import CorruptRecordError, KafkaCodecError
+from kafkacodec.errors import CorruptRecordError
 from kafkacodec.logdir._layout import PartitionFiles, Segment, find_partitions, partition_of
 from kafkacodec.logdir._problems import Problem, Reporter
 from kafkacodec.logdir._pushdown import Pushdown
 from kafkacodec.logdir._readopts import OffsetBound, ReadOptions
-from kafkacodec.logdir._txn import TxnState, follow
-from kafkacodec.logdir.indexes import (CheckedOffsetIndex, CheckedTimeIndex, check_txn_markers, checked_txn_index,
-                                       entry_fields, load_offset_index, parse_time_index)
-from kafkacodec.logdir.snapshots import open_transactions
+from kafkacodec.logdir.indexes import CheckedOffsetIndex, CheckedTimeIndex
+from kafkacodec.logdir.partition_log import LogSegment, Notes, PartitionLog
 from kafkacodec.logdir.storage import Storage
 
-__all__ = ["Split", "Planner", "PartitionRange", "WINDOW"]
-
-WINDOW = 16 << 20                # entries are scanned and decoded (remote files read) by windows of this size
+__all__ = ["Split", "Planner", "PartitionRange"]
 
 
 @dataclass
@@ -73,6 +64,24 @@ class PartitionRange:
     aborted: list[tuple[int, int, int]] = field(default_factory=list)
 
 
+class _Reported(Notes):
+    """The planner's notes: an index file that does not hold is a Problem (noted); damage and
+    unreadable segments are reported by the splits that reach them."""
+
+    def __init__(self, reporter: Reporter):
+        self.reporter = reporter
+
+    def invalid(self, suffix: str, uri: str, exc: BaseException, position: int | None = None) -> None:
+        self.reporter.note(Problem("index", uri, f"{exc}; read without it (as Kafka rebuilds a corrupt index)",
+                                   position))
+
+    def damaged(self, uri: str, exc: Any) -> None:
+        pass
+
+    def skipped(self, uri: str, why: str) -> None:
+        pass
+
+
 class Planner:
     """Plans a read from ReadOptions; problems go through `reporter` (which raises per policy)."""
 
@@ -82,11 +91,11 @@ class Planner:
         self.exact_end = exact_end        # end byte ranges at the last complete entry wanted (streams)
         self.reporter = reporter
         self.pushdown = pushdown or Pushdown()
-        self._scans: dict[str, dict[str, Any]] = {}
-        self._indexes: dict[tuple[str, str], Any] = {}
+        self.notes = _Reported(reporter)
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._segments: dict[str, LogSegment] = {}      # by uri
         self._parts: list[PartitionFiles] | None = None
         self._unreadable: list[Problem] = []
-        self._txn: dict[tuple[str, int], TxnState] = {}
 
     # ------------------------------------------------------------------ files and indexes
     def partitions(self) -> list[PartitionFiles]:
@@ -130,239 +139,63 @@ class Planner:
             kept.append(seg)
         part.segments = kept
 
-    def _view(self, seg: Segment, start: int, end: int) -> tuple[Any, int, Any]:
-        src = seg.storage.open(seg.path)
-        view, base = src.view(start, end)
-        return view, base, src
+    def log(self, part: PartitionFiles) -> PartitionLog:
+        """The engine's log of a selected partition (its readable segments)."""
+        key = (part.topic, part.partition)
+        found = self._logs.get(key)
+        if found is None:
+            found = self._logs[key] = PartitionLog(part, self.notes)
+            for seg in found.segments:
+                self._segments[seg.uri] = seg
+        return found
+
+    def segment(self, seg: Segment) -> LogSegment:
+        """The engine's segment for a listed one (of a selected partition)."""
+        found = self._segments.get(seg.uri)
+        if found is None:
+            part = next(p for p in self.partitions() if (p.topic, p.partition) == (seg.topic, seg.partition))
+            self.log(part)
+            found = self._segments[seg.uri]
+        return found
 
     def scan(self, seg: Segment, start: int = 0, end: int | None = None) -> dict[str, Any]:
         """Entry headers of a segment from `start` (a batch boundary) to its end (or to `end`, a
         batch boundary): scan_entries' arrays, "stop" and "error" (never raises on damage: the
-        executors report it).  Remote files are scanned in windows (one larger window for an
-        entry larger than WINDOW)."""
-        key = f"{seg.uri}@{start}" + (f"-{end}" if end is not None else "")
-        if key in self._scans:
-            return self._scans[key]
-        from kafkacodec.arrow import SCAN_FIELDS, scan_entries
-
-        parts: list[dict[str, Any]] = []
-        pos, stop, error, want = start, start, None, WINDOW
-        with seg.storage.open(seg.path) as src:
-            size = src.size if end is None else min(src.size, end)
-            while pos < size:
-                window_end = min(size, pos + want) if seg.storage.scheme else size
-                view, base = src.view(pos, window_end)
-                s = scan_entries(view, pos - base, window_end - base, source=seg.uri, base=base, strict=False)
-                parts.append(s)
-                stop, error = int(s["stop"]), s["error"]
-                if error or window_end >= size:
-                    break
-                if stop > pos:
-                    pos, want = stop, WINDOW
-                    continue
-                head = entry_head(view, pos - base)
-                if head is None or head[1] <= window_end - pos:
-                    break
-                want = head[1]                     # one entry larger than the window
-        merged: dict[str, Any] = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64)
-                                  for k in SCAN_FIELDS}
-        merged["stop"] = stop
-        merged["error"] = error
-        self._scans[key] = merged
-        return merged
-
-    def _index(self, seg: Segment, suffix: str) -> Any:
-        """The index file (CheckedOffsetIndex, CheckedTimeIndex, aborted list) or None (absent
-        or invalid: noted)."""
-        key = (seg.uri, suffix)
-        if key in self._indexes:
-            return self._indexes[key]
-        entry = seg.index(suffix)
-        result: Any = None
-        if entry is not None:
-            uri = seg.storage.uri(entry.path)
-            try:
-                if entry.kind != "file":
-                    raise ValueError(f"{uri} is {entry.note or 'not a regular file'}")
-                data = seg.storage.read_bytes(entry.path)
-                if suffix == ".index":
-                    result = load_offset_index(data, lambda position, size: self._bytes(seg, position, size),
-                                               seg.size, seg.base_offset, uri)
-                elif suffix == ".timeindex":
-                    result = CheckedTimeIndex(parse_time_index(data, seg.base_offset, uri),
-                                              lambda offset: self._entry_holding(seg, offset), uri)
-                else:
-                    result = checked_txn_index(data, seg.base_offset, self._last_offset(seg), uri)
-                    check_txn_markers(result, lambda offset: self._entry_holding(seg, offset), uri)
-            except (KafkaCodecError, ValueError, OSError) as exc:
-                self.reporter.note(Problem("index", uri, f"{exc}; read without it (as Kafka rebuilds a "
-                                                         "corrupt index)"))
-                result = None
-        self._indexes[key] = result
-        return result
-
-    def _failed(self, seg: Segment, suffix: str, exc: CorruptRecordError) -> None:
-        """An entry of an index file does not hold for its segment: noted, and the segment is
-        read without the file from now on."""
-        entry = seg.index(suffix)
-        uri = seg.storage.uri(entry.path) if entry is not None else seg.uri
-        self.reporter.note(Problem("index", uri, f"{exc}; read without it (as Kafka rebuilds a corrupt index)",
-                                   exc.position))
-        self._indexes[(seg.uri, suffix)] = None
-
-    def _bytes(self, seg: Segment, position: int, size: int) -> bytes:
-        """Bytes [position, position + size) of a segment (fewer at its end): index checks."""
-        with seg.storage.open(seg.path) as src:
-            view, base = src.view(position, min(src.size, position + size))
-            return bytes(memoryview(view)[position - base:min(src.size, position + size) - base])
-
-    def _entry_holding(self, seg: Segment, offset: int) -> dict[str, int] | None:
-        """The header of the entry holding `offset` (the first whose last offset reaches it:
-        indexes.ENTRY_FIELDS), for the index checks: from the full scan when one was made, else
-        from a scan of the stretch between the checked .index entries around it."""
-        scan = self._scans.get(f"{seg.uri}@0")
-        if scan is None:
-            index = self.offset_index(seg)
-            start, end = 0, None
-            if index is not None:
-                start = self._seek(seg, index, offset)
-                if self.offset_index(seg) is not None:      # (unless the seek found it lying)
-                    try:
-                        end = index.end_position(offset + 1)     # from there every entry holds later offsets
-                    except CorruptRecordError as exc:
-                        self._failed(seg, ".index", exc)
-            scan = self.scan(seg, start, end)
-        last = scan["last_offset"]
-        j = int(np.searchsorted(np.maximum.accumulate(last), offset, side="left")) if len(last) else 0
-        if j >= len(last):
-            return None
-        return entry_fields(scan, j)
+        executors report it)."""
+        return self.segment(seg).scan(start, end)
 
     def offset_index(self, seg: Segment) -> CheckedOffsetIndex | None:
         """The segment's checked `.index` (its first and last entries verified), or None."""
-        index: CheckedOffsetIndex | None = self._index(seg, ".index")
-        return index
+        return self.segment(seg).offset_index()
 
     def time_index(self, seg: Segment) -> CheckedTimeIndex | None:
         """The segment's checked `.timeindex`, or None."""
-        times: CheckedTimeIndex | None = self._index(seg, ".timeindex")
-        return times
+        return self.segment(seg).time_index()
 
     def check_indexes(self, seg: Segment) -> None:
-        """Every index file of a segment checked in full (`kafkacodec verify`): Kafka's sanity
-        checks, and every `.index` and `.timeindex` entry by the rule the readers follow."""
-        if seg.unreadable:
-            return
-        self.scan(seg)                              # the time index checks look their entries up in it
-        self._index(seg, ".txnindex")
-        for suffix in (".index", ".timeindex"):
-            checked: Any = self._index(seg, suffix)
-            try:
-                for i in range(len(checked) if checked is not None else 0):
-                    checked.position(i) if suffix == ".index" else checked.entry(i)
-            except CorruptRecordError as exc:
-                self._failed(seg, suffix, exc)
+        """Every index file of a segment checked in full (`kafkacodec verify`)."""
+        if not seg.unreadable:
+            self.segment(seg).check_indexes()
 
     # ------------------------------------------------------------------ offsets of a partition
     def earliest(self, part: PartitionFiles) -> int:
-        first = part.segments[0].base_offset if part.segments else 0
-        return max(first, part.log_start) if part.log_start is not None else first
+        return self.log(part).log_start
 
     def log_end(self, part: PartitionFiles) -> int:
         """The next offset after the last complete entry (the high end of `latest`)."""
-        for seg in reversed(part.segments):
-            if not seg.unreadable:
-                return max(self._last_offset(seg) + 1, seg.base_offset)
-        return part.segments[-1].base_offset if part.segments else 0
-
-    def _last_offset(self, seg: Segment) -> int:
-        """A segment's last offset (its base offset - 1 while it holds none): the entries after
-        its last checked .index entry, or all of them."""
-        index = self.offset_index(seg)
-        start = index.last_position if index is not None else 0
-        scan = self.scan(seg, start)
-        if not len(scan["last_offset"]) and start:
-            scan = self.scan(seg)
-        return int(scan["last_offset"].max()) if len(scan["last_offset"]) else seg.base_offset - 1
+        return self.log(part).log_end
 
     def aborted_and_lso(self, part: PartitionFiles) -> tuple[list[tuple[int, int, int]], int | None]:
         """read_committed: the aborted transactions and the last stable offset (the first offset
-        of the earliest transaction still open at the end, or None when none is open), by the
-        rule serve follows too (logdir/_txn.py): a rolled segment from its `.txnindex` and the
-        producer snapshot after it when both hold, else from its entry headers."""
-        key = (part.topic, part.partition)
-        if key not in self._txn:
-            self._txn[key] = follow(TxnState(), _PlannedTxn(self, [s for s in part.segments if not s.unreadable]))
-        state = self._txn[key]
+        of the earliest transaction still open at the end, or None when none is open)."""
+        state = self.log(part).transactions()
         return list(state.aborted), state.last_stable
-
-    def _open_at(self, seg: Segment) -> dict[int, int] | None:
-        """producer id -> first offset of its transaction open at `seg`'s base offset, from the
-        producer snapshot beside it; None when there is none or it is invalid (noted)."""
-        entry = seg.index(".snapshot")
-        if entry is None:
-            return None
-        uri = seg.storage.uri(entry.path)
-        try:
-            if entry.kind != "file":
-                raise ValueError(f"{uri} is {entry.note or 'not a regular file'}")
-            return open_transactions(seg.storage.read_bytes(entry.path), seg.base_offset, uri)
-        except (KafkaCodecError, ValueError, OSError) as exc:
-            self.reporter.note(Problem("index", uri, f"{exc}; read without it (every segment walked)"))
-            return None
 
     def offset_for_time(self, part: PartitionFiles, timestamp: int) -> int | None:
         """Kafka's offsetsForTimes: the first offset whose record timestamp is at or after
         `timestamp` (ms), or None."""
-        from kafkacodec.arrow import ArrowDecoder
-
-        readable = [s for s in part.segments if not s.unreadable]
-        for i, seg in enumerate(readable):
-            start = self._time_start(seg, i == len(readable) - 1, timestamp)
-            if start is None:
-                continue
-            scan = self.scan(seg, start)
-            for j in np.flatnonzero(scan["max_timestamp"] >= timestamp):
-                pos, size = int(scan["position"][j]), int(scan["size"][j])
-                view, base, src = self._view(seg, pos, pos + size)
-                try:
-                    rb = ArrowDecoder(part.topic, part.partition, keep_control=True, validate_crc=False,
-                                      columns=["offset", "timestamp"], source=seg.uri).decode(view, pos - base, pos - base + size, base)[0]
-                except KafkaCodecError:
-                    continue                       # the executors report it
-                finally:
-                    src.close()
-                ts = np.asarray(rb.column("timestamp").cast("int64"))
-                hits = np.flatnonzero(ts >= timestamp * 1000)
-                if len(hits):
-                    return int(rb.column("offset")[int(hits[0])].as_py())
-        return None
-
-    def _seek(self, seg: Segment, index: CheckedOffsetIndex, offset: int) -> int:
-        """Where to start reading for `offset` (0 when the index entry does not hold)."""
-        try:
-            return index.start_position(offset)
-        except CorruptRecordError as exc:
-            self._failed(seg, ".index", exc)
-            return 0
-
-    def _time_start(self, seg: Segment, last: bool, timestamp: int) -> int | None:
-        """Where to search a segment for the first record at or after `timestamp` (ms): a rolled
-        segment's checked .timeindex skips it (None) when its largest timestamp is below, and
-        gives an offset to seek to through the .index; 0 otherwise (the segment is scanned)."""
-        times = None if last else self.time_index(seg)
-        if times is None or not len(times):
-            return 0
-        try:
-            largest = times.largest
-            if largest is not None and largest < timestamp:
-                return None
-            offset = times.lookup(timestamp)
-        except CorruptRecordError as exc:
-            self._failed(seg, ".timeindex", exc)
-            return 0
-        index = self.offset_index(seg)
-        return self._seek(seg, index, offset) if index is not None else 0
+        found = self.log(part).offset_for_timestamp(timestamp)
+        return None if found is None else found[1]
 
     def _resolve(self, part: PartitionFiles, bound: OffsetBound, starting: bool) -> int | None:
         """A bound as an offset for this partition (None: the log's start or end)."""
@@ -461,9 +294,10 @@ class Planner:
             nxt = r.files.segments[i + 1].base_offset if i + 1 < len(r.files.segments) else None
             common = dict(start_offset=r.start, end_offset=r.end, aborted=r.aborted, storage=seg.storage,
                           low=seg.base_offset, high=nxt, cleaned_to=r.files.cleaned_to)
-            if seg.unreadable:
+            foreign = self.segment(seg).foreign_format() if seg.tiered and not seg.unreadable else None
+            if seg.unreadable or foreign:
                 problem = Problem("unreadable", seg.uri, f"{seg.uri} is named like a segment but is "
-                                  f"{seg.unreadable}; its offsets {seg.base_offset}.."
+                                  f"{seg.unreadable or foreign}; its offsets {seg.base_offset}.."
                                   f"{'' if nxt is None else nxt - 1} cannot be read", offset=seg.base_offset)
                 if self.options.mode == "FAILFAST":
                     self.reporter.damage(problem)               # before any task starts
@@ -504,13 +338,13 @@ class Planner:
                 index = self.offset_index(seg) if (start is not None and start > seg.base_offset) or \
                     (end is not None and (nxt is None or end < nxt)) else None
                 if index is not None and start is not None and start > seg.base_offset:
-                    a = self._seek(seg, index, start)
+                    a = self.segment(seg).seek(start)
                 index = self.offset_index(seg) if index is not None else None     # a seek may drop it
                 if index is not None and end is not None and (nxt is None or end < nxt):
                     try:
                         found = index.end_position(end)
                     except CorruptRecordError as exc:
-                        self._failed(seg, ".index", exc)
+                        self.segment(seg).drop(".index", exc)
                         found = None
                     if found is not None:
                         b = found
@@ -526,7 +360,7 @@ class Planner:
     def _pushdown_start(self, seg: Segment, last: bool, a: int, b: int, min_ts: int) -> int:
         """Skip the head of a segment whose records are all older than min_ts (ms)."""
         if not last and self.time_index(seg) is not None:
-            start = self._time_start(seg, last, min_ts)
+            start = self.segment(seg).time_start(min_ts)
             return b if start is None else max(a, start)
         if seg.storage.scheme:
             return a                               # no index: a remote segment is not scanned for this
@@ -553,7 +387,7 @@ class Planner:
                     try:
                         index.position_at(p)
                     except CorruptRecordError as exc:
-                        self._failed(seg, ".index", exc)
+                        self.segment(seg).drop(".index", exc)
                         return self._cuts(seg, a, b, split_bytes)
                 cuts.append(p)
         return cuts + [b]
@@ -582,30 +416,3 @@ def _byte_range(scan: dict[str, Any], start: int | None, end: int | None,
         k = int(np.searchsorted(following, end, side="left"))
         b = int(positions[k]) if k < len(positions) else tail
     return a, b
-
-
-class _PlannedTxn:
-    """The planner's side of logdir/_txn.py (a TxnSource): index files, snapshots and scans."""
-
-    def __init__(self, planner: Planner, segments: list[Segment]):
-        self.planner = planner
-        self.segments = segments
-
-    def segment_count(self) -> int:
-        return len(self.segments)
-
-    def txn_index(self, i: int) -> list[tuple[int, int, int]] | None:
-        seg = self.segments[i]
-        if seg.index(".txnindex") is None or self.planner.offset_index(seg) is None:
-            return None
-        entries: list[tuple[int, int, int]] | None = self.planner._index(seg, ".txnindex")
-        return entries
-
-    def open_at(self, i: int) -> dict[int, int] | None:
-        return self.planner._open_at(self.segments[i])
-
-    def headers(self, i: int, position: int) -> Any:
-        yield self.planner.scan(self.segments[i], position)
-
-    def entry_bytes(self, i: int, position: int, size: int) -> bytes:
-        return self.planner._bytes(self.segments[i], position, size)

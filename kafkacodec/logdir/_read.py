@@ -4,7 +4,6 @@ split into Arrow batches with the damage and data-loss policies (`_problems`).""
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Union
@@ -13,7 +12,8 @@ from kafkacodec._format import entry_head
 from kafkacodec.errors import CorruptRecordError, DataError, FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import PARTITION_RE, SEGMENT_RE, Segment, find_partitions
 from kafkacodec.logdir._options import Options
-from kafkacodec.logdir._plan import WINDOW, Planner, Split
+from kafkacodec.logdir._plan import Planner, Split
+from kafkacodec.logdir.partition_log import REMOTE_WINDOW as WINDOW
 from kafkacodec.logdir._problems import DAMAGE, Problem, Reporter, not_a_segment, warn
 from kafkacodec.logdir._pushdown import Pushdown
 from kafkacodec.logdir._readopts import MODES, ReadOptions
@@ -38,17 +38,6 @@ def discover(path: Paths, options: Mapping[str, Any] | None = None) -> list[Segm
     a URI, a glob, or a list of them), sorted by topic, partition and base offset."""
     parts, _ = find_partitions(_paths(path), {k: str(v) for k, v in (options or {}).items()})
     return [s for p in parts for s in p.segments]
-
-
-def _mapped(path: PathLike) -> bytes | mmap.mmap:
-    """The segment mapped read-only (b"" when empty), guarded against truncation by another
-    process (kafkacodec._mapguard): a read past the cut reads zeros instead of killing the
-    process with SIGBUS, and close() then raises FileTruncatedError.  Opened without blocking:
-    a FIFO or a device raises NotRegularFileError (an OSError) at once."""
-    from kafkacodec._mapguard import map_file
-
-    mapping = map_file(path)
-    return b"" if mapping is None else mapping
 
 
 def read_options(path: Paths, options: ReadOptions | Options | Mapping[str, Any] | None,

@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlparse
 
 from kafkacodec._paths import printable, undecodable
 
-__all__ = ["Storage", "Entry", "Source", "resolve", "S3_OPTIONS", "has_glob", "undecodable", "printable"]
+__all__ = ["Storage", "Entry", "Source", "mapped", "resolve", "S3_OPTIONS", "has_glob", "undecodable", "printable"]
 
 S3_OPTIONS = ("fs.s3a.endpoint", "fs.s3a.endpoint.region", "fs.s3a.access.key", "fs.s3a.secret.key",
               "fs.s3a.session.token", "fs.s3a.connection.ssl.enabled", "fs.s3a.path.style.access")
@@ -56,6 +56,17 @@ class Entry:
     note: str = ""       # what an unreadable entry is: "a FIFO", "a dangling symbolic link"...
 
 
+def mapped(path: str) -> Any:
+    """A local segment mapped read-only (b"" when empty), guarded against truncation by another
+    process (kafkacodec._mapguard): a read past the cut reads zeros instead of killing the
+    process with SIGBUS, and close() then raises FileTruncatedError.  Opened without blocking:
+    a FIFO or a device raises NotRegularFileError (an OSError) at once."""
+    from kafkacodec._mapguard import map_file
+
+    mapping = map_file(path)
+    return b"" if mapping is None else mapping
+
+
 class Source:
     """One file opened for reading: `view(start, end)` returns (buffer, file position of the
     buffer's first byte) holding at least bytes [start, end).  Local files are mapped once (the
@@ -69,9 +80,7 @@ class Source:
             self._file = storage.fs.open_input_file(path)
             self.size = int(self._file.size())
         else:
-            from kafkacodec.logdir._read import _mapped
-
-            self._map = _mapped(path)
+            self._map = mapped(path)
             self.size = len(self._map)
 
     def view(self, start: int, end: int) -> tuple[Any, int]:

@@ -40,9 +40,9 @@ from kafkacodec.lazy import LazyDownConvertRecords
 from kafkacodec.protocol._fetch_server import FetchRequest, encode_fetch_response
 from kafkacodec.protocol.api import Error
 from kafkacodec.serve.dispatch import Request
-from kafkacodec.serve.logview import Partition, Segment, StorageError
+from kafkacodec.serve.logview import Partition, StorageError
 from kafkacodec.net.connection import FAILED
-from kafkacodec.net.pieces import BytesPiece, FilePiece, LazyPiece
+from kafkacodec.net.pieces import BytesPiece, LazyPiece
 
 if TYPE_CHECKING:
     from kafkacodec.serve.server import Server
@@ -80,15 +80,6 @@ class _Pending:
     req: Request
     fetch: FetchRequest
     deadline: float
-
-
-def _stored_piece(found: Any, on_bytes: Any) -> Any:
-    """The stored bytes of a range: sent with sendfile from a segment, or written from an
-    upstream chunk (serve --upstream)."""
-    if isinstance(found.segment, Segment):
-        return FilePiece(found.segment.path, found.segment.inode, found.position, found.size, on_bytes)
-    on_bytes(found.size)
-    return BytesPiece(memoryview(found.segment.data)[found.position:found.position + found.size])
 
 
 class FetchHandler:
@@ -284,7 +275,7 @@ class FetchHandler:
                 if zstd:                        # recompressed in chunks, v2 kept
                     self._lazy_answer(part, found, 2, 0, offset, fetch, answer)
                     return
-            answer.piece = _stored_piece(found, self.server.metrics.bytes_out_counter(part.topic))
+            answer.piece = part.stored_piece(found, self.server.metrics.bytes_out_counter(part.topic))
             answer.size = found.size
             if committed:
                 end = self._end_offset(found)

@@ -204,7 +204,7 @@ class _IndexUseCollector:
             segments.add_metric([source], count)
         invalid = CounterMetricFamily("kafkacodec_serve_invalid_index_files", "Index and snapshot files found "
                                       "invalid (read without)", labels=["suffix"])
-        for suffix, count in sorted(dict(self.use.invalid).items()):
+        for suffix, count in sorted(dict(self.use.invalid_files).items()):
             invalid.add_metric([suffix], count)
         return [segments, invalid]
 

@@ -61,6 +61,7 @@ import numpy as np
 from kafkacodec._records import MemoryRecords
 from kafkacodec.consumer._cluster import Completion, Deadline, Done
 from kafkacodec.net.loop import Loop
+from kafkacodec.net.pieces import BytesPiece
 from kafkacodec.protocol import control
 from kafkacodec.protocol.api import Error
 from kafkacodec.serve.offsets import CommittedOffset
@@ -178,6 +179,13 @@ class UpstreamPartition:
         its ABORT marker, which the chunks hold too)."""
         return [(pid, first) for chunk in self.chunks if chunk.start < end and chunk.next_offset > start
                 for pid, first, last in chunk.aborted if last >= start and first < end]
+
+    @staticmethod
+    def stored_piece(found: ChunkRange, on_bytes: Any) -> BytesPiece:
+        """The stored bytes of a range, written from the chunk (logview.Partition's sends them
+        from the segment file)."""
+        on_bytes(found.size)
+        return BytesPiece(memoryview(found.segment.data)[found.position:found.position + found.size])
 
     def read(self, offset: int, max_bytes: int, min_one: bool, upper: int) -> ChunkRange | None:
         """logview.Partition.read over the chunks; None (and the offset demanded) when no chunk

@@ -1,0 +1,135 @@
+"""Tiered storage (KIP-405) read without a broker (issue 32): a partition's history is its local
+segments plus the remote ones, read through the one engine (logdir/partition_log.py).
+
+A real Kafka 4.1 broker tiers the data itself: the session broker runs Kafka's own
+LocalTieredStorage (the `kafka-storage` test jar from Maven Central) with the topic-based
+metadata manager, and a topic with `remote.storage.enable=true`, 1 MiB segments and 2 MiB of
+local retention.  Transactions (one aborted) are written first, so their segments, `.txnindex`
+files and producer snapshots are tiered.  Once the broker has deleted the first segments locally,
+the log directory and the remote store are copied (tests/tiered_support.py), and every reader is
+compared with what a consumer of the broker reads at both isolation levels:
+- the local directory plus the remote store (`kafka-tiered-storage/<topic>-<partition>-<topic
+  id>/`): the log-dir reader, `kafkacodec read`, `kafkacodec verify`, and `kafkacodec serve`
+  (read by librdkafka, ListOffsets earliest at the remote start);
+- the local directory plus the remote objects copied to S3 (moto's server), read through
+  pyarrow.fs: the log-dir reader (a Spark read of it: tests/test_spark.py);
+- an offset range in the remote tier reads only the segments holding it (the bytes fetched from
+  S3 are counted)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kafkacodec.logdir import plan, read_split
+from kafkacodec.serve import Server
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_support import confluent_read  # noqa: E402
+from tiered_support import ABORTED, LEVELS, TOPIC  # noqa: E402
+
+pytestmark = [pytest.mark.broker, pytest.mark.service]
+
+
+def _read(paths: list[str], level: str, options: dict[str, str] | None = None
+          ) -> list[tuple[int, bytes | None, bytes | None]]:
+    splits, _ = plan(paths, {"kafka.isolation.level": level, **(options or {})})
+    return [row for s in splits for rb in read_split(s, columns=["offset", "key", "value"])
+            for row in zip(*(rb.column(c).to_pylist() for c in ("offset", "key", "value")))]
+
+
+def test_the_broker_tiered_the_partition(tiered_log):
+    local, remote, want = tiered_log
+    local_bases = sorted(int(p.stem) for p in (local / f"{TOPIC}-0").glob("*.log"))
+    remote_bases = sorted(int(p.name[:20]) for p in remote.glob(f"{TOPIC}-0-*/*.log"))
+    assert remote_bases[0] == 0 < local_bases[0]                         # the oldest are remote only
+    assert set(remote_bases) & set(local_bases)                          # tiered, still kept locally
+    assert list(remote.glob(f"{TOPIC}-0-*/*.txnindex")) and list(remote.glob(f"{TOPIC}-0-*/*.snapshot"))
+    assert all(p.stat().st_size for p in remote.glob(f"{TOPIC}-0-*/*.index"))   # the ranges come from them
+    assert len(want["read_uncommitted"]) == len(want["read_committed"]) + ABORTED
+    # the local directory alone holds the newest records only
+    assert _read([str(local)], "read_uncommitted")[0][0] == local_bases[0]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_local_and_remote_read_as_one_log(tiered_log, level):
+    local, remote, want = tiered_log
+    assert _read([str(local), str(remote)], level) == want[level]
+    run = subprocess.run([sys.executable, "-m", "kafkacodec.cli", "read", "--json-columns", "-q",
+                          "-X", f"kafka.isolation.level={level}", str(local), str(remote)],
+                         capture_output=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = [(d["offset"], base64.b64decode(d["key"]), base64.b64decode(d["value"]))
+           for d in map(json.loads, run.stdout.splitlines())]
+    assert got == want[level]
+
+
+def test_verify_checks_both_tiers(tiered_log):
+    local, remote, want = tiered_log
+    run = subprocess.run([sys.executable, "-m", "kafkacodec.cli", "verify", "--json", "--no-progress",
+                          str(local), str(remote)], capture_output=True, timeout=120)
+    report = json.loads(run.stdout)
+    assert run.returncode == 0 and report["ok"], report
+    assert report["records"] == len(want["read_uncommitted"]) and report["aborted_records"] == ABORTED
+
+
+def test_serve_serves_both_tiers(tiered_log):
+    local, remote, want = tiered_log
+    with Server([str(local), str(remote)], listen=("127.0.0.1", 0)) as srv:
+        for level in LEVELS:
+            got = confluent_read(f"127.0.0.1:{srv.port}", {(TOPIC, 0): want[level]}, **{"isolation.level": level})
+            assert got == {(TOPIC, 0): want[level]}, level
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{srv.port}", "group.id": "tiered-offsets"})
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=10, cached=False)
+        finally:
+            consumer.close()
+    assert low == 0 and high == want["read_uncommitted"][-1][0] + 1
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_local_and_s3_read_as_one_log(tiered_log, tiered_s3, level):
+    local, _, want = tiered_log
+    uri, options = tiered_s3
+    assert _read([str(local), uri], level, options) == want[level]
+
+
+def test_an_offset_range_reads_only_its_remote_segment(tiered_log, tiered_s3, monkeypatch):
+    """1% of the partition's offsets, inside the remote tier: the bytes read from S3 are those
+    of the segment holding them (its index narrows them further), not the partition's."""
+    from kafkacodec.logdir import storage
+
+    local, remote, want = tiered_log
+    uri, options = tiered_s3
+    fetched: list[int] = []                               # bytes read from S3: ranges and whole files
+    view, read_bytes = storage.Source.view, storage.Storage.read_bytes
+
+    def ranged(self, start, end):
+        got = view(self, start, end)
+        if self._file is not None:
+            fetched.append(len(got[0]))
+        return got
+
+    def whole(self, path, *args):
+        data = read_bytes(self, path, *args)
+        if self.scheme:
+            fetched.append(len(data))
+        return data
+
+    monkeypatch.setattr(storage.Source, "view", ranged)
+    monkeypatch.setattr(storage.Storage, "read_bytes", whole)
+    rows = want["read_uncommitted"]
+    first, last = rows[len(rows) // 10][0], rows[len(rows) // 10 + len(rows) // 100][0]
+    got = _read([str(local), uri], "read_uncommitted", {**options, "startingOffsets": json.dumps({TOPIC: {"0": first}}),
+                                                        "endingOffsets": json.dumps({TOPIC: {"0": last}})})
+    assert got == [r for r in rows if first <= r[0] < last]
+    total = sum(p.stat().st_size for p in remote.rglob("*.log")) + \
+        sum(p.stat().st_size for p in (local / f"{TOPIC}-0").glob("*.log"))
+    assert sum(fetched) < 0.03 * total, (sum(fetched), total)
