@@ -364,6 +364,43 @@ def test_a_tiered_segment_in_a_plugins_format_is_refused(sample, tmp_path):
     assert offsets_of(table) == [r for r in oracle(root) if not (r[:2] == ("orders", 0) and r[2] in lost)]
 
 
+def test_remote_log_metadata_states():
+    """A segment's state is its last record's (a copy started, finished, deleted); a partition
+    delete marks the partition; a record that is not Kafka's remote log metadata is reported,
+    the others kept.  (The broker's own topic: tests/test_tiered.py.)"""
+    import uuid as uuid_module
+
+    from kafkacodec.logdir.remote_log_metadata import RECORDS, remote_segments, segment_id_of
+
+    topic_id = uuid_module.uuid4()
+    tp = {"name": "t", "id": topic_id, "partition": 3}
+
+    def framed(kind, **fields):
+        body = RECORDS[kind].encode(0, fields)
+        return bytes([1, kind, 0]) + bytes(body)
+
+    ids = [uuid_module.uuid4() for _ in range(3)]
+
+    def added(i, start):
+        return framed(0, remote_log_segment_id={"topic_id_partition": tp, "id": ids[i]}, start_offset=start,
+                      end_offset=start + 9, broker_id=1, max_timestamp_ms=0, event_timestamp_ms=0,
+                      segment_leader_epochs=[], segment_size_in_bytes=100, custom_metadata=None,
+                      remote_log_segment_state=0)
+
+    def moved(i, state):
+        return framed(1, remote_log_segment_id={"topic_id_partition": tp, "id": ids[i]}, broker_id=1,
+                      event_timestamp_ms=0, custom_metadata=None, remote_log_segment_state=state)
+
+    values = [added(0, 0), moved(0, 1), added(1, 10), added(2, 20), moved(2, 1), moved(2, 2), b"\x01\x09\x00", None]
+    known, deleted, unreadable = remote_segments(values)
+    assert {sid: s.state_name for sid, s in known[("t", 3)].items()} == {
+        segment_id_of(ids[0]): "COPY_SEGMENT_FINISHED", segment_id_of(ids[1]): "COPY_SEGMENT_STARTED",
+        segment_id_of(ids[2]): "DELETE_SEGMENT_STARTED"}
+    assert known[("t", 3)][segment_id_of(ids[1])].start_offset == 10 and len(unreadable) == 1 and not deleted
+    gone = framed(2, topic_id_partition=tp, broker_id=1, event_timestamp_ms=0, remote_partition_delete_state=0)
+    assert remote_segments([gone])[1] == {("t", 3)}
+
+
 # ------------------------------------------------------------------------------ data loss
 
 def test_overlapping_copy_follows_failOnDataLoss(sample, tmp_path):

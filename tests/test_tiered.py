@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -133,3 +134,46 @@ def test_an_offset_range_reads_only_its_remote_segment(tiered_log, tiered_s3, mo
     total = sum(p.stat().st_size for p in remote.rglob("*.log")) + \
         sum(p.stat().st_size for p in (local / f"{TOPIC}-0").glob("*.log"))
     assert sum(fetched) < 0.03 * total, (sum(fetched), total)
+
+
+# --- the broker's remote log metadata (__remote_log_metadata) ----------------------------------------
+
+def test_the_remote_log_metadata_lists_the_stores_segments(tiered_log):
+    """Kafka's own record of its remote segments, read offline: every segment in the store is a
+    finished copy there, with its offsets."""
+    from kafkacodec._records import FileRecords
+    from kafkacodec.logdir.remote_log_metadata import COPY_FINISHED, remote_segments
+
+    local, remote, _ = tiered_log
+    values = [r.value for seg in sorted((local.parent / "metadata").glob("*/*.log"))
+              for r in FileRecords.open(seg).records()]
+    known, deleted, unreadable = remote_segments(values)
+    assert not unreadable and not deleted
+    stored = {p.name[21:43]: int(p.name[:20]) for p in remote.glob(f"{TOPIC}-0-*/*.log")}
+    finished = {sid: s.start_offset for sid, s in known[(TOPIC, 0)].items() if s.state == COPY_FINISHED}
+    assert finished == stored
+
+
+def test_a_copy_the_metadata_does_not_list_is_left_out(tiered_log, tmp_path):
+    """A stray copy in the store (a copy a broker abandoned, or one being deleted) overlaps the
+    segment Kafka copied: read from the listing alone the log has two copies of those offsets
+    (data loss, refused by default); with the broker's __remote_log_metadata among the paths,
+    only finished copies are read, and the stray is named."""
+    from kafkacodec.errors import LogLayoutError
+
+    local, remote, want = tiered_log
+    store = tmp_path / "kafka-tiered-storage"
+    shutil.copytree(remote, store)
+    first = min(store.glob(f"{TOPIC}-0-*/*.log"))
+    stray = "AAAAAAAAAAAAAAAAAAAAAA"
+    for path in first.parent.glob(first.name[:43] + ".*"):
+        shutil.copy(path, path.with_name(f"{path.name[:20]}-{stray}{path.suffix}"))
+    with pytest.raises(LogLayoutError, match="overlap|both start"):
+        _read([str(local), str(store)], "read_committed")
+    problems = []
+    splits, _ = plan([str(local), str(local.parent / "metadata"), str(store)],
+                     {"subscribe": TOPIC, "kafka.isolation.level": "read_committed"}, on_problem=problems.append)
+    got = [row for s in splits for rb in read_split(s, columns=["offset", "key", "value"])
+           for row in zip(*(rb.column(c).to_pylist() for c in ("offset", "key", "value")))]
+    assert got == want["read_committed"]
+    assert [p.kind for p in problems] == ["remote"] and stray in problems[0].message

@@ -7,7 +7,8 @@ gets three transactions (the second aborted), then plain lz4 records, in batches
 KiB (so every segment's `.index` has entries).  Once the broker has tiered the oldest segments
 and deleted them locally, the partition directory (with the log-start checkpoint) and the remote
 store are copied: (local log directory, remote store, {isolation level: what the broker's own
-consumer reads}).  `tiered_s3`: the remote store's objects copied to S3 (moto's server), as
+consumer reads}); the broker's `__remote_log_metadata` partitions are copied beside them, into
+`metadata/` (the parent of the local directory).  `tiered_s3`: the remote store's objects copied to S3 (moto's server), as
 (s3:// URI, the fs.s3a.* options)."""
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ def tiered_log(kafka_broker, tmp_path_factory):
     shutil.copytree(local, out / "local" / local.name)
     shutil.copy(kafka_broker.log_dir / "log-start-offset-checkpoint", out / "local")
     shutil.copytree(kafka_broker.remote_dir, out / "remote" / "kafka-tiered-storage")
+    for metadata in kafka_broker.log_dir.glob("__remote_log_metadata-*"):   # (test_tiered's metadata tests)
+        shutil.copytree(metadata, out / "metadata" / metadata.name)
     return out / "local", out / "remote" / "kafka-tiered-storage", want
 
 

@@ -33,6 +33,7 @@ TIERED_SEGMENT_RE = re.compile(r"^(\d{20})-([A-Za-z0-9_-]{22})\.log$", re.ASCII)
 PARTITION_RE = re.compile(r"^(.+)-(\d+)$", re.ASCII)
 TIERED_PARTITION_RE = re.compile(r"^(.+)-(\d+)-([A-Za-z0-9_-]{22})$", re.ASCII)
 MAX_PARTITION = 2**31 - 1
+METADATA_TOPIC = "__remote_log_metadata"   # (remote_log_metadata.py) the broker's record of its remote segments
 SNAPSHOT_AT_END = ".snapshot@end"    # (Segment.index key) a tiered segment's snapshot: the state at its end
 
 
@@ -205,8 +206,66 @@ def find_partitions(paths: list[str], storage_options: dict[str, str] | None = N
                                 "topic, partition or segment is named so); skipped"))
     for part in found.values():
         part.segments.sort(key=lambda s: s.base_offset)
+    metadata = [p for (topic, _), p in found.items() if topic == METADATA_TOPIC]
+    if metadata and any(s.tiered for p in found.values() for s in p.segments):
+        _finished_copies_only(found, metadata, problems)
+    for part in found.values():
         part.segments = _one_copy_per_tier(part.segments)
     return sorted(found.values(), key=lambda p: (p.topic, p.partition)), problems
+
+
+def _finished_copies_only(found: dict[tuple[str, int], PartitionFiles], metadata: list[PartitionFiles],
+                          problems: list[Problem]) -> None:
+    """With the broker's `__remote_log_metadata` partitions among the paths (its log directory),
+    a partition's tiered segments are those it lists as copied (COPY_SEGMENT_FINISHED): a copy
+    in progress or abandoned, or a segment being deleted, is left out (noted), and a finished
+    copy the store does not hold is noted.  Metadata that cannot be read is noted and the
+    listing used as it is."""
+    from kafkacodec._records import MemoryRecords
+    from kafkacodec.errors import KafkaCodecError
+    from kafkacodec.logdir.remote_log_metadata import COPY_FINISHED, remote_segments
+
+    values: list[bytes | None] = []
+    for part in metadata:
+        for seg in part.segments:
+            try:
+                values += [r.value for r in MemoryRecords(seg.storage.read_bytes(seg.path, 1 << 30)).records()]
+            except (KafkaCodecError, OSError, ValueError) as exc:
+                problems.append(Problem("remote", seg.uri, f"{seg.uri}: {exc}; the remote segments are read as "
+                                        "the store lists them"))
+                return
+    known, deleted, unreadable = remote_segments(values)
+    for why in unreadable[:1]:
+        problems.append(Problem("remote", metadata[0].segments[0].uri if metadata[0].segments else METADATA_TOPIC,
+                                f"{METADATA_TOPIC}: {len(unreadable)} record(s) cannot be read ({why}); the "
+                                "others are used"))
+    for (topic, partition), part in found.items():
+        recorded = known.get((topic, partition))
+        if recorded is None or topic == METADATA_TOPIC:
+            continue
+        kept = []
+        for seg in part.segments:
+            name = seg.path.rstrip("/").rsplit("/", 1)[-1]
+            match = TIERED_SEGMENT_RE.match(name)
+            if match is None:
+                kept.append(seg)
+                continue
+            entry = recorded.get(match.group(2))
+            if entry is not None and entry.state == COPY_FINISHED and (topic, partition) not in deleted:
+                kept.append(seg)
+                continue
+            state = "not listed" if entry is None else f"listed as {entry.state_name}"
+            problems.append(Problem("remote", seg.uri, f"{seg.uri} is {state} in the broker's {METADATA_TOPIC}: "
+                                    "not part of the log, not read", offset=seg.base_offset))
+        held = {TIERED_SEGMENT_RE.match(s.path.rstrip("/").rsplit("/", 1)[-1]).group(2)  # type: ignore[union-attr]
+                for s in kept if s.tiered}
+        for entry in recorded.values():
+            if entry.state == COPY_FINISHED and entry.segment_id not in held and any(s.tiered for s in part.segments):
+                problems.append(Problem("remote", f"{topic}-{partition}", f"{topic}-{partition}: the broker's "
+                                        f"{METADATA_TOPIC} lists remote segment {entry.segment_id} (offsets "
+                                        f"{entry.start_offset}..{entry.end_offset}) as copied, but no path given "
+                                        "holds it", offset=entry.start_offset))
+        part.segments = kept
 
 
 def _one_copy_per_tier(segments: list[Segment]) -> list[Segment]:

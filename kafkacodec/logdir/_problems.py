@@ -7,7 +7,8 @@
   offsets), offsets missing between segments, a requested offset outside the log.  true
   raises LogLayoutError; false warns, reads each offset once and goes on.
 - notes: an invalid index or checkpoint file is ignored with a warning (the log is read
-  without it); an entry whose name is not UTF-8 is skipped with a warning.
+  without it); an entry whose name is not UTF-8 is skipped with a warning; a remote segment
+  the broker's remote log metadata does not list as copied is left out with a warning.
 
 Warnings go to stderr (the executor's log under Spark) unless a callback collects them
 (`kafkacodec verify`).
@@ -27,7 +28,7 @@ __all__ = ["Problem", "Reporter", "warn", "not_a_segment", "DAMAGE", "DATA_LOSS"
 
 DAMAGE = ("corrupt", "partial", "unreadable")
 DATA_LOSS = ("overlap", "gap", "range")
-NOTE = ("index", "checkpoint", "name")
+NOTE = ("index", "checkpoint", "name", "remote")
 
 SKIP_HINT = ("To skip corrupt data read with option mode=DROPMALFORMED (or PERMISSIVE for one row "
              "per problem); `kafkacodec verify DIR` lists every problem")
@@ -65,7 +66,7 @@ def not_a_segment(head: bytes, size: int) -> str | None:
 
 def warn(problem: Problem) -> None:
     """The default report: one line on stderr (an executor's log under Spark)."""
-    verb = {"index": "ignoring", "checkpoint": "ignoring"}.get(problem.kind, "skipping")
+    verb = {"index": "ignoring", "checkpoint": "ignoring", "remote": "leaving out"}.get(problem.kind, "skipping")
     print(f"kafkalog: {verb}: {problem.message}", file=sys.stderr)
 
 

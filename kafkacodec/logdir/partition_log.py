@@ -40,11 +40,12 @@ from typing import Any
 import numpy as np
 
 from kafkacodec._convert import release_file_pages
-from kafkacodec._format import LOG_OVERHEAD, entry_head
+from kafkacodec._format import HEADER_SIZE_UP_TO_MAGIC, entry_head
 from kafkacodec._index import SCAN_FIELDS, scan_entries
 from kafkacodec._records import FileRecords, MemoryRecords
 from kafkacodec.errors import CorruptRecordError, FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import SNAPSHOT_AT_END, PartitionFiles
+from kafkacodec.logdir._problems import not_a_segment
 from kafkacodec.logdir._layout import Segment as SegmentFiles
 from kafkacodec.logdir._txn import TxnState, follow
 from kafkacodec.logdir.indexes import (CheckedOffsetIndex, CheckedTimeIndex, check_txn_markers, checked_txn_index,
@@ -531,23 +532,19 @@ class LogSegment:
 
     def foreign_format(self) -> str | None:
         """Why a tiered segment is not a Kafka segment file, or None: a RemoteStorageManager
-        that encrypts or chunks what it stores (or compresses it whole) keeps objects only it can
-        read, and their bytes are refused here rather than read as records.  The first entry must
-        frame as Kafka writes it: an offset at or after the segment's base offset (and below the
-        next 2^31), a size that fits the file, a known magic."""
+        that encrypts or chunks what it stores (or compresses it whole) keeps objects only its
+        plugin reads, and their bytes are refused here rather than read as records.  The first
+        entry must frame as Kafka writes it (_problems.not_a_segment) at an offset in the
+        segment's range."""
         self.ensure()
-        if self.size == 0:
-            return None
-        head = bytes(self.read_bytes(0, LOG_OVERHEAD + 5))
-        if len(head) < LOG_OVERHEAD + 5:
-            return f"{self.size} bytes, shorter than one entry header"
-        offset, size, magic = int.from_bytes(head[:8], "big", signed=True), \
-            int.from_bytes(head[8:12], "big", signed=True), head[16]
-        if magic > 2 or not 0 <= offset - self.base_offset < 2**31 or not 14 <= size <= self.size - LOG_OVERHEAD:
-            return (f"not in Kafka's segment format (its first bytes frame no entry: offset {offset}, size "
-                    f"{size}, magic {magic}): a RemoteStorageManager that encrypts, chunks or compresses "
-                    "what it stores keeps objects only its plugin reads")
-        return None
+        head = bytes(self.read_bytes(0, HEADER_SIZE_UP_TO_MAGIC))
+        why = not_a_segment(head, self.size)
+        first = int.from_bytes(head[:8], "big", signed=True) if len(head) >= 8 else self.base_offset
+        if why is None and not 0 <= first - self.base_offset < 2**31:
+            why = f"its first entry's offset {first} is outside the segment's range from {self.base_offset}"
+        return None if why is None else (
+            f"not in Kafka's segment format ({why}): a RemoteStorageManager that encrypts, chunks or "
+            "compresses what it stores keeps objects only its plugin reads")
 
     def first_record(self, position: int, size: int, wanted: Any) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record of the entry at `position` that `wanted`
