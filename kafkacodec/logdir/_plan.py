@@ -97,6 +97,17 @@ class Planner:
         self._parts: list[PartitionFiles] | None = None
         self._unreadable: list[Problem] = []
 
+    def close(self) -> None:
+        """Unmap the segments the plan read (and close remote files); splits stay valid."""
+        for log in self._logs.values():
+            log.close()
+
+    def __enter__(self) -> Planner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ------------------------------------------------------------------ files and indexes
     def partitions(self) -> list[PartitionFiles]:
         """The partitions selected by assign / subscribe / subscribePattern."""

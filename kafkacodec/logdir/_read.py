@@ -68,16 +68,16 @@ def plan(path: Paths, options: ReadOptions | Options | Mapping[str, Any] | None 
         else:
             warn(problem)
 
-    planner = Planner(ro, Reporter(ro.mode, ro.fail_on_data_loss, note), pushdown)
-    return planner.splits(), noted
+    with Planner(ro, Reporter(ro.mode, ro.fail_on_data_loss, note), pushdown) as planner:
+        return planner.splits(), noted
 
 
 def aborted_transactions(options: Mapping[str, Any]) -> int:
     """How many aborted transactions the partitions a read with these source options covers
     hold (their .txnindex files, else entry headers; never records).  Driver side."""
     ro = ReadOptions.parse(dict(options, mode="DROPMALFORMED", failOnDataLoss="false"))
-    planner = Planner(ro, Reporter(ro.mode, False, lambda problem: None))
-    return sum(len(planner.aborted_and_lso(p)[0]) for p in planner.partitions())
+    with Planner(ro, Reporter(ro.mode, False, lambda problem: None)) as planner:
+        return sum(len(planner.aborted_and_lso(p)[0]) for p in planner.partitions())
 
 
 # ------------------------------------------------------------------------------ executors
