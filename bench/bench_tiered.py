@@ -23,7 +23,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -62,55 +61,31 @@ def write_tiered(directory: Path, records: int, partitions: int = 2, segment_byt
 def main(records: int = 4_000_000) -> dict:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from s3_server import start
+    from s3_server import counted_reads, start
 
-    from kafkacodec.logdir import plan, read_split, storage
+    from kafkacodec.logdir import plan, read_split
 
     tmp = Path(tempfile.mkdtemp(prefix="kc-bench-tiered-"))
     server = start()
     try:
         local = tmp / "kafka-tiered-storage"
         write_tiered(local, records)
-        fs = server.filesystem()
-        bucket = server.new_bucket()
-        for f in sorted(local.rglob("*")):
-            if f.is_file():
-                with fs.open_output_stream(f"{bucket}/kafka-tiered-storage/{f.relative_to(local)}") as out:
-                    out.write(f.read_bytes())
+        remote = server.upload(local, "kafka-tiered-storage")
         for name, value in server.env.items():
             os.environ[name] = value                       # the executors reach S3 through pyarrow's env
-        remote = f"s3://{bucket}/kafka-tiered-storage"
         size = sum(f.stat().st_size for f in local.rglob("*.log"))
         print(f"{records:,} records, {size / 1e6:.0f} MB in {len(list(local.rglob('*.log')))} segments; "
               f"{bench_spark.load()}", flush=True)
 
         # bytes fetched from S3 for 1% of one partition's offsets (ranged reads and whole index files)
-        fetched: list[int] = []
-        view, read_bytes = storage.Source.view, storage.Storage.read_bytes
-
-        def ranged(self, start, end):
-            got = view(self, start, end)
-            if self._file is not None:
-                fetched.append(len(got[0]))
-            return got
-
-        def whole(self, path, *args):
-            data = read_bytes(self, path, *args)
-            if self.scheme:
-                fetched.append(len(data))
-            return data
-
-        storage.Source.view, storage.Storage.read_bytes = ranged, whole
-        try:
-            per = records // 2
-            first = per // 2
-            options = {"assign": json.dumps({"bench": [0]}), "startingOffsets": json.dumps({"bench": {"0": first}}),
-                       "endingOffsets": json.dumps({"bench": {"0": first + per // 100}})}
+        per = records // 2
+        first = per // 2
+        options = {"assign": json.dumps({"bench": [0]}), "startingOffsets": json.dumps({"bench": {"0": first}}),
+                   "endingOffsets": json.dumps({"bench": {"0": first + per // 100}})}
+        with counted_reads() as fetched:
             splits, _ = plan(remote, options)
             rows = sum(rb.num_rows for s in splits for rb in read_split(s, columns=["offset"]))
-        finally:
-            storage.Source.view, storage.Storage.read_bytes = view, read_bytes
-        partition_bytes = sum(f.stat().st_size for f in local.glob("bench-0-*/*"))
+        partition_bytes = sum(f.stat().st_size for f in local.glob("bench-0-*/*.log"))
         share = sum(fetched) / partition_bytes
         print(f"1% offset range       {rows:,} rows: {sum(fetched) / 1e6:.2f} MB fetched of "
               f"{partition_bytes / 1e6:.0f} MB ({share:.2%}; goal < 3%)", flush=True)

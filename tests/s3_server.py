@@ -6,6 +6,7 @@ Use the `s3` fixture (see conftest.py): it yields an `S3Server` with `endpoint`,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -15,6 +16,7 @@ import time
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 ACCESS_KEY = "kafkacodec-test"
@@ -57,6 +59,24 @@ class S3Server:
         self.filesystem().create_dir(name)
         return name
 
+    @property
+    def options(self) -> dict[str, str]:
+        """The reader's fs.s3a.* options (Hadoop's S3A names, as Spark users set them)."""
+        return {"fs.s3a.endpoint": self.endpoint, "fs.s3a.access.key": ACCESS_KEY,
+                "fs.s3a.secret.key": SECRET_KEY, "fs.s3a.endpoint.region": REGION}
+
+    def upload(self, folder: Any, prefix: str) -> str:
+        """Every file under `folder` copied to a new bucket under `prefix`; its s3:// URI."""
+        from pathlib import Path
+
+        fs = self.filesystem()
+        bucket = self.new_bucket()
+        for f in sorted(Path(folder).rglob("*")):
+            if f.is_file():
+                with fs.open_output_stream(f"{bucket}/{prefix}/{f.relative_to(folder).as_posix()}") as out:
+                    out.write(f.read_bytes())
+        return f"s3://{bucket}/{prefix}"
+
     def stop(self) -> None:
         self.process.terminate()
         try:
@@ -85,3 +105,32 @@ def start() -> S3Server:
                 server.stop()
                 raise RuntimeError(f"moto_server did not start on port {port}") from None
             time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def counted_reads() -> Iterator[list[int]]:
+    """The sizes of what kafkacodec's readers fetch from a remote file system while the block
+    runs: ranged reads of segments (logdir.storage.Source.view) and whole small files (index
+    files, checkpoints: Storage.read_bytes)."""
+    from kafkacodec.logdir import storage
+
+    fetched: list[int] = []
+    view, read_bytes = storage.Source.view, storage.Storage.read_bytes
+
+    def ranged(self: Any, start: int, end: int) -> Any:
+        got = view(self, start, end)
+        if self._file is not None:
+            fetched.append(len(got[0]))
+        return got
+
+    def whole(self: Any, path: str, *args: Any) -> bytes:
+        data = read_bytes(self, path, *args)
+        if self.scheme:
+            fetched.append(len(data))
+        return data
+
+    storage.Source.view, storage.Storage.read_bytes = ranged, whole   # type: ignore[method-assign]
+    try:
+        yield fetched
+    finally:
+        storage.Source.view, storage.Storage.read_bytes = view, read_bytes   # type: ignore[method-assign]

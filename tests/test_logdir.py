@@ -748,14 +748,8 @@ def test_s3(sample, s3_server, monkeypatch):
     import kafkacodec.logdir.partition_log as log_module
 
     root, _ = sample
-    fs = s3_server.filesystem()
-    bucket = s3_server.new_bucket()
-    for f in sorted(root.rglob("*")):
-        if f.is_file():
-            with fs.open_output_stream(f"{bucket}/logs/{f.relative_to(root)}") as out:
-                out.write(f.read_bytes())
-    options = {"fs.s3a.endpoint": s3_server.endpoint, "fs.s3a.access.key": "kafkacodec-test",
-               "fs.s3a.secret.key": "kafkacodec-test-secret", "fs.s3a.endpoint.region": "us-east-1"}
+    bucket = s3_server.upload(root, "logs")[len("s3://"):].split("/")[0]
+    options = s3_server.options
     monkeypatch.setattr(log_module, "REMOTE_WINDOW", 700)
     monkeypatch.setattr(read_module, "WINDOW", 700)
     assert offsets_of(read_all(f"s3a://{bucket}/logs", options)[0]) == oracle(root)

@@ -106,12 +106,4 @@ def _end_offset(bootstrap: str) -> int:
 def tiered_s3(tiered_log, s3_server):
     """The remote store's objects copied to S3 (moto), as a RemoteStorageManager for S3 keeps them."""
     local, remote, want = tiered_log
-    fs = s3_server.filesystem()
-    bucket = s3_server.new_bucket()
-    for f in sorted(remote.rglob("*")):
-        if f.is_file():
-            with fs.open_output_stream(f"{bucket}/kafka-tiered-storage/{f.relative_to(remote)}") as out:
-                out.write(f.read_bytes())
-    options = {"fs.s3a.endpoint": s3_server.endpoint, "fs.s3a.access.key": "kafkacodec-test",
-               "fs.s3a.secret.key": "kafkacodec-test-secret", "fs.s3a.endpoint.region": "us-east-1"}
-    return f"s3://{bucket}/kafka-tiered-storage", options
+    return s3_server.upload(remote, "kafka-tiered-storage"), s3_server.options

@@ -265,6 +265,14 @@ class LogSegment:
         self._indexed()
         return self._last_offset
 
+    def slice(self, position: int, size: int) -> Any:
+        """The entries in [position, position + size) as Records: a slice of the guarded
+        mapping (local), or the bytes read by range (remote)."""
+        self.ensure()
+        if self.records is not None:
+            return self.records.slice(position, size)
+        return MemoryRecords(bytes(self.read_bytes(position, size)))
+
     def read_bytes(self, position: int, size: int) -> Any:
         """Bytes [position, position + size) of the segment (fewer at its end)."""
         end = min(self.size, position + size)
@@ -549,10 +557,8 @@ class LogSegment:
     def first_record(self, position: int, size: int, wanted: Any) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record of the entry at `position` that `wanted`
         accepts, or None (a malformed entry too: the readers report it)."""
-        records: Any = (self.records.slice(position, size) if self.records is not None
-                        else MemoryRecords(self.read_bytes(position, size)))
         try:
-            for record in records.records():
+            for record in self.slice(position, size).records():
                 if wanted(record):
                     return int(record.timestamp), int(record.offset)
         except FileTruncatedError:

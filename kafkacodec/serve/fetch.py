@@ -294,8 +294,7 @@ class FetchHandler:
             # nothing in the range converts (markers): take the batches after it
             answer.piece, answer.size, answer.aborted = None, 0, [] if committed else None
             lazy.close()
-            assert found.segment.records is not None
-            rows = found.segment.records.slice(found.position, found.size).index(check_crc=False)
+            rows = found.segment.slice(found.position, found.size).index(check_crc=False)
             if not len(rows):
                 return
             start = int(rows["last_offset"][-1]) + 1
@@ -309,8 +308,7 @@ class FetchHandler:
         pool; records below `first_offset` dropped from rebuilt v2 batches, zstd rebuilt with
         zstd_codec); an error in `answer` and None when it cannot be."""
         config = self.server.config
-        assert found.segment.records is not None
-        records = found.segment.records.slice(found.position, found.size)
+        records = found.segment.slice(found.position, found.size)
         try:
             lazy = LazyDownConvertRecords(
                 records, to_magic, first_offset, config.chunk_size,
@@ -347,7 +345,7 @@ class FetchHandler:
         """Whether the range holds a zstd batch (the entry headers, walked in C): (0, answer),
         or (UNSUPPORTED_COMPRESSION_TYPE, False) when it does and zstd_codec is None (Kafka's
         answer to Fetch v4-v9); a damaged range is sent as stored, as Kafka sends it."""
-        records = found.segment.records.slice(found.position, found.size)
+        records = found.segment.slice(found.position, found.size)
         try:
             zstd = bool((records.index(check_crc=False)["compression"] == Compression.ZSTD).any())
         except FileTruncatedError:
@@ -361,7 +359,7 @@ class FetchHandler:
     @staticmethod
     def _end_offset(found: Any) -> int:
         """The offset after the last entry that starts inside the range sent."""
-        rows = found.segment.records.slice(found.position, found.size).index(check_crc=False)
+        rows = found.segment.slice(found.position, found.size).index(check_crc=False)
         if len(rows):
             return int(rows["last_offset"][-1]) + 1
         return int(found.segment.last_offset) + 1

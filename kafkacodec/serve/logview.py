@@ -18,7 +18,6 @@ Not thread-safe: the server's network thread owns it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import uuid
@@ -29,7 +28,8 @@ from kafkacodec.logdir._layout import TIERED_PARTITION_RE, PartitionFiles, find_
 from kafkacodec.logdir._txn import TxnState
 from kafkacodec.logdir.partition_log import LogSegment, Notes, PartitionLog, ReadRange, StorageError
 from kafkacodec.logdir.partition_metadata import read_partition_metadata
-from kafkacodec.net.pieces import FilePiece
+from kafkacodec.logdir.storage import resolve
+from kafkacodec.net.pieces import BytesPiece, FilePiece
 
 __all__ = ["LogView", "Topic", "Partition", "Segment", "ReadRange", "StorageError", "IndexUse",
            "stable_topic_id"]
@@ -76,18 +76,21 @@ class Partition(PartitionLog):
         self.use = use or IndexUse()
         super().__init__(files, self.use, live=True)
         self.index = index
-        # the partition's directories: its log directory's, and its tiered-storage one's when
-        # the remote store is served too (`<topic>-<partition>-<topic id>`)
-        self.directories = sorted({os.path.dirname(s.path) for s in files.segments},
-                                  key=lambda d: TIERED_PARTITION_RE.match(os.path.basename(d)) is not None)
-        self.directory = self.directories[0] if self.directories else ""
+        # the partition's directories (as URIs): its log directory's, and its tiered-storage
+        # one's when the remote store is served too (`<topic>-<partition>-<topic id>`, local or
+        # on an object store)
+        self.directories = sorted({s.storage.uri(s.storage.parent(s.path)) for s in files.segments},
+                                  key=lambda d: TIERED_PARTITION_RE.match(d.rstrip("/").rsplit("/", 1)[-1]) is not None)
+        local = [s for s in files.segments if not s.storage.scheme]
+        self.directory = os.path.dirname(local[0].path) if local else ""
         self.dir_stamp: tuple[int, ...] | None = None
 
     def refresh(self) -> None:
         """Follow the directories: new, removed or replaced segments; appends to the last one.
-        StorageError when the files cannot be read."""
+        StorageError when the files cannot be read.  A remote store (tiered segments Kafka no
+        longer changes) is listed again when a local directory changes."""
         try:
-            stamp = tuple(os.stat(d).st_mtime_ns for d in self.directories)
+            stamp = tuple(os.stat(d).st_mtime_ns if "://" not in d else 0 for d in self.directories)
             if stamp != self.dir_stamp:
                 self.dir_stamp = stamp
                 parts, _ = find_partitions(list(self.directories))
@@ -129,9 +132,15 @@ class Partition(PartitionLog):
         on_done(found, None)
 
     @staticmethod
-    def stored_piece(found: ReadRange, on_bytes: Callable[[int], None]) -> FilePiece:
-        """The stored bytes of a range, sent with sendfile from the segment."""
-        return FilePiece(found.segment.path, found.segment.inode, found.position, found.size, on_bytes)
+    def stored_piece(found: ReadRange, on_bytes: Callable[[int], None]) -> FilePiece | BytesPiece:
+        """The stored bytes of a range: sent with sendfile from a local segment; read by range
+        from a remote one (a blocking read of at most the fetch's size on the server's thread:
+        remote segments suit archives and tiered history, not a hot tail)."""
+        seg = found.segment
+        if not seg.storage.scheme:
+            return FilePiece(seg.path, seg.inode, found.position, found.size, on_bytes)
+        on_bytes(found.size)
+        return BytesPiece(memoryview(bytes(seg.read_bytes(found.position, found.size))))
 
     def transactions(self) -> TxnState:
         """The engine's transactions, counted by source for the metrics."""
@@ -159,9 +168,12 @@ class LogView:
     (Partition.refresh)."""
 
     def __init__(self, log_dirs: list[str]):
-        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        # local directories, and URIs of object stores (a tiered-storage store: s3://, gs://,
+        # hdfs://, read through pyarrow.fs as configured by the environment)
+        self.log_dirs = [d if "://" in d else os.path.abspath(d) for d in log_dirs]
         for d in self.log_dirs:
-            if not os.path.isdir(d):
+            storage, path = resolve([d])[0]
+            if storage.info(path).kind != "dir":
                 raise FileNotFoundError(f"{d}: not a directory (give a Kafka log directory holding "
                                         "<topic>-<partition>/<base offset>.log files)")
         self.topics: dict[str, Topic] = {}
@@ -174,7 +186,7 @@ class LogView:
         stamps = {}
         for d in self.log_dirs:
             try:
-                stamps[d] = os.stat(d).st_mtime_ns
+                stamps[d] = os.stat(d).st_mtime_ns if "://" not in d else 0    # (an object store: once)
             except OSError:
                 stamps[d] = -1
         if stamps == self._stamps:
@@ -206,11 +218,8 @@ class LogView:
     def summary(self) -> tuple[int, str]:
         """(partitions served, a line saying what: topics, partitions, segments and bytes)."""
         parts = [p for t in self.topics.values() for p in t.partitions.values()]
-        segments = [s.path for p in parts for s in p.segments]
-        size = 0
-        for path in segments:
-            with contextlib.suppress(OSError):
-                size += os.path.getsize(path)
+        segments = [s for p in parts for s in p.segments]
+        size = sum(s.files.size for s in segments)          # as listed
         topics = sum(1 for t in self.topics.values() if t.partitions)
         return len(parts), (f"{topics} topics, {len(parts)} partitions, {len(segments)} segments "
                             f"({size / 1e6:.1f} MB) from {', '.join(self.log_dirs)}")

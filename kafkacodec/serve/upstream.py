@@ -90,7 +90,7 @@ class _Chunk:
     """One upstream fetch answer of a partition, copied out of the ring: entries covering
     offsets [start, next_offset) (the first may begin before start)."""
 
-    __slots__ = ("start", "next_offset", "data", "records", "positions", "sizes", "lasts",
+    __slots__ = ("start", "next_offset", "data", "positions", "sizes", "lasts",
                  "last_offset", "nbytes", "path", "aborted")
 
     def __init__(self, start: int, next_offset: int, data: bytes, where: str,
@@ -100,7 +100,6 @@ class _Chunk:
         self.aborted = aborted or []
         self.next_offset = next_offset
         self.data = data
-        self.records = _ChunkRecords(data)   # segment.records.slice(...), as for a segment
         rows = MemoryRecords(data).index(check_crc=False)
         self.positions = rows["position"].astype(np.int64)
         self.sizes = rows["size_in_bytes"].astype(np.int64)
@@ -109,14 +108,8 @@ class _Chunk:
         self.nbytes = len(data)
         self.path = where                    # named in error messages like a segment's path
 
-
-class _ChunkRecords:
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes):
-        self.data = data
-
     def slice(self, position: int, size: int) -> MemoryRecords:
+        """The entries in [position, position + size), as a segment's slice()."""
         return MemoryRecords(memoryview(self.data)[position:position + size])
 
 
