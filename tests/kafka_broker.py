@@ -469,7 +469,7 @@ class KafkaBroker:
         segments of topics created with `remote.storage.enable=true` under `remote_dir`
         (`kafka-tiered-storage/<topic>-<partition>-<topic id>/<base offset>-<segment id>.log`
         and its index and snapshot files), the topic-based metadata manager their metadata in
-        `__remote_log_metadata`; the remote log manager runs every second.  With `security`, listeners SASL_SSL and SSL besides PLAINTEXT (which the broker
+        `__remote_log_metadata`; the remote log manager runs every 0.5 s.  With `security`, listeners SASL_SSL and SSL besides PLAINTEXT (which the broker
         itself and the controller keep using), set up by `security.broker_properties()`.  With
         `oauthbearer`, a SASL_PLAINTEXT listener of OAUTHBEARER with Kafka's unsecured tokens
         (OAuthBearerUnsecuredValidatorCallbackHandler: an unsigned JWT with `sub` and `exp`)."""
@@ -485,8 +485,8 @@ class KafkaBroker:
             "remote.log.metadata.manager.listener.name": "PLAINTEXT",
             "rlmm.config.remote.log.metadata.topic.replication.factor": 1,
             "rlmm.config.remote.log.metadata.topic.num.partitions": 1,
-            "remote.log.manager.task.interval.ms": 1000,
-            "log.retention.check.interval.ms": 1000,    # local retention deletes tiered segments soon
+            "remote.log.manager.task.interval.ms": 500,
+            "log.retention.check.interval.ms": 500,     # local retention deletes tiered segments soon
             "log.segment.delete.delay.ms": 1000,
         } if tiered else {}
         names = ["PLAINTEXT", "SASL_SSL", "SSL"] if security else ["PLAINTEXT"]

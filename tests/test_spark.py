@@ -459,11 +459,12 @@ def test_hostile_directories_read_as_the_other_readers_do(spark, tmp_path, name)
 @pytest.mark.broker
 def test_a_tiered_partition_from_local_disk_and_s3(spark, tiered_log, tiered_s3):
     """A partition Kafka tiered (tests/tiered_support.py): its log directory and its remote
-    segments on S3 read as one log, what the broker's consumer reads at read_committed."""
-    local, _, want = tiered_log
+    segments (the store on disk, then on S3) read as one log, what the broker's consumer reads
+    at read_committed."""
+    local, remote, want = tiered_log
     uri, options = tiered_s3
     reader = spark.read.format("kafkalog").option("kafka.isolation.level", "read_committed")
+    assert _spark_records(reader.load([str(local), str(remote)])) == {("tiered", 0): want["read_committed"]}
     for name, value in options.items():
         reader = reader.option(name, value)
-    got = _spark_records(reader.load([str(local), uri]))
-    assert got == {("tiered", 0): want["read_committed"]}
+    assert _spark_records(reader.load([str(local), uri])) == {("tiered", 0): want["read_committed"]}

@@ -27,7 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from kafkacodec.logdir import plan, read_split
+from kafkacodec.cli import main
+from kafkacodec.logdir import ReadOptions, plan, read_split
+from kafkacodec.logdir._plan import Planner
+from kafkacodec.logdir._problems import Reporter
 from kafkacodec.serve import Server
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,15 +62,13 @@ def test_the_broker_tiered_the_partition(tiered_log):
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_local_and_remote_read_as_one_log(tiered_log, level):
+def test_local_and_remote_read_as_one_log(tiered_log, capsysbinary, level):
     local, remote, want = tiered_log
     assert _read([str(local), str(remote)], level) == want[level]
-    run = subprocess.run([sys.executable, "-m", "kafkacodec.cli", "read", "--json-columns", "-q",
-                          "-X", f"kafka.isolation.level={level}", str(local), str(remote)],
-                         capture_output=True, timeout=120)
-    assert run.returncode == 0, run.stderr
+    assert main(["read", "--json-columns", "-q", "-X", f"kafka.isolation.level={level}", str(local),
+                 str(remote)]) == 0
     got = [(d["offset"], base64.b64decode(d["key"]), base64.b64decode(d["value"]))
-           for d in map(json.loads, run.stdout.splitlines())]
+           for d in map(json.loads, capsysbinary.readouterr().out.splitlines())]
     assert got == want[level]
 
 
@@ -97,10 +98,44 @@ def test_serve_serves_both_tiers(tiered_log):
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_local_and_s3_read_as_one_log(tiered_log, tiered_s3, level):
+def test_local_and_s3_read_as_one_log(tiered_log, tiered_s3, s3_server, monkeypatch, capsysbinary, level):
     local, _, want = tiered_log
     uri, options = tiered_s3
     assert _read([str(local), uri], level, options) == want[level]
+    for name, value in s3_server.env.items():           # the command line: S3 configured by the environment
+        monkeypatch.setenv(name, value)
+    assert main(["read", "--json-columns", "-q", "-X", f"kafka.isolation.level={level}", str(local), uri]) == 0
+    got = [(d["offset"], base64.b64decode(d["key"]), base64.b64decode(d["value"]))
+           for d in map(json.loads, capsysbinary.readouterr().out.splitlines())]
+    assert got == want[level]
+
+
+def test_a_time_range_across_the_tiers_starts_where_the_broker_says(kafka_broker, tiered_log, tiered_s3):
+    """startingTimestamp in the remote tier: the first offset at or after it is the one the
+    broker's own ListOffsets (offsetsForTimes, which reads remote indexes) gives."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    local, remote, want = tiered_log
+    uri, options = tiered_s3
+    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": "tiered-times"})
+    try:
+        rows = want["read_uncommitted"]
+        # a timestamp inside the second remote segment (record timestamps of the plain records)
+        first_local = min(int(p.stem) for p in (local / f"{TOPIC}-0").glob("*.log"))
+        probe = TopicPartition(TOPIC, 0, rows[len(rows) // 8][0])
+        consumer.assign([probe])
+        message = None
+        while message is None or message.error():
+            message = consumer.poll(5)
+        stamp = message.timestamp()[1]
+        answer = consumer.offsets_for_times([TopicPartition(TOPIC, 0, stamp)], timeout=10)[0].offset
+    finally:
+        consumer.close()
+    assert 0 < answer < first_local
+    options = {**options, "startingOffsetsByTimestamp": json.dumps({TOPIC: {"0": stamp}})}
+    with Planner(ReadOptions.parse({"paths": [str(local), uri], **options}), Reporter()) as planner:
+        assert [r.start for r in planner.ranges()] == [answer]     # (a control record's offset, maybe)
+    assert _read([str(local), uri], "read_uncommitted", options) == [r for r in rows if r[0] >= answer]
 
 
 def test_an_offset_range_reads_only_its_remote_segment(tiered_log, tiered_s3):
