@@ -90,8 +90,11 @@ def main(records: int = 4_000_000) -> dict:
         print(f"1% offset range       {rows:,} rows: {sum(fetched) / 1e6:.2f} MB fetched of "
               f"{partition_bytes / 1e6:.0f} MB ({share:.2%}; goal < 3%)", flush=True)
 
+        from kafkacodec.spark import register
+
         spark = bench_spark.local_session("bench-tiered", {})
         spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
 
         def noop(path: str) -> None:
             spark.read.format("kafkalog").load(path).write.format("noop").mode("overwrite").save()
