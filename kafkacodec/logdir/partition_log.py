@@ -21,7 +21,9 @@ stops at a partial entry (an append in progress) and at a malformed one (`damage
 readable data ends there; readers report the damage when they reach it).
 
 read_committed: the aborted transactions and the ones still open at the end (the last stable
-offset) by the rule of logdir/_txn.py, this log the source.
+offset) by the rule of logdir/_txn.py, this log the source.  A `.txnindex` is trusted only while
+its segment's `.index` loads and holds.  A tiered segment (a remote copy, KIP-405) carries the
+producer snapshot Kafka took at its end: the state at the next segment's base offset.
 
 An index or snapshot file found invalid goes to the log's `Notes` (serve logs and counts it once,
 the planner reports a Problem); the file is then not used, as Kafka rebuilds a corrupt index.
@@ -45,8 +47,8 @@ from kafkacodec._index import SCAN_FIELDS, scan_entries
 from kafkacodec._records import FileRecords, MemoryRecords
 from kafkacodec.errors import CorruptRecordError, FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import SNAPSHOT_AT_END, PartitionFiles
-from kafkacodec.logdir._problems import not_a_segment
 from kafkacodec.logdir._layout import Segment as SegmentFiles
+from kafkacodec.logdir._problems import not_a_segment
 from kafkacodec.logdir._txn import TxnState, follow
 from kafkacodec.logdir.indexes import (CheckedOffsetIndex, CheckedTimeIndex, check_txn_markers, checked_txn_index,
                                        entry_fields, load_offset_index, parse_time_index)
@@ -627,9 +629,6 @@ class PartitionLog:
         for seg in self.segments:
             seg.close()
 
-    def segment(self, path: str) -> LogSegment | None:
-        return next((s for s in self.segments if s.path == path), None)
-
     # --- offsets -------------------------------------------------------------------------------
     @property
     def log_start(self) -> int:
@@ -643,7 +642,6 @@ class PartitionLog:
         if not self.segments:
             return self.checkpoint or self.first_base or 0
         last = self.segments[-1]
-        last.ensure()
         return max(last.last_offset + 1, last.base_offset)
 
     def segment_for(self, offset: int) -> int:
