@@ -469,8 +469,9 @@ class KafkaBroker:
         segments of topics created with `remote.storage.enable=true` under `remote_dir`
         (`kafka-tiered-storage/<topic>-<partition>-<topic id>/<base offset>-<segment id>.log`
         and its index and snapshot files), the topic-based metadata manager their metadata in
-        `__remote_log_metadata`; the remote log manager runs every 0.5 s.  With `security`, listeners SASL_SSL and SSL besides PLAINTEXT (which the broker
-        itself and the controller keep using), set up by `security.broker_properties()`.  With
+        `__remote_log_metadata`; the remote log manager runs every 0.5 s.  With `security`,
+        listeners SASL_SSL and SSL besides PLAINTEXT (which the broker itself and the controller
+        keep using), set up by `security.broker_properties()`.  With
         `oauthbearer`, a SASL_PLAINTEXT listener of OAUTHBEARER with Kafka's unsecured tokens
         (OAuthBearerUnsecuredValidatorCallbackHandler: an unsigned JWT with `sub` and `exp`)."""
         cp = classpath(version)

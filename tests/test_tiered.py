@@ -146,11 +146,13 @@ def test_an_offset_range_reads_only_its_remote_segment(tiered_log, tiered_s3):
     rows = want["read_uncommitted"]
     first, last = rows[len(rows) // 10][0], rows[len(rows) // 10 + len(rows) // 100][0]
     with counted_reads() as fetched:
-        got = _read([str(local), uri], "read_uncommitted", {**options, "startingOffsets": json.dumps({TOPIC: {"0": first}}),
-                                                            "endingOffsets": json.dumps({TOPIC: {"0": last}})})
+        got = _read([str(local), uri], "read_uncommitted",
+                    {**options, "startingOffsets": json.dumps({TOPIC: {"0": first}}),
+                     "endingOffsets": json.dumps({TOPIC: {"0": last}})})
     assert got == [r for r in rows if first <= r[0] < last]
-    sizes = {int(p.name[:20]): p.stat().st_size for p in [*remote.rglob("*.log"), *(local / f"{TOPIC}-0").glob("*.log")]}
-    assert sum(fetched) < 0.03 * sum(sizes.values()), (sum(fetched), sizes)   # the partition: each segment once
+    segments = [*remote.rglob("*.log"), *(local / f"{TOPIC}-0").glob("*.log")]
+    sizes = {int(p.name[:20]): p.stat().st_size for p in segments}           # the partition: each segment once
+    assert sum(fetched) < 0.03 * sum(sizes.values()), (sum(fetched), sizes)
 
 
 # --- the broker's remote log metadata (__remote_log_metadata) ----------------------------------------

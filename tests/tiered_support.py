@@ -8,8 +8,8 @@ KiB (so every segment's `.index` has entries).  Once the broker has tiered the o
 and deleted them locally, the partition directory (with the log-start checkpoint) and the remote
 store are copied: (local log directory, remote store, {isolation level: what the broker's own
 consumer reads}); the broker's `__remote_log_metadata` partitions are copied beside them, into
-`metadata/` (the parent of the local directory).  `tiered_s3`: the remote store's objects copied to S3 (moto's server), as
-(s3:// URI, the fs.s3a.* options)."""
+`metadata/` (beside the local directory).  `tiered_s3`: the remote store's objects copied to S3
+(moto's server), as (s3:// URI, the fs.s3a.* options)."""
 
 from __future__ import annotations
 

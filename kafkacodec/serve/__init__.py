@@ -6,7 +6,8 @@ new (docs/serve.md).
         ...   # consumers bootstrap from f"127.0.0.1:{s.port}"
 
 Modules, one concept each: `config` (settings), `logview` (the log directories, each
-partition a `logdir.partition_log.PartitionLog` followed live), `dispatch` (request header, versions, stateless APIs), `fetch` (the Fetch path and the long poll), `groups` (group
+partition a `logdir.partition_log.PartitionLog` followed live), `dispatch` (request header,
+versions, stateless APIs), `fetch` (the Fetch path and the long poll), `groups` (group
 coordinator and offset APIs), `offsets` (the persisted offset store), `metrics` (Prometheus),
 `server` (the loop thread wiring them together).
 """

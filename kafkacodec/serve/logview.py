@@ -26,18 +26,14 @@ from collections.abc import Callable
 from kafkacodec.errors import FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import TIERED_PARTITION_RE, PartitionFiles, find_partitions
 from kafkacodec.logdir._txn import TxnState
-from kafkacodec.logdir.partition_log import LogSegment, Notes, PartitionLog, ReadRange, StorageError
+from kafkacodec.logdir.partition_log import Notes, PartitionLog, ReadRange, StorageError
 from kafkacodec.logdir.partition_metadata import read_partition_metadata
 from kafkacodec.logdir.storage import resolve
 from kafkacodec.net.pieces import BytesPiece, FilePiece
 
-__all__ = ["LogView", "Topic", "Partition", "Segment", "ReadRange", "StorageError", "IndexUse",
-           "stable_topic_id"]
+__all__ = ["LogView", "Topic", "Partition", "ReadRange", "StorageError", "IndexUse", "stable_topic_id"]
 
 log = logging.getLogger("kafkacodec.serve")
-
-Segment = LogSegment            # (fetch.py's name for a segment a range is read from)
-
 
 def stable_topic_id(name: str) -> uuid.UUID:
     """The topic id of a topic without partition.metadata: derived from its name, so it is the
@@ -61,9 +57,6 @@ class IndexUse(Notes):
         self.invalid_files[suffix] = self.invalid_files.get(suffix, 0) + 1
         log.warning("%s; read without it (as Kafka rebuilds a corrupt index)", exc)
 
-    def damaged(self, uri: str, exc: KafkaCodecError) -> None:
-        log.warning("%s; the partition's data ends there", exc)
-
     def skipped(self, uri: str, why: str) -> None:
         log.warning("%s is %s: not served", uri, why)
 
@@ -79,8 +72,10 @@ class Partition(PartitionLog):
         # the partition's directories (as URIs): its log directory's, and its tiered-storage
         # one's when the remote store is served too (`<topic>-<partition>-<topic id>`, local or
         # on an object store)
-        self.directories = sorted({s.storage.uri(s.storage.parent(s.path)) for s in files.segments},
-                                  key=lambda d: TIERED_PARTITION_RE.match(d.rstrip("/").rsplit("/", 1)[-1]) is not None)
+        def tiered(directory: str) -> bool:
+            return TIERED_PARTITION_RE.match(directory.rstrip("/").rsplit("/", 1)[-1]) is not None
+
+        self.directories = sorted({s.storage.uri(s.storage.parent(s.path)) for s in files.segments}, key=tiered)
         local = [s for s in files.segments if not s.storage.scheme]
         self.directory = os.path.dirname(local[0].path) if local else ""
         self.dir_stamp: tuple[int, ...] | None = None
