@@ -232,3 +232,38 @@ def test_the_logdir_reader_reads_what_the_broker_serves_read_committed(broker_lo
     got = [row for s in splits for rb in read_split(s, columns=["offset", "key", "value"])
            for row in zip(*(rb.column(c).to_pylist() for c in ("offset", "key", "value")))]
     assert got == want[(TOPIC, 0)]
+
+
+def test_every_reader_gives_what_the_brokers_consumer_gives(broker_log, kafka_broker, capsysbinary):
+    """The one engine (issue 32) on a directory Kafka wrote (transactions across rolls, one left
+    open): serve (read by librdkafka), `kafkacodec read` and the log-dir reader give, at both
+    isolation levels, the records the broker's own consumer gives."""
+    import base64
+    import json
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from kafkacodec.cli import main
+    from kafkacodec.logdir import plan, read_split
+
+    root, committed, _ = broker_log
+    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": "txnindex-all",
+                         "isolation.level": "read_uncommitted", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    everything, deadline = [], time.monotonic() + 60
+    while not everything or everything[-1][1] != b"open":       # the open transaction's record is last
+        assert time.monotonic() < deadline, "the broker never served the open transaction's record"
+        for m in consumer.consume(100, 0.5):
+            assert not m.error(), m.error()
+            everything.append((m.offset(), m.key(), m.value()))
+    consumer.close()
+    for level, want in (("read_committed", committed[(TOPIC, 0)]), ("read_uncommitted", everything)):
+        splits, _ = plan(str(root), {"kafka.isolation.level": level})
+        assert [row for s in splits for rb in read_split(s, columns=["offset", "key", "value"])
+                for row in zip(*(rb.column(c).to_pylist() for c in ("offset", "key", "value")))] == want, level
+        assert main(["read", "--json-columns", "-q", "-X", f"kafka.isolation.level={level}", str(root)]) == 0
+        assert [(d["offset"], base64.b64decode(d["key"]), base64.b64decode(d["value"]))
+                for d in map(json.loads, capsysbinary.readouterr().out.splitlines())] == want, level
+        with Server([str(root)], listen=("127.0.0.1", 0)) as srv:
+            got = confluent_read(f"127.0.0.1:{srv.port}", {(TOPIC, 0): want}, **{"isolation.level": level})
+        assert got == {(TOPIC, 0): want}, level
