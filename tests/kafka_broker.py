@@ -518,6 +518,9 @@ class KafkaBroker:
             # tests write records stamped years ago (fixed timestamps): time retention would
             # delete them between a write and the check (7 days by default)
             "log.retention.ms": -1,
+            # the log cleaner looks for work every second (15 s by default), so a test can wait
+            # for a compacted topic to be cleaned (tests/test_partition_log_agree.py)
+            "log.cleaner.backoff.ms": 1000,
             # a KRaft snapshot (__cluster_metadata-0/*.checkpoint) every 5 s instead of every hour,
             # for tests that read one (test_dump_kafka); each is a few KB written once
             "metadata.log.max.snapshot.interval.ms": 5000,
