@@ -9,9 +9,10 @@ across segment rolls) bare; with the index files and producer snapshots a broker
 `.txnindex` holding an entry out of order (serve checked it strictly and the planner loosely
 before they were one engine); with lying `.index` and `.timeindex` files; without snapshots; its
 first segment deleted below a log-start checkpoint; and its last segment ending in a partial
-entry (an append in progress; the readers read with mode=DROPMALFORMED).  A real broker's
-directory is compared with the broker's own consumer in tests/test_serve_txnindex.py and
-tests/test_tiered.py."""
+entry (an append in progress; the readers read with mode=DROPMALFORMED).  Directories a real
+broker wrote are compared with the broker's own consumer: a log Kafka compacted (below),
+transactions across rolls with one left open (tests/test_serve_txnindex.py), a partition Kafka
+tiered and deleted locally (tests/test_tiered.py)."""
 
 from __future__ import annotations
 
