@@ -55,9 +55,15 @@ class Segment:
         return dict(self.indexes).get(suffix)
 
     @property
+    def segment_id(self) -> str | None:
+        """The id of a remote copy in Kafka's tiered-storage layout (`<base offset>-<segment
+        id>.log`), None for a local segment."""
+        match = TIERED_SEGMENT_RE.match(self.path.rstrip("/").rsplit("/", 1)[-1])
+        return match.group(2) if match else None
+
+    @property
     def tiered(self) -> bool:
-        """A remote copy in Kafka's tiered-storage layout (`<base offset>-<segment id>.log`)."""
-        return TIERED_SEGMENT_RE.match(self.path.rstrip("/").rsplit("/", 1)[-1]) is not None
+        return self.segment_id is not None
 
     @property
     def uri(self) -> str:
@@ -245,20 +251,17 @@ def _finished_copies_only(found: dict[tuple[str, int], PartitionFiles], metadata
             continue
         kept = []
         for seg in part.segments:
-            name = seg.path.rstrip("/").rsplit("/", 1)[-1]
-            match = TIERED_SEGMENT_RE.match(name)
-            if match is None:
+            if seg.segment_id is None:
                 kept.append(seg)
                 continue
-            entry = recorded.get(match.group(2))
+            entry = recorded.get(seg.segment_id)
             if entry is not None and entry.state == COPY_FINISHED and (topic, partition) not in deleted:
                 kept.append(seg)
                 continue
             state = "not listed" if entry is None else f"listed as {entry.state_name}"
             problems.append(Problem("remote", seg.uri, f"{seg.uri} is {state} in the broker's {METADATA_TOPIC}: "
                                     "not part of the log, not read", offset=seg.base_offset))
-        held = {TIERED_SEGMENT_RE.match(s.path.rstrip("/").rsplit("/", 1)[-1]).group(2)  # type: ignore[union-attr]
-                for s in kept if s.tiered}
+        held = {s.segment_id for s in kept}
         for entry in recorded.values():
             if entry.state == COPY_FINISHED and entry.segment_id not in held and any(s.tiered for s in part.segments):
                 problems.append(Problem("remote", f"{topic}-{partition}", f"{topic}-{partition}: the broker's "
