@@ -123,6 +123,10 @@ class _Table:
             np.maximum(reach, self.cols["reach"][self.n - 1], out=reach)
         self.n = end
 
+    def column(self, name: str) -> Any:
+        """One column's filled rows (a view)."""
+        return self.cols[name][:self.n] if self.cols else np.zeros(0, np.int64)
+
     def rows(self, start: int = 0) -> dict[str, Any]:
         """The columns from row `start` on (views)."""
         if not self.cols:
@@ -273,7 +277,7 @@ class LogSegment:
         self.ensure()
         if self.records is not None:
             return self.records.slice(position, size)
-        return MemoryRecords(bytes(self.read_bytes(position, size)))
+        return MemoryRecords(self.read_bytes(position, size))    # (the view keeps the read buffer alive)
 
     def read_bytes(self, position: int, size: int) -> Any:
         """Bytes [position, position + size) of the segment (fewer at its end)."""
@@ -451,7 +455,7 @@ class LogSegment:
             self.ensure()
         stop_at = self.size if end is None else min(end, self.size)
         if self.table is not None and stop_at >= self.end:
-            rows = self.table.rows(int(np.searchsorted(self.table.rows()["position"], start, side="left")))
+            rows = self.table.rows(int(np.searchsorted(self.table.column("position"), start, side="left")))
             out = dict(rows)
             out["stop"] = max(start, self.end)
         else:
@@ -469,7 +473,7 @@ class LogSegment:
             return None
         if self.table is not None:
             # the first entry reaching `offset` (a legacy wrapper names only its last offset)
-            i = int(np.searchsorted(self.table.cols["reach"][:self.table.n], offset, side="left"))
+            i = int(np.searchsorted(self.table.column("reach"), offset, side="left"))
             if i < self.table.n:
                 return int(self.table.cols["position"][i]), int(self.table.cols["size"][i])
             return None
@@ -507,7 +511,7 @@ class LogSegment:
         """Entry rows from `start` (an entry boundary) to the end, in windows."""
         self._indexed()
         if self.table is not None:
-            i = int(np.searchsorted(self.table.rows()["position"], start, side="left"))
+            i = int(np.searchsorted(self.table.column("position"), start, side="left"))
             if i < self.table.n:
                 yield self.table.rows(i)
             return

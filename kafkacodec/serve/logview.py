@@ -135,7 +135,7 @@ class Partition(PartitionLog):
         if not seg.storage.scheme:
             return FilePiece(seg.path, seg.inode, found.position, found.size, on_bytes)
         on_bytes(found.size)
-        return BytesPiece(memoryview(bytes(seg.read_bytes(found.position, found.size))))
+        return BytesPiece(seg.read_bytes(found.position, found.size))   # (the view keeps the read buffer alive)
 
     def transactions(self) -> TxnState:
         """The engine's transactions, counted by source for the metrics."""
