@@ -210,3 +210,24 @@ def test_serve_serves_the_remote_tier_from_s3(tiered_log, tiered_s3, s3_server, 
         for level in LEVELS:
             got = confluent_read(f"127.0.0.1:{srv.port}", {(TOPIC, 0): want[level]}, **{"isolation.level": level})
             assert got == {(TOPIC, 0): want[level]}, level
+
+
+def test_serve_keeps_the_metadatas_choice_as_it_follows_the_log(tiered_log, tmp_path):
+    """serve follows the local directory (a new file there re-lists it); the remote segments
+    stay those the broker's __remote_log_metadata chose at startup: an abandoned partial copy
+    in the store (same base offset, listed first) is never served, before or after."""
+    local, remote, want = tiered_log
+    logs, store = tmp_path / "logs", tmp_path / "kafka-tiered-storage"
+    shutil.copytree(local, logs)
+    shutil.copytree(remote, store)
+    first = min(store.glob(f"{TOPIC}-0-*/*.log"))
+    data = first.read_bytes()
+    first.with_name(f"{first.name[:20]}-AAAAAAAAAAAAAAAAAAAAAA.log").write_bytes(data[:len(data) * 3 // 5])
+    metadata = [str(p) for p in (local.parent / "metadata").iterdir()]
+    with Server([str(logs), *metadata, str(store)], listen=("127.0.0.1", 0)) as srv:
+        bootstrap = f"127.0.0.1:{srv.port}"
+        assert confluent_read(bootstrap, {(TOPIC, 0): want["read_committed"]},
+                              **{"isolation.level": "read_committed"}) == {(TOPIC, 0): want["read_committed"]}
+        (logs / f"{TOPIC}-0" / "leader-epoch-checkpoint.tmp").write_text("")     # the directory changes
+        assert confluent_read(bootstrap, {(TOPIC, 0): want["read_committed"]}, group="after-a-change",
+                              **{"isolation.level": "read_committed"}) == {(TOPIC, 0): want["read_committed"]}

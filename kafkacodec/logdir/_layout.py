@@ -25,7 +25,7 @@ from kafkacodec.logdir.checkpoints import CLEANER, LOG_START, parse_checkpoint
 from kafkacodec.logdir.storage import Entry, Storage, printable, resolve, undecodable
 
 __all__ = ["Segment", "PartitionFiles", "find_partitions", "partition_of", "segment_base", "SEGMENT_RE",
-           "PARTITION_RE", "SNAPSHOT_AT_END"]
+           "PARTITION_RE", "SNAPSHOT_AT_END", "one_copy_per_tier"]
 
 # ASCII digits only (re.ASCII): str patterns' \d also matches other scripts' digits, which int() reads
 SEGMENT_RE = re.compile(r"^(\d{20})\.log$", re.ASCII)
@@ -216,7 +216,7 @@ def find_partitions(paths: list[str], storage_options: dict[str, str] | None = N
     if metadata and any(s.tiered for p in found.values() for s in p.segments):
         _finished_copies_only(found, metadata, problems)
     for part in found.values():
-        part.segments = _one_copy_per_tier(part.segments)
+        part.segments = one_copy_per_tier(part.segments)
     return sorted(found.values(), key=lambda p: (p.topic, p.partition)), problems
 
 
@@ -271,9 +271,9 @@ def _finished_copies_only(found: dict[tuple[str, int], PartitionFiles], metadata
         part.segments = kept
 
 
-def _one_copy_per_tier(segments: list[Segment]) -> list[Segment]:
-    """A partition's local segments and its tiered ones (remote copies, KIP-405) as one log: where
-    a rolled segment is in both tiers (Kafka keeps it locally until local retention deletes it),
-    the local copy is read and the remote one left out."""
+def one_copy_per_tier(segments: list[Segment]) -> list[Segment]:
+    """A partition's local segments and its tiered ones (remote copies, KIP-405) as one log, by
+    base offset: where a rolled segment is in both tiers (Kafka keeps it locally until local
+    retention deletes it), the local copy is read and the remote one left out."""
     local = {s.base_offset for s in segments if not s.tiered}
-    return [s for s in segments if not (s.tiered and s.base_offset in local)]
+    return sorted((s for s in segments if not (s.tiered and s.base_offset in local)), key=lambda s: s.base_offset)

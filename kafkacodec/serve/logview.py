@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 
 from kafkacodec.errors import FileTruncatedError, KafkaCodecError
-from kafkacodec.logdir._layout import TIERED_PARTITION_RE, PartitionFiles, find_partitions
+from kafkacodec.logdir._layout import PartitionFiles, find_partitions, one_copy_per_tier
 from kafkacodec.logdir._txn import TxnState
 from kafkacodec.logdir.partition_log import Notes, PartitionLog, ReadRange, StorageError
 from kafkacodec.logdir.partition_metadata import read_partition_metadata
@@ -69,28 +69,25 @@ class Partition(PartitionLog):
         self.use = use or IndexUse()
         super().__init__(files, self.use, live=True)
         self.index = index
-        # the partition's directories (as URIs): its log directory's, and its tiered-storage
-        # one's when the remote store is served too (`<topic>-<partition>-<topic id>`, local or
-        # on an object store)
-        def tiered(directory: str) -> bool:
-            return TIERED_PARTITION_RE.match(directory.rstrip("/").rsplit("/", 1)[-1]) is not None
-
-        self.directories = sorted({s.storage.uri(s.storage.parent(s.path)) for s in files.segments}, key=tiered)
-        local = [s for s in files.segments if not s.storage.scheme]
-        self.directory = os.path.dirname(local[0].path) if local else ""
+        # followed: the partition's log directory (its tiered segments, remote copies Kafka no
+        # longer changes, are kept as first listed: the broker's __remote_log_metadata, when it
+        # was among the paths, chose them, and an object store is not listed on this thread again)
+        self.tiered = [s for s in files.segments if s.tiered]
+        self.directories = sorted({os.path.dirname(s.path) for s in files.segments if not s.tiered})
+        self.directory = self.directories[0] if self.directories else ""
         self.dir_stamp: tuple[int, ...] | None = None
 
     def refresh(self) -> None:
-        """Follow the directories: new, removed or replaced segments; appends to the last one.
-        StorageError when the files cannot be read.  A remote store (tiered segments Kafka no
-        longer changes) is listed again when a local directory changes."""
+        """Follow the directory: new, removed or replaced segments; appends to the last one.
+        StorageError when the files cannot be read."""
         try:
-            stamp = tuple(os.stat(d).st_mtime_ns if "://" not in d else 0 for d in self.directories)
+            stamp = tuple(os.stat(d).st_mtime_ns for d in self.directories)
             if stamp != self.dir_stamp:
                 self.dir_stamp = stamp
-                parts, _ = find_partitions(list(self.directories))
-                if parts:
-                    self.adopt(parts[0])
+                parts, _ = find_partitions(list(self.directories)) if self.directories else ([], [])
+                files = parts[0] if parts else PartitionFiles(self.topic, self.partition)
+                files.segments = one_copy_per_tier(files.segments + self.tiered)
+                self.adopt(files)
             # the last segment grows; the one before may have taken its last appends
             for seg in self.segments[-2:]:
                 if (seg.active or seg.inode is not None) and seg.refresh():
