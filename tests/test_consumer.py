@@ -282,11 +282,22 @@ def test_coordinator_rings_have_priority(mock):
             part.release()
 
 
+def spread_topic(mock, prefix):
+    """A topic whose 4 partitions have at least 2 leaders: the mock picks each partition's leader
+    at random, so all four land on one broker about once in 27 topics."""
+    for attempt in range(20):
+        topic = f"{prefix}-{attempt}"
+        mock.create_topic(topic)
+        partitions = mock.producer.list_topics(topic, timeout=10).topics[topic].partitions
+        if len({p.leader for p in partitions.values()}) >= 2:
+            return topic
+    raise AssertionError("the mock put every partition of 20 topics on one broker")
+
+
 def test_fewer_ring_bytes_than_brokers_need_mute_instead_of_growing(mock):
     """Several leaders, one ring's worth of pool: connections take turns, the pool never grants
     more than buffer_memory, and every record arrives."""
-    topic = "turns"
-    mock.create_topic(topic)
+    topic = spread_topic(mock, "turns")
     mock.produce(topic, make_records(range(4), 45, "turns"), **{"batch.num.messages": 5})
     expected = mock.consume(topic, range(4), 180)
     with Consumer(mock.bootstrap, buffer_memory=1 << 20, ring_bytes=1 << 20) as consumer:
