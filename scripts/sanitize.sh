@@ -7,6 +7,7 @@
 #                                             pytest-xdist workers, default one per core)
 #   SANITIZE_FUZZ_SECONDS=0 bash scripts/sanitize.sh      no fuzz campaign
 #   bash scripts/sanitize.sh --fuzz-only --fuzz-seconds 600   (what FUZZ_SANITIZE=1 fuzz.sh runs)
+#   bash scripts/sanitize.sh --build-only     the instrumented build alone (.ci/run starts it early)
 #
 # How: KAFKACODEC_SANITIZE=address,undefined (read by setup.py) builds the extensions into
 # build/sanitize-<cc>/ (the in-place build in kafkacodec/ is left alone). CPython itself is not
@@ -24,11 +25,13 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 FUZZ_SECONDS=${SANITIZE_FUZZ_SECONDS:-60}
 FUZZ_ONLY=0
+BUILD_ONLY=0
 PYTEST_ARGS=()
 FUZZ_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --fuzz-only) FUZZ_ONLY=1 ;;
+    --build-only) BUILD_ONLY=1 ;;
     --fuzz-seconds) FUZZ_SECONDS=$2; shift ;;
     --target) FUZZ_ARGS+=(--target "$2"); shift ;;
     --kind) FUZZ_ARGS+=(--kind "$2"); shift ;;
@@ -60,8 +63,19 @@ else
   preload=$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)
 fi
 echo "sanitize: building the core with -fsanitize=$FLAGS ($CC) into $OUT"
-KAFKACODEC_SANITIZE=$FLAGS "$PY" setup.py -q build_ext --build-lib "$OUT" \
-  --build-temp "$OUT-tmp" > "$OUT-build.log" 2>&1 || { tail -40 "$OUT-build.log"; exit 1; }
+# From a copy of the tracked sources (mtimes kept, so a second run finds it up to date): Cython
+# writes its .c files beside the .pyx, and a wheel build may be writing those in the tree meanwhile.
+SRC=$OUT-src
+mkdir -p "$SRC"
+if git -C "$ROOT" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+  git -C "$ROOT" ls-files -z -- setup.py pyproject.toml README.md MANIFEST.in kafkacodec csrc pyspark_kafkalog \
+    | xargs -0 cp -p --parents -t "$SRC"
+else
+  cp -rp setup.py pyproject.toml README.md MANIFEST.in kafkacodec csrc pyspark_kafkalog "$SRC"
+fi
+(cd "$SRC" && KAFKACODEC_SANITIZE=$FLAGS "$PY" setup.py -q build_ext --build-lib "$OUT" \
+  --build-temp "$OUT-tmp") > "$OUT-build.log" 2>&1 || { tail -40 "$OUT-build.log"; exit 1; }
+[ "$BUILD_ONLY" = 1 ] && { echo "sanitize: built"; exit 0; }
 # The pure-Python parts, stubs and markers beside the instrumented extensions.
 (cd kafkacodec && find . \( -name '*.py' -o -name '*.pyi' -o -name 'py.typed' \) -print0 \
   | xargs -0 -I{} cp --parents {} "$OUT/kafkacodec/")
