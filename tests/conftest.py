@@ -31,13 +31,35 @@ SERVICE_MODULES = {"test_serve_upstream", "test_serve_security", "test_serve_lim
                    "test_net_properties", "test_soak", "test_docs_blocks_services"}
 
 
+#: Modules whose tests start Spark in subprocesses (the README's commands) without the marker.
+SPARK_MODULES = {"test_readme"}
+
+
+@pytest.hookimpl(tryfirst=True)      # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        module = getattr(item, "module", None)
+        module = module.__name__.rsplit(".", 1)[-1] if module is not None else ""
         if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.broker)
-        module = getattr(item, "module", None)
-        if module is not None and module.__name__.rsplit(".", 1)[-1] in SERVICE_MODULES:
+        if module in SERVICE_MODULES:
             item.add_marker(pytest.mark.service)
+        # scripts/test.sh runs two workers (-n 2 --dist loadgroup): one takes the tests of the
+        # session's Kafka brokers, one the Spark tests (each JVM kind started once, and never both
+        # on one worker at a time), and the rest is shared out test by test.
+        if item.get_closest_marker("broker"):
+            item.add_marker(pytest.mark.xdist_group("kafka"))
+        elif item.get_closest_marker("spark") or module in SPARK_MODULES:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _children_are_not_xdist_workers():
+    """pytest-xdist marks its workers with PYTEST_XDIST_* variables, which children inherit: a
+    pytest the tests start (the README's benchmark commands) would take itself for a worker
+    (pytest-benchmark then refuses --benchmark-only)."""
+    for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
+        del os.environ[name]
 
 
 @pytest.fixture(scope="session", autouse=True)

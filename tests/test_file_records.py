@@ -199,9 +199,11 @@ def test_a_collection_that_closes_the_file_while_a_record_is_decoded_is_safe(tmp
     assert next(it).headers == (("a", b"1"), ("b", None))
 
     decoded, armed, closed_after = [], [False], []
+    me = threading.get_ident()
 
     def close_on_collect(phase, info):
-        if phase == "start" and armed[0] and not records.closed:
+        # (a collection may run in another thread too, e.g. pytest-xdist's channel thread)
+        if phase == "start" and armed[0] and not records.closed and threading.get_ident() == me:
             closed_after.append(len(decoded))
             records.close()
 
