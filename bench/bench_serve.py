@@ -93,12 +93,13 @@ class ServeProcess:
     checkout; bench_net_ab.py passes another tree) under `python`.  With `listeners` (names of a
     --config file's listeners) their ports are read from the startup lines."""
 
-    def __init__(self, log_dir: Path, *options: str, code: Path = ROOT, python: str = sys.executable,
+    def __init__(self, log_dir: Path | None, *options: str, code: Path = ROOT, python: str = sys.executable,
                  listeners: tuple[str, ...] = ()):
         env = {**os.environ, "PYTHONPATH": str(code)}
         listen = [] if "--config" in options else ["--listen", "127.0.0.1:0"]
+        directories = [] if log_dir is None else [str(log_dir)]    # (None: a gateway, --upstream)
         self.stderr = tempfile.TemporaryFile()        # a pipe nobody reads could fill and block it
-        self.proc = subprocess.Popen([python, "-m", "kafkacodec.cli", "serve", str(log_dir), *listen, *options],
+        self.proc = subprocess.Popen([python, "-m", "kafkacodec.cli", "serve", *directories, *listen, *options],
                                      stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=env, cwd=code)
         line = self.proc.stdout.readline()           # "listening on HOST:PORT"
         if not line.startswith("listening on "):

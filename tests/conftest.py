@@ -84,6 +84,7 @@ def s3_server():
 
 
 from tiered_support import tiered_log, tiered_s3  # noqa: E402,F401  (session fixtures: a partition Kafka tiered)
+from broker_logs import compacted_log, txn_log  # noqa: E402,F401  (session fixtures: directories Kafka wrote)
 
 
 def _broker_fixture(version, **options):

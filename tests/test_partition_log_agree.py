@@ -10,9 +10,10 @@ across segment rolls) bare; with the index files and producer snapshots a broker
 before they were one engine); with lying `.index` and `.timeindex` files; without snapshots; its
 first segment deleted below a log-start checkpoint; and its last segment ending in a partial
 entry (an append in progress; the readers read with mode=DROPMALFORMED).  Directories a real
-broker wrote are compared with the broker's own consumer: a log Kafka compacted (below),
-transactions across rolls with one left open (tests/test_serve_txnindex.py), a partition Kafka
-tiered and deleted locally (tests/test_tiered.py)."""
+broker wrote (tests/broker_logs.py, tests/tiered_support.py) are compared with the broker's own
+consumer: a log Kafka compacted (below), transactions across rolls with one left open
+(tests/test_serve_txnindex.py), a partition Kafka tiered and deleted locally
+(tests/test_tiered.py); tests/test_spark.py reads each of them with Spark too."""
 
 from __future__ import annotations
 
@@ -177,56 +178,12 @@ def test_serve_read_and_the_logdir_reader_agree(corpus, name, capsysbinary):
 
 # --- a directory Kafka compacted -------------------------------------------------------------------
 
-@pytest.mark.broker
-def test_a_log_kafka_compacted_reads_as_its_consumer_reads_it(kafka_broker, tmp_path, capsysbinary):
+def test_a_log_kafka_compacted_reads_as_its_consumer_reads_it(compacted_log, capsysbinary):
     """Kafka's log cleaner removed superseded keys from rolled segments (gaps inside and between
-    segments, `cleaner-offset-checkpoint` written): serve, `kafkacodec read` and the log-dir
-    reader give what the broker's own consumer gives."""
-    import time
-
-    from confluent_kafka import Consumer, Producer, TopicPartition
-
-    topic = "compacted"
-    kafka_broker.create_topic(topic, 1, config={"cleanup.policy": "compact", "segment.bytes": str(1 << 20),
-                                                "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "0"})
-    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "linger.ms": 5, "batch.size": 16384})
-    for i in range(40_000):                                  # 200 keys, each written 200 times
-        producer.produce(topic, key=b"key-%03d" % (i % 200), value=b"%d:" % i + b"v" * 80)
-        if i % 5000 == 0:
-            producer.poll(0)
-    producer.flush(30)
-    part = kafka_broker.log_dir / f"{topic}-0"
-    checkpoint = kafka_broker.log_dir / "cleaner-offset-checkpoint"
-
-    def cleaned_to() -> int | None:
-        lines = checkpoint.read_text().splitlines() if checkpoint.exists() else []
-        return next((int(line.split()[2]) for line in lines if line.startswith(f"{topic} 0 ")), None)
-
-    deadline = time.monotonic() + 60
-    while True:                   # every rolled segment cleaned, no pass under way: the files hold still
-        active = max(int(p.stem) for p in part.glob("*.log"))
-        busy = [p for p in part.iterdir() if p.suffix in (".cleaned", ".swap", ".deleted")]
-        if cleaned_to() == active and not busy:
-            break
-        assert time.monotonic() < deadline, ("the log cleaner never finished", cleaned_to(), active, busy)
-        time.sleep(0.5)
-    root = tmp_path / "logs"
-    shutil.copytree(part, root / part.name)
-    shutil.copy(checkpoint, root)
-
-    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": "compacted-ref",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1]
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    want, deadline = [], time.monotonic() + 60
-    while not want or want[-1][0] < end - 1:
-        assert time.monotonic() < deadline, "the broker's consumer stopped early"
-        for m in consumer.consume(1000, 0.5):
-            if not m.error():
-                want.append((m.offset(), m.key(), m.value()))
-    consumer.close()
-    assert len(want) < 40_000 and want[-1][0] == end - 1      # compacted: keys superseded are gone
-    records = {(topic, 0): want}
+    segments, `cleaner-offset-checkpoint` written; tests/broker_logs.py): serve, `kafkacodec
+    read` and the log-dir reader give what the broker's own consumer gives."""
+    records = {(compacted_log.topic, 0): compacted_log.want["read_uncommitted"]}
+    root = compacted_log.root
     assert _logdir_read(root, "read_uncommitted") == records
     assert _cli_read(root, "read_uncommitted", capsysbinary) == records
     assert _served(root, records, "read_uncommitted") == records

@@ -307,3 +307,36 @@ def test_kafkas_old_java_producers_write_kafka_4_through_the_gateway(kafka_broke
             assert run.returncode == 0, run.stderr[-2000:]
     got = read_cluster(kafka_broker.bootstrap, topic, 80)
     assert [(k, v) for _, k, v, _ in got] == java_rows(40) * 2
+
+
+@pytest.mark.broker
+def test_a_log_append_time_topic_gets_what_kafka_3_9_answered(kafka_broker, kafka_broker_39):
+    """On a topic with message.timestamp.type=LogAppendTime, Kafka 3.9 refuses a message set that
+    carries the LogAppendTime attribute itself and stamps the others with its append time,
+    answering that time.  The gateway asks the Kafka 4 cluster the topic's type (DescribeConfigs)
+    and answers the same sets with the same codes; the records land stamped by the cluster."""
+    from kafkacodec import TimestampType
+
+    topic = "log-append-time"
+    for broker in (kafka_broker, kafka_broker_39):
+        broker.create_topic(topic, 1, config={"message.timestamp.type": "LogAppendTime"})
+    sets = {}
+    for kind in (TimestampType.CREATE_TIME, TimestampType.LOG_APPEND_TIME):
+        for codec in ("none", "gzip"):
+            builder = MemoryRecordsBuilder(magic=1, compression=codec, timestamp_type=kind)
+            builder.append(1_700_000_000_000, b"k", b"%s %s" % (kind.name.encode(), codec.encode()))
+            sets[(kind.name, codec)] = bytes(builder.build())
+    started = time.time() * 1000
+    with Server(upstream=kafka_broker.bootstrap, listen=("127.0.0.1", 0), produce=True) as server:
+        answers = {where: {key: produce_v2(port, topic, data) for key, data in sets.items()}
+                   for where, port in (("kafka 3.9", kafka_broker_39.port), ("gateway", server.port))}
+    codes = {where: {key: a.error_code for key, a in got.items()} for where, got in answers.items()}
+    assert codes["kafka 3.9"][("CREATE_TIME", "none")] == Error.NONE
+    assert codes["kafka 3.9"][("LOG_APPEND_TIME", "none")] == Error.INVALID_TIMESTAMP
+    assert codes["gateway"] == codes["kafka 3.9"]
+    for got in answers.values():
+        for key, answer in got.items():      # Produce v2 answers the append time of a LogAppendTime topic
+            assert (answer.log_append_time_ms >= started) == (answer.error_code == Error.NONE), key
+    accepted = sum(code == Error.NONE for code in codes["gateway"].values())
+    landed = read_cluster(kafka_broker.bootstrap, topic, accepted)
+    assert len(landed) == accepted and all(t >= started for *_, t in landed)   # the cluster's stamp

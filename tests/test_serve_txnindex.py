@@ -7,10 +7,8 @@ hostile bytes too."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import struct
-import time
 from pathlib import Path
 
 import pytest
@@ -22,11 +20,10 @@ from kafkacodec.logdir._layout import find_partitions
 from kafkacodec.logdir.partition_log import PartitionLog
 from kafkacodec.serve.logview import IndexUse
 
+from broker_logs import TXN_TOPIC as TOPIC, offsets
 from serve_support import confluent_read, make_log_dir
 
 pytest.importorskip("confluent_kafka")
-
-TOPIC = "txn-served"
 
 
 def entry(pid: int, first: int, last: int, lso: int, version: int = 0) -> bytes:
@@ -76,56 +73,11 @@ def test_an_invalid_txnindex_falls_back_to_the_walk_and_is_counted_once(tmp_path
 
 # --- a real broker's log directory -------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def broker_log(kafka_broker, tmp_path_factory):
+def broker_log(txn_log):
     """A copy of a partition the broker filled with committed and aborted transactions (some
-    across a segment roll) between plain records, one transaction left open at the end; and
-    what a read_committed consumer gets from the broker."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
-
-    kafka_broker.create_topic(TOPIC, 1, config={"segment.bytes": str(1 << 20)})
-    plain = Producer({"bootstrap.servers": kafka_broker.bootstrap, "linger.ms": 0})
-    txn = Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": "serve-txnindex",
-                    "linger.ms": 0})
-    txn.init_transactions(30)
-    value = os.urandom(100_000)                   # ~0.5 MB per transaction: several rolls
-    for k in range(9):
-        txn.begin_transaction()
-        for j in range(5):
-            txn.produce(TOPIC, key=b"t%d-%d" % (k, j), value=value[j:])
-            plain.produce(TOPIC, key=b"p%d-%d" % (k, j), value=b"plain")
-        txn.flush(30)
-        plain.flush(30)
-        (txn.abort_transaction if k % 3 == 1 else txn.commit_transaction)(30)
-    txn.begin_transaction()
-    txn.produce(TOPIC, key=b"end", value=b"last committed")
-    txn.commit_transaction(30)
-
-    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": "txnindex-ref",
-                         "isolation.level": "read_committed", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(TOPIC, 0, 0)])
-    got, deadline = [], time.monotonic() + 60
-    while not got or got[-1][1] != b"end":        # its COMMIT marker is written after the call returns
-        assert time.monotonic() < deadline, "the broker never served the last committed record"
-        for m in consumer.consume(100, 0.5):
-            assert not m.error(), m.error()
-            got.append((m.offset(), m.key(), m.value()))
-    consumer.close()
-
-    txn.begin_transaction()                       # open at the end: read_committed stops before it
-    txn.produce(TOPIC, key=b"open", value=b"undecided")
-    txn.flush(30)
-
-    part = kafka_broker.log_dir / f"{TOPIC}-0"
-    deadline = time.monotonic() + 30
-    while True:                                   # Kafka snapshots its producers at each roll
-        bases = sorted(int(p.stem) for p in part.glob("*.log"))
-        if all((part / f"{b:020d}.snapshot").exists() for b in bases[1:]):
-            break
-        assert time.monotonic() < deadline, sorted(p.name for p in part.iterdir())
-        time.sleep(0.1)
-    out = tmp_path_factory.mktemp("broker-txn") / "logs"
-    shutil.copytree(part, out / part.name)
-    return out, {(TOPIC, 0): got}, last_stable_offset(kafka_broker.bootstrap)
+    across a segment roll) between plain records, one transaction left open at the end
+    (tests/broker_logs.py); what a read_committed consumer gets from the broker; its LSO."""
+    return txn_log.root, {(TOPIC, 0): txn_log.want["read_committed"]}, txn_log.last_stable
 
 
 def rolled_with_txnindex(root: Path) -> list[Path]:
@@ -133,21 +85,10 @@ def rolled_with_txnindex(root: Path) -> list[Path]:
     return [p.with_suffix(".txnindex") for p in logs[:-1] if p.with_suffix(".txnindex").exists()]
 
 
-def last_stable_offset(bootstrap: str) -> int:
-    """ListOffsets LATEST at read_committed: the last stable offset."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
-    try:
-        return int(consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=10, cached=False)[1])
-    finally:
-        consumer.close()
-
-
 def serve_read(root: Path, want):
     with Server([str(root)], listen=("127.0.0.1", 0)) as srv:
         got = confluent_read(f"127.0.0.1:{srv.port}", want, **{"isolation.level": "read_committed"})
-        lso = last_stable_offset(f"127.0.0.1:{srv.port}")
+        lso = offsets(f"127.0.0.1:{srv.port}", TOPIC, "read_committed")   # the last stable offset
         registry = srv.metrics.registry
         counts = {source: registry.get_sample_value("kafkacodec_serve_txn_segments_total", {"source": source})
                   for source in ("txnindex", "rebuilt")}
@@ -234,30 +175,18 @@ def test_the_logdir_reader_reads_what_the_broker_serves_read_committed(broker_lo
     assert got == want[(TOPIC, 0)]
 
 
-def test_every_reader_gives_what_the_brokers_consumer_gives(broker_log, kafka_broker, capsysbinary):
+def test_every_reader_gives_what_the_brokers_consumer_gives(txn_log, capsysbinary):
     """The one engine (issue 32) on a directory Kafka wrote (transactions across rolls, one left
     open): serve (read by librdkafka), `kafkacodec read` and the log-dir reader give, at both
     isolation levels, the records the broker's own consumer gives."""
     import base64
     import json
 
-    from confluent_kafka import Consumer, TopicPartition
-
     from kafkacodec.cli import main
     from kafkacodec.logdir import plan, read_split
 
-    root, committed, _ = broker_log
-    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": "txnindex-all",
-                         "isolation.level": "read_uncommitted", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(TOPIC, 0, 0)])
-    everything, deadline = [], time.monotonic() + 60
-    while not everything or everything[-1][1] != b"open":       # the open transaction's record is last
-        assert time.monotonic() < deadline, "the broker never served the open transaction's record"
-        for m in consumer.consume(100, 0.5):
-            assert not m.error(), m.error()
-            everything.append((m.offset(), m.key(), m.value()))
-    consumer.close()
-    for level, want in (("read_committed", committed[(TOPIC, 0)]), ("read_uncommitted", everything)):
+    root = txn_log.root
+    for level, want in txn_log.want.items():
         splits, _ = plan(str(root), {"kafka.isolation.level": level})
         assert [row for s in splits for rb in read_split(s, columns=["offset", "key", "value"])
                 for row in zip(*(rb.column(c).to_pylist() for c in ("offset", "key", "value")))] == want, level

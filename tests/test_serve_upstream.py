@@ -615,3 +615,40 @@ def test_read_committed_through_the_gateway_from_kafka_4(kafka_broker):
     with Server(upstream=kafka_broker.bootstrap, listen=("127.0.0.1", 0)) as server:
         assert read_through(server.port, topic, [0, 1], len(committed), "read_committed") == committed
         assert read_through(server.port, topic, [0, 1], len(everything), "read_uncommitted") == everything
+
+
+def test_read_uncommitted_through_the_gateway_passes_an_open_transaction(kafka_broker):
+    """A transaction left open holds the last stable offset back, not the high watermark: Kafka
+    serves read_uncommitted clients (every Fetch v0-3 client is one) up to the high watermark,
+    the open transaction's records and the plain ones after them.  Through the gateway too (its
+    read_uncommitted consumer follows them past the LSO); read_committed ones stop at the LSO."""
+    topic = "gateway-open-transaction"
+    kafka_broker.create_topic(topic, 1)
+    plain = ck.Producer({"bootstrap.servers": kafka_broker.bootstrap, "linger.ms": 0})
+    for i in range(10):
+        plain.produce(topic, value=b"before %d" % i, partition=0)
+    plain.flush(30)
+    txn = ck.Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": "gateway-open",
+                       "linger.ms": 0})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for i in range(5):
+        txn.produce(topic, value=b"open %d" % i, partition=0)
+    txn.flush(30)
+    for i in range(20):
+        plain.produce(topic, value=b"after %d" % i, partition=0)
+    plain.flush(30)
+    try:
+        everything = sorted([(0, b"before %d" % i) for i in range(10)] + [(0, b"open %d" % i) for i in range(5)]
+                            + [(0, b"after %d" % i) for i in range(20)])
+        committed = [(0, b"before %d" % i) for i in range(10)]
+        port = int(kafka_broker.bootstrap.rsplit(":", 1)[1])
+        assert read_through(port, topic, [0], len(everything), "read_uncommitted") == everything   # Kafka itself
+        with Server(upstream=kafka_broker.bootstrap, listen=("127.0.0.1", 0)) as server:
+            assert read_through(server.port, topic, [0], len(committed), "read_committed") == sorted(committed)
+            assert read_through(server.port, topic, [0], len(everything), "read_uncommitted") == everything
+            old = read_kafka_python(server.port, topic, 1, len(everything), (0, 10, 1))    # Fetch v3
+            assert sorted((p, v) for p, _, _, v in old) == everything
+            assert server.view.tail_consumer is not None
+    finally:
+        txn.abort_transaction(30)

@@ -457,6 +457,17 @@ def test_hostile_directories_read_as_the_other_readers_do(spark, tmp_path, name)
         assert _spark_records(df) == expected_records(root, level == "read_committed"), level
 
 
+@pytest.mark.parametrize("level", ["read_uncommitted", "read_committed"])
+def test_directories_a_broker_wrote_read_as_its_consumer_reads_them(spark, txn_log, compacted_log, level):
+    """Directories a real Kafka broker wrote (tests/broker_logs.py: transactions across rolls
+    with one left open; a log its cleaner compacted): what the broker's own consumer reads, as
+    serve, `kafkacodec read` and the log-dir reader give it (tests/test_serve_txnindex.py,
+    tests/test_partition_log_agree.py)."""
+    for log in (txn_log, compacted_log):
+        df = spark.read.format("kafkalog").option("kafka.isolation.level", level).load(str(log.root))
+        assert _spark_records(df) == {(log.topic, 0): log.want[level]}, (log.topic, level)
+
+
 @pytest.mark.broker
 def test_a_tiered_partition_from_local_disk_and_s3(spark, tiered_log, tiered_s3):
     """A partition Kafka tiered (tests/tiered_support.py): its log directory and its remote

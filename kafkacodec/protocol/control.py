@@ -144,10 +144,11 @@ def init_producer_id_request(transactional_id: str | None = None, *,
         "producer_id": -1, "producer_epoch": -1})
 
 
-def describe_configs_request(topics: Iterable[str]) -> Outgoing:
-    """DescribeConfigs (v1+) of every config of these topics, without synonyms."""
+def describe_configs_request(topics: Iterable[str], keys: Iterable[str] | None = None) -> Outgoing:
+    """DescribeConfigs (v1+) of these topics' configs (`keys`, or None: every one), without synonyms."""
+    wanted = None if keys is None else list(keys)
     return Outgoing(messages.DESCRIBE_CONFIGS_REQUEST, {
-        "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": t, "configuration_keys": None}
+        "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": t, "configuration_keys": wanted}
                       for t in topics],
         "include_synonyms": False, "include_documentation": False})
 

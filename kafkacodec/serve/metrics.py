@@ -101,7 +101,7 @@ class ServeMetrics:
         Gauge("kafkacodec_serve_upstream_cached_bytes", "Upstream data kept for clients",
               registry=r).set_function(lambda: view.cached_bytes)
         Gauge("kafkacodec_serve_upstream_partitions", "Upstream partitions clients are reading",
-              registry=r).set_function(lambda: len(view.demanded))
+              registry=r).set_function(lambda: len(view.demanded | view.tail_demanded))
 
     def add_logview(self, view: Any) -> None:
         """Counters of where the log view's transactions and indexes came from (IndexUse)."""

@@ -5,7 +5,12 @@ Kafka 4 closes the connection of a Produce v0-2 (KIP-896).  Here:
   broker appends it (up_convert: LogValidator's rules; the cluster assigns the offsets) and sent
   as one v2 batch with the newest Produce version the leader speaks.  A set Kafka 3.9 refused
   gets the code it answered: CORRUPT_MESSAGE for a checksum, INVALID_RECORD or INVALID_TIMESTAMP
-  for records (up_convert's InvalidRecordError.error_code).
+  for records (up_convert's InvalidRecordError.error_code).  The rules follow the topic's
+  `message.timestamp.type`, asked of the cluster (DescribeConfigs) before a topic's first set
+  and again after TOPIC_CONFIG_TTL_S: a message carrying the LogAppendTime attribute is refused
+  on a LogAppendTime topic (the batch sent is CreateTime all the same: the cluster stamps it,
+  and refuses a batch that claims LogAppendTime).  The other topic rules (timestamp bounds, keys on a compacted topic)
+  the cluster applies itself to the v2 batch, with the same codes.
 - Produce v3+ passes through as it came (batches, producer ids and sequences untouched), and
   InitProducerId without a transactional id is forwarded, so idempotent producers work;
   transactional producers are refused (their coordinator is not bridged).
@@ -23,12 +28,15 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from kafkacodec._types import TimestampType
 from kafkacodec.consumer._cluster import Deadline
 from kafkacodec.errors import (CorruptRecordError, InvalidRecordError, KafkaCodecError,
-                               KafkaTimeoutError, RecordTooLargeError, UnsupportedCompressionError)
+                               KafkaTimeoutError, RecordTooLargeError, UnsupportedCompressionError,
+                               UnsupportedVersionError)
 from kafkacodec.net.connection import FAILED, SHUTDOWN
 from kafkacodec.protocol import control
 from kafkacodec.protocol import messages as m
@@ -50,6 +58,10 @@ UP_CONVERTED_VERSIONS = range(0, 3)
 Part = tuple[str, int, Any, dict[str, Any]]
 #: The Produce versions the gateway sends the cluster (its writer's range).
 FORWARD_VERSIONS = (3, 11)
+#: How long a topic's timestamp type, as the cluster described it, is used before asking again.
+TOPIC_CONFIG_TTL_S = 60.0
+#: The topic config up-conversion follows (LogValidator.validateTimestamp).
+TIMESTAMP_TYPE_CONFIG = "message.timestamp.type"
 
 
 def refusal_code(error: KafkaCodecError) -> int:
@@ -80,6 +92,8 @@ class ProduceForwarder:
         self.server = server
         self.cluster = server.view.consumer.cluster
         self.converter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkacodec-serve-upconvert")
+        #: topic -> (monotonic time it expires, its message.timestamp.type)
+        self.timestamp_types: dict[str, tuple[float, TimestampType]] = {}
 
     def close(self) -> None:
         self.converter.shutdown(wait=False, cancel_futures=True)
@@ -105,6 +119,59 @@ class ProduceForwarder:
             # the request's buffer goes back to the pool
             self._send(req, body, responses, [(t, i, bytes(r), a) for t, i, r, a in admitted])
             return
+        self._with_timestamp_types({topic for topic, *_ in admitted}, functools.partial(
+            self._convert, req, body, responses, admitted))
+
+    def _with_timestamp_types(self, topics: set[str],
+                              then: Any) -> None:
+        """`then({topic: its timestamp type})` on the loop, once the cluster has described the
+        topics not known (or known too long); a topic it could not describe in time is left out.
+        A cluster without DescribeConfigs v1+, or a topic the gateway may not describe: CreateTime
+        (what a topic is unless set otherwise), and a warning."""
+        now = time.monotonic()
+        known = {t: entry[1] for t in topics if (entry := self.timestamp_types.get(t)) and entry[0] > now}
+        missing = sorted(topics - known.keys())
+        if not missing:
+            then(known)
+            return
+
+        def described(value: Any, error: BaseException | None) -> None:
+            found: dict[str, TimestampType] = {}
+            if error is None:
+                for result in value.results:
+                    if result.error_code != Error.NONE:
+                        log.warning("the cluster does not describe topic %s (%s): its messages are "
+                                    "up-converted as CreateTime ones", result.resource_name,
+                                    result.error_message or Error.name_of(result.error_code))
+                    setting = next((c.value for c in result.configs if c.name == TIMESTAMP_TYPE_CONFIG), None)
+                    found[result.resource_name] = (TimestampType.LOG_APPEND_TIME if setting == "LogAppendTime"
+                                                   else TimestampType.CREATE_TIME)
+            elif isinstance(error, UnsupportedVersionError):
+                log.warning("the cluster has no DescribeConfigs v1+: messages are up-converted as "
+                            "CreateTime ones")
+                found = dict.fromkeys(missing, TimestampType.CREATE_TIME)
+            else:
+                log.warning("DescribeConfigs of %s failed: %s", ", ".join(missing), error)
+            expires = time.monotonic() + TOPIC_CONFIG_TTL_S
+            for topic, kind in found.items():
+                self.timestamp_types[topic] = (expires, kind)
+            then({**known, **{t: found[t] for t in missing if t in found}})
+
+        outgoing = control.describe_configs_request(missing, [TIMESTAMP_TYPE_CONFIG])
+        self.cluster.call_async(None, ApiKey.DESCRIBE_CONFIGS, control.request_encoder(outgoing, "kafkacodec-serve"),
+                                control.response_decoder(ApiKey.DESCRIBE_CONFIGS), described,
+                                deadline=Deadline("describe_configs", self.cluster.request_timeout),
+                                max_version=control.MAX_VERSIONS[ApiKey.DESCRIBE_CONFIGS], min_version=1)
+
+    def _convert(self, req: Request, body: dict[str, Any], responses: list[dict[str, Any]],
+                 admitted: list[Part], timestamp_types: dict[str, TimestampType]) -> None:
+        """On the loop: the sets up-converted on the converter thread, then sent; a set of a
+        topic whose timestamp type is not known gets REQUEST_TIMED_OUT (the client retries)."""
+        if req.conn.closed:
+            return
+        for _, _, _, answer in (part for part in admitted if part[0] not in timestamp_types):
+            answer["error_code"] = Error.REQUEST_TIMED_OUT
+        admitted = [part for part in admitted if part[0] in timestamp_types]
 
         def send(done: Future[list[Part]]) -> None:          # on the loop
             try:
@@ -119,7 +186,7 @@ class ProduceForwarder:
                 self.server.loop.call_soon_threadsafe(lambda: send(done))
 
         try:
-            self.converter.submit(self._up_converted, req, admitted).add_done_callback(converted)
+            self.converter.submit(self._up_converted, req, admitted, timestamp_types).add_done_callback(converted)
         except RuntimeError:                     # shut down: the server is stopping
             req.conn.close("server stopped", SHUTDOWN)
 
@@ -135,7 +202,7 @@ class ProduceForwarder:
         return Error.NONE
 
     @staticmethod
-    def _up_converted(req: Request, admitted: list[Part]) -> list[Part]:
+    def _up_converted(req: Request, admitted: list[Part], timestamp_types: dict[str, TimestampType]) -> list[Part]:
         """On the converter thread: each message set as one v2 batch; a refused one gets its
         code in its answer (nobody else touches it meanwhile: the connection is muted)."""
         from kafkacodec import up_convert
@@ -143,6 +210,11 @@ class ProduceForwarder:
         out = []
         for topic, partition, records, answer in admitted:
             try:
+                if timestamp_types[topic] == TimestampType.LOG_APPEND_TIME:
+                    # Kafka 3.9's rules for the topic (a LogAppendTime attribute refused, no time
+                    # bounds); the batch itself goes as CreateTime, the cluster stamps it (it
+                    # refuses a v2 batch that claims LogAppendTime as it refuses the message)
+                    up_convert(records, timestamp_type=TimestampType.LOG_APPEND_TIME)
                 out.append((topic, partition, up_convert(records).records, answer))
             except KafkaCodecError as exc:
                 log.info("Produce v%d to %s-%d from %s refused: %s", req.api_version, topic,

@@ -41,9 +41,14 @@ bounds are loaded before the server listens (the loop is not running yet).
   answers (and other control answers) up to its ring's size (`receive_message_max_bytes` =
   buffer_memory / 4, at least 1 MiB) instead of the consumer's 1 MiB default.
 
-Limitations: read_committed fetches are answered up to the cluster's last stable offset, but
-without the list of aborted transactions (old clients cannot ask for read_committed; new ones
-can consume the cluster directly).  By-timestamp ListOffsets answers carry timestamp -1.
+- Isolation: the consumer above reads read_committed (every batch up to the last stable offset,
+  the aborted ones named).  A read_uncommitted client past the last stable offset (an open
+  transaction holds it back, while the high watermark moves on: Fetch v0-3 clients are all
+  read_uncommitted) is followed by a second consumer, started on the first such demand, that
+  reads read_uncommitted from there: its chunks (the *tail*) serve read_uncommitted fetches
+  only, as a broker serves them up to the high watermark.
+
+By-timestamp ListOffsets answers carry timestamp -1.
 """
 
 from __future__ import annotations
@@ -78,6 +83,8 @@ IDLE_S = 60.0
 FRESH_S = 1.0
 #: how often the gateway follows the clients' demand when nothing else brings it round
 FOLLOW_S = 0.05
+#: the two upstream consumers: read_committed (every client below the LSO), read_uncommitted (past it)
+COMMITTED, TAIL = "committed", "tail"
 #: how long upstream fetching rests after a fetch failure that names no partition
 FETCH_FAILURE_BACKOFF_S = 0.1
 
@@ -123,6 +130,18 @@ class ChunkRange:
     first_size: int
 
 
+class _Follow:
+    """What one upstream consumer holds of a partition: its chunks, in offset order, and the
+    offset clients want next from it."""
+
+    __slots__ = ("chunks", "demand", "demand_at")
+
+    def __init__(self) -> None:
+        self.chunks: list[_Chunk] = []
+        self.demand: int | None = None
+        self.demand_at = 0.0
+
+
 class UpstreamPartition:
     """A partition of the upstream cluster as the fetch path sees it (logview.Partition's
     interface), filled by the view's upstream callbacks on the same loop."""
@@ -136,11 +155,13 @@ class UpstreamPartition:
         self.log_start = 0
         self.log_end = 0
         self.stable = 0
-        self.chunks: list[_Chunk] = []
-        self.demand: int | None = None         # the offset clients want next
-        self.demand_at = 0.0
+        self.committed = _Follow()             # the read_committed consumer's: up to the LSO
+        self.tail = _Follow()                  # the read_uncommitted one's: past the LSO
         self.out_of_range_at = -1              # the last demand the cluster said is out of range
         self.refused_at = 0.0                  # ...and when
+
+    def follow(self, side: str) -> _Follow:
+        return self.tail if side == TAIL else self.committed
 
     # --- the fetch path's interface -----------------------------------------------------------
     def refresh(self) -> None:
@@ -153,13 +174,14 @@ class UpstreamPartition:
         heard, until the cluster answers."""
         if offset < self.log_start:
             return False
+        side = TAIL if offset > self.stable else COMMITTED      # (only read_uncommitted passes the LSO)
         if offset <= self.log_end:
             if offset == self.log_end:
-                self._want(offset)
+                self._want(offset, side)
             return True
         if offset == self.out_of_range_at and time.monotonic() - self.refused_at < FRESH_S:
             return False
-        self._want(offset)
+        self._want(offset, side)
         return None
 
     def last_stable_offset(self) -> int:
@@ -170,7 +192,7 @@ class UpstreamPartition:
         what a broker lists for a read_committed fetch (each aborted batch names its producer
         from its base offset on; the client drops that producer's transactional batches until
         its ABORT marker, which the chunks hold too)."""
-        return [(pid, first) for chunk in self.chunks if chunk.start < end and chunk.next_offset > start
+        return [(pid, first) for chunk in self.committed.chunks if chunk.start < end and chunk.next_offset > start
                 for pid, first, last in chunk.aborted if last >= start and first < end]
 
     @staticmethod
@@ -182,16 +204,19 @@ class UpstreamPartition:
 
     def read(self, offset: int, max_bytes: int, min_one: bool, upper: int) -> ChunkRange | None:
         """logview.Partition.read over the chunks; None (and the offset demanded) when no chunk
-        holds it yet."""
+        holds it yet.  A read up to the LSO (read_committed) takes the read_committed consumer's
+        chunks only (they name the aborted batches); a read past it, the tail's too."""
+        uncommitted = upper > self.stable
+        chunks = self.committed.chunks + self.tail.chunks if uncommitted else self.committed.chunks
         at = offset
-        for chunk in self.chunks:
+        for chunk in sorted(chunks, key=lambda c: c.start) if uncommitted else chunks:
             if not chunk.start <= at < chunk.next_offset:
                 continue
             i = int(np.searchsorted(chunk.lasts, at, side="left"))
             if i == len(chunk.lasts):          # nothing at or after `at` here: the next chunk
                 at = chunk.next_offset
                 continue
-            self._want(offset)
+            self._want(offset, TAIL if uncommitted and offset >= self.stable else COMMITTED)
             position = int(chunk.positions[i])
             j = int(np.searchsorted(chunk.lasts, upper, side="left"))   # entries ending below upper
             limit = int(chunk.positions[j]) if j < len(chunk.lasts) else chunk.nbytes
@@ -202,7 +227,7 @@ class UpstreamPartition:
             if min_one:
                 size = max(size, min(first_size, limit - position))
             return ChunkRange(chunk, position, size, first_size)
-        self._want(at)
+        self._want(at, TAIL if uncommitted and at >= self.stable else COMMITTED)
         return None
 
     def list_offset(self, timestamp: int, committed: bool, on_done: Done) -> None:
@@ -222,11 +247,13 @@ class UpstreamPartition:
         view.consumer.list_offsets_async([tp], timestamp, found,
                                          deadline=Deadline("list_offsets", view.timeout))
 
-    def _want(self, offset: int) -> None:
-        changed = self.demand != offset or self not in self.view.demanded
-        self.demand = offset
-        self.demand_at = time.monotonic()
-        self.view.demanded.add(self)
+    def _want(self, offset: int, side: str = COMMITTED) -> None:
+        follow = self.follow(side)
+        demanded = self.view.demanded if side == COMMITTED else self.view.tail_demanded
+        changed = follow.demand != offset or self not in demanded
+        follow.demand = offset
+        follow.demand_at = time.monotonic()
+        demanded.add(self)
         if changed:
             self.view.soon()                  # follow it upstream now, not at the next tick
 
@@ -239,7 +266,8 @@ class UpstreamPartition:
             self.stable = stable if stable >= 0 else log_end
 
     def close(self) -> None:
-        self.chunks = []
+        self.committed.chunks = []
+        self.tail.chunks = []
 
 
 class UpstreamTopic:
@@ -255,16 +283,13 @@ class UpstreamTopic:
 
 class UpstreamView:
     """The cluster's topics and partitions (logview.LogView's interface), fed on `loop` (the
-    server's) by one Consumer.  Topics and bounds are loaded before the constructor returns (it
+    server's) by one Consumer (two once a read_uncommitted client reads past an LSO).  Topics and bounds are loaded before the constructor returns (it
     runs the loop until then: call it before the loop runs elsewhere); UpstreamError when the
     cluster cannot be reached within `timeout` seconds."""
 
     def __init__(self, bootstrap: str, *, loop: Loop, buffer_memory: int, cache_memory: int,
                  metadata_interval_s: float = 5.0, timeout: float = 30.0,
                  client_id: str = "kafkacodec-serve", security: Any = None):
-        from kafkacodec.consumer import Consumer
-        from kafkacodec.consumer._cluster import DEFAULT_RECEIVE_MESSAGE_MAX_BYTES
-
         self.bootstrap = bootstrap
         self.loop = loop
         self.timeout = timeout
@@ -273,8 +298,9 @@ class UpstreamView:
         self.topics: dict[str, UpstreamTopic] = {}
         self.by_id: dict[uuid.UUID, UpstreamTopic] = {}
         self.cluster_id: str | None = None
-        self.demanded: set[UpstreamPartition] = set()
-        self._lru: OrderedDict[int, tuple[UpstreamPartition, _Chunk]] = OrderedDict()
+        self.demanded: set[UpstreamPartition] = set()        # by the read_committed consumer
+        self.tail_demanded: set[UpstreamPartition] = set()   # by the read_uncommitted one
+        self._lru: OrderedDict[int, tuple[UpstreamPartition, _Follow, _Chunk]] = OrderedDict()
         self._cached = 0
         self._metadata_due = 0.0
         self._loading = False                    # a Metadata reload is running
@@ -282,18 +308,15 @@ class UpstreamView:
         self._soon = False                       # a pass is scheduled for this loop iteration
         self._timer: Any = None
         self._watch: int | None = None
+        self._tail_watch: int | None = None
+        self.tail_consumer: Any = None           # started on the first demand past an LSO
+        self._consumer_args = dict(buffer_memory=buffer_memory, client_id=client_id, security=security)
         self.closed = False
         # read_committed with control batches: every batch up to the last stable offset, the
         # aborted ones named (the consumer core's decisions, from the cluster's aborted lists or
         # the markers it reads itself), so read_committed clients are told exactly what the
         # cluster would tell them
-        self.consumer = Consumer(bootstrap, buffer_memory=buffer_memory, client_id=client_id,
-                                 control_batches=True, auto_offset_reset="none",
-                                 isolation_level="read_committed",
-                                 fetch_max_wait_ms=200, request_timeout=timeout, loop=loop,
-                                 security=security,
-                                 receive_message_max_bytes=max(DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
-                                                               buffer_memory // 4))
+        self.consumer = self._new_consumer("read_committed")
         cluster = self.consumer.cluster
         try:
             deadline = Deadline("load_metadata", timeout)
@@ -303,6 +326,27 @@ class UpstreamView:
             raise self.failure(exc) from exc
         self._watch = cluster.watch(self._pass)     # after every batch of upstream answers
         self._timer = loop.call_later(FOLLOW_S, self._tick)
+
+    def _new_consumer(self, isolation_level: str) -> Any:
+        from kafkacodec.consumer import Consumer
+        from kafkacodec.consumer._cluster import DEFAULT_RECEIVE_MESSAGE_MAX_BYTES
+
+        args = self._consumer_args
+        return Consumer(self.bootstrap, buffer_memory=args["buffer_memory"], client_id=args["client_id"],
+                        control_batches=True, auto_offset_reset="none", isolation_level=isolation_level,
+                        fetch_max_wait_ms=200, request_timeout=self.timeout, loop=self.loop,
+                        security=args["security"],
+                        receive_message_max_bytes=max(DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
+                                                      args["buffer_memory"] // 4))
+
+    def _consumer(self, side: str) -> Any:
+        """The consumer of `side`; the read_uncommitted one is started on first use."""
+        if side == COMMITTED:
+            return self.consumer
+        if self.tail_consumer is None:
+            self.tail_consumer = self._new_consumer("read_uncommitted")
+            self._tail_watch = self.tail_consumer.cluster.watch(self._pass)
+        return self.tail_consumer
 
     # --- what the server asks -------------------------------------------------------------------
     def refresh(self) -> None:
@@ -335,6 +379,10 @@ class UpstreamView:
         if self._watch is not None:
             self.consumer.cluster.unwatch(self._watch)
         self.consumer.close()
+        if self.tail_consumer is not None:
+            if self._tail_watch is not None:
+                self.tail_consumer.cluster.unwatch(self._tail_watch)
+            self.tail_consumer.close()
         for t in self.topics.values():
             for p in t.partitions.values():
                 p.close()
@@ -360,16 +408,21 @@ class UpstreamView:
         now = time.monotonic()
         if now >= self._metadata_due and not self._loading:
             self._reload_metadata()
-        self._follow_demand(now)
+        self._follow_demand(now, COMMITTED)
+        if self.tail_demanded:
+            self._follow_demand(now, TAIL)
         if now < self._fetch_rest_until:
             return
-        try:
-            parts = self.consumer.poll(0)
-        except Exception as exc:
-            self._fetch_failed(exc)
-            return
-        for part in parts:
-            self._keep(part)
+        for side, consumer in ((COMMITTED, self.consumer), (TAIL, self.tail_consumer)):
+            if consumer is None:
+                continue
+            try:
+                parts = consumer.poll(0)
+            except Exception as exc:
+                self._fetch_failed(exc, side)
+                continue
+            for part in parts:
+                self._keep(part, side)
 
     def _reload_metadata(self) -> None:
         self._loading = True
@@ -444,23 +497,26 @@ class UpstreamView:
             self.consumer.list_offsets_async(tps, timestamp, functools.partial(got, timestamp),
                                              deadline=deadline)
 
-    def _follow_demand(self, now: float) -> None:
-        """Assign, seek, pause, resume and drop partitions after what clients fetch (none of
-        which waits: an offset is assigned at once, its leader learnt by the consumer)."""
-        consumer = self.consumer
+    def _follow_demand(self, now: float, side: str) -> None:
+        """Assign, seek, pause, resume and drop partitions after what clients fetch from one
+        consumer (none of which waits: an offset is assigned at once, its leader learnt by the
+        consumer)."""
+        consumer = self._consumer(side)
+        demanded = self.demanded if side == COMMITTED else self.tail_demanded
         assigned = set(consumer.assignment())
-        for part in list(self.demanded):
+        for part in list(demanded):
             tp = (part.topic, part.index)
-            if now - part.demand_at > IDLE_S:
-                self.demanded.discard(part)
+            follow = part.follow(side)
+            if now - follow.demand_at > IDLE_S:
+                demanded.discard(part)
                 if tp in assigned:
                     consumer.unassign([tp])
-                self._drop(part)
+                self._drop(part, follow)
                 continue
-            demand = part.demand
+            demand = follow.demand
             if demand is None:
                 continue
-            chunks = part.chunks
+            chunks = follow.chunks
             refused = demand == part.out_of_range_at and now - part.refused_at < FRESH_S
             if tp not in assigned:
                 if refused:                    # the client hears OFFSET_OUT_OF_RANGE first
@@ -487,7 +543,7 @@ class UpstreamView:
                 log.info("upstream assign of %s-%d: %s", tp[0], tp[1], error)
         return done
 
-    def _fetch_failed(self, exc: Exception) -> None:
+    def _fetch_failed(self, exc: Exception, side: str) -> None:
         topic, index = getattr(exc, "topic", None), getattr(exc, "partition", None)
         part = self.partition(topic, index) if topic is not None and index is not None else None
         if part is None:
@@ -497,9 +553,10 @@ class UpstreamView:
         code = getattr(exc, "error_code", None)
         log.info("upstream fetch of %s-%d: %s", topic, index, exc)
         tp = (part.topic, part.index)
-        self.consumer.unassign([tp])
+        self._consumer(side).unassign([tp])
+        demand = part.follow(side).demand
         if code == Error.OFFSET_OUT_OF_RANGE:  # the client hears it
-            part.out_of_range_at = part.demand if part.demand is not None else -1
+            part.out_of_range_at = demand if demand is not None else -1
             part.refused_at = time.monotonic()
 
         def bounded(_: Any, error: BaseException | None) -> None:
@@ -508,12 +565,13 @@ class UpstreamView:
 
         self._load_bounds([tp], self.topics, Deadline("load_bounds", self.timeout), bounded)
 
-    def _keep(self, fetched: Any) -> None:
-        """Copy a FetchedPartition out of the ring into a chunk, release it."""
+    def _keep(self, fetched: Any, side: str) -> None:
+        """Copy a FetchedPartition out of the ring into a chunk of `side`, release it."""
         with fetched:
             part = self.partition(fetched.topic, fetched.partition)
             if part is None:
                 return
+            follow = part.follow(side)
             part.set_bounds(fetched.log_start_offset, fetched.high_watermark, fetched.last_stable_offset)
             part.out_of_range_at = -1
             if fetched.next_offset <= fetched.start_offset:
@@ -523,25 +581,25 @@ class UpstreamView:
                            f"upstream {fetched.topic}-{fetched.partition}@{fetched.start_offset}",
                            list(fetched.dropped))
         # a seek backwards drops what no longer continues from the new chunk
-        part.chunks = [c for c in part.chunks
-                       if c.next_offset <= chunk.start or c.start >= chunk.next_offset] + [chunk]
-        part.chunks.sort(key=lambda c: c.start)
-        self._lru[id(chunk)] = (part, chunk)
+        follow.chunks = [c for c in follow.chunks
+                         if c.next_offset <= chunk.start or c.start >= chunk.next_offset] + [chunk]
+        follow.chunks.sort(key=lambda c: c.start)
+        self._lru[id(chunk)] = (part, follow, chunk)
         self._cached += chunk.nbytes
         while self._cached > self.cache_memory and len(self._lru) > 1:
-            _, (owner, old) = self._lru.popitem(last=False)
+            _, (_, owner, old) = self._lru.popitem(last=False)
             if old in owner.chunks:
                 owner.chunks = [c for c in owner.chunks if c is not old]
             self._cached -= old.nbytes
-        live = {id(c) for c in part.chunks}
-        for key in [k for k, (owner, _) in self._lru.items() if owner is part and k not in live]:
-            self._cached -= self._lru.pop(key)[1].nbytes
+        live = {id(c) for c in follow.chunks}
+        for key in [k for k, (_, owner, _) in self._lru.items() if owner is follow and k not in live]:
+            self._cached -= self._lru.pop(key)[2].nbytes
 
-    def _drop(self, part: UpstreamPartition) -> None:
-        for chunk in part.chunks:
+    def _drop(self, part: UpstreamPartition, follow: _Follow) -> None:
+        for chunk in follow.chunks:
             if self._lru.pop(id(chunk), None) is not None:
                 self._cached -= chunk.nbytes
-        part.chunks = []
+        follow.chunks = []
 
 
 class UpstreamOffsetStore:
