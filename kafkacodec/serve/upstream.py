@@ -207,16 +207,18 @@ class UpstreamPartition:
         holds it yet.  A read up to the LSO (read_committed) takes the read_committed consumer's
         chunks only (they name the aborted batches); a read past it, the tail's too."""
         uncommitted = upper > self.stable
-        chunks = self.committed.chunks + self.tail.chunks if uncommitted else self.committed.chunks
+        chunks = self.committed.chunks
+        if uncommitted and self.tail.chunks:
+            chunks = sorted(chunks + self.tail.chunks, key=lambda c: c.start)
         at = offset
-        for chunk in sorted(chunks, key=lambda c: c.start) if uncommitted else chunks:
+        for chunk in chunks:
             if not chunk.start <= at < chunk.next_offset:
                 continue
             i = int(np.searchsorted(chunk.lasts, at, side="left"))
             if i == len(chunk.lasts):          # nothing at or after `at` here: the next chunk
                 at = chunk.next_offset
                 continue
-            self._want(offset, TAIL if uncommitted and offset >= self.stable else COMMITTED)
+            self._want(offset, self._side(uncommitted, offset))
             position = int(chunk.positions[i])
             j = int(np.searchsorted(chunk.lasts, upper, side="left"))   # entries ending below upper
             limit = int(chunk.positions[j]) if j < len(chunk.lasts) else chunk.nbytes
@@ -227,8 +229,12 @@ class UpstreamPartition:
             if min_one:
                 size = max(size, min(first_size, limit - position))
             return ChunkRange(chunk, position, size, first_size)
-        self._want(at, TAIL if uncommitted and at >= self.stable else COMMITTED)
+        self._want(at, self._side(uncommitted, at))
         return None
+
+    def _side(self, uncommitted: bool, offset: int) -> str:
+        """The consumer that fetches `offset` for a read: the tail's past the LSO."""
+        return TAIL if uncommitted and offset >= self.stable else COMMITTED
 
     def list_offset(self, timestamp: int, committed: bool, on_done: Done) -> None:
         """ListOffsets asked of the cluster: `on_done((timestamp, offset) or None, None)` (None:
