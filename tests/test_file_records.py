@@ -3,8 +3,10 @@ slices, and what closing does to batches and views."""
 
 import gc
 import struct
+import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -183,6 +185,38 @@ def test_close_while_another_thread_reads_without_the_gil_is_safe(tmp_path, log,
         assert results in ([complete], ["released"])
 
 
+def _close_in_a_collection(path):
+    """Decode `path` with a gc callback that closes it; runs in a child with no other threads,
+    so every collection comes from this thread's own allocations."""
+    records = FileRecords.open(path)
+    it = records.records()
+    assert next(it).headers == (("a", b"1"), ("b", None))
+    decoded, armed, closed_after = [], [False], []
+
+    def close_on_collect(phase, info):
+        if phase == "start" and armed[0] and not records.closed:
+            closed_after.append(len(decoded))
+            records.close()
+
+    gc.callbacks.append(close_on_collect)
+    gc.set_threshold(1)
+    try:
+        with pytest.raises(BufferReleasedError):
+            for record in it:
+                armed[0] = False
+                decoded.append((record.value, record.headers))
+                armed[0] = True            # the next collection comes from next(it)
+    finally:
+        gc.callbacks.remove(close_on_collect)
+    # closed while decoding record n+1, which still came out whole
+    assert records.closed and len(decoded) == closed_after[0] + 1
+    assert all(item == (b"v" * 50, (("a", b"1"), ("b", None))) for item in decoded)
+    del record
+    gc.collect()
+    assert _mapped(path) in (False, None)
+    print("closed after", closed_after[0])
+
+
 def test_a_collection_that_closes_the_file_while_a_record_is_decoded_is_safe(tmp_path):
     # Records are decoded in place, one per next().  Header tuples are GC-tracked, so making
     # them can run a collection and with it any finaliser: here one closes the file.  The
@@ -194,37 +228,14 @@ def test_a_collection_that_closes_the_file_while_a_record_is_decoded_is_safe(tmp
         b.append(i, timestamp=i, key=b"k", value=b"v" * 50, headers=[("a", b"1"), ("b", None)])
     path = tmp_path / "headers.log"
     path.write_bytes(bytes(b.build()))
-    records = FileRecords.open(path)
-    it = records.records()
-    assert next(it).headers == (("a", b"1"), ("b", None))
-
-    decoded, armed, closed_after = [], [False], []
-    me = threading.get_ident()
-
-    def close_on_collect(phase, info):
-        # (a collection may run in another thread too, e.g. pytest-xdist's channel thread)
-        if phase == "start" and armed[0] and not records.closed and threading.get_ident() == me:
-            closed_after.append(len(decoded))
-            records.close()
-
-    threshold = gc.get_threshold()
-    gc.callbacks.append(close_on_collect)
-    gc.set_threshold(1)
-    try:
-        with pytest.raises(BufferReleasedError):
-            for record in it:
-                armed[0] = False
-                decoded.append((record.value, record.headers))
-                armed[0] = True            # the next collection comes from next(it)
-    finally:
-        gc.callbacks.remove(close_on_collect)
-        gc.set_threshold(*threshold)
-    # closed while decoding record n+1, which still came out whole
-    assert records.closed and len(decoded) == closed_after[0] + 1
-    assert all(item == (b"v" * 50, (("a", b"1"), ("b", None))) for item in decoded)
-    del record
-    gc.collect()
-    assert _mapped(path) in (False, None)
+    # In a child: a test runner's own threads (pytest-xdist's channel) collect too.
+    child = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+         "import test_file_records as t; t._close_in_a_collection(sys.argv[2])",
+         str(Path(__file__).parent), str(path)],
+        capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.startswith("closed after ")
 
 
 def test_sample_segments_read_like_memory_records(tmp_path):
