@@ -13,6 +13,7 @@ Workload (issue 6 target): uncompressed v2, 100-byte values, 1000 records per ba
 codec variants show where decompression takes over.
 """
 
+import os
 import struct
 import sys
 import time
@@ -26,7 +27,7 @@ from kafka.record import MemoryRecords as KpMemoryRecords
 from kafkacodec import MemoryRecords
 from kafkacodec._arrow import ArrowDecoder
 
-RECORDS = 200_000
+RECORDS = int(os.environ.get("KC_BENCH_RECORDS", "200000"))   # smaller in smoke runs
 PER_BATCH = 1_000
 CODECS = {"none": 0, "lz4": 3, "zstd": 4}
 

@@ -8,6 +8,8 @@ extra_info["library"] or the parameter id as the implementation):
   extra_info["items"]          records processed per round (for records/s)
 Data is made once per session, with kafka-python (an independent writer), deterministically.
 KC_BENCH_MB scales the big-buffer workloads (default 64 MB; the issue's figure is 256).
+KC_BENCH_RECORDS shrinks the record workloads for smoke runs (`report.py --quick`; default 100,000:
+the groups keep their "100k" names).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from importlib import metadata
 import pytest
 
 SCALE_MB = int(os.environ.get("KC_BENCH_MB", "64"))
-N_RECORDS = 100_000
+N_RECORDS = int(os.environ.get("KC_BENCH_RECORDS", "100000"))
 PER_BATCH = 1_000
 KEY_SIZE, VALUE_SIZE = 10, 100
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}

@@ -42,7 +42,7 @@ DEFAULT_OUT = ROOT / "docs" / "results.md"
 JAVA_BEGIN, JAVA_END = "<!-- kafka-java:begin -->", "<!-- kafka-java:end -->"
 
 
-QUICK_ENV = {"KC_BENCH_MB": "1", "KAFKACODEC_BENCH_SHALLOW_MB": "1"}
+QUICK_ENV = {"KC_BENCH_MB": "1", "KAFKACODEC_BENCH_SHALLOW_MB": "1", "KC_BENCH_RECORDS": "10000"}
 QUICK_PYTEST = ["--benchmark-min-rounds=1", "--benchmark-max-time=0", "--benchmark-warmup=off",
                 "-k", "not gzip and not snappy"]
 QUICK_MODULES = ["bench_decode.py", "bench_arrow.py", "bench_build.py", "bench_downconvert.py"]

@@ -343,8 +343,8 @@ def test_convert_round_trip_is_exact_and_keeps_unrelated_files(spark, source, tm
     assert main(["spark", "convert", "--no-progress", str(source), str(source / "inside")]) == 2
 
 
-AUTO_REGISTRATION = r"""
-import os, sys
+FRESH_SESSION_JOB = r"""
+import sys
 from pyspark.sql import SparkSession
 spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
          .config("spark.sql.session.timeZone", "UTC").getOrCreate())
@@ -354,39 +354,6 @@ df = spark.read.format("kafkalog").load(src)                  # no register(spar
 n = df.count()
 df.write.format("kafkalog").mode("append").save(out)
 print("rows", n, spark.read.format("kafkalog").load(out).count())
-spark.stop()
-"""
-
-
-def test_kafkalog_is_registered_in_a_fresh_session(source, tmp_path):
-    """pyspark_kafkalog ships beside kafkacodec and PySpark 4 registers its DefaultSource."""
-    import importlib.util
-    import subprocess
-
-    spec = importlib.util.find_spec("pyspark_kafkalog")
-    assert spec is not None and spec.origin is not None
-    assert Path(spec.origin).parents[1] == Path(kafkacodec.__file__).parents[1]      # same install
-    from pyspark.sql.datasource import DataSource
-
-    import pyspark_kafkalog
-
-    assert issubclass(pyspark_kafkalog.DefaultSource, DataSource) and pyspark_kafkalog.DefaultSource.name() == "kafkalog"
-    env = {**os.environ, "PYTHONPATH": PACKAGE_PARENT, "SPARK_LOCAL_IP": "127.0.0.1",
-           "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    expected = sum(len(rows) for rows in rows_by_partition(source).values())
-    result = subprocess.run([sys.executable, "-c", AUTO_REGISTRATION, str(source / "orders-0"), str(tmp_path / "out")],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    n = len(rows_by_partition(source, drop_aborted=False)[("orders", 0)])       # read_uncommitted
-    assert n < expected and f"rows {n} {n}" in result.stdout
-
-
-UNACTIVATED_VENV_JOB = """
-import sys
-from pyspark.sql import SparkSession
-spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
-spark.sparkContext.setLogLevel("ERROR")
-print("rows", spark.read.format("kafkalog").load(sys.argv[1]).count())
 from kafkacodec.errors import MisuseError
 from kafkacodec.spark import validate
 try:
@@ -436,31 +403,47 @@ def test_spark_pth_names_the_driver_only_from_a_venv_that_is_not_activated(tmp_p
     assert driver(PYSPARK_DRIVER_PYTHON="/opt/py/bin/python") == "/opt/py/bin/python"
 
 
-def test_kafkalog_from_a_venv_that_is_not_activated(source, tmp_path):
-    """The installed wheel's venv, run by path with no venv activated and no PYSPARK_PYTHON
-    (python3 on PATH is the base interpreter, without kafkacodec): `format("kafkalog")` reads
-    the log (kafkacodec-spark.pth), and the mapInArrow functions, which Spark runs in python3,
-    refuse before the job with the interpreter and the setting to change."""
+def test_kafkalog_in_a_fresh_session_from_a_venv_that_is_not_activated(source, tmp_path):
+    """One fresh session (a Spark JVM is the slow part): pyspark_kafkalog ships beside
+    kafkacodec and PySpark 4 registers its DefaultSource, so `format("kafkalog")` reads and
+    writes with no register(spark).  Run as the installed wheel's venv is, by path with no venv
+    activated and no PYSPARK_PYTHON (python3 on PATH is the base interpreter, without
+    kafkacodec): kafkacodec-spark.pth names the driver, and the mapInArrow functions, which
+    Spark runs in python3, refuse before the job with the interpreter and the setting to change.
+    From a source checkout (no wheel installed) the session gets PYTHONPATH instead."""
+    import importlib.util
     import site
     import subprocess
 
+    from pyspark.sql.datasource import DataSource
+
+    import pyspark_kafkalog
+
+    spec = importlib.util.find_spec("pyspark_kafkalog")
+    assert spec is not None and spec.origin is not None
+    assert Path(spec.origin).parents[1] == Path(kafkacodec.__file__).parents[1]      # same install
+    assert issubclass(pyspark_kafkalog.DefaultSource, DataSource) and pyspark_kafkalog.DefaultSource.name() == "kafkalog"
     installed = [Path(d) / "kafkacodec-spark.pth" for d in site.getsitepackages()
                  if (Path(d) / "kafkacodec-spark.pth").exists()]
-    if not installed:
-        if os.environ.get("KAFKACODEC_TEST_INSTALLED") == "1":
-            pytest.fail("the installed wheel put no kafkacodec-spark.pth in site-packages")
-        pytest.skip("kafkacodec-spark.pth is installed by the wheel (scripts/test.sh)")
-    env = pth_environment(tmp_path / "bin")
+    if os.environ.get("KAFKACODEC_TEST_INSTALLED") == "1":
+        assert installed, "the installed wheel put no kafkacodec-spark.pth in site-packages"
     base = str(tmp_path / "bin" / "python3")
-    if subprocess.run([base, "-c", "import kafkacodec"], env=env, capture_output=True).returncode == 0:
-        pytest.skip("the base interpreter imports kafkacodec too")
-    result = subprocess.run([sys.executable, "-c", UNACTIVATED_VENV_JOB, str(source / "orders-0")],
+    env = pth_environment(tmp_path / "bin")
+    unactivated = bool(installed) and subprocess.run(
+        [base, "-c", "import kafkacodec"], env=env, capture_output=True).returncode != 0
+    if not unactivated:           # a checkout, or a base interpreter that has kafkacodec too
+        env = {**os.environ, "PYTHONPATH": PACKAGE_PARENT, "SPARK_LOCAL_IP": "127.0.0.1",
+               "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    result = subprocess.run([sys.executable, "-c", FRESH_SESSION_JOB, str(source / "orders-0"),
+                             str(tmp_path / "out")],
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    n = len(rows_by_partition(source, drop_aborted=False)[("orders", 0)])
-    assert f"rows {n}" in result.stdout
-    refused = next(l for l in result.stdout.splitlines() if l.startswith("refused:"))
-    assert base in refused and f"PYSPARK_PYTHON={sys.executable}" in refused
+    assert result.returncode == 0, result.stderr[:3000]
+    n = len(rows_by_partition(source, drop_aborted=False)[("orders", 0)])       # read_uncommitted
+    assert n < sum(len(rows) for rows in rows_by_partition(source).values())
+    assert f"rows {n} {n}" in result.stdout
+    if unactivated:
+        refused = next(l for l in result.stdout.splitlines() if l.startswith("refused:"))
+        assert base in refused and f"PYSPARK_PYTHON={sys.executable}" in refused
 
 
 def raw_cells(source):
