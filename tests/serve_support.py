@@ -303,12 +303,14 @@ def _java_consumer_command(cp: str, classes: Path, bootstrap: str, spec: str, gr
 def run_java_consumer(cp: str, classes: Path, bootstrap: str, spec: str, *, group: str | None = None,
                       timeout: float = 90, isolation: str = "read_uncommitted",
                       config: dict[str, str] | None = None, log_level: str = "warn",
-                      ) -> subprocess.CompletedProcess[str]:
+                      grace: float = 60) -> subprocess.CompletedProcess[str]:
     """ServeConsumer as it ran: `spec` TOPIC:PARTITION:COUNT[,...]; `config` more client settings
-    (a properties file); the client's log (slf4j-simple, at `log_level`) on stderr."""
+    (a properties file); the client's log (slf4j-simple, at `log_level`) on stderr.  Killed
+    (subprocess.TimeoutExpired) `grace` seconds after its own `timeout`: an old client can block
+    in poll() for good."""
     with _java_consumer_command(cp, classes, bootstrap, spec, group, timeout, isolation, config,
                                 log_level) as command:
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout + 60)
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout + grace)
 
 
 def watch_java_consumer(cp: str, classes: Path, bootstrap: str, spec: str, *, until: str, keep: str,

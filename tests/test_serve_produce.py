@@ -248,6 +248,124 @@ def test_up_conversion_leaves_the_loop_to_other_connections(gateway, monkeypatch
     assert produced == [Error.NONE]
 
 
+@pytest.mark.parametrize("bound", ["requests", "bytes"])
+def test_a_connections_sets_are_pipelined_and_answered_in_turn(gateway, monkeypatch, bound):
+    """Produce v2 requests sent back to back on one connection, the first held in conversion:
+    the gateway reads ahead up to PIPELINED_REQUESTS requests (or PIPELINED_BYTES of message
+    sets) and no further; a Metadata request among them is answered in its turn; every answer
+    comes in request order, and the sets reach the cluster in the order sent."""
+    import struct
+    import threading
+
+    import kafkacodec
+    from kafkacodec.serve import produce
+
+    cluster, server = gateway
+    topic = f"pipelined-{bound}"
+    a_new_topic_written(cluster, server, topic)         # offset 0
+    release = threading.Event()
+    up_convert = kafkacodec.up_convert
+
+    def held(records, *args, **kwargs):
+        release.wait(60)
+        return up_convert(records, *args, **kwargs)
+
+    monkeypatch.setattr(kafkacodec, "up_convert", held)
+    sets = []
+    for n in range(8):
+        builder = MemoryRecordsBuilder(magic=1, compression="lz4" if n % 2 else "none")
+        for i in range(3):
+            builder.append(1_700_000_000_000 + i, b"%d-%d" % (n, i), b"v" * 300)
+        sets.append(bytes(builder.build()))
+    # 5 requests; or the bytes of the first two sets (the third does not fit)
+    limits = (5, 8 << 20) if bound == "requests" else (5, len(sets[0]) + len(sets[1]))
+    most = 5 if bound == "requests" else 2
+    monkeypatch.setattr(produce, "PIPELINED_REQUESTS", limits[0])
+    monkeypatch.setattr(produce, "PIPELINED_BYTES", limits[1])
+    frames = []
+    for n, records in enumerate(sets):
+        frames.append(control.encode_request(control.Outgoing(m.PRODUCE_REQUEST, {
+            "transactional_id": None, "acks": 1, "timeout_ms": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]}),
+            2, len(frames) + 1))
+        if n == limits[0] - 1:                         # right after the last one pipelined
+            frames.append(control.encode_request(control.Outgoing(m.METADATA_REQUEST, {
+                "topics": [{"name": topic}]}), 1, len(frames) + 1))
+    with BlockingClient("127.0.0.1", server.port, timeout=30) as client:
+        client.send(b"".join(frames))
+        seen, deadline = 0, time.monotonic() + 20
+        while time.monotonic() < deadline:               # read ahead while the first is held
+            seen = max([seen] + [c.reserved for c in list(server.connections)])
+            if seen >= most:
+                break
+            time.sleep(0.01)
+        time.sleep(0.5)                                  # and no further
+        seen = max([seen] + [c.reserved for c in list(server.connections)])
+        assert seen == most
+        release.set()
+        answers = [client.receive() for _ in frames]
+    assert [struct.unpack_from(">i", a)[0] for a in answers] == list(range(1, len(frames) + 1))
+    offsets = []
+    for answer in answers:
+        if len(answer) > 4 and struct.unpack_from(">i", answer)[0] == limits[0] + 1:
+            meta = control.decode_response(m.METADATA_RESPONSE, answer, 1)
+            assert [t.name for t in meta.topics] == [topic]
+            continue
+        got = control.decode_response(m.PRODUCE_RESPONSE, answer, 2).responses[0].partition_responses[0]
+        assert got.error_code == Error.NONE
+        offsets.append(got.base_offset)
+    assert offsets == [1 + 3 * n for n in range(8)]
+    got = read_cluster(cluster.bootstrap, topic, 1 + 3 * 8)
+    assert [k for _, k, _, _ in got[1:]] == [b"%d-%d" % (n, i) for n in range(8) for i in range(3)]
+
+
+def test_an_answer_being_made_is_not_a_stalled_write_and_stop_waits_for_it(gateway, monkeypatch):
+    """Pipelined answers wait in the connection's queue while their sets are converted and
+    forwarded: the response-write deadline (300 ms here) does not count that wait, and a
+    server stopping meanwhile sends them before it closes the connection."""
+    import threading
+
+    import kafkacodec
+
+    cluster, _ = gateway
+    topic = "pipelined-slow"
+    release = threading.Event()
+    up_convert = kafkacodec.up_convert
+
+    def held(records, *args, **kwargs):
+        release.wait(60)
+        return up_convert(records, *args, **kwargs)
+
+    server = Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0), produce=True,
+                    response_write_timeout_ms=300, shutdown_timeout_s=20).start()
+    try:
+        a_new_topic_written(cluster, server, topic)
+        monkeypatch.setattr(kafkacodec, "up_convert", held)
+        builder = MemoryRecordsBuilder(magic=1)
+        builder.append(1_700_000_000_000, b"k", b"v")
+        records = bytes(builder.build())
+        frames = [control.encode_request(control.Outgoing(m.PRODUCE_REQUEST, {
+            "transactional_id": None, "acks": 1, "timeout_ms": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]}),
+            2, n) for n in (1, 2)]
+        with BlockingClient("127.0.0.1", server.port, timeout=30) as client:
+            client.send(b"".join(frames))
+            time.sleep(2.0)                              # past the write deadline, many sweeps
+            stopping = threading.Thread(target=server.stop)
+            stopping.start()
+            time.sleep(0.5)
+            release.set()
+            answers = [control.decode_response(m.PRODUCE_RESPONSE, client.receive(), 2)
+                       for _ in frames]
+            stopping.join(30)
+            with pytest.raises(ConnectionError):         # then closed: the server stopped
+                client.receive()
+    finally:
+        release.set()
+        server.stop()
+    assert [(a.responses[0].partition_responses[0].error_code, a.responses[0].partition_responses[0].base_offset) for a in answers] == [(0, 1), (0, 2)]
+
+
 def test_without_produce_the_gateway_stays_read_only():
     from mock_cluster import MockCluster
 
@@ -264,7 +382,9 @@ def test_without_produce_the_gateway_stays_read_only():
 def test_writes_need_a_write_rule(tmp_path):
     from kafkacodec.net.acl import Acl
 
-    acl = Acl.parse("User:alice orders\nUser:bob Write:orders-*\n")
+    acl = Acl.parse("User:alice orders\nUser:bob Write:orders-*\nUser:bob TransactionalId:etl-*\n")
+    assert acl.allows_transactional_id("User:bob", "etl-7") and not acl.allows_transactional_id("User:alice", "etl-7")
+    assert not acl.allows_write("User:bob", "etl-7")
     assert acl.allows_topic("User:alice", "orders") and not acl.allows_write("User:alice", "orders")
     assert acl.allows_write("User:bob", "orders-eu") and not acl.allows_topic("User:bob", "orders-eu")
     with pytest.raises(ValueError, match="topic name"):
@@ -340,3 +460,102 @@ def test_a_log_append_time_topic_gets_what_kafka_3_9_answered(kafka_broker, kafk
     accepted = sum(code == Error.NONE for code in codes["gateway"].values())
     landed = read_cluster(kafka_broker.bootstrap, topic, accepted)
     assert len(landed) == accepted and all(t >= started for *_, t in landed)   # the cluster's stamp
+
+
+# --- transactional producers (serve/transactions.py) ---------------------------------------------
+
+def read_partitions(bootstrap: str, topic: str, partitions: int, isolation: str) -> dict[int, list[bytes]]:
+    """confluent-kafka reading the cluster itself: each partition's values, in offset order."""
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "oracle", "enable.auto.commit": False,
+                            "isolation.level": isolation, "enable.partition.eof": True})
+    consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    ended: set[int] = set()
+    deadline = time.monotonic() + 60
+    try:
+        while len(ended) < partitions and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == ck.KafkaError._PARTITION_EOF:
+                    ended.add(msg.partition())
+                continue
+            out[msg.partition()].append(msg.value())
+    finally:
+        consumer.close()
+    return out
+
+
+@pytest.mark.broker
+def test_a_transactional_producer_writes_kafka_4_through_the_gateway(kafka_broker):
+    """confluent-kafka with a transactional.id, through the gateway to Kafka 4.1: the gateway is
+    its transaction coordinator and forwards InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
+    TxnOffsetCommit and EndTxn to the cluster's coordinators; its batches carry the id on.  A
+    committed transaction, an aborted one, and one that commits a group's offsets: read from the
+    cluster itself, read_committed has the committed records only, and the group's offsets are
+    what the transaction committed."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    topic, partitions, group = "txn-through-gateway", 2, "txn-gateway-group"
+    kafka_broker.create_topic(topic, partitions)
+    with Server(upstream=kafka_broker.bootstrap, listen=("127.0.0.1", 0), produce=True) as server:
+        gateway = f"127.0.0.1:{server.port}"
+        producer = ck.Producer({"bootstrap.servers": gateway, "transactional.id": "gateway-txn",
+                                "transaction.timeout.ms": 30000})
+        consumer = ck.Consumer({"bootstrap.servers": gateway, "group.id": group})
+        try:
+            producer.init_transactions(30)
+
+            def transaction(label: str, count: int, end: str, offsets=None) -> None:
+                producer.begin_transaction()
+                for i in range(count):
+                    producer.produce(topic, value=b"%s-%d" % (label.encode(), i), partition=i % partitions)
+                if offsets is not None:
+                    producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+                if end == "commit":
+                    producer.commit_transaction(30)
+                else:
+                    assert producer.flush(30) == 0    # written, then aborted (not purged unsent)
+                    producer.abort_transaction(30)
+
+            transaction("first", 10, "commit")
+            transaction("aborted", 5, "abort")
+            transaction("third", 4, "commit", offsets=[ck.TopicPartition(topic, 0, 7)])
+        finally:
+            consumer.close()
+    want = {p: [b"%s-%d" % (label, i) for label, n in ((b"first", 10), (b"third", 4))
+                for i in range(n) if i % partitions == p] for p in range(partitions)}
+    assert read_partitions(kafka_broker.bootstrap, topic, partitions, "read_committed") == want
+    uncommitted = read_partitions(kafka_broker.bootstrap, topic, partitions, "read_uncommitted")
+    assert sum(map(len, uncommitted.values())) == 19             # the aborted records are there
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    found = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+    assert {(tp.topic, tp.partition): tp.offset for tp in found.topic_partitions} == {(topic, 0): 7}
+
+
+def test_transactions_through_the_gateway_and_what_refuses_them(gateway):
+    """Against librdkafka's mock cluster: the transaction flow goes through (records and
+    offsets land); a gateway without --produce refuses a transactional id as a write."""
+    cluster, server = gateway
+    topic = "txn-mock"
+    cluster.create_topic(topic)
+    producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{server.port}", "transactional.id": "mock-txn"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(6):
+        producer.produce(topic, value=b"v%d" % i, partition=0)
+    producer.commit_transaction(30)
+    assert [v for _, _, v, _ in read_cluster(cluster.bootstrap, topic, 6)] == [b"v%d" % i for i in range(6)]
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0)) as read_only:
+        with BlockingClient("127.0.0.1", read_only.port) as client:
+            frame = control.encode_request(control.find_coordinator_request("mock-txn", 1), 3,
+                                           client.next_correlation_id())
+            answer = control.decode_response(m.FIND_COORDINATOR_RESPONSE, client.request(frame), 3)
+            assert answer.error_code == Error.POLICY_VIOLATION
+            frame = control.encode_request(control.Outgoing(m.END_TXN_REQUEST, {
+                "transactional_id": "mock-txn", "producer_id": 1, "producer_epoch": 0, "committed": True}),
+                3, client.next_correlation_id())
+            answer = control.decode_response(m.END_TXN_RESPONSE, client.request(frame), 3)
+            assert answer.error_code == Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

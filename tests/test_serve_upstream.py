@@ -11,7 +11,9 @@ gateway) the real one."""
 from __future__ import annotations
 
 import contextlib
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -559,6 +561,121 @@ def test_old_clients_read_kafka_4_through_the_gateway(kafka_broker):
     for p, offset, _, _ in got:
         read_to[p] = max(read_to.get(p, -1), offset + 1)
     assert {p: o for p, o in upstream.items() if o >= 0} == read_to
+
+
+#: Kafka's own Java consumers that Kafka 4 turns away (Fetch v1 magic 0 for 0.9, v2-v3 magic 1).
+OLD_JAVA_CONSUMERS = ("0.9.0.1", "0.10.0.1", "0.10.2.2")
+
+
+@pytest.fixture(scope="module")
+def kafka_4_topic(kafka_broker):
+    """A Kafka 4.1 topic of 2 partitions written with every codec (zstd too), and what
+    confluent-kafka reads from the cluster itself: {(topic, partition): [(offset, key, value)]}."""
+    topic, partitions = "old-java-k4", 2
+    kafka_broker.create_topic(topic, partitions)
+    produce_every_codec(kafka_broker.bootstrap, topic, partitions, per_codec=30)
+    want: dict = {}
+    for p, offset, key, value in read_direct(kafka_broker.bootstrap, topic, partitions, 30 * len(CODECS)):
+        want.setdefault((topic, p), []).append((offset, key, value))
+    assert sum(map(len, want.values())) == 30 * len(CODECS)
+    return topic, want
+
+
+def _java_lines(stdout: str) -> dict:
+    got: dict = {}
+    for line in stdout.splitlines():
+        topic, partition, offset, key, value = line.split(" ")
+        got.setdefault((topic, int(partition)), []).append(
+            (int(offset), None if key == "-" else bytes.fromhex(key), None if value == "-" else bytes.fromhex(value)))
+    return got
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("version", OLD_JAVA_CONSUMERS)
+def test_kafkas_old_java_consumers_read_kafka_4_through_the_gateway(kafka_broker, kafka_4_topic, version, tmp_path):
+    """Kafka's own consumers 0.9.0.1, 0.10.0.1 and 0.10.2.2 (Maven Central), through the gateway
+    to Kafka 4.1: by assign every record (zstd batches rebuilt with gzip); in a group, a first
+    run reads part and commits, a restarted consumer resumes at the commit and reads the rest:
+    every record exactly once, and the cluster holds the group's offsets at the end."""
+    import subprocess
+
+    from serve_support import compile_java_driver, java_consumer_classpath, java_read, run_java_consumer
+
+    cp = java_consumer_classpath(version)
+    if cp is None:
+        pytest.skip(f"needs java, javac and Maven (kafka-clients {version})")
+    compile_java_driver(tmp_path, cp)
+    topic, want = kafka_4_topic
+    group = f"old-java-{version}"
+    # Kafka 4 turns it away: no record within 10 s (0.9's poll() blocks for good; the later ones
+    # end with their timeout)
+    try:
+        direct = run_java_consumer(cp, tmp_path, kafka_broker.bootstrap, f"{topic}:0:1", timeout=8, grace=4)
+        assert direct.returncode != 0 and not direct.stdout
+    except subprocess.TimeoutExpired as stuck:
+        assert not stuck.stdout
+    with Server(upstream=kafka_broker.bootstrap, listen=("127.0.0.1", 0), zstd_codec="gzip") as server:
+        gateway = f"127.0.0.1:{server.port}"
+        assert java_read(cp, tmp_path, gateway, want) == want
+        first_spec = ",".join(f"{t}:{p}:{len(rows) // 3}" for (t, p), rows in sorted(want.items()))
+        first = run_java_consumer(cp, tmp_path, gateway, first_spec, group=group)
+        assert first.returncode == 0, first.stderr[-3000:]
+        got = _java_lines(first.stdout)
+        rest_spec = ",".join(f"{t}:{p}:{len(rows) - len(got.get((t, p), []))}" for (t, p), rows in sorted(want.items()))
+        second = run_java_consumer(cp, tmp_path, gateway, rest_spec, group=group)   # restarted
+        assert second.returncode == 0, second.stderr[-3000:]
+        for key, rows in _java_lines(second.stdout).items():
+            got.setdefault(key, []).extend(rows)
+    assert got == want                                  # resumed where it committed: nothing twice
+    assert committed_upstream(kafka_broker.bootstrap, group, topic, 2) == {
+        p: rows[-1][0] + 1 for (_, p), rows in want.items()}
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("commit_version", [0, 1])
+def test_the_scala_0_8_2_consumer_reads_kafka_4_through_the_gateway(kafka_broker, kafka_4_topic, commit_version,
+                                                                     tmp_path):
+    """Kafka 0.8.2.2's Scala SimpleConsumer (kafka_2.10 from Maven Central, its javaapi;
+    tests/java/ScalaSimpleConsumer.java) through the gateway to Kafka 4.1: Metadata v0,
+    ListOffsets v0 for the earliest offset, Fetch v0 (magic 0 message sets, zstd rebuilt with
+    gzip), OffsetCommit v0 or v1 of its position; restarted, OffsetFetch of the group's offset
+    and the rest: every record exactly once, the offsets on the cluster."""
+    import subprocess
+
+    from kafka_broker import CACHE, BrokerUnavailable, _pom, _resolve
+
+    try:
+        cp = _resolve(CACHE / "kafka_2.10-0.8.2.2", _pom("kafka_2.10", "0.8.2.2"), "kafka_2.10:0.8.2.2",
+                      ("java", "javac", "mvn"))
+    except BrokerUnavailable as exc:
+        pytest.skip(str(exc)[:300])
+    source = Path(__file__).parent / "java" / "ScalaSimpleConsumer.java"
+    subprocess.run(["javac", "-d", str(tmp_path), "-cp", cp, str(source)], check=True, capture_output=True)
+    topic, want = kafka_4_topic
+    group = f"scala-0.8.2-v{commit_version}"
+
+    def run(address: str, spec: str, start: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["java", "-Xmx256m", "-cp", os.pathsep.join([cp, str(tmp_path)]),
+                               "ScalaSimpleConsumer", address, group, spec, start, str(commit_version),
+                               "60000"], capture_output=True, text=True, timeout=120)
+
+    direct = run(kafka_broker.bootstrap, f"{topic}:0:1", "earliest")
+    assert direct.returncode == 1 and not direct.stdout, direct.stderr[-2000:]   # Kafka 4 closes on Metadata v0
+    with Server(upstream=kafka_broker.bootstrap, listen=("127.0.0.1", 0), zstd_codec="gzip") as server:
+        gateway = f"127.0.0.1:{server.port}"
+        first = run(gateway, ",".join(f"{t}:{p}:{len(rows) // 3}" for (t, p), rows in sorted(want.items())),
+                    "earliest")
+        assert first.returncode == 0, first.stderr[-3000:]
+        got = _java_lines(first.stdout)
+        second = run(gateway, ",".join(f"{t}:{p}:{len(rows) - len(got[(t, p)])}"
+                                       for (t, p), rows in sorted(want.items())), "committed")
+        assert second.returncode == 0, second.stderr[-3000:]
+        rest = _java_lines(second.stdout)
+    for key, rows in rest.items():
+        got[key].extend(rows)
+    assert got == want
+    assert committed_upstream(kafka_broker.bootstrap, group, topic, 2) == {
+        p: rows[-1][0] + 1 for (_, p), rows in want.items()}
 
 
 # --- transactions through the gateway ------------------------------------------------------------

@@ -41,22 +41,25 @@ class GroupOffsets:
         self.retry_backoff = retry_backoff
         self.max_retry_backoff = max_retry_backoff
         self.max_groups = max_groups
-        self.coordinators: OrderedDict[str, int] = OrderedDict()     # group -> node id
+        #: (key type, key) -> node id: 0 a group, 1 a transactional id (FindCoordinator's)
+        self.coordinators: OrderedDict[tuple[int, str], int] = OrderedDict()
 
     def _backoff(self, attempt: int) -> float:
         return float(min(self.retry_backoff * 2 ** attempt, self.max_retry_backoff))
 
     def coordinator_async(self, group: str, deadline: Deadline, on_done: Done, *,
-                          refresh: bool = False) -> None:
+                          refresh: bool = False, key_type: int = 0) -> None:
         """`on_done(node id, None)` with `group`'s coordinator (FindCoordinator when not known or
-        `refresh`; its retriable errors retried after a backoff), or the error."""
-        if not refresh and group in self.coordinators:
-            self.coordinators.move_to_end(group)
-            on_done(self.coordinators[group], None)
+        `refresh`; its retriable errors retried after a backoff), or the error.  With
+        key_type 1, `group` is a transactional id and this its transaction coordinator."""
+        key = (key_type, group)
+        if not refresh and key in self.coordinators:
+            self.coordinators.move_to_end(key)
+            on_done(self.coordinators[key], None)
             return
-        self.coordinators.pop(group, None)
+        self.coordinators.pop(key, None)
         cluster = self.cluster
-        encode = control.request_encoder(control.find_coordinator_request(group), self.client_id)
+        encode = control.request_encoder(control.find_coordinator_request(group, key_type), self.client_id)
         decode = control.response_decoder(ApiKey.FIND_COORDINATOR)
         end = Completion(cluster.loop, deadline, on_done)
         attempts = [0]
@@ -77,7 +80,7 @@ class GroupOffsets:
             if code == 0:
                 node = int(answer.node_id)
                 cluster.brokers.setdefault(node, (answer.host, answer.port))
-                self.coordinators[group] = node
+                self.coordinators[key] = node
                 while len(self.coordinators) > self.max_groups:
                     self.coordinators.popitem(last=False)
                 end.ok(node)

@@ -11,6 +11,7 @@ Format (text, UTF-8, one rule a line)::
     User:*                             public            # every authenticated principal
     User:analyst                       *                 # every topic
     User:ingest                        Write:orders-*    # produce to topics starting with orders-
+    User:ingest                        TransactionalId:ingest-*   # transactions with these ids
     User:CN=svc,OU=Data,O=Example Inc  events            # a TLS principal (spaces, commas)
 
 - A rule is a principal and a resource.  The resource is the last blank-separated word of the
@@ -21,7 +22,8 @@ Format (text, UTF-8, one rule a line)::
   ``User:*`` for every authenticated principal.  ``User:ANONYMOUS`` (a PLAINTEXT listener, TLS
   without a client certificate) is not matched by ``User:*``: it needs rules of its own.
 - The resource is a topic name (``Topic:NAME`` is the same), ``Write:NAME`` for producing to
-  a topic (through ``serve --upstream --produce``; it does not allow reading), or
+  a topic (through ``serve --upstream --produce``; it does not allow reading),
+  ``TransactionalId:NAME`` for a producer's transactional id (``--produce`` too), or
   ``Group:NAME`` for a consumer group.  A trailing ``*`` makes it a prefix (Kafka's PREFIXED pattern type); ``*`` alone is
   every topic (``Group:*`` every group).  Topic names are Kafka's (a-z A-Z 0-9 . _ -).
 - ``#`` at the start of a line or after a blank starts a comment; blank lines are ignored.
@@ -115,6 +117,10 @@ class Acl:
         """May `principal` produce to `topic`?"""
         return self._allows(principal, "write", topic)
 
+    def allows_transactional_id(self, principal: str, transactional_id: str) -> bool:
+        """May `principal` run transactions with `transactional_id` (a producer's)?"""
+        return self._allows(principal, "transactional_id", transactional_id)
+
     def allows_group(self, principal: str, group: str) -> bool:
         """May `principal` use the consumer group `group` (join it, commit and fetch offsets)?"""
         return self._allows(principal, "group", group)
@@ -131,7 +137,8 @@ def _parse_rule(line: str, where: str, number: int) -> AclRule:
     content = _COMMENT.split(line, 1)[0].strip()
     parts = content.rsplit(None, 1)
     if len(parts) != 2:
-        raise ValueError(f"{where}: a rule is 'User:NAME RESOURCE' (a topic, TOPIC-PREFIX*, Write:TOPIC or Group:GROUP); "
+        raise ValueError(f"{where}: a rule is 'User:NAME RESOURCE' (a topic, TOPIC-PREFIX*, Write:TOPIC, "
+                         f"TransactionalId:ID or Group:GROUP); "
                          f"got {content!r}")
     principal, resource = parts[0].strip(), parts[1]
     if not principal.startswith("User:") or principal == "User:":
@@ -141,6 +148,8 @@ def _parse_rule(line: str, where: str, number: int) -> AclRule:
         kind, resource = "group", resource[len("Group:"):]
     elif resource.startswith("Write:"):
         kind, resource = "write", resource[len("Write:"):]
+    elif resource.startswith("TransactionalId:"):
+        kind, resource = "transactional_id", resource[len("TransactionalId:"):]
     elif resource.startswith("Topic:"):
         resource = resource[len("Topic:"):]
     prefix = resource.endswith("*")
@@ -150,6 +159,6 @@ def _parse_rule(line: str, where: str, number: int) -> AclRule:
     if kind in ("topic", "write") and name and not _TOPIC.fullmatch(name):
         raise ValueError(f"{where}: {name!r} is not a topic name (Kafka's are a-z A-Z 0-9 . _ -)"
                          + ("; a '*' only ends a prefix" if "*" in name else ""))
-    if kind == "group" and "*" in name:
+    if kind in ("group", "transactional_id") and "*" in name:
         raise ValueError(f"{where}: a '*' only ends a group prefix ({resource!r})")
     return AclRule(principal, kind, name, prefix, number)

@@ -10,7 +10,9 @@ What comes in is the reader's job, the one part that differs by side:
   into a ResponseRingBuffer taken from the client's pool, matched to requests by correlation id.
 
 What goes out is a queue of messages, each a list of pieces (kafkacodec.net.pieces) written in
-order as the transport accepts them; each piece is released once, written or not.
+order as the transport accepts them; each piece is released once, written or not.  A place in
+the queue can be reserved for a message made later (`reserve`, `fill`: a server's pipelined
+answers keep their request's turn); what comes after it waits.
 
 Deadlines (`expired()`, called by the owner's sweep): the connect, the TLS handshake and a
 server's SASL exchange within `handshake`; a request whole within `request_read_timeout` of its first byte (time
@@ -72,11 +74,13 @@ class Reader(Protocol):
 
 
 class _Message:
-    __slots__ = ("pieces", "on_sent")
+    __slots__ = ("pieces", "on_sent", "filled", "size")
 
-    def __init__(self, pieces: list[Any], on_sent: Callable[[], None] | None):
+    def __init__(self, pieces: list[Any], on_sent: Callable[[], None] | None, filled: bool = True):
         self.pieces: deque[Any] = deque(pieces)
         self.on_sent = on_sent
+        self.filled = filled              # False: a place reserved for a message made later
+        self.size = 0                     # reserved: the bytes its request holds
 
 
 class Connection:
@@ -107,6 +111,8 @@ class Connection:
         self.listener: Any = None         # server side: the listener it came in on
         self.auth: Any = None             # the SASL exchange (kafkacodec.net.authentication)
         self.messages: deque[_Message] = deque()
+        self.reserved = 0                 # places reserved in `messages`, not filled yet
+        self.reserved_bytes = 0
         now = time.monotonic()
         self.opened_at = now
         self.last_activity = now          # a byte read, or the transport writable
@@ -140,7 +146,7 @@ class Connection:
         else:
             if not self.closing and not self.busy and self.reader.readable(self):
                 events |= READ
-            if self.messages:
+            if self.messages and self.messages[0].filled:
                 events |= WRITE
             if events and self.transport.encrypted and self.transport.wants != READ:
                 events |= self.transport.wants      # TLS: a read that needs a write, or the reverse
@@ -236,12 +242,43 @@ class Connection:
         if self.handshaken:
             self.flush()
 
+    def reserve(self, size: int = 0) -> _Message:
+        """A place in the queue for a message made later (`fill`): a server answers requests
+        in the order they came (Kafka's rule), so what is queued behind it waits for it.
+        `reserved` counts the places not filled yet and `reserved_bytes` the `size`s given
+        (what their requests hold), for the caller's bounds."""
+        slot = _Message([], None, filled=False)
+        slot.size = size
+        if not self.closed:
+            self.messages.append(slot)
+            self.reserved += 1
+            self.reserved_bytes += size
+        return slot
+
+    def fill(self, slot: _Message, pieces: list[Any], on_sent: Callable[[], None] | None = None) -> None:
+        """The message of a place `reserve()` gave; owned from here as `send`'s are."""
+        if self.closed:
+            for piece in pieces:
+                piece.release()
+            return
+        self.reserved -= 1
+        self.reserved_bytes -= slot.size
+        slot.pieces.extend(pieces)
+        slot.on_sent, slot.filled = on_sent, True
+        if self.messages and self.messages[0] is slot:
+            self.write_progress = time.monotonic()
+        if self.handshaken:
+            self.flush()
+
     def flush(self) -> None:
         failure = self._write()
         if failure is not None:
             # closed outside the except clause: the traceback (and the views of pool blocks its
             # frames hold) is gone, so everything is given back at once
             self.close(*failure)
+            return
+        if self.closing and not self.busy and not self.messages:
+            self.close("shutting down", SHUTDOWN)     # the last answer of a stopping server
             return
         self._update_interest()
 
@@ -250,6 +287,8 @@ class Connection:
         try:
             while self.messages and not self.closed:
                 message = self.messages[0]
+                if not message.filled:
+                    return None               # its answer is not made yet: the rest waits
                 while message.pieces:
                     piece = message.pieces[0]
                     if not piece.write(self.transport):
@@ -257,6 +296,7 @@ class Connection:
                     message.pieces.popleft()
                     piece.release()
                 self.messages.popleft()
+                self.write_progress = time.monotonic()    # the next message's clock starts
                 if message.on_sent is not None:
                     message.on_sent()
         except BlockingIOError:
@@ -284,6 +324,8 @@ class Connection:
     def _traffic_deadline(self, now: float) -> str | None:
         d = self.deadlines
         if self.messages:
+            if not self.messages[0].filled:
+                return None               # an answer being made: the request's own deadline bounds it
             return WRITE_TIMEOUT if now - self.write_progress > d.response_write else None
         started = self.reader.frame_started
         if started is not None:

@@ -341,6 +341,66 @@ CREATE_PARTITIONS_RESPONSE = Message("CreatePartitionsResponse", ApiKey.CREATE_P
                       f("error_message", STRING, nullable="0+")]),
 ])
 
+# --- transactions (KIP-98): what a transactional producer sends its transaction coordinator
+# (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) and its group's coordinator (TxnOffsetCommit);
+# serve --upstream --produce forwards them.  AddPartitionsToTxn v4+ is broker to broker.
+ADD_PARTITIONS_TO_TXN_REQUEST = Message("AddPartitionsToTxnRequest", ApiKey.ADD_PARTITIONS_TO_TXN, "0-3", "3+", [
+    f("v3_and_below_transactional_id", STRING),
+    f("v3_and_below_producer_id", INT64),
+    f("v3_and_below_producer_epoch", INT16),
+    array("v3_and_below_topics", [f("name", STRING), array("partitions", INT32)]),
+])
+ADD_PARTITIONS_TO_TXN_RESPONSE = Message("AddPartitionsToTxnResponse", ApiKey.ADD_PARTITIONS_TO_TXN, "0-3", "3+", [
+    f("throttle_time_ms", INT32),
+    array("results_by_topic_v3_and_below", [
+        f("name", STRING),
+        array("results_by_partition", [f("partition_index", INT32), f("partition_error_code", INT16)]),
+    ]),
+])
+ADD_OFFSETS_TO_TXN_REQUEST = Message("AddOffsetsToTxnRequest", ApiKey.ADD_OFFSETS_TO_TXN, "0-4", "3+", [
+    f("transactional_id", STRING),
+    f("producer_id", INT64),
+    f("producer_epoch", INT16),
+    f("group_id", STRING),
+])
+ADD_OFFSETS_TO_TXN_RESPONSE = Message("AddOffsetsToTxnResponse", ApiKey.ADD_OFFSETS_TO_TXN, "0-4", "3+", [
+    f("throttle_time_ms", INT32),
+    f("error_code", INT16),
+])
+END_TXN_REQUEST = Message("EndTxnRequest", ApiKey.END_TXN, "0-4", "3+", [
+    f("transactional_id", STRING),
+    f("producer_id", INT64),
+    f("producer_epoch", INT16),
+    f("committed", BOOL),
+])
+END_TXN_RESPONSE = Message("EndTxnResponse", ApiKey.END_TXN, "0-4", "3+", [
+    f("throttle_time_ms", INT32),
+    f("error_code", INT16),
+])
+TXN_OFFSET_COMMIT_REQUEST = Message("TxnOffsetCommitRequest", ApiKey.TXN_OFFSET_COMMIT, "0-4", "3+", [
+    f("transactional_id", STRING),
+    f("group_id", STRING),
+    f("producer_id", INT64),
+    f("producer_epoch", INT16),
+    f("generation_id", INT32, "3+", default=-1),
+    f("member_id", STRING, "3+", default=""),
+    f("group_instance_id", STRING, "3+", nullable="3+"),
+    array("topics", [
+        f("name", STRING),
+        array("partitions", [
+            f("partition_index", INT32),
+            f("committed_offset", INT64),
+            f("committed_leader_epoch", INT32, "2+", default=-1),
+            f("committed_metadata", STRING, nullable="0+"),
+        ]),
+    ]),
+])
+TXN_OFFSET_COMMIT_RESPONSE = Message("TxnOffsetCommitResponse", ApiKey.TXN_OFFSET_COMMIT, "0-4", "3+", [
+    f("throttle_time_ms", INT32),
+    array("topics", [f("name", STRING),
+                     array("partitions", [f("partition_index", INT32), f("error_code", INT16)])]),
+])
+
 # --- SASL (KIP-43, KIP-152): SaslHandshake (17), then SaslAuthenticate (36) ---------------------
 # --- DescribeConfigs (32, v1+): the mirror copies a source topic's configs to a topic it creates
 DESCRIBE_CONFIGS_REQUEST = Message("DescribeConfigsRequest", ApiKey.DESCRIBE_CONFIGS, "1-4", "4+", [
@@ -393,6 +453,9 @@ _PAIRS = (
     (INIT_PRODUCER_ID_REQUEST, INIT_PRODUCER_ID_RESPONSE),
     (CREATE_PARTITIONS_REQUEST, CREATE_PARTITIONS_RESPONSE),
     (DESCRIBE_CONFIGS_REQUEST, DESCRIBE_CONFIGS_RESPONSE),
+    (ADD_PARTITIONS_TO_TXN_REQUEST, ADD_PARTITIONS_TO_TXN_RESPONSE),
+    (ADD_OFFSETS_TO_TXN_REQUEST, ADD_OFFSETS_TO_TXN_RESPONSE),
+    (END_TXN_REQUEST, END_TXN_RESPONSE), (TXN_OFFSET_COMMIT_REQUEST, TXN_OFFSET_COMMIT_RESPONSE),
     (SASL_HANDSHAKE_REQUEST, SASL_HANDSHAKE_RESPONSE),
     (SASL_AUTHENTICATE_REQUEST, SASL_AUTHENTICATE_RESPONSE))
 REQUESTS: dict[int, Message] = {request.api_key: request for request, _ in _PAIRS}  # type: ignore[misc]

@@ -49,6 +49,8 @@ API_RANGES: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (0, 7), ApiKey.DELETE_TOPICS: (0, 6), ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 5), ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.SASL_HANDSHAKE: (0, 1), ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3), ApiKey.ADD_OFFSETS_TO_TXN: (0, 4), ApiKey.END_TXN: (0, 4),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
 }
 
 
@@ -62,6 +64,7 @@ class Request:
     correlation_id: int
     client_id: str | None
     received: float
+    slot: Any = None                     # pipelined: where its answer goes in the queue
 
     @property
     def flexible(self) -> bool:
@@ -77,9 +80,25 @@ class Request:
         """Answer with framed pieces; the next request is read once they are written (Kafka
         mutes a connection from a complete request until its response is sent)."""
         conn = self.conn
+        if self.slot is not None:
+            slot, self.slot = self.slot, None
+            conn.fill(slot, pieces)
+            return
         conn.send(pieces, on_sent=lambda: request_done(conn))
 
     def done(self) -> None:
+        if self.slot is not None:                 # answered by nothing after all
+            slot, self.slot = self.slot, None
+            self.conn.fill(slot, [])
+            return
+        request_done(self.conn)
+
+    def pipeline(self, size: int = 0) -> None:
+        """Read the next request now and answer this one later, in its turn: its answer's
+        place is kept in the connection's queue (a client matches answers in request order).
+        For requests whose handler keeps their order itself (serve --upstream's Produce);
+        `size`, the bytes it holds meanwhile, counts in conn.reserved_bytes."""
+        self.slot = self.conn.reserve(size)
         request_done(self.conn)
 
 

@@ -82,13 +82,17 @@ class GroupCoordinator:
     def find_coordinator(self, req: Request, body: dict[str, Any]) -> None:
         node = self.server.config.node_id
         host, port = req.conn.listener.advertised if req.conn.listener else self.server.advertised
-        transactional = body["key_type"] == 1     # transactions are writes: refused
+        # a transactional id: the gateway forwards transactions with --produce (serve/transactions.py)
+        transactional = body["key_type"] == 1
         keys = body["coordinator_keys"] if req.api_version >= 4 else [body["key"]]
+        produce = self.server.config.produce
 
         def entry(key: str) -> dict[str, Any]:
-            if transactional:
+            if transactional and not produce:
                 error, message = Error.POLICY_VIOLATION, READ_ONLY
-            elif not self.server.may_use_group(req.conn.principal, key):
+            elif transactional and not self.server.may_use_transactional_id(req.conn.principal, key):
+                error, message = Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
+            elif not transactional and not self.server.may_use_group(req.conn.principal, key):
                 error, message = Error.GROUP_AUTHORIZATION_FAILED, None
             else:
                 error, message = Error.NONE, None
@@ -383,23 +387,29 @@ class GroupCoordinator:
                 group.timer.cancel()
 
     # --- offsets -------------------------------------------------------------------------------
+    def member_error(self, group_id: str, generation: int, member_id: str) -> int:
+        """Kafka's check of a commit that names its member and generation (OffsetCommit v1+,
+        TxnOffsetCommit v3+): Error.NONE, or why the group refuses it."""
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return Error.UNKNOWN_MEMBER_ID
+        if generation != group.generation:
+            return Error.ILLEGAL_GENERATION
+        if group.state in (PREPARING, COMPLETING):
+            return Error.REBALANCE_IN_PROGRESS
+        member.last_seen = time.monotonic()
+        return Error.NONE
+
     def commit(self, req: Request, body: dict[str, Any]) -> None:
         version = req.api_version
         group_id = body["group_id"]
         group = self.groups.get(group_id)
         generation = body["generation_id_or_member_epoch"]
         member_id = body["member_id"]
-        error = Error.NONE
+        error: int = Error.NONE
         if version >= 1 and (generation >= 0 or member_id):
-            member = group.members.get(member_id) if group is not None else None
-            if group is None or member is None:
-                error = Error.UNKNOWN_MEMBER_ID
-            elif generation != group.generation:
-                error = Error.ILLEGAL_GENERATION
-            elif group.state in (PREPARING, COMPLETING):
-                error = Error.REBALANCE_IN_PROGRESS
-            else:
-                member.last_seen = time.monotonic()
+            error = self.member_error(group_id, generation, member_id)
         elif group is not None and group.members:
             error = Error.ILLEGAL_GENERATION         # a consumer outside the group while it has members
         if self._group_refused(req, group_id):       # Kafka checks READ on the group first

@@ -12,8 +12,8 @@ Kafka 4 closes the connection of a Produce v0-2 (KIP-896).  Here:
   and refuses a batch that claims LogAppendTime).  The other topic rules (timestamp bounds, keys on a compacted topic)
   the cluster applies itself to the v2 batch, with the same codes.
 - Produce v3+ passes through as it came (batches, producer ids and sequences untouched), and
-  InitProducerId without a transactional id is forwarded, so idempotent producers work;
-  transactional producers are refused (their coordinator is not bridged).
+  InitProducerId is forwarded, so idempotent producers work; transactional ones too, their
+  transactional id carried on and their coordinator's requests forwarded (transactions.py).
 - The leader's answer is mapped back: error, base offset, log append time (v2+), log start
   offset (v5+), record errors and message (v8+).  acks=0 is sent to the cluster with acks=1
   (the cluster's answer is awaited by nobody: Kafka sends the client none).
@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,26 @@ FORWARD_VERSIONS = (3, 11)
 TOPIC_CONFIG_TTL_S = 60.0
 #: The topic config up-conversion follows (LogValidator.validateTimestamp).
 TIMESTAMP_TYPE_CONFIG = "message.timestamp.type"
+#: Produce v0-2 requests of one connection read while the ones before are converted and
+#: forwarded (their answers keep their turn), and the message-set bytes they may hold: a
+#: producer's in-flight requests (Kafka's max.in.flight.requests.per.connection default is 5)
+#: overlap the cluster's append with the next up-conversion.
+PIPELINED_REQUESTS = 5
+PIPELINED_BYTES = 8 << 20
+
+
+class _Job:
+    """One Produce request on its way to the cluster, in arrival order (its connection's order
+    is the order its partitions are appended in): waiting for the timestamp types of `waiting`."""
+
+    __slots__ = ("req", "body", "responses", "admitted", "convert", "waiting", "types")
+
+    def __init__(self, req: Request, body: dict[str, Any], responses: list[dict[str, Any]],
+                 admitted: list[Part], convert: bool):
+        self.req, self.body, self.responses, self.admitted = req, body, responses, admitted
+        self.convert = convert                # magic 0/1 sets (Produce v0-2)
+        self.waiting: set[str] = set()
+        self.types: dict[str, TimestampType] = {}
 
 
 def refusal_code(error: KafkaCodecError) -> int:
@@ -84,8 +105,12 @@ class ProduceForwarder:
 
     Up-conversion (a gzip message set of a few MB takes a second: inflate, check, deflate again)
     runs on one converter thread, never on the loop, which meanwhile serves every other
-    connection; the connection itself is muted until its answer is sent (Kafka's rule), so its
-    requests stay in order.  Decompression and compression release the GIL.  The thread is
+    connection.  Decompression and compression release the GIL.  A connection's Produce v0-2
+    requests are pipelined (up to PIPELINED_REQUESTS / PIPELINED_BYTES): the next one is read
+    while the ones before are converted and forwarded, and every answer is sent in its turn
+    (dispatch.Request.pipeline).  Requests go through one queue in arrival order (`jobs`: a
+    topic's first set waits there for its timestamp type), then the one converter thread, then
+    the loop: a connection's sets reach their leader in the order they came.  The thread is
     owned here: `close()` (the server's stop) ends it and drops conversions not yet started."""
 
     def __init__(self, server: Server):
@@ -94,6 +119,8 @@ class ProduceForwarder:
         self.converter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkacodec-serve-upconvert")
         #: topic -> (monotonic time it expires, its message.timestamp.type)
         self.timestamp_types: dict[str, tuple[float, TimestampType]] = {}
+        self.describing: set[str] = set()     # topics a DescribeConfigs is out for
+        self.jobs: deque[_Job] = deque()       # requests not yet handed to the converter
 
     def close(self) -> None:
         self.converter.shutdown(wait=False, cancel_futures=True)
@@ -102,6 +129,9 @@ class ProduceForwarder:
         principal = req.conn.principal
         responses: list[dict[str, Any]] = []
         admitted: list[Part] = []
+        transactional_id = body.get("transactional_id")
+        refused = transactional_id is not None and not self.server.may_use_transactional_id(
+            principal, transactional_id)
         for t in body["topic_data"]:
             name = t["name"]
             parts: list[dict[str, Any]] = []
@@ -111,29 +141,50 @@ class ProduceForwarder:
                                           "log_start_offset": -1, "record_errors": [],
                                           "error_message": None}
                 parts.append(answer)
-                answer["error_code"] = self._admitted(principal, name, p["index"], p["records"])
+                answer["error_code"] = (Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if refused else
+                                        self._admitted(principal, name, p["index"], p["records"]))
                 if answer["error_code"] == Error.NONE:
                     admitted.append((name, p["index"], p["records"], answer))
             responses.append({"name": name, "partition_responses": parts})
-        if req.api_version not in UP_CONVERTED_VERSIONS or not admitted:
-            # the request's buffer goes back to the pool
+        conn = req.conn
+        convert = req.api_version in UP_CONVERTED_VERSIONS and bool(admitted)
+        if not convert and not conn.reserved:
+            # nothing of this connection's is on its way: sent now (no conversion)
+            # (bytes: the records may be views of the request's block, which goes back to the pool)
             self._send(req, body, responses, [(t, i, bytes(r), a) for t, i, r, a in admitted])
             return
-        self._with_timestamp_types({topic for topic, *_ in admitted}, functools.partial(
-            self._convert, req, body, responses, admitted))
+        size = sum(len(records) for _, _, records, _ in admitted)
+        if convert and body["acks"] != 0 and conn.reserved < PIPELINED_REQUESTS and \
+                conn.reserved_bytes + size <= PIPELINED_BYTES:
+            req.pipeline(size)
+        job = _Job(req, body, responses, [(t, i, bytes(r), a) for t, i, r, a in admitted], convert)
+        self.jobs.append(job)
+        if convert:
+            self._learn_timestamp_types(job)     # (a failure may call back at once)
+        self._start_ready()
 
-    def _with_timestamp_types(self, topics: set[str],
-                              then: Any) -> None:
-        """`then({topic: its timestamp type})` on the loop, once the cluster has described the
-        topics not known (or known too long); a topic it could not describe in time is left out.
-        A cluster without DescribeConfigs v1+, or a topic the gateway may not describe: CreateTime
-        (what a topic is unless set otherwise), and a warning."""
+    def _learn_timestamp_types(self, job: _Job) -> None:
+        """The job's topics' timestamp types as known; DescribeConfigs for those not known
+        (the job waits) or known too long (asked again; the job goes on with what was known)."""
         now = time.monotonic()
-        known = {t: entry[1] for t in topics if (entry := self.timestamp_types.get(t)) and entry[0] > now}
-        missing = sorted(topics - known.keys())
-        if not missing:
-            then(known)
-            return
+        ask = set()
+        for topic in {topic for topic, *_ in job.admitted}:
+            entry = self.timestamp_types.get(topic)
+            if entry is None:
+                job.waiting.add(topic)
+            else:
+                job.types[topic] = entry[1]
+            if (entry is None or entry[0] <= now) and topic not in self.describing:
+                ask.add(topic)
+        if ask:
+            self._describe(sorted(ask))
+
+    def _describe(self, topics: list[str]) -> None:
+        """DescribeConfigs of `topics`' timestamp type; the jobs waiting for them go on when it
+        answers or fails.  A cluster without DescribeConfigs v1+, or a topic the gateway may not
+        describe: CreateTime (what a topic is unless set otherwise), and a warning.  A topic it
+        could not describe in time: the jobs' sets of it get REQUEST_TIMED_OUT."""
+        self.describing.update(topics)
 
         def described(value: Any, error: BaseException | None) -> None:
             found: dict[str, TimestampType] = {}
@@ -149,46 +200,58 @@ class ProduceForwarder:
             elif isinstance(error, UnsupportedVersionError):
                 log.warning("the cluster has no DescribeConfigs v1+: messages are up-converted as "
                             "CreateTime ones")
-                found = dict.fromkeys(missing, TimestampType.CREATE_TIME)
+                found = dict.fromkeys(topics, TimestampType.CREATE_TIME)
             else:
-                log.warning("DescribeConfigs of %s failed: %s", ", ".join(missing), error)
+                log.warning("DescribeConfigs of %s failed: %s", ", ".join(topics), error)
             expires = time.monotonic() + TOPIC_CONFIG_TTL_S
             for topic, kind in found.items():
                 self.timestamp_types[topic] = (expires, kind)
-            then({**known, **{t: found[t] for t in missing if t in found}})
+            self.describing.difference_update(topics)
+            for job in self.jobs:
+                for topic in job.waiting.intersection(topics):
+                    job.waiting.discard(topic)
+                    if topic in found:
+                        job.types[topic] = found[topic]
+            self._start_ready()
 
-        outgoing = control.describe_configs_request(missing, [TIMESTAMP_TYPE_CONFIG])
+        outgoing = control.describe_configs_request(topics, [TIMESTAMP_TYPE_CONFIG])
         self.cluster.call_async(None, ApiKey.DESCRIBE_CONFIGS, control.request_encoder(outgoing, "kafkacodec-serve"),
                                 control.response_decoder(ApiKey.DESCRIBE_CONFIGS), described,
                                 deadline=Deadline("describe_configs", self.cluster.request_timeout),
                                 max_version=control.MAX_VERSIONS[ApiKey.DESCRIBE_CONFIGS], min_version=1)
 
-    def _convert(self, req: Request, body: dict[str, Any], responses: list[dict[str, Any]],
-                 admitted: list[Part], timestamp_types: dict[str, TimestampType]) -> None:
-        """On the loop: the sets up-converted on the converter thread, then sent; a set of a
-        topic whose timestamp type is not known gets REQUEST_TIMED_OUT (the client retries)."""
-        if req.conn.closed:
-            return
-        for _, _, _, answer in (part for part in admitted if part[0] not in timestamp_types):
-            answer["error_code"] = Error.REQUEST_TIMED_OUT
-        admitted = [part for part in admitted if part[0] in timestamp_types]
+    def _start_ready(self) -> None:
+        """On the loop: the jobs at the head of the queue whose types are known, to the
+        converter thread in order; a set of a topic whose type could not be learnt gets
+        REQUEST_TIMED_OUT (the client retries)."""
+        while self.jobs and not self.jobs[0].waiting:
+            job = self.jobs.popleft()
+            req = job.req
+            if req.conn.closed:
+                continue
+            admitted = job.admitted
+            if job.convert:
+                for _, _, _, answer in (part for part in admitted if part[0] not in job.types):
+                    answer["error_code"] = Error.REQUEST_TIMED_OUT
+                admitted = [part for part in admitted if part[0] in job.types]
 
-        def send(done: Future[list[Part]]) -> None:          # on the loop
+            def send(done: Future[list[Part]], job: _Job = job) -> None:      # on the loop
+                try:
+                    self._send(job.req, job.body, job.responses, done.result())
+                except Exception:
+                    log.exception("Produce v%d from %s failed; closing the connection",
+                                  job.req.api_version, job.req.conn.peer)
+                    job.req.conn.close("handler failed", FAILED)
+
+            def converted(done: Future[list[Part]], send: Any = send) -> None:   # on the converter thread
+                if not done.cancelled():
+                    self.server.loop.call_soon_threadsafe(lambda: send(done))
+
             try:
-                self._send(req, body, responses, done.result())
-            except Exception:
-                log.exception("Produce v%d from %s failed; closing the connection", req.api_version,
-                              req.conn.peer)
-                req.conn.close("handler failed", FAILED)
-
-        def converted(done: Future[list[Part]]) -> None:     # on the converter thread
-            if not done.cancelled():
-                self.server.loop.call_soon_threadsafe(lambda: send(done))
-
-        try:
-            self.converter.submit(self._up_converted, req, admitted, timestamp_types).add_done_callback(converted)
-        except RuntimeError:                     # shut down: the server is stopping
-            req.conn.close("server stopped", SHUTDOWN)
+                self.converter.submit(self._up_converted, req, admitted, job.types if job.convert else None
+                                      ).add_done_callback(converted)
+            except RuntimeError:                 # shut down: the server is stopping
+                req.conn.close("server stopped", SHUTDOWN)
 
     def _admitted(self, principal: str, topic: str, partition: int, records: Any) -> int:
         """Error.NONE, or the code a partition's records are refused with before conversion."""
@@ -202,11 +265,15 @@ class ProduceForwarder:
         return Error.NONE
 
     @staticmethod
-    def _up_converted(req: Request, admitted: list[Part], timestamp_types: dict[str, TimestampType]) -> list[Part]:
-        """On the converter thread: each message set as one v2 batch; a refused one gets its
-        code in its answer (nobody else touches it meanwhile: the connection is muted)."""
+    def _up_converted(req: Request, admitted: list[Part],
+                      timestamp_types: dict[str, TimestampType] | None) -> list[Part]:
+        """On the converter thread: each message set as one v2 batch (None: the sets are v2
+        batches already, sent as they came); a refused one gets its code in its answer
+        (nobody else touches it meanwhile: the answer is sent once all are back)."""
         from kafkacodec import up_convert
 
+        if timestamp_types is None:
+            return admitted
         out = []
         for topic, partition, records, answer in admitted:
             try:
@@ -235,15 +302,15 @@ class ProduceForwarder:
             by_leader.setdefault(leader, []).append((topic, partition, batch, answer))
         for leader, led in by_leader.items():
             self._forward(leader, led, body["acks"], body["timeout_ms"], req.client_id,
-                          answers.expect(functools.partial(self._answered, led)))
+                          body.get("transactional_id"), answers.expect(functools.partial(self._answered, led)))
         if body["acks"] == 0:
             req.done()                           # Kafka sends nothing for acks=0
             return
         answers.ready(lambda: req.respond(m.PRODUCE_RESPONSE.encode(req.api_version, {
             "responses": responses, "throttle_time_ms": 0})))
 
-    def _forward(self, leader: int, batches: list[Part], acks: int,
-                 timeout_ms: int, client_id: str | None, on_done: Any) -> None:
+    def _forward(self, leader: int, batches: list[Part], acks: int, timeout_ms: int,
+                 client_id: str | None, transactional_id: str | None, on_done: Any) -> None:
         topics: dict[str, list[tuple[int, Any]]] = {}
         for topic, partition, batch, _ in batches:
             topics.setdefault(topic, []).append((partition, batch))
@@ -252,7 +319,8 @@ class ProduceForwarder:
             return encode_produce_request(list(topics.items()), api_version=version,
                                           correlation_id=correlation_id,
                                           client_id=client_id or "kafkacodec-serve",
-                                          acks=acks or 1, timeout_ms=timeout_ms)
+                                          acks=acks or 1, timeout_ms=timeout_ms,
+                                          transactional_id=transactional_id)
 
         def decode(resp: Any, version: int) -> dict[tuple[str, int], Any]:
             decoded = decode_produce_response(resp.payload, version)
@@ -283,7 +351,8 @@ class ProduceForwarder:
                 self.cluster.metadata_stale = True
 
     def init_producer_id(self, req: Request, body: dict[str, Any]) -> None:
-        """An idempotent producer's id, from the cluster; a transactional one is refused."""
+        """An idempotent producer's id, from the cluster (a transactional one's from its
+        transaction coordinator: serve/transactions.py)."""
         version = req.api_version
 
         def reply(code: int, producer_id: int = -1, epoch: int = -1) -> None:
@@ -291,8 +360,8 @@ class ProduceForwarder:
                 "throttle_time_ms": 0, "error_code": code, "producer_id": producer_id,
                 "producer_epoch": epoch}))
 
-        if body["transactional_id"] is not None:
-            reply(Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if body["transactional_id"] is not None:     # from its transaction coordinator
+            self.server.transactions.init_producer_id(req, body)
             return
 
         def answered(value: Any, error: BaseException | None) -> None:

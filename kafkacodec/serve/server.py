@@ -46,6 +46,8 @@ from kafkacodec.net.connection import Connection, Deadlines, RequestReader
 from kafkacodec.net.loop import Loop
 from kafkacodec.net.transport import PlainTransport
 from kafkacodec.serve.offsets import OffsetStore
+from kafkacodec.serve.transactions import TRANSACTION_APIS
+from kafkacodec.serve.transactions import refuse as refuse_transaction
 
 __all__ = ["Server"]
 
@@ -166,12 +168,21 @@ class Server:
         for key in (ApiKey.PRODUCE, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DELETE_RECORDS,
                     ApiKey.INIT_PRODUCER_ID, ApiKey.CREATE_PARTITIONS):
             self._handlers[key] = self.dispatcher.refuse_write
+        for key in TRANSACTION_APIS:
+            self._handlers[key] = refuse_transaction
         if config.produce:                     # serve --upstream --produce (serve/produce.py)
             from kafkacodec.serve.produce import ProduceForwarder
+            from kafkacodec.serve.transactions import TransactionForwarder
 
             self.forwarder = ProduceForwarder(self)
+            self.transactions = TransactionForwarder(self)
             self._handlers[ApiKey.PRODUCE] = self.forwarder.produce
             self._handlers[ApiKey.INIT_PRODUCER_ID] = self.forwarder.init_producer_id
+            self._handlers.update({
+                ApiKey.ADD_PARTITIONS_TO_TXN: self.transactions.add_partitions,
+                ApiKey.ADD_OFFSETS_TO_TXN: self.transactions.add_offsets,
+                ApiKey.END_TXN: self.transactions.end_txn,
+                ApiKey.TXN_OFFSET_COMMIT: self.transactions.txn_offset_commit})
 
     def _metrics(self) -> Any:
         try:
@@ -376,6 +387,10 @@ class Server:
     def may_use_group(self, principal: str, group: str) -> bool:
         """May `principal` find, join and commit for the consumer group `group`?"""
         return self.acl is None or self.acl.allows_group(principal, group)
+
+    def may_use_transactional_id(self, principal: str, transactional_id: str) -> bool:
+        """May `principal` run transactions as `transactional_id` (serve --upstream --produce)?"""
+        return self.acl is None or self.acl.allows_transactional_id(principal, transactional_id)
 
     def _fairness(self) -> bool:
         pool = self.request_pool

@@ -1,8 +1,8 @@
 // Kafka's own consumer (org.apache.kafka:kafka-clients) reading from a broker, for
 // tests/test_serve_java.py and tests/test_kafka_broker.py: by assign (every partition from
 // offset 0) or through a consumer group (subscribe, commitSync at the end).  It compiles and
-// runs with kafka-clients 0.10.2 to 4.x (poll is called by reflection: poll(Duration) came in
-// 2.0, poll(long) went in 4.0).
+// runs with kafka-clients 0.9 to 4.x (poll and seekToBeginning are called by reflection:
+// poll(Duration) came in 2.0, poll(long) went in 4.0; seekToBeginning took varargs before 0.10).
 //
 // args: BOOTSTRAP GROUP|- ISOLATION TOPIC:PARTITION:COUNT[,...] TIMEOUT_MS [PROPERTIES_FILE]
 // PROPERTIES_FILE: more client settings (security.protocol, sasl.*, ssl.*...), read with
@@ -62,6 +62,24 @@ public class ServeConsumer {
         }
     }
 
+    // consumer.seekToBeginning(partitions) on any client version
+    static void seekToBeginning(KafkaConsumer<byte[], byte[]> consumer, List<TopicPartition> partitions)
+            throws Throwable {
+        for (Method m : KafkaConsumer.class.getMethods()) {
+            if (m.getName().equals("seekToBeginning") && m.getParameterTypes().length == 1) {
+                Object arg = m.getParameterTypes()[0].isArray()
+                        ? partitions.toArray(new TopicPartition[0]) : partitions;
+                try {
+                    m.invoke(consumer, arg);
+                } catch (InvocationTargetException e) {
+                    throw e.getCause();
+                }
+                return;
+            }
+        }
+        throw new NoSuchMethodException("KafkaConsumer.seekToBeginning");
+    }
+
     public static void main(String[] args) {
         try {
             consume(args);
@@ -108,9 +126,9 @@ public class ServeConsumer {
             if (group.equals("-")) {
                 List<TopicPartition> assigned = new ArrayList<>(want.keySet());
                 consumer.assign(assigned);
-                consumer.seekToBeginning(assigned);
+                seekToBeginning(consumer, assigned);
             } else {
-                consumer.subscribe(topics);
+                consumer.subscribe(new ArrayList<>(topics));    // a List: 0.9 takes no other
             }
             long deadline = System.currentTimeMillis() + timeoutMs;
             while (System.currentTimeMillis() < deadline) {
