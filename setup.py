@@ -61,8 +61,12 @@ class BuildExt(build_ext):
                 ext.extra_compile_args += ["/O2" if not DEBUG else "/Od"]
                 continue
             # -g0 drops the DWARF that Python's own CFLAGS ask for (5x smaller wheels);
-            # debug and sanitizer builds keep it for readable reports.
-            ext.extra_compile_args += ["-O0", "-g"] if DEBUG else ["-O2", "-g" if SANITIZE else "-g0"]
+            # debug and sanitizer builds keep it for readable reports.  Sanitizer builds at -O1,
+            # as ASan's documentation advises: reports stay exact and the build is much faster.
+            if DEBUG:
+                ext.extra_compile_args += ["-O0", "-g"]
+            else:
+                ext.extra_compile_args += ["-O1", "-g"] if SANITIZE else ["-O2", "-g0"]
             ext.extra_compile_args += ["-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]
             if SANITIZE:
                 flags = [f"-fsanitize={SANITIZE}", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]

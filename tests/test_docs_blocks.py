@@ -47,7 +47,7 @@ from isolated import child_env  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 THIS = "tests/test_docs_blocks.py"
-README_TEST = "tests/test_readme.py::test_every_readme_command_in_a_fresh_clone"
+README_TEST = "tests/test_readme.py::test_a_readme_block_runs_as_shown_in_a_fresh_clone"
 
 
 # --- the blocks -----------------------------------------------------------------------------

@@ -175,6 +175,41 @@ def test_an_old_group_commits_upstream_and_resumes_on_the_cluster(mock_gateway):
     assert sorted(got + rest) == expected
 
 
+def test_old_and_new_members_share_one_group_through_the_gateway(mock_gateway):
+    """kafka-python at (0, 10, 1) (JoinGroup v0) and confluent-kafka (JoinGroup v5+) in one
+    group through the gateway, which coordinates both (Kafka's classic protocol, the "range"
+    assignor they share): the partitions are split between them, and together they read every
+    record."""
+    cluster, server, expected, partitions = mock_gateway
+    gateway = f"127.0.0.1:{server.port}"
+    old = kafka.KafkaConsumer(bootstrap_servers=gateway, api_version=(0, 10, 1), group_id="mixed",
+                              auto_offset_reset="earliest", enable_auto_commit=False,
+                              partition_assignment_strategy=[kafka.coordinator.assignors.range.RangePartitionAssignor])
+    new = ck.Consumer({"bootstrap.servers": gateway, "group.id": "mixed", "auto.offset.reset": "earliest",
+                       "enable.auto.commit": False, "partition.assignment.strategy": "range"})
+    got: set[tuple] = set()
+    try:
+        old.subscribe(["orders"])
+        new.subscribe(["orders"])
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            for records in old.poll(timeout_ms=100).values():
+                got.update((r.partition, r.offset, r.key, r.value) for r in records)
+            msg = new.poll(0.1)
+            if msg is not None and not msg.error():
+                got.add((msg.partition(), msg.offset(), msg.key(), msg.value()))
+            mine = {tp.partition for tp in old.assignment()}
+            theirs = {tp.partition for tp in new.assignment()}
+            if got >= set(expected) and mine and theirs and not mine & theirs and \
+                    mine | theirs == set(range(partitions)):
+                break
+        assert mine and theirs and not mine & theirs and mine | theirs == set(range(partitions))
+        assert got == set(expected)
+    finally:
+        old.close()
+        new.close()
+
+
 def test_an_offset_beyond_the_log_is_out_of_range(mock_gateway):
     cluster, server, expected, partitions = mock_gateway
     consumer = kafka.KafkaConsumer(bootstrap_servers=f"127.0.0.1:{server.port}", api_version=(0, 10, 1),
