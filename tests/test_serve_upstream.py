@@ -496,6 +496,20 @@ def test_readers_far_apart_through_a_small_cache(mock_gateway):
     assert results == {(0, 9): expected, (0, 10, 1): expected}
 
 
+def test_a_reader_from_the_start_after_one_at_the_end_gets_every_record(mock_gateway):
+    """A client reads every partition to its end through a cache that keeps only the last part
+    of it; then another reads from offset 0.  The chunks the first left (far ahead of offset 0,
+    not continuing from it) must not count as read-ahead: the upstream consumer fetches from 0
+    again (it paused there for good, and the second client got nothing)."""
+    cluster, _, expected, partitions = mock_gateway
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0), zstd_codec="lz4",
+                upstream_cache_memory=6 << 10) as server:
+        assert read_confluent(server.port, "orders", partitions, len(expected)) == expected
+        ahead = [len(server.view.partition("orders", p).committed.chunks) for p in range(partitions)]
+        assert max(ahead) > 2                    # more than CHUNKS_AHEAD left behind the end
+        assert read_confluent(server.port, "orders", partitions, len(expected)) == expected
+
+
 def test_new_topics_and_appends_reach_clients(mock_gateway):
     """A topic created after the gateway started is found; a consumer at the end long-polls and
     gets records as they land upstream; an offset past the bounds the gateway last heard (but

@@ -536,7 +536,15 @@ class UpstreamView:
                 consumer.seek(tp, demand)
                 consumer.resume([tp])
                 continue
-            ahead = sum(1 for c in chunks if c.next_offset > demand)
+            # read ahead: the chunks that continue from the demand, not those another client
+            # left further on (counted, they would pause the consumer short of the demand)
+            ahead, at = 0, demand
+            for c in chunks:                   # (sorted by start)
+                if c.next_offset <= at:
+                    continue
+                if c.start > at:
+                    break
+                ahead, at = ahead + 1, c.next_offset
             if ahead > CHUNKS_AHEAD:
                 consumer.pause([tp])
             else:
