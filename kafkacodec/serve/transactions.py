@@ -25,7 +25,6 @@ a ``Group:`` rule for the group whose offsets the transaction commits.
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -143,7 +142,7 @@ class TransactionForwarder:
                 log.warning("%s for %r: the cluster failed: %s", ApiKey.name_of(api_key), key, error)
             req.respond(refusal(api_key, version, body, Error.COORDINATOR_NOT_AVAILABLE))
 
-        def answered(node: int, value: Any, error: BaseException | None) -> None:
+        def answered(value: Any, error: BaseException | None) -> None:
             if error is not None:
                 self.coordinators.coordinators.pop((key_type, key), None)
                 failed(error)
@@ -157,7 +156,7 @@ class TransactionForwarder:
                 failed(error)
                 return
             self.cluster.call_async(node, api_key, control.request_encoder(outgoing, req.client_id),
-                                    decode, functools.partial(answered, node), deadline=deadline,
+                                    decode, answered, deadline=deadline,
                                     min_version=version, max_version=version,
                                     purpose="coordinator", retries=0)
 
