@@ -34,10 +34,11 @@ python -m pip install -q "$wheel[$EXTRAS]"  # resolves what is still missing (no
 stamp "installed $(basename "$wheel")"
 export KAFKACODEC_TEST_INSTALLED=1 SPARK_LOCAL_IP=127.0.0.1
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
-# Two workers (pytest-xdist; KAFKACODEC_TEST_WORKERS=0 runs one process): the suite mostly waits
-# on brokers, JVMs and sockets.  tests/conftest.py keeps the tests of the Kafka brokers on one
-# worker and the Spark tests on one, so each JVM kind starts once.
-WORKERS=${KAFKACODEC_TEST_WORKERS:-2}
+# Three workers (pytest-xdist; KAFKACODEC_TEST_WORKERS=0 runs one process): the suite mostly waits
+# on brokers, JVMs and sockets (about one core busy on two).  tests/conftest.py keeps the tests
+# of the Kafka brokers on one worker and the Spark tests on one, so each JVM kind starts once;
+# the third takes the rest, which is as long as either group.
+WORKERS=${KAFKACODEC_TEST_WORKERS:-3}
 XDIST=()
 [ "$WORKERS" != 0 ] && [ "$WORKERS" != 1 ] && XDIST=(-n "$WORKERS" --dist loadgroup)
 # The pytest script (not `python -m pytest`) keeps the source tree off sys.path.

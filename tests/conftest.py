@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.broker)
         if module in SERVICE_MODULES:
             item.add_marker(pytest.mark.service)
-        # scripts/test.sh runs two workers (-n 2 --dist loadgroup): one takes the tests of the
+        # scripts/test.sh runs three workers (-n 3 --dist loadgroup): one takes the tests of the
         # session's Kafka brokers, one the Spark tests (each JVM kind started once, and never both
         # on one worker at a time), and the rest is shared out test by test.
         if item.get_closest_marker("broker"):

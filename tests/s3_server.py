@@ -134,3 +134,100 @@ def counted_reads() -> Iterator[list[int]]:
         yield fetched
     finally:
         storage.Source.view, storage.Storage.read_bytes = view, read_bytes   # type: ignore[method-assign]
+
+
+class StallingProxy:
+    """A TCP proxy on loopback in front of `host:port`: a bad network between a reader and its
+    store.  `stall()` holds every byte in either direction until `flow()`; `refuse()` resets
+    every connection, open or new, until `flow()`.  Use as a context manager."""
+
+    def __init__(self, host: str, port: int):
+        import threading
+
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.refusing = False
+        self.connections: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, name="stalling-proxy", daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stall(self) -> None:
+        self.flowing.clear()
+
+    def flow(self) -> None:
+        self.refusing = False
+        self.flowing.set()
+
+    def refuse(self) -> None:
+        self.refusing = True
+        self.flowing.set()
+        with self._lock:
+            connections, self.connections = self.connections, []
+        for conn in connections:
+            _reset(conn)
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.refusing:
+                _reset(client)
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                _reset(client)
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self.connections += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                self.flowing.wait()
+                if self.refusing:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for conn in (src, dst):
+                _reset(conn)
+
+    def close(self) -> None:
+        self.listener.close()
+        self.refuse()
+
+    def __enter__(self) -> StallingProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _reset(conn: socket.socket) -> None:
+    """Close with a reset (SO_LINGER 0), as a dropped network connection ends."""
+    import struct
+
+    try:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    conn.close()

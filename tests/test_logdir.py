@@ -762,6 +762,61 @@ def test_s3(sample, s3_server, monkeypatch):
         read_all(f"s3://{bucket}/nothing-here", options)
 
 
+def test_deferred_reads_shared_by_threads_give_the_files_bytes(sample, s3_server, monkeypatch):
+    """DeferredReads (logdir/deferred.py) is shared by serve's loop and its workers: threads
+    that each look up random ranges of S3 objects, and make the reads they are told to wait
+    for, through one cache far smaller than what they read (4 KiB blocks, 8 kept), always get
+    the file's bytes; the cache stays in its bound, a file over its limit is refused."""
+    import random
+    import threading
+
+    from kafkacodec.logdir import deferred
+    from kafkacodec.logdir.deferred import DeferredReads, ReadPending
+    from kafkacodec.logdir.storage import resolve
+
+    root, _ = sample
+    uri = s3_server.upload(root, "logs")
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(deferred, "BLOCK", 4096)
+    files = sorted(root.glob("*/*.log"))
+    storage, base = resolve([uri])[0]
+    paths = [storage.join(base, f"{f.parent.name}/{f.name}") for f in files]
+    reads = DeferredReads(limit=8 * 4096)
+    failures: list[BaseException] = []
+
+    def settle(step):
+        while True:
+            try:
+                return step()
+            except ReadPending as pending:
+                pending.read()
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(150):
+                i = rng.randrange(len(files))
+                data = files[i].read_bytes()
+                start = rng.randrange(len(data))
+                end = min(len(data), start + rng.choice((1, 100, 5000, 20000)))
+                buf, at = settle(lambda: reads.range(storage, paths[i], start, end))
+                assert bytes(memoryview(buf)[start - at:end - at]) == data[start:end]
+                assert settle(lambda: reads.size(storage, paths[i])) == len(data)
+        except BaseException as exc:           # noqa: BLE001 (reported below)
+            failures.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not failures, failures[0]
+    assert reads.cached_bytes <= reads.limit and reads.reads > 8
+    with pytest.raises(OSError, match="more than 10"):
+        settle(lambda: reads.whole(storage, paths[0], limit=10))
+
+
 def test_errors_are_kafkacodec_errors(sample, tmp_path):
     root, _ = sample
     dst = copy(root, tmp_path)

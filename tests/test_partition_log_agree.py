@@ -13,7 +13,10 @@ entry (an append in progress; the readers read with mode=DROPMALFORMED).  Direct
 broker wrote (tests/broker_logs.py, tests/tiered_support.py) are compared with the broker's own
 consumer: a log Kafka compacted (below), transactions across rolls with one left open
 (tests/test_serve_txnindex.py), a partition Kafka tiered and deleted locally
-(tests/test_tiered.py); tests/test_spark.py reads each of them with Spark too."""
+(tests/test_tiered.py); tests/test_spark.py reads each of them with Spark too.  The corpus is
+also copied to S3 and read the way serve reads an object store, never waiting on a read (each
+step run again after the reads it asked for, logdir/deferred.py): the engine's answers are those
+of the same directory on disk, and serve's answers those of serve on disk."""
 
 from __future__ import annotations
 
@@ -187,3 +190,81 @@ def test_a_log_kafka_compacted_reads_as_its_consumer_reads_it(compacted_log, cap
     assert _logdir_read(root, "read_uncommitted") == records
     assert _cli_read(root, "read_uncommitted", capsysbinary) == records
     assert _served(root, records, "read_uncommitted") == records
+
+
+# --- the same corpus in an object store, read without waiting --------------------------------------
+
+def _settled(step):
+    """`step()` as serve runs it over an object store (logdir/deferred.py): each read it waits
+    for made (here, at once), then the step again from the start."""
+    from kafkacodec.logdir.deferred import ReadPending
+
+    for _ in range(10_000):
+        try:
+            return step()
+        except ReadPending as pending:
+            pending.read()
+    raise AssertionError("the step never stopped waiting for reads")
+
+
+def _engine_answers(log, settle) -> dict:
+    """Every question serve asks a partition's engine, answered (offsets every few, all times)."""
+    start, end = settle(lambda: log.log_start), settle(lambda: log.log_end)
+    times = sorted({int(t) + d for seg in log.segments for t in settle(lambda: seg.scan()["max_timestamp"])
+                    for d in (-1, 0, 1)})
+    out: dict = {"start": start, "end": end, "lso": settle(log.last_stable_offset),
+                 "aborted": settle(lambda: log.aborted_between(0, 2**62))}
+    for committed in (False, True):
+        for ts in [-1, -2, -3, *times]:
+            out["time", committed, ts] = settle(lambda: log.offset_at(ts, committed))
+    for offset in sorted({*range(start, end, 13), end - 1}):
+        found = settle(lambda: log.read(offset, 4096, True, end))
+        out["read", offset] = None if found is None else (
+            found.segment.base_offset, found.position, found.size, found.first_size,
+            settle(lambda: bytes(found.segment.read_bytes(found.position, found.size))))
+    return out
+
+
+@pytest.mark.parametrize("name", list(CORPUS))
+def test_the_engine_answers_alike_from_disk_and_from_s3_without_waiting(corpus, name, s3_server, monkeypatch):
+    """Each directory of the corpus copied to S3 and read the way serve reads an object store:
+    never waiting, each step run again after the reads it asked for, through a cache of 4 KiB
+    blocks holding 16 of them (so bytes are read, dropped and read again mid-step).  Offsets,
+    times, ranges, bytes, aborted transactions and the last stable offset are those of the same
+    directory on disk, read by the usual blocking path."""
+    from kafkacodec.logdir import deferred
+    from kafkacodec.logdir._layout import find_partitions
+    from kafkacodec.logdir.deferred import DeferredReads
+    from kafkacodec.logdir.partition_log import PartitionLog
+
+    root = corpus[name]
+    uri = s3_server.upload(root, "logs")
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(deferred, "BLOCK", 4096)
+    reads = DeferredReads(limit=16 * 4096)
+    on_disk = {(p.topic, p.partition): p for p in find_partitions([str(root)])[0]}
+    in_s3 = {(p.topic, p.partition): p for p in find_partitions([uri])[0]}
+    assert sorted(on_disk) == sorted(in_s3)
+    for tp in sorted(on_disk):
+        want = _engine_answers(PartitionLog(on_disk[tp]), lambda step: step())
+        got = _engine_answers(PartitionLog(in_s3[tp], reads=reads), _settled)
+        assert got == want, (name, tp)
+    assert reads.reads > 0 and reads.cached_bytes <= reads.limit
+
+
+def test_serve_from_s3_agrees_with_serve_from_disk(corpus, s3_server, monkeypatch):
+    """`kafkacodec serve s3://...` (every remote read on a worker, the network thread never
+    waiting): librdkafka reads the lying-index and out-of-order-.txnindex directories from S3 as
+    from disk, at both isolation levels."""
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    for name in ("lying-indexes", "txnindex-out-of-order"):
+        root = corpus[name]
+        uri = s3_server.upload(root, "logs")
+        for level in LEVELS:
+            want = expected_records(root, level == "read_committed")
+            with Server([uri], listen=("127.0.0.1", 0)) as srv:
+                got = confluent_read(f"127.0.0.1:{srv.port}", want, timeout=30, **{"isolation.level": level})
+                assert srv.remote.cache.reads > 0
+            assert got == want, (name, level)

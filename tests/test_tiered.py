@@ -14,15 +14,21 @@ compared with what a consumer of the broker reads at both isolation levels:
 - the local directory plus the remote objects copied to S3 (moto's server), read through
   pyarrow.fs: the log-dir reader (a Spark read of it: tests/test_spark.py);
 - an offset range in the remote tier reads only the segments holding it (the bytes fetched from
-  S3 are counted)."""
+  S3 are counted);
+- serve reads S3 off its network thread: with the network to S3 held still, other requests are
+  answered while a fetch of the remote tier waits; with it resetting every connection, that
+  fetch gets KAFKA_STORAGE_ERROR, and records again once S3 is back (tests/s3_server.py's
+  StallingProxy)."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -231,3 +237,96 @@ def test_serve_keeps_the_metadatas_choice_as_it_follows_the_log(tiered_log, tmp_
         (logs / f"{TOPIC}-0" / "leader-epoch-checkpoint.tmp").write_text("")     # the directory changes
         assert confluent_read(bootstrap, {(TOPIC, 0): want["read_committed"]}, group="after-a-change",
                               **{"isolation.level": "read_committed"}) == {(TOPIC, 0): want["read_committed"]}
+
+
+def _first_records(client, offset: int, max_wait_ms: int) -> tuple[int, list[tuple[int, bytes | None, bytes | None]]]:
+    import kafkacodec
+
+    part = client.fetch([(TOPIC, [(0, offset, 1 << 20)])], api_version=12,
+                        max_wait_ms=max_wait_ms).responses[0].partitions[0]
+    records = [(r.offset, r.key, r.value) for r in kafkacodec.MemoryRecords(bytes(part.records)).records()
+               if r.offset >= offset and r.control_type is None] if part.error_code == 0 else []
+    return part.error_code, records
+
+
+@contextlib.contextmanager
+def _served_through_a_bad_network(tiered_log, tiered_s3, s3_server, monkeypatch):
+    """serve over the local directory and the S3 store, S3 reached through a StallingProxy:
+    (server, proxy, first local offset, first remote offset, offset -> record)."""
+    from s3_server import StallingProxy
+
+    local, _, want = tiered_log
+    uri, _ = tiered_s3
+    with StallingProxy(s3_server.host, s3_server.port) as proxy:
+        for name, value in {**s3_server.env, "AWS_ENDPOINT_URL": proxy.endpoint}.items():
+            monkeypatch.setenv(name, value)
+        with Server([str(local), uri], listen=("127.0.0.1", 0)) as srv:
+            part = srv.view.partition(TOPIC, 0)
+            local_first = next(s.base_offset for s in part.segments if not s.storage.scheme)
+            assert part.segments[0].storage.scheme == "s3" and part.log_start < local_first
+            yield srv, proxy, local_first, part.log_start, {r[0]: r for r in want["read_uncommitted"]}
+
+
+def test_a_stalled_store_stalls_only_the_fetches_that_wait_for_it(tiered_log, tiered_s3, s3_server, monkeypatch):
+    """Remote segments are read off the network thread (serve/remote.py): while the network to
+    S3 holds every byte, a fetch of the remote tier waits, and Metadata and a fetch of the local
+    tier on another connection are answered meanwhile; once the bytes flow, the waiting fetch
+    gets the remote records, and a consumer then reads the whole log exactly."""
+    import threading
+
+    from blocking_client import BlockingClient
+
+    want = tiered_log[2]
+    with _served_through_a_bad_network(tiered_log, tiered_s3, s3_server, monkeypatch) as (
+            srv, proxy, local_first, remote_first, everything):
+        proxy.stall()
+        waited: dict[str, object] = {}
+
+        def remote_fetch() -> None:
+            with BlockingClient("127.0.0.1", srv.port) as client:
+                while True:
+                    error, records = _first_records(client, remote_first, 1000)
+                    if records or error:
+                        waited["answer"], waited["flowing"] = (error, records), proxy.flowing.is_set()
+                        return
+
+        waiter = threading.Thread(target=remote_fetch, daemon=True)
+        waiter.start()
+        with BlockingClient("127.0.0.1", srv.port) as other:
+            assert other.metadata([TOPIC]).topics[0].error_code == 0
+            error, records = _first_records(other, local_first, 0)
+            assert error == 0 and records[0] == everything[local_first]
+        assert "answer" not in waited and not proxy.flowing.is_set()       # answered while it waits
+        proxy.flow()
+        waiter.join(60)
+        error, records = waited["answer"]                                  # type: ignore[misc]
+        assert waited["flowing"] and error == 0
+        assert records and all(everything[r[0]] == r for r in records) and records[0][0] == remote_first
+        for level in LEVELS:
+            got = confluent_read(f"127.0.0.1:{srv.port}", {(TOPIC, 0): want[level]}, **{"isolation.level": level})
+            assert got == {(TOPIC, 0): want[level]}, level
+        registry = srv.metrics.registry
+        assert registry.get_sample_value("kafkacodec_serve_remote_reads_total") == srv.remote.cache.reads > 0
+        assert registry.get_sample_value("kafkacodec_serve_remote_reads_waited_on") == 0
+
+
+def test_a_store_that_fails_answers_a_storage_error_then_serves_again(tiered_log, tiered_s3, s3_server, monkeypatch):
+    """When the store's reads fail (every connection reset), a fetch of the remote tier is
+    answered with KAFKA_STORAGE_ERROR (not a closed connection, not a hang), the local tier is
+    served meanwhile, and once the store is back the same fetch gets its records."""
+    from blocking_client import BlockingClient
+
+    with _served_through_a_bad_network(tiered_log, tiered_s3, s3_server, monkeypatch) as (
+            srv, proxy, local_first, remote_first, everything), BlockingClient("127.0.0.1", srv.port) as client:
+        proxy.refuse()
+        deadline = time.monotonic() + 60
+        while (answer := _first_records(client, remote_first, 500)) == (0, []):
+            assert time.monotonic() < deadline, "no answer from a failing store"
+        assert answer == (56, [])                                           # KAFKA_STORAGE_ERROR
+        error, records = _first_records(client, local_first, 0)
+        assert error == 0 and records[0] == everything[local_first]
+        proxy.flow()
+        deadline = time.monotonic() + 60
+        while (answer := _first_records(client, remote_first, 500))[1] == []:
+            assert time.monotonic() < deadline, f"the store came back, the fetch did not: {answer}"
+        assert answer[1][0] == everything[remote_first]

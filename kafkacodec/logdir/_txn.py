@@ -113,16 +113,21 @@ def follow(state: TxnState, source: TxnSource) -> TxnState:
                 state.segment += 1
                 state.from_index += 1
                 continue
-            state.walked += 1
         for rows in source.headers(i, state.position):
             if not len(rows["position"]):
                 continue
             positions, sizes = rows["position"], rows["size"]
-            collect_aborted(rows, state.open, state.aborted, lambda j: control_type_of(
+            # a window is taken whole or not at all (a read it needs may be pending:
+            # logdir/deferred.py), so following again from `position` is the same walk
+            opened, found = dict(state.open), list[tuple[int, int, int]]()
+            collect_aborted(rows, opened, found, lambda j: control_type_of(
                 source.entry_bytes(i, int(positions[j]), int(sizes[j]))))
+            state.open = opened
+            state.aborted.extend(found)
             state.position = int(positions[-1] + sizes[-1])
         if i == count - 1:
             break
+        state.walked += 1
         state.segment += 1
         state.position = 0
     return state

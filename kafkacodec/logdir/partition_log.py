@@ -50,6 +50,7 @@ from kafkacodec.logdir._layout import SNAPSHOT_AT_END, PartitionFiles
 from kafkacodec.logdir._layout import Segment as SegmentFiles
 from kafkacodec.logdir._problems import not_a_segment
 from kafkacodec.logdir._txn import TxnState, follow
+from kafkacodec.logdir.deferred import DeferredReads
 from kafkacodec.logdir.indexes import (CheckedOffsetIndex, CheckedTimeIndex, check_txn_markers, checked_txn_index,
                                        entry_fields, load_offset_index, parse_time_index)
 from kafkacodec.logdir.snapshots import SNAPSHOT_SUFFIX, open_transactions
@@ -137,8 +138,9 @@ class _Table:
 class LogSegment:
     """One segment file and what is known of its entries (Kafka's LogSegment)."""
 
-    def __init__(self, files: SegmentFiles, notes: Notes | None = None):
+    def __init__(self, files: SegmentFiles, notes: Notes | None = None, reads: DeferredReads | None = None):
         self.files = files
+        self.reads = reads                      # remote bytes without waiting (serve), else read here
         self.path = files.path
         self.base_offset = files.base_offset
         self.storage = files.storage
@@ -183,11 +185,14 @@ class LogSegment:
         True when what was known of it was dropped (the log's transactions too)."""
         dropped = False
         if self.storage.scheme:
-            if self.inode is None:
-                self.inode = (0, 0)
-                self._source = self.storage.open(self.path)
-                self.size = self._source.size
+            if self.inode is None:              # (loaded only once _load() completed: ReadPending)
+                if self.reads is not None:
+                    self.size = self.reads.size(self.storage, self.path)
+                else:
+                    self._source = self.storage.open(self.path)
+                    self.size = self._source.size
                 self._load()
+                self.inode = (0, 0)
             return False
         try:
             st = os.stat(self.path)
@@ -235,9 +240,13 @@ class LogSegment:
             self._use_index()
 
     def _scan_all(self) -> None:
-        self.table = _Table()
+        """The table of every entry, kept once whole (a walk cut by ReadPending leaves none)."""
+        table, self.table = _Table(), None
         self._end, self._last_offset = 0, self.base_offset - 1
-        self._extend()
+        for rows in self.walk(0, self.size):
+            table.append(rows)
+            self._advance(rows)
+        self.table = table
 
     def _extend(self) -> None:
         assert self.table is not None
@@ -284,9 +293,21 @@ class LogSegment:
         end = min(self.size, position + size)
         if self.records is not None:
             return memoryview(self.records)[position:end]
-        assert self._source is not None
-        view, base = self._source.view(position, end)
+        view, base = self._remote(position, end)
         return memoryview(view)[position - base:end - base]
+
+    def _remote(self, start: int, end: int) -> tuple[Any, int]:
+        """(buffer, its first byte's position) holding bytes [start, end) of a remote segment."""
+        if self.reads is not None:
+            return self.reads.range(self.storage, self.path, start, end)
+        assert self._source is not None
+        return self._source.view(start, end)
+
+    def read_file(self, path: str) -> bytes:
+        """A small file beside the segment whole (an index or a producer snapshot)."""
+        if self.reads is not None and self.storage.scheme:
+            return self.reads.whole(self.storage, path)
+        return self.storage.read_bytes(path)
 
     def _index_data(self, suffix: str) -> tuple[bytes, str] | None:
         """(contents, uri) of an index file, None when there is none."""
@@ -296,7 +317,7 @@ class LogSegment:
         uri = self.storage.uri(entry.path)
         if entry.kind != "file":
             raise ValueError(f"{uri} is {entry.note or 'not a regular file'}")
-        return self.storage.read_bytes(entry.path), uri
+        return self.read_file(entry.path), uri
 
     def _load_offset_index(self) -> CheckedOffsetIndex | None:
         """Kafka's .index parsed, its first and last entries checked against the segment; None
@@ -357,7 +378,6 @@ class LogSegment:
         valid one."""
         self.ensure()
         if not self.times_read and not self.active and self.index_file(".timeindex") is not None:
-            self.times_read = True
             entry = self.index_file(".timeindex")
             try:
                 found = self._index_data(".timeindex")
@@ -366,6 +386,7 @@ class LogSegment:
                                                   self.entry_holding, found[1])
             except (OSError, ValueError, KafkaCodecError) as exc:
                 self.notes.invalid(".timeindex", self.storage.uri(entry.path), exc)
+            self.times_read = True
         return self.times
 
     def index_loads(self) -> bool:
@@ -384,7 +405,6 @@ class LogSegment:
         once: checked_txn_index, check_txn_markers), else None."""
         if not self.aborted_read:
             self.ensure()
-            self.aborted_read = True
             entry = self.index_file(".txnindex")
             if entry is not None and self.damaged is None and self.index_loads():
                 try:
@@ -395,6 +415,7 @@ class LogSegment:
                     self.aborted = entries
                 except (OSError, ValueError, KafkaCodecError) as exc:
                     self.notes.invalid(".txnindex", self.storage.uri(entry.path), exc)
+            self.aborted_read = True
         return self.aborted
 
     def check_indexes(self) -> None:
@@ -424,8 +445,7 @@ class LogSegment:
             if records is not None:
                 data, base = memoryview(records), 0
             else:
-                assert self._source is not None
-                data, base = self._source.view(position, window_end)
+                data, base = self._remote(position, window_end)
             rows = scan_entries(data, position - base, window_end - base, source=self.uri, base=base, strict=False)
             stop, error = int(rows["stop"]), rows["error"]
             if len(rows["position"]):
@@ -578,8 +598,10 @@ class PartitionLog:
     """One partition: its segments (readable ones, by base offset), log start, log end and
     transactions (Kafka's UnifiedLog)."""
 
-    def __init__(self, files: PartitionFiles, notes: Notes | None = None, *, live: bool = False):
-        self.live = live                        # another process may append: the last segment is active
+    def __init__(self, files: PartitionFiles, notes: Notes | None = None, *, live: bool = False,
+                 reads: DeferredReads | None = None):
+        self.live = live
+        self.reads = reads                      # (logdir/deferred.py: serve never waits on a remote read)                        # another process may append: the last segment is active
         self.topic = files.topic
         self.partition = files.partition
         self.notes = notes or Notes()
@@ -606,7 +628,7 @@ class PartitionLog:
                 continue
             current = known.pop(found.path, None)
             if current is None:
-                current = LogSegment(found, self.notes)
+                current = LogSegment(found, self.notes, self.reads)
             else:
                 current.adopt(found)
             segments.append(current)
@@ -768,7 +790,7 @@ class PartitionLog:
             try:
                 if entry.kind != "file":
                     raise ValueError(f"{uri} is {entry.note or 'not a regular file'}")
-                found = open_transactions(seg.storage.read_bytes(entry.path), seg.base_offset, uri)
+                found = open_transactions(seg.read_file(entry.path), seg.base_offset, uri)
             except (OSError, ValueError, KafkaCodecError) as exc:
                 self.notes.invalid(SNAPSHOT_SUFFIX, uri, exc)
                 found = None

@@ -23,6 +23,8 @@ gets no records until more arrive.
 
 Long poll: a fetch whose data is below `min_bytes` waits up to `max_wait_ms`, looking at the
 files every `poll_interval_ms`; it is answered as soon as enough data lands (or memory returns).
+A partition in an object store whose bytes are not read yet waits the same way: a worker reads
+them (serve/remote.py) and the waiting fetches are looked at again at once.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from kafkacodec.protocol._fetch_server import FetchRequest, encode_fetch_respons
 from kafkacodec.protocol.api import Error
 from kafkacodec.serve.dispatch import Request
 from kafkacodec.serve.logview import Partition, StorageError
+from kafkacodec.serve.remote import ReadPending
 from kafkacodec.net.connection import FAILED
 from kafkacodec.net.pieces import BytesPiece, LazyPiece
 
@@ -94,6 +97,16 @@ class FetchHandler:
         if not self._try(pending, force=fetch.max_wait_ms <= 0 or not fetch.topics):
             self.parked.append(pending)
             self._schedule()
+
+    def _read_then_poll(self, pending: ReadPending) -> None:
+        """A remote read a partition waits for: made on a worker, the waiting fetches looked at
+        again when it is done."""
+        self.server.remote.defer(pending, self._poll_now)
+
+    def _poll_now(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self.poll()
 
     def _schedule(self) -> None:
         if self._timer is None and self.parked:
@@ -162,7 +175,10 @@ class FetchHandler:
                     if p.fetch_offset >= upper:
                         continue
                     found = part.read(p.fetch_offset, p.partition_max_bytes, True, upper)
-                except (StorageError, FileTruncatedError):
+                except ReadPending as pending:
+                    self._read_then_poll(pending)
+                    continue
+                except (OSError, FileTruncatedError):      # StorageError, a remote read that failed
                     return True
                 if found is not None:
                     total += found.size
@@ -216,7 +232,13 @@ class FetchHandler:
                         # a first batch no response can carry (KIP-74 lets it exceed max_bytes)
                         raise StorageError(f"the entry at offset {p.fetch_offset} is {answer.size} bytes: "
                                            "larger than a response can carry")
-                except (StorageError, FileTruncatedError) as exc:
+                except ReadPending as pending:      # no records from it in this answer
+                    self._read_then_poll(pending)
+                    if answer.piece is not None:
+                        answer.piece.release()
+                    answer.piece, answer.size, answer.aborted = None, 0, [] if fetch.isolation_level == 1 else None
+                    continue
+                except (OSError, FileTruncatedError) as exc:   # StorageError, a remote read that failed
                     log.warning("fetch from %s-%d: %s", part.topic, part.index, exc)
                     if isinstance(exc, FileTruncatedError):
                         try:

@@ -13,6 +13,9 @@ after a cut file, and answering ListOffsets on the view's interface (the upstrea
 `serve --upstream`, has the same one).  Index files found invalid are logged and counted once
 (IndexUse, the metrics).
 
+Segments in an object store are read without waiting (serve/remote.py): a step that needs bytes
+not read yet raises ReadPending, and its request waits for a worker to read them.
+
 Not thread-safe: the server's network thread owns it.
 """
 
@@ -30,6 +33,7 @@ from kafkacodec.logdir.partition_log import Notes, PartitionLog, ReadRange, Stor
 from kafkacodec.logdir.partition_metadata import read_partition_metadata
 from kafkacodec.logdir.storage import resolve
 from kafkacodec.net.pieces import BytesPiece, FilePiece
+from kafkacodec.serve.remote import REMOTE_READ_CAP, ReadPending, RemoteReads
 
 __all__ = ["LogView", "Topic", "Partition", "ReadRange", "StorageError", "IndexUse", "stable_topic_id"]
 
@@ -65,15 +69,19 @@ class Partition(PartitionLog):
     """One partition directory, followed live: the engine's log plus the view's interface
     (refresh, in_range, list_offset)."""
 
-    def __init__(self, topic: str, index: int, files: PartitionFiles, use: IndexUse | None = None):
+    def __init__(self, topic: str, index: int, files: PartitionFiles, use: IndexUse | None = None,
+                 remote: RemoteReads | None = None):
         self.use = use or IndexUse()
-        super().__init__(files, self.use, live=True)
+        self.remote = remote
+        super().__init__(files, self.use, live=True, reads=remote.cache if remote is not None else None)
         self.index = index
-        # followed: the partition's log directory (its tiered segments, remote copies Kafka no
-        # longer changes, are kept as first listed: the broker's __remote_log_metadata, when it
-        # was among the paths, chose them, and an object store is not listed on this thread again)
-        self.tiered = [s for s in files.segments if s.tiered]
-        self.directories = sorted({os.path.dirname(s.path) for s in files.segments if not s.tiered})
+        # followed: the partition's local log directory.  Its tiered segments (remote copies
+        # Kafka no longer changes: the broker's __remote_log_metadata, when it was among the
+        # paths, chose them) and segments in an object store are kept as first listed (a store
+        # is not listed on this thread again).
+        self.listed_once = [s for s in files.segments if s.tiered or s.storage.scheme]
+        self.directories = sorted({os.path.dirname(s.path) for s in files.segments
+                                   if not (s.tiered or s.storage.scheme)})
         self.directory = self.directories[0] if self.directories else ""
         self.dir_stamp: tuple[int, ...] | None = None
 
@@ -86,7 +94,7 @@ class Partition(PartitionLog):
                 self.dir_stamp = stamp
                 parts, _ = find_partitions(list(self.directories)) if self.directories else ([], [])
                 files = parts[0] if parts else PartitionFiles(self.topic, self.partition)
-                files.segments = one_copy_per_tier(files.segments + self.tiered)
+                files.segments = one_copy_per_tier(files.segments + self.listed_once)
                 self.adopt(files)
             # the last segment grows; the one before may have taken its last appends
             for seg in self.segments[-2:]:
@@ -118,21 +126,33 @@ class Partition(PartitionLog):
         try:
             self.refresh()
             found = self.offset_at(timestamp, committed)
+        except ReadPending as pending:          # (a remote segment: looked up again once read)
+            assert self.remote is not None
+            self.remote.defer(pending, lambda: self.list_offset(timestamp, committed, on_done))
+            return
         except (StorageError, OSError) as exc:
             on_done(None, exc)
             return
         on_done(found, None)
 
+    def read(self, offset: int, max_bytes: int, min_one: bool, upper: int) -> ReadRange | None:
+        """PartitionLog.read, at most REMOTE_READ_CAP bytes (or the first entry) from a remote
+        segment: each such read is held whole in memory on its way out."""
+        found = super().read(offset, max_bytes, min_one, upper)
+        if found is not None and found.size > REMOTE_READ_CAP and found.segment.storage.scheme:
+            found = super().read(offset, REMOTE_READ_CAP, min_one, upper)
+        return found
+
     @staticmethod
     def stored_piece(found: ReadRange, on_bytes: Callable[[int], None]) -> FilePiece | BytesPiece:
-        """The stored bytes of a range: sent with sendfile from a local segment; read by range
-        from a remote one (a blocking read of at most the fetch's size on the server's thread:
-        remote segments suit archives and tiered history, not a hot tail)."""
+        """The stored bytes of a range: sent with sendfile from a local segment; from the bytes a
+        worker read from a remote one (ReadPending until they are there)."""
         seg = found.segment
         if not seg.storage.scheme:
             return FilePiece(seg.path, seg.inode, found.position, found.size, on_bytes)
+        data = seg.read_bytes(found.position, found.size)      # (the view keeps its bytes alive)
         on_bytes(found.size)
-        return BytesPiece(seg.read_bytes(found.position, found.size))   # (the view keeps the read buffer alive)
+        return BytesPiece(data)
 
     def transactions(self) -> TxnState:
         """The engine's transactions, counted by source for the metrics."""
@@ -159,7 +179,7 @@ class LogView:
     partitions (cheap when no directory changed); a partition follows its own files
     (Partition.refresh)."""
 
-    def __init__(self, log_dirs: list[str]):
+    def __init__(self, log_dirs: list[str], remote: RemoteReads | None = None):
         # local directories, and URIs of object stores (a tiered-storage store: s3://, gs://,
         # hdfs://, read through pyarrow.fs as configured by the environment)
         self.log_dirs = [d if "://" in d else os.path.abspath(d) for d in log_dirs]
@@ -172,6 +192,7 @@ class LogView:
         self.by_id: dict[uuid.UUID, Topic] = {}
         self._stamps: dict[str, int] = {}
         self.index_use = IndexUse()
+        self.remote = remote
         self.refresh()
 
     def refresh(self) -> None:
@@ -192,7 +213,7 @@ class LogView:
             if topic is None:
                 topic = self.topics[files.topic] = Topic(files.topic)
             if files.partition not in topic.partitions and files.segments:
-                part = Partition(files.topic, files.partition, files, self.index_use)
+                part = Partition(files.topic, files.partition, files, self.index_use, self.remote)
                 topic.partitions[files.partition] = part
                 self._topic_id(topic, part)
         self.by_id = {t.topic_id: t for t in self.topics.values()}

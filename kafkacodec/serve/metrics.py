@@ -29,7 +29,11 @@ Over log directories: `kafkacodec_serve_txn_segments_total{source}` (rolled segm
 read_committed transactions came from their `.txnindex` and the producer snapshot after them,
 source="txnindex", or from a walk of their batch headers, "rebuilt") and
 `kafkacodec_serve_invalid_index_files_total{suffix}` (`.index`, `.timeindex`, `.txnindex`,
-`.snapshot` files found invalid and read without, each counted once).
+`.snapshot` files found invalid and read without, each counted once); segments in an object
+store (serve/remote.py): `kafkacodec_serve_remote_reads_total` and
+`kafkacodec_serve_remote_read_bytes_total` (ranged and whole-file reads the workers made),
+`kafkacodec_serve_remote_cached_bytes` (what they read, kept) and
+`kafkacodec_serve_remote_reads_waited_on` (reads requests are waiting for now).
 
 With a state directory: `kafkacodec_serve_state_files_quarantined_total` (group offset files
 found damaged at start and moved aside, kafkacodec._statestore).
@@ -104,8 +108,19 @@ class ServeMetrics:
               registry=r).set_function(lambda: len(view.demanded | view.tail_demanded))
 
     def add_logview(self, view: Any) -> None:
-        """Counters of where the log view's transactions and indexes came from (IndexUse)."""
-        self.registry.register(_IndexUseCollector(view.index_use))
+        """Counters of where the log view's transactions and indexes came from (IndexUse), and
+        of its remote reads (serve/remote.py: the cache's counts are safe to read anywhere)."""
+        from prometheus_client import Gauge
+
+        r = self.registry
+        r.register(_IndexUseCollector(view.index_use))
+        if view.remote is not None:
+            remote = view.remote
+            r.register(_RemoteReadsCollector(remote.cache))
+            Gauge("kafkacodec_serve_remote_cached_bytes", "Remote bytes read and kept",
+                  registry=r).set_function(lambda: remote.cache.cached_bytes)
+            Gauge("kafkacodec_serve_remote_reads_waited_on", "Remote reads requests are waiting for",
+                  registry=r).set_function(lambda: remote.pending)
 
     def add_listeners(self, listening: Any) -> None:
         """kafkacodec_serve_listener_info{listener,protocol,zero_copy} = 1 per listener: how its
@@ -207,6 +222,21 @@ class _IndexUseCollector:
         for suffix, count in sorted(dict(self.use.invalid_files).items()):
             invalid.add_metric([suffix], count)
         return [segments, invalid]
+
+
+class _RemoteReadsCollector:
+    """The remote reads the workers made (DeferredReads' counts), read when scraped."""
+
+    def __init__(self, cache: Any):
+        self.cache = cache
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        return [CounterMetricFamily("kafkacodec_serve_remote_reads", "Reads of remote segment and index files",
+                                    value=self.cache.reads),
+                CounterMetricFamily("kafkacodec_serve_remote_read_bytes", "Bytes read from remote segment and "
+                                    "index files", value=self.cache.bytes_read)]
 
 
 class _StateFilesCollector:

@@ -46,6 +46,7 @@ from kafkacodec.net.connection import Connection, Deadlines, RequestReader
 from kafkacodec.net.loop import Loop
 from kafkacodec.net.transport import PlainTransport
 from kafkacodec.serve.offsets import OffsetStore
+from kafkacodec.serve.remote import ReadPending, RemoteReads
 from kafkacodec.serve.transactions import TRANSACTION_APIS
 from kafkacodec.serve.transactions import refuse as refuse_transaction
 
@@ -86,6 +87,7 @@ class Server:
             config = ServeConfig(log_dirs=list(log_dirs or []), **options)
         self.config = config
         self.loop = Loop()
+        self.remote = RemoteReads(self.loop)     # object-store segments, read off this thread
         self.forwarder: Any = None               # serve/produce.py's, with --produce
         if config.upstream:
             from kafkacodec.serve.upstream import UpstreamView
@@ -101,7 +103,7 @@ class Server:
                 self.loop.close()
                 raise
         else:
-            self.view = LogView(config.log_dirs)
+            self.view = LogView(config.log_dirs, self.remote)
         self.max_connections = config.max_connections or default_max_connections()
         self.deadlines = Deadlines(idle=config.connections_max_idle_ms / 1000,
                                    request_read=config.request_read_timeout_ms / 1000,
@@ -280,6 +282,7 @@ class Server:
         if self.forwarder is not None:
             self.forwarder.close()
         self.view.close()
+        self.remote.close()
         if self._stopped.is_set() or self.loop.thread is None:
             self.loop.close()
 
@@ -502,11 +505,19 @@ class Server:
             return
         finally:
             self.release_request(body)
+        self._handle(req, self._handlers[api_key], decoded)
+
+    def _handle(self, req: Request, handler: Callable[[Request, Any], None], decoded: Any) -> None:
+        """Run a handler; one that needs bytes of a remote segment not read yet runs again once
+        a worker read them (serve/remote.py: it changed nothing before it stopped)."""
         try:
-            self._handlers[api_key](req, decoded)
+            handler(req, decoded)
+        except ReadPending as pending:
+            self.remote.defer(pending, lambda: None if req.conn.closed else self._handle(req, handler, decoded))
         except Exception:
-            log.exception("%s v%d from %s failed; closing the connection", name, version, conn.peer)
-            conn.close("handler failed", net.FAILED)
+            log.exception("%s v%d from %s failed; closing the connection", ApiKey(req.api_key).message_name,
+                          req.api_version, req.conn.peer)
+            req.conn.close("handler failed", net.FAILED)
 
 
 def _meta_property(log_dirs: list[str], key: str) -> str | None:
