@@ -11,8 +11,8 @@ The cache holds 1 MiB blocks of each file (a read fetches the missing span of bl
 ranged read) and whole small files, least recently used first out, within `limit` bytes; a range
 larger than a quarter of that is fetched and kept whole.  A read that failed is kept as its
 error for `retry_after` seconds: lookups meanwhile raise it (an OSError: the caller's
-storage-failure path), the first one after makes the read again.  Remote objects of tiered storage do not change
-once written; a file's size is read once.
+storage-failure path), the first one after makes the read again.  Remote objects of tiered
+storage do not change once written; a file's size is read once.
 
 Thread-safe: lookups on the owner's thread and `read()` on any number of workers share one lock
 (held for dictionary work only, never across a read).  What a lookup returns is immutable `bytes`,
