@@ -77,6 +77,8 @@ log = logging.getLogger("kafkacodec.serve")
 
 #: chunks kept ahead of a partition's demand before it is paused upstream
 CHUNKS_AHEAD = 2
+#: bytes of one partition an upstream fetch asks for (a chunk): a proxy's round trips amortized
+UPSTREAM_PARTITION_FETCH_BYTES = 4 << 20
 #: a partition no client fetched for this long is unassigned upstream and its chunks dropped
 IDLE_S = 60.0
 #: how long the cluster's OFFSET_OUT_OF_RANGE for an offset is repeated to clients without asking
@@ -341,6 +343,7 @@ class UpstreamView:
         return Consumer(self.bootstrap, buffer_memory=args["buffer_memory"], client_id=args["client_id"],
                         control_batches=True, auto_offset_reset="none", isolation_level=isolation_level,
                         fetch_max_wait_ms=200, request_timeout=self.timeout, loop=self.loop,
+                        max_partition_fetch_bytes=UPSTREAM_PARTITION_FETCH_BYTES,
                         security=args["security"],
                         receive_message_max_bytes=max(DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
                                                       args["buffer_memory"] // 4))
@@ -590,7 +593,7 @@ class UpstreamView:
             part.out_of_range_at = -1
             if fetched.next_offset <= fetched.start_offset:
                 return
-            data = b"".join(bytes(b.value) for b in fetched.batches)
+            data = b"".join([b.value for b in fetched.batches])     # one copy out of the ring
             chunk = _Chunk(fetched.start_offset, fetched.next_offset, data,
                            f"upstream {fetched.topic}-{fetched.partition}@{fetched.start_offset}",
                            list(fetched.dropped))
