@@ -140,7 +140,7 @@ class LogSegment:
 
     def __init__(self, files: SegmentFiles, notes: Notes | None = None, reads: DeferredReads | None = None):
         self.files = files
-        self.reads = reads                      # remote bytes without waiting (serve), else read here
+        self.reads = reads                      # remote bytes without waiting (logdir/deferred.py), else read here
         self.path = files.path
         self.base_offset = files.base_offset
         self.storage = files.storage
@@ -600,8 +600,8 @@ class PartitionLog:
 
     def __init__(self, files: PartitionFiles, notes: Notes | None = None, *, live: bool = False,
                  reads: DeferredReads | None = None):
-        self.live = live
-        self.reads = reads                      # (logdir/deferred.py: serve never waits on a remote read)                        # another process may append: the last segment is active
+        self.live = live                        # another process may append: the last segment is active
+        self.reads = reads                      # remote bytes without waiting (logdir/deferred.py), else read here
         self.topic = files.topic
         self.partition = files.partition
         self.notes = notes or Notes()
