@@ -817,6 +817,82 @@ def test_deferred_reads_shared_by_threads_give_the_files_bytes(sample, s3_server
         settle(lambda: reads.whole(storage, paths[0], limit=10))
 
 
+def test_a_deferred_scan_of_a_segment_larger_than_the_cache_goes_through(sample, s3_server, monkeypatch):
+    """A segment with no .index, read never waiting through a cache of 3 KiB (128-byte blocks,
+    128-byte header windows): its header scan resumes where each pending read stopped it
+    (a restart from the first byte would find its first windows evicted, and read for ever);
+    every offset and the log end come out as on disk, in a bounded number of reruns."""
+    import kafkacodec.logdir.partition_log as log_module
+    from kafkacodec.logdir import deferred
+    from kafkacodec.logdir._layout import find_partitions
+    from kafkacodec.logdir.deferred import DeferredReads, ReadPending
+    from kafkacodec.logdir.partition_log import PartitionLog
+
+    root, _ = sample
+    uri = s3_server.upload(root, "logs")
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(deferred, "BLOCK", 128)
+    monkeypatch.setattr(log_module, "REMOTE_WINDOW", 128)
+    reads = DeferredReads(limit=24 * 128)
+    disk = next(p for p in find_partitions([str(root)])[0] if (p.topic, p.partition) == ("orders", 0))
+    remote = next(p for p in find_partitions([uri])[0] if (p.topic, p.partition) == ("orders", 0))
+    assert max(seg.size for seg in remote.segments) > reads.limit and not remote.segments[0].index(".index")
+    want, got = PartitionLog(disk), PartitionLog(remote, reads=reads)
+    reruns = 0
+
+    def settle(step):
+        nonlocal reruns
+        while True:
+            try:
+                return step()
+            except ReadPending as pending:
+                reruns += 1
+                assert reruns < 5_000, "the scan keeps reading what it read before"
+                pending.read()
+
+    assert settle(lambda: got.log_end) == want.log_end
+    assert [settle(lambda: got.read(o, 1, True, want.log_end)).position for o in range(0, want.log_end, 7)] == \
+        [want.read(o, 1, True, want.log_end).position for o in range(0, want.log_end, 7)]
+    assert reads.cached_bytes <= reads.limit
+
+
+def test_serve_answers_a_lookup_that_keeps_needing_reads_with_a_storage_error(sample, s3_server, monkeypatch):
+    """serve's ListOffsets over a partition in S3 runs again after each remote read it waits
+    for, up to MAX_RERUNS times; one that still needs more (here: allowed 2, and MAX_TIMESTAMP
+    walks every segment) gets a storage error instead of reading for ever.  Allowed enough, the
+    same lookup gives the answer of the directory on disk."""
+    from kafkacodec.logdir.partition_log import StorageError
+    from kafkacodec.net.loop import Loop
+    from kafkacodec.serve import logview, remote as remote_module
+    from kafkacodec.serve.logview import LogView
+    from kafkacodec.serve.remote import RemoteReads
+
+    root, _ = sample
+    uri = s3_server.upload(root, "logs")
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    want = LogView([str(root)]).partition("orders", 0).offset_at(-3, False)
+    loop = Loop()
+    remote = RemoteReads(loop)
+    try:
+        for allowed, expect in ((2, StorageError), (10_000, want)):
+            monkeypatch.setattr(logview, "MAX_RERUNS", allowed)
+            monkeypatch.setattr(remote_module, "MAX_RERUNS", allowed)
+            remote.cache.close()
+            part = LogView([uri], remote).partition("orders", 0)
+            answers: list[object] = []
+            part.list_offset(-3, False, lambda found, error: answers.append(error or found))
+            assert loop.run_until(lambda: bool(answers), 60)
+            if expect is StorageError:
+                assert isinstance(answers[0], StorageError) and "remote read cache" in str(answers[0])
+            else:
+                assert answers == [want]
+    finally:
+        remote.close()
+        loop.close()
+
+
 def test_errors_are_kafkacodec_errors(sample, tmp_path):
     root, _ = sample
     dst = copy(root, tmp_path)

@@ -648,3 +648,53 @@ def test_read_committed_agrees_with_the_logdir_reader_despite_lying_txn_files(tm
         served = confluent_read(f"127.0.0.1:{srv.port}", {("txn", 0): truth}, timeout=10,
                                 **{"isolation.level": "read_committed"}).get(("txn", 0), [])
     assert (served, logdir) == (truth, truth)
+
+
+def test_a_remote_read_that_never_answers_fails_its_waiters_at_the_read_timeout():
+    """serve/remote.py: a store that holds a read open and sends nothing (the read blocks on its
+    worker) fails the requests waiting for it after `read_timeout`: they run again and get the
+    storage error, while the worker is still stuck; later lookups fail the same way until
+    retry_after, then ask for the read again."""
+    import threading
+
+    from kafkacodec.logdir.deferred import RemoteReadError
+    from kafkacodec.logdir.storage import Storage
+    from kafkacodec.net.loop import Loop
+    from kafkacodec.serve.remote import ReadPending, RemoteReads
+
+    stuck = threading.Event()
+
+    class Hung(ReadPending):
+        def read(self) -> None:
+            stuck.wait(30)
+
+    loop = Loop()
+    remote = RemoteReads(loop, read_timeout=0.3)
+    remote.cache.retry_after = 0.5
+    store = Storage("s3", "s3://bucket")
+    outcomes: list[object] = []
+
+    def step() -> None:
+        try:
+            outcomes.append(remote.cache.size(store, "bucket/00000000000000000000.log"))
+        except ReadPending as pending:
+            remote.defer(Hung(pending.reads, pending.key, str(pending)), step)
+        except OSError as exc:
+            outcomes.append(exc)
+
+    try:
+        began = time.monotonic()
+        step()
+        assert outcomes == [] and remote.pending == 1
+        assert loop.run_until(lambda: bool(outcomes), 10)
+        assert isinstance(outcomes[0], RemoteReadError) and "no answer from the store" in str(outcomes[0])
+        assert 0.3 <= time.monotonic() - began < 5 and remote.pending == 0 and not stuck.is_set()
+        with pytest.raises(RemoteReadError):
+            remote.cache.size(store, "bucket/00000000000000000000.log")
+        time.sleep(0.6)                          # past retry_after: the read is asked for again
+        with pytest.raises(ReadPending):
+            remote.cache.size(store, "bucket/00000000000000000000.log")
+    finally:
+        stuck.set()
+        remote.close()
+        loop.close()

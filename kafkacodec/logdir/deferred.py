@@ -143,8 +143,13 @@ class DeferredReads:
         try:
             self._read(key, storage, path, start, end)
         except Exception as exc:                 # kept: lookups raise it until retry_after
-            with self._lock:
-                self._failed[key] = (f"reading {pending}: {exc}", time.monotonic() + self.retry_after)
+            self.fail(key, f"reading {pending}: {exc}")
+
+    def fail(self, key: tuple[Any, ...], why: str) -> None:
+        """Lookups of `key` raise RemoteReadError(why) for the next `retry_after` seconds (a
+        read that failed, or that its owner stopped waiting for)."""
+        with self._lock:
+            self._failed[key] = (why, time.monotonic() + self.retry_after)
 
     def _read(self, key: tuple[Any, ...], storage: Any, path: str, start: int, end: int) -> None:
         uri = storage.uri(path)
@@ -177,8 +182,7 @@ class DeferredReads:
             self._sizes.setdefault(uri, int(file.size()))
             self._files[uri] = file
             while len(self._files) > self._open_files:
-                _, old = self._files.popitem(last=False)
-                old.close()
+                self._files.popitem(last=False)   # (closed when no read holds it any more)
         return file
 
     def _keep(self, items: list[tuple[tuple[Any, ...], bytes]], uri: str) -> None:

@@ -156,6 +156,7 @@ class LogSegment:
 
     def _reset_state(self) -> None:
         self.table: _Table | None = None        # the index rebuilt in memory
+        self._scanning: _Table | None = None    # that table while a walk waits for remote bytes
         self.sparse: CheckedOffsetIndex | None = None  # Kafka's .index (rolled segments)
         self.times: CheckedTimeIndex | None = None      # Kafka's .timeindex (rolled segments)
         self.times_read = False
@@ -240,13 +241,17 @@ class LogSegment:
             self._use_index()
 
     def _scan_all(self) -> None:
-        """The table of every entry, kept once whole (a walk cut by ReadPending leaves none)."""
-        table, self.table = _Table(), None
-        self._end, self._last_offset = 0, self.base_offset - 1
-        for rows in self.walk(0, self.size):
+        """The table of every entry, installed once whole.  A walk cut by ReadPending resumes
+        where it stopped (each window is appended whole): a segment larger than the remote
+        cache is scanned through, not restarted from its first byte."""
+        table = self._scanning
+        if table is None:
+            self.table, self._scanning = None, (table := _Table())
+            self._end, self._last_offset = 0, self.base_offset - 1
+        for rows in self.walk(self._end, self.size):
             table.append(rows)
             self._advance(rows)
-        self.table = table
+        self.table, self._scanning = table, None
 
     def _extend(self) -> None:
         assert self.table is not None

@@ -33,7 +33,7 @@ from kafkacodec.logdir.partition_log import Notes, PartitionLog, ReadRange, Stor
 from kafkacodec.logdir.partition_metadata import read_partition_metadata
 from kafkacodec.logdir.storage import resolve
 from kafkacodec.net.pieces import BytesPiece, FilePiece
-from kafkacodec.serve.remote import REMOTE_READ_CAP, ReadPending, RemoteReads
+from kafkacodec.serve.remote import MAX_RERUNS, REMOTE_READ_CAP, ReadPending, RemoteReads, too_many_reruns
 
 __all__ = ["LogView", "Topic", "Partition", "ReadRange", "StorageError", "IndexUse", "stable_topic_id"]
 
@@ -119,7 +119,7 @@ class Partition(PartitionLog):
         return self.log_start <= offset <= self.log_end
 
     def list_offset(self, timestamp: int, committed: bool,
-                    on_done: Callable[[tuple[int, int] | None, BaseException | None], None]) -> None:
+                    on_done: Callable[[tuple[int, int] | None, BaseException | None], None], reruns: int = 0) -> None:
         """ListOffsets' answer, called back at once (the view's interface: serve --upstream
         calls back once the cluster answered): `on_done(offset_at(...), None)`, or
         `on_done(None, error)` (StorageError, OSError) when the files cannot be read."""
@@ -128,7 +128,10 @@ class Partition(PartitionLog):
             found = self.offset_at(timestamp, committed)
         except ReadPending as pending:          # (a remote segment: looked up again once read)
             assert self.remote is not None
-            self.remote.defer(pending, lambda: self.list_offset(timestamp, committed, on_done))
+            if reruns >= MAX_RERUNS:
+                on_done(None, too_many_reruns(f"ListOffsets of {self.topic}-{self.index}"))
+                return
+            self.remote.defer(pending, lambda: self.list_offset(timestamp, committed, on_done, reruns + 1))
             return
         except (StorageError, OSError) as exc:
             on_done(None, exc)

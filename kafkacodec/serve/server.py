@@ -46,7 +46,7 @@ from kafkacodec.net.connection import Connection, Deadlines, RequestReader
 from kafkacodec.net.loop import Loop
 from kafkacodec.net.transport import PlainTransport
 from kafkacodec.serve.offsets import OffsetStore
-from kafkacodec.serve.remote import ReadPending, RemoteReads
+from kafkacodec.serve.remote import MAX_RERUNS, ReadPending, RemoteReads, too_many_reruns
 from kafkacodec.serve.transactions import TRANSACTION_APIS
 from kafkacodec.serve.transactions import refuse as refuse_transaction
 
@@ -507,13 +507,16 @@ class Server:
             self.release_request(body)
         self._handle(req, self._handlers[api_key], decoded)
 
-    def _handle(self, req: Request, handler: Callable[[Request, Any], None], decoded: Any) -> None:
+    def _handle(self, req: Request, handler: Callable[[Request, Any], None], decoded: Any, reruns: int = 0) -> None:
         """Run a handler; one that needs bytes of a remote segment not read yet runs again once
         a worker read them (serve/remote.py: it changed nothing before it stopped)."""
         try:
+            if reruns > MAX_RERUNS:
+                raise too_many_reruns(f"{ApiKey(req.api_key).message_name} v{req.api_version}")
             handler(req, decoded)
         except ReadPending as pending:
-            self.remote.defer(pending, lambda: None if req.conn.closed else self._handle(req, handler, decoded))
+            self.remote.defer(pending, lambda: None if req.conn.closed
+                              else self._handle(req, handler, decoded, reruns + 1))
         except Exception:
             log.exception("%s v%d from %s failed; closing the connection", ApiKey(req.api_key).message_name,
                           req.api_version, req.conn.peer)
