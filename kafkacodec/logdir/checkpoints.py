@@ -1,6 +1,7 @@
 """Kafka's offset checkpoint files at the top of a log directory (`log-start-offset-checkpoint`,
 `cleaner-offset-checkpoint`, `recovery-point-offset-checkpoint`...): a version line (0), a count
-line, then one `topic partition offset` line per partition."""
+line, then one `topic partition offset` line per partition; an empty file (a broker creates each
+one empty at startup) holds no entries."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ CLEANER = "cleaner-offset-checkpoint"          # compacted partitions, cleaned u
 def parse_checkpoint(text: str, source: str) -> dict[tuple[str, int], int]:
     """{(topic, partition): offset}; ValueError naming the line when the file is malformed."""
     lines = text.splitlines()
+    if not lines:
+        return {}        # Kafka creates the file empty (OffsetCheckpointFile) and reads no entries
     if len(lines) < 2 or lines[0].strip() != "0":
         raise ValueError(f"{source}: not a version-0 Kafka checkpoint file")
     try:
