@@ -221,6 +221,7 @@ def test_up_conversion_leaves_the_loop_to_other_connections(gateway, monkeypatch
     import threading
 
     import kafkacodec
+    from kafkacodec.serve import produce
 
     cluster, server = gateway
     _, data = a_new_topic_written(cluster, server, "held")
@@ -233,6 +234,8 @@ def test_up_conversion_leaves_the_loop_to_other_connections(gateway, monkeypatch
         return up_convert(records, *args, **kwargs)
 
     monkeypatch.setattr(kafkacodec, "up_convert", held)
+    monkeypatch.setattr(produce, "INLINE_BYTES", 0)            # a small set, on the converter thread too
+    monkeypatch.setattr(produce, "INLINE_UNCOMPRESSED_BYTES", 0)
     produced: list[int] = []
     producer = threading.Thread(target=lambda: produced.append(
         produce_v2(server.port, "held", data).error_code))
@@ -248,12 +251,13 @@ def test_up_conversion_leaves_the_loop_to_other_connections(gateway, monkeypatch
     assert produced == [Error.NONE]
 
 
-@pytest.mark.parametrize("bound", ["requests", "bytes"])
+@pytest.mark.parametrize("bound", ["requests", "bytes", "inline"])
 def test_a_connections_sets_are_pipelined_and_answered_in_turn(gateway, monkeypatch, bound):
     """Produce v2 requests sent back to back on one connection, the first held in conversion:
     the gateway reads ahead up to PIPELINED_REQUESTS requests (or PIPELINED_BYTES of message
     sets) and no further; a Metadata request among them is answered in its turn; every answer
-    comes in request order, and the sets reach the cluster in the order sent."""
+    comes in request order, and the sets reach the cluster in the order sent.  "inline": the
+    lz4 sets are small enough to convert on the loop, and still wait behind the first."""
     import struct
     import threading
 
@@ -278,10 +282,14 @@ def test_a_connections_sets_are_pipelined_and_answered_in_turn(gateway, monkeypa
             builder.append(1_700_000_000_000 + i, b"%d-%d" % (n, i), b"v" * 300)
         sets.append(bytes(builder.build()))
     # 5 requests; or the bytes of the first two sets (the third does not fit)
-    limits = (5, 8 << 20) if bound == "requests" else (5, len(sets[0]) + len(sets[1]))
-    most = 5 if bound == "requests" else 2
+    limits = (5, len(sets[0]) + len(sets[1])) if bound == "bytes" else (5, 8 << 20)
+    most = 2 if bound == "bytes" else 5
     monkeypatch.setattr(produce, "PIPELINED_REQUESTS", limits[0])
     monkeypatch.setattr(produce, "PIPELINED_BYTES", limits[1])
+    small = max(map(len, sets[1::2]))
+    assert small < min(map(len, sets[0::2]))
+    monkeypatch.setattr(produce, "INLINE_BYTES", small if bound == "inline" else 0)
+    monkeypatch.setattr(produce, "INLINE_UNCOMPRESSED_BYTES", 0)
     frames = []
     for n, records in enumerate(sets):
         frames.append(control.encode_request(control.Outgoing(m.PRODUCE_REQUEST, {

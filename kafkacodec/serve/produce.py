@@ -69,6 +69,12 @@ TIMESTAMP_TYPE_CONFIG = "message.timestamp.type"
 #: overlap the cluster's append with the next up-conversion.
 PIPELINED_REQUESTS = 5
 PIPELINED_BYTES = 8 << 20
+#: A request whose message sets are this small is up-converted on the loop when nothing is on
+#: the converter thread (its order kept): the hand-off to the thread and back cost more than
+#: the conversion (an uncompressed set is copied and checked; a compressed one this small
+#: inflates to at most a few MB).  An uncompressed request up to INLINE_UNCOMPRESSED_BYTES too.
+INLINE_BYTES = 16 << 10
+INLINE_UNCOMPRESSED_BYTES = 256 << 10
 
 
 class _Job:
@@ -98,19 +104,37 @@ def refusal_code(error: KafkaCodecError) -> int:
     return Error.INVALID_RECORD                 # e.g. a v2 batch in a Produce v0-2
 
 
+def _inline(admitted: list[Part]) -> bool:
+    """Whether a request's message sets are small enough to up-convert on the loop."""
+    from kafkacodec import MemoryRecords
+
+    size = sum(len(records) for _, _, records, _ in admitted)
+    if size <= INLINE_BYTES:
+        return True
+    if size > INLINE_UNCOMPRESSED_BYTES:
+        return False
+    try:
+        return all(not MemoryRecords(records).index(check_crc=False)["compression"].any()
+                   for _, _, records, _ in admitted)
+    except KafkaCodecError:
+        return False                         # refused by the converter, with its code
+
+
 class ProduceForwarder:
     """Produce and InitProducerId requests forwarded to serve --upstream's cluster (the upstream
     view's Cluster, on the server's loop).  Handlers never wait: the answer is sent from the
     last leader's callback (dispatch.Answers).
 
     Up-conversion (a gzip message set of a few MB takes a second: inflate, check, deflate again)
-    runs on one converter thread, never on the loop, which meanwhile serves every other
-    connection.  Decompression and compression release the GIL.  A connection's Produce v0-2
+    runs on one converter thread, not on the loop, which meanwhile serves every other
+    connection; only a request of small sets (INLINE_BYTES, or INLINE_UNCOMPRESSED_BYTES
+    uncompressed) is converted on the loop, when nothing is on the thread.  Decompression and compression release the GIL.  A connection's Produce v0-2
     requests are pipelined (up to PIPELINED_REQUESTS / PIPELINED_BYTES): the next one is read
     while the ones before are converted and forwarded, and every answer is sent in its turn
     (dispatch.Request.pipeline).  Requests go through one queue in arrival order (`jobs`: a
-    topic's first set waits there for its timestamp type), then the one converter thread, then
-    the loop: a connection's sets reach their leader in the order they came.  The thread is
+    topic's first set waits there for its timestamp type), then the one converter thread (or
+    the loop, once the thread has nothing), then the loop: a connection's sets reach their
+    leader in the order they came.  The thread is
     owned here: `close()` (the server's stop) ends it and drops conversions not yet started."""
 
     def __init__(self, server: Server):
@@ -121,6 +145,7 @@ class ProduceForwarder:
         self.timestamp_types: dict[str, tuple[float, TimestampType]] = {}
         self.describing: set[str] = set()     # topics a DescribeConfigs is out for
         self.jobs: deque[_Job] = deque()       # requests not yet handed to the converter
+        self.converting = 0                    # jobs on the converter thread, not yet sent
 
     def close(self) -> None:
         self.converter.shutdown(wait=False, cancel_futures=True)
@@ -235,7 +260,18 @@ class ProduceForwarder:
                     answer["error_code"] = Error.REQUEST_TIMED_OUT
                 admitted = [part for part in admitted if part[0] in job.types]
 
+            types = job.types if job.convert else None
+            if not self.converting and _inline(admitted):
+                try:
+                    self._send(req, job.body, job.responses, self._up_converted(req, admitted, types))
+                except Exception:
+                    log.exception("Produce v%d from %s failed; closing the connection",
+                                  req.api_version, req.conn.peer)
+                    req.conn.close("handler failed", FAILED)
+                continue
+
             def send(done: Future[list[Part]], job: _Job = job) -> None:      # on the loop
+                self.converting -= 1
                 try:
                     self._send(job.req, job.body, job.responses, done.result())
                 except Exception:
@@ -248,10 +284,11 @@ class ProduceForwarder:
                     self.server.loop.call_soon_threadsafe(lambda: send(done))
 
             try:
-                self.converter.submit(self._up_converted, req, admitted, job.types if job.convert else None
-                                      ).add_done_callback(converted)
+                self.converter.submit(self._up_converted, req, admitted, types).add_done_callback(converted)
             except RuntimeError:                 # shut down: the server is stopping
                 req.conn.close("server stopped", SHUTDOWN)
+            else:
+                self.converting += 1
 
     def _admitted(self, principal: str, topic: str, partition: int, records: Any) -> int:
         """Error.NONE, or the code a partition's records are refused with before conversion."""
