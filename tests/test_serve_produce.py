@@ -213,11 +213,14 @@ def test_refused_sets_get_the_code_kafka_3_9_answered(gateway):
         Error.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def test_up_conversion_leaves_the_loop_to_other_connections(gateway, monkeypatch):
+@pytest.mark.parametrize("kind", ["small", "gzip"])
+def test_up_conversion_leaves_the_loop_to_other_connections(gateway, monkeypatch, kind):
     """A message set being up-converted (held here until another connection has its answer)
     does not stop the gateway: the conversion runs on the converter thread, so a Metadata
     request on a second connection is answered meanwhile.  On the loop, it would wait for the
-    release that comes only after that answer: the client's timeout fails the test."""
+    release that comes only after that answer: the client's timeout fails the test.  "small":
+    a set the loop would convert, with that turned off; "gzip": a small gzip set, which the
+    loop never converts (it may inflate a thousandfold)."""
     import threading
 
     import kafkacodec
@@ -234,8 +237,14 @@ def test_up_conversion_leaves_the_loop_to_other_connections(gateway, monkeypatch
         return up_convert(records, *args, **kwargs)
 
     monkeypatch.setattr(kafkacodec, "up_convert", held)
-    monkeypatch.setattr(produce, "INLINE_BYTES", 0)            # a small set, on the converter thread too
-    monkeypatch.setattr(produce, "INLINE_UNCOMPRESSED_BYTES", 0)
+    if kind == "small":
+        monkeypatch.setattr(produce, "INLINE_BYTES", 0)
+        monkeypatch.setattr(produce, "INLINE_UNCOMPRESSED_BYTES", 0)
+    else:
+        builder = MemoryRecordsBuilder(magic=1, compression="gzip")
+        builder.append(1_700_000_000_000, b"k", b"v" * 100)
+        data = bytes(builder.build())
+        assert len(data) < produce.INLINE_BYTES
     produced: list[int] = []
     producer = threading.Thread(target=lambda: produced.append(
         produce_v2(server.port, "held", data).error_code))
