@@ -737,14 +737,15 @@ cdef class _RecordIterator:
         if code < 0:
             self._records = None
             self._buf.frame_error(code, self._buf.data + position, position, end)
-        try:
-            if code == FRAME_END:
-                self._buf.check_all(end, position)
-            else:
-                self._buf.check_cut(end, position, None)
-        except FileTruncatedError:
-            self._records = None
-            raise
+        if self._buf.guard is not None:         # a mapped file (nothing to check in memory)
+            try:
+                if code == FRAME_END:
+                    self._buf.check_all(end, position)
+                else:
+                    self._buf.check_cut(end, position, None)
+            except FileTruncatedError:
+                self._records = None
+                raise
         if code == FRAME_END:
             self._records = None
             return False
@@ -802,7 +803,8 @@ cdef class _RecordIterator:
         r.key = bytes_or_none(m.key, m.key_length)
         r.value = bytes_or_none(m.value, m.value_length)
         r.headers = _NO_HEADERS
-        self._buf.check_cut(h.position + h.size, h.position, h.base_offset)
+        if self._buf.guard is not None:         # (the offset, an int object, only then)
+            self._buf.check_cut(h.position + h.size, h.position, h.base_offset)
         return r
 
     cdef int _open(self) except -1:
