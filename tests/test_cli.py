@@ -663,14 +663,17 @@ def test_commands_that_need_a_path_refuse_a_stream_in_one_line(case, stream, log
     assert not (tmp_path / "-").exists() and not list(tmp_path.glob("out*"))
 
 
-def test_a_short_read_does_not_import_pandas(log_dir):
+@pytest.mark.parametrize("command", [["read", "-c", "5", "-J"], ["verify"]], ids=["read", "verify"])
+def test_a_short_read_does_not_import_pandas(log_dir, command):
     """pyarrow imports pandas on its first conversion to or from Python or numpy values
     (`to_numpy()`, `pa.scalar`, a compute call with a Python number): 0.3-0.4 s of every short
-    `kafkacodec read`, and of a Spark worker's first split.  The read path makes none."""
+    `kafkacodec read` or `verify`, and of a Spark worker's first split.  The read path makes
+    none."""
     code = ("import sys\nfrom kafkacodec.cli import main\n"
             "code = main(sys.argv[1:])\nprint('pandas' in sys.modules, file=sys.stderr)\nsys.exit(code)\n")
-    run = subprocess.run([sys.executable, "-c", code, "read", "-c", "5", "-J", str(log_dir)],
+    run = subprocess.run([sys.executable, "-c", code, *command, str(log_dir)],
                          capture_output=True, text=True, timeout=120, env=child_env())
     assert run.returncode == EXIT_OK, run.stderr
-    assert [json.loads(line)["offset"] for line in run.stdout.splitlines()] == [0, 1, 2, 3, 4]
+    if command[0] == "read":
+        assert [json.loads(line)["offset"] for line in run.stdout.splitlines()] == [0, 1, 2, 3, 4]
     assert run.stderr.strip().splitlines()[-1] == "False", run.stderr
