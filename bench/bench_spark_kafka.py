@@ -36,11 +36,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests"))          # the Kafka broker from Maven Central
-from bench_spark import IN_TREE, _once, load, local_session  # noqa: E402
-
-if IN_TREE:
-    sys.path.insert(0, str(ROOT))
-
+from bench_spark import _once, load, local_session  # noqa: E402  (it puts an in-place build on sys.path)
 from kafka_broker import CACHE, DEFAULT_VERSION, KafkaBroker, _resolve  # noqa: E402
 
 SPARK_KAFKA = "4.2.0"        # the newest spark-sql-kafka-0-10_2.13 on Maven Central here (Spark 4.3 runs it)
