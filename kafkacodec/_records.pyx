@@ -170,6 +170,15 @@ cdef class _Buffer:
         self.verified_end = 0
         return self.check_cut(end, position, None)
 
+    cdef inline int check_entry(self, int code, Py_ssize_t end, Py_ssize_t position) except -1:
+        """After framing the entry at `position` (read up to `end`; `code`: frame_entry's):
+        check_all at the end of the walk, check_cut otherwise; nothing for a caller's buffer."""
+        if self.guard is None:
+            return 0
+        if code == FRAME_END:
+            return self.check_all(end, position)
+        return self.check_cut(end, position, None)
+
     cdef int explain(self, object cause, Py_ssize_t end, Py_ssize_t position,
                      object offset) except -1:
         """A read up to `end` failed (`cause`: its error, or None for a checksum mismatch):
@@ -737,15 +746,11 @@ cdef class _RecordIterator:
         if code < 0:
             self._records = None
             self._buf.frame_error(code, self._buf.data + position, position, end)
-        if self._buf.guard is not None:         # a mapped file (nothing to check in memory)
-            try:
-                if code == FRAME_END:
-                    self._buf.check_all(end, position)
-                else:
-                    self._buf.check_cut(end, position, None)
-            except FileTruncatedError:
-                self._records = None
-                raise
+        try:
+            self._buf.check_entry(code, end, position)
+        except FileTruncatedError:
+            self._records = None
+            raise
         if code == FRAME_END:
             self._records = None
             return False
@@ -873,10 +878,7 @@ cdef class _BatchIterator:
         else:
             self._pos += h.size
         try:
-            if code == FRAME_END:
-                records._buf.check_all(end, position)
-            else:
-                records._buf.check_cut(end, position, None)
+            records._buf.check_entry(code, end, position)
         except FileTruncatedError:
             self._records = None
             raise

@@ -111,14 +111,15 @@ def _inline(admitted: list[Part]) -> bool:
     size = sum(len(records) for _, _, records, _ in admitted)
     if size > INLINE_UNCOMPRESSED_BYTES:
         return False
-    try:
-        codecs = {int(c) for _, _, records, _ in admitted
-                  for c in MemoryRecords(records).index(check_crc=False)["compression"]}
-    except KafkaCodecError:
-        return False                         # refused by the converter, with its code
-    if codecs <= {Compression.NONE}:
-        return True
-    return size <= INLINE_BYTES and codecs <= {Compression.NONE, Compression.SNAPPY, Compression.LZ4}
+    for _, _, records, _ in admitted:
+        try:
+            codecs = MemoryRecords(records).index(check_crc=False)["compression"]
+        except KafkaCodecError:
+            return False                     # refused by the converter, with its code
+        if codecs.any() and (size > INLINE_BYTES or not (
+                (codecs == Compression.NONE) | (codecs == Compression.SNAPPY) | (codecs == Compression.LZ4)).all()):
+            return False
+    return True
 
 
 class ProduceForwarder:
