@@ -66,7 +66,7 @@ class BuildExt(build_ext):
             if DEBUG:
                 ext.extra_compile_args += ["-O0", "-g"]
             else:
-                ext.extra_compile_args += ["-O1", "-g"] if SANITIZE else ["-O2", "-g0"]
+                ext.extra_compile_args += ["-O1", "-g1"] if SANITIZE else ["-O2", "-g0"]
             ext.extra_compile_args += ["-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]
             if SANITIZE:
                 flags = [f"-fsanitize={SANITIZE}", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]

@@ -84,6 +84,31 @@ def s3_server():
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def spark(request, tmp_path_factory):
+    """One local SparkSession for the worker that runs the Spark tests (conftest puts them on one
+    pytest-xdist worker): a JVM start is 25-35 s under load, and a module's own session would be
+    started again whenever the worker's order leaves its module and comes back.  The JVM and its
+    Python workers see moto's S3 server through the environment (AWS_ENDPOINT_URL...) when moto is
+    installed.  A module that needs other runtime settings sets them and restores them."""
+    pytest.importorskip("pyspark")
+    from spark_support import local_session
+
+    try:
+        s3_env = request.getfixturevalue("s3_server").env
+    except pytest.skip.Exception:                 # no moto: the S3 tests skip
+        s3_env = {}
+    saved = dict(os.environ)
+    os.environ.update(s3_env)
+    try:
+        with local_session(tmp_path_factory.mktemp("spark-cwd"), "kafkacodec-tests",
+                           executor_env=s3_env) as session:
+            yield session
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 from tiered_support import tiered_log, tiered_s3  # noqa: E402,F401  (session fixtures: a partition Kafka tiered)
 from broker_logs import compacted_log, txn_log  # noqa: E402,F401  (session fixtures: directories Kafka wrote)
 

@@ -72,6 +72,10 @@ class BrokerUnavailable(RuntimeError):
     """Java or Maven is missing, or the jars could not be resolved."""
 
 
+class BrokerExited(BrokerUnavailable):
+    """The broker process exited while starting (its log's errors in the message)."""
+
+
 def _pom(artifact: str, version: str, extra: tuple[tuple[str, ...], ...] = (), classifier: str = "") -> str:
     # slf4j-simple: Kafka logs through slf4j and the artifacts bring no binding (the distribution
     # adds log4j's); without one the broker's and the clients' logs would be silently dropped
@@ -474,6 +478,20 @@ class KafkaBroker:
         keep using), set up by `security.broker_properties()`.  With
         `oauthbearer`, a SASL_PLAINTEXT listener of OAUTHBEARER with Kafka's unsecured tokens
         (OAuthBearerUnsecuredValidatorCallbackHandler: an unsigned JWT with `sub` and `exp`)."""
+        # Its ports are picked free and then bound by the JVM seconds later: another test process
+        # may take one meanwhile (three xdist workers start brokers).  A broker that exits while
+        # starting is started again on fresh ports, twice at most.
+        for attempt in range(3):
+            try:
+                return cls._start_once(version, properties, timeout, security, oauthbearer, tiered)
+            except BrokerExited:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _start_once(cls, version: str, properties: dict[str, Any] | None, timeout: float,
+                    security: SecurityFiles | None, oauthbearer: bool, tiered: bool) -> KafkaBroker:
         cp = classpath(version)
         workdir = Path(tempfile.mkdtemp(prefix=f"kafka-{version}-"))
         remote = {
@@ -565,8 +583,8 @@ class KafkaBroker:
         admin = AdminClient(conf)
         while True:
             if self.process.poll() is not None:
-                raise BrokerUnavailable(f"Kafka {self.version} exited with "
-                                        f"{self.process.returncode}:\n{self.log_tail()}")
+                raise BrokerExited(f"Kafka {self.version} exited with {self.process.returncode}:\n"
+                                   f"{self.log_errors()}\n...\n{self.log_tail()}")
             try:
                 if admin.list_topics(timeout=2).brokers:
                     return
@@ -582,6 +600,12 @@ class KafkaBroker:
             return (self.workdir / "broker.log").read_text(errors="replace")[-n:]
         except OSError:
             return ""
+
+    def log_errors(self, n: int = 4000) -> str:
+        """The log's ERROR lines and exceptions (the cause; the tail shows only the shutdown)."""
+        lines = [line for line in self.log_tail(1 << 20).splitlines()
+                 if " ERROR " in line or "Exception" in line or "Error:" in line]
+        return "\n".join(lines)[:n]
 
     def log_mark(self) -> int:
         """Where the broker's log ends now, for `log_since`."""

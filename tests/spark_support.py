@@ -1,7 +1,8 @@
-"""One local SparkSession for a test module: Python workers run this interpreter and import the
-kafkacodec this process imported (the in-place build while developing, the installed wheel in
-CI), and the JVM starts outside the source tree (workers run `python -m pyspark.daemon` in its
-working directory, first on their sys.path, where the unbuilt sources would shadow the package).
+"""A local SparkSession (conftest.py's `spark`: one per pytest worker): Python workers run this
+interpreter and import the kafkacodec this process imported (the in-place build while
+developing, the installed wheel in CI), and the JVM starts outside the source tree (workers run
+`python -m pyspark.daemon` in its working directory, first on their sys.path, where the unbuilt
+sources would shadow the package).
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ import pytest
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 C_TESTS = sorted((CSRC / "tests").glob("test_*.c")) if CSRC.is_dir() else []
 
-pytestmark = pytest.mark.skipif(not C_TESTS, reason="csrc/tests not found beside tests/")
+# tooling: compilers run on csrc/ with their own flags (nothing of the instrumented core's)
+pytestmark = [pytest.mark.skipif(not C_TESTS, reason="csrc/tests not found beside tests/"), pytest.mark.tooling]
 
 
 def _unix_compilers() -> list[str]:

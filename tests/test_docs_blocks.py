@@ -611,26 +611,6 @@ def test_developing_md_command_skeleton(monkeypatch, capsys):
 S3_BUCKET = "bucket"                 # the blocks' bucket name, created on moto's server
 
 
-@pytest.fixture(scope="module")
-def spark(request, tmp_path_factory):
-    pytest.importorskip("pyspark")
-    from spark_support import local_session
-
-    try:
-        s3_env = request.getfixturevalue("s3_server").env
-    except pytest.skip.Exception:                 # no moto: the S3 blocks' tests skip
-        s3_env = {}
-    saved = dict(os.environ)
-    os.environ.update(s3_env)
-    try:
-        with local_session(tmp_path_factory.mktemp("spark-cwd"), "kafkacodec-docs-blocks",
-                           executor_env=s3_env) as session:
-            yield session
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 @pytest.fixture
 def s3(spark, s3_server):
     """moto's server, reachable from the session's processes through the environment, with the

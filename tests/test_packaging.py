@@ -18,8 +18,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 
-pytestmark = pytest.mark.skipif(not (ROOT / "pyproject.toml").is_file() or not WORKFLOWS,
-                                reason="source tree (pyproject.toml, .github/) not beside tests/")
+pytestmark = [pytest.mark.skipif(not (ROOT / "pyproject.toml").is_file() or not WORKFLOWS,
+                                 reason="source tree (pyproject.toml, .github/) not beside tests/"),
+              pytest.mark.tooling]
 
 PYTHONS = ("cp310", "cp311", "cp312", "cp313")
 MATRIX = {

@@ -12,19 +12,12 @@ pyspark = pytest.importorskip("pyspark")
 
 sys.path.insert(0, os.path.dirname(__file__))
 from kafka_oracle import kafka_python_rows  # noqa: E402
-from spark_support import local_session  # noqa: E402
 
 from kafkacodec.arrow import ArrowDecoder, scan_entries  # noqa: E402
 from kafkacodec.logdir import discover  # noqa: E402
 from kafkacodec.cli import generate  # noqa: E402
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="session")
-def spark(tmp_path_factory):
-    with local_session(tmp_path_factory.mktemp("spark-cwd"), "kafkacodec-tests") as session:
-        yield session
 
 
 @pytest.fixture(scope="session")

@@ -1,18 +1,14 @@
 """`spark.readStream.format("kafkalog")`: tailing a log directory (new segments, appends to the
 active segment, a partial entry being written), maxOffsetsPerTrigger, restart from a checkpoint
-(exactly once), on the session of test_spark.py."""
+(exactly once), on the worker's session (conftest.py)."""
 
 import json
-import os
-import sys
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 pytest.importorskip("pyspark")
-sys.path.insert(0, os.path.dirname(__file__))
-from test_spark import spark  # noqa: E402,F401  (the module's shared session)
 
 from kafkacodec.arrow import encode_v2  # noqa: E402
 

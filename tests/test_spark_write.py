@@ -22,13 +22,16 @@ from kafkacodec.logdir import discover, plan  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
-from spark_support import PACKAGE_PARENT, local_session  # noqa: E402
+from spark_support import PACKAGE_PARENT  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    with local_session(tmp_path_factory.mktemp("spark-cwd"), "kafkacodec-write-tests", partitions=3) as session:
-        yield session
+def spark(spark):
+    """The worker's session (conftest.py) with 3 shuffle partitions for this module."""
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "3")
+    yield spark
+    spark.conf.set("spark.sql.shuffle.partitions", before)
 
 
 def add_compacted_topic(root, topic="compacted", partitions=2):
