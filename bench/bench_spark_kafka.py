@@ -6,11 +6,13 @@ the same records, in one run on one local[2] session (issue 34):
 - kafkalog reads that broker's log directory, spark-sql-kafka reads the broker over the
   network (the data is in the page cache on both sides), Parquet reads a copy of the rows
   written once (untimed);
+- kafkalog twice in the same session: with its JVM part (kafkacodec.spark.jvm's jar on
+  spark.jars: the scans read only the columns a query uses) and as the Python source alone
+  (registered here as "kafkalog_python"), which also runs with a schema of the columns a query
+  needs (`.schema(...)`: how the Python source alone pays for only those);
 - queries: count(), a full scan of `value`, the 1% offset range in the middle of every
   partition as a `where` (filter pushdown on: `spark.sql.python.filterPushdown.enabled`) and as
-  the sources' startingOffsets / endingOffsets options, groupBy(partition).count(), and
-  kafkalog with a schema of the columns a query needs (`.schema(...)`: the Python Data Source
-  API passes no pruned columns, so this is how a query pays for only those);
+  the sources' startingOffsets / endingOffsets options, groupBy(partition).count();
 - writes of the same rows: df.write.format("kafkalog") (the log laid out by kafkacodec), Spark's
   Parquet writer, and spark-sql-kafka producing to the broker (acks=all, its defaults).
 
@@ -91,23 +93,35 @@ def main(records: int = 4_000_000, rounds: int = 3, json_path: str | None = None
         produce(broker.bootstrap, TOPIC, records)
         print(f"Kafka {DEFAULT_VERSION} took {records:,} records in {time.perf_counter() - t:.0f} s", flush=True)
 
-        from kafkacodec.spark import register
+        from kafkacodec.spark import KafkaLogDataSource, jvm, register
 
-        spark = local_session("bench-spark-kafka", {"spark.driver.memory": "3g", "spark.jars": jars,
+        class PythonOnly(KafkaLogDataSource):
+            @classmethod
+            def name(cls) -> str:
+                return "kafkalog_python"
+
+        jar = jvm.jar()
+        spark = local_session("bench-spark-kafka", {"spark.driver.memory": "3g",
+                                                    "spark.jars": jars + (f",{jar}" if jar else ""),
                                                     "spark.sql.shuffle.partitions": str(PARTITIONS)})
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
+        spark.dataSource.register(PythonOnly)
+        print(f"kafkalog's JVM part: {jar if jvm.loaded(spark) else 'not loaded (no JDK)'}", flush=True)
         log_dir = str(broker.log_dir)
         per = records // PARTITIONS
         lo, width = per // 2, per // 100
         starting = json.dumps({TOPIC: {str(p): lo for p in range(PARTITIONS)}})
         ending = json.dumps({TOPIC: {str(p): lo + width for p in range(PARTITIONS)}})
 
-        def kafkalog(schema: str | None = None, **options: str):
-            reader = spark.read.format("kafkalog").option("subscribe", TOPIC)
+        def kafkalog(schema: str | None = None, fmt: str = "kafkalog", **options: str):
+            reader = spark.read.format(fmt).option("subscribe", TOPIC)
             if schema:
                 reader = reader.schema(schema)
             return reader.options(**options).load(log_dir)
+
+        def python_only(schema: str | None = None, **options: str):
+            return kafkalog(schema, "kafkalog_python", **options)
 
         def kafka(**options: str):
             return (spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
@@ -131,10 +145,11 @@ def main(records: int = 4_000_000, rounds: int = 3, json_path: str | None = None
                 src(startingOffsets=starting, endingOffsets=ending))),
             "groupBy(partition).count()": (records, lambda src: src().groupBy("partition").count().collect()),
         }
-        sources = {"kafkalog": kafkalog, "spark-sql-kafka": kafka, "Parquet": parquet}
+        sources = {"kafkalog": kafkalog, "kafkalog, Python only": python_only, "spark-sql-kafka": kafka,
+                   "Parquet": parquet}
         narrow = {"count()": "partition int", "full scan of value": "value binary, offset bigint",
                   "groupBy(partition).count()": "partition int, offset bigint"}
-        assert kafkalog().count() == kafka().count() == parquet().count() == records
+        assert kafkalog().count() == python_only().count() == kafka().count() == parquet().count() == records
         assert kafkalog(startingOffsets=starting, endingOffsets=ending).count() == 4 * width
         assert kafka(startingOffsets=starting, endingOffsets=ending).count() == 4 * width
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
@@ -150,8 +165,8 @@ def main(records: int = 4_000_000, rounds: int = 3, json_path: str | None = None
                     continue
                 cells[name] = min(_once(lambda: run(src)) for _ in range(rounds))
             if query in narrow:
-                cells["kafkalog, narrow schema"] = min(
-                    _once(lambda: run(lambda **o: kafkalog(narrow[query], **o))) for _ in range(rounds))
+                cells["kafkalog, Python only, narrow schema"] = min(
+                    _once(lambda: run(lambda **o: python_only(narrow[query], **o))) for _ in range(rounds))
             print(f"{query:<28} " + "  ".join(f"{k} {v:.2f} s" for k, v in cells.items())
                   + f"  | kafkalog x{cells['spark-sql-kafka'] / cells['kafkalog']:.2f} spark-sql-kafka"
                   + (f", {cells['Parquet'] / cells['kafkalog']:.0%} of Parquet" if "Parquet" in cells else ""),

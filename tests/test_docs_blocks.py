@@ -167,6 +167,10 @@ EXEMPT: dict[tuple[str, int | str], str] = {
                        ".venv/bin/python bench/bench_tiered.py"):
         "a benchmark (Spark and an S3 server, minutes; bench/ does not run in CI): "
         "tests/test_tiered.py checks the same 1% range's bytes fetched on a partition Kafka tiered",
+    ("docs/spark-and-cli.md", "from kafkacodec.spark import jvm"):
+        "starts a SparkSession with the JVM part's jar, which a process with a session cannot: "
+        "tests/test_spark_jvm.py starts that session (spark.jars) in a child process and runs "
+        "these queries and more, against the Python source's answers",
     ("docs/spark-and-cli.md", "python -m venv env"):
         "creates a venv from PyPI and packs it (network, minutes); the same job on a cluster is "
         "run by tests/test_spark_cluster.py",
@@ -849,5 +853,6 @@ def test_exemption_reasons_hold():
     assert (DOCS / "results.md").read_text().startswith("# Benchmark results")
     assert "counted_reads()" in (ROOT / "tests" / "test_tiered.py").read_text()
     assert "results.md" in (ROOT / "bench" / "report.py").read_text()
+    assert '.config("spark.jars", sys.argv[2])' in (ROOT / "tests" / "test_spark_jvm.py").read_text()
     assert "kafkacodec spark convert" in (ROOT / "tests" / "test_spark_cluster.py").read_text() or \
         '"spark", "convert"' in (ROOT / "tests" / "test_spark_cluster.py").read_text()

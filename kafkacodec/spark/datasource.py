@@ -39,8 +39,22 @@ BATCH_DDL = "magic tinyint, producerId bigint, isTransactional boolean, isContro
 
 
 def register(spark: SparkSession) -> None:
-    """Register the "kafkalog" format on a SparkSession."""
-    spark.dataSource.register(KafkaLogDataSource)
+    """Register the "kafkalog" format on a SparkSession (PySpark 4 registers it in every session
+    by itself, through pyspark_kafkalog).  With the JVM part on the driver's classpath
+    (kafkacodec.spark.jvm) Spark refuses a Python source under a JVM source's name: the Python
+    source, which the JVM part runs, goes to the session's data source manager directly."""
+    from kafkacodec.spark import jvm
+
+    if not jvm.loaded(spark):
+        spark.dataSource.register(KafkaLogDataSource)
+        return
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    if not manager.dataSourceExists(KafkaLogDataSource.name()):
+        from pyspark.sql.udf import _wrap_function
+
+        sc = spark.sparkContext
+        python = getattr(sc._jvm, "org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource")
+        manager.registerDataSource(KafkaLogDataSource.name(), python(_wrap_function(sc, KafkaLogDataSource)))
 
 
 def _column_types() -> dict[str, DataType]:
@@ -114,12 +128,14 @@ _COMPARISONS = {EqualTo: "=", EqualNullSafe: "=", GreaterThan: ">", GreaterThanO
 _VALUE_TYPES = {"offset": int, "partition": int, "topic": str, "timestamp": object}
 
 
-def predicate_of(f: Filter, columns: Sequence[str]) -> Predicate | None:
+def predicate_of(f: Filter) -> Predicate | None:
     """The Predicate a Spark filter is, when the source can apply it exactly."""
     import datetime
 
     attribute = getattr(f, "attribute", None)
-    if not attribute or len(attribute) != 1 or attribute[0] not in _VALUE_TYPES or attribute[0] not in columns:
+    # a column the reader does not output is still decoded for its predicate (logdir's read
+    # path): with the JVM part, Spark prunes a column that only a pushed filter uses
+    if not attribute or len(attribute) != 1 or attribute[0] not in _VALUE_TYPES:
         return None
     column = attribute[0]
 
@@ -176,7 +192,7 @@ class KafkaLogReader(DataSourceReader):
     def push_filters(self, filters: list[Filter]) -> Iterator[Filter]:
         """Keep the predicates the source applies exactly; hand back the rest to Spark."""
         for f in filters:
-            predicate = predicate_of(f, self.columns)
+            predicate = predicate_of(f)
             if predicate is None:
                 yield f
             else:
