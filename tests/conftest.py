@@ -86,9 +86,10 @@ def s3_server():
 
 @pytest.fixture(scope="session")
 def spark(request, tmp_path_factory):
-    """One local SparkSession for the worker that runs the Spark tests (conftest puts them on one
-    pytest-xdist worker): a JVM start is 25-35 s under load, and a module's own session would be
-    started again whenever the worker's order leaves its module and comes back.  The JVM and its
+    """One local SparkSession per pytest worker: a JVM start is 25-35 s under load, and a
+    module's own session would be started again whenever the worker's order leaves its module
+    and comes back.  The Spark tests share one worker (above); those that also use a Kafka
+    broker run on the brokers' worker, which then starts a session of its own.  The JVM and its
     Python workers see moto's S3 server through the environment (AWS_ENDPOINT_URL...) when moto is
     installed.  A module that needs other runtime settings sets them and restores them."""
     pytest.importorskip("pyspark")
