@@ -47,9 +47,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.service)
         # scripts/test.sh runs three workers (-n 3 --dist loadgroup): one takes the tests of the
         # session's Kafka brokers, one the Spark tests (each JVM kind started once, and never both
-        # on one worker at a time), and the rest is shared out test by test.  (Not under pytest
-        # 9.2: its node ids ignore the "@group" suffix pytest-xdist 3.8 writes, so every test is
-        # shared out alone and each worker starts the brokers and the Spark session it uses.)
+        # on one worker at a time), and the rest is shared out test by test.  (pytest < 9.2, the
+        # test extra's pin: 9.2's node ids ignore the "@group" suffix pytest-xdist 3.8 writes,
+        # and every test would be shared out alone, each worker starting its own JVMs.)
         if item.get_closest_marker("broker"):
             item.add_marker(pytest.mark.xdist_group("kafka"))
         elif item.get_closest_marker("spark") or module in SPARK_MODULES:
@@ -90,7 +90,8 @@ def s3_server():
 def spark(request, tmp_path_factory):
     """One local SparkSession per pytest worker: a JVM start is 25-35 s under load, and a
     module's own session would be started again whenever the worker's order leaves its module
-    and comes back.  Every worker that runs a Spark test starts one (see the grouping above).  The JVM and its
+    and comes back.  The Spark tests share one worker (above); those that also use a Kafka
+    broker run on the brokers' worker, which then starts a session of its own.  The JVM and its
     Python workers see moto's S3 server through the environment (AWS_ENDPOINT_URL...) when moto is
     installed.  A module that needs other runtime settings sets them and restores them."""
     pytest.importorskip("pyspark")

@@ -143,9 +143,8 @@ def with_jar(jar, log_root, work) -> dict:
     return json.loads(line[len("RESULT "):])
 
 
-# One test for the child's session (a JVM start, 30-60 s under load): pytest-xdist would run
-# separate tests on every worker, each starting its own (its loadgroup does not group under
-# pytest 9.2, whose node ids ignore the group suffix xdist 3.8 writes).
+# One test for the child's session (a JVM start, 30-60 s under load): wherever pytest-xdist
+# shares out tests alone, separate tests would each start their own.
 def test_with_the_jar_every_query_write_and_stream_answer_as_the_python_source(spark, log_root, jar, tmp_path):
     got = with_jar(jar, log_root, tmp_path)
     assert got["loaded"]
