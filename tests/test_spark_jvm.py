@@ -124,7 +124,9 @@ def jar(tmp_path_factory):
 
 
 def test_the_jar_is_built_once_and_holds_the_service_entry(jar, tmp_path):
-    assert jvm.jar(cache=os.path.dirname(jar)) == jar                   # cached: the same file
+    built = os.stat(jar).st_mtime_ns
+    assert jvm.jar(cache=os.path.dirname(jar)) == jar                   # cached: the same file,
+    assert os.stat(jar).st_mtime_ns == built                             # not written again
     with zipfile.ZipFile(jar) as z:
         names = set(z.namelist())
         service = z.read("META-INF/services/org.apache.spark.sql.sources.DataSourceRegister").decode()

@@ -54,7 +54,7 @@ public final class KafkaLogSource extends PythonDataSourceV2 implements DataSour
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-    return new LogTable(super.getTable(schema, partitioning, properties), this, name);
+    return new LogTable(super.getTable(schema, partitioning, properties), this);
   }
 
   /** Spark's private field holding the Python DataSource it created (a Python worker's round
@@ -92,12 +92,10 @@ public final class KafkaLogSource extends PythonDataSourceV2 implements DataSour
   static final class LogTable implements SupportsRead, SupportsWrite {
     private final Table table;
     private final KafkaLogSource source;
-    private final String name;
 
-    LogTable(Table table, KafkaLogSource source, String name) {
+    LogTable(Table table, KafkaLogSource source) {
       this.table = table;
       this.source = source;
-      this.name = name;
     }
 
     @Override public String name() { return table.name(); }
@@ -110,7 +108,7 @@ public final class KafkaLogSource extends PythonDataSourceV2 implements DataSour
 
     @SuppressWarnings("deprecation")
     @Override public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-      return new PrunedScanBuilder(source, name, table.schema(), options);
+      return new PrunedScanBuilder(source, table.schema(), options);
     }
 
     @Override public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
@@ -127,7 +125,6 @@ public final class KafkaLogSource extends PythonDataSourceV2 implements DataSour
    */
   static final class PrunedScanBuilder implements SupportsPushDownFilters, SupportsPushDownRequiredColumns {
     private final KafkaLogSource source;
-    private final String name;
     private final StructType full;
     private final CaseInsensitiveStringMap options;
     private StructType required;
@@ -135,16 +132,15 @@ public final class KafkaLogSource extends PythonDataSourceV2 implements DataSour
     private Filter[] pushed = new Filter[0];
     private PythonScanBuilder filtered;         // the reader that took them, for all columns
 
-    PrunedScanBuilder(KafkaLogSource source, String name, StructType full, CaseInsensitiveStringMap options) {
+    PrunedScanBuilder(KafkaLogSource source, StructType full, CaseInsensitiveStringMap options) {
       this.source = source;
-      this.name = name;
       this.full = full;
       this.required = full;
       this.options = options;
     }
 
     private PythonScanBuilder python(StructType schema) {
-      return new PythonScanBuilder(source.forOneScan(), name, schema, options);
+      return new PythonScanBuilder(source.forOneScan(), source.name, schema, options);
     }
 
     @Override public Filter[] pushFilters(Filter[] filters) {
