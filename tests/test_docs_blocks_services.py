@@ -1036,13 +1036,20 @@ def test_readme_serve_command(sample_log, shell_bin, tmp_path):
     places = dict(serve=address(port), log_dir=sample_log, state_dir=tmp_path / "state")
     command = fill(doc_block("README.md", 10, "bash", "kafkacodec serve /backups/kafka-logs"), **places)
     consumer_block = fill(doc_block("README.md", 11, "python", "api_version=(0, 10, 1)"), **places)
+    # The block stops after 5 s without a record; CI's two cores, shared with a Spark cluster,
+    # once let that pass before the first record: 10 s here, and kafka-python's own log (stderr)
+    # and the server's to say why should it happen again.
+    assert "consumer_timeout_ms=5000" in consumer_block
+    consumer_block = consumer_block.replace("consumer_timeout_ms=5000", "consumer_timeout_ms=10000")
+    logged = "import logging; logging.basicConfig(level=logging.INFO, format='%(relativeCreated)d %(name)s %(message)s')\n"
     want = sum(len(rows) for rows in expected(sample_log, {"orders": 2}).values())
     with Shell(command, tmp_path, shell_bin) as serve:
         assert serve.expect_shown(command) == [f"listening on 127.0.0.1:{port}"]
         assert serve.installed() == ["kafkacodec[serve]"]
-        printed = subprocess.run([sys.executable, "-c", consumer_block], capture_output=True, text=True,
-                                 timeout=120, env=child_env())
-        assert printed.stdout.split() == [str(want), "records"], printed.stderr[-2000:]
+        printed = subprocess.run([sys.executable, "-c", logged + consumer_block], capture_output=True,
+                                 text=True, timeout=120, env=child_env())
+        assert printed.stdout.split() == [str(want), "records"], \
+            printed.stderr[-3000:] + "\nserve:\n" + "\n".join(serve.err[-40:])
         assert serve.stop() == 0
 
 
