@@ -52,7 +52,14 @@ class ArrowDecoder:
         bytes, bytearray and numpy arrays owning their data."""
 
 def scan_entries(
-    data: Buffer, start: int = 0, end: int = -1, *, source: str = "<buffer>", base: int = 0, strict: bool = True
+    data: Buffer,
+    start: int = 0,
+    end: int = -1,
+    *,
+    source: str = "<buffer>",
+    base: int = 0,
+    strict: bool = True,
+    check_crc: bool = False,
 ) -> dict[str, Any]: ...
 
 def encode_v2(

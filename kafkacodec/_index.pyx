@@ -177,15 +177,16 @@ cdef tuple SCAN_COLUMNS = tuple(zip(SCAN_FIELDS, (
 
 
 def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<buffer>",
-                 Py_ssize_t base=0, bint strict=True):
+                 Py_ssize_t base=0, bint strict=True, bint check_crc=False):
     """The shallow index of data[start:end] (Records.index(check_crc=False) with the in-memory
     framing rules: the same walk and rows), as a dict of its columns under the names
     SCAN_FIELDS (numpy views of one structured array; legacy compressed wrappers have
     base_offset and count -1), plus "stop" (position after the last complete entry, or of the
     corrupt one) and "error" (None, or the KafkaCodecError found at "stop", its message
-    naming `source`, when strict is False; strict raises it).  Positions are base + the byte
-    in data.  `data` is any C-contiguous buffer, read as raw bytes.  Safe to call from several
-    threads at once."""
+    naming `source`, when strict is False; strict raises it).  With check_crc, also
+    "crc_valid": whether each entry's checksum matches (a mismatch is not an error here: the
+    walk goes on).  Positions are base + the byte in data.  `data` is any C-contiguous buffer,
+    read as raw bytes.  Safe to call from several threads at once."""
     cdef Py_buffer view
     cdef const unsigned char* p
     cdef Py_ssize_t pos, first_bad
@@ -197,7 +198,7 @@ def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<bu
         if start < 0 or start > end:
             raise ValueError(f"start {start} outside 0..{end}")
         p = <const unsigned char*>view.buf + start
-        rows, code, pos, first_bad, error = index_entries(p, end - start, base + start, False, False)
+        rows, code, pos, first_bad, error = index_entries(p, end - start, base + start, False, check_crc)
         try:
             if code < 0:
                 raise_frame_error(code, p + pos, base + start + pos)
@@ -211,6 +212,8 @@ def scan_entries(data, Py_ssize_t start=0, Py_ssize_t end=-1, *, str source="<bu
         # the entries up to "stop" were judged complete: they must still be there
         check_read(data, min(end, start + pos + <Py_ssize_t>V2_HEADER_SIZE))
         result = {name: rows[field] for name, field in SCAN_COLUMNS}
+        if check_crc:
+            result["crc_valid"] = rows["crc_valid"]
         result["stop"] = base + start + pos
         result["error"] = error
         return result

@@ -32,7 +32,13 @@ QUERIES = {
     "value_where_offset": ({}, ["partition", "value"], "offset >= 40 and offset < 90", None),
     "count": ({}, None, None, "count"),
     "count_where": ({}, None, "offset >= 40 and partition = 1", "count"),
+    "count_decoded": ({"countFromHeaders": "false"}, None, None, "count"),
+    "count_committed_range": ({"kafka.isolation.level": "read_committed", "subscribe": "orders",
+                               "startingOffsets": '{"orders": {"0": 7, "1": 31}}',
+                               "endingOffsets": '{"orders": {"0": 150, "1": 99}}'}, None, None, "count"),
     "group_partition": ({}, None, None, "group"),
+    "group_partition_where": ({"keepControl": "true"}, None, "partition = 1", "group"),
+    "group_topic_partition": ({"minPartitions": "9"}, ["topic", "partition"], None, "group"),
     "committed_headers": ({"kafka.isolation.level": "read_committed", "includeHeaders": "true"},
                           ["topic", "offset", "headers"], None, None),
     "subscribe_key": ({"subscribe": "orders", "startingOffsets": "earliest"}, ["key", "timestamp"], None, None),
@@ -88,7 +94,7 @@ def answer(spark, root: str, name: str) -> dict:
     if aggregate == "count":
         return {"rows": [[df.count()]], "read": _read_schema(df.groupBy().count())}
     if aggregate == "group":
-        df = df.groupBy("partition").count()
+        df = df.groupBy(*(columns or ["partition"])).count()
     elif columns:
         df = df.select(*columns)
     return {"rows": rows_of(df), "read": _read_schema(df)}
@@ -160,10 +166,17 @@ def test_with_the_jar_every_query_write_and_stream_answer_as_the_python_source(s
     read = {name: got[name]["read"] for name in QUERIES}
     assert "value" not in read["offset"] and "offset" in read["offset"]
     assert "key" not in read["value_where_offset"] and "value" in read["value_where_offset"]
-    assert "value" not in read["count"] and "offset" not in read["count"]
+    # counts grouped by nothing, partition or topic come from batch headers (the reader's
+    # count column); a filter on another column, or countFromHeaders=false, decodes offsets
+    counted = {"count": [], "count_committed_range": [], "group_partition": ["partition"],
+               "group_partition_where": ["partition"], "group_topic_partition": ["topic", "partition"]}
+    for name, grouped in counted.items():
+        assert read[name].split("[")[1].split("#")[0].split(",")[0] == (grouped or ["kafkalog.count"])[0], name
+        assert "kafkalog.count" in read[name] and "offset" not in read[name], name
+    for name in ("count_where", "count_decoded"):
+        assert "kafkalog.count" not in read[name] and "value" not in read[name], name
     # a pushed filter's columns stay in the reader's schema (Spark resolves the filter there)
-    assert "offset" in read["count_where"] and "value" not in read["count_where"] and "key" not in read["count_where"]
-    assert "value" not in read["group_partition"] and "partition" in read["group_partition"]
+    assert "offset" in read["count_where"] and "key" not in read["count_where"]
 
     # a write and a stream through the jar are the Python source's
     clicks = spark.read.format("kafkalog").option("subscribe", "clicks").load(str(log_root))

@@ -11,9 +11,9 @@ without Spark: the "kafkalog" data source, the command line and plain Python use
 """
 
 from kafkacodec.logdir._pushdown import Predicate, Pushdown
-from kafkacodec.logdir._read import (MODES, SEGMENT_RE, Options, Problem, ReadOptions, Segment, Split, describe,
-                                     discover, plan, read_split)
+from kafkacodec.logdir._read import (MODES, SEGMENT_RE, Options, Problem, ReadOptions, Segment, Split, count_split,
+                                     describe, discover, plan, read_split)
 from kafkacodec.logdir._write import TaskWriter, commit
 
-__all__ = ["discover", "plan", "read_split", "TaskWriter", "commit", "describe", "Options", "ReadOptions",
+__all__ = ["discover", "plan", "read_split", "count_split", "TaskWriter", "commit", "describe", "Options", "ReadOptions",
            "Segment", "Split", "Problem", "Pushdown", "Predicate", "MODES", "SEGMENT_RE"]

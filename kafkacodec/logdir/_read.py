@@ -8,19 +8,21 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Union
 
-from kafkacodec._format import entry_head
+from kafkacodec._format import COMPRESSION_MASK, CONTROL_FLAG, TRANSACTIONAL_FLAG, V2_HEADER_SIZE, entry_head
 from kafkacodec.errors import CorruptRecordError, DataError, FileTruncatedError, KafkaCodecError
 from kafkacodec.logdir._layout import PARTITION_RE, SEGMENT_RE, Segment, find_partitions
 from kafkacodec.logdir._options import Options
 from kafkacodec.logdir._plan import Planner, Split
 from kafkacodec.logdir.partition_log import REMOTE_WINDOW as WINDOW
 from kafkacodec.logdir._problems import DAMAGE, Problem, Reporter, not_a_segment, warn
-from kafkacodec.logdir._pushdown import Pushdown
+from kafkacodec.logdir._pushdown import INT64_MAX, INT64_MIN, Pushdown
 from kafkacodec.logdir._readopts import MODES, ReadOptions
 
-__all__ = ["discover", "plan", "read_split", "describe", "Options", "Segment", "Split", "MODES",
+__all__ = ["discover", "plan", "read_split", "count_split", "describe", "Options", "Segment", "Split", "MODES",
            "SEGMENT_RE", "PARTITION_RE", "ReadOptions", "Problem", "Pushdown"]
 
+MIN_V2_RECORD = 7                # length, attributes, timestamp and offset deltas, key and value
+                                 # lengths, header count: one byte each at least
 PathLike = Union[str, "os.PathLike[str]"]
 Paths = Union[PathLike, Sequence[PathLike], None]
 
@@ -136,6 +138,33 @@ def read_split(split: Split, *, validate_crc: bool = True, include_headers: bool
     yield from reader.batches()
 
 
+def count_split(split: Split, *, validate_crc: bool = True, keep_control: bool = False,
+                mode: str = "FAILFAST", corrupt_column: str = "_corrupt_record",
+                fail_on_data_loss: bool = True, pushdown: Pushdown | None = None,
+                on_problem: Callable[[Problem], None] | None = None) -> int:
+    """The number of rows read_split() yields for the same arguments, answered from batch headers
+    where they hold it: a v2 batch wholly inside the offsets wanted, its checksum checked (with
+    validate_crc), counts its header's record count (none when it is a control batch and
+    keep_control is off) without decompressing.  Everything else is decoded as read_split does:
+    legacy entries, batches at the edges of the range, damaged ones, transactional batches when
+    the split has aborted transactions, every batch when a predicate other than a range of
+    offsets or a partition or topic is pushed, or when offsets may go back and be read once
+    (fail_on_data_loss false).  Damage and data loss are reported as read_split reports them.
+    What a header cannot prove is the record count of a batch whose checksum holds but whose
+    records do not (a client's bug that Kafka's broker refuses on append): read_split raises
+    on it, this counts what the header says."""
+    def tell(problem: Problem) -> None:
+        if on_problem is not None:
+            on_problem(problem)
+        else:
+            warn(problem)
+
+    reader = _SplitReader(split, Reporter(mode, fail_on_data_loss, tell), validate_crc=validate_crc,
+                          include_headers=False, keep_control=keep_control, max_rows=65536,
+                          corrupt_column=corrupt_column, columns=["offset"], pushdown=pushdown)
+    return reader.count()
+
+
 class _SplitReader:
     def __init__(self, split: Split, reporter: Reporter, *, validate_crc: bool, include_headers: bool,
                  keep_control: bool, max_rows: int, corrupt_column: str, columns: Sequence[str] | None,
@@ -161,6 +190,7 @@ class _SplitReader:
                            start_offset=start, end_offset=end, aborted=split.aborted, max_rows=max_rows,
                            source=split.uri)
         self.on_aborted = on_aborted
+        self.counted: tuple[int, int] | None = None   # count(): the offsets batch headers may answer
         self.dedupe = False                 # offsets went back in this split: read each once
         self.running_max = -(2**63)         # the largest offset yielded
         self.src: Any = None                # the open segment (a storage.Source)
@@ -171,6 +201,27 @@ class _SplitReader:
         from kafkacodec.arrow import ArrowDecoder
 
         return ArrowDecoder(self.split.topic, self.split.partition, columns=self.decode_columns, **self.kwargs)
+
+    def count(self) -> int:
+        """The rows batches() yields, from batch headers where they answer (count_split)."""
+        self.counted = self._header_range()
+        return sum(out if isinstance(out, int) else out.num_rows for out in self.batches())
+
+    def _header_range(self) -> tuple[int, int] | None:
+        """[lo, hi): the offsets whose batches' headers give their rows, or None (decode all)."""
+        s, lo, hi = self.split, INT64_MIN, INT64_MAX
+        if not self.reporter.fail_on_data_loss:         # going back would be read once: per row
+            return None
+        if self.pushdown is not None:
+            for p in self.pushdown.predicates:
+                # a partition, a topic and a range of offsets keep or drop whole batches
+                if not (p.column in ("partition", "topic") or p.column == "offset" and p.op != "in"):
+                    return None
+            if not self.pushdown.wants(s.topic, s.partition):
+                return None
+            lo, hi = (v if v is not None else d for v, d in zip(self.pushdown.offsets(), (lo, hi)))
+        start, end = self.kwargs["start_offset"], self.kwargs["end_offset"]
+        return max(lo, start if start is not None else lo), min(hi, end if end is not None else hi)
 
     # ---------------------------------------------------------------------- output
     def finish(self, rb: Any, reason: str | None = None) -> Any:
@@ -251,12 +302,13 @@ class _SplitReader:
         while pos < end:
             window_end = self.read_end = min(end, pos + want)   # bounds the scan table, not only the reads
             view, base = src.view(pos, window_end)
-            scan = scan_entries(view, pos - base, window_end - base, source=s.uri, base=base, strict=False)
+            scan = scan_entries(view, pos - base, window_end - base, source=s.uri, base=base, strict=False,
+                                check_crc=self.counted is not None and self.kwargs["validate_crc"])
             stop, error = int(scan["stop"]), scan["error"]
             if len(scan["position"]):
                 prev_last = self._check_offsets(scan, prev_last)
                 last_seen = int(scan["last_offset"][-1]) if last_seen is None else max(last_seen, int(scan["last_offset"].max()))
-            yield from self._decode(view, base, pos, stop, scan)
+            yield from (self._count if self.counted is not None else self._decode)(view, base, pos, stop, scan)
             if error:
                 reason = not_a_segment(bytes(memoryview(view)[0 - base:17 - base]), src.size) if stop == 0 else None
                 if reason is not None:              # the first entry is not one: not a Kafka file at all
@@ -323,6 +375,37 @@ class _SplitReader:
             if new == pos and not rb.num_rows:     # an entry split at the Arrow size limit
                 break                              # returns rows at the same position
             pos = new
+
+    def _count(self, view: Any, base: int, pos: int, stop: int, scan: dict[str, Any]) -> Iterator[Any]:
+        """count(): the header counts of the entries in [pos, stop) that they answer for (ints),
+        the others decoded (their row batches), in runs."""
+        import numpy as np
+
+        assert self.counted is not None
+        if pos == stop:
+            return
+        lo, hi = self.counted
+        magic, attributes, base_offset, last_offset = scan["magic"], scan["attributes"], scan["base_offset"], scan["last_offset"]
+        count = scan["count"].astype(np.int64)
+        known = (magic == 2) & (base_offset >= lo) & (last_offset < hi)
+        # a count no batch can hold is decoded (and found out): each record has its own offset
+        # in the batch's span, and an uncompressed record takes 7 bytes at least
+        known &= (count >= 0) & (count <= last_offset - base_offset + 1)
+        known &= ((attributes & COMPRESSION_MASK) != 0) | (count * MIN_V2_RECORD <= scan["size"] - V2_HEADER_SIZE)
+        if self.kwargs["validate_crc"]:
+            known &= scan["crc_valid"]
+        if self.split.aborted:                  # read_committed: the decoder's aborted-transaction filter
+            known &= (attributes & TRANSACTIONAL_FLAG) == 0
+        control = (attributes & CONTROL_FLAG) != 0
+        counts = np.where(control & (not self.kwargs["keep_control"]), 0, count)
+        positions = scan["position"]
+        cuts = np.flatnonzero(np.diff(known.astype(np.int8))) + 1     # where runs change
+        for i, j in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(known)]])):
+            if known[i]:
+                yield int(counts[i:j].sum())
+            else:
+                run_end = int(positions[j]) if j < len(positions) else stop
+                yield from self._decode(view, base, int(positions[i]), run_end, scan)
 
     def _check_offsets(self, scan: dict[str, Any], prev_last: int | None) -> int:
         """Data loss in this window: offsets below the segment's name, reaching the next

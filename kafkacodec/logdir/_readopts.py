@@ -32,7 +32,7 @@ READ_OPTIONS = {
     # kafkacodec's own
     "path": "both", "paths": "both", "topics": "both", "mode": "both",
     "columnNameOfCorruptRecord": "both", "validateCrc": "both", "keepControl": "both",
-    "keepAborted": "both", "maxPartitionBytes": "both", "maxRowsPerBatch": "both",
+    "keepAborted": "both", "maxPartitionBytes": "both", "maxRowsPerBatch": "both", "countFromHeaders": "batch",
     **{name: "both" for name in S3_OPTIONS},
 }
 # Spark's Kafka-source options that only make sense against a broker
@@ -122,6 +122,7 @@ class ReadOptions:
     read_committed: bool = False
     validate_crc: bool = True
     keep_control: bool = False
+    count_from_headers: bool = True              # read by the JVM part (kafkacodec/spark/java)
     mode: str = "FAILFAST"
     corrupt_column: str = "_corrupt_record"
     max_partition_bytes: int = 128 << 20
@@ -190,6 +191,7 @@ class ReadOptions:
         out.read_committed = _isolation(opts)
         out.validate_crc = opts.bool("validateCrc", True)
         out.keep_control = opts.bool("keepControl", False)
+        out.count_from_headers = opts.bool("countFromHeaders", True)
         out.mode = str(opts.get("mode", "FAILFAST")).upper()
         if out.mode not in MODES:
             raise ValueError(f"option mode={out.mode!r}: use one of {', '.join(MODES)}")

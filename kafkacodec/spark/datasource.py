@@ -20,7 +20,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, EqualNullSafe,
                                     GreaterThanOrEqual, In, InputPartition, IsNotNull, LessThan,
                                     LessThanOrEqual)
 
-from kafkacodec.logdir import Options, Predicate, Pushdown, ReadOptions, Split, read_split
+from kafkacodec.logdir import Options, Predicate, Pushdown, ReadOptions, Split, count_split, read_split
 from kafkacodec.logdir._read import plan
 from kafkacodec.spark.writer import KafkaLogWriter
 
@@ -30,12 +30,17 @@ if TYPE_CHECKING:
 
     from kafkacodec.spark.stream import KafkaLogStreamReader
 
-__all__ = ["KafkaLogDataSource", "register", "BASE_DDL", "HEADERS_DDL", "BATCH_DDL", "output_columns"]
+__all__ = ["KafkaLogDataSource", "register", "BASE_DDL", "HEADERS_DDL", "BATCH_DDL", "COUNT_COLUMN",
+           "output_columns"]
 
 BASE_DDL = ("key binary, value binary, topic string, partition int, offset bigint, "
             "timestamp timestamp, timestampType int")
 HEADERS_DDL = "headers array<struct<key:string,value:binary>>"
 BATCH_DDL = "magic tinyint, producerId bigint, isTransactional boolean, isControl boolean"
+#: The last column of a reader's schema when the JVM part pushed count(*) to it (grouped by the
+#: columns before it: topic, partition): the reader gives counts, not records.  Not a column of
+#: the source: no query names it.
+COUNT_COLUMN = "kafkalog.count"
 
 
 def register(spark: SparkSession) -> None:
@@ -184,8 +189,14 @@ class KafkaLogReader(DataSourceReader):
 
     def __init__(self, options: ReadOptions, schema: StructType):
         self.options = options
-        self.columns, self.include_headers = output_columns(options, schema)
         self.names = [f.name for f in schema.fields]
+        self.counting = bool(self.names) and self.names[-1] == COUNT_COLUMN
+        if self.counting:                    # count(*) pushed (kafkacodec/spark/java): by topic, partition
+            if any(n not in ("topic", "partition") for n in self.names[:-1]):
+                raise ValueError(f"{COUNT_COLUMN} is grouped by topic and partition only, not {self.names[:-1]}")
+            self.columns, self.include_headers = self.names[:-1], False
+        else:
+            self.columns, self.include_headers = output_columns(options, schema)
         self.pushdown = Pushdown()
         self.schema_json = schema.json()
 
@@ -204,10 +215,33 @@ class KafkaLogReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         split: Split | None = partition.value
+        if self.counting:
+            yield from self._count(split)
+            return
         if split is None:
             return
         yield from read_arrow(split, self.options, self.columns, self.include_headers, self.names,
                               self.schema_json, self.pushdown)
+
+
+    def _count(self, split: Split | None) -> Iterator[pa.RecordBatch]:
+        """The split's count as one row (its topic and partition first when grouped by them).
+        Spark sums them: a split with no rows gives a 0 to the total but no group."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import StructType
+
+        ro = self.options
+        n = 0 if split is None else count_split(
+            split, validate_crc=ro.validate_crc, keep_control=ro.keep_control, mode=ro.mode,
+            corrupt_column=ro.corrupt_column, fail_on_data_loss=ro.fail_on_data_loss,
+            pushdown=self.pushdown or None)
+        if self.columns and not n:
+            return
+        fixed = {"topic": None if split is None else split.topic,
+                 "partition": None if split is None else split.partition}
+        target = to_arrow_schema(StructType.fromJson(json.loads(self.schema_json)), timezone="UTC")
+        yield pa.RecordBatch.from_arrays([pa.array([fixed[c]], target.field(c).type) for c in self.columns]
+                                         + [pa.array([n], pa.int64())], schema=target)
 
 
 def read_arrow(split: Split, ro: ReadOptions, columns: list[str], include_headers: bool, names: list[str],

@@ -11,9 +11,16 @@ import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.expressions.Expression;
+import org.apache.spark.sql.connector.expressions.NamedReference;
 import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.expressions.aggregate.AggregateFunc;
+import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
+import org.apache.spark.sql.connector.expressions.aggregate.Count;
+import org.apache.spark.sql.connector.expressions.aggregate.CountStar;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownAggregates;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
@@ -22,6 +29,7 @@ import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonScanBuilder;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
@@ -31,9 +39,11 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * PySpark's data source API cannot say: the columns a query needs.  Spark hands a scan builder the
  * required columns (SupportsPushDownRequiredColumns) and the Python reader is then created with
  * that schema, so it decodes those columns only; count() asks for none, and only offsets are
- * decoded (columnar, never a Python object per record).  Filters go to the Python reader as Spark
- * pushes them (spark.sql.python.filterPushdown.enabled).  Writes and streams go through Spark's
- * own table unchanged.
+ * decoded (columnar, never a Python object per record).  count(*), alone or grouped by topic
+ * and partition, is pushed to the reader (SupportsPushDownAggregates): it answers from batch
+ * headers, one count per input partition that Spark sums.  Filters go to the Python reader as
+ * Spark pushes them (spark.sql.python.filterPushdown.enabled).  Writes and streams go through
+ * Spark's own table unchanged.
  *
  * <p>Built by kafkacodec.spark.jvm against the Spark jars of the installed pyspark (the
  * PythonDataSourceV2 classes are Spark's internal API); Spark finds it by its short name through
@@ -116,14 +126,19 @@ public final class KafkaLogSource extends PythonDataSourceV2 implements DataSour
     }
   }
 
+  /** The reader's last column when it counts (kafkacodec.spark.datasource.COUNT_COLUMN). */
+  static final String COUNT_COLUMN = "kafkalog.count";
+
   /**
-   * Filters first (Spark's order), then the columns; build() creates the Python reader with the
-   * pruned schema (and the columns of the filters pushed) and pushes the same filters to it.
+   * Filters first (Spark's order), then an aggregate or the columns; build() creates the Python
+   * reader with the counting or the pruned schema (and the columns of the filters pushed) and
+   * pushes the same filters to it.
    * Each scan gets its own PythonDataSourceV2 (forOneScan): Spark's caches the Python reader it
    * made first (with that reader's schema and filters) for every later scan of the same
    * instance, which is right only when every scan reads all columns.
    */
-  static final class PrunedScanBuilder implements SupportsPushDownFilters, SupportsPushDownRequiredColumns {
+  static final class PrunedScanBuilder
+      implements SupportsPushDownFilters, SupportsPushDownAggregates, SupportsPushDownRequiredColumns {
     private final KafkaLogSource source;
     private final StructType full;
     private final CaseInsensitiveStringMap options;
@@ -131,6 +146,7 @@ public final class KafkaLogSource extends PythonDataSourceV2 implements DataSour
     private Filter[] offered;
     private Filter[] pushed = new Filter[0];
     private PythonScanBuilder filtered;         // the reader that took them, for all columns
+    private StructType counting;                // an aggregate pushed: [group columns..., count]
 
     PrunedScanBuilder(KafkaLogSource source, StructType full, CaseInsensitiveStringMap options) {
       this.source = source;
@@ -155,7 +171,57 @@ public final class KafkaLogSource extends PythonDataSourceV2 implements DataSour
 
     @Override public void pruneColumns(StructType requiredSchema) { required = requiredSchema; }
 
+    /** Each input partition's count is partial: Spark sums them. */
+    @Override public boolean supportCompletePushDown(Aggregation aggregation) { return false; }
+
+    /**
+     * One count(*) (or count of topic or partition, never null), grouped by topic and partition
+     * or not at all, with no filter on another column (Spark gives a Python reader only the
+     * filters on its own columns); option countFromHeaders=false declines.  Spark pushes an
+     * aggregate only when every filter was pushed.
+     */
+    @Override public boolean pushAggregation(Aggregation aggregation) {
+      if (!options.getBoolean("countFromHeaders", true) || aggregation.aggregateExpressions().length != 1) {
+        return false;
+      }
+      AggregateFunc function = aggregation.aggregateExpressions()[0];
+      boolean counts = function instanceof CountStar
+          || function instanceof Count count && !count.isDistinct() && grouping(count.column()) != null;
+      if (!counts) {
+        return false;
+      }
+      StructType schema = new StructType();
+      for (Expression group : aggregation.groupByExpressions()) {
+        String column = grouping(group);
+        if (column == null || schema.getFieldIndex(column).isDefined()) {
+          return false;
+        }
+        schema = schema.add(full.apply(column));
+      }
+      for (Filter filter : pushed) {
+        for (String column : filter.references()) {
+          if (schema.getFieldIndex(column).isEmpty()) {
+            return false;
+          }
+        }
+      }
+      counting = schema.add(COUNT_COLUMN, DataTypes.LongType, false);
+      return true;
+    }
+
+    /** topic or partition, when the expression is that column. */
+    private static String grouping(Expression expression) {
+      if (expression instanceof NamedReference ref && ref.fieldNames().length == 1) {
+        String name = ref.fieldNames()[0];
+        return name.equals("topic") || name.equals("partition") ? name : null;
+      }
+      return null;
+    }
+
     @Override public Scan build() {
+      if (counting != null) {
+        return withPushedFilters(python(counting), counting);
+      }
       // Spark resolves a pushed filter's columns in the reader's schema: those stay in it (Spark
       // projects them away above the scan)
       StructType schema = required;
@@ -169,7 +235,10 @@ public final class KafkaLogSource extends PythonDataSourceV2 implements DataSour
       if (filtered != null && schema.fieldNames().length == full.fieldNames().length) {
         return filtered.build();                // every column: that reader as it is
       }
-      PythonScanBuilder builder = python(schema);
+      return withPushedFilters(python(schema), schema);
+    }
+
+    private Scan withPushedFilters(PythonScanBuilder builder, StructType schema) {
       if (offered != null) {
         builder.pushFilters(offered);
         // Spark already planned the filters not pushed as its own; the reader must take the
