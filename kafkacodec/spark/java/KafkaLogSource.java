@@ -38,10 +38,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * runs kafkacodec.spark.datasource.KafkaLogDataSource, registered by pyspark_kafkalog) plus what
  * PySpark's data source API cannot say: the columns a query needs.  Spark hands a scan builder the
  * required columns (SupportsPushDownRequiredColumns) and the Python reader is then created with
- * that schema, so it decodes those columns only; count() asks for none, and only offsets are
- * decoded (columnar, never a Python object per record).  count(*), alone or grouped by topic
- * and partition, is pushed to the reader (SupportsPushDownAggregates): it answers from batch
- * headers, one count per input partition that Spark sums.  Filters go to the Python reader as
+ * that schema, so it decodes those columns only (a query that needs none: offsets only,
+ * columnar).  count(*), alone or grouped by topic and partition, is pushed to the reader
+ * (SupportsPushDownAggregates): it answers from batch headers, one count per input partition
+ * that Spark sums.  Filters go to the Python reader as
  * Spark pushes them (spark.sql.python.filterPushdown.enabled).  Writes and streams go through
  * Spark's own table unchanged.
  *
