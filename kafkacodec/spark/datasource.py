@@ -223,7 +223,6 @@ class KafkaLogReader(DataSourceReader):
         yield from read_arrow(split, self.options, self.columns, self.include_headers, self.names,
                               self.schema_json, self.pushdown)
 
-
     def _count(self, split: Split | None) -> Iterator[pa.RecordBatch]:
         """The split's count as one row (its topic and partition first when grouped by them).
         Spark sums them: a split with no rows gives a 0 to the total but no group."""
