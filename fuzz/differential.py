@@ -16,7 +16,9 @@ value, headers, control flag), the readers must agree with `MemoryRecords.record
 - the mirror's `trim_batch` at a fetch offset inside an entry: the batch it writes reads as
   the entry's records at or after that offset, or it raises the same error class;
 - kafka-python and aiokafka (its pure-Python reader) as independent references, where they
-  accept the input: the same data records.
+  accept the input: the same data records;
+- `logdir.count_split` (a segment's rows counted from batch headers) against `read_split`'s
+  rows of the same segment file, where the read raises nothing.
 
 Adding a reader is one entry in TARGETS (a function of the hostile bytes that raises
 AssertionError on a difference).
@@ -421,8 +423,74 @@ def references(data: bytes) -> None:
                              f"{data.hex()}")
 
 
+def count_split(data: bytes) -> None:
+    """logdir.count_split (batch headers where they answer) against read_split's rows of the
+    same segment, in every mode, CRCs checked or not, control records kept or not: where the
+    read finds no corrupt entry, the same count and the same problems reported.  Where it does,
+    or where a batch's records have offsets outside its header's span, the count may answer
+    from a header: a CRC-valid batch whose records do not hold what its header says is the one
+    thing a header is trusted for (docs/spark-and-cli.md); the count must then only not crash
+    or hang."""
+    data = hostile(data, rng_of(data, "count_split"))
+    plan = api("kafkacodec.logdir.plan")
+    read_split = api("kafkacodec.logdir.read_split")
+    count = api("kafkacodec.logdir.count_split")
+    ReadOptions = api("kafkacodec.logdir.ReadOptions")
+    with tempfile.TemporaryDirectory(prefix="kc-fuzz-count-") as root:
+        os.mkdir(os.path.join(root, "t-0"))
+        with open(os.path.join(root, "t-0", "00000000000000000000.log"), "wb") as f:
+            f.write(data)
+        for options in ({}, {"mode": "DROPMALFORMED", "keepControl": "true"},
+                        {"mode": "PERMISSIVE", "validateCrc": "false"}):
+            ro = ReadOptions.parse({"paths": [root], "failOnDataLoss": "false", **options})
+            try:
+                splits, _ = plan(None, ro, on_problem=lambda p: None)
+            except KafkaCodecError:
+                return
+            common = dict(validate_crc=ro.validate_crc, keep_control=ro.keep_control, mode=ro.mode,
+                          fail_on_data_loss=True)
+            for split in splits:
+                read_problems: list[Any] = []
+                try:
+                    rows = sum(rb.num_rows for rb in read_split(split, columns=["offset"], on_problem=read_problems.append,
+                                                                **common))
+                except KafkaCodecError:
+                    try:
+                        count(split, on_problem=lambda p: None, **common)
+                    except KafkaCodecError:
+                        pass
+                    continue
+                counted_problems: list[Any] = []
+                if any(p.kind == "corrupt" for p in read_problems) or _offsets_outside_span(data):
+                    count(split, on_problem=counted_problems.append, **common)    # (framing damage:
+                    continue                                                     # both read it alike)
+                try:
+                    counted = count(split, on_problem=counted_problems.append, **common)
+                except KafkaCodecError as exc:
+                    raise AssertionError(f"count_split raised {exc!r} where read_split read {rows} rows "
+                                         f"({options}): {data.hex()}") from None
+                if counted != rows or [(p.kind, p.message) for p in counted_problems] != \
+                        [(p.kind, p.message) for p in read_problems]:
+                    raise AssertionError(f"count_split {counted} ({len(counted_problems)} problems), read_split "
+                                         f"{rows} ({len(read_problems)} problems), {options}: {data.hex()}")
+
+
+def _offsets_outside_span(data: bytes) -> bool:
+    """Whether a v2 batch holds a record whose offset is outside [base offset, last offset]
+    (a delta Kafka never writes, under a recomputed CRC): a header that says what its records
+    do not."""
+    try:
+        for batch in api("kafkacodec.MemoryRecords")(data).batches():
+            if batch.magic == 2 and any(not batch.base_offset <= r.offset <= batch.last_offset for r in batch):
+                return True
+    except KafkaCodecError:
+        pass
+    return False
+
+
 TARGETS: dict[str, Target] = {
     "readers": Target(readers, "records"),
+    "count_split": Target(count_split, "records"),
     "down_convert": Target(down_convert, "records"),
     "references": Target(references, "records"),
     "mirror_trim": Target(mirror_trim, "records"),

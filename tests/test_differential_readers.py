@@ -237,3 +237,12 @@ def test_the_mirror_trim_on_hostile_crc_valid_input(seed):
     bases = seeds() + [WRAP_UP, WRAP_DOWN, LEGACY_WRAP]
     for _ in range(60):
         differential.trim_agrees(_harness.hostile(rng.choice(bases), rng))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_counts_from_batch_headers_on_hostile_crc_valid_input(seed):
+    """logdir.count_split against read_split's rows of the same segment (fuzz/differential.py)."""
+    rng = random.Random(200 + seed)
+    bases = seeds() + [WRAP_UP, WRAP_DOWN, LEGACY_WRAP]
+    for _ in range(30):
+        differential.count_split(_harness.hostile(rng.choice(bases), rng))

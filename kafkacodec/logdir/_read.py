@@ -150,9 +150,10 @@ def count_split(split: Split, *, validate_crc: bool = True, keep_control: bool =
     the split has aborted transactions, every batch when a predicate other than a range of
     offsets or a partition or topic is pushed, or when offsets may go back and be read once
     (fail_on_data_loss false).  Damage and data loss are reported as read_split reports them.
-    What a header cannot prove is the record count of a batch whose checksum holds but whose
-    records do not (a client's bug that Kafka's broker refuses on append): read_split raises
-    on it, this counts what the header says."""
+    What a header cannot prove is a batch whose checksum holds but whose records do not hold
+    what its header says (more records than its count, a malformed record, an offset outside
+    its span: a client's bug or a crafted file, which Kafka's broker refuses on append):
+    read_split raises on it or drops it, this counts what the header says."""
     def tell(problem: Problem) -> None:
         if on_problem is not None:
             on_problem(problem)
@@ -387,7 +388,8 @@ class _SplitReader:
         lo, hi = self.counted
         magic, attributes, base_offset, last_offset = scan["magic"], scan["attributes"], scan["base_offset"], scan["last_offset"]
         count = scan["count"].astype(np.int64)
-        known = (magic == 2) & (base_offset >= lo) & (last_offset < hi)
+        # (a last offset below the base one wrapped past 2^63 - 1: its records' offsets too)
+        known = (magic == 2) & (base_offset >= lo) & (last_offset < hi) & (last_offset >= base_offset)
         # a count no batch can hold is decoded (and found out): each record has its own offset
         # in the batch's span, and an uncompressed record takes 7 bytes at least
         known &= (count >= 0) & (count <= last_offset - base_offset + 1)
