@@ -18,7 +18,8 @@ value, headers, control flag), the readers must agree with `MemoryRecords.record
 - kafka-python and aiokafka (its pure-Python reader) as independent references, where they
   accept the input: the same data records;
 - `logdir.count_split` (a segment's rows counted from batch headers) against `read_split`'s
-  rows of the same segment file, where the read raises nothing.
+  rows and problems of the same segment file, where no CRC-valid header is contradicted by its
+  records (the one thing a header is trusted for).
 
 Adding a reader is one entry in TARGETS (a function of the hostile bytes that raises
 AssertionError on a difference).
@@ -461,9 +462,10 @@ def count_split(data: bytes) -> None:
                         pass
                     continue
                 counted_problems: list[Any] = []
+                # (damage to the framing, "partial", both read alike: compared)
                 if any(p.kind == "corrupt" for p in read_problems) or _offsets_outside_span(data):
-                    count(split, on_problem=counted_problems.append, **common)    # (framing damage:
-                    continue                                                     # both read it alike)
+                    count(split, on_problem=counted_problems.append, **common)
+                    continue
                 try:
                     counted = count(split, on_problem=counted_problems.append, **common)
                 except KafkaCodecError as exc:
