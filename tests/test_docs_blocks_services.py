@@ -1036,11 +1036,10 @@ def test_readme_serve_command(sample_log, shell_bin, tmp_path):
     places = dict(serve=address(port), log_dir=sample_log, state_dir=tmp_path / "state")
     command = fill(doc_block("README.md", 10, "bash", "kafkacodec serve /backups/kafka-logs"), **places)
     consumer_block = fill(doc_block("README.md", 11, "python", "api_version=(0, 10, 1)"), **places)
-    # The block stops after 5 s without a record; CI's two cores, shared with a Spark cluster,
-    # once let that pass before the first record: 10 s here, and kafka-python's own log (stderr)
-    # and the server's to say why should it happen again.
-    assert "consumer_timeout_ms=5000" in consumer_block
-    consumer_block = consumer_block.replace("consumer_timeout_ms=5000", "consumer_timeout_ms=10000")
+    # kafka-python's log (stderr) and the server's say why, should it read nothing: it once did,
+    # when the block subscribed in KafkaConsumer(): kafka-python 3.0.12 sent its bootstrap
+    # Metadata request for no topic while the subscription was being set, took the answer as
+    # up to date and slept 300 s (the block assigns the partitions it looked up now).
     logged = "import logging; logging.basicConfig(level=logging.INFO, format='%(relativeCreated)d %(name)s %(message)s')\n"
     want = sum(len(rows) for rows in expected(sample_log, {"orders": 2}).values())
     with Shell(command, tmp_path, shell_bin) as serve:
