@@ -6,10 +6,12 @@ import numpy as np
 import pyarrow as pa
 from typing_extensions import Buffer
 
+from kafkacodec._index import SCAN_FIELDS as SCAN_FIELDS
+from kafkacodec._index import scan_entries as scan_entries  # the shallow index, re-exported
+
 SCHEMA: pa.Schema
 SCHEMA_NO_HEADERS: pa.Schema
 HEADERS_TYPE: pa.DataType
-SCAN_FIELDS: tuple[str, ...]
 
 class ArrowDecoder:
     """Log entries to Arrow record batches (Spark's Kafka schema); one per thread."""
@@ -50,17 +52,6 @@ class ArrowDecoder:
         pyarrow memory map, a numpy memmap, a memfd, shared memory, any buffer over one), told
         by the process's mappings (/proc/self/maps); where those cannot be read, anything but
         bytes, bytearray and numpy arrays owning their data."""
-
-def scan_entries(
-    data: Buffer,
-    start: int = 0,
-    end: int = -1,
-    *,
-    source: str = "<buffer>",
-    base: int = 0,
-    strict: bool = True,
-    check_crc: bool = False,
-) -> dict[str, Any]: ...
 
 def encode_v2(
     key: pa.Array | pa.ChunkedArray,

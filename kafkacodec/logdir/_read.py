@@ -154,13 +154,7 @@ def count_split(split: Split, *, validate_crc: bool = True, keep_control: bool =
     what its header says (more records than its count, a malformed record, an offset outside
     its span: a client's bug or a crafted file, which Kafka's broker refuses on append):
     read_split raises on it or drops it, this counts what the header says."""
-    def tell(problem: Problem) -> None:
-        if on_problem is not None:
-            on_problem(problem)
-        else:
-            warn(problem)
-
-    reader = _SplitReader(split, Reporter(mode, fail_on_data_loss, tell), validate_crc=validate_crc,
+    reader = _SplitReader(split, Reporter(mode, fail_on_data_loss, on_problem or warn), validate_crc=validate_crc,
                           include_headers=False, keep_control=keep_control, max_rows=65536,
                           corrupt_column=corrupt_column, columns=["offset"], pushdown=pushdown)
     return reader.count()

@@ -226,9 +226,6 @@ class KafkaLogReader(DataSourceReader):
     def _count(self, split: Split | None) -> Iterator[pa.RecordBatch]:
         """The split's count as one row (its topic and partition first when grouped by them).
         Spark sums them: a split with no rows gives a 0 to the total but no group."""
-        from pyspark.sql.pandas.types import to_arrow_schema
-        from pyspark.sql.types import StructType
-
         ro = self.options
         n = 0 if split is None else count_split(
             split, validate_crc=ro.validate_crc, keep_control=ro.keep_control, mode=ro.mode,
@@ -238,7 +235,7 @@ class KafkaLogReader(DataSourceReader):
             return
         fixed = {"topic": None if split is None else split.topic,
                  "partition": None if split is None else split.partition}
-        target = to_arrow_schema(StructType.fromJson(json.loads(self.schema_json)), timezone="UTC")
+        target = arrow_schema(self.schema_json)
         yield pa.RecordBatch.from_arrays([pa.array([fixed[c]], target.field(c).type) for c in self.columns]
                                          + [pa.array([n], pa.int64())], schema=target)
 
@@ -246,10 +243,7 @@ class KafkaLogReader(DataSourceReader):
 def read_arrow(split: Split, ro: ReadOptions, columns: list[str], include_headers: bool, names: list[str],
                schema_json: str, pushdown: Pushdown | None) -> Iterator[pa.RecordBatch]:
     """read_split with the reader's options, in the exact Arrow schema Spark expects."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
-
-    target = to_arrow_schema(StructType.fromJson(json.loads(schema_json)), timezone="UTC")
+    target = arrow_schema(schema_json)
     for rb in read_split(split, validate_crc=ro.validate_crc, include_headers=include_headers,
                          keep_control=ro.keep_control, max_rows=ro.max_rows, mode=ro.mode,
                          corrupt_column=ro.corrupt_column, fail_on_data_loss=ro.fail_on_data_loss,
@@ -259,3 +253,11 @@ def read_arrow(split: Split, ro: ReadOptions, columns: list[str], include_header
         if not rb.schema.equals(target):
             rb = pa.RecordBatch.from_arrays(rb.columns, schema=target)
         yield rb
+
+
+def arrow_schema(schema_json: str) -> pa.Schema:
+    """The Arrow schema Spark expects for a reader's schema (as JSON: a reader is pickled)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    return to_arrow_schema(StructType.fromJson(json.loads(schema_json)), timezone="UTC")
