@@ -20,6 +20,7 @@ cdef class PoolBuffer:
     cdef Py_ssize_t exports       # live Py_buffer exports (memoryview managers)
     cdef readonly bint released
     cdef bint priority            # a priority allocation outside the budget (PyMem_Raw)
+    cdef Py_ssize_t adopted       # > 0: a WriteBuffer's block of this capacity (try_adopt)
 
 
 cdef class SimpleMemoryPool:
@@ -51,6 +52,7 @@ cdef class SimpleMemoryPool:
     cdef Py_ssize_t take_extent(self, Py_ssize_t n) noexcept nogil
     cdef int give_extent(self, Py_ssize_t off, Py_ssize_t n) noexcept nogil
     cdef void close_depletion(self) noexcept nogil
+    cdef bint grant(self, Py_ssize_t n) noexcept nogil
     cdef unsigned char* acquire(self, Py_ssize_t n) except? NULL
-    cdef int credit(self, unsigned char* ptr, Py_ssize_t n) except -1
+    cdef int credit(self, unsigned char* ptr, Py_ssize_t n, Py_ssize_t adopted=*) except -1
     cdef int free_priority(self, unsigned char* ptr, Py_ssize_t n) except -1

@@ -6,6 +6,8 @@ from typing import ClassVar, TypedDict
 
 from typing_extensions import Buffer
 
+from kafkacodec._writer import WriteBuffer
+
 ARENA_LIMIT: int
 """The default arena reservation at most (bytes); a larger budget is served from the heap."""
 
@@ -59,6 +61,10 @@ class SimpleMemoryPool:
         (never blocks).  ValueError for n < 1 or n > max_single_allocation; MemoryError
         (accounting unchanged) when the heap cannot give granted bytes.  priority=True: served
         from the heap, outside the budget, when the pool refuses (KIP-81 coordinator traffic)."""
+    def try_adopt(self, buffer: WriteBuffer) -> memoryview | None:
+        """try_allocate(len(buffer)) whose block is ``buffer``'s own (no copy; ``buffer`` is
+        left empty); None, ``buffer`` untouched, when the pool refuses.  ValueError as
+        try_allocate; BufferError while a view of ``buffer`` is alive."""
     def release(self, buf: memoryview) -> None:
         """MemoryPoolError for a foreign buffer, a double release, a slice, or while other
         views of the block are alive; ValueError for None.  Afterwards ``buf`` is released

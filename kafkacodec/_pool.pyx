@@ -31,6 +31,7 @@ from cpython.ref cimport PyObject, Py_REFCNT
 from libc.stdint cimport int64_t, INT64_MAX, uintptr_t
 from libc.string cimport memmove
 
+from kafkacodec._writer cimport WriteBuffer, writer_detach, block_release
 from kafkacodec.errors import MemoryPoolError
 
 
@@ -119,6 +120,7 @@ cdef class PoolBuffer:
         self.exports = 0
         self.released = False
         self.priority = False
+        self.adopted = 0
 
     def __getbuffer__(self, Py_buffer* view, int flags):
         if self.released:
@@ -142,11 +144,12 @@ cdef class PoolBuffer:
             (<SimpleMemoryPool>self.pool).free_priority(self.ptr, self.size)
         else:
             (<SimpleMemoryPool>self.pool).leaked += 1
-            (<SimpleMemoryPool>self.pool).credit(self.ptr, self.size)
+            (<SimpleMemoryPool>self.pool).credit(self.ptr, self.size, self.adopted)
         self.ptr = NULL
 
 
-cdef inline object wrap(SimpleMemoryPool pool, unsigned char* ptr, Py_ssize_t n, bint priority):
+cdef inline object wrap(SimpleMemoryPool pool, unsigned char* ptr, Py_ssize_t n, bint priority,
+                        Py_ssize_t adopted=0):
     cdef PoolBuffer pb
     if pool.ncached:
         pool.ncached -= 1
@@ -159,6 +162,7 @@ cdef inline object wrap(SimpleMemoryPool pool, unsigned char* ptr, Py_ssize_t n,
     pb.ptr = ptr
     pb.size = n
     pb.priority = priority
+    pb.adopted = adopted
     return PyMemoryView_FromObject(pb)
 
 
@@ -309,6 +313,18 @@ cdef class SimpleMemoryPool:
         self.sample_value[self.sample_current] += elapsed_ms
 
     # -- C API (the ring buffer may use these) -----------------------------------------------
+    cdef bint grant(self, Py_ssize_t n) noexcept nogil:
+        """Kafka's tryAllocate accounting for n bytes (call with the lock held)."""
+        # A strict pool needs n available, a non-strict one any (>= 1).
+        if self.available < (n if self.strict else 1):
+            if self.depleted_since == 0:    # Kafka: a refusal opens a depletion period
+                self.depleted_since = kc_monotonic_ns()
+            return False
+        self.available -= n
+        self.outstanding_count += 1
+        self.close_depletion()              # Kafka: a success closes one
+        return True
+
     cdef unsigned char* acquire(self, Py_ssize_t n) except? NULL:
         """A block of n bytes (1 <= n <= max_single_allocation, checked by the caller), or NULL
         when Kafka's accounting refuses (its null).  MemoryError (accounting unchanged) when the
@@ -316,15 +332,9 @@ cdef class SimpleMemoryPool:
         cdef Py_ssize_t off
         cdef unsigned char* ptr
         kc_spin_lock(&self.lock)
-        # Kafka's tryAllocate: a strict pool needs n available, a non-strict one any (>= 1).
-        if self.available < (n if self.strict else 1):
-            if self.depleted_since == 0:    # Kafka: a refusal opens a depletion period
-                self.depleted_since = kc_monotonic_ns()
+        if not self.grant(n):
             kc_spin_unlock(&self.lock)
             return NULL
-        self.available -= n
-        self.outstanding_count += 1
-        self.close_depletion()              # Kafka: a success closes one
         off = self.take_extent(n)
         if off < 0:
             self.heap_bytes += n
@@ -341,9 +351,10 @@ cdef class SimpleMemoryPool:
         kc_spin_unlock(&self.lock)
         raise MemoryError(f"cannot allocate {n} bytes")
 
-    cdef int credit(self, unsigned char* ptr, Py_ssize_t n) except -1:
-        """Give back a block acquire() returned: Kafka's release (credit n, close a depletion
-        period), then the bytes to the arena's free list or to the heap."""
+    cdef int credit(self, unsigned char* ptr, Py_ssize_t n, Py_ssize_t adopted=0) except -1:
+        """Give back a block acquire() returned (or try_adopt() took: `adopted` is its
+        capacity): Kafka's release (credit n, close a depletion period), then the bytes to the
+        arena's free list, to the heap, or to the write buffers' block cache."""
         cdef bint in_arena = <uintptr_t>ptr - <uintptr_t>self.arena < <uintptr_t>self.arena_size
         cdef int lost = 0
         kc_spin_lock(&self.lock)
@@ -355,7 +366,9 @@ cdef class SimpleMemoryPool:
         self.outstanding_count -= 1
         self.close_depletion()
         kc_spin_unlock(&self.lock)
-        if not in_arena:
+        if adopted:
+            block_release(ptr, adopted)
+        elif not in_arena:
             PyMem_RawFree(ptr)
         if lost:
             raise MemoryError("cannot grow the pool's free list")
@@ -396,8 +409,35 @@ cdef class SimpleMemoryPool:
         kc_spin_unlock(&self.lock)
         return wrap(self, ptr, n, True)
 
+    def try_adopt(self, WriteBuffer buffer not None):
+        """try_allocate(len(buffer)) without a copy: on a grant the block is `buffer`'s own
+        (`buffer` is left empty) and the memoryview is released like any other; None, `buffer`
+        untouched, when the pool refuses.  The accounting is Kafka's for len(buffer) bytes (the
+        answer try_allocate would give); the block behind it is at most twice that plus 4 KiB.
+        ValueError for a size try_allocate refuses; BufferError while a view of `buffer` is
+        alive."""
+        cdef Py_ssize_t n = buffer.w.length, capacity
+        cdef bint granted
+        cdef unsigned char* ptr
+        if n < 1:
+            raise ValueError(f"requested size {n}<=0")
+        if n > self.max_single_allocation:
+            raise ValueError(f"requested size {n} is larger than maxSingleAllocationSize "
+                             f"{self.max_single_allocation}")
+        if buffer.w.exports > 0:
+            raise BufferError("cannot hand over a WriteBuffer while a memoryview of it is alive")
+        kc_spin_lock(&self.lock)
+        granted = self.grant(n)
+        if granted:
+            self.heap_bytes += n
+        kc_spin_unlock(&self.lock)
+        if not granted:
+            return None
+        ptr = writer_detach(&buffer.w, &capacity)
+        return wrap(self, ptr, n, False, capacity)
+
     def release(self, buf):
-        """Give back a memoryview from try_allocate(); refuses foreign buffers, double
+        """Give back a memoryview from try_allocate() or try_adopt(); refuses foreign buffers, double
         releases, and releases while other views of the block are alive (MemoryPoolError)."""
         cdef PyMemoryViewObject* mv
         cdef PoolBuffer pb
@@ -429,7 +469,7 @@ cdef class SimpleMemoryPool:
         if pb.priority:
             self.free_priority(pb.ptr, pb.size)
         else:
-            self.credit(pb.ptr, pb.size)
+            self.credit(pb.ptr, pb.size, pb.adopted)
         pb.ptr = NULL
         # Recycle the exporter when nobody else can reach it (saves an allocation per block).
         if Py_REFCNT(pb) == 1 and self.ncached < 8:

@@ -15,6 +15,10 @@ cdef struct Writer:
 cdef int writer_grow(Writer* w, Py_ssize_t extra) except -1
 # Free w's block (a large one is kept for the next large buffer, see _writer.pyx); w is empty.
 cdef void writer_release(Writer* w) noexcept
+# Hand w's block over, w left empty: the block (NULL if w had none), its size in *capacity
+# (trimmed when far larger than what was written).  Give it back with block_release().
+cdef unsigned char* writer_detach(Writer* w, Py_ssize_t* capacity) noexcept
+cdef void block_release(unsigned char* buf, Py_ssize_t capacity) noexcept
 
 cdef inline int ensure(Writer* w, Py_ssize_t extra) except -1:
     if w.capacity - w.length < extra:

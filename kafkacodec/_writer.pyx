@@ -47,14 +47,14 @@ cdef unsigned char* pool_take(Py_ssize_t need, Py_ssize_t* capacity) noexcept:
     return p
 
 
-cdef void writer_release(Writer* w) noexcept:
-    """Free w's block, or keep it for the next large buffer (in a free slot, else in place of
-    the smallest kept block when that one is smaller: the big blocks are the ones worth
-    keeping); w is left empty."""
+cdef void block_release(unsigned char* buf, Py_ssize_t capacity) noexcept:
+    """Free a writer's block, or keep it for the next large buffer (in a free slot, else in
+    place of the smallest kept block when that one is smaller: the big blocks are the ones
+    worth keeping)."""
     global pool_bytes
     cdef int i, slot = -1
     cdef Py_ssize_t dropped = 0
-    if w.capacity >= POOL_MIN_BLOCK:
+    if capacity >= POOL_MIN_BLOCK:
         for i in range(POOL_SLOTS):
             if pool_ptr[i] == NULL:
                 slot = i
@@ -63,15 +63,33 @@ cdef void writer_release(Writer* w) noexcept:
                 slot = i
         if pool_ptr[slot] != NULL:
             dropped = pool_cap[slot]
-        if dropped < w.capacity and pool_bytes - dropped + w.capacity <= POOL_MAX_BYTES:
+        if dropped < capacity and pool_bytes - dropped + capacity <= POOL_MAX_BYTES:
             free(pool_ptr[slot])
-            pool_ptr[slot] = w.buf
-            pool_cap[slot] = w.capacity
-            pool_bytes += w.capacity - dropped
-            w.buf = NULL
-    free(w.buf)
+            pool_ptr[slot] = buf
+            pool_cap[slot] = capacity
+            pool_bytes += capacity - dropped
+            return
+    free(buf)
+
+
+cdef void writer_release(Writer* w) noexcept:
+    block_release(w.buf, w.capacity)
     w.buf = NULL
     w.length = w.capacity = 0
+
+
+cdef unsigned char* writer_detach(Writer* w, Py_ssize_t* capacity) noexcept:
+    cdef unsigned char* buf = w.buf
+    cdef unsigned char* trimmed
+    capacity[0] = w.capacity
+    if w.length and w.capacity > 2 * w.length + 4096:   # slack bounded by what was written
+        trimmed = <unsigned char*>realloc(buf, w.length)
+        if trimmed != NULL:
+            buf = trimmed
+            capacity[0] = w.length
+    w.buf = NULL
+    w.length = w.capacity = 0
+    return buf
 
 
 def _pooled_bytes() -> int:

@@ -173,7 +173,8 @@ class _Chunks:
     same, so a file, a mapping and bytes of the same data give the same result."""
 
     def __init__(self, source: _BufferSource | _FileSource, to_magic: int, first_offset: int,
-                 chunk_size: int, max_entry_size: int, zstd_codec: int = -1, again: bool = True):
+                 chunk_size: int, max_entry_size: int, zstd_codec: int = -1, again: bool = True,
+                 crc_checked: bool = False):
         self.source = source
         self.converter = DownConverter(to_magic, first_offset)
         self.converter.stop_before_unsupported = True     # send what precedes a zstd batch
@@ -181,6 +182,7 @@ class _Chunks:
         self.again = again                                # keep a chunk-sized output buffer
         self.big = max(chunk_size, MAX_READ_SIZE)
         self.max_entry_size = max_entry_size
+        self.crc_checked = crc_checked
         self.reader = None
         if isinstance(source, _BufferSource):
             self.reader = ChunkReader(source.view, self.converter, source.file_backed)
@@ -237,6 +239,8 @@ class _Chunks:
             raise RecordTooLargeError(
                 f"entry of {entry} bytes is larger than max_entry_size ({self.max_entry_size} bytes)",
                 position=position, offset=offset)
+        if self.crc_checked:
+            return entry
         crc, start, kind = ((crc32c, V2_ATTRIBUTES_OFFSET, "CRC-32C") if magic == 2
                             else (crc32, MAGIC_OFFSET, "CRC-32"))
         computed = 0
@@ -267,7 +271,9 @@ class LazyDownConvertRecords:
     An entry larger than the chunk (and than MAX_READ_SIZE) is converted on its own once it is
     known to be genuine: RecordTooLargeError above `max_entry_size` (default
     DEFAULT_MAX_ENTRY_SIZE), InvalidCrcError when its checksum, computed in pieces, does not
-    match.  Smaller entries are converted without a CRC check.
+    match (not computed again with `crc_checked=True`: the caller checked every entry's when
+    the data arrived, as the gateway does once per upstream answer).  Smaller entries are
+    converted without a CRC check.
 
     Beyond Kafka:
     - batches sharing a chunk with a zstd batch are converted and sent; the zstd batch ends
@@ -278,10 +284,17 @@ class LazyDownConvertRecords:
     - `pool` (a SimpleMemoryPool) bounds the memory of every conversion sharing it: the first
       chunk is kept in a block of the pool from construction until it is written (when the
       pool refuses, `refused` is True, nothing is committed and `size_in_bytes` is 0: try again
-      when memory returns), each later chunk is copied into a block before it is written and
-      the block goes back as soon as it is out; when the pool refuses a later chunk, the
+      when memory returns), each later chunk is a block from the moment it is converted (the
+      pool takes the converter's buffer: `SimpleMemoryPool.try_adopt`, no copy) and the block
+      goes back as soon as it is out; when the pool refuses a later chunk, the
       partition's data ends there (overflow stubs fill what was committed; the client fetches
       the rest).  `close()` gives back any block still held (a client that went away).
+    - `max_size`: commit at most this many bytes (at least the first converted chunk), less
+      the bytes that convert to nothing before the first chunk (records a rebuilt v2 batch
+      drops below `first_offset`, batches entirely below it), where Kafka commits the source's
+      size and pads those bytes with overflow stubs (a fetch from the middle of a 1 MiB batch
+      got ~0.9 MiB of padding, and the client asked again).  A source larger than `max_size`
+      fills them with the records that follow instead.
     Not for concurrent use: a write_to(), or a step of an iteration, while another runs (in
     another thread, or from a callback of the running one: `dest.write`) raises
     ConcurrentUseError and changes nothing.
@@ -290,9 +303,12 @@ class LazyDownConvertRecords:
     def __init__(self, records: Any, to_magic: int, first_offset: int = 0,
                  chunk_size: int = MAX_READ_SIZE, enabled: bool = True,
                  max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE, *, pool: Any = None,
-                 recompress: Compression | int | str | None = None):
+                 recompress: Compression | int | str | None = None, crc_checked: bool = False,
+                 max_size: int | None = None):
         if chunk_size < 0:
             raise ValueError(f"chunk_size must be >= 0, got {chunk_size}")
+        if max_size is not None and max_size < 0:
+            raise ValueError(f"max_size must be >= 0, got {max_size}")
         if max_entry_size < LOG_OVERHEAD + V0_RECORD_OVERHEAD:
             raise ValueError(f"max_entry_size must be at least {LOG_OVERHEAD + V0_RECORD_OVERHEAD}, "
                              f"got {max_entry_size}")
@@ -304,10 +320,12 @@ class LazyDownConvertRecords:
         self.max_entry_size = max_entry_size
         self.pool = pool
         self.zstd_codec = recompress_codec_id(recompress)
+        self.crc_checked = crc_checked
         self.refused = False            # the pool refused the first chunk: nothing committed
         self.pool_refusals = 0          # chunks the pool refused (the data ended there)
         self._block: memoryview | None = None             # the first chunk, in the pool
         self._source = _open_source(records)
+        committed = self._source.size if max_size is None else min(self._source.size, max_size)
         chunks = self._new_chunks()                       # validates to_magic
         self._first: ConvertedRecords | None = None
         self._first_end = 0
@@ -320,11 +338,12 @@ class LazyDownConvertRecords:
                     f"down-conversion to magic {to_magic} is disabled and the batch at byte "
                     f"{newer} needs it")
             self.converts = False
-            self.size_in_bytes = self._source.size
+            self.size_in_bytes = committed
             return
         # S_pre: convert one source batch at a time until one yields something (§3.1).
         position = 0
         saw_batch = False
+        first = None
         while True:
             consumed, output, temp, converted, elapsed = chunks.step(position, 0)
             if consumed == 0:
@@ -332,39 +351,38 @@ class LazyDownConvertRecords:
             saw_batch = True
             position += consumed
             if len(output):
+                first = output
                 stats = RecordConversionStats(temp, converted, elapsed)
-                self._first = ConvertedRecords(MemoryRecords(output), stats)
                 break
         self._first_end = position
-        if self._first is not None:
-            self.size_in_bytes = max(self._source.size, self._first.records.size_in_bytes)
-        else:
+        if first is None:
             self.size_in_bytes = MIN_OVERFLOW_MESSAGE_LENGTH if saw_batch else 0
-        if pool is not None and self._first is not None:
-            first = memoryview(self._first.records)
-            if first.nbytes > pool.size:
+        else:
+            if max_size is not None:        # the bytes that convert to nothing are not owed
+                committed = min(committed, self._source.size - max(0, position - len(first)))
+            self.size_in_bytes = max(committed, len(first))
+            if pool is None:
+                self._first = ConvertedRecords(MemoryRecords(first), stats)
+            elif len(first) > pool.size:
                 raise RecordTooLargeError(
-                    f"the first batch converts to {first.nbytes} bytes, more than the conversion "
+                    f"the first batch converts to {len(first)} bytes, more than the conversion "
                     f"pool holds ({pool.size} bytes)", position=0, offset=first_offset)
-            block = _allocate(pool, first.nbytes)
-            if block is None:
-                self.refused = True
-                self.size_in_bytes = 0
             else:
-                block[:] = first
-                self._block = block
-                self._first_stats = self._first.stats
-            first.release()
-            self._first = None                            # the heap copy goes now
+                self._block = _adopt(pool, first)
+                self._first_stats = stats
+                if self._block is None:
+                    self.refused = True
+                    self.size_in_bytes = 0
 
     def _new_chunks(self) -> _Chunks:
         return _Chunks(self._source, self.to_magic, self.first_offset, self.chunk_size,
-                       self.max_entry_size, self.zstd_codec, again=self.pool is None)
+                       self.max_entry_size, self.zstd_codec, again=self.pool is None,
+                       crc_checked=self.crc_checked)
 
     def _pooled_chunks(self) -> Iterator[tuple[memoryview, RecordConversionStats]]:
         """The chunks of the send in pool blocks: the first one kept since construction, then
-        each converted chunk copied into a block (its heap output freed); ends early when the
-        pool refuses."""
+        each converted chunk's own buffer, taken over by the pool; ends early when the pool
+        refuses."""
         if self._block is not None:
             first, self._block = self._block, None
             yield first, self._first_stats
@@ -376,12 +394,11 @@ class LazyDownConvertRecords:
                 return
             position += consumed
             if len(output):
-                block = _allocate(self.pool, len(output))
+                block = _adopt(self.pool, output)
+                output = None                             # refused: freed here
                 if block is None:
                     self.pool_refusals += 1
                     return
-                block[:] = memoryview(output)
-                output = None
                 yield block, RecordConversionStats(temp, converted, elapsed)
 
     def close(self) -> None:
@@ -560,12 +577,12 @@ class _Send:
 
 
 _EMPTY = memoryview(b"")
-def _allocate(pool: Any, n: int) -> memoryview | None:
-    """A block of exactly n bytes from the pool, None when it refuses (or n is above what it
-    hands out at once)."""
-    if n > pool.max_single_allocation:
+def _adopt(pool: Any, output: Any) -> memoryview | None:
+    """The converter's output (a WriteBuffer) as a pool block, no copy; None when the pool
+    refuses (or it is above what the pool hands out at once)."""
+    if len(output) > pool.max_single_allocation:
         return None
-    block: memoryview | None = pool.try_allocate(n)
+    block: memoryview | None = pool.try_adopt(output)
     return block
 
 

@@ -590,6 +590,32 @@ def test_write_to_cuts_longer_output_at_the_committed_size():
     assert out.startswith(first)
 
 
+@pytest.mark.parametrize("magic", [0, 1])
+def test_max_size_commits_no_padding_for_records_dropped_below_the_first_offset(magic):
+    """Kafka commits the whole source and pads what the records dropped below first_offset
+    leave (overflow stubs); with max_size those bytes are not committed, and a wider source
+    fills them with the records that follow (what is sent never exceeds max_size)."""
+    data = many_batches(8, per_batch=10, value=b"v" * 200)          # 10 records a batch
+    batch = len(data) // 8
+    narrow = data[:3 * batch]
+    kafka = write_all(LazyDownConvertRecords(narrow, magic, first_offset=7))
+    assert len(kafka) == len(narrow) and overflow_stub(12)[:8] in kafka        # padded
+    short = write_all(LazyDownConvertRecords(narrow, magic, first_offset=7, max_size=len(narrow)))
+    assert len(short) < len(narrow) and b"\xff" * 8 not in short             # no stub
+    kept, theirs = [r[1] for r in decoded(short)], [r[1] for r in decoded(kafka)]
+    assert kafka.startswith(short) and kept == theirs[:len(kept)] and len(kept) > 3 + 10
+    filled = write_all(LazyDownConvertRecords(data, magic, first_offset=7, max_size=len(narrow)))
+    assert len(filled) == len(narrow) and filled.startswith(short)
+    offsets = [r[1] for r in decoded(filled)]
+    assert offsets == list(range(7, 7 + len(offsets))) and len(offsets) > len(decoded(kafka))
+    # nothing dropped: the committed size is Kafka's
+    assert len(write_all(LazyDownConvertRecords(narrow, magic, max_size=len(narrow)))) == len(narrow)
+    assert len(write_all(LazyDownConvertRecords(data, magic, max_size=100))) == max(100, len(
+        bytes(next(iter(LazyDownConvertRecords(data, magic))).records)))
+    with pytest.raises(ValueError):
+        LazyDownConvertRecords(data, magic, max_size=-1)
+
+
 def test_only_unconvertible_batches_send_a_12_byte_stub():
     lazy = LazyDownConvertRecords(COMMIT_MARKER, 0)
     assert write_all(lazy) == bytes.fromhex("ffffffffffffffff0000003d")
@@ -922,6 +948,11 @@ def test_entries_larger_than_a_chunk_are_checked_then_converted(tmp_path, source
         convert(good, max_entry_size=len(big) - 1)
     assert (error.value.position, error.value.offset) == (len(small), 2)
     assert convert(good, max_entry_size=len(big)) == convert(good)
+    # crc_checked: the caller checked every entry when the data arrived; sizes still are
+    assert convert(good, crc_checked=True) == convert(good)
+    assert len(convert(corrupt, crc_checked=True)) == len(convert(good))
+    with pytest.raises(kafkacodec.RecordTooLargeError):
+        convert(good, max_entry_size=len(big) - 1, crc_checked=True)
     small_corrupt = bytearray(good)
     small_corrupt[100] ^= 1                                  # inside the first, small batch
     assert len(convert(small_corrupt)) == len(convert(good))

@@ -20,6 +20,7 @@ from hypothesis import given, settings, strategies as st
 
 from kafkacodec import MemoryPool, MemoryPoolError, SimpleMemoryPool
 from kafkacodec._pool import ARENA_LIMIT
+from kafkacodec._writer import WriteBuffer
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -146,12 +147,22 @@ def test_random_traces_match_kafka_exactly(strict, size, arena, data):
             buf = held.pop(data.draw(st.integers(0, len(held) - 1)))
             model.release(len(buf))
             pool.release(buf)
-        else:
+        elif data.draw(st.booleans()):
             n = data.draw(st.integers(1, max_single))
             buf = pool.try_allocate(n)
             assert (buf is not None) == model.try_allocate(n)
             if buf is not None:
                 buf[:] = bytes([step % 251]) * n
+                held.append(buf)
+        else:                          # the same accounting for a WriteBuffer's own block
+            n = data.draw(st.integers(1, max_single))
+            written = WriteBuffer()
+            written.write(bytes([step % 251]) * n)
+            buf = pool.try_adopt(written)
+            assert (buf is not None) == model.try_allocate(n)
+            assert len(written) == (0 if buf is not None else n)
+            if buf is not None:
+                assert len(buf) == n and not buf.readonly
                 held.append(buf)
         assert pool.available_memory == model.available
         assert pool.is_out_of_memory == (model.available <= 0)
@@ -462,6 +473,83 @@ def test_a_dropped_buffer_is_reclaimed_when_collected(arena):
     gc.collect()
     assert pool.available_memory == 100 and pool.leaked == 1 and pool.outstanding == 0
     assert pool.heap_bytes_in_use == 0
+
+
+def _written(n, fill=b"x", capacity=0):
+    buffer = WriteBuffer(capacity)
+    buffer.write(fill * n)
+    return buffer
+
+
+def test_an_adopted_buffer_is_a_pool_block_without_a_copy():
+    pool = SimpleMemoryPool(1 << 20, 1 << 20)
+    buffer = _written(300_000, b"a")
+    before = np.frombuffer(memoryview(buffer), np.uint8).ctypes.data
+    block = pool.try_adopt(buffer)
+    assert len(buffer) == 0 and buffer.getvalue() == b""     # the buffer gave its block away
+    assert np.frombuffer(block, np.uint8).ctypes.data == before
+    assert bytes(block) == b"a" * 300_000 and not block.readonly
+    assert pool.available_memory == (1 << 20) - 300_000 and pool.outstanding == 1
+    assert pool.heap_bytes_in_use == 300_000
+    buffer.write(b"again")              # still usable, with a block of its own
+    assert buffer.getvalue() == b"again"
+    pool.release(block)
+    assert pool.available_memory == 1 << 20 and pool.outstanding == 0
+    assert pool.heap_bytes_in_use == 0
+    with pytest.raises(ValueError):
+        bytes(block)                    # released like any pool block
+
+
+def test_adoption_refuses_as_try_allocate_does_and_leaves_the_buffer():
+    pool = SimpleMemoryPool(100, 60, strict=True)
+    held = pool.try_allocate(50)
+    buffer = _written(60)
+    assert pool.try_adopt(buffer) is None                  # strict: 60 > 50 available
+    assert buffer.getvalue() == b"x" * 60
+    assert pool.metrics()["memory-pool-avg-depleted-percent"] >= 0
+    with pytest.raises(ValueError, match="larger than maxSingleAllocationSize"):
+        pool.try_adopt(_written(61))
+    with pytest.raises(ValueError, match="<=0"):
+        pool.try_adopt(WriteBuffer())
+    with pytest.raises(TypeError):
+        pool.try_adopt(bytearray(10))
+    view = memoryview(buffer)
+    with pytest.raises(BufferError, match="view of it is alive"):
+        pool.try_adopt(buffer)
+    view.release()
+    assert pool.available_memory == 50 and pool.outstanding == 1   # nothing changed
+    pool.release(held)
+    block = pool.try_adopt(buffer)
+    with pytest.raises(MemoryPoolError, match="other view"):
+        extra = block[1:]
+        pool.release(block)
+    del extra
+    pool.release(block)
+    assert pool.available_memory == 100
+
+
+def test_a_dropped_adopted_block_is_reclaimed():
+    pool = SimpleMemoryPool(8 << 20, 4 << 20)
+    block = pool.try_adopt(_written(1 << 20, capacity=(1 << 20) + 100))
+    del block
+    gc.collect()
+    assert pool.available_memory == 8 << 20 and pool.leaked == 1 and pool.heap_bytes_in_use == 0
+    block = pool.try_adopt(_written(1 << 20, b"o"))
+    pool.release(block)                 # to the write buffers' kept blocks, or freed
+    assert WriteBuffer(1 << 20).getvalue() == b""          # no old bytes handed out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_usable_size")
+def test_an_adopted_block_keeps_little_slack():
+    usable_size = ctypes.CDLL(None).malloc_usable_size
+    usable_size.argtypes, usable_size.restype = [ctypes.c_void_p], ctypes.c_size_t
+    pool = SimpleMemoryPool(64 << 20, 32 << 20)
+    buffer = WriteBuffer(16 << 20)      # room for far more than is written
+    buffer.write(b"z" * 1000)
+    block = pool.try_adopt(buffer)
+    assert bytes(block) == b"z" * 1000
+    assert usable_size(np.frombuffer(block, np.uint8).ctypes.data) < 2 * 1000 + 4096
+    pool.release(block)
 
 
 def test_priority_allocations_bypass_a_full_pool():

@@ -12,6 +12,7 @@ so kafka-python does not stop with "Failed to make progress"."""
 from __future__ import annotations
 
 import shutil
+import struct
 import time
 from pathlib import Path
 
@@ -108,7 +109,7 @@ def test_kafkas_refusal_of_zstd_stops_a_2_0_java_consumer(log_dir, tmp_path):
 
 
 # --- the same log directory served by Kafka 3.9.1 ------------------------------------------------
-TOPICS = ("cmp-plain", "cmp-codecs", "cmp-zstd", "cmp-txn")
+TOPICS = ("cmp-plain", "cmp-codecs", "cmp-zstd", "cmp-txn", "cmp-batches")
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +129,8 @@ def kafka_and_copy(kafka_broker_39, tmp_path_factory):
         assert producer.flush(30) == 0
 
     produce("cmp-plain", "none", 300, 0)
+    for start in range(0, 300, 30):                        # ten batches of 30 records
+        produce("cmp-batches", "none", 30, start)
     for n, codec in enumerate(["gzip", "snappy", "lz4", "none"]):
         produce("cmp-codecs", codec, 60, n * 60)
     produce("cmp-zstd", "zstd", 50, 0)
@@ -166,10 +169,11 @@ def test_old_consumers_get_the_same_records_from_kafka_and_from_serve(kafka_and_
 @pytest.mark.parametrize("version", [0, 1, 2, 3])
 @pytest.mark.parametrize("max_bytes", [100, 5000, 1 << 20])
 def test_down_converted_bytes_are_kafkas(kafka_and_copy, version, max_bytes):
-    """Uncompressed batches: the very bytes Kafka sends (committed size, converted messages,
-    overflow stub); compressed ones: the same records.  One difference, on purpose: when the
-    first batch is larger than the fetch size, Kafka holds Fetch v0-2 to the limit and sends
-    nothing (the consumer never gets past it); we send that batch whole, as for v3."""
+    """Uncompressed batches: the very bytes Kafka sends (committed size, converted messages)
+    up to Kafka's overflow stub; compressed ones: the same records.  Two differences, on
+    purpose: when the first batch is larger than the fetch size, Kafka holds Fetch v0-2 to the
+    limit and sends nothing (the consumer never gets past it); we send that batch whole, as for
+    v3.  And we never pad the records dropped below the fetch offset (the test below)."""
     broker, ours, _ = kafka_and_copy
     for offset in (0, 7, 150):
         theirs = old_fetch(broker.port, version, "cmp-plain", 0, offset, max_bytes)
@@ -177,7 +181,7 @@ def test_down_converted_bytes_are_kafkas(kafka_and_copy, version, max_bytes):
         if version <= 2 and not records_of(theirs[2]):
             assert theirs[2] == b"" and records_of(mine[2]), (version, offset)
             continue
-        assert mine == theirs, (version, offset)
+        _as_kafka_unpadded(mine, theirs, offset)
         # compressed wrappers are rebuilt with the same codec, but our compressor's bytes differ
         # from Java's (gzip: Kafka's are larger), so as many bytes hold a few more or fewer records
         theirs = old_fetch(broker.port, version, "cmp-codecs", 0, offset, max_bytes)
@@ -188,6 +192,54 @@ def test_down_converted_bytes_are_kafkas(kafka_and_copy, version, max_bytes):
         assert mine[:2] == theirs[:2]
         a, b = records_of(mine[2]), records_of(theirs[2])
         assert a and b and a[:len(b)] == b[:len(a)]
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_a_fetch_inside_a_batch_gets_records_where_kafka_pads(kafka_and_copy, version):
+    """Kafka converts a v2 batch from the fetch offset on, commits the whole range and pads
+    the bytes of the records it dropped below the offset with overflow stubs (the client then
+    fetches again from the stub).  We send the records that follow in those bytes where the
+    segment holds more (29 and 45 here) and, where it does not, leave
+    those bytes out (the last batches): never a stub, the same bytes as far as Kafka's records
+    go; a shorter answer may end a few records before Kafka's (the client fetches them next)."""
+    broker, ours, _ = kafka_and_copy
+    seen = []
+    for offset, max_bytes in [(0, 3000), (15, 3000), (29, 3000), (45, 6000), (100, 1 << 20), (299, 3000)]:
+        theirs = old_fetch(broker.port, version, "cmp-batches", 0, offset, max_bytes)
+        mine = old_fetch(ours.port, version, "cmp-batches", 0, offset, max_bytes)
+        seen.append(_as_kafka_unpadded(mine, theirs, offset))
+    assert seen == ["same", "same", "filled", "filled", "shorter", "shorter"], seen
+
+
+def _as_kafka_unpadded(mine: tuple, theirs: tuple, offset: int) -> str:
+    """Our old fetch answer against Kafka's: the same, or the same error, high watermark and
+    bytes up to Kafka's overflow stub (if any) and no stub of ours: the records that follow
+    instead ("filled", the same size) or a shorter answer ("shorter": what converts to nothing
+    before the first record, the records dropped below the offset, is not committed)."""
+    if mine == theirs:
+        return "same"
+    assert mine[:2] == theirs[:2] and _overflow_stub_at(mine[2]) is None, offset
+    stub = _overflow_stub_at(theirs[2])
+    common = min(len(mine[2]), len(theirs[2]) if stub is None else stub)
+    assert mine[2][:common] == theirs[2][:common], offset
+    a, b = records_of(mine[2]), records_of(theirs[2])
+    assert a[:len(b)] == b[:len(a)] and [r[0] for r in a] == list(range(offset, offset + len(a))), offset
+    if len(mine[2]) == len(theirs[2]):
+        assert stub is not None and len(a) > len(b), offset
+        return "filled"
+    assert len(mine[2]) < len(theirs[2]), offset
+    return "shorter"
+
+
+def _overflow_stub_at(data: bytes) -> int | None:
+    """Where the first overflow stub (offset -1) of down-converted data starts, if any."""
+    position = 0
+    while position + 12 <= len(data):
+        offset, size = struct.unpack_from(">qi", data, position)
+        if offset == -1:
+            return position
+        position += 12 + size
+    return None
 
 
 def test_zstd_gets_the_same_error_with_refuse_and_the_records_by_default(kafka_and_copy):

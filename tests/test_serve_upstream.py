@@ -210,6 +210,35 @@ def test_old_and_new_members_share_one_group_through_the_gateway(mock_gateway):
         new.close()
 
 
+def test_a_chunk_checks_its_checksums_once_for_every_conversion():
+    """The gateway converts an upstream answer for each old client that reads it: every entry's
+    checksum is computed once, on the first conversion, and a chunk holding a damaged entry
+    leaves the check to each conversion (which refuses the entry, as before)."""
+    from kafkacodec import InvalidCrcError, MemoryRecordsBuilder
+    from kafkacodec.lazy import LazyDownConvertRecords
+    from kafkacodec.serve.upstream import ChunkRange, _Chunk
+
+    builder = MemoryRecordsBuilder(magic=2, base_offset=10)
+    for i in range(4):
+        builder.append(1000 + i, b"k%d" % i, b"v" * 70_000)
+    good = bytes(builder.build())                      # one entry larger than a chunk
+    chunk = _Chunk(10, 14, good, "upstream")
+    found = ChunkRange(chunk, 0, len(good), len(good))
+    assert chunk._crcs_hold is None                     # not before a conversion asks
+    assert found.crc_checked and chunk._crcs_hold is True
+    lazy = LazyDownConvertRecords(chunk.slice(0, len(good)), 1, 10, chunk_size=4096,
+                                  crc_checked=found.crc_checked)
+    assert sum(c.records.size_in_bytes for c in lazy) == lazy.size_in_bytes
+    damaged = bytearray(good)
+    damaged[-1] ^= 1
+    chunk = _Chunk(10, 14, bytes(damaged), "upstream")
+    found = ChunkRange(chunk, 0, len(damaged), len(damaged))
+    assert not found.crc_checked
+    with pytest.raises(InvalidCrcError):
+        LazyDownConvertRecords(chunk.slice(0, len(damaged)), 1, 10, chunk_size=4096,
+                               crc_checked=found.crc_checked)
+
+
 def test_an_offset_beyond_the_log_is_out_of_range(mock_gateway):
     cluster, server, expected, partitions = mock_gateway
     consumer = kafka.KafkaConsumer(bootstrap_servers=f"127.0.0.1:{server.port}", api_version=(0, 10, 1),

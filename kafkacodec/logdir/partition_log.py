@@ -92,6 +92,8 @@ class ReadRange:
     position: int
     size: int
     first_size: int
+    #: the entries' checksums are known to hold (a segment's are checked as they are read)
+    crc_checked = False
 
 
 class _Table:

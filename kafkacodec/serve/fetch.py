@@ -310,7 +310,12 @@ class FetchHandler:
             found = part.read(start, max_bytes, first, upper)
             if found is None or (not first and found.size < found.first_size):
                 return
-            lazy = self._lazy_answer(part, found, to_magic, offset, offset, fetch, answer)
+            # The first batch's records below the offset are dropped: a wider source makes up
+            # for them with the records that follow (at most found.size bytes are sent).
+            wider = part.read(start, found.size + 2 * found.first_size, first, upper)
+            if wider is None or wider.segment is not found.segment or wider.position != found.position:
+                wider = None
+            lazy = self._lazy_answer(part, found, to_magic, offset, offset, fetch, answer, wider)
             if lazy is None or not (lazy.size_in_bytes == 12 and lazy.converts):
                 return
             # nothing in the range converts (markers): take the batches after it
@@ -324,18 +329,21 @@ class FetchHandler:
                 return
 
     def _lazy_answer(self, part: Partition, found: Any, to_magic: int, first_offset: int,
-                     fetch_offset: int, fetch: FetchRequest,
-                     answer: _PartitionAnswer) -> LazyDownConvertRecords | None:
+                     fetch_offset: int, fetch: FetchRequest, answer: _PartitionAnswer,
+                     wider: Any = None) -> LazyDownConvertRecords | None:
         """Answer with `found` converted lazily to `to_magic` (KIP-283 chunks from the conversion
         pool; records below `first_offset` dropped from rebuilt v2 batches, zstd rebuilt with
-        zstd_codec); an error in `answer` and None when it cannot be."""
+        zstd_codec), converted from `wider` when given (found.size bytes of it sent); an error
+        in `answer` and None when it cannot be."""
         config = self.server.config
-        records = found.segment.slice(found.position, found.size)
+        source = found if wider is None else wider
+        records = source.segment.slice(source.position, source.size)
         try:
             lazy = LazyDownConvertRecords(
                 records, to_magic, first_offset, config.chunk_size,
                 enabled=to_magic == 2 or config.downconversion_enabled(part.topic),
-                pool=self.server.conversion_pool, recompress=config.zstd_codec)
+                pool=self.server.conversion_pool, recompress=config.zstd_codec,
+                crc_checked=source.crc_checked, max_size=found.size)
         except UnsupportedVersionError:
             answer.error = Error.UNSUPPORTED_VERSION
             return None

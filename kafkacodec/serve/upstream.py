@@ -100,7 +100,7 @@ class _Chunk:
     offsets [start, next_offset) (the first may begin before start)."""
 
     __slots__ = ("start", "next_offset", "data", "positions", "sizes", "lasts",
-                 "last_offset", "nbytes", "path", "aborted")
+                 "last_offset", "nbytes", "path", "aborted", "_crcs_hold")
 
     def __init__(self, start: int, next_offset: int, data: bytes, where: str,
                  aborted: list[tuple[int, int, int]] | None = None):
@@ -116,6 +116,14 @@ class _Chunk:
         self.last_offset = int(self.lasts[-1]) if len(rows) else next_offset - 1
         self.nbytes = len(data)
         self.path = where                    # named in error messages like a segment's path
+        self._crcs_hold: bool | None = None
+
+    def crcs_hold(self) -> bool:
+        """Whether every entry's checksum holds: computed once, when a conversion first needs
+        it (every old client converts the same chunk; current clients check batches themselves)."""
+        if self._crcs_hold is None:
+            self._crcs_hold = bool(MemoryRecords(self.data).index(check_crc=True)["crc_valid"].all())
+        return self._crcs_hold
 
     def slice(self, position: int, size: int) -> MemoryRecords:
         """The entries in [position, position + size), as a segment's slice()."""
@@ -130,6 +138,10 @@ class ChunkRange:
     position: int
     size: int
     first_size: int
+
+    @property
+    def crc_checked(self) -> bool:
+        return self.segment.crcs_hold()
 
 
 class _Follow:
