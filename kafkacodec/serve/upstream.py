@@ -79,6 +79,9 @@ log = logging.getLogger("kafkacodec.serve")
 CHUNKS_AHEAD = 2
 #: bytes of one partition an upstream fetch asks for (a chunk): a proxy's round trips amortized
 UPSTREAM_PARTITION_FETCH_BYTES = 4 << 20
+#: how long an upstream fetch waits for data at the end of a log: a client that seeks elsewhere
+#: meanwhile waits for it (a broker answers a connection's requests in order)
+UPSTREAM_MAX_WAIT_MS = 50
 #: a partition no client fetched for this long is unassigned upstream and its chunks dropped
 IDLE_S = 60.0
 #: how long the cluster's OFFSET_OUT_OF_RANGE for an offset is repeated to clients without asking
@@ -354,7 +357,7 @@ class UpstreamView:
         args = self._consumer_args
         return Consumer(self.bootstrap, buffer_memory=args["buffer_memory"], client_id=args["client_id"],
                         control_batches=True, auto_offset_reset="none", isolation_level=isolation_level,
-                        fetch_max_wait_ms=200, request_timeout=self.timeout, loop=self.loop,
+                        fetch_max_wait_ms=UPSTREAM_MAX_WAIT_MS, request_timeout=self.timeout, loop=self.loop,
                         max_partition_fetch_bytes=UPSTREAM_PARTITION_FETCH_BYTES,
                         security=args["security"],
                         receive_message_max_bytes=max(DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
