@@ -169,11 +169,18 @@ def down_convert(data: bytes) -> None:
 
 
 def lazy_down_convert(data: bytes) -> None:
+    """The lazy send writes exactly what it committed; with a pool (param bit 1: the
+    converter's buffers adopted as blocks) every block goes back; with max_size (the gateway's
+    rule, from an offset inside the first batch) it commits no more than that."""
     param, payload = split(data)
     to_magic = param % 2
+    pool = api("kafkacodec.SimpleMemoryPool")(1 << 24, 1 << 24, True) if param & 2 else None
+    first_offset = (param >> 2) % 8
+    max_size = len(payload) // 2 if param & 2 else None
     Lazy = api("kafkacodec.LazyDownConvertRecords")
     records = api("kafkacodec.MemoryRecords")(payload)
-    lazy = Lazy(records, to_magic, chunk_size=64 + (param >> 1) * 256)
+    lazy = Lazy(records, to_magic, first_offset, chunk_size=64 + (param >> 5) * 256, pool=pool,
+                max_size=max_size)
     size = lazy.size_in_bytes
     sink = io.BytesIO()
     written = 0
@@ -184,6 +191,9 @@ def lazy_down_convert(data: bytes) -> None:
         written += n
     if len(sink.getvalue()) != size:
         raise AssertionError(f"write_to wrote {len(sink.getvalue())} bytes, committed {size}")
+    lazy.close()
+    if pool is not None and pool.available_memory != pool.size:
+        raise AssertionError(f"{pool.size - pool.available_memory} pool bytes not given back")
 
 
 def shallow_records(data: bytes) -> None:
