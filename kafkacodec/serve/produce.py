@@ -42,6 +42,7 @@ from kafkacodec.net.connection import FAILED, SHUTDOWN
 from kafkacodec.protocol import control
 from kafkacodec.protocol import messages as m
 from kafkacodec.protocol._produce import decode_produce_response, encode_produce_request
+from kafkacodec.protocol._produce_server import encode_produce_response
 from kafkacodec.protocol.api import ApiKey, Error
 from kafkacodec.serve.dispatch import Answers
 
@@ -345,7 +346,7 @@ class ProduceForwarder:
         if body["acks"] == 0:
             req.done()                           # Kafka sends nothing for acks=0
             return
-        answers.ready(lambda: req.respond(m.PRODUCE_RESPONSE.encode(req.api_version, {
+        answers.ready(lambda: req.respond(encode_produce_response(req.api_version, {
             "responses": responses, "throttle_time_ms": 0})))
 
     def _forward(self, leader: int, batches: list[Part], acks: int, timeout_ms: int,

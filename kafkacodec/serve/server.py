@@ -33,6 +33,7 @@ from kafkacodec._pool import MemoryPool, SimpleMemoryPool
 from kafkacodec.errors import KafkaCodecError, MemoryPoolError, RecordTooLargeError
 from kafkacodec.protocol import messages as m
 from kafkacodec.protocol._fetch_server import decode_fetch_request
+from kafkacodec.protocol._produce_server import decode_produce_request
 from kafkacodec.protocol.api import ApiKey
 from kafkacodec.serve.config import ServeConfig, default_max_connections
 from kafkacodec.serve.dispatch import API_RANGES, Dispatcher, Request
@@ -490,6 +491,11 @@ class Server:
             if api_key == ApiKey.FETCH:
                 decoded: Any = decode_fetch_request(body, version, start, strict=False)
                 entries = sum(len(parts) + 1 for _, _, parts in decoded.topics)
+                if entries > limit:
+                    raise RecordTooLargeError(f"{entries} topics and partitions")
+            elif api_key == ApiKey.PRODUCE:           # every produce: the C codec
+                decoded = decode_produce_request(body, version, start, strict=False)
+                entries = sum(len(t["partition_data"]) + 1 for t in decoded["topic_data"])
                 if entries > limit:
                     raise RecordTooLargeError(f"{entries} topics and partitions")
             else:
