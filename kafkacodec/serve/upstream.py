@@ -78,7 +78,7 @@ log = logging.getLogger("kafkacodec.serve")
 #: chunks kept ahead of a partition's demand before it is paused upstream
 CHUNKS_AHEAD = 2
 #: bytes of one partition an upstream fetch asks for (a chunk): a proxy's round trips amortized
-UPSTREAM_PARTITION_FETCH_BYTES = 4 << 20
+UPSTREAM_PARTITION_FETCH_BYTES = 8 << 20
 #: how long an upstream fetch waits for data at the end of a log: a client that seeks elsewhere
 #: meanwhile waits for it (a broker answers a connection's requests in order)
 UPSTREAM_MAX_WAIT_MS = 50
