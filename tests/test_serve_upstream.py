@@ -539,6 +539,38 @@ def test_a_reader_from_the_start_after_one_at_the_end_gets_every_record(mock_gat
         assert read_confluent(server.port, "orders", partitions, len(expected)) == expected
 
 
+def test_an_upstream_long_poll_runs_only_while_a_client_waits_at_the_end(mock_gateway):
+    """A broker answers a connection's requests in order, so a reader that seeks (and the
+    ListOffsets asked for it) waited behind the upstream long poll the last reader left at the
+    end.  Caught up and demanded by no client for TAIL_IDLE_S, a partition is paused upstream;
+    a client waiting at the end keeps it fetching; a new reader resumes it and reads all."""
+    from kafkacodec.serve.upstream import COMMITTED, TAIL_IDLE_S
+
+    cluster, _, expected, partitions = mock_gateway
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0), zstd_codec="lz4") as server:
+        states = server.view._consumer(COMMITTED).fetcher.states
+
+        def paused() -> list[bool]:
+            return [states[("orders", p)].paused for p in range(partitions)]
+
+        assert read_confluent(server.port, "orders", partitions, len(expected)) == expected
+        deadline = time.monotonic() + 10
+        while not all(paused()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(paused())
+        waiting = kafka.KafkaConsumer(bootstrap_servers=f"127.0.0.1:{server.port}", api_version=(0, 10, 1),
+                                      fetch_max_wait_ms=5000, consumer_timeout_ms=int(4 * TAIL_IDLE_S * 1000))
+        try:
+            tp = kafka.TopicPartition("orders", 0)
+            waiting.assign([tp])
+            waiting.seek_to_end(tp)
+            assert list(waiting) == []                  # waited at the end meanwhile ...
+            assert not paused()[0]                      # ... with partition 0 fetched upstream
+        finally:
+            waiting.close()
+        assert read_confluent(server.port, "orders", partitions, len(expected)) == expected
+
+
 def test_new_topics_and_appends_reach_clients(mock_gateway):
     """A topic created after the gateway started is found; a consumer at the end long-polls and
     gets records as they land upstream; an offset past the bounds the gateway last heard (but

@@ -18,7 +18,9 @@ bounds are loaded before the server listens (the loop is not running yet).
   fetched answer out of the ring into a `_Chunk` (one copy; the ring is released at once), kept
   per partition in order.  The fetch path answers from the chunks exactly as from a segment:
   stored batches as they are for Fetch v4+, lazily down-converted for v0-3.  A partition whose
-  chunks run far enough past the demand is paused upstream; chunks beyond
+  chunks run far enough past the demand is paused upstream, and so is one caught up with the
+  cluster that no client waits at the end of (a reader that seeks, and the ListOffsets asked
+  for it, would wait behind its long poll: a broker answers a connection in order); chunks beyond
   `upstream_cache_memory` are dropped oldest first.  The upstream consumer reads
   read_uncommitted with control batches, so the chunks are the log.
 - Offsets out of range: below the log start last heard (it only grows) at once; past the end
@@ -82,6 +84,9 @@ UPSTREAM_PARTITION_FETCH_BYTES = 8 << 20
 #: how long an upstream fetch waits for data at the end of a log: a client that seeks elsewhere
 #: meanwhile waits for it (a broker answers a connection's requests in order)
 UPSTREAM_MAX_WAIT_MS = 50
+#: a partition caught up with the cluster and demanded by no client for this long stops its
+#: upstream long poll (a client waiting at the end renews its demand every poll interval)
+TAIL_IDLE_S = 0.2
 #: a partition no client fetched for this long is unassigned upstream and its chunks dropped
 IDLE_S = 60.0
 #: how long the cluster's OFFSET_OUT_OF_RANGE for an offset is repeated to clients without asking
@@ -273,9 +278,10 @@ class UpstreamPartition:
     def _want(self, offset: int, side: str = COMMITTED) -> None:
         follow = self.follow(side)
         demanded = self.view.demanded if side == COMMITTED else self.view.tail_demanded
-        changed = follow.demand != offset or self not in demanded
+        now = time.monotonic()
+        changed = follow.demand != offset or self not in demanded or now - follow.demand_at > TAIL_IDLE_S
         follow.demand = offset
-        follow.demand_at = time.monotonic()
+        follow.demand_at = now
         demanded.add(self)
         if changed:
             self.view.soon()                  # follow it upstream now, not at the next tick
@@ -553,6 +559,10 @@ class UpstreamView:
             if not covered and not coming and not refused:
                 consumer.seek(tp, demand)
                 consumer.resume([tp])
+                continue
+            if demand >= part.log_end and now - follow.demand_at > TAIL_IDLE_S:
+                # nobody waits at the end: no long poll upstream for a reader's seek to sit behind
+                consumer.pause([tp])
                 continue
             # read ahead: the chunks that continue from the demand, not those another client
             # left further on (counted, they would pause the consumer short of the demand)
