@@ -237,6 +237,20 @@ def test_downconversion_switches(tmp_path, log_dir):
         assert old_fetch(srv.port, 3, "legacy", 0, 0)[0] == 0
 
 
+def test_without_downconversion_a_newer_batch_past_the_fetch_size_refuses_nothing(tmp_path):
+    """Off, a fetch whose bytes are all magic 1 passes even when a v2 batch follows just past
+    its size (the range converted from is read wider only when converting)."""
+    old = MemoryRecordsBuilder(magic=1, base_offset=0)
+    for i in range(5):
+        old.append(1_700_000_000_000 + i, b"k%d" % i, b"v" * 100)
+    legacy = bytes(old.build())
+    write_partition(tmp_path, "mixed1", [legacy, v2(5, 1, value=b"x")])   # whole within the wider read
+    with Server([str(tmp_path)], listen=("127.0.0.1", 0), downconversion=False) as srv:
+        error, _, data = old_fetch(srv.port, 3, "mixed1", 0, 0, max_bytes=len(legacy))
+        assert error == 0 and data == legacy
+        assert old_fetch(srv.port, 3, "mixed1", 0, 5)[0] == 35
+
+
 # --- progress over batches that convert to nothing ----------------------------------------------
 def transactional_log(root: Path) -> list[tuple[int, bytes, bytes]]:
     """Data, a committed transaction, then its marker at the very end of the log."""

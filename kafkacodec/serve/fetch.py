@@ -336,12 +336,13 @@ class FetchHandler:
         zstd_codec), converted from `wider` when given (found.size bytes of it sent); an error
         in `answer` and None when it cannot be."""
         config = self.server.config
-        source = found if wider is None else wider
+        enabled = to_magic == 2 or config.downconversion_enabled(part.topic)
+        # (without conversion nothing is dropped, and a batch past `found` must not refuse it)
+        source = wider if wider is not None and enabled else found
         records = source.segment.slice(source.position, source.size)
         try:
             lazy = LazyDownConvertRecords(
-                records, to_magic, first_offset, config.chunk_size,
-                enabled=to_magic == 2 or config.downconversion_enabled(part.topic),
+                records, to_magic, first_offset, config.chunk_size, enabled=enabled,
                 pool=self.server.conversion_pool, recompress=config.zstd_codec,
                 crc_checked=source.crc_checked, max_size=found.size)
         except UnsupportedVersionError:
