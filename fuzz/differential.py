@@ -490,8 +490,26 @@ def _offsets_outside_span(data: bytes) -> bool:
     return False
 
 
+def produce_request(data: bytes) -> None:
+    """serve's C decoder of ProduceRequest bodies against the generic codec built from Kafka's
+    message definitions: the same dict, or both refuse (the first byte picks the version)."""
+    from kafkacodec.protocol import messages as m
+    from kafkacodec.protocol._produce_server import decode_produce_request
+
+    version, body = (data[0] % 12, data[1:]) if data else (0, b"")
+    outcomes = []
+    for decode in (decode_produce_request, m.PRODUCE_REQUEST.decode):
+        try:
+            outcomes.append(decode(body, version))
+        except KafkaCodecError as error:
+            outcomes.append(type(error))
+    if outcomes[0] != outcomes[1]:
+        raise AssertionError(f"Produce v{version}: ours {outcomes[0]!r:.200}, generic {outcomes[1]!r:.200}")
+
+
 TARGETS: dict[str, Target] = {
     "readers": Target(readers, "records"),
+    "produce_request": Target(produce_request, "produce_request"),
     "count_split": Target(count_split, "records"),
     "down_convert": Target(down_convert, "records"),
     "references": Target(references, "records"),

@@ -214,6 +214,23 @@ def compressed(record_sets: list[bytes]) -> list[bytes]:
     return out
 
 
+def produce_requests(record_sets: list[bytes]) -> list[bytes]:
+    """ProduceRequest bodies of every version 0-11 (the version byte first), written by the
+    generic codec from Kafka's message definitions."""
+    from kafkacodec.protocol import messages as m
+
+    out = []
+    for version in range(12):
+        for n, raw in enumerate(record_sets[:4]):
+            value = {"transactional_id": "tx" if version >= 3 and n % 2 else None, "acks": -1,
+                     "timeout_ms": 30000, "topic_data": [
+                         {"name": "orders", "partition_data": [{"index": 0, "records": raw},
+                                                               {"index": 1, "records": None}]},
+                         {"name": "t\u00e9", "partition_data": []}]}
+            out.append(bytes([version]) + bytes(m.PRODUCE_REQUEST.encode(version, value)))
+    return out
+
+
 def write(out: Path, kind: str, seeds: list[bytes]) -> int:
     directory = out / kind
     directory.mkdir(parents=True, exist_ok=True)
@@ -241,6 +258,7 @@ def main(out: Path = DEFAULT_OUT) -> dict[str, int]:
             "kafka.protocol.old.api_versions", "ApiVersionsResponse", 0, lambda v: v,
             header_tags=False)),  # ApiVersions answers with response header v0 always
         "ring": write(out, "ring", ring_streams(fetches)),
+        "produce_request": write(out, "produce_request", produce_requests(record_sets)),
         "compressed": write(out, "compressed", compressed(record_sets)),
     }
     print("make_corpus:", ", ".join(f"{k}={v}" for k, v in counts.items()), "->", out)

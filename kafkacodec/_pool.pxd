@@ -52,6 +52,7 @@ cdef class SimpleMemoryPool:
     cdef Py_ssize_t take_extent(self, Py_ssize_t n) noexcept nogil
     cdef int give_extent(self, Py_ssize_t off, Py_ssize_t n) noexcept nogil
     cdef void close_depletion(self) noexcept nogil
+    cdef int check_size(self, Py_ssize_t n) except -1
     cdef bint grant(self, Py_ssize_t n) noexcept nogil
     cdef unsigned char* acquire(self, Py_ssize_t n) except? NULL
     cdef int credit(self, unsigned char* ptr, Py_ssize_t n, Py_ssize_t adopted=*) except -1

@@ -382,6 +382,15 @@ cdef class SimpleMemoryPool:
         PyMem_RawFree(ptr)
         return 0
 
+    cdef int check_size(self, Py_ssize_t n) except -1:
+        # Kafka's IllegalArgumentException, same wording
+        if n < 1:
+            raise ValueError(f"requested size {n}<=0")
+        if n > self.max_single_allocation:
+            raise ValueError(f"requested size {n} is larger than maxSingleAllocationSize "
+                             f"{self.max_single_allocation}")
+        return 0
+
     # -- Kafka's MemoryPool API ---------------------------------------------------------------
     def try_allocate(self, Py_ssize_t n, bint priority=False):
         """A writable memoryview of exactly n bytes, or None when the pool refuses now.
@@ -391,11 +400,7 @@ cdef class SimpleMemoryPool:
         release().
         """
         cdef unsigned char* ptr
-        if n < 1:
-            raise ValueError(f"requested size {n}<=0")
-        if n > self.max_single_allocation:
-            raise ValueError(f"requested size {n} is larger than maxSingleAllocationSize "
-                             f"{self.max_single_allocation}")
+        self.check_size(n)
         ptr = self.acquire(n)
         if ptr != NULL:
             return wrap(self, ptr, n, False)
@@ -419,11 +424,7 @@ cdef class SimpleMemoryPool:
         cdef Py_ssize_t n = buffer.w.length, capacity
         cdef bint granted
         cdef unsigned char* ptr
-        if n < 1:
-            raise ValueError(f"requested size {n}<=0")
-        if n > self.max_single_allocation:
-            raise ValueError(f"requested size {n} is larger than maxSingleAllocationSize "
-                             f"{self.max_single_allocation}")
+        self.check_size(n)
         if buffer.w.exports > 0:
             raise BufferError("cannot hand over a WriteBuffer while a memoryview of it is alive")
         kc_spin_lock(&self.lock)

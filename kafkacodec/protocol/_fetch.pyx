@@ -24,7 +24,7 @@ from kafkacodec._writer cimport (Writer, WriteBuffer, put_int8, put_int32, put_i
                                  put_bytes, put_uvarint)
 from kafkacodec.protocol._wire cimport (skip_tagged_fields, put_length, put_string,
                                         put_empty_tags, begin_request, end_frame,
-                                        checked_version, open_response, put_topic_id,
+                                        checked_version, open_message, put_topic_id,
                                         API_FETCH, FETCH_FLEXIBLE)
 
 from kafkacodec.protocol._types import AbortedTransaction, FetchTopicResponse, FetchResponse
@@ -293,7 +293,7 @@ def decode_fetch_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t siz
     cdef int16_t error_code
     cdef Py_ssize_t ntopics, nparts, t, p, name_length, decoded
     cdef FetchTopics topics = FetchTopics.__new__(FetchTopics)
-    open_response(&view, data, offset, size, &cur)
+    open_message(&view, data, offset, size, &cur)
     try:
         ntopics = read_fetch_start(&cur, version, flexible, header, &correlation_id,
                                    &throttle_time_ms, &error_code, &session_id)

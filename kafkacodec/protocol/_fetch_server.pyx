@@ -12,15 +12,15 @@ down-conversion.  The frame size counts the records' committed sizes.
 
 import uuid as _uuid
 
+from cpython.buffer cimport PyBuffer_Release
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t
-from kafkacodec._cursor cimport (Cursor, cursor_init, need, take, get_int8, get_int16, get_int32,
-                                 get_int64)
+from kafkacodec._cursor cimport (Cursor, need, take, get_int8, get_int16, get_int32, get_int64)
 from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int8, put_int16, put_int32,
                                  put_int64, put_bytes, put_uvarint, store_u32)
 from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tagged_fields,
                                         read_uuid, put_length, put_string, put_empty_tags,
                                         put_topic_id, read_int32_if, read_int64_if,
-                                        FETCH_FLEXIBLE)
+                                        open_message, FETCH_FLEXIBLE)
 
 from kafkacodec.errors import CorruptRecordError, UnsupportedVersionError
 
@@ -87,79 +87,81 @@ def decode_fetch_request(data, int api_version, Py_ssize_t offset=0, Py_ssize_t 
     """The FetchRequest body at data[offset:offset+size] (after the request header).
     CorruptRecordError (with the byte position) when malformed or, if `strict`, followed by
     extra bytes (Kafka's broker ignores them)."""
-    cdef const unsigned char[::1] buf = data
-    cdef Py_ssize_t total = buf.shape[0]
+    cdef Py_buffer view
     cdef Cursor cur
+    check_version(api_version)
+    open_message(&view, data, offset, size, &cur)
+    try:
+        return read_request(&cur, api_version, strict)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef FetchRequest read_request(Cursor* cur, int api_version, bint strict):
     cdef bint flexible = api_version >= FETCH_FLEXIBLE
     cdef FetchRequest request = FetchRequest.__new__(FetchRequest)
     cdef FetchPartition part
     cdef Py_ssize_t ntopics, nparts, t, p
     cdef list partitions, numbers
-    check_version(api_version)
-    if offset < 0 or offset > total:
-        raise ValueError(f"offset {offset} outside a buffer of {total} bytes")
-    if size < 0 or size > total - offset:
-        size = total - offset
-    cursor_init(&cur, &buf[0] + offset if total else NULL, size, offset)
     request.api_version = api_version
-    request.replica_id = read_int32_if(&cur, api_version <= 14, -1, b"fetch request replica id")
-    need(&cur, 8, b"fetch request max wait and min bytes")
-    request.max_wait_ms = get_int32(&cur)
-    request.min_bytes = get_int32(&cur)
-    request.max_bytes = read_int32_if(&cur, api_version >= 3, 0x7FFFFFFF,
+    request.replica_id = read_int32_if(cur, api_version <= 14, -1, b"fetch request replica id")
+    need(cur, 8, b"fetch request max wait and min bytes")
+    request.max_wait_ms = get_int32(cur)
+    request.min_bytes = get_int32(cur)
+    request.max_bytes = read_int32_if(cur, api_version >= 3, 0x7FFFFFFF,
                                       b"fetch request max bytes")
     request.isolation_level = 0
     if api_version >= 4:
-        need(&cur, 1, b"fetch request isolation level")
-        request.isolation_level = get_int8(&cur)
+        need(cur, 1, b"fetch request isolation level")
+        request.isolation_level = get_int8(cur)
     request.session_id = 0
     request.session_epoch = -1
     if api_version >= 7:
-        need(&cur, 8, b"fetch request session")
-        request.session_id = get_int32(&cur)
-        request.session_epoch = get_int32(&cur)
+        need(cur, 8, b"fetch request session")
+        request.session_id = get_int32(cur)
+        request.session_epoch = get_int32(cur)
     request.topics = []
-    ntopics = read_array_length(&cur, flexible, False, 2, b"fetch request topics")
+    ntopics = read_array_length(cur, flexible, False, 2, b"fetch request topics")
     for t in range(ntopics):
-        name, topic_id = read_topic(&cur, api_version, flexible)
-        nparts = read_array_length(&cur, flexible, False, 16, b"fetch request partitions")
+        name, topic_id = read_topic(cur, api_version, flexible)
+        nparts = read_array_length(cur, flexible, False, 16, b"fetch request partitions")
         partitions = []
         for p in range(nparts):
             part = FetchPartition.__new__(FetchPartition)
-            need(&cur, 4, b"fetch request partition")
-            part.partition = get_int32(&cur)
-            part.current_leader_epoch = read_int32_if(&cur, api_version >= 9, -1,
+            need(cur, 4, b"fetch request partition")
+            part.partition = get_int32(cur)
+            part.current_leader_epoch = read_int32_if(cur, api_version >= 9, -1,
                                                       b"fetch request current leader epoch")
-            need(&cur, 8, b"fetch request fetch offset")
-            part.fetch_offset = get_int64(&cur)
-            part.last_fetched_epoch = read_int32_if(&cur, api_version >= 12, -1,
+            need(cur, 8, b"fetch request fetch offset")
+            part.fetch_offset = get_int64(cur)
+            part.last_fetched_epoch = read_int32_if(cur, api_version >= 12, -1,
                                                     b"fetch request last fetched epoch")
-            part.log_start_offset = read_int64_if(&cur, api_version >= 5, -1,
+            part.log_start_offset = read_int64_if(cur, api_version >= 5, -1,
                                                   b"fetch request log start offset")
-            need(&cur, 4, b"fetch request partition max bytes")
-            part.partition_max_bytes = get_int32(&cur)
+            need(cur, 4, b"fetch request partition max bytes")
+            part.partition_max_bytes = get_int32(cur)
             if flexible:
-                skip_tagged_fields(&cur)        # v17: ReplicaDirectoryId
+                skip_tagged_fields(cur)        # v17: ReplicaDirectoryId
             partitions.append(part)
         if flexible:
-            skip_tagged_fields(&cur)
+            skip_tagged_fields(cur)
         request.topics.append((name, topic_id, partitions))
     request.forgotten_topics = []
     if api_version >= 7:
-        ntopics = read_array_length(&cur, flexible, False, 2, b"fetch request forgotten topics")
+        ntopics = read_array_length(cur, flexible, False, 2, b"fetch request forgotten topics")
         for t in range(ntopics):
-            name, topic_id = read_topic(&cur, api_version, flexible)
-            nparts = read_array_length(&cur, flexible, False, 4, b"fetch request forgotten partitions")
-            need(&cur, 4 * nparts, b"fetch request forgotten partitions")
-            numbers = [get_int32(&cur) for p in range(nparts)]
+            name, topic_id = read_topic(cur, api_version, flexible)
+            nparts = read_array_length(cur, flexible, False, 4, b"fetch request forgotten partitions")
+            need(cur, 4 * nparts, b"fetch request forgotten partitions")
+            numbers = [get_int32(cur) for p in range(nparts)]
             if flexible:
-                skip_tagged_fields(&cur)
+                skip_tagged_fields(cur)
             request.forgotten_topics.append((name, topic_id, numbers))
     request.rack_id = ""
     if api_version >= 11:
-        request.rack_id = read_string(&cur, flexible, False, b"fetch request rack id")
+        request.rack_id = read_string(cur, flexible, False, b"fetch request rack id")
     if flexible:
-        skip_tagged_fields(&cur)                # ClusterId, ReplicaState
+        skip_tagged_fields(cur)                # ClusterId, ReplicaState
     if strict and cur.pos != cur.end:
         raise CorruptRecordError(f"fetch request v{api_version}: {cur.end - cur.pos} bytes left "
                                  "after the last field", position=cur.base + cur.pos)

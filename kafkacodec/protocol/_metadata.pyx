@@ -14,7 +14,7 @@ from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tag
                                         read_response_header, read_uuid, put_length, put_string,
                                         put_empty_tags, begin_request, end_frame, API_METADATA,
                                         API_API_VERSIONS, METADATA_FLEXIBLE, checked_version,
-                                        open_response,
+                                        open_message,
                                         API_VERSIONS_FLEXIBLE)
 from kafkacodec.protocol._fetch cimport _WalkedSequence
 
@@ -56,7 +56,7 @@ def decode_api_versions_response(data, api_version, Py_ssize_t offset=0, Py_ssiz
     cdef int version = check_version(b"ApiVersions", api_version, API_VERSIONS_MAX_VERSION)
     cdef Py_buffer view
     cdef Cursor cur
-    open_response(&view, data, offset, size, &cur)
+    open_message(&view, data, offset, size, &cur)
     try:
         return read_api_versions_response(&cur, version, header)
     finally:
@@ -153,7 +153,7 @@ def decode_metadata_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t 
     cdef Py_ssize_t i
     cdef MetadataBrokers brokers = MetadataBrokers.__new__(MetadataBrokers)
     cdef MetadataTopics topics = MetadataTopics.__new__(MetadataTopics)
-    open_response(&view, data, offset, size, &cur)
+    open_message(&view, data, offset, size, &cur)
     try:
         if header:
             correlation_id = read_response_header(&cur, flexible)

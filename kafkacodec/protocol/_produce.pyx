@@ -15,7 +15,7 @@ from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int
 from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tagged_fields,
                                         read_response_header, put_length, put_string,
                                         put_empty_tags, begin_produce_request, produce_output,
-                                        end_frame, utf8_of, checked_version, open_response,
+                                        end_frame, utf8_of, checked_version, open_message,
                                         API_PRODUCE,
                                         PRODUCE_FLEXIBLE, MAX_FRAME)
 from kafkacodec.protocol._fetch cimport _WalkedSequence
@@ -178,7 +178,7 @@ def decode_produce_response(data, api_version, Py_ssize_t offset=0, Py_ssize_t s
     cdef int32_t throttle_time_ms
     cdef object correlation_id = None
     cdef ProduceTopics topics = ProduceTopics.__new__(ProduceTopics)
-    open_response(&view, data, offset, size, &cur)
+    open_message(&view, data, offset, size, &cur)
     try:
         if header:
             correlation_id = read_response_header(&cur, flexible)

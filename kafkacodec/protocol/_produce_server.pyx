@@ -11,14 +11,15 @@ a bytes copy (None when null).  The response is written from the same dicts the 
 takes.
 """
 
+from cpython.buffer cimport PyBuffer_Release
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from libc.stdint cimport int16_t, int32_t, int64_t, uint64_t
-from kafkacodec._cursor cimport Cursor, cursor_init, need, take, get_int16, get_int32
+from libc.stdint cimport int16_t, int32_t, uint64_t
+from kafkacodec._cursor cimport Cursor, need, take, get_int16, get_int32
 from kafkacodec._writer cimport (Writer, WriteBuffer, put_int16, put_int32, put_int64,
                                  put_uvarint, put_bytes)
 from kafkacodec.protocol._wire cimport (read_string, read_array_length, read_bytes_length,
                                         skip_tagged_fields, put_length, put_string,
-                                        put_empty_tags, PRODUCE_FLEXIBLE)
+                                        put_empty_tags, open_message, PRODUCE_FLEXIBLE)
 
 from kafkacodec.errors import CorruptRecordError, UnsupportedVersionError
 
@@ -40,9 +41,17 @@ def decode_produce_request(data, int api_version, Py_ssize_t offset=0, Py_ssize_
     """The ProduceRequest body at data[offset:offset+size] (after the request header), as the
     generic codec's dict.  CorruptRecordError (with the byte position) when malformed or, if
     `strict`, followed by extra bytes (Kafka's broker ignores them)."""
-    cdef const unsigned char[::1] buf = data
-    cdef Py_ssize_t total = buf.shape[0]
+    cdef Py_buffer view
     cdef Cursor cur
+    check_version(api_version)
+    open_message(&view, data, offset, size, &cur)
+    try:
+        return read_request(&cur, api_version, strict)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef dict read_request(Cursor* cur, int api_version, bint strict):
     cdef bint flexible = api_version >= PRODUCE_FLEXIBLE
     cdef Py_ssize_t ntopics, nparts, n, t, p
     cdef const unsigned char* raw
@@ -50,43 +59,37 @@ def decode_produce_request(data, int api_version, Py_ssize_t offset=0, Py_ssize_
     cdef int32_t timeout_ms, index
     cdef list topics, partitions
     cdef object transactional_id = None, records
-    check_version(api_version)
-    if offset < 0 or offset > total:
-        raise ValueError(f"offset {offset} outside a buffer of {total} bytes")
-    if size < 0 or size > total - offset:
-        size = total - offset
-    cursor_init(&cur, &buf[0] + offset if total else NULL, size, offset)
     if api_version >= 3:
-        transactional_id = read_string(&cur, flexible, True, b"produce request transactional id")
-    need(&cur, 2, b"produce request acks")
-    acks = get_int16(&cur)
-    need(&cur, 4, b"produce request timeout")
-    timeout_ms = get_int32(&cur)
+        transactional_id = read_string(cur, flexible, True, b"produce request transactional id")
+    need(cur, 2, b"produce request acks")
+    acks = get_int16(cur)
+    need(cur, 4, b"produce request timeout")
+    timeout_ms = get_int32(cur)
     topics = []
     # a topic takes at least its name's length and its partition count; a partition its
     # index and its records' length
-    ntopics = read_array_length(&cur, flexible, False, 2, b"produce request topics")
+    ntopics = read_array_length(cur, flexible, False, 2, b"produce request topics")
     for t in range(ntopics):
-        name = read_string(&cur, flexible, False, b"produce request topic name")
-        nparts = read_array_length(&cur, flexible, False, 5, b"produce request partitions")
+        name = read_string(cur, flexible, False, b"produce request topic name")
+        nparts = read_array_length(cur, flexible, False, 5, b"produce request partitions")
         partitions = []
         for p in range(nparts):
-            need(&cur, 4, b"produce request partition index")
-            index = get_int32(&cur)
-            n = read_bytes_length(&cur, flexible, True, b"produce request records")
+            need(cur, 4, b"produce request partition index")
+            index = get_int32(cur)
+            n = read_bytes_length(cur, flexible, True, b"produce request records")
             if n < 0:
                 records = None
             else:
-                raw = take(&cur, n, b"produce request records")
+                raw = take(cur, n, b"produce request records")
                 records = PyBytes_FromStringAndSize(<const char*>raw, n)
             if flexible:
-                skip_tagged_fields(&cur)
+                skip_tagged_fields(cur)
             partitions.append({"index": index, "records": records})
         if flexible:
-            skip_tagged_fields(&cur)
+            skip_tagged_fields(cur)
         topics.append({"name": name, "partition_data": partitions})
     if flexible:
-        skip_tagged_fields(&cur)
+        skip_tagged_fields(cur)
     if strict and cur.pos != cur.end:
         raise CorruptRecordError(f"produce request v{api_version}: {cur.end - cur.pos} bytes left "
                                  "after the last field", position=cur.base + cur.pos)

@@ -36,8 +36,8 @@ cdef inline int checked_version(object version, const char* api, int lowest,
                                       f"(kafkacodec speaks {lowest}-{highest})")
     return <int>number
 
-# --- the buffer a response is decoded from ------------------------------------------------------
-cdef inline int open_response(Py_buffer* view, object data, Py_ssize_t offset, Py_ssize_t size,
+# --- the buffer a message (a response, or a request body) is decoded from -----------------------
+cdef inline int open_message(Py_buffer* view, object data, Py_ssize_t offset, Py_ssize_t size,
                               Cursor* cur) except -1:
     """Borrow the raw bytes of `data` (any C-contiguous buffer, whatever its item format) and
     aim `cur` at data[offset:offset + size] (size -1 or past the end: to the end; positions in
