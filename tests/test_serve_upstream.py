@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -548,9 +549,8 @@ def test_an_upstream_long_poll_runs_only_while_a_client_waits_at_the_end(mock_ga
 
     cluster, _, expected, partitions = mock_gateway
     with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0), zstd_codec="lz4") as server:
-        states = server.view._consumer(COMMITTED).fetcher.states
-
         def paused() -> list[bool]:
+            states = server.view._consumer(COMMITTED).fetcher.states
             return [states[("orders", p)].paused for p in range(partitions)]
 
         assert read_confluent(server.port, "orders", partitions, len(expected)) == expected
@@ -559,15 +559,22 @@ def test_an_upstream_long_poll_runs_only_while_a_client_waits_at_the_end(mock_ga
             time.sleep(0.05)
         assert all(paused())
         waiting = kafka.KafkaConsumer(bootstrap_servers=f"127.0.0.1:{server.port}", api_version=(0, 10, 1),
-                                      fetch_max_wait_ms=5000, consumer_timeout_ms=int(4 * TAIL_IDLE_S * 1000))
+                                      fetch_max_wait_ms=5000, consumer_timeout_ms=int(20 * TAIL_IDLE_S * 1000))
+        tp = kafka.TopicPartition("orders", 0)
+        waiting.assign([tp])
+        waiting.seek_to_end(tp)
+        waited: list = []
+        thread = threading.Thread(target=lambda: waited.extend(waiting))   # waits at the end ...
+        thread.start()
         try:
-            tp = kafka.TopicPartition("orders", 0)
-            waiting.assign([tp])
-            waiting.seek_to_end(tp)
-            assert list(waiting) == []                  # waited at the end meanwhile ...
+            deadline = time.monotonic() + 20 * TAIL_IDLE_S
+            while paused()[0] and time.monotonic() < deadline:
+                time.sleep(0.02)
             assert not paused()[0]                      # ... with partition 0 fetched upstream
         finally:
+            thread.join()
             waiting.close()
+        assert waited == []
         assert read_confluent(server.port, "orders", partitions, len(expected)) == expected
 
 
