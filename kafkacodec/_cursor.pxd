@@ -19,6 +19,8 @@ cdef struct Cursor:
 # GIL: a hot loop calls them inside `with nogil` and the exception still propagates.
 cdef int raise_short(const Cursor* cur, Py_ssize_t wanted, const char* what) except -1 nogil
 cdef int raise_corrupt(const Cursor* cur, const char* what) except -1 nogil
+# An array past a request's allowance of entries (max_request_entries): RecordTooLargeError.
+cdef int raise_too_many(const Cursor* cur, Py_ssize_t n, Py_ssize_t left, const char* what) except -1
 # The 3..5-byte case of read_varint (out of line, so the inline part stays small).
 cdef int read_varint_long(Cursor* cur, int32_t* out, const char* what) except -1 nogil
 

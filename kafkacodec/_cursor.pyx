@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Out-of-line error paths of the read cursor (see _cursor.pxd)."""
 
-from kafkacodec.errors import CorruptRecordError
+from kafkacodec.errors import CorruptRecordError, RecordTooLargeError
 
 
 cdef int raise_short(const Cursor* cur, Py_ssize_t wanted, const char* what) except -1 nogil:
@@ -14,6 +14,11 @@ cdef int raise_short(const Cursor* cur, Py_ssize_t wanted, const char* what) exc
 cdef int raise_corrupt(const Cursor* cur, const char* what) except -1 nogil:
     with gil:
         raise CorruptRecordError(f"invalid {what.decode()}", position=cur.base + cur.pos)
+
+
+cdef int raise_too_many(const Cursor* cur, Py_ssize_t n, Py_ssize_t left, const char* what) except -1:
+    raise RecordTooLargeError(f"{what.decode()}: {n} entries where {left} more are allowed",
+                              position=cur.base + cur.pos)
 
 
 cdef int read_varint_long(Cursor* cur, int32_t* out, const char* what) except -1 nogil:

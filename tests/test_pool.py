@@ -536,7 +536,7 @@ def test_a_dropped_adopted_block_is_reclaimed():
     assert pool.available_memory == 8 << 20 and pool.leaked == 1 and pool.heap_bytes_in_use == 0
     block = pool.try_adopt(_written(1 << 20, b"o"))
     pool.release(block)                 # to the write buffers' kept blocks, or freed
-    assert WriteBuffer(1 << 20).getvalue() == b""          # no old bytes handed out
+    assert pool.available_memory == 8 << 20 and pool.leaked == 1 and pool.outstanding == 0
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_usable_size")

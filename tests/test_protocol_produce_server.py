@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kafkacodec import KafkaCodecError
-from kafkacodec.errors import CorruptRecordError, UnsupportedVersionError
+from kafkacodec.errors import CorruptRecordError, RecordTooLargeError, UnsupportedVersionError
 from kafkacodec.protocol import messages as m
 from kafkacodec.protocol._produce_server import decode_produce_request, encode_produce_response
 
@@ -94,3 +94,14 @@ def test_extra_bytes_are_refused_only_when_strict_and_versions_outside_0_11_neve
             decode_produce_request(body, version)
         with pytest.raises(UnsupportedVersionError):
             encode_produce_response(version, {"responses": []})
+
+
+@pytest.mark.parametrize("version", [2, 9])
+def test_topics_and_partitions_past_the_allowance_are_refused_before_they_are_built(version):
+    """max_entries (serve's max_request_entries): a topic and each of its partitions count."""
+    value = {"transactional_id": None, "acks": 1, "timeout_ms": 5, "topic_data": [
+        {"name": "t", "partition_data": [{"index": i, "records": b"r"} for i in range(50)]}]}
+    body = bytes(m.PRODUCE_REQUEST.encode(version, value))
+    assert decode_produce_request(body, version, max_entries=51) == value
+    with pytest.raises(RecordTooLargeError, match="partitions: 50 entries where 49 more are allowed"):
+        decode_produce_request(body, version, max_entries=50)

@@ -53,7 +53,8 @@ class FetchRequest:
     def rack_id(self) -> str: ...
 
 def decode_fetch_request(data: Buffer, api_version: int, offset: int = 0,
-                         size: int = -1, strict: bool = True) -> FetchRequest: ...
+                         size: int = -1, strict: bool = True, max_entries: int = ...) -> FetchRequest:
+    """RecordTooLargeError past `max_entries` array elements (topics, partitions) in all."""
 
 # (partition_index, error_code, high_watermark, last_stable_offset, log_start_offset,
 #  aborted_transactions [(producer_id, first_offset)] or None, records_size or -1 for null)

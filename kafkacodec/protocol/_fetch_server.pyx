@@ -12,15 +12,15 @@ down-conversion.  The frame size counts the records' committed sizes.
 
 import uuid as _uuid
 
-from cpython.buffer cimport PyBuffer_Release
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t
 from kafkacodec._cursor cimport (Cursor, need, take, get_int8, get_int16, get_int32, get_int64)
 from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int8, put_int16, put_int32,
                                  put_int64, put_bytes, put_uvarint, store_u32)
-from kafkacodec.protocol._wire cimport (read_string, read_array_length, skip_tagged_fields,
+from kafkacodec.protocol._wire cimport (read_string, read_entries, skip_tagged_fields, decode_body,
                                         read_uuid, put_length, put_string, put_empty_tags,
                                         put_topic_id, read_int32_if, read_int64_if,
-                                        open_message, FETCH_FLEXIBLE)
+                                        FETCH_FLEXIBLE)
 
 from kafkacodec.errors import CorruptRecordError, UnsupportedVersionError
 
@@ -83,21 +83,17 @@ cdef object read_topic(Cursor* cur, int version, bint flexible):
 
 
 def decode_fetch_request(data, int api_version, Py_ssize_t offset=0, Py_ssize_t size=-1,
-                         bint strict=True):
+                         bint strict=True, Py_ssize_t max_entries=PY_SSIZE_T_MAX):
     """The FetchRequest body at data[offset:offset+size] (after the request header).
     CorruptRecordError (with the byte position) when malformed or, if `strict`, followed by
-    extra bytes (Kafka's broker ignores them)."""
-    cdef Py_buffer view
-    cdef Cursor cur
+    extra bytes (Kafka's broker ignores them); RecordTooLargeError when its arrays (topics,
+    partitions, forgotten ones) hold more than `max_entries` elements in all."""
     check_version(api_version)
-    open_message(&view, data, offset, size, &cur)
-    try:
-        return read_request(&cur, api_version, strict)
-    finally:
-        PyBuffer_Release(&view)
+    return decode_body(data, offset, size, read_request, api_version, strict, max_entries)
 
 
-cdef FetchRequest read_request(Cursor* cur, int api_version, bint strict):
+cdef object read_request(Cursor* cur, int api_version, bint strict, Py_ssize_t max_entries):
+    cdef Py_ssize_t left = max_entries
     cdef bint flexible = api_version >= FETCH_FLEXIBLE
     cdef FetchRequest request = FetchRequest.__new__(FetchRequest)
     cdef FetchPartition part
@@ -121,10 +117,10 @@ cdef FetchRequest read_request(Cursor* cur, int api_version, bint strict):
         request.session_id = get_int32(cur)
         request.session_epoch = get_int32(cur)
     request.topics = []
-    ntopics = read_array_length(cur, flexible, False, 2, b"fetch request topics")
+    ntopics = read_entries(cur, flexible, 2, &left, b"fetch request topics")
     for t in range(ntopics):
         name, topic_id = read_topic(cur, api_version, flexible)
-        nparts = read_array_length(cur, flexible, False, 16, b"fetch request partitions")
+        nparts = read_entries(cur, flexible, 16, &left, b"fetch request partitions")
         partitions = []
         for p in range(nparts):
             part = FetchPartition.__new__(FetchPartition)
@@ -148,10 +144,10 @@ cdef FetchRequest read_request(Cursor* cur, int api_version, bint strict):
         request.topics.append((name, topic_id, partitions))
     request.forgotten_topics = []
     if api_version >= 7:
-        ntopics = read_array_length(cur, flexible, False, 2, b"fetch request forgotten topics")
+        ntopics = read_entries(cur, flexible, 2, &left, b"fetch request forgotten topics")
         for t in range(ntopics):
             name, topic_id = read_topic(cur, api_version, flexible)
-            nparts = read_array_length(cur, flexible, False, 4, b"fetch request forgotten partitions")
+            nparts = read_entries(cur, flexible, 4, &left, b"fetch request forgotten partitions")
             need(cur, 4 * nparts, b"fetch request forgotten partitions")
             numbers = [get_int32(cur) for p in range(nparts)]
             if flexible:

@@ -11,15 +11,15 @@ a bytes copy (None when null).  The response is written from the same dicts the 
 takes.
 """
 
-from cpython.buffer cimport PyBuffer_Release
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.stdint cimport int16_t, int32_t, uint64_t
 from kafkacodec._cursor cimport Cursor, need, take, get_int16, get_int32
 from kafkacodec._writer cimport (Writer, WriteBuffer, put_int16, put_int32, put_int64,
                                  put_uvarint, put_bytes)
-from kafkacodec.protocol._wire cimport (read_string, read_array_length, read_bytes_length,
+from kafkacodec.protocol._wire cimport (read_string, read_entries, read_bytes_length,
                                         skip_tagged_fields, put_length, put_string,
-                                        put_empty_tags, open_message, PRODUCE_FLEXIBLE)
+                                        put_empty_tags, decode_body, PRODUCE_FLEXIBLE)
 
 from kafkacodec.errors import CorruptRecordError, UnsupportedVersionError
 
@@ -37,21 +37,17 @@ cdef int check_version(int version) except -1:
 
 
 def decode_produce_request(data, int api_version, Py_ssize_t offset=0, Py_ssize_t size=-1,
-                           bint strict=True):
+                           bint strict=True, Py_ssize_t max_entries=PY_SSIZE_T_MAX):
     """The ProduceRequest body at data[offset:offset+size] (after the request header), as the
     generic codec's dict.  CorruptRecordError (with the byte position) when malformed or, if
-    `strict`, followed by extra bytes (Kafka's broker ignores them)."""
-    cdef Py_buffer view
-    cdef Cursor cur
+    `strict`, followed by extra bytes (Kafka's broker ignores them); RecordTooLargeError when
+    its topics and partitions are more than `max_entries` in all."""
     check_version(api_version)
-    open_message(&view, data, offset, size, &cur)
-    try:
-        return read_request(&cur, api_version, strict)
-    finally:
-        PyBuffer_Release(&view)
+    return decode_body(data, offset, size, read_request, api_version, strict, max_entries)
 
 
-cdef dict read_request(Cursor* cur, int api_version, bint strict):
+cdef object read_request(Cursor* cur, int api_version, bint strict, Py_ssize_t max_entries):
+    cdef Py_ssize_t left = max_entries
     cdef bint flexible = api_version >= PRODUCE_FLEXIBLE
     cdef Py_ssize_t ntopics, nparts, n, t, p
     cdef const unsigned char* raw
@@ -68,10 +64,10 @@ cdef dict read_request(Cursor* cur, int api_version, bint strict):
     topics = []
     # a topic takes at least its name's length and its partition count; a partition its
     # index and its records' length
-    ntopics = read_array_length(cur, flexible, False, 2, b"produce request topics")
+    ntopics = read_entries(cur, flexible, 2, &left, b"produce request topics")
     for t in range(ntopics):
         name = read_string(cur, flexible, False, b"produce request topic name")
-        nparts = read_array_length(cur, flexible, False, 5, b"produce request partitions")
+        nparts = read_entries(cur, flexible, 5, &left, b"produce request partitions")
         partitions = []
         for p in range(nparts):
             need(cur, 4, b"produce request partition index")
@@ -79,7 +75,7 @@ cdef dict read_request(Cursor* cur, int api_version, bint strict):
             n = read_bytes_length(cur, flexible, True, b"produce request records")
             if n < 0:
                 records = None
-            else:
+            else:                               # a copy: the request's buffer goes back now
                 raw = take(cur, n, b"produce request records")
                 records = PyBytes_FromStringAndSize(<const char*>raw, n)
             if flexible:

@@ -7,7 +7,7 @@ from cpython.number cimport PyNumber_Index
 from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_AsUTF8String
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from kafkacodec._cursor cimport (Cursor, cursor_init, need, take, get_int16, get_int32, get_int64,
-                                 read_uvarint, raise_corrupt, raise_short)
+                                 read_uvarint, raise_corrupt, raise_short, raise_too_many)
 from kafkacodec._writer cimport (Writer, WriteBuffer, ensure, put_int16, put_int32, put_bytes,
                                  put_uvarint, store_u32)
 
@@ -51,6 +51,22 @@ cdef inline int open_message(Py_buffer* view, object data, Py_ssize_t offset, Py
     cursor_init(cur, <const unsigned char*>view.buf + offset, size, offset)
     return 0
 
+# A request body's reader (the broker side): the cursor on the body, its version, whether bytes
+# after the last field are refused, and the array entries it may hold in all.
+ctypedef object (*BodyReader)(Cursor* cur, int version, bint strict, Py_ssize_t max_entries)
+
+cdef inline object decode_body(object data, Py_ssize_t offset, Py_ssize_t size, BodyReader read,
+                               int version, bint strict, Py_ssize_t max_entries):
+    """`read` over data[offset:offset + size] (as open_message aims it); the buffer is released
+    after, so what `read` returns must not point into it."""
+    cdef Py_buffer view
+    cdef Cursor cur
+    open_message(&view, data, offset, size, &cur)
+    try:
+        return read(&cur, version, strict, max_entries)
+    finally:
+        PyBuffer_Release(&view)
+
 # --- lengths -----------------------------------------------------------------------------------
 cdef inline Py_ssize_t read_length(Cursor* cur, bint compact, bint nullable, int width,
                                    const char* what) except -2:
@@ -86,6 +102,16 @@ cdef inline Py_ssize_t read_array_length(Cursor* cur, bint compact, bint nullabl
     cdef Py_ssize_t n = read_bytes_length(cur, compact, nullable, what)
     if n > 0 and n > (cur.end - cur.pos) // min_item_size:
         raise_short(cur, n * min_item_size, what)
+    return n
+
+cdef inline Py_ssize_t read_entries(Cursor* cur, bint compact, Py_ssize_t min_item_size,
+                                   Py_ssize_t* left, const char* what) except -2:
+    """A (non-nullable) array's element count, taken off `left`, the entries the request may
+    still hold (a cost bound, checked before any is built): RecordTooLargeError past it."""
+    cdef Py_ssize_t n = read_array_length(cur, compact, False, min_item_size, what)
+    if n > left[0]:
+        raise_too_many(cur, n, left[0], what)
+    left[0] -= n
     return n
 
 cdef inline object read_string(Cursor* cur, bint compact, bint nullable, const char* what):

@@ -99,7 +99,8 @@ class Server:
                                               buffer_memory=config.upstream_buffer_memory,
                                               cache_memory=config.upstream_cache_memory,
                                               timeout=config.upstream_timeout_s,
-                                              security=config.upstream_security)
+                                              security=config.upstream_security,
+                                              poll_interval_s=config.poll_interval_ms / 1000)
             except BaseException:
                 self.loop.close()
                 raise
@@ -488,16 +489,10 @@ class Server:
         self.metrics.request(name, version)
         limit = self.config.max_request_entries
         try:
-            if api_key == ApiKey.FETCH:
-                decoded: Any = decode_fetch_request(body, version, start, strict=False)
-                entries = sum(len(parts) + 1 for _, _, parts in decoded.topics)
-                if entries > limit:
-                    raise RecordTooLargeError(f"{entries} topics and partitions")
-            elif api_key == ApiKey.PRODUCE:           # every produce: the C codec
-                decoded = decode_produce_request(body, version, start, strict=False)
-                entries = sum(len(t["partition_data"]) + 1 for t in decoded["topic_data"])
-                if entries > limit:
-                    raise RecordTooLargeError(f"{entries} topics and partitions")
+            if api_key == ApiKey.FETCH:               # the hot ones: the C codecs
+                decoded: Any = decode_fetch_request(body, version, start, strict=False, max_entries=limit)
+            elif api_key == ApiKey.PRODUCE:
+                decoded = decode_produce_request(body, version, start, strict=False, max_entries=limit)
             else:
                 decoded = m.REQUESTS[api_key].decode(body, version, start, strict=False,
                                                      max_entries=limit)

@@ -84,8 +84,9 @@ UPSTREAM_PARTITION_FETCH_BYTES = 8 << 20
 #: how long an upstream fetch waits for data at the end of a log: a client that seeks elsewhere
 #: meanwhile waits for it (a broker answers a connection's requests in order)
 UPSTREAM_MAX_WAIT_MS = 50
-#: a partition caught up with the cluster and demanded by no client for this long stops its
-#: upstream long poll (a client waiting at the end renews its demand every poll interval)
+#: a partition caught up with the cluster and demanded by no client for this long (at least 20
+#: of serve's poll intervals: a client waiting at the end renews its demand at each) stops its
+#: upstream long poll
 TAIL_IDLE_S = 0.2
 #: a partition no client fetched for this long is unassigned upstream and its chunks dropped
 IDLE_S = 60.0
@@ -279,7 +280,7 @@ class UpstreamPartition:
         follow = self.follow(side)
         demanded = self.view.demanded if side == COMMITTED else self.view.tail_demanded
         now = time.monotonic()
-        changed = follow.demand != offset or self not in demanded or now - follow.demand_at > TAIL_IDLE_S
+        changed = follow.demand != offset or self not in demanded or now - follow.demand_at > self.view.tail_idle_s
         follow.demand = offset
         follow.demand_at = now
         demanded.add(self)
@@ -318,8 +319,10 @@ class UpstreamView:
 
     def __init__(self, bootstrap: str, *, loop: Loop, buffer_memory: int, cache_memory: int,
                  metadata_interval_s: float = 5.0, timeout: float = 30.0,
-                 client_id: str = "kafkacodec-serve", security: Any = None):
+                 client_id: str = "kafkacodec-serve", security: Any = None,
+                 poll_interval_s: float = 0.01):
         self.bootstrap = bootstrap
+        self.tail_idle_s = max(TAIL_IDLE_S, 20 * poll_interval_s)
         self.loop = loop
         self.timeout = timeout
         self.cache_memory = cache_memory
@@ -560,7 +563,7 @@ class UpstreamView:
                 consumer.seek(tp, demand)
                 consumer.resume([tp])
                 continue
-            if demand >= part.log_end and now - follow.demand_at > TAIL_IDLE_S:
+            if demand >= part.log_end and now - follow.demand_at > self.tail_idle_s:
                 # nobody waits at the end: no long poll upstream for a reader's seek to sit behind
                 consumer.pause([tp])
                 continue
