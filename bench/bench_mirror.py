@@ -371,7 +371,7 @@ producer = ck.Producer({"bootstrap.servers": target, "compression.type": "lz4", 
                         "batch.size": 256 << 10, "acks": "all", "enable.idempotence": True})
 done = 0
 while done < total:
-    for msg in consumer.consume(10000, 1.0):
+    for msg in consumer.consume(min(10000, total - done), 1.0):   # (never waits for more than are left)
         if msg.error():
             continue
         while True:

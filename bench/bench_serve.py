@@ -255,7 +255,9 @@ def confluent_rate(bootstrap: str, topic: str, size: int, config: dict[str, obje
     started = time.perf_counter()
     last = -1
     while last < high - 1:
-        for msg in consumer.consume(1000, 0.1):       # returns once 1000 are there (or 100 ms)
+        # returns once that many are there (or after 100 ms): never more than are left, or
+        # the last call would wait out its 100 ms for records that do not exist
+        for msg in consumer.consume(min(1000, high - 1 - last), 0.1):
             if msg.error():
                 raise RuntimeError(msg.error())
             last = msg.offset()
@@ -292,7 +294,7 @@ def raw_fetch_rate(port: int, topic: str, size: int, fetch_bytes: int = 16 << 20
                 got += sock.recv_into(view[got:frame])
             part = decode_fetch_response(view[:frame], 4).responses[0].partitions[0]
             records = part.records
-            pos = last = 0
+            pos, last = 0, offset - 1             # (nothing complete: ask for the same offset again)
             while len(records) - pos >= 12:
                 base, length = struct.unpack_from(">qi", records, pos)
                 if pos + 12 + length > len(records):
