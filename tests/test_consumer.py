@@ -671,6 +671,28 @@ def test_the_api_timeout_and_a_call_timeout_set_the_deadline():
                              "commit", fake.bootstrap, timeout=1.0)
 
 
+def test_partitions_at_their_end_never_hold_back_the_others_on_a_connection():
+    """A broker answers a connection's requests in order: a fetch of partitions at their end
+    alone would wait fetch_max_wait_ms there, and every fetch behind it too.  One broker, one
+    partition with 30 batches (the mock answers one batch a fetch), three empty ones, 3 s long
+    polls: the 30 batches come in far less than one long poll (before: 3 s per fetch)."""
+    single = MockCluster(1)
+    topic = "end-partitions"
+    single.create_topic(topic)
+    single.produce(topic, make_records([0], 300, "e"), **{"batch.num.messages": 10})
+    with Consumer(single.bootstrap, buffer_memory=4 << 20, max_in_flight=2,
+                  fetch_max_wait_ms=3000) as consumer:
+        consumer.assign({(topic, p): 0 for p in range(4)})
+        ends = consumer.end_offsets(consumer.assignment())
+        assert ends[(topic, 0)] == 300 and all(ends[(topic, p)] == 0 for p in (1, 2, 3))
+        started = time.monotonic()
+        got = consume_all(consumer, ends, "raw", timeout=60)
+        took = time.monotonic() - started
+        assert [m[1] for m in got] == list(range(300))
+        assert consumer.fetcher.fetches_sent >= 30
+        assert took < 2.0, took
+
+
 def test_poll_never_waits_longer_than_its_timeout():
     """poll(timeout) with stale Metadata and a broker that has stopped answering: the refresh
     is sent without waiting for it, so poll returns after its timeout (before: it waited for

@@ -6,7 +6,9 @@ FetchResponse becomes (FetchedPartitions, new positions, retries).
   over up to that many requests, and a partition is fetched again as soon as its previous
   answer was parsed (its next offset is known from the batch headers), before the caller has
   consumed it.  A partition is in at most one fetch at a time.  The rings bound what is
-  prefetched: a full ring stops its connection from reading.
+  prefetched: a full ring stops its connection from reading.  Partitions at their end ride
+  along with a fetch that has data: a fetch of them alone long-polls, and the broker answers
+  the connection's later fetches only after it.
 - Errors: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION and the other metadata errors
   refresh Metadata and retry after a backoff (exponential, jittered, per partition); a dropped
   connection or a timed-out request retries its partitions the same way, as do the other
@@ -225,13 +227,31 @@ class Fetcher:
                 k = self.rotation % len(ready)
                 ready = ready[k:] + ready[:k]
             ready.sort(key=lambda s: not s.alone)           # a partition stuck on a partial batch first
+            # A fetch of caught-up partitions only waits max_wait_ms at the broker, which answers
+            # a connection's requests in order: every fetch behind it would wait as long.  So
+            # caught-up partitions (and those not answered yet) ride along with the first fetch
+            # that has data to return (answered at once), and go alone only as the connection's
+            # one fetch.
+            waiting = [s for s in ready if self._caught_up(s)]
+            if waiting:
+                ready = [s for s in ready if not self._caught_up(s)]
+                if not ready and self.in_flight.get(node, 0) == 0:
+                    self._send(node, waiting)
+                    continue
             per_fetch = max(1, math.ceil(assigned[node] / self.max_in_flight))
             while ready and self.in_flight.get(node, 0) < self.max_in_flight:
                 group = [ready.pop(0)] if ready[0].alone else ready[:per_fetch]
                 if not group[0].alone:
                     del ready[:per_fetch]
+                    group, waiting = group + waiting, []
                 if not self._send(node, group):
                     break
+
+    def _caught_up(self, st: PartitionState) -> bool:
+        """Whether a fetch of `st` may wait at the broker: no answer yet, or the last one left
+        nothing at its position (the high watermark; for read_committed the last stable offset)."""
+        end = st.last_stable_offset if self.read_committed else st.high_watermark
+        return end < 0 or end <= (st.position or 0)
 
     def _send(self, node: int, group: list[PartitionState]) -> bool:
         ring = self.cluster.ring_bytes
