@@ -578,6 +578,29 @@ def test_an_upstream_long_poll_runs_only_while_a_client_waits_at_the_end(mock_ga
         assert read_confluent(server.port, "orders", partitions, len(expected)) == expected
 
 
+def test_a_fetch_waiting_for_upstream_data_is_answered_when_it_lands(mock_gateway):
+    """Kafka completes a waiting fetch when data is appended, not at a timer: a fetch that
+    waits for a chunk the gateway is fetching is answered as soon as the chunk is kept, not at
+    the next poll interval (2 s here; before, the answer came with it)."""
+    from blocking_client import BlockingClient
+
+    cluster, _, expected, _ = mock_gateway
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0), poll_interval_ms=2000) as server:
+        assert server.view.cached_bytes == 0
+        client = BlockingClient("127.0.0.1", server.port, timeout=30)
+        try:
+            started = time.monotonic()
+            answer = client.fetch([("orders", [(0, 0, 1 << 20)])], api_version=4,
+                                  max_wait_ms=10_000, min_bytes=1)
+            took = time.monotonic() - started
+        finally:
+            client.close()
+        records = answer.responses[0].partitions[0].records
+        assert records is not None and len(records) > 0
+        assert server.fetches.parked == [] and server.view.cached_bytes > 0
+        assert took < 1.0, took
+
+
 def test_new_topics_and_appends_reach_clients(mock_gateway):
     """A topic created after the gateway started is found; a consumer at the end long-polls and
     gets records as they land upstream; an offset past the bounds the gateway last heard (but

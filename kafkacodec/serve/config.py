@@ -65,7 +65,8 @@ class ServeConfig:
       read zstd (default gzip: every old client and kafka-python without extra libraries reads
       it; None: refuse them with UNSUPPORTED_COMPRESSION_TYPE, as Kafka).
     - `chunk_size`: input bytes converted per chunk (Kafka's 128 KiB).
-    - `poll_interval_ms`: how often waiting fetches look at the files for new data.
+    - `poll_interval_ms`: how often waiting fetches look at the files for new data (with an
+      upstream, they are also looked at as soon as an upstream answer is kept).
     - `group_initial_rebalance_delay_ms`: group.initial.rebalance.delay.ms.
     - `group_min_session_timeout_ms`, `group_max_session_timeout_ms`: group.min.session.timeout.ms
       and group.max.session.timeout.ms, the session timeouts a JoinGroup may ask for (Kafka's

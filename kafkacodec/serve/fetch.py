@@ -101,9 +101,12 @@ class FetchHandler:
     def _read_then_poll(self, pending: ReadPending) -> None:
         """A remote read a partition waits for: made on a worker, the waiting fetches looked at
         again when it is done."""
-        self.server.remote.defer(pending, self._poll_now)
+        self.server.remote.defer(pending, self.poll_now)
 
-    def _poll_now(self) -> None:
+    def poll_now(self) -> None:
+        """Look at the waiting fetches now (their data may have come), not at the next interval."""
+        if not self.parked:
+            return
         if self._timer is not None:
             self._timer.cancel()
         self.poll()

@@ -141,6 +141,8 @@ class Server:
         self._sweep_timer: Any = None
         self.dispatcher = Dispatcher(self)
         self.fetches = FetchHandler(self)
+        if config.upstream:
+            self.view.on_fetched = self.fetches.poll_now     # fetches waiting for upstream data
         self.groups = GroupCoordinator(self)
         self.metrics: Any = self._metrics()
         self.security = config.security

@@ -341,6 +341,9 @@ class UpstreamView:
         self._timer: Any = None
         self._watch: int | None = None
         self._tail_watch: int | None = None
+        #: called after a pass that kept new chunks (the server's waiting fetches look again at
+        #: once, not at their next poll interval)
+        self.on_fetched: Any = None
         self.tail_consumer: Any = None           # started on the first demand past an LSO
         self._consumer_args = dict(buffer_memory=buffer_memory, client_id=client_id, security=security)
         self.closed = False
@@ -446,6 +449,7 @@ class UpstreamView:
             self._follow_demand(now, TAIL)
         if now < self._fetch_rest_until:
             return
+        kept = False
         for side, consumer in ((COMMITTED, self.consumer), (TAIL, self.tail_consumer)):
             if consumer is None:
                 continue
@@ -455,7 +459,9 @@ class UpstreamView:
                 self._fetch_failed(exc, side)
                 continue
             for part in parts:
-                self._keep(part, side)
+                kept = self._keep(part, side) or kept
+        if kept and self.on_fetched is not None:
+            self.on_fetched()
 
     def _reload_metadata(self) -> None:
         self._loading = True
@@ -610,17 +616,19 @@ class UpstreamView:
 
         self._load_bounds([tp], self.topics, Deadline("load_bounds", self.timeout), bounded)
 
-    def _keep(self, fetched: Any, side: str) -> None:
-        """Copy a FetchedPartition out of the ring into a chunk of `side`, release it."""
+    def _keep(self, fetched: Any, side: str) -> bool:
+        """Copy a FetchedPartition out of the ring into a chunk of `side`, release it; whether
+        it held records or moved the partition's bounds (what a waiting fetch looks at)."""
         with fetched:
             part = self.partition(fetched.topic, fetched.partition)
             if part is None:
-                return
+                return False
             follow = part.follow(side)
+            bounds = (part.log_start, part.log_end, part.stable)
             part.set_bounds(fetched.log_start_offset, fetched.high_watermark, fetched.last_stable_offset)
             part.out_of_range_at = -1
             if fetched.next_offset <= fetched.start_offset:
-                return
+                return bounds != (part.log_start, part.log_end, part.stable)
             data = b"".join([b.value for b in fetched.batches])     # one copy out of the ring
             chunk = _Chunk(fetched.start_offset, fetched.next_offset, data,
                            f"upstream {fetched.topic}-{fetched.partition}@{fetched.start_offset}",
@@ -639,6 +647,7 @@ class UpstreamView:
         live = {id(c) for c in follow.chunks}
         for key in [k for k, (_, owner, _) in self._lru.items() if owner is follow and k not in live]:
             self._cached -= self._lru.pop(key)[2].nbytes
+        return True
 
     def _drop(self, part: UpstreamPartition, follow: _Follow) -> None:
         for chunk in follow.chunks:
