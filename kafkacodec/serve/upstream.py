@@ -81,9 +81,11 @@ log = logging.getLogger("kafkacodec.serve")
 CHUNKS_AHEAD = 2
 #: bytes of one partition an upstream fetch asks for (a chunk): a proxy's round trips amortized
 UPSTREAM_PARTITION_FETCH_BYTES = 8 << 20
-#: how long an upstream fetch waits for data at the end of a log: a client that seeks elsewhere
-#: meanwhile waits for it (a broker answers a connection's requests in order)
-UPSTREAM_MAX_WAIT_MS = 50
+#: how long an upstream fetch waits for data at the end of a log: a reader that starts or seeks
+#: meanwhile waits behind it once (a broker answers a connection's requests in order); new data
+#: ends it at once, so this bounds that wait, not a waiting client's latency (at 50 ms, every
+#: other round of a reader starting after another got its first record 60-70 ms late)
+UPSTREAM_MAX_WAIT_MS = 10
 #: a partition caught up with the cluster and demanded by no client for this long (at least 20
 #: of serve's poll intervals: a client waiting at the end renews its demand at each) stops its
 #: upstream long poll
