@@ -584,7 +584,7 @@ def test_a_fetch_waiting_for_upstream_data_is_answered_when_it_lands(mock_gatewa
     the next poll interval (2 s here; before, the answer came with it)."""
     from blocking_client import BlockingClient
 
-    cluster, _, expected, _ = mock_gateway
+    cluster = mock_gateway[0]
     with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0), poll_interval_ms=2000) as server:
         assert server.view.cached_bytes == 0
         client = BlockingClient("127.0.0.1", server.port, timeout=30)

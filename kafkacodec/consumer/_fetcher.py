@@ -232,12 +232,14 @@ class Fetcher:
             # caught-up partitions (and those not answered yet) ride along with the first fetch
             # that has data to return (answered at once), and go alone only as the connection's
             # one fetch.
-            waiting = [s for s in ready if self._caught_up(s)]
-            if waiting:
-                ready = [s for s in ready if not self._caught_up(s)]
-                if not ready and self.in_flight.get(node, 0) == 0:
-                    self._send(node, waiting)
-                    continue
+            waiting: list[PartitionState] = []
+            with_data: list[PartitionState] = []
+            for st in ready:
+                (waiting if self._caught_up(st) else with_data).append(st)
+            ready = with_data
+            if waiting and not ready and self.in_flight.get(node, 0) == 0:
+                self._send(node, waiting)
+                continue
             per_fetch = max(1, math.ceil(assigned[node] / self.max_in_flight))
             while ready and self.in_flight.get(node, 0) < self.max_in_flight:
                 group = [ready.pop(0)] if ready[0].alone else ready[:per_fetch]
