@@ -578,6 +578,33 @@ def test_an_upstream_long_poll_runs_only_while_a_client_waits_at_the_end(mock_ga
         assert read_confluent(server.port, "orders", partitions, len(expected)) == expected
 
 
+def test_the_upstream_pauses_at_the_end_after_a_reader_whose_last_fetch_was_inside_the_chunks(mock_gateway):
+    """A reader gone after a fetch inside the chunks (its last records, no fetch at the end):
+    the upstream consumer, caught up, stops its long poll too (it polled on until the partition
+    went idle for a minute, and a reader starting meanwhile waited behind each poll)."""
+    from blocking_client import BlockingClient
+
+    from kafkacodec.serve.upstream import COMMITTED, TAIL_IDLE_S
+
+    cluster = mock_gateway[0]
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0)) as server:
+        end = server.view.partition("orders", 0).log_end
+        client = BlockingClient("127.0.0.1", server.port, timeout=30)
+        try:
+            answer = client.fetch([("orders", [(0, end - 1, 1 << 20)])], api_version=4, max_wait_ms=5000)
+        finally:
+            client.close()
+        assert len(answer.responses[0].partitions[0].records) > 0
+
+        def paused() -> bool:
+            return server.view._consumer(COMMITTED).fetcher.states[("orders", 0)].paused
+
+        deadline = time.monotonic() + 20 * TAIL_IDLE_S
+        while not paused() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert paused()
+
+
 def test_a_fetch_waiting_for_upstream_data_is_answered_when_it_lands(mock_gateway):
     """Kafka completes a waiting fetch when data is appended, not at a timer: a fetch that
     waits for a chunk the gateway is fetching is answered as soon as the chunk is kept, not at

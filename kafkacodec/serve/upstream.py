@@ -571,8 +571,10 @@ class UpstreamView:
                 consumer.seek(tp, demand)
                 consumer.resume([tp])
                 continue
-            if demand >= part.log_end and now - follow.demand_at > self.tail_idle_s:
-                # nobody waits at the end: no long poll upstream for a reader's seek to sit behind
+            caught_up = consumer.position(tp) >= (part.stable if side == COMMITTED else part.log_end)
+            if (demand >= part.log_end or caught_up) and now - follow.demand_at > self.tail_idle_s:
+                # nobody waits at the end (a reader gone, or one whose last fetch was inside the
+                # chunks): no long poll upstream for a reader's seek to sit behind
                 consumer.pause([tp])
                 continue
             # read ahead: the chunks that continue from the demand, not those another client
