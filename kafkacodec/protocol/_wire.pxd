@@ -38,7 +38,7 @@ cdef inline int checked_version(object version, const char* api, int lowest,
 
 # --- the buffer a message (a response, or a request body) is decoded from -----------------------
 cdef inline int open_message(Py_buffer* view, object data, Py_ssize_t offset, Py_ssize_t size,
-                              Cursor* cur) except -1:
+                             Cursor* cur) except -1:
     """Borrow the raw bytes of `data` (any C-contiguous buffer, whatever its item format) and
     aim `cur` at data[offset:offset + size] (size -1 or past the end: to the end; positions in
     errors count from the start of `data`).  The caller releases `view`."""

@@ -60,6 +60,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -345,7 +346,7 @@ class UpstreamView:
         self._tail_watch: int | None = None
         #: called after a pass that kept new chunks (the server's waiting fetches look again at
         #: once, not at their next poll interval)
-        self.on_fetched: Any = None
+        self.on_fetched: Callable[[], None] | None = None
         self.tail_consumer: Any = None           # started on the first demand past an LSO
         self._consumer_args = dict(buffer_memory=buffer_memory, client_id=client_id, security=security)
         self.closed = False
@@ -566,12 +567,12 @@ class UpstreamView:
                 assigned.add(tp)
                 continue
             covered = any(c.start <= demand < c.next_offset for c in chunks)
-            coming = consumer.position(tp) == demand     # (never a lookup: no resets here)
-            if not covered and not coming and not refused:
+            position = consumer.position(tp)           # (never a lookup: no resets here)
+            if not covered and position != demand and not refused:
                 consumer.seek(tp, demand)
                 consumer.resume([tp])
                 continue
-            caught_up = consumer.position(tp) >= (part.stable if side == COMMITTED else part.log_end)
+            caught_up = position >= (part.stable if side == COMMITTED else part.log_end)
             if (demand >= part.log_end or caught_up) and now - follow.demand_at > self.tail_idle_s:
                 # nobody waits at the end (a reader gone, or one whose last fetch was inside the
                 # chunks): no long poll upstream for a reader's seek to sit behind
