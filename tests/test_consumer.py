@@ -726,8 +726,11 @@ def test_the_asynchronous_forms_never_wait_and_end_as_the_blocking_ones():
     end together, not one after another."""
     from fake_broker import FakeBroker
 
+    # longer than the module's: under ASan on a loaded machine the 25 starts took over 0.3 s,
+    # and the first call's deadline passed before the last one started
+    timeout = 1.0
     with FakeBroker() as fake, Consumer(fake.bootstrap, buffer_memory=1 << 20, group_id="g",
-                                        request_timeout=TIMEOUT, retry_backoff=0.05) as consumer:
+                                        request_timeout=timeout, retry_backoff=0.05) as consumer:
         ended: dict[tuple[str, int], list] = {}
 
         def callback(call, i):
@@ -735,24 +738,24 @@ def test_the_asynchronous_forms_never_wait_and_end_as_the_blocking_ones():
 
         starts = {
             "commit": lambda cb: consumer.groups.commit_async(
-                "g", {("t", 0): 5}, cb, deadline=consumer.deadline("commit", TIMEOUT)),
+                "g", {("t", 0): 5}, cb, deadline=consumer.deadline("commit", timeout)),
             "committed": lambda cb: consumer.groups.committed_async(
-                "g", [("t", 0)], cb, deadline=consumer.deadline("committed", TIMEOUT)),
+                "g", [("t", 0)], cb, deadline=consumer.deadline("committed", timeout)),
             "list_offsets": lambda cb: consumer.list_offsets_async(
-                [("t", 0)], -1, cb, deadline=consumer.deadline("list_offsets", TIMEOUT)),
+                [("t", 0)], -1, cb, deadline=consumer.deadline("list_offsets", timeout)),
             "refresh_metadata": lambda cb: consumer.cluster.metadata_async(
-                ["t"], consumer.deadline("refresh_metadata", TIMEOUT), cb),
-            "assign": lambda cb: consumer.assign_async({("t", 0): "earliest"}, cb, timeout=TIMEOUT),
+                ["t"], consumer.deadline("refresh_metadata", timeout), cb),
+            "assign": lambda cb: consumer.assign_async({("t", 0): "earliest"}, cb, timeout=timeout),
         }
         begin = time.monotonic()
         for call, start in starts.items():
             for i in range(5):
                 start(callback(call, i))
         # none waited for its answer (it would have called back, and the blocking forms one
-        # after another take 25 x TIMEOUT); a bound in time that ASan's slower calls still meet
+        # after another take 25 x timeout); a bound in time that ASan's slower calls still meet
         started = time.monotonic()
-        assert not ended and started - begin < 5 * TIMEOUT
-        while len(ended) < 25 and time.monotonic() - started < TIMEOUT + 5:
+        assert not ended and started - begin < 5 * timeout
+        while len(ended) < 25 and time.monotonic() - started < timeout + 5:
             consumer.loop.run_once(0.05)
         took = time.monotonic() - started              # every deadline was set before `started`
         consumer.loop.run_once(0.2)                     # nothing calls back twice
@@ -761,7 +764,7 @@ def test_the_asynchronous_forms_never_wait_and_end_as_the_blocking_ones():
         assert len(results) == 1, (call, results)
         value, error = results[0]
         assert value is None
-        assert_timed_out(took, error, call, fake.bootstrap)
+        assert_timed_out(took, error, call, fake.bootstrap, timeout)
 
 
 def test_from_a_loop_callback_the_calls_that_never_wait_consume_and_a_blocking_one_is_refused(mock):
