@@ -112,6 +112,7 @@ def test_idempotent_producer_and_starting_inside_a_batch(mock):
         batch = first.batches[0]
         assert batch.producer_id >= 0 and batch.base_sequence == 0 and batch.record_count >= 2
         inside = batch.base_offset + 1
+        stored = bytes(batch.value)
         first.release()
         consumer.seek((topic, 0), inside)
         parts = consumer.poll(5.0)
@@ -123,6 +124,15 @@ def test_idempotent_producer_and_starting_inside_a_batch(mock):
         consumer.seek((topic, 0), inside)
         got = consume_all(consumer, {(topic, 0): 40}, "arrow")
     assert got == [m for m in expected if m[1] >= inside]
+    # whole_batches: the batch as the broker sent it (the gateway passes it on to clients)
+    with Consumer(mock.bootstrap, buffer_memory=2 << 20, whole_batches=True) as consumer:
+        consumer.assign({(topic, 0): inside})
+        parts = consumer.poll(5.0)
+        assert parts[0].start_offset == inside
+        whole = parts[0].batches[0]
+        assert not whole.trimmed and bytes(whole.value) == stored
+        for part in parts:
+            part.release()
 
 
 def transactional_history(mock, topic, partitions):

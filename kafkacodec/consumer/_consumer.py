@@ -59,6 +59,10 @@ class Consumer:
       ``control_batches=True`` too, ``batches`` keep every decided batch instead (aborted data
       and markers: what a log holds up to the last stable offset) and ``dropped`` names the
       aborted ones (serve --upstream answers clients of both isolation levels from them).
+    - ``whole_batches=True``: a fetch that starts inside a batch returns that batch whole, as
+      the broker sent it (the offsets before the fetch offset included), instead of trimmed to
+      the fetch offset (one decode and encode of that batch): for callers that pass batches on
+      to Kafka clients, which skip those offsets themselves.
     - ``security``: TLS and SASL: a ``client.properties`` path, a dict of client properties
       (Kafka's and librdkafka's names: security.protocol, ssl.ca.location, sasl.mechanism,
       sasl.username/sasl.password or sasl.jaas.config...) or a kafkacodec.net.ClientSecurity
@@ -96,8 +100,8 @@ class Consumer:
                  fetch_max_wait_ms: int = 500, fetch_min_bytes: int = 1,
                  fetch_max_bytes: int = 50 << 20, max_partition_fetch_bytes: int = 1 << 20,
                  max_in_flight: int = 2, auto_offset_reset: str = "earliest",
-                 control_batches: bool = False, request_timeout: float = 30.0,
-                 default_api_timeout: float | None = None,
+                 control_batches: bool = False, whole_batches: bool = False,
+                 request_timeout: float = 30.0, default_api_timeout: float | None = None,
                  receive_message_max_bytes: int = DEFAULT_RECEIVE_MESSAGE_MAX_BYTES,
                  retry_backoff: float = 0.1, max_retry_backoff: float = 1.0,
                  loop: Loop | None = None, security: Any = None):
@@ -134,6 +138,7 @@ class Consumer:
                                fetch_max_bytes=fetch_max_bytes,
                                max_partition_fetch_bytes=max_partition_fetch_bytes,
                                max_in_flight=max_in_flight, control_batches=control_batches,
+                               whole_batches=whole_batches,
                                auto_offset_reset=auto_offset_reset, retry_backoff=retry_backoff,
                                max_retry_backoff=max_retry_backoff, client_id=client_id,
                                on_reset=self._on_reset)

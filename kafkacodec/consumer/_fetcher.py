@@ -96,6 +96,7 @@ class Fetcher:
     def __init__(self, cluster: Cluster, *, read_committed: bool, max_wait_ms: int,
                  min_bytes: int, fetch_max_bytes: int, max_partition_fetch_bytes: int,
                  max_in_flight: int, control_batches: bool, auto_offset_reset: str,
+                 whole_batches: bool = False,
                  retry_backoff: float, max_retry_backoff: float, client_id: str,
                  on_reset: Callable[[tuple[str, int], int], None] | None = None):
         self.cluster = cluster
@@ -107,6 +108,7 @@ class Fetcher:
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.max_in_flight = max_in_flight
         self.control_batches = control_batches
+        self.whole_batches = whole_batches
         self.auto_offset_reset = auto_offset_reset
         self.retry_backoff = retry_backoff
         self.max_retry_backoff = max_retry_backoff
@@ -367,7 +369,10 @@ class Fetcher:
         records = part.records
         if records is None or len(records) == 0:
             return None
-        batches = list(shallow_records(records, fetch_offset))
+        if self.whole_batches:       # as sent, but for batches ending before the fetch offset
+            batches = [b for b in shallow_records(records) if b.offset >= fetch_offset]
+        else:
+            batches = list(shallow_records(records, fetch_offset))
         if not batches:
             # Only a partial batch: the broker cut it (max bytes).  Fetch it alone and first
             # next time (KIP-74: the first partition of a response gets one whole batch).

@@ -16,7 +16,8 @@ bounds are loaded before the server listens (the loop is not running yet).
   FOLLOW_S, at once when a demand changes, and after every batch of upstream answers) assigns
   the partition upstream (or seeks it) there, polls the consumer without waiting and copies each
   fetched answer out of the ring into a `_Chunk` (one copy; the ring is released at once), kept
-  per partition in order.  The fetch path answers from the chunks exactly as from a segment:
+  per partition in order: the cluster's batches byte for byte (a fetch offset inside a batch
+  gets that batch whole, as Kafka answers it, never a batch re-encoded from the offset).  The fetch path answers from the chunks exactly as from a segment:
   stored batches as they are for Fetch v4+, lazily down-converted for v0-3.  A partition whose
   chunks run far enough past the demand is paused upstream, and so is one caught up with the
   cluster that no client waits at the end of (a reader that seeks, and the ListOffsets asked
@@ -371,7 +372,8 @@ class UpstreamView:
 
         args = self._consumer_args
         return Consumer(self.bootstrap, buffer_memory=args["buffer_memory"], client_id=args["client_id"],
-                        control_batches=True, auto_offset_reset="none", isolation_level=isolation_level,
+                        control_batches=True, whole_batches=True, auto_offset_reset="none",
+                        isolation_level=isolation_level,
                         fetch_max_wait_ms=UPSTREAM_MAX_WAIT_MS, request_timeout=self.timeout, loop=self.loop,
                         max_partition_fetch_bytes=UPSTREAM_PARTITION_FETCH_BYTES,
                         security=args["security"],
