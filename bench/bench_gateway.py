@@ -7,7 +7,9 @@ reference.
 
 current  segment bytes/s a confluent-kafka consumer (bench_serve.py's CONSUMER settings) reads a
          partition of 1 KiB records from Kafka 4.1 through the gateway, against the same consumer
-         reading the broker directly; rounds alternate.  Goal: >= 90%.
+         reading the broker directly; rounds alternate.  Goal: >= 90%.  Also the CPU the whole
+         machine spent per round each way (/proc/stat): where the cores are the limit, the
+         ratio of the two is the ceiling of the rates' ratio.
 old      kafka-python at Fetch v3 (api_version (0, 10, 1)) through the gateway: the partition's
          bytes per CPU second of the gateway process (fetching upstream, copying out of the ring,
          down-converting to magic 1).  kafka-python decodes every record in Python and sets the
@@ -72,18 +74,36 @@ def fill(broker, topic: str, size: int) -> int:
     return sum(p.stat().st_size for p in (broker.log_dir / f"{topic}-0").glob("*.log"))
 
 
+def machine_cpu() -> float:
+    """CPU seconds every process of the machine spent so far (/proc/stat: all but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def current_clients(gateway: ServeProcess, broker, topic: str, size: int, rounds: int) -> None:
+    """Besides the rates: the CPU the whole machine spent per round (broker, client, gateway).
+    Where the cores are the limit, a gateway round cannot be faster than its share of them: the
+    CPU-bound ceiling of the ratio is direct CPU / gateway CPU per round (medians)."""
     rates: dict[str, list[float]] = {"direct": [], "gateway": []}
+    cpu: dict[str, list[float]] = {"direct": [], "gateway": [], "gateway process": []}
     for r in range(rounds):
         order = ("direct", "gateway") if r % 2 == 0 else ("gateway", "direct")
         for where in order:
             bootstrap = broker.bootstrap if where == "direct" else gateway.bootstrap
+            machine, own = machine_cpu(), gateway.cpu_seconds()
             rates[where].append(confluent_rate(bootstrap, topic, size, CONSUMER)[0])
+            cpu[where].append(machine_cpu() - machine)
+            if where == "gateway":
+                cpu["gateway process"].append(gateway.cpu_seconds() - own)
     best = {where: max(values) for where, values in rates.items()}
+    median = {where: sorted(values)[len(values) // 2] for where, values in cpu.items()}
     print(f"current clients: confluent-kafka, {size >> 20} MiB: directly {best['direct'] / 1e6:.0f} MB/s, "
           f"through the gateway {best['gateway'] / 1e6:.0f} MB/s: {best['gateway'] / best['direct']:.2f}x "
           f"(goal >= 0.90; every round: direct {[round(x / 1e6) for x in rates['direct']]}, "
           f"gateway {[round(x / 1e6) for x in rates['gateway']]} MB/s)")
+    print(f"  machine CPU per round (median): direct {median['direct'] * 1e3:.0f} ms, through the gateway "
+          f"{median['gateway'] * 1e3:.0f} ms (the gateway process {median['gateway process'] * 1e3:.0f} ms): "
+          f"CPU-bound ceiling {median['direct'] / median['gateway']:.2f}x on {os.cpu_count()} cores")
 
 
 def old_clients(gateway: ServeProcess, topic: str, size: int, rounds: int) -> None:
