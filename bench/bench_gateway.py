@@ -173,6 +173,7 @@ def old_producers(gateway: ServeProcess, broker_39, topic: str, rounds: int) -> 
     for codec in ("none", "lz4"):
         sets = message_sets(codec, 600)
         rates: dict[str, list[float]] = {"kafka 3.9": [], "gateway": []}
+        machine_used: dict[str, list[float]] = {"kafka 3.9": [], "gateway": []}
         # Untimed rounds on each side first: the brokers' JIT (both brokers' produce paths speed
         # up for ~3,000 requests: with one such round the timed rounds still climbed 63 -> 121
         # MB/s), Kafka 3.9's log, the gateway's topic cache and upstream connection.
@@ -183,11 +184,13 @@ def old_producers(gateway: ServeProcess, broker_39, topic: str, rounds: int) -> 
         for r in range(rounds):
             order = ("kafka 3.9", "gateway") if r % 2 == 0 else ("gateway", "kafka 3.9")
             for where in order:
-                cpu = gateway.cpu_seconds()
+                cpu, machine = gateway.cpu_seconds(), machine_cpu()
                 rates[where].append(produce_rate(port_39 if where == "kafka 3.9" else gateway.port, topic, sets))
+                machine_used[where].append(machine_cpu() - machine)
                 if where == "gateway":
                     gateway_cpu += gateway.cpu_seconds() - cpu
         best = {where: max(values) for where, values in rates.items()}
+        median = {where: sorted(values)[len(values) // 2] for where, values in machine_used.items()}
         # what the gateway alone could take with a core of its own: the sets it converted and
         # forwarded per second of its CPU (here it shares 2 cores with Kafka 4.1 and the client)
         per_cpu = rounds * sum(map(len, sets[1:])) / max(gateway_cpu, 1e-9)
@@ -197,6 +200,9 @@ def old_producers(gateway: ServeProcess, broker_39, topic: str, rounds: int) -> 
               f"{per_cpu / 1e6:.0f} MB ({per_cpu * len(sets) / sum(map(len, sets)):.0f} requests) per second of "
               "its CPU; rounds: "
               + "; ".join(f"{where} " + ", ".join(f"{v / 1e6:.0f}" for v in values) for where, values in rates.items()))
+        print(f"  machine CPU per round (median): Kafka 3.9 {median['kafka 3.9'] * 1e3:.0f} ms, through the "
+              f"gateway {median['gateway'] * 1e3:.0f} ms: CPU-bound ceiling "
+              f"{median['kafka 3.9'] / median['gateway']:.2f}x on {os.cpu_count()} cores")
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """Protocol framing cross-checked with kafka-python's message classes, both ways, over every
 version we speak; truncated and malformed responses raise KafkaCodecError with a position."""
 
+import struct
 import uuid
 
 import pytest
@@ -332,6 +333,60 @@ def test_fetch_decoder_on_mutated_responses(data):
 # ApiVersions, Metadata and Produce keep compiled client codecs (_metadata.pyx: the consumer's
 # typed answers; _produce.pyx: the hot path); the schema codec, itself checked against Kafka's
 # definitions (test_protocol_schemas.py), reads what they write and writes what they read.
+
+def _header_field_by_field(body):
+    from kafkacodec.protocol import messages as m
+    from kafkacodec.protocol._schema import Reader
+
+    reader = Reader(body)
+    header = m.REQUEST_HEADER.read(reader, 1, invalid_utf8="replace")
+    if m.is_flexible(header["request_api_key"], header["request_api_version"]):
+        reader.skip_tags()
+    return (header["request_api_key"], header["request_api_version"], header["correlation_id"],
+            header["client_id"], reader.pos)
+
+
+def test_request_headers_read_in_one_step_as_field_by_field():
+    """parse_request_header reads the usual header with one struct; every header, hostile ones
+    too (lengths past the end, below -1, invalid UTF-8, tagged fields, cut anywhere), gives what
+    the schema reader gives, or the same error."""
+    import random
+
+    from kafkacodec.protocol import messages as m
+
+    def outcome(read, body):
+        try:
+            return read(body)
+        except KafkaCodecError as exc:
+            return type(exc).__name__, str(exc)
+
+    rng = random.Random(31)
+    bodies = []
+    for key in list(m.REQUESTS)[:40]:
+        for version in (0, 1, 3, 9, 12, 13):
+            for client_id in (None, b"", b"producer-1", b"\xff\xfe bad"):
+                size = -1 if client_id is None else len(client_id)
+                head = struct.pack(">hhih", key, version, 5, size) + (client_id or b"")
+                for tags in (b"", b"\x00", b"\x01\x00\x02ab", b"\x01\x00\x05ab", b"\x80"):
+                    body = head + tags + b"body"
+                    bodies += [body] + [body[:rng.randrange(len(body) + 1)] for _ in range(3)]
+    bodies += [struct.pack(">hhih", 0, 3, 1, n) + b"x" * 8 for n in (-2, -32768, 9, 32767)]
+    bodies += [bytes(rng.randrange(256) for _ in range(rng.randrange(24))) for _ in range(20000)]
+    for body in bodies:
+        assert outcome(m.parse_request_header, body) == outcome(_header_field_by_field, body), body
+        assert outcome(m.parse_request_header, memoryview(body)) == outcome(_header_field_by_field, body)
+
+
+def test_response_frames_carry_the_schema_header():
+    from kafkacodec.protocol import messages as m
+
+    for key in m.REQUESTS:
+        for version in range(0, 18):
+            header = bytearray()
+            m.RESPONSE_HEADER.encode(m.response_header_version(key, version), {"correlation_id": -7}, header)
+            frame = m.frame_response(key, version, -7, b"body")
+            assert bytes(frame) == struct.pack(">i", len(header) + 4) + bytes(header) + b"body", (key, version)
+
 
 def _request_body(frame, message, version):
     from kafkacodec.protocol import messages as m

@@ -263,6 +263,7 @@ class Cluster:
             raise ValueError(f"receive_message_max_bytes must be at least 1024, got "
                              f"{receive_message_max_bytes}")
         self.bootstrap = parse_bootstrap(bootstrap)
+        self._broker_names: dict[tuple[int, str, tuple[str, int]], str] = {}
         self.pool = pool
         self.ring_bytes = ring_bytes
         self.coordinator_ring_bytes = coordinator_ring_bytes
@@ -327,11 +328,17 @@ class Cluster:
         """How errors name a broker: "source broker 1 (host:port, data)", "source bootstrap
         broker (host:port, data)" before Metadata named it."""
         try:
-            host, port = self.node_address(node_id)
+            address = self.node_address(node_id)
         except KeyError:
             return f"{self.name} broker {node_id} (address unknown, {purpose})"
-        which = "bootstrap broker" if node_id < 0 else f"broker {node_id}"
-        return f"{self.name} {which} ({host}:{port}, {purpose})"
+        key = (node_id, purpose, address)           # (named once: every call names its broker)
+        name = self._broker_names.get(key)
+        if name is None:
+            if len(self._broker_names) > 4096:       # addresses that changed since
+                self._broker_names.clear()
+            which = "bootstrap broker" if node_id < 0 else f"broker {node_id}"
+            name = self._broker_names[key] = f"{self.name} {which} ({address[0]}:{address[1]}, {purpose})"
+        return name
 
     def available(self, node_id: int, now: float | None = None) -> bool:
         """False while the node is in reconnection backoff."""

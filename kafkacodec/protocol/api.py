@@ -117,7 +117,10 @@ class ApiKey(IntEnum):
     def message_name(self) -> str:
         """Kafka's name of the API, the stem of its messages' names: "ApiVersions" for
         API_VERSIONS (ApiVersionsRequest, ApiVersionsResponse)."""
-        return "".join(part.capitalize() for part in self.name.split("_"))
+        name = _MESSAGE_NAMES.get(self)
+        if name is None:
+            name = _MESSAGE_NAMES[self] = "".join(part.capitalize() for part in self.name.split("_"))
+        return name
 
     @classmethod
     def name_of(cls, api_key: int) -> str:
@@ -127,6 +130,9 @@ class ApiKey(IntEnum):
             return cls(api_key).message_name
         except ValueError:
             return f"api {api_key}"
+
+
+_MESSAGE_NAMES: dict[ApiKey, str] = {}
 
 
 class Error(IntEnum):

@@ -467,6 +467,12 @@ FLEXIBLE: dict[int, int] = {key: m.flexible[0] for key, m in REQUESTS.items()
 FLEXIBLE[ApiKey.FETCH] = 12
 
 _FRAME = struct.Struct(">i")
+#: request header v1 up to the client id's characters: api key, version, correlation id, the
+#: client id's int16 length (-1: null)
+_HEADER_V1 = struct.Struct(">hhih")
+#: a response frame's size and correlation id (header v0), and with no tagged fields (v1)
+_RESPONSE_V0 = struct.Struct(">ii")
+_RESPONSE_V1 = struct.Struct(">iib")
 
 
 def is_flexible(api_key: int, version: int) -> bool:
@@ -500,7 +506,16 @@ def parse_request_header(body: Any) -> tuple[int, int, int, str | None, int]:
     v2's tagged section is skipped for the APIs that have one (an unknown API's header is read
     as v1: its body is never read).  A client id that is not UTF-8 is read as Kafka reads it,
     with replacement characters."""
-    reader = Reader(body)
+    if len(body) >= _HEADER_V1.size:           # the usual header, read in one step
+        api_key, version, correlation_id, size = _HEADER_V1.unpack_from(body, 0)
+        pos = _HEADER_V1.size + max(size, 0)
+        if -1 <= size and pos <= len(body):
+            client_id = None if size < 0 else bytes(body[_HEADER_V1.size:pos]).decode("utf-8", "replace")
+            if not is_flexible(api_key, version):
+                return api_key, version, correlation_id, client_id, pos
+            if pos < len(body) and body[pos] == 0:              # no tagged fields
+                return api_key, version, correlation_id, client_id, pos + 1
+    reader = Reader(body)                      # the rest (and every error) field by field
     header = REQUEST_HEADER.read(reader, 1, invalid_utf8="replace")
     api_key, version = header["request_api_key"], header["request_api_version"]
     if is_flexible(api_key, version):
@@ -511,11 +526,11 @@ def parse_request_header(body: Any) -> tuple[int, int, int, str | None, int]:
 def frame_response(api_key: int, version: int, correlation_id: int,
                    body: bytes | bytearray) -> bytearray:
     """A whole response frame: int32 size, response header, `body`."""
-    out = bytearray(_FRAME.size)
-    RESPONSE_HEADER.encode(response_header_version(api_key, version),
-                           {"correlation_id": correlation_id}, out)
+    if response_header_version(api_key, version):
+        out = bytearray(_RESPONSE_V1.pack(_RESPONSE_V1.size - _FRAME.size + len(body), correlation_id, 0))
+    else:
+        out = bytearray(_RESPONSE_V0.pack(_RESPONSE_V0.size - _FRAME.size + len(body), correlation_id))
     out += body
-    _FRAME.pack_into(out, 0, len(out) - _FRAME.size)
     return out
 
 

@@ -90,6 +90,7 @@ class ServeMetrics:
         Gauge("kafkacodec_serve_connections", "Open client connections", registry=r).set_function(connections)
         Gauge("kafkacodec_serve_waiting_fetches", "Fetches waiting for data", registry=r).set_function(waiting)
         self._bytes_out: dict[str, Callable[[int], None]] = {}
+        self._requests: dict[tuple[str, int], Callable[[], None]] = {}
         self.http: Any = None
 
     def add_upstream(self, view: Any) -> None:
@@ -141,7 +142,10 @@ class ServeMetrics:
         self.registry.register(_StateFilesCollector(store))
 
     def request(self, name: str, version: int) -> None:
-        self.requests.labels(name, str(version)).inc()
+        count = self._requests.get((name, version))
+        if count is None:
+            count = self._requests[(name, version)] = self.requests.labels(name, str(version)).inc
+        count()
 
     def bytes_out_counter(self, topic: str) -> Callable[[int], None]:
         counter = self._bytes_out.get(topic)
