@@ -80,6 +80,10 @@ def machine_cpu() -> float:
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
+def middle(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
 def current_clients(gateway: ServeProcess, broker, topic: str, size: int, rounds: int) -> None:
     """Besides the rates: the CPU the whole machine spent per round (broker, client, gateway).
     Where the cores are the limit, a gateway round cannot be faster than its share of them: the
@@ -96,10 +100,11 @@ def current_clients(gateway: ServeProcess, broker, topic: str, size: int, rounds
             if where == "gateway":
                 cpu["gateway process"].append(gateway.cpu_seconds() - own)
     best = {where: max(values) for where, values in rates.items()}
-    median = {where: sorted(values)[len(values) // 2] for where, values in cpu.items()}
+    median = {where: middle(values) for where, values in cpu.items()}
     print(f"current clients: confluent-kafka, {size >> 20} MiB: directly {best['direct'] / 1e6:.0f} MB/s, "
           f"through the gateway {best['gateway'] / 1e6:.0f} MB/s: {best['gateway'] / best['direct']:.2f}x "
-          f"(goal >= 0.90; every round: direct {[round(x / 1e6) for x in rates['direct']]}, "
+          f"(goal >= 0.90; medians {middle(rates['gateway']) / middle(rates['direct']):.2f}x; every round: "
+          f"direct {[round(x / 1e6) for x in rates['direct']]}, "
           f"gateway {[round(x / 1e6) for x in rates['gateway']]} MB/s)")
     print(f"  machine CPU per round (median): direct {median['direct'] * 1e3:.0f} ms, through the gateway "
           f"{median['gateway'] * 1e3:.0f} ms (the gateway process {median['gateway process'] * 1e3:.0f} ms): "
@@ -190,13 +195,14 @@ def old_producers(gateway: ServeProcess, broker_39, topic: str, rounds: int) -> 
                 if where == "gateway":
                     gateway_cpu += gateway.cpu_seconds() - cpu
         best = {where: max(values) for where, values in rates.items()}
-        median = {where: sorted(values)[len(values) // 2] for where, values in machine_used.items()}
+        median = {where: middle(values) for where, values in machine_used.items()}
         # what the gateway alone could take with a core of its own: the sets it converted and
         # forwarded per second of its CPU (here it shares 2 cores with Kafka 4.1 and the client)
         per_cpu = rounds * sum(map(len, sets[1:])) / max(gateway_cpu, 1e-9)
         print(f"old producers: Produce v2, magic 1 {codec}, {sum(map(len, sets)) >> 20} MiB a round: Kafka 3.9 "
               f"directly {best['kafka 3.9'] / 1e6:.0f} MB/s, through the gateway to Kafka 4.1 "
-              f"{best['gateway'] / 1e6:.0f} MB/s: {best['gateway'] / best['kafka 3.9']:.2f}x (goal >= 0.80); the gateway "
+              f"{best['gateway'] / 1e6:.0f} MB/s: {best['gateway'] / best['kafka 3.9']:.2f}x (goal >= 0.80; medians "
+              f"{middle(rates['gateway']) / middle(rates['kafka 3.9']):.2f}x); the gateway "
               f"{per_cpu / 1e6:.0f} MB ({per_cpu * len(sets) / sum(map(len, sets)):.0f} requests) per second of "
               "its CPU; rounds: "
               + "; ".join(f"{where} " + ", ".join(f"{v / 1e6:.0f}" for v in values) for where, values in rates.items()))
