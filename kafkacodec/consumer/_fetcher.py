@@ -19,7 +19,8 @@ FetchResponse becomes (FetchedPartitions, new positions, retries).
   the consumer the new position.
 - A response is parsed once: `decode_fetch_response` validates it in C; each partition's
   batches are walked shallowly (`shallow_records`, headers only; the first batch trimmed when the
-  fetch starts inside it) and, for read_committed, decided by the partition's TransactionFilter.
+  fetch starts inside it, unless `whole_batches`) and, for read_committed, decided by the
+  partition's TransactionFilter.
 """
 
 from __future__ import annotations
@@ -95,10 +96,9 @@ class _Fetch:
 class Fetcher:
     def __init__(self, cluster: Cluster, *, read_committed: bool, max_wait_ms: int,
                  min_bytes: int, fetch_max_bytes: int, max_partition_fetch_bytes: int,
-                 max_in_flight: int, control_batches: bool, auto_offset_reset: str,
-                 whole_batches: bool = False,
-                 retry_backoff: float, max_retry_backoff: float, client_id: str,
-                 on_reset: Callable[[tuple[str, int], int], None] | None = None):
+                 max_in_flight: int, control_batches: bool, whole_batches: bool,
+                 auto_offset_reset: str, retry_backoff: float, max_retry_backoff: float,
+                 client_id: str, on_reset: Callable[[tuple[str, int], int], None] | None = None):
         self.cluster = cluster
         self.on_reset = on_reset
         self.read_committed = read_committed

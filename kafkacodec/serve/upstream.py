@@ -17,8 +17,9 @@ bounds are loaded before the server listens (the loop is not running yet).
   the partition upstream (or seeks it) there, polls the consumer without waiting and copies each
   fetched answer out of the ring into a `_Chunk` (one copy; the ring is released at once), kept
   per partition in order: the cluster's batches byte for byte (a fetch offset inside a batch
-  gets that batch whole, as Kafka answers it, never a batch re-encoded from the offset).  The fetch path answers from the chunks exactly as from a segment:
-  stored batches as they are for Fetch v4+, lazily down-converted for v0-3.  A partition whose
+  gets that batch whole, as Kafka answers it, never a batch re-encoded from the offset).  The
+  fetch path answers from the chunks exactly as from a segment: stored batches as they are for
+  Fetch v4+, lazily down-converted for v0-3.  A partition whose
   chunks run far enough past the demand is paused upstream, and so is one caught up with the
   cluster that no client waits at the end of (a reader that seeks, and the ListOffsets asked
   for it, would wait behind its long poll: a broker answers a connection in order); chunks beyond
