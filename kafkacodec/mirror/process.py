@@ -277,11 +277,14 @@ class Mirror:
                 timeout = 0.01 if producer.busy else 0.2
                 for part in consumer.poll(timeout):
                     self._take(part)
+                # acknowledgements are checkpointed (when due) before more is sent: with
+                # checkpoint_interval 0 a crash writes again only what was in flight
+                self.save_checkpoint()
                 producer.send_ready()
                 if producer.busy:
                     consumer.loop.run_once(0)           # acknowledgements that already arrived
+                    self.save_checkpoint()
                     producer.send_ready()
-                self.save_checkpoint()
                 progress.update()
         finally:
             progress.close()
