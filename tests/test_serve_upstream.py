@@ -134,6 +134,33 @@ def test_confluent_kafka_gets_the_upstream_batches(mock_gateway):
                              "broker.version.fallback": "0.9.0.1"}) == expected
 
 
+@pytest.mark.parametrize("api_version", OLD_APIS + [None], ids=["0.9", "0.10.1", "negotiated"])
+def test_a_reader_starting_inside_batches_gets_exactly_the_records_from_there(mock_gateway, api_version):
+    """A fresh gateway's first fetch of each partition starts inside a batch: the upstream
+    consumer keeps that batch whole, and each client (magic 0, magic 1, v2 batches) gets the
+    records from its offset on, none before."""
+    cluster, _, expected, partitions = mock_gateway
+    start = 7
+    with Server(upstream=cluster.bootstrap, listen=("127.0.0.1", 0), zstd_codec="lz4") as server:
+        options = {"api_version": api_version} if api_version else {}
+        consumer = kafka.KafkaConsumer(bootstrap_servers=f"127.0.0.1:{server.port}",
+                                       enable_auto_commit=False, consumer_timeout_ms=15000, **options)
+        tps = [kafka.TopicPartition("orders", p) for p in range(partitions)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, start)
+        want = [e for e in expected if e[1] >= start]
+        got: list[tuple] = []
+        try:
+            for msg in consumer:
+                got.append((msg.partition, msg.offset, msg.key, msg.value))
+                if len(got) >= len(want):
+                    break
+        finally:
+            consumer.close()
+    assert sorted(got) == want
+
+
 def test_metadata_names_the_gateway_for_every_partition(mock_gateway):
     cluster, server, expected, partitions = mock_gateway
     consumer = kafka.KafkaConsumer(bootstrap_servers=f"127.0.0.1:{server.port}", api_version=(0, 9))
