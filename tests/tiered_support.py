@@ -84,12 +84,31 @@ def tiered_log(kafka_broker, tmp_path_factory):
     end = int(_end_offset(kafka_broker.bootstrap))
     want = {level: _consume(kafka_broker.bootstrap, level, end) for level in LEVELS}
     out = tmp_path_factory.mktemp("tiered")
-    shutil.copytree(local, out / "local" / local.name)
+    _copy_settled(local, out / "local" / local.name)
     shutil.copy(kafka_broker.log_dir / "log-start-offset-checkpoint", out / "local")
     shutil.copytree(kafka_broker.remote_dir, out / "remote" / "kafka-tiered-storage")
     for metadata in kafka_broker.log_dir.glob("__remote_log_metadata-*"):   # (test_tiered's metadata tests)
         shutil.copytree(metadata, out / "metadata" / metadata.name)
     return out / "local", out / "remote" / "kafka-tiered-storage", want
+
+
+def _copy_settled(source, target, timeout: float = 60.0) -> None:
+    """Copy a partition directory the broker may still be deleting segments from (local
+    retention renames a tiered segment to *.deleted, then removes it): once no *.deleted file is
+    left, and again if a file vanished during the copy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not any(p.suffix == ".deleted" for p in source.iterdir()):
+            try:
+                shutil.copytree(source, target)
+                return
+            except shutil.Error as exc:
+                if time.monotonic() > deadline:
+                    raise
+                shutil.rmtree(target, ignore_errors=True)
+                print(f"copying {source} again: {len(exc.args[0])} files vanished during the copy")
+        assert time.monotonic() < deadline, sorted(p.name for p in source.iterdir())
+        time.sleep(0.2)
 
 
 def _end_offset(bootstrap: str) -> int:
