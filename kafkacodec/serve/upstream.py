@@ -19,12 +19,12 @@ bounds are loaded before the server listens (the loop is not running yet).
   per partition in order: the cluster's batches byte for byte (a fetch offset inside a batch
   gets that batch whole, as Kafka answers it, never a batch re-encoded from the offset).  The
   fetch path answers from the chunks exactly as from a segment: stored batches as they are for
-  Fetch v4+, lazily down-converted for v0-3.  A partition whose
-  chunks run far enough past the demand is paused upstream, and so is one caught up with the
-  cluster that no client waits at the end of (a reader that seeks, and the ListOffsets asked
-  for it, would wait behind its long poll: a broker answers a connection in order); chunks beyond
-  `upstream_cache_memory` are dropped oldest first.  The upstream consumer reads
-  read_uncommitted with control batches, so the chunks are the log.
+  Fetch v4+, lazily down-converted for v0-3.  A partition whose chunks run far enough past the
+  demand is paused upstream, and so is one caught up with the cluster that no client waits at
+  the end of (a reader that seeks, and the ListOffsets asked for it, would wait behind its long
+  poll: a broker answers a connection in order); chunks beyond `upstream_cache_memory` are
+  dropped oldest first.  The upstream consumer keeps control batches and aborted ones (named:
+  "Isolation" below), so the chunks are the log.
 - Offsets out of range: below the log start last heard (it only grows) at once; past the end
   last heard, the fetch waits (the offset is demanded) until the cluster answers it or says it
   is out of range, and only then does the client get OFFSET_OUT_OF_RANGE.  A client at the end
